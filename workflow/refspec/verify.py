@@ -1,0 +1,561 @@
+"""Verification of a sealed archive (a folder or a tar).
+
+Order of checks, all problems collected rather than stopping at the first
+(like RECORD validation in pypa/installer):
+
+1. the archive's structure: only regular files (and, in a tar, directories),
+   safe member paths, no duplicates; ``SEAL.dsse.json`` present;
+2. the envelope: canonical JSON of exactly ``payload``, ``payloadType`` and one
+   signature ``{keyid, sig}``, canonical base64, payload type
+   ``application/vnd.in-toto+json``, keyid equal to the given key's fingerprint,
+   and the Ed25519 signature over the DSSE pre-authentication encoding. Nothing
+   in the payload is parsed before the signature verifies; a bad signature ends
+   verification;
+3. the statement: in-toto Statement v1 with the refspec seal predicate;
+   ``--expect-previous`` against the previous seal's sha256;
+4. closed world: every subject exists with its size and sha256, no other file
+   (or empty folder) exists besides ``SEAL.dsse.json``;
+5. every Parquet file carries the archive id and campaign in its key-value
+   metadata;
+6. the ledger's hash chain, its line count and its last line's sha256.
+
+``refspec verify`` prints ``OK: PATH (N files)`` or one ``FAIL:`` line per
+problem; it exits 0 when verified, 1 when not, 2 on a usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import re
+import stat
+import sys
+import tarfile
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, BinaryIO, Callable
+
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+from .errors import EXIT_FAILED, EXIT_OK, UsageError
+from .hashing import canonical_json, sha256_bytes
+from .keys import fingerprint, load_public_key
+from .ledger import verify_lines
+from .seal import (
+    ARCHIVE_ID_KEY,
+    CAMPAIGN_KEY,
+    MAX_SEAL_BYTES,
+    PAYLOAD_TYPE,
+    PREDICATE_TYPE,
+    SEAL_FORMAT,
+    SEAL_NAME,
+    STATEMENT_TYPE,
+    b64decode_strict,
+    default_workers,
+    pae,
+    parent_dirs,
+    sha256_stream,
+    unsafe_name,
+)
+
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+
+
+@dataclass
+class VerifyResult:
+    path: Path
+    problems: list[str] = field(default_factory=list)
+    files: int = 0
+    statement: dict[str, Any] | None = None
+    seal_sha256: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def lines(self, shown: str | Path | None = None) -> list[str]:
+        where = shown if shown is not None else self.path
+        if self.ok:
+            return [f"OK: {where} ({self.files} files)"]
+        return [f"FAIL: {p}" for p in self.problems]
+
+
+# --------------------------------------------------------------------------- sources
+
+
+class _Source:
+    """Read access to the members of an archive folder or tar."""
+
+    files: dict[str, int]  # member path -> size
+    dirs: set[str]
+    problems: list[str]
+
+    def read(self, name: str, limit: int) -> bytes:
+        raise NotImplementedError
+
+    def open(self, name: str) -> BinaryIO:
+        raise NotImplementedError
+
+    def hash_all(self, names: list[str], workers: int) -> dict[str, str | Exception]:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        pass
+
+
+class _DirSource(_Source):
+    def __init__(self, root: Path):
+        self.root = root
+        self.files, self.dirs, self.problems = {}, set(), []
+        for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
+            base = Path(dirpath)
+            for d in list(dirnames):
+                rel = (base / d).relative_to(root).as_posix()
+                st = os.lstat(base / d)
+                if stat.S_ISLNK(st.st_mode):
+                    self.problems.append(f"{rel}: symbolic link in archive")
+                    dirnames.remove(d)
+                else:
+                    self.dirs.add(rel)
+            for fn in filenames:
+                full = base / fn
+                rel = full.relative_to(root).as_posix()
+                st = os.lstat(full)
+                if stat.S_ISLNK(st.st_mode):
+                    self.problems.append(f"{rel}: symbolic link in archive")
+                elif not stat.S_ISREG(st.st_mode):
+                    self.problems.append(f"{rel}: not a regular file")
+                else:
+                    why = unsafe_name(rel)
+                    if why:
+                        self.problems.append(f"{rel!r}: {why}")
+                    else:
+                        self.files[rel] = st.st_size
+
+    def read(self, name: str, limit: int) -> bytes:
+        with open(self.root / name, "rb") as f:
+            data = f.read(limit + 1)
+        if len(data) > limit:
+            raise ValueError(f"larger than {limit} bytes")
+        return data
+
+    def open(self, name: str) -> BinaryIO:
+        return open(self.root / name, "rb")
+
+    def hash_all(self, names: list[str], workers: int) -> dict[str, str | Exception]:
+        def one(n: str) -> str | Exception:
+            try:
+                with open(self.root / n, "rb", buffering=0) as f:
+                    return sha256_stream(f)
+            except OSError as e:
+                return e
+
+        with ThreadPoolExecutor(max_workers=workers) as ex:
+            return dict(zip(names, ex.map(one, names)))
+
+
+class _RangeReader(io.RawIOBase):
+    """A read-only window (offset, size) on a file, read with pread."""
+
+    def __init__(self, fd: int, offset: int, size: int):
+        self.fd, self.offset, self.size, self.pos = fd, offset, size, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self.pos
+
+    def seek(self, pos: int, whence: int = 0) -> int:
+        base = {0: 0, 1: self.pos, 2: self.size}[whence]
+        self.pos = max(0, base + pos)
+        return self.pos
+
+    def readinto(self, b: Any) -> int:
+        n = min(len(b), self.size - self.pos)
+        if n <= 0:
+            return 0
+        data = os.pread(self.fd, n, self.offset + self.pos)
+        b[: len(data)] = data
+        self.pos += len(data)
+        return len(data)
+
+
+class _TarSource(_Source):
+    def __init__(self, path: Path):
+        self.path = path
+        self.files, self.dirs, self.problems = {}, set(), []
+        self.members: dict[str, tarfile.TarInfo] = {}
+        self.tf, self.plain = open_tar(path)
+        self.fd = os.open(path, os.O_RDONLY) if self.plain else -1
+        self.problems.extend(member_problems(self.tf.getmembers()))
+        for m in self.tf.getmembers():
+            name = m.name[:-1] if m.isdir() and m.name.endswith("/") else m.name
+            if unsafe_name(name) or not (m.isreg() or m.isdir()) or m.issparse():
+                continue
+            if m.isdir():
+                self.dirs.add(name)
+            elif name not in self.files:
+                self.files[name] = m.size
+                self.members[name] = m
+
+    def read(self, name: str, limit: int) -> bytes:
+        m = self.members[name]
+        if m.size > limit:
+            raise ValueError(f"larger than {limit} bytes")
+        f = self.tf.extractfile(m)
+        assert f is not None
+        return f.read()
+
+    def open(self, name: str) -> BinaryIO:
+        m = self.members[name]
+        if self.plain:
+            return io.BufferedReader(_RangeReader(self.fd, m.offset_data, m.size))  # type: ignore[arg-type]
+        f = self.tf.extractfile(m)
+        assert f is not None
+        return f  # type: ignore[return-value]
+
+    def hash_all(self, names: list[str], workers: int) -> dict[str, str | Exception]:
+        if not self.plain:  # a compressed tar is read in order
+            out: dict[str, str | Exception] = {}
+            for n in sorted(names, key=lambda n: self.members[n].offset_data):
+                try:
+                    out[n] = sha256_stream(self.open(n))
+                except (OSError, tarfile.TarError) as e:
+                    out[n] = e
+            return out
+
+        def one(n: str) -> str | Exception:
+            m = self.members[n]
+            try:
+                return sha256_stream(_RangeReader(self.fd, m.offset_data, m.size), m.size)
+            except OSError as e:
+                return e
+
+        with ThreadPoolExecutor(max_workers=workers) as ex:
+            return dict(zip(names, ex.map(one, names)))
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+        self.tf.close()
+
+
+def open_tar(path: Path) -> tuple[tarfile.TarFile, bool]:
+    """Open a tar for reading; ``plain`` is True when it is uncompressed (members can be read in place)."""
+    try:
+        return tarfile.open(path, "r:"), True
+    except tarfile.ReadError:
+        pass
+    except OSError as e:
+        raise UsageError(f"{path}: cannot read ({e.strerror})") from None
+    try:
+        return tarfile.open(path, "r:*"), False
+    except (tarfile.TarError, OSError, EOFError) as e:
+        raise UsageError(f"{path}: not a readable tar ({e})") from None
+
+
+def member_problems(members: list[tarfile.TarInfo]) -> list[str]:
+    """Every tar member that is not a plain file or folder with a safe relative path."""
+    problems = []
+    seen: set[str] = set()
+    for m in members:
+        name = m.name[:-1] if m.isdir() and m.name.endswith("/") else m.name
+        why = unsafe_name(name)
+        if why:
+            problems.append(f"tar member {m.name!r}: {why}")
+        if m.issym():
+            problems.append(f"tar member {m.name!r}: symbolic link (to {m.linkname!r})")
+        elif m.islnk():
+            problems.append(f"tar member {m.name!r}: hard link (to {m.linkname!r})")
+        elif m.ischr() or m.isblk():
+            problems.append(f"tar member {m.name!r}: device file")
+        elif m.isfifo():
+            problems.append(f"tar member {m.name!r}: FIFO")
+        elif m.issparse():
+            problems.append(f"tar member {m.name!r}: sparse file")
+        elif not (m.isreg() or m.isdir()):
+            problems.append(f"tar member {m.name!r}: unsupported member type {m.type!r}")
+        if name in seen and not m.isdir():
+            problems.append(f"tar member {m.name!r}: duplicate")
+        seen.add(name)
+    return problems
+
+
+# --------------------------------------------------------------------------- checks
+
+
+def check_envelope(data: bytes, public_key: Ed25519PublicKey) -> tuple[bytes | None, list[str]]:
+    """Authenticate ``SEAL.dsse.json``; return the payload bytes (unparsed) or the problems."""
+    try:
+        env = json.loads(data)
+    except (ValueError, UnicodeDecodeError) as e:
+        return None, [f"{SEAL_NAME}: not JSON ({e.__class__.__name__})"]
+    problems: list[str] = []
+    if not isinstance(env, dict):
+        return None, [f"{SEAL_NAME}: not a DSSE envelope (not an object)"]
+    if set(env) != {"payload", "payloadType", "signatures"}:
+        problems.append(f"{SEAL_NAME}: envelope fields {sorted(env)} are not payload, payloadType, signatures")
+    elif canonical_json(env) + b"\n" != data:
+        problems.append(f"{SEAL_NAME}: envelope is not in canonical form (modified)")
+    ptype = env.get("payloadType")
+    if ptype != PAYLOAD_TYPE:
+        problems.append(f"{SEAL_NAME}: payload type {ptype!r} is not {PAYLOAD_TYPE!r}")
+    try:
+        payload = b64decode_strict(env.get("payload"))
+    except ValueError as e:
+        return None, problems + [f"{SEAL_NAME}: payload: {e}"]
+    sigs = env.get("signatures")
+    if not isinstance(sigs, list) or len(sigs) != 1 or not isinstance(sigs[0], dict):
+        return None, problems + [f"{SEAL_NAME}: expected exactly one signature"]
+    s = sigs[0]
+    if set(s) != {"keyid", "sig"}:
+        problems.append(f"{SEAL_NAME}: signature fields {sorted(s)} are not keyid, sig")
+    want = fingerprint(public_key)
+    if s.get("keyid") != want:
+        problems.append(f"{SEAL_NAME}: signed by {s.get('keyid')!r}, expected {want}")
+    try:
+        sig = b64decode_strict(s.get("sig"))
+    except ValueError as e:
+        return None, problems + [f"{SEAL_NAME}: signature: {e}"]
+    try:
+        public_key.verify(sig, pae(ptype if isinstance(ptype, str) else "", payload))
+    except InvalidSignature:
+        problems.append(f"{SEAL_NAME}: signature does not verify with key {want}")
+    if problems:
+        return None, problems
+    return payload, []
+
+
+def _check_statement(st: Any) -> list[str]:
+    if not isinstance(st, dict):
+        return ["statement: not a JSON object"]
+    p = []
+    if st.get("_type") != STATEMENT_TYPE:
+        p.append(f"statement: _type {st.get('_type')!r} is not {STATEMENT_TYPE!r}")
+    if st.get("predicateType") != PREDICATE_TYPE:
+        p.append(f"statement: predicateType {st.get('predicateType')!r} is not {PREDICATE_TYPE!r}")
+    pred = st.get("predicate")
+    if not isinstance(pred, dict):
+        return p + ["statement: no predicate"]
+    if pred.get("seal_format") != SEAL_FORMAT:
+        p.append(f"statement: seal format {pred.get('seal_format')!r} is not supported")
+    for k in ("archive_id", "campaign", "created"):
+        if not isinstance(pred.get(k), str):
+            p.append(f"statement: predicate.{k} missing")
+    prev = pred.get("previous_seal_sha256")
+    if prev is not None and not (isinstance(prev, str) and _HEX64.fullmatch(prev)):
+        p.append("statement: predicate.previous_seal_sha256 is not a sha256")
+    subj = st.get("subject")
+    if not isinstance(subj, list):
+        return p + ["statement: no subject list"]
+    if pred.get("files") != len(subj):
+        p.append(f"statement: predicate.files {pred.get('files')!r} != {len(subj)} subjects")
+    return p
+
+
+def _subjects(st: dict[str, Any]) -> tuple[dict[str, tuple[int, str]], list[str]]:
+    out: dict[str, tuple[int, str]] = {}
+    problems = []
+    for i, s in enumerate(st["subject"]):
+        try:
+            name = s["name"]
+            digest = s["digest"]["sha256"]
+            size = s["annotations"]["size"]
+        except (KeyError, TypeError):
+            problems.append(f"statement: subject {i} lacks name, digest.sha256 or annotations.size")
+            continue
+        why = unsafe_name(name) if isinstance(name, str) else "not a string"
+        if why:
+            problems.append(f"statement: subject {name!r}: {why}")
+            continue
+        if name == SEAL_NAME:
+            problems.append(f"statement: subject {name!r} is the seal itself")
+            continue
+        if not (isinstance(digest, str) and _HEX64.fullmatch(digest)):
+            problems.append(f"statement: subject {name!r}: bad sha256")
+            continue
+        if type(size) is not int or size < 0:
+            problems.append(f"statement: subject {name!r}: bad size")
+            continue
+        if name in out:
+            problems.append(f"statement: subject {name!r} listed twice")
+            continue
+        out[name] = (size, digest)
+    return out, problems
+
+
+def _check_parquet(src: _Source, name: str, archive_id: str, campaign: str) -> list[str]:
+    import pyarrow.parquet as pq
+
+    try:
+        with src.open(name) as f:
+            md = pq.read_metadata(f).metadata or {}
+    except Exception as e:  # ArrowInvalid, OSError: a broken footer
+        return [f"{name}: Parquet metadata unreadable ({e.__class__.__name__})"]
+    p = []
+    got = md.get(ARCHIVE_ID_KEY)
+    if got != archive_id.encode("utf-8"):
+        p.append(f"{name}: Parquet archive id {got.decode('utf-8', 'replace') if got else None!r} is not {archive_id!r}")
+    got_c = md.get(CAMPAIGN_KEY)
+    if got_c != campaign.encode("utf-8"):
+        p.append(f"{name}: Parquet campaign {got_c.decode('utf-8', 'replace') if got_c else None!r} is not {campaign!r}")
+    return p
+
+
+def verify_archive(
+    path: str | Path,
+    public_key: Ed25519PublicKey | str | Path,
+    expect_previous: str | None = None,
+    workers: int | None = None,
+) -> VerifyResult:
+    """Verify an archive folder or tar; never raises on a bad archive, only on usage errors.
+
+    ``expect_previous`` is the sha256 the archive's seal must name as its
+    predecessor, or ``"none"`` for the first archive of a chain.
+    """
+    p = Path(path)
+    if not isinstance(public_key, Ed25519PublicKey):
+        public_key = load_public_key(public_key)
+    if expect_previous is not None:
+        expect_previous = expect_previous.lower()
+        if expect_previous != "none" and not _HEX64.fullmatch(expect_previous):
+            raise UsageError(f"--expect-previous {expect_previous!r} is not a sha256 or 'none'")
+    if p.is_dir():
+        src: _Source = _DirSource(p)
+    elif p.is_file():
+        src = _TarSource(p)
+    else:
+        raise UsageError(f"{p} not found")
+    res = VerifyResult(path=p)
+    try:
+        _verify(src, public_key, expect_previous, workers or default_workers(), res)
+    finally:
+        src.close()
+    return res
+
+
+def _verify(
+    src: _Source, key: Ed25519PublicKey, expect_previous: str | None, workers: int, res: VerifyResult
+) -> None:
+    problems = res.problems
+    problems.extend(src.problems)
+    if SEAL_NAME not in src.files:
+        problems.append(f"{SEAL_NAME}: missing")
+        return
+    try:
+        env = src.read(SEAL_NAME, MAX_SEAL_BYTES)
+    except (OSError, ValueError) as e:
+        problems.append(f"{SEAL_NAME}: unreadable ({e})")
+        return
+    res.seal_sha256 = sha256_bytes(env)
+    payload, env_problems = check_envelope(env, key)
+    if payload is None:
+        problems.extend(env_problems)
+        return
+    # Authenticated: now the payload may be parsed.
+    try:
+        st = json.loads(payload)
+    except (ValueError, UnicodeDecodeError):
+        problems.append("statement: signed payload is not JSON")
+        return
+    st_problems = _check_statement(st)
+    problems.extend(st_problems)
+    if not isinstance(st, dict) or not isinstance(st.get("subject"), list) or not isinstance(st.get("predicate"), dict):
+        return
+    res.statement = st
+    pred = st["predicate"]
+    subjects, subj_problems = _subjects(st)
+    problems.extend(subj_problems)
+    res.files = len(st["subject"])
+
+    if expect_previous is not None:
+        prev = pred.get("previous_seal_sha256")
+        want = None if expect_previous == "none" else expect_previous
+        if prev != want:
+            problems.append(
+                f"{SEAL_NAME}: previous seal is {prev or 'none'}, expected {want or 'none'} "
+                f"(an older or unrelated seal?)"
+            )
+
+    # Closed world.
+    present = dict(src.files)
+    present.pop(SEAL_NAME)
+    for name in sorted(set(present) - set(subjects)):
+        problems.append(f"{name}: not listed in the seal (extra file)")
+    for name in sorted(set(subjects) - set(present)):
+        problems.append(f"{name}: listed in the seal but missing")
+    for d in sorted(src.dirs - parent_dirs(subjects)):
+        problems.append(f"{d}/: folder not implied by the seal (extra folder)")
+    to_hash = []
+    for name in sorted(set(subjects) & set(present)):
+        size, _digest = subjects[name]
+        if present[name] != size:
+            problems.append(f"{name}: size {present[name]} != sealed size {size}")
+        else:
+            to_hash.append(name)
+    hashes = src.hash_all(to_hash, workers)
+    for name in to_hash:
+        got = hashes[name]
+        if isinstance(got, Exception):
+            problems.append(f"{name}: unreadable ({got})")
+        elif got != subjects[name][1]:
+            problems.append(f"{name}: sha256 {got[:16]}... != sealed {subjects[name][1][:16]}...")
+
+    # Parquet stamps.
+    aid, camp = pred.get("archive_id"), pred.get("campaign")
+    if isinstance(aid, str) and isinstance(camp, str):
+        for name in sorted(n for n in subjects if n.endswith(".parquet") and n in present):
+            problems.extend(_check_parquet(src, name, aid, camp))
+
+    # Ledger chain.
+    led = (pred.get("records") or {}).get("ledger") if isinstance(pred.get("records"), dict) else None
+    if not isinstance(led, dict) or not isinstance(led.get("path"), str):
+        problems.append("statement: predicate.records.ledger missing")
+    elif led["path"] not in subjects:
+        problems.append(f"{led['path']}: ledger not among the sealed files")
+    elif led["path"] in present:
+        try:
+            with src.open(led["path"]) as f:
+                problems.extend(
+                    verify_lines(
+                        f,
+                        expect_count=led.get("records"),
+                        expect_head=led.get("head_sha256"),
+                        name=led["path"],
+                    )
+                )
+        except (OSError, tarfile.TarError) as e:
+            problems.append(f"{led['path']}: unreadable ({e})")
+
+
+# --------------------------------------------------------------------------- CLI
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("archive", type=Path, metavar="DIR|TAR", help="archive folder or tar")
+    parser.add_argument("--pubkey", type=Path, required=True, metavar="KEY", help="the signer's public key (PEM)")
+    parser.add_argument("--expect-previous", default=None, metavar="SHA",
+                        help="sha256 of the seal this archive must follow ('none' for the first)")
+    parser.add_argument("--jobs", type=int, default=None, help="hashing threads")
+
+
+def report(res: VerifyResult, shown: str | Path | None = None, out: Callable[[str], Any] | None = None) -> int:
+    emit = out or (lambda s: print(s, file=sys.stdout))
+    for line in res.lines(shown):
+        emit(line)
+    return EXIT_OK if res.ok else EXIT_FAILED
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.jobs is not None and args.jobs < 1:
+        raise UsageError("--jobs must be at least 1")
+    res = verify_archive(args.archive, args.pubkey, expect_previous=args.expect_previous, workers=args.jobs)
+    return report(res, args.archive)
