@@ -1,0 +1,290 @@
+"""A synthetic but realistic results folder for the report and checker tests.
+
+``make_results(dir)`` writes every table through :func:`refspec.tables.write_table`
+(derived tables through :mod:`refspec.stats`, as the campaigns do), plus
+manifest.json, plan.json and a hash-chained ledger.jsonl. Times are drawn from
+a seeded log-normal model with per-task, per-arm and per-session factors;
+endpoints are token lists, some arms diverge from the reference.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import random
+from pathlib import Path
+from typing import Any
+
+from refspec import stats as S
+from refspec import tables as T
+from refspec.ledger import Ledger
+
+FAMILIES = ("smollm2-135m", "llama31-8b")
+DRAFTS = {"smollm2-135m": "smollm2-135m-q4_1", "llama31-8b": "llama32-1b-q8_0"}
+EVIL = "<script>alert('x')</script> {{ 7*7 }} {% if %} & \\textbf{x} $_^#%~"
+
+
+def _tasks(n: int, rng: random.Random) -> list[str]:
+    pool = [f"MBPP/{i}" for i in (123, 140, 255, 401, 413, 418, 476, 79)] + [
+        f"GSM8K/{i}" for i in (111, 120, 1308, 141, 322, 443, 562, 660)
+    ]
+    return sorted(rng.sample(pool, n))
+
+
+class _Gen:
+    def __init__(self, seed: int, evil: bool):
+        self.rng = random.Random(seed)
+        self.evil = evil
+        self.requests: list[dict[str, Any]] = []
+        self.endpoints: list[dict[str, Any]] = []
+        self.ref: dict[tuple, list[int]] = {}
+        self.task_base: dict[tuple, float] = {}
+        self.order: dict[str, int] = {}
+
+    def ref_tokens(self, fam: str, task: str, cap: int) -> list[int]:
+        k = (fam, task, cap)
+        if k not in self.ref:
+            n = self.rng.randint(12, min(cap, 60))
+            self.ref[k] = [self.rng.randrange(2, 49152) for _ in range(n)]
+        return self.ref[k]
+
+    def add(self, campaign, session, block, worker, fam, task, arm, mode, layout, k, ub, mask, cap, repeat,
+            factor, diverge_at=None, status="ok", reason=None, attempt=1):
+        oi = self.order.get(worker, 0)
+        self.order[worker] = oi + 1
+        base = self.task_base.setdefault((fam, task), self.rng.uniform(0.6e9, 2.5e9))
+        row = dict(
+            campaign=campaign, session=session, block=block, worker=worker, family=fam, task_id=task, arm=arm,
+            mode=mode, layout=layout, draft=DRAFTS[fam] if mode == "spec" else None, k=k, ub=ub, mask=mask, cap=cap,
+            repeat=repeat, order_index=oi, attempt=attempt, status=status, reason=reason,
+            t_ns=None, n_generated=None, stop_reason=None, eog=None, last_token=None, endpoint_sha256=None,
+            proposals=None, accepted=None, rollbacks=None, cycles=None, callers=None, micrographs=None, rows=None,
+            graph_rebuilds=None, graph_reuses=None,
+        )
+        if status == "failed":
+            self.requests.append(row)
+            return row
+        toks = list(self.ref_tokens(fam, task, cap))
+        eog = len(toks) < cap
+        if diverge_at is not None:
+            i = min(diverge_at, len(toks) - 1)
+            toks = toks[:i] + [toks[i] + 1] + [self.rng.randrange(2, 49152) for _ in range(self.rng.randint(0, 8))]
+            toks = toks[:cap]
+            eog = len(toks) < cap
+        stop = "eog" if eog else "cap"
+        sha = T.endpoint_sha256(toks, eog, stop)
+        t = base * factor * self.rng.lognormvariate(0.0, 0.03)
+        n = len(toks)
+        if mode == "spec":
+            cyc = max(1, n // 3)
+            prop = cyc * k
+            acc = int(prop * (0.9 if "smollm2" in fam else 0.7) * self.rng.uniform(0.95, 1.0))
+            rb = cyc - max(0, acc // k)
+        else:
+            cyc, prop, acc, rb = 0, 0, 0, 0
+        callers = (cyc or n) + 1
+        row.update(
+            t_ns=int(t), n_generated=n, stop_reason=stop, eog=eog, last_token=toks[-1] if toks else None,
+            endpoint_sha256=sha, proposals=prop, accepted=acc, rollbacks=max(rb, 0), cycles=cyc, callers=callers,
+            micrographs=callers * (1 if layout != "gs" else 4), rows=n + 40 + prop, graph_rebuilds=3, graph_reuses=max(callers - 3, 0),
+        )
+        self.requests.append(row)
+        if status == "ok":
+            self.endpoints.append(dict(
+                campaign=campaign, family=fam, task_id=task, arm=arm, cap=cap, session=session, repeat=repeat,
+                endpoint_sha256=sha, tokens=toks, n=n, eog=eog, last_token=toks[-1] if toks else None, stop_reason=stop,
+            ))
+        return row
+
+    def warmup(self, campaign, session, worker, fam, arm, mode, layout, k, ub, mask, cap):
+        self.add(campaign, session, 0, worker, fam, "warmup/0", arm, mode, layout, k, ub, mask, cap, 0, 1.0,
+                 status="excluded_warmup", reason="registered warmup")
+
+
+ARMS_CONF = [  # arm, mode, layout, k, ub, mask, time factor
+    ("R", "target", "mq", 0, 1, 0, 1.00),
+    ("R_prod", "target", "mq", 0, 512, 0, 0.80),
+    ("M0", "target", "mq", 0, 4, 0, 0.97),
+    ("M3", "target", "qb", 0, 4, 3, 1.01),
+    ("C3", "spec", "qb", 3, 4, 3, 0.62),
+]
+ARMS_IMPL = [
+    ("R", "target", "mq", 0, 1, 0, 1.00),
+    ("M_gs", "target", "gs", 0, 1, 3, 1.08),
+    ("M_pq", "target", "pq", 0, 4, 3, 1.03),
+    ("M_qb", "target", "qb", 0, 4, 3, 1.00),
+    ("C_gs", "spec", "gs", 3, 1, 3, 0.75),
+    ("C_pq", "spec", "pq", 3, 4, 3, 0.66),
+    ("C_qb", "spec", "qb", 3, 4, 3, 0.63),
+]
+ARMS_REPL = [
+    ("R", "target", "mq", 0, 1, 0, 1.00),
+    ("M_pq", "target", "pq", 0, 4, 3, 1.012),
+    ("M_qb", "target", "qb", 0, 4, 3, 1.00),
+    ("C_pq", "spec", "pq", 3, 4, 3, 0.655),
+    ("C_qb", "spec", "qb", 3, 4, 3, 0.63),
+]
+
+
+def make_results(out: str | Path, seed: int = 7, evil: bool = False, n_sessions: int = 4,
+                 boot_seed: int = S.DEFAULT_SEED, draws: int = 2000) -> Path:
+    """Write a complete synthetic results folder into ``out`` (tables under ``out/tables``)."""
+    out = Path(out)
+    tdir = out / "tables"
+    g = _Gen(seed, evil)
+    rng = g.rng
+    cap = 64
+
+    # --- phase-mask sweep (one family), 3 probes x 2 repeats x 16 masks
+    fam = FAMILIES[0]
+    probes = ["HumanEval/0", "HumanEval/12", "HumanEval/18"]
+    w = "pm-w0"
+    for t in probes:
+        for rep in (1, 2):
+            g.add("phase_mask", "pm1", 0, w, fam, t, "R", "target", "mq", 0, 1, 0, cap, rep, 1.0)
+    for m in range(16):
+        for t in probes:
+            for rep in (1, 2):
+                ok = (m & 3) == 3 or (m & 1 and t == "HumanEval/0")
+                g.add("phase_mask", "pm1", 1, w, fam, t, f"C_m{m}", "spec", "qb", 3, 4, m, cap, rep, 0.6,
+                      diverge_at=None if ok else rng.randint(3, 30))
+
+    # --- confirmation: 2 families x 5 arms x 6 tasks x 2 sessions x 2 repeats
+    conf_tasks = {f: _tasks(6, rng) for f in FAMILIES}
+    for fam in FAMILIES:
+        m0_fail = set(conf_tasks[fam][:2])
+        prod_fail = set(conf_tasks[fam][1:4]) if fam == "llama31-8b" else set()
+        for si, sess in enumerate(("c1", "c2")):
+            for ai, (arm, mode, lay, k, ub, mask, f) in enumerate(ARMS_CONF):
+                worker = f"{sess}-{fam}-{arm}"
+                g.warmup("confirmation", sess, worker, fam, arm, mode, lay, k, ub, mask, cap)
+                for t in conf_tasks[fam]:
+                    for rep in (1, 2):
+                        div = None
+                        if arm == "M0" and t in m0_fail:
+                            div = 5 + rep
+                        if arm == "R_prod" and t in prod_fail:
+                            div = 9
+                        if arm == "M3" and t == conf_tasks[fam][0] and sess == "c1" and rep == 1:
+                            # a failed attempt, kept, then re-run (attempt 2)
+                            g.add("confirmation", sess, ai, worker, fam, t, arm, mode, lay, k, ub, mask, cap, rep, f,
+                                  status="failed", reason=EVIL if evil else "worker exited with status 137")
+                            g.add("confirmation", sess, ai, worker, fam, t, arm, mode, lay, k, ub, mask, cap, rep, f,
+                                  attempt=2)
+                            continue
+                        g.add("confirmation", sess, ai, worker, fam, t, arm, mode, lay, k, ub, mask, cap, rep, f,
+                              diverge_at=div)
+
+    # --- implementation: 2 families x 7 arms x 5 tasks x 2 sessions x 2 repeats
+    impl_tasks = {f: _tasks(5, rng) for f in FAMILIES}
+    if evil:
+        impl_tasks[FAMILIES[0]][0] = "EVIL/" + EVIL
+    for fam in FAMILIES:
+        for sess in ("i1", "i2"):
+            for ai, (arm, mode, lay, k, ub, mask, f) in enumerate(ARMS_IMPL):
+                worker = f"{sess}-{fam}-{arm}"
+                g.warmup("implementation", sess, worker, fam, arm, mode, lay, k, ub, mask, cap)
+                for t in impl_tasks[fam]:
+                    for rep in (1, 2):
+                        g.add("implementation", sess, ai, worker, fam, t, arm, mode, lay, k, ub, mask, cap, rep, f)
+
+    # --- replication: n_sessions sessions, counterbalanced pq/qb blocks, two serial references
+    repl_tasks = {f: _tasks(6, rng) for f in FAMILIES}
+    sessions = []
+    start = dt.datetime(2026, 10, 14, 8, 0, 0, tzinfo=dt.timezone.utc)
+    for si in range(n_sessions):
+        sess = f"r{si + 1}"
+        sfac = rng.lognormvariate(0, 0.02)
+        for fam in FAMILIES:
+            s0 = start + dt.timedelta(hours=5 * si, minutes=rng.randint(0, 30))
+            arms = ARMS_REPL if si % 2 == 0 else [ARMS_REPL[0]] + ARMS_REPL[:0:-1]
+            n_req = 0
+            workers = set()
+            for bi, (arm, mode, lay, k, ub, mask, f) in enumerate(arms):
+                worker = f"{sess}-{fam}-w{bi}"
+                workers.add(worker)
+                g.warmup("replication", sess, worker, fam, arm, mode, lay, k, ub, mask, cap)
+                n_req += 1
+                for t in repl_tasks[fam]:
+                    for rep in (1, 2):
+                        eff = f * sfac * (1 + 0.01 * rng.uniform(-1, 1) if lay == "pq" else 1)
+                        g.add("replication", sess, bi, worker, fam, t, arm, mode, lay, k, ub, mask, cap, rep, eff)
+                        n_req += 1
+            dur = dt.timedelta(minutes=40 + rng.randint(0, 20))
+            sessions.append(dict(campaign="replication", family=fam, session=sess,
+                                 started_utc=s0.strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+                                 ended_utc=(s0 + dur).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+                                 gap_before_s=None, n_requests=n_req, n_workers=len(workers)))
+
+    reqs, eps = g.requests, g.endpoints
+    T.write_table(reqs, "requests", tdir)
+    T.write_table(eps, "endpoints", tdir)
+    margins = {(e["campaign"], e["family"], e["task_id"], e["cap"]): [round(rng.uniform(0.01, 3.0), 6) for _ in range(cap)]
+               for e in eps}
+    qual = S.qualify(reqs, eps, margins=margins)
+    T.write_table(qual, "qualification", tdir)
+    ratios = S.ratios_table(reqs, qual, "confirmation",
+                            pairs=[("M0", "M3"), ("M3", "C3"), ("R_prod", "C3"), ("R", "C3"), ("R", "M3")])
+    ratios += S.ratios_table(reqs, qual, "implementation")
+    T.write_table(ratios, "ratios", tdir)
+    contrasts, estimates = S.replication_tables(reqs, qual, draws=draws, seed=boot_seed)
+    T.write_table(contrasts, "contrasts", tdir)
+    T.write_table(estimates, "estimates", tdir)
+    T.write_table(S.session_gaps(sessions), "sessions", tdir)
+    T.write_table(S.phase_mask_table(reqs, qual), "phase_masks", tdir)
+
+    # --- replay: 2 families x 3 layers x 2 phases x q 1..4 x 3 stages
+    rp = []
+    for fam, layers in (("smollm2-135m", (0, 15, 29)), ("llama31-8b", (0, 16, 31))):
+        for layer in layers:
+            for phase in ("prefill", "continuation"):
+                for q in (1, 2, 3, 4):
+                    for stage in ("kq", "kq_soft_max", "kqv"):
+                        eq = q == 1
+                        scale = {"kq": 0.08, "kq_soft_max": 0.001, "kqv": 0.01}[stage]
+                        rp.append(dict(family=fam, layer=layer, phase=phase, q=q, stage=stage, pq_eq_qb=True,
+                                       mq_eq_pq=eq, max_abs_mq=0.0 if eq else rng.uniform(0.1, 1) * scale,
+                                       max_ulp_mq=0 if eq else rng.randint(1, 4000),
+                                       first_diff=None if eq else rng.randint(0, 500),
+                                       visible_keys=q if phase == "prefill" else 100 + q, control_ok=True, reason=None))
+    T.write_table(rp, "replay", tdir)
+
+    # --- audit fixtures
+    au = []
+    for geom in ("d64-h4/4-q3-kv37", "d128-h8/2-q4-kv61"):
+        for lay in ("pq", "qb"):
+            for stage in ("address", "kq", "kq_soft_max", "kqv"):
+                au.append(dict(geometry=geom, fixture="clean", layout=lay, stage=stage, oracle_ok=True, fault=None,
+                               detected=None, max_abs_err=0.0 if stage == "address" else rng.uniform(1e-7, 1e-5),
+                               max_rel_err=0.0 if stage == "address" else rng.uniform(1e-7, 1e-4)))
+                for fault in ("swap_query_columns", "wrong_gqa_map", "mask_column_shift"):
+                    au.append(dict(geometry=geom, fixture=f"fault-{fault}", layout=lay, stage=stage, oracle_ok=False,
+                                   fault=fault, detected=True, max_abs_err=rng.uniform(0.1, 2), max_rel_err=rng.uniform(0.1, 1)))
+    T.write_table(au, "audit", tdir)
+
+    # --- records
+    (out / "manifest.json").write_text(json.dumps({
+        "format": 1, "host": {"hostname": "bench-01", "machine": "x86_64", "system": "Linux"},
+        "files": [{"path": "native/patches/0001-qb.patch", "sha256": "0" * 64, "size": 1}],
+    }, indent=1) + "\n")
+    (out / "plan.json").write_text(json.dumps({
+        "campaign": "synthetic", "bootstrap": {"seed": boot_seed, "draws": draws, "threshold": S.DEFAULT_THRESHOLD},
+    }, indent=1) + "\n")
+    led = Ledger(out / "ledger.jsonl")
+    led.append({"kind": "plan", "reason": "registered"})
+    for r in reqs:
+        if r["status"] != "ok":
+            led.append({"kind": "attempt", "status": r["status"], "reason": r["reason"], "worker": r["worker"]})
+    led.append({"kind": "amendment", "reason": "re-run of a failed attempt as attempt 2"})
+    return out
+
+
+def seal_archive(results: Path, archive: Path) -> Path:
+    """Seal ``results`` into ``archive`` with a throw-away key, keeping the CSV copies as written."""
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from refspec.seal import seal
+
+    seal(results, archive, key=Ed25519PrivateKey.generate(), csv_tables="none",
+         archive_id="synthetic", created="2026-10-20T00:00:00Z")
+    return archive

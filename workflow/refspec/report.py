@@ -1,0 +1,1171 @@
+"""Render the report of a results folder or archive: HTML, LaTeX (+ PDF) and numbers.json.
+
+``refspec report RESULTS_DIR [--out DIR] [--pubkey KEY.pub] [--no-pdf]``
+
+Inputs (all optional except that at least one table must be present): the
+tables of :mod:`refspec.tables` (``<name>.parquet`` with its ``<name>.csv``
+copy, in RESULTS_DIR or RESULTS_DIR/tables), ``manifest.json``, ``plan.json``,
+``ledger.jsonl`` and ``SEAL.dsse.json``. A missing input gives a visible
+"not run" note in its section; no number is ever invented.
+
+Outputs in DIR (default RESULTS_DIR):
+
+``report.html``
+    one self-contained file: inline CSS and inline SVG figures, no script, no
+    network. Every number sits in an element with ``data-num`` (its id in
+    numbers.json) and ``data-src`` (the CSV it comes from, relative to the
+    report); every table links its CSV.
+``report.tex`` / ``report.pdf``
+    the same tables and figures (TikZ); the PDF when ``pdflatex`` is present.
+``numbers.json``
+    every number shown: id, table, row key, column, value, format, source.
+
+The checker ``report/check.py`` recomputes every number from the CSVs with the
+standard library. The id scheme and every aggregate are documented in
+``anc/report.md``; change them only together with the checker.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+from .errors import UsageError
+from .fsutil import atomic_write_bytes, atomic_write_text
+from .hashing import canonical_json, sha256_file
+from .paths import REPO_ROOT
+from . import stats as S
+from . import tables as T
+
+NUMBERS_FORMAT = "refspec-numbers/1"
+TEMPLATE_DIR = REPO_ROOT / "report" / "templates"
+DASH = "\u2014"
+CAMPAIGN_TITLES = {
+    "confirmation": "Confirmation",
+    "implementation": "Implementation",
+    "replication": "Replication (E2)",
+    "width": "Width sweep",
+    "phase_mask": "Phase-mask sweep",
+}
+CAMPAIGN_ORDER = ("confirmation", "implementation", "replication", "width", "phase_mask")
+STAGE_ORDER = ("kq", "kq_soft_max", "kqv", "address")
+STATUS_ORDER = ("ok", "failed", "disqualified", "excluded_warmup")
+LEDGER_KIND_KEYS = ("kind", "event", "type")
+
+
+# =========================================================================== model
+
+
+@dataclass
+class Num:
+    """One number shown in the report."""
+
+    id: str
+    value: float | int
+    fmt: str
+    source: str
+    table: str
+    row: dict[str, Any]
+    column: str
+
+    @property
+    def text(self) -> str:
+        return format(self.value, self.fmt)
+
+
+@dataclass
+class Cell:
+    parts: list[Any]  # str or Num
+    cls: str = ""
+    title: str = ""
+
+
+@dataclass
+class Table:
+    id: str
+    title: str
+    sources: list[str]
+    header: list[str]
+    rows: list[list[Cell]]
+    caption: str = ""
+    numeric: list[bool] = field(default_factory=list)
+
+
+@dataclass
+class Figure:
+    id: str
+    title: str
+    sources: list[str]
+    canvas: "Canvas"
+    caption: str = ""
+
+
+@dataclass
+class Section:
+    id: str
+    title: str
+    intro: str = ""
+    items: list[Any] = field(default_factory=list)  # Table | Figure
+    notes: list[str] = field(default_factory=list)  # "not run" and similar visible notes
+
+
+class Numbers:
+    """Collects every number shown; one id, one value."""
+
+    def __init__(self) -> None:
+        self.items: dict[str, Num] = {}
+
+    def add(self, id_parts: Sequence[Any], value, fmt: str, source: str, table: str, row: dict, column: str) -> Num:
+        nid = "|".join(str(p) for p in id_parts)
+        if isinstance(value, bool):
+            value = int(value)
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ValueError(f"number {nid} is not finite")
+        n = Num(nid, value, fmt, source, table, row, column)
+        old = self.items.get(nid)
+        if old is not None:
+            if old.value != value:
+                raise ValueError(f"number {nid} shown with two values {old.value!r} and {value!r}")
+            return old
+        self.items[nid] = n
+        return n
+
+    def as_json(self) -> list[dict[str, Any]]:
+        return [
+            dict(id=n.id, table=n.table, row=n.row, column=n.column, value=n.value, fmt=n.fmt, text=n.text, source=n.source)
+            for n in self.items.values()
+        ]
+
+
+# =========================================================================== figures
+
+
+_COLORS = {
+    "target": "#2c6db0",
+    "spec": "#d2691e",
+    "mixed": "#6a8a3a",
+    "ref": "#7f7f7f",
+    "thr": "#b22222",
+    "grid": "#d9d9d9",
+    "axis": "#333333",
+    "fail": "#b22222",
+    "bar": "#4a7fb5",
+}
+
+
+@dataclass
+class _Item:
+    kind: str
+    args: tuple
+    cls: str = "axis"
+    extra: dict = field(default_factory=dict)
+
+
+class Canvas:
+    """A tiny drawing list rendered both as inline SVG and as TikZ.
+
+    Coordinates are pixels with y pointing down (SVG convention).
+    """
+
+    def __init__(self, width: float, height: float, title: str):
+        self.width = width
+        self.height = height
+        self.title = title
+        self.items: list[_Item] = []
+
+    def line(self, x1, y1, x2, y2, cls="axis", dash=False, width=1.0):
+        self.items.append(_Item("line", (x1, y1, x2, y2), cls, {"dash": dash, "width": width}))
+
+    def rect(self, x, y, w, h, cls="bar"):
+        self.items.append(_Item("rect", (x, y, max(w, 0.0), max(h, 0.0)), cls))
+
+    def circle(self, x, y, r, cls="target"):
+        self.items.append(_Item("circle", (x, y, r), cls))
+
+    def text(self, x, y, s, anchor="start", cls="axis", size=11):
+        self.items.append(_Item("text", (x, y, str(s)), cls, {"anchor": anchor, "size": size}))
+
+    # ---- SVG
+    def to_svg(self) -> str:
+        from markupsafe import escape
+
+        out = [
+            f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {self.width:.0f} {self.height:.0f}" '
+            f'role="img" aria-label="{escape(self.title)}" class="fig">',
+            f"<title>{escape(self.title)}</title>",
+        ]
+        for it in self.items:
+            col = _COLORS.get(it.cls, "#333333")
+            if it.kind == "line":
+                x1, y1, x2, y2 = it.args
+                dash = ' stroke-dasharray="4 3"' if it.extra["dash"] else ""
+                out.append(
+                    f'<line x1="{x1:.1f}" y1="{y1:.1f}" x2="{x2:.1f}" y2="{y2:.1f}" stroke="{col}" '
+                    f'stroke-width="{it.extra["width"]:.1f}"{dash}/>'
+                )
+            elif it.kind == "rect":
+                x, y, w, h = it.args
+                out.append(f'<rect x="{x:.1f}" y="{y:.1f}" width="{w:.1f}" height="{h:.1f}" fill="{col}"/>')
+            elif it.kind == "circle":
+                x, y, r = it.args
+                out.append(f'<circle cx="{x:.1f}" cy="{y:.1f}" r="{r:.1f}" fill="{col}"/>')
+            elif it.kind == "text":
+                x, y, s = it.args
+                anchor = it.extra["anchor"]
+                out.append(
+                    f'<text x="{x:.1f}" y="{y:.1f}" text-anchor="{anchor}" font-size="{it.extra["size"]}" '
+                    f'fill="{col if it.cls in ("thr", "fail", "target", "spec", "mixed") else "#222"}">{escape(s)}</text>'
+                )
+        out.append("</svg>")
+        return "".join(out)
+
+    # ---- TikZ
+    def to_tikz(self, width_cm: float = 12.0) -> str:
+        k = width_cm / self.width
+
+        def X(v):
+            return f"{v * k:.3f}"
+
+        def Y(v):
+            return f"{(self.height - v) * k:.3f}"
+
+        out = [r"\begin{tikzpicture}[font=\sffamily]"]
+        out.append(rf"\useasboundingbox (0,0) rectangle ({X(self.width)},{Y(0)});")
+        for it in self.items:
+            col = "rs" + it.cls
+            if it.kind == "line":
+                x1, y1, x2, y2 = it.args
+                st = f"draw={col},line width={0.4 * it.extra['width']:.2f}pt" + (",dashed" if it.extra["dash"] else "")
+                out.append(rf"\draw[{st}] ({X(x1)},{Y(y1)}) -- ({X(x2)},{Y(y2)});")
+            elif it.kind == "rect":
+                x, y, w, h = it.args
+                out.append(rf"\fill[{col}] ({X(x)},{Y(y + h)}) rectangle ({X(x + w)},{Y(y)});")
+            elif it.kind == "circle":
+                x, y, r = it.args
+                out.append(rf"\fill[{col}] ({X(x)},{Y(y)}) circle ({r * k:.3f});")
+            elif it.kind == "text":
+                x, y, s = it.args
+                anchor = {"start": "base west", "middle": "base", "end": "base east"}[it.extra["anchor"]]
+                size = r"\scriptsize" if it.extra["size"] <= 10 else r"\footnotesize"
+                out.append(rf"\node[anchor={anchor},inner sep=0pt] at ({X(x)},{Y(y)}) {{{size} {tex_escape(s)}}};")
+        out.append(r"\end{tikzpicture}")
+        return "\n".join(out)
+
+
+def nice_ticks(lo: float, hi: float, n: int = 5) -> list[float]:
+    if not (math.isfinite(lo) and math.isfinite(hi)) or hi <= lo:
+        return [lo]
+    raw = (hi - lo) / max(n, 1)
+    mag = 10 ** math.floor(math.log10(raw))
+    step = min((m * mag for m in (1, 2, 2.5, 5, 10) if m * mag >= raw), default=10 * mag)
+    start = math.ceil(lo / step) * step
+    out = []
+    v = start
+    while v <= hi + 1e-12 * step:
+        out.append(round(v, 10))
+        v += step
+    return out
+
+
+def _fmt_tick(v: float) -> str:
+    s = f"{v:.4f}".rstrip("0").rstrip(".")
+    return s if s not in ("-0", "") else "0"
+
+
+def interval_figure(title: str, rows: list[dict], ref_lines: Sequence[tuple[float, str, str]]) -> Canvas:
+    """Horizontal point-and-interval chart. rows: label, value, lo, hi (lo/hi may be None), cls, note."""
+    label_w, right, top, row_h = 210, 20, 28, 26
+    width = 720
+    height = top + row_h * max(len(rows), 1) + 42
+    c = Canvas(width, height, title)
+    vals = [v for r in rows for v in (r.get("value"), r.get("lo"), r.get("hi")) if v is not None]
+    vals += [v for v, _c, _l in ref_lines]
+    lo, hi = (min(vals), max(vals)) if vals else (0.9, 1.1)
+    pad = (hi - lo) * 0.08 or 0.02
+    lo, hi = lo - pad, hi + pad
+    x0, x1 = label_w, width - right
+
+    def sx(v):
+        return x0 + (v - lo) / (hi - lo) * (x1 - x0)
+
+    ybot = top + row_h * max(len(rows), 1)
+    for t in nice_ticks(lo, hi, 6):
+        c.line(sx(t), top - 6, sx(t), ybot, cls="grid")
+        c.text(sx(t), ybot + 16, _fmt_tick(t), anchor="middle", size=10)
+    for v, cls, lab in ref_lines:
+        c.line(sx(v), top - 10, sx(v), ybot, cls=cls, dash=(cls == "thr"), width=1.2)
+        c.text(sx(v), top - 13, lab, anchor="middle", cls=cls, size=10)
+    c.line(x0, ybot, x1, ybot)
+    for i, r in enumerate(rows):
+        y = top + row_h * i + row_h / 2
+        c.text(x0 - 8, y + 4, r["label"], anchor="end", size=11)
+        if r.get("value") is None:
+            c.text(x0 + 6, y + 4, r.get("note") or DASH, cls="fail", size=10)
+            continue
+        if r.get("lo") is not None and r.get("hi") is not None:
+            c.line(sx(r["lo"]), y, sx(r["hi"]), y, cls=r.get("cls", "target"), width=2.0)
+            c.line(sx(r["lo"]), y - 5, sx(r["lo"]), y + 5, cls=r.get("cls", "target"), width=1.5)
+            c.line(sx(r["hi"]), y - 5, sx(r["hi"]), y + 5, cls=r.get("cls", "target"), width=1.5)
+        else:
+            c.line(sx(1.0) if lo <= 1.0 <= hi else x0, y, sx(r["value"]), y, cls=r.get("cls", "target"), width=2.0)
+        c.circle(sx(r["value"]), y, 4.5, cls=r.get("cls", "target"))
+    c.text(x0 + (x1 - x0) / 2, height - 6, "ratio (numerator time / denominator time); above 1 favours the denominator",
+           anchor="middle", size=10)
+    return c
+
+
+def strip_figure(title: str, groups: list[tuple[str, list[int]]], xlabel: str) -> Canvas:
+    label_w, right, top, row_h = 210, 20, 16, 26
+    width = 720
+    height = top + row_h * max(len(groups), 1) + 40
+    c = Canvas(width, height, title)
+    allv = [v for _l, vs in groups for v in vs]
+    hi = max(allv) if allv else 1
+    hi = max(hi, 1) * 1.05
+    x0, x1 = label_w, width - right
+
+    def sx(v):
+        return x0 + v / hi * (x1 - x0)
+
+    ybot = top + row_h * max(len(groups), 1)
+    for t in nice_ticks(0, hi, 6):
+        c.line(sx(t), top, sx(t), ybot, cls="grid")
+        c.text(sx(t), ybot + 16, _fmt_tick(t), anchor="middle", size=10)
+    c.line(x0, ybot, x1, ybot)
+    for i, (lab, vs) in enumerate(groups):
+        y = top + row_h * i + row_h / 2
+        c.text(x0 - 8, y + 4, f"{lab} (n={len(vs)})", anchor="end", size=11)
+        seen: dict[int, int] = defaultdict(int)
+        for v in sorted(vs):
+            j = seen[v]
+            seen[v] += 1
+            c.circle(sx(v), y - 6 + (j % 4) * 4, 3.2, cls="fail")
+    c.text(x0 + (x1 - x0) / 2, height - 6, xlabel, anchor="middle", size=10)
+    return c
+
+
+def bar_figure(title: str, rows: list[tuple[str, float, str]], xlabel: str, xmax: float = 1.0) -> Canvas:
+    label_w, right, top, row_h = 210, 60, 16, 24
+    width = 720
+    height = top + row_h * max(len(rows), 1) + 40
+    c = Canvas(width, height, title)
+    x0, x1 = label_w, width - right
+
+    def sx(v):
+        return x0 + v / xmax * (x1 - x0)
+
+    ybot = top + row_h * max(len(rows), 1)
+    for t in nice_ticks(0, xmax, 5):
+        c.line(sx(t), top, sx(t), ybot, cls="grid")
+        c.text(sx(t), ybot + 16, _fmt_tick(t), anchor="middle", size=10)
+    for i, (lab, v, txt) in enumerate(rows):
+        y = top + row_h * i
+        c.text(x0 - 8, y + row_h / 2 + 4, lab, anchor="end", size=11)
+        c.rect(x0, y + 4, sx(v) - x0, row_h - 8, cls="bar")
+        c.text(sx(v) + 4, y + row_h / 2 + 4, txt, size=10)
+    c.line(x0, ybot, x1, ybot)
+    c.text(x0 + (x1 - x0) / 2, height - 6, xlabel, anchor="middle", size=10)
+    return c
+
+
+# =========================================================================== TeX
+
+
+_TEX_MAP = {
+    "\\": r"\textbackslash{}",
+    "{": r"\{",
+    "}": r"\}",
+    "$": r"\$",
+    "&": r"\&",
+    "#": r"\#",
+    "%": r"\%",
+    "_": r"\_",
+    "^": r"\textasciicircum{}",
+    "~": r"\textasciitilde{}",
+    "<": r"\textless{}",
+    ">": r"\textgreater{}",
+    "|": r"\textbar{}",
+    '"': r"\textquotedbl{}",
+    DASH: "---",
+    "\u2013": "--",
+    "\u00b7": r"\textperiodcentered{}",
+    "\u00d7": r"$\times$",
+    "\u2264": r"$\le$",
+    "\u2265": r"$\ge$",
+}
+
+
+def tex_escape(s: Any) -> str:
+    out = []
+    for ch in str(s):
+        if ch in _TEX_MAP:
+            out.append(_TEX_MAP[ch])
+        elif ord(ch) < 32:
+            out.append(" ")
+        elif ord(ch) > 126:
+            out.append("?")
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+class TexRaw(str):
+    """LaTeX that the TeX template must not escape."""
+
+
+def _tex_finalize(v: Any) -> str:
+    if isinstance(v, TexRaw):
+        return v
+    if v is None:
+        return ""
+    return tex_escape(v)
+
+
+# =========================================================================== archive
+
+
+@dataclass
+class Archive:
+    root: Path
+    out: Path
+    data: dict[str, list[dict[str, Any]]]
+    csv: dict[str, str]  # table -> CSV path relative to out
+    notes: list[str]
+    files: dict[str, Path]  # manifest/plan/ledger/seal -> path when present
+
+    def has(self, name: str) -> bool:
+        return name in self.data
+
+    def rows(self, name: str) -> list[dict[str, Any]]:
+        return self.data.get(name, [])
+
+    def src(self, name: str) -> str:
+        return self.csv[name]
+
+
+def _rel(path: Path, out: Path) -> str:
+    return Path(os.path.relpath(path, out)).as_posix()
+
+
+def load_archive(results_dir: str | Path, out_dir: str | Path | None = None) -> Archive:
+    root = Path(results_dir)
+    if not root.is_dir():
+        raise UsageError(f"results folder {root} not found")
+    out = Path(out_dir) if out_dir is not None else root
+    data, csv, notes, files = {}, {}, [], {}
+    for name in T.TABLES:
+        pq = T.find_table(name, root)
+        cp = T.find_table(name, root, ext="csv")
+        if pq is None and cp is None:
+            continue
+        if pq is None:
+            notes.append(f"{cp.name} has no Parquet table next to it; not used")
+            continue
+        if cp is None:
+            notes.append(f"{pq.name} has no CSV copy; not used (the checker reads the CSV)")
+            continue
+        data[name] = T.read_records(name, root)
+        csv[name] = _rel(cp, out)
+    for key, fname in (("manifest", "manifest.json"), ("plan", "plan.json"), ("ledger", "ledger.jsonl"),
+                       ("seal", "SEAL.dsse.json")):
+        p = root / fname
+        if p.is_file():
+            files[key] = p
+    if not data:
+        raise UsageError(f"{root}: no result table found (looked for <table>.parquet + .csv in it and in tables/)")
+    return Archive(root=root, out=out, data=data, csv=csv, notes=notes, files=files)
+
+
+def _read_json(p: Path) -> Any:
+    try:
+        return json.loads(p.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def bootstrap_settings(plan: Any) -> dict[str, Any]:
+    """seed/draws/threshold from plan.json: ``bootstrap: {seed, draws, threshold}`` or top-level keys."""
+    out: dict[str, Any] = {}
+    if not isinstance(plan, dict):
+        return out
+    b = plan.get("bootstrap")
+    for k in ("seed", "draws", "threshold"):
+        if isinstance(b, dict) and k in b:
+            out[k] = b[k]
+        elif f"bootstrap_{k}" in plan:
+            out[k] = plan[f"bootstrap_{k}"]
+    return out
+
+
+# =========================================================================== sections
+
+
+def _n(numbers: Numbers, a: Archive, table_name: str, tid: str, parts, value, fmt, row, column) -> Num:
+    return numbers.add(parts, value, fmt, a.src(table_name), tid, row, column)
+
+
+def _campaigns_in(rows: Iterable[dict]) -> list[str]:
+    present = {r["campaign"] for r in rows}
+    return [c for c in CAMPAIGN_ORDER if c in present] + sorted(present - set(CAMPAIGN_ORDER))
+
+
+def section_provenance(a: Archive, pubkey_fingerprint: str | None) -> tuple[Section, dict[str, Any]]:
+    sec = Section("provenance", "Provenance")
+    prov: dict[str, Any] = {}
+    rows = []
+
+    def kv(k, v, note=""):
+        rows.append([Cell([k]), Cell([v if v else "not present"], cls="mono" if v else "missing"), Cell([note])])
+
+    man = a.files.get("manifest")
+    if man:
+        prov["manifest_sha256"] = sha256_file(man)
+        m = _read_json(man)
+        host = None
+        if isinstance(m, dict):
+            h = m.get("host")
+            if isinstance(h, dict):
+                host = " ".join(str(h.get(k)) for k in ("hostname", "machine", "system", "cpu", "platform") if h.get(k))
+            elif isinstance(h, str):
+                host = h
+        prov["host"] = host
+    kv("manifest.json sha256", prov.get("manifest_sha256"), "source manifest (sdist, patches, libraries, models, panels, packages)")
+    kv("host", prov.get("host"), "from the manifest")
+    plan = a.files.get("plan")
+    if plan:
+        prov["plan_sha256"] = sha256_file(plan)
+    kv("plan.json sha256", prov.get("plan_sha256"), "registered plan (arms, panels, repeats, bootstrap)")
+    led = a.files.get("ledger")
+    if led:
+        prov["ledger_sha256"] = sha256_file(led)
+    kv("ledger.jsonl sha256", prov.get("ledger_sha256"), "append-only ledger of every attempt")
+    seal = a.files.get("seal")
+    keyids: list[str] = []
+    if seal:
+        prov["seal_sha256"] = sha256_file(seal)
+        env = _read_json(seal)
+        if isinstance(env, dict):
+            for s in env.get("signatures") or []:
+                if isinstance(s, dict) and isinstance(s.get("keyid"), str):
+                    keyids.append(s["keyid"])
+    kv("SEAL.dsse.json sha256", prov.get("seal_sha256"),
+       "seal present when this report was rendered" if seal else "not sealed when this report was rendered")
+    fp = pubkey_fingerprint or (keyids[0] if keyids else None)
+    prov["pubkey_fingerprint"] = fp
+    kv("public-key fingerprint", fp, "signing key (DSSE keyid)" if fp else "no key given and no seal present")
+    sec.items.append(Table("provenance", "Provenance", [], ["record", "value", "note"], rows))
+    for k in ("manifest", "plan", "ledger"):
+        if k not in a.files:
+            sec.notes.append(f"{k} not present: not run or not copied into this folder")
+    return sec, prov
+
+
+def section_qualification(a: Archive, N: Numbers) -> Section:
+    sec = Section(
+        "qualification",
+        "Complete-endpoint qualification",
+        "Matching complete endpoints out of required requests per arm and family (paper Table 3 shape). "
+        "An arm qualifies on a task when the reference is stable and every required request returned the reference endpoint.",
+    )
+    if not a.has("qualification"):
+        sec.notes.append("qualification.csv not present: qualification not run")
+        return sec
+    src = a.src("qualification")
+    counts = S.qualification_counts(a.rows("qualification"))
+    for camp in _campaigns_in(counts):
+        cc = [r for r in counts if r["campaign"] == camp]
+        fams = sorted({r["family"] for r in cc})
+        arms = []
+        for r in cc:
+            if r["arm"] not in arms:
+                arms.append(r["arm"])
+        by = {(r["family"], r["arm"]): r for r in cc}
+        tid = f"qualification-{camp}"
+        rows = []
+        for arm in arms:
+            cells = [Cell([arm], cls="mono")]
+            for fam in fams:
+                r = by.get((fam, arm))
+                if r is None:
+                    cells.append(Cell([DASH], title="arm not run for this family"))
+                    continue
+                key = dict(campaign=camp, family=fam, arm=arm)
+                m = _n(N, a, "qualification", tid, ("qual", camp, fam, arm, "matching"), r["matching"], "d", key, "matching")
+                q = _n(N, a, "qualification", tid, ("qual", camp, fam, arm, "required"), r["required"], "d", key, "required")
+                f = _n(N, a, "qualification", tid, ("qual", camp, fam, arm, "tasks_failed"),
+                       r["tasks"] - r["tasks_qualified"], "d", key, "tasks_failed")
+                cls = "ok" if r["tasks"] == r["tasks_qualified"] else "bad"
+                cells.append(Cell([m, "/", q, " (", f, " tasks fail)"], cls=cls))
+            rows.append(cells)
+        sec.items.append(Table(tid, f"{CAMPAIGN_TITLES.get(camp, camp)}: matching endpoints / required", [src],
+                               ["arm"] + fams, rows, numeric=[False] + [True] * len(fams)))
+    fails = [q for q in a.rows("qualification") if not q["qualified"]]
+    tid = "qualification-failures"
+    rows = []
+    for q in sorted(fails, key=lambda q: (q["campaign"], q["family"], S.arm_sort_key(q["arm"]), q["task_id"], q["cap"])):
+        key = dict(campaign=q["campaign"], family=q["family"], task_id=q["task_id"], arm=q["arm"], cap=q["cap"])
+        base = ("qfail", q["campaign"], q["family"], q["task_id"], q["arm"], q["cap"])
+        cells = [Cell([q["campaign"]]), Cell([q["family"]]), Cell([q["task_id"]], cls="mono"), Cell([q["arm"]], cls="mono")]
+        for col, fmt in (("first_diff_index", "d"), ("ref_token", "d"), ("arm_token", "d"), ("ref_margin", ".4g")):
+            v = q[col]
+            cells.append(Cell([DASH] if v is None else [_n(N, a, "qualification", tid, base + (col,), v, fmt, key, col)]))
+        cells.append(Cell([q["reason"] or ""], cls="reason"))
+        rows.append(cells)
+    if rows:
+        sec.items.append(Table(tid, "Failed qualifications (no ratio is reported for these arms)", [src],
+                               ["campaign", "family", "task", "arm", "first diff", "ref token", "arm token",
+                                "ref margin", "reason"], rows,
+                               numeric=[False] * 4 + [True] * 4 + [False]))
+        groups = defaultdict(list)
+        for q in fails:
+            if q["first_diff_index"] is not None:
+                groups[f"{q['family']} {q['arm']} ({q['campaign']})"].append(int(q["first_diff_index"]))
+        if groups:
+            g = sorted(groups.items())
+            sec.items.append(Figure("fig-first-divergence", "First-divergence index of failing arms", [src],
+                                    strip_figure("First-divergence index of failing arms", g,
+                                                 "zero-based index of the first token differing from the reference"),
+                                    "One dot per failing task; index of the first differing endpoint token."))
+    else:
+        sec.notes.append("no failed qualification")
+    return sec
+
+
+def section_ratios(a: Archive, N: Numbers) -> Section:
+    sec = Section(
+        "ratios",
+        "Qualified latency ratios",
+        "Numerator time / denominator time: exp of the mean over panel tasks of the paired log-time difference "
+        "(paper Tables S2, S3). A regression is a task on which the denominator is slower (task ratio below 1). "
+        "Comparisons with a failed qualification are shown as a dash with the reason.",
+    )
+    if not a.has("ratios"):
+        sec.notes.append("ratios.csv not present: confirmation / implementation ratios not run")
+        return sec
+    src = a.src("ratios")
+    rows_all = a.rows("ratios")
+    for camp in _campaigns_in(rows_all):
+        tid = f"ratios-{camp}"
+        rows = []
+        for r in [r for r in rows_all if r["campaign"] == camp]:
+            key = dict(campaign=camp, family=r["family"], cap=r["cap"], numerator=r["numerator"], denominator=r["denominator"])
+            base = ("ratio", camp, r["family"], r["cap"], r["numerator"], r["denominator"])
+            cells = [Cell([r["family"]]), Cell([r["path"]]), Cell([f"{r['numerator']}/{r['denominator']}"], cls="mono")]
+            nt = _n(N, a, "ratios", tid, base + ("n_tasks",), r["n_tasks"], "d", key, "n_tasks")
+            if r["qualified"] and r["ratio"] is not None:
+                cells.append(Cell([_n(N, a, "ratios", tid, base + ("ratio",), r["ratio"], ".6f", key, "ratio")]))
+                nr = _n(N, a, "ratios", tid, base + ("n_regressions",), r["n_regressions"], "d", key, "n_regressions")
+                cells.append(Cell([nr, "/", nt]))
+                cells.append(Cell([r["regressed_tasks"] or ""], cls="mono small"))
+            else:
+                cells.append(Cell([DASH], cls="bad", title="not qualified"))
+                cells.append(Cell([DASH, "/", nt]))
+                cells.append(Cell([r["reason"] or "not qualified"], cls="reason"))
+            rows.append(cells)
+        sec.items.append(Table(tid, f"{CAMPAIGN_TITLES.get(camp, camp)} ratios", [src],
+                               ["family", "path", "comparison", "ratio", "regressions", "regressed tasks / reason"],
+                               rows, numeric=[False, False, False, True, True, False]))
+    # cost figure: GS/QB and PQ/QB of the implementation campaign
+    impl = [r for r in rows_all if r["campaign"] == "implementation" and r["path"] in ("target", "spec")]
+    pts = []
+    for r in sorted(impl, key=lambda r: (r["family"], r["path"], r["numerator"])):
+        lay_n = _layout_of(a, "implementation", r["family"], r["numerator"])
+        lay_d = _layout_of(a, "implementation", r["family"], r["denominator"])
+        if lay_d != "qb" or lay_n not in ("gs", "pq"):
+            continue
+        pts.append(dict(label=f"{r['family']} {r['path']} {lay_n.upper()}/QB", value=r["ratio"] if r["qualified"] else None,
+                        cls=r["path"], note=f"{DASH} not qualified"))
+    if pts:
+        sec.items.append(Figure("fig-cost", "Repair cost per family: GS and PQ relative to QB", [src],
+                                interval_figure("Repair cost per family: GS and PQ relative to QB", pts,
+                                                [(1.0, "ref", "1")]),
+                                "Implementation-campaign ratios; above 1 the alternative is slower than QB. "
+                                "Blue: target-only arms; orange: speculative arms."))
+    return sec
+
+
+def _layout_of(a: Archive, campaign: str, family: str, arm: str) -> str | None:
+    for r in a.rows("requests"):
+        if r["campaign"] == campaign and r["family"] == family and r["arm"] == arm:
+            return r["layout"]
+    return None
+
+
+def section_replication(a: Archive, N: Numbers, boot: dict[str, Any]) -> Section:
+    sec = Section(
+        "replication",
+        "Replication estimates (E2)",
+        "Session contrast c_s = mean over tasks of (mean log t_NUM - mean log t_DEN) within session s; "
+        "estimate = exp(mean_s c_s); percentile bootstrap over sessions (random.Random(seed), draws x n "
+        "randrange(n) indices, linear 2.5/97.5 percentiles, exponentiated). Above 1 favours QB "
+        "(paper Table S5). Decision: exceeds when the lower bound is above the threshold, below when the "
+        "upper bound is below it, inconclusive otherwise.",
+    )
+    if not a.has("estimates"):
+        sec.notes.append("estimates.csv not present: replication not run")
+    else:
+        src = a.src("estimates")
+        tid = "estimates"
+        rows, pts = [], []
+        for r in a.rows("estimates"):
+            key = dict(family=r["family"], path=r["path"], comparison=r["comparison"])
+            base = ("est", r["family"], r["path"], r["comparison"])
+            cells = [Cell([r["family"]]), Cell([r["path"]]), Cell([r["comparison"]], cls="mono")]
+            nt = _n(N, a, "estimates", tid, base + ("n_tasks",), r["n_tasks"], "d", key, "n_tasks")
+            ns = _n(N, a, "estimates", tid, base + ("n_sessions",), r["n_sessions"], "d", key, "n_sessions")
+            draws = _n(N, a, "estimates", tid, base + ("draws",), r["draws"], "d", key, "draws")
+            seed = _n(N, a, "estimates", tid, base + ("seed",), r["seed"], "d", key, "seed")
+            thr = _n(N, a, "estimates", tid, base + ("threshold",), r["threshold"], ".4f", key, "threshold")
+            if r["estimate"] is not None:
+                e = _n(N, a, "estimates", tid, base + ("estimate",), r["estimate"], ".6f", key, "estimate")
+                lo = _n(N, a, "estimates", tid, base + ("lo",), r["lo"], ".6f", key, "lo")
+                hi = _n(N, a, "estimates", tid, base + ("hi",), r["hi"], ".6f", key, "hi")
+                nr = _n(N, a, "estimates", tid, base + ("n_regressions",), r["n_regressions"], "d", key, "n_regressions")
+                cells += [Cell([e]), Cell(["[", lo, ", ", hi, "]"]), Cell([r["decision"]], cls=r["decision"]),
+                          Cell([thr]), Cell([ns]), Cell([nr, "/", nt]), Cell([draws, " / ", seed], cls="small"),
+                          Cell([r["regressed_tasks"] or ""], cls="mono small")]
+                pts.append(dict(label=f"{r['family']} {r['path']} {r['comparison']}", value=r["estimate"],
+                                lo=r["lo"], hi=r["hi"], cls=r["path"]))
+            else:
+                cells += [Cell([DASH], cls="bad"), Cell([DASH]), Cell([r["decision"]], cls="bad"), Cell([thr]),
+                          Cell([ns]), Cell([DASH, "/", nt]), Cell([draws, " / ", seed], cls="small"),
+                          Cell([r["reason"] or "not qualified"], cls="reason")]
+                pts.append(dict(label=f"{r['family']} {r['path']} {r['comparison']}", value=None,
+                                note=f"{DASH} not qualified"))
+            rows.append(cells)
+        sec.items.append(Table(tid, "Replication estimates with bootstrap intervals", [src],
+                               ["family", "path", "comparison", "estimate", "95% interval", "decision", "threshold",
+                                "sessions", "regressions", "draws / seed", "regressed tasks / reason"], rows,
+                               numeric=[False, False, False, True, True, False, True, True, True, True, False]))
+        if pts:
+            thr_v = next((r["threshold"] for r in a.rows("estimates")), S.DEFAULT_THRESHOLD)
+            sec.items.append(Figure("fig-replication", "Replication ratios with 95% bootstrap intervals", [src],
+                                    interval_figure("Replication ratios with 95% bootstrap intervals", pts,
+                                                    [(1.0, "ref", "1"), (thr_v, "thr", f"threshold {thr_v:g}")]),
+                                    "Point: exp(mean c_s); whiskers: bootstrap interval. Blue: target-only; "
+                                    "orange: speculative. Dashed: practical threshold."))
+    if boot:
+        sec.notes.append("plan.json bootstrap settings: " + ", ".join(f"{k}={v}" for k, v in sorted(boot.items())))
+    if a.has("contrasts"):
+        src = a.src("contrasts")
+        tid = "contrasts"
+        rows = []
+        for r in a.rows("contrasts"):
+            key = dict(family=r["family"], path=r["path"], comparison=r["comparison"], session=r["session"])
+            base = ("contrast", r["family"], r["path"], r["comparison"], r["session"])
+            c_s = _n(N, a, "contrasts", tid, base + ("c_s",), r["c_s"], ".6f", key, "c_s")
+            nt = _n(N, a, "contrasts", tid, base + ("n_tasks",), r["n_tasks"], "d", key, "n_tasks")
+            rows.append([Cell([r["family"]]), Cell([r["path"]]), Cell([r["comparison"]], cls="mono"),
+                         Cell([r["session"]], cls="mono"), Cell([c_s]), Cell([nt])])
+        sec.items.append(Table(tid, "Session contrasts c_s (natural log scale)", [src],
+                               ["family", "path", "comparison", "session", "c_s", "tasks"], rows,
+                               numeric=[False] * 4 + [True, True]))
+    elif a.has("estimates"):
+        sec.notes.append("contrasts.csv not present")
+    if a.has("sessions"):
+        src = a.src("sessions")
+        tid = "sessions"
+        rows = []
+        for r in a.rows("sessions"):
+            key = dict(campaign=r["campaign"], family=r["family"], session=r["session"])
+            base = ("session", r["campaign"], r["family"], r["session"])
+            gap = (Cell([_n(N, a, "sessions", tid, base + ("gap_before_s",), r["gap_before_s"], ".1f", key, "gap_before_s")])
+                   if r["gap_before_s"] is not None else Cell([DASH], title="first session"))
+            rows.append([Cell([r["campaign"]]), Cell([r["family"]]), Cell([r["session"]], cls="mono"),
+                         Cell([r["started_utc"]], cls="mono small"), Cell([r["ended_utc"]], cls="mono small"), gap,
+                         Cell([_n(N, a, "sessions", tid, base + ("n_requests",), r["n_requests"], "d", key, "n_requests")]),
+                         Cell([_n(N, a, "sessions", tid, base + ("n_workers",), r["n_workers"], "d", key, "n_workers")])])
+        sec.items.append(Table(tid, "Sessions", [src],
+                               ["campaign", "family", "session", "started (UTC)", "ended (UTC)", "gap before (s)",
+                                "requests", "workers"], rows, numeric=[False] * 5 + [True] * 3))
+    return sec
+
+
+def section_replay(a: Archive, N: Numbers) -> Section:
+    sec = Section(
+        "replay",
+        "Numerical replay (E1)",
+        "Frozen Q/K/V/mask operands replayed through MQ, PQ and QB graphs (paper Table S7). "
+        "Counts of bitwise-equal contexts per stage and the largest MQ-to-repair differences.",
+    )
+    if not a.has("replay"):
+        sec.notes.append("replay.csv not present: numerical replay not run")
+        return sec
+    src = a.src("replay")
+    tid = "replay"
+    groups: dict[tuple[str, str], list[dict]] = defaultdict(list)
+    for r in a.rows("replay"):
+        groups[(r["family"], r["stage"])].append(r)
+    rows = []
+    for fam, stage in sorted(groups, key=lambda k: (k[0], STAGE_ORDER.index(k[1]) if k[1] in STAGE_ORDER else 9)):
+        g = groups[(fam, stage)]
+        key = dict(family=fam, stage=stage)
+        base = ("replay", fam, stage)
+        vals = dict(
+            contexts=(len(g), "d"),
+            pq_eq_qb=(sum(1 for r in g if r["pq_eq_qb"]), "d"),
+            mq_eq_pq=(sum(1 for r in g if r["mq_eq_pq"]), "d"),
+            control_ok=(sum(1 for r in g if r["control_ok"]), "d"),
+            max_abs_mq=(max(r["max_abs_mq"] for r in g), ".6g"),
+            max_ulp_mq=(max(r["max_ulp_mq"] for r in g), "d"),
+            max_visible_keys=(max(r["visible_keys"] for r in g), "d"),
+        )
+        nums = {k: _n(N, a, "replay", tid, base + (k,), v, f, key, k) for k, (v, f) in vals.items()}
+        rows.append([Cell([fam]), Cell([stage], cls="mono"), Cell([nums["contexts"]]),
+                     Cell([nums["pq_eq_qb"], "/", nums["contexts"]], cls="ok" if vals["pq_eq_qb"][0] == len(g) else "bad"),
+                     Cell([nums["mq_eq_pq"], "/", nums["contexts"]]), Cell([nums["max_abs_mq"]]),
+                     Cell([nums["max_ulp_mq"]]), Cell([nums["control_ok"], "/", nums["contexts"]]),
+                     Cell([nums["max_visible_keys"]])])
+    sec.items.append(Table(tid, "Replay correspondence and maximum MQ differences", [src],
+                           ["family", "stage", "contexts", "PQ = QB", "MQ = PQ", "max |MQ-PQ|", "max ULP",
+                            "controls ok", "max visible keys"], rows, numeric=[False, False] + [True] * 7))
+    bad = [r for r in a.rows("replay") if not r["control_ok"]]
+    if bad:
+        sec.notes.append(f"{len(bad)} context(s) failed a control; their numerical claims are withheld: "
+                         + "; ".join(sorted({r["reason"] or "no reason recorded" for r in bad})))
+    return sec
+
+
+def section_audit(a: Archive, N: Numbers) -> Section:
+    sec = Section(
+        "audit",
+        "Representation audit",
+        "Synthetic fixtures with an integer address oracle, an FP64 oracle and injected faults (paper S6.2).",
+    )
+    if not a.has("audit"):
+        sec.notes.append("audit.csv not present: representation audit not run")
+        return sec
+    src = a.src("audit")
+    tid = "audit"
+    groups: dict[tuple[str, str], list[dict]] = defaultdict(list)
+    for r in a.rows("audit"):
+        groups[(r["layout"], r["stage"])].append(r)
+    rows = []
+    for lay, stage in sorted(groups, key=lambda k: (k[0], STAGE_ORDER.index(k[1]) if k[1] in STAGE_ORDER else 9)):
+        g = groups[(lay, stage)]
+        clean = [r for r in g if r["fault"] is None]
+        faulty = [r for r in g if r["fault"] is not None]
+        key = dict(layout=lay, stage=stage)
+        base = ("audit", lay, stage)
+        vals = dict(
+            fixtures=(len(clean), "d"),
+            oracle_ok=(sum(1 for r in clean if r["oracle_ok"]), "d"),
+            faults=(len(faulty), "d"),
+            detected=(sum(1 for r in faulty if r["detected"]), "d"),
+            max_abs_err=(max((r["max_abs_err"] for r in clean), default=0.0), ".6g"),
+            max_rel_err=(max((r["max_rel_err"] for r in clean), default=0.0), ".6g"),
+        )
+        nums = {k: _n(N, a, "audit", tid, base + (k,), v, f, key, k) for k, (v, f) in vals.items()}
+        ok = vals["oracle_ok"][0] == len(clean) and vals["detected"][0] == len(faulty)
+        rows.append([Cell([lay], cls="mono"), Cell([stage], cls="mono"),
+                     Cell([nums["oracle_ok"], "/", nums["fixtures"]], cls="ok" if ok else "bad"),
+                     Cell([nums["detected"], "/", nums["faults"]], cls="ok" if ok else "bad"),
+                     Cell([nums["max_abs_err"]]), Cell([nums["max_rel_err"]])])
+    sec.items.append(Table(tid, "Audit summary", [src],
+                           ["layout", "stage", "clean fixtures agreeing with the oracle", "injected faults detected",
+                            "max abs error", "max rel error"], rows,
+                           numeric=[False, False, True, True, True, True]))
+    missed = [r for r in a.rows("audit") if r["fault"] is not None and not r["detected"]]
+    if missed:
+        sec.notes.append(f"{len(missed)} injected fault(s) NOT detected: "
+                         + "; ".join(f"{r['fixture']} {r['layout']} {r['stage']} ({r['fault']})" for r in missed[:10]))
+    return sec
+
+
+def _mask_bits(m: int) -> str:
+    return " ".join(n for b, n in ((1, "TP"), (2, "TC"), (4, "DP"), (8, "DC")) if m & b) or "none"
+
+
+def section_masks(a: Archive, N: Numbers) -> Section:
+    sec = Section(
+        "phase-masks",
+        "Phase-mask sweep",
+        "Target prefill = 1, target continuation = 2, draft prefill = 4, draft continuation = 8 (paper Table S1). "
+        "A mask passes when every probe matched the reference in every repeat; minimal = no passing proper sub-mask.",
+    )
+    if not a.has("phase_masks"):
+        sec.notes.append("phase_masks.csv not present: phase-mask sweep not run")
+        return sec
+    src = a.src("phase_masks")
+    tid = "phase-masks"
+    rows = []
+    for r in sorted(a.rows("phase_masks"), key=lambda r: (r["family"], r["mask"])):
+        key = dict(family=r["family"], mask=r["mask"])
+        base = ("mask", r["family"], r["mask"])
+        m = _n(N, a, "phase_masks", tid, base + ("matches",), r["matches"], "d", key, "matches")
+        q = _n(N, a, "phase_masks", tid, base + ("required",), r["n_tasks"] * r["repeats"], "d", key, "required")
+        rows.append([Cell([r["family"]]), Cell([_n(N, a, "phase_masks", tid, base + ("mask",), r["mask"], "d", key, "mask")]),
+                     Cell([_mask_bits(r["mask"])], cls="mono"), Cell([m, "/", q]),
+                     Cell(["Y" if r["passes"] else "N"], cls="ok" if r["passes"] else "bad"),
+                     Cell(["minimal" if r["minimal"] else ""], cls="ok" if r["minimal"] else "")])
+    sec.items.append(Table(tid, "Phase masks", [src], ["family", "mask", "bits", "matching / required", "passes", "minimal"],
+                           rows, numeric=[False, True, False, True, False, False]))
+    return sec
+
+
+def section_acceptance(a: Archive, N: Numbers) -> Section:
+    sec = Section("acceptance", "Draft acceptance",
+                  "Accepted / proposed draft tokens over completed speculative requests, per family and draft.")
+    if not a.has("requests"):
+        sec.notes.append("requests.csv not present: no request was run")
+        return sec
+    acc = S.acceptance(a.rows("requests"))
+    if not acc:
+        sec.notes.append("no completed speculative request")
+        return sec
+    src = a.src("requests")
+    tid = "acceptance"
+    rows, bars = [], []
+    for r in acc:
+        key = dict(family=r["family"], draft=r["draft"])
+        base = ("accept", r["family"], r["draft"])
+        p = _n(N, a, "requests", tid, base + ("proposals",), r["proposals"], "d", key, "proposals")
+        k = _n(N, a, "requests", tid, base + ("accepted",), r["accepted"], "d", key, "accepted")
+        n = _n(N, a, "requests", tid, base + ("requests",), r["requests"], "d", key, "requests")
+        if r["acceptance"] is None:
+            ac = Cell([DASH], title="no proposals")
+        else:
+            ac = Cell([_n(N, a, "requests", tid, base + ("acceptance",), r["acceptance"], ".4f", key, "acceptance")])
+            bars.append((f"{r['family']} {r['draft']}", r["acceptance"], f"{r['acceptance']:.4f}"))
+        rows.append([Cell([r["family"]]), Cell([r["draft"]], cls="mono"), Cell([n]), Cell([p]), Cell([k]), ac])
+    sec.items.append(Table(tid, "Draft acceptance", [src], ["family", "draft", "requests", "proposed", "accepted", "acceptance"],
+                           rows, numeric=[False, False, True, True, True, True]))
+    if bars:
+        sec.items.append(Figure("fig-acceptance", "Acceptance per draft", [src],
+                                bar_figure("Acceptance per draft", bars, "accepted / proposed draft tokens"),
+                                "Fraction of proposed draft tokens accepted by the target."))
+    return sec
+
+
+def ledger_kinds(path: Path) -> tuple[int, dict[str, int], list[str]]:
+    """(records, kind -> count, problems) of a ledger file; kind = first of kind/event/type."""
+    kinds: dict[str, int] = defaultdict(int)
+    problems: list[str] = []
+    n = 0
+    with open(path, "rb") as f:
+        for i, raw in enumerate(f, start=1):
+            n += 1
+            try:
+                rec = json.loads(raw)
+            except ValueError:
+                problems.append(f"line {i} is not JSON")
+                continue
+            kind = "(none)"
+            if isinstance(rec, dict):
+                for k in LEDGER_KIND_KEYS:
+                    if isinstance(rec.get(k), str):
+                        kind = rec[k]
+                        break
+            kinds[kind] += 1
+    return n, dict(sorted(kinds.items())), problems
+
+
+def section_ledger(a: Archive, N: Numbers) -> Section:
+    sec = Section("ledger", "Ledger: attempts, failures and exclusions",
+                  "Every attempt is kept. Counts of request rows per campaign and status with the recorded reasons, "
+                  "and the ledger's records by kind.")
+    if a.has("requests"):
+        src = a.src("requests")
+        tid = "status"
+        rows = []
+        for r in S.status_counts(a.rows("requests")):
+            key = dict(campaign=r["campaign"], status=r["status"])
+            c = _n(N, a, "requests", tid, ("status", r["campaign"], r["status"], "count"), r["count"], "d", key, "count")
+            parts: list[Any] = []
+            for reason, cnt in sorted(r["reasons"].items()):
+                if parts:
+                    parts.append("; ")
+                parts += [reason, " (",
+                          _n(N, a, "requests", tid, ("reason", r["campaign"], r["status"], reason, "count"), cnt, "d",
+                             dict(key, reason=reason), "count"), ")"]
+            rows.append([Cell([r["campaign"]]), Cell([r["status"]], cls="ok" if r["status"] == "ok" else "bad"),
+                         Cell([c]), Cell(parts or [""], cls="reason")])
+        sec.items.append(Table(tid, "Request attempts by status", [src], ["campaign", "status", "rows", "reasons"], rows,
+                               numeric=[False, False, True, False]))
+    else:
+        sec.notes.append("requests.csv not present")
+    led = a.files.get("ledger")
+    if led is not None:
+        n, kinds, problems = ledger_kinds(led)
+        src = _rel(led, a.out)
+        tid = "ledger"
+        rows = [[Cell(["all records"]), Cell([N.add(("ledger", "records"), n, "d", src, tid, {}, "records")])]]
+        for k, v in kinds.items():
+            rows.append([Cell([k], cls="mono"), Cell([N.add(("ledger", "kind", k, "count"), v, "d", src, tid, {"kind": k}, "count")])])
+        sec.items.append(Table(tid, "Ledger records by kind", [src], ["kind", "records"], rows, numeric=[False, True]))
+        for p in problems:
+            sec.notes.append(f"ledger.jsonl: {p}")
+    else:
+        sec.notes.append("ledger.jsonl not present")
+    return sec
+
+
+# =========================================================================== render
+
+
+def build(a: Archive, pubkey_fingerprint: str | None = None) -> tuple[list[Section], Numbers, dict[str, Any]]:
+    N = Numbers()
+    plan = _read_json(a.files["plan"]) if "plan" in a.files else None
+    boot = bootstrap_settings(plan)
+    prov_sec, prov = section_provenance(a, pubkey_fingerprint)
+    sections = [
+        prov_sec,
+        section_qualification(a, N),
+        section_ratios(a, N),
+        section_replication(a, N, boot),
+        section_replay(a, N),
+        section_audit(a, N),
+        section_masks(a, N),
+        section_acceptance(a, N),
+        section_ledger(a, N),
+    ]
+    if a.notes:
+        prov_sec.notes.extend(a.notes)
+    return sections, N, prov
+
+
+def _env_html():
+    import jinja2
+
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(TEMPLATE_DIR)),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+    )
+    return env
+
+
+def _env_tex():
+    import jinja2
+
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(TEMPLATE_DIR)),
+        autoescape=False,
+        undefined=jinja2.StrictUndefined,
+        block_start_string="((*",
+        block_end_string="*))",
+        variable_start_string="(((",
+        variable_end_string=")))",
+        comment_start_string="((=",
+        comment_end_string="=))",
+        line_statement_prefix=None,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        finalize=_tex_finalize,
+        keep_trailing_newline=True,
+    )
+
+
+def _tex_cell(cell: Cell) -> TexRaw:
+    out = []
+    for p in cell.parts:
+        out.append(tex_escape(p.text) if isinstance(p, Num) else tex_escape(p))
+    s = "".join(out)
+    if cell.cls and "reason" in cell.cls:
+        s = r"\parbox[t]{4.2cm}{\raggedright\scriptsize " + s + "}"
+    elif cell.cls and "small" in cell.cls:
+        s = r"{\scriptsize " + s + "}"
+    return TexRaw(s)
+
+
+def render(
+    results_dir: str | Path,
+    out_dir: str | Path | None = None,
+    pdf: bool = True,
+    pubkey: str | Path | None = None,
+) -> dict[str, Path]:
+    """Render report.html, report.tex, numbers.json (and report.pdf) into ``out_dir`` (default results_dir)."""
+    fp = None
+    if pubkey is not None:
+        from .keys import fingerprint, load_public_key
+
+        fp = fingerprint(load_public_key(pubkey))
+    out = Path(out_dir) if out_dir is not None else Path(results_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    a = load_archive(results_dir, out)
+    sections, N, prov = build(a, fp)
+    title = "refspec report"
+    html = _env_html().get_template("report.html.j2").render(
+        title=title, sections=sections, Num=Num, Table=Table, Figure=Figure, prov=prov,
+        isnum=lambda p: isinstance(p, Num),
+        svg=lambda fig: __import__("markupsafe").Markup(fig.canvas.to_svg()),
+        is_table=lambda it: isinstance(it, Table),
+    )
+    paths = {"html": out / "report.html", "tex": out / "report.tex", "numbers": out / "numbers.json"}
+    atomic_write_text(paths["html"], html, mode=0o644)
+    tex = _env_tex().get_template("report.tex.j2").render(
+        title=title, sections=sections, prov=prov,
+        is_table=lambda it: isinstance(it, Table),
+        tikz=lambda fig: TexRaw(fig.canvas.to_tikz()),
+        cell=_tex_cell,
+        colspec=lambda t: TexRaw("".join("r" if (t.numeric[i] if i < len(t.numeric) else False) else "l"
+                                         for i in range(len(t.header)))),
+        colors=TexRaw("\n".join(rf"\definecolor{{rs{k}}}{{HTML}}{{{v[1:].upper()}}}" for k, v in _COLORS.items())),
+    )
+    atomic_write_text(paths["tex"], tex, mode=0o644)
+    doc = {"format": NUMBERS_FORMAT, "provenance": prov, "numbers": N.as_json()}
+    atomic_write_bytes(paths["numbers"], json.dumps(doc, indent=1, sort_keys=False, ensure_ascii=False).encode() + b"\n", mode=0o644)
+    if pdf:
+        p = compile_pdf(paths["tex"])
+        if p is not None:
+            paths["pdf"] = p
+    return paths
+
+
+def compile_pdf(tex_path: Path, timeout: int = 300) -> Path | None:
+    """Compile ``report.tex`` with pdflatex when present; return the PDF path or None when TeX is absent.
+
+    Raises RuntimeError with the log tail when pdflatex fails.
+    """
+    exe = shutil.which("pdflatex")
+    if exe is None:
+        return None
+    with tempfile.TemporaryDirectory(prefix="refspec-tex-") as td:
+        shutil.copyfile(tex_path, Path(td) / "report.tex")
+        env = dict(os.environ, SOURCE_DATE_EPOCH="0", FORCE_SOURCE_DATE="1")
+        cmd = [exe, "-interaction=nonstopmode", "-halt-on-error", "-no-shell-escape", "report.tex"]
+        for _ in range(2):
+            r = subprocess.run(cmd, cwd=td, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               timeout=timeout, stdin=subprocess.DEVNULL)
+            if r.returncode != 0:
+                log = r.stdout.decode("utf-8", "replace")
+                raise RuntimeError(f"pdflatex failed on {tex_path}:\n{log[-3000:]}")
+        dst = tex_path.with_suffix(".pdf")
+        atomic_write_bytes(dst, (Path(td) / "report.pdf").read_bytes(), mode=0o644)
+        return dst
+
+
+# =========================================================================== CLI
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("results_dir", type=Path, help="results folder or archive with the tables (and tables/)")
+    parser.add_argument("--out", type=Path, default=None, help="output folder (default: RESULTS_DIR)")
+    parser.add_argument("--pubkey", type=Path, default=None, help="public key whose fingerprint the report shows")
+    parser.add_argument("--no-pdf", action="store_true", help="do not run pdflatex even when present")
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        paths = render(args.results_dir, args.out, pdf=not args.no_pdf, pubkey=args.pubkey)
+    except RuntimeError as e:
+        print(f"refspec report: {e}", file=sys.stderr)
+        return 1
+    for k in ("html", "tex", "pdf", "numbers"):
+        if k in paths:
+            print(paths[k])
+    if "pdf" not in paths and not args.no_pdf:
+        print("refspec report: pdflatex not found; report.pdf not written", file=sys.stderr)
+    return 0
