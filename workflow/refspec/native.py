@@ -1,0 +1,324 @@
+"""The pinned, patched llama.cpp build.
+
+Steps (each checked, none skipped):
+
+1. fetch the ``llama-cpp-python==0.3.36`` sdist with ``pip download --no-binary :all:``
+   and verify its sha256 against the pin;
+2. unpack it and apply ``native/patches/*.patch`` in name order to the vendored
+   llama.cpp (``git apply --check`` first: a hunk that does not apply is an error);
+3. configure and build the shared libraries and ``llama-quantize`` (plus
+   ``llama-speculative-simple`` for the benchmark) with CMake/Ninja; CPU by default,
+   ``-DGGML_CUDA=ON`` for ``backend: cuda``;
+4. record ``BUILD.json``: the build key, the inputs' hashes and the sha256 of every
+   built library and tool.
+
+The build lives in ``$REFSPEC_CACHE/native/<key>`` where the key hashes
+(sdist sha256, patch hashes, build options). A second call with the same key
+checks the recorded hashes and builds nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from .errors import BuildError, IntegrityError
+from .fsutil import atomic_write_text
+from .hashing import file_digest, sha256_file, sha256_json
+from .paths import REPO_ROOT, cache_dir, downloads_dir
+
+SDIST_NAME = "llama-cpp-python"
+SDIST_VERSION = "0.3.36"
+SDIST_SHA256 = "832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e"
+SDIST_FILE = f"llama_cpp_python-{SDIST_VERSION}.tar.gz"
+UPSTREAM_COMMIT = "0c1e57098bba43ac29e6e3b677cdceebdd22334f"
+PATCH_DIR = REPO_ROOT / "native" / "patches"
+
+# targets every build provides
+LIB_TARGETS = ["llama", "ggml"]
+TOOL_TARGETS = ["llama-quantize", "llama-speculative-simple"]
+BUILD_RECORD = "BUILD.json"
+
+
+@dataclass(frozen=True)
+class BuildOptions:
+    backend: str = "cpu"  # cpu | cuda | vulkan
+    cuda_arch: str = "90"
+    build_type: str = "Release"
+
+    def cmake_flags(self) -> list[str]:
+        flags = [
+            f"-DCMAKE_BUILD_TYPE={self.build_type}",
+            "-DBUILD_SHARED_LIBS=ON",
+            "-DGGML_NATIVE=OFF",
+            "-DLLAMA_BUILD_TESTS=OFF",
+            "-DLLAMA_BUILD_EXAMPLES=ON",
+            "-DLLAMA_BUILD_SERVER=OFF",
+            "-DLLAMA_BUILD_TOOLS=ON",
+            "-DLLAMA_OPENSSL=OFF",
+            "-DLLAMA_CURL=OFF",
+        ]
+        if self.backend == "cuda":
+            flags += ["-DGGML_CUDA=ON", f"-DCMAKE_CUDA_ARCHITECTURES={self.cuda_arch}", "-DGGML_CUDA_FA=OFF"]
+        elif self.backend == "vulkan":
+            flags += ["-DGGML_VULKAN=ON"]
+        elif self.backend != "cpu":
+            raise BuildError(f"unknown native backend {self.backend!r} (cpu, cuda or vulkan)")
+        return flags
+
+    @classmethod
+    def from_config(cls, config: dict | None) -> "BuildOptions":
+        native = (config or {}).get("native", {}) or {}
+        return cls(
+            backend=str(native.get("backend", "cpu")),
+            cuda_arch=str(native.get("cuda_arch", "90")),
+            build_type=str(native.get("build_type", "Release")),
+        )
+
+
+@dataclass
+class BuildResult:
+    key: str
+    root: Path
+    lib_dir: Path
+    record: dict = field(default_factory=dict)
+    built: bool = False
+
+    @property
+    def src_dir(self) -> Path:
+        return self.root / "src" / "vendor" / "llama.cpp"
+
+    def tool(self, name: str) -> Path:
+        return self.lib_dir / name
+
+    def env(self) -> dict[str, str]:
+        """Environment entries that make the bindings load the patched libraries."""
+        return {"LLAMA_CPP_LIB_PATH": str(self.lib_dir)}
+
+
+def patch_files() -> list[Path]:
+    return sorted(PATCH_DIR.glob("*.patch"))
+
+
+def build_key(options: BuildOptions, sdist_sha256: str = SDIST_SHA256) -> str:
+    return sha256_json(
+        {
+            "sdist": {"name": SDIST_NAME, "version": SDIST_VERSION, "sha256": sdist_sha256},
+            "patches": [{"name": p.name, "sha256": sha256_file(p)} for p in patch_files()],
+            "options": asdict(options),
+            "flags": options.cmake_flags(),
+            "targets": LIB_TARGETS + TOOL_TARGETS,
+        }
+    )
+
+
+def fetch_sdist(dest: Path | None = None) -> Path:
+    """Download (if needed) and verify the pinned sdist; return its path."""
+    dest = dest or downloads_dir()
+    path = dest / SDIST_FILE
+    if not path.exists():
+        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
+               "-d", str(dest), f"{SDIST_NAME}=={SDIST_VERSION}"]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0 or not path.exists():
+            raise BuildError(f"could not download {SDIST_NAME}=={SDIST_VERSION}: {proc.stderr.strip()[-2000:]}")
+    verify_sha256(path, SDIST_SHA256)
+    return path
+
+
+def verify_sha256(path: Path, expected: str) -> None:
+    got = sha256_file(path)
+    if got != expected:
+        raise IntegrityError(f"{path}: sha256 {got} does not match the pinned {expected}")
+
+
+def _safe_extract(tar_path: Path, dest: Path) -> None:
+    with tarfile.open(tar_path) as tf:
+        tf.extractall(dest, filter="data")
+
+
+def apply_patches(llama_dir: Path, patches: list[Path]) -> list[dict]:
+    """Apply patches with ``git apply``; any hunk that does not apply is an error."""
+    # the sdist ships a submodule pointer file that would confuse git
+    gitfile = llama_dir / ".git"
+    if gitfile.is_file():
+        gitfile.unlink()
+    env = dict(os.environ, GIT_CEILING_DIRECTORIES=str(llama_dir.parent))
+    applied = []
+    for patch in patches:
+        for args in (["--check"], []):
+            proc = subprocess.run(["git", "apply", "--verbose", *args, str(patch)], cwd=llama_dir,
+                                  capture_output=True, text=True, env=env)
+            if proc.returncode != 0:
+                raise BuildError(f"patch {patch.name} does not apply to the pinned llama.cpp:\n{proc.stderr.strip()}")
+        applied.append({"name": patch.name, "sha256": sha256_file(patch)})
+    return applied
+
+
+def _run_logged(cmd: list[str], cwd: Path, log, what: str, progress=None) -> None:
+    log.write(f"$ {' '.join(cmd)}\n")
+    log.flush()
+    proc = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    tail: list[str] = []
+    step = re.compile(r"^\[(\d+)/(\d+)\]")
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        log.write(line)
+        tail = (tail + [line])[-40:]
+        m = step.match(line)
+        if m and progress is not None:
+            progress(int(m.group(1)), int(m.group(2)))
+    rc = proc.wait()
+    log.flush()
+    if rc != 0:
+        raise BuildError(f"{what} failed (exit {rc}); last lines:\n{''.join(tail)}")
+
+
+def _built_files(lib_dir: Path) -> dict[str, dict]:
+    files = {}
+    for p in sorted(lib_dir.iterdir()):
+        if p.is_symlink() or not p.is_file():
+            continue
+        if p.name.endswith(".so") or ".so." in p.name or p.name in TOOL_TARGETS:
+            files[p.name] = file_digest(p)
+    return files
+
+
+def check_record(result: BuildResult) -> list[str]:
+    """Differences between the recorded hashes and the files on disk."""
+    problems = []
+    for name, want in result.record.get("files", {}).items():
+        p = result.lib_dir / name
+        if not p.exists():
+            problems.append(f"{name}: missing")
+        elif file_digest(p) != want:
+            problems.append(f"{name}: sha256/size differs from {BUILD_RECORD}")
+    return problems
+
+
+def build(options: BuildOptions | None = None, *, jobs: int | None = None, quiet: bool = False) -> BuildResult:
+    """Build (or find cached) the patched llama.cpp for these options."""
+    options = options or BuildOptions()
+    key = build_key(options)
+    root = cache_dir() / "native" / key[:16]
+    lib_dir = root / "build" / "bin"
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root / ".lock", "w") as lockf:
+        fcntl.flock(lockf, fcntl.LOCK_EX)
+        record_path = root / BUILD_RECORD
+        if record_path.exists():
+            record = json.loads(record_path.read_text())
+            result = BuildResult(key=key, root=root, lib_dir=lib_dir, record=record)
+            problems = check_record(result)
+            if not problems and record.get("key") == key:
+                return result
+            if not quiet:
+                print(f"refspec build: cached build {root} is inconsistent ({'; '.join(problems)}); rebuilding",
+                      file=sys.stderr)
+            record_path.unlink()
+        return _build_into(options, key, root, lib_dir, jobs=jobs, quiet=quiet)
+
+
+def _build_into(options: BuildOptions, key: str, root: Path, lib_dir: Path, *, jobs: int | None,
+                quiet: bool) -> BuildResult:
+    t0 = time.monotonic()
+    sdist = fetch_sdist()
+    src_root = root / "src"
+    if src_root.exists():
+        shutil.rmtree(src_root)
+    with tempfile.TemporaryDirectory(dir=root) as tmp:
+        _safe_extract(sdist, Path(tmp))
+        (Path(tmp) / f"llama_cpp_python-{SDIST_VERSION}").rename(src_root)
+    llama_dir = src_root / "vendor" / "llama.cpp"
+    patches = apply_patches(llama_dir, patch_files())
+
+    build_dir = root / "build"
+    log_path = root / "build.log"
+    flags = options.cmake_flags()
+    jobs = jobs or os.cpu_count() or 2
+    bar = None
+    if not quiet:
+        try:
+            from tqdm import tqdm
+
+            bar = tqdm(total=0, desc="native build", unit="step", file=sys.stderr)
+        except ImportError:  # pragma: no cover
+            bar = None
+
+    def progress(n: int, total: int) -> None:
+        if bar is not None:
+            bar.total = total
+            bar.n = n
+            bar.refresh()
+
+    with open(log_path, "w") as log:
+        _run_logged(["cmake", "-S", str(llama_dir), "-B", str(build_dir), "-G", "Ninja", *flags],
+                    root, log, "cmake configure")
+        _run_logged(["cmake", "--build", str(build_dir), "-j", str(jobs), "--target", *LIB_TARGETS, *TOOL_TARGETS],
+                    root, log, "cmake build", progress)
+    if bar is not None:
+        bar.close()
+    t_build = time.monotonic() - t0
+
+    record = {
+        "key": key,
+        "sdist": {"name": SDIST_NAME, "version": SDIST_VERSION, "file": SDIST_FILE, "sha256": SDIST_SHA256,
+                  "upstream_commit": UPSTREAM_COMMIT},
+        "patches": patches,
+        "options": asdict(options),
+        "cmake_flags": flags,
+        "build_seconds": round(t_build, 1),
+        "files": _built_files(lib_dir),
+    }
+    atomic_write_text(root / BUILD_RECORD, json.dumps(record, indent=2, sort_keys=True) + "\n")
+    return BuildResult(key=key, root=root, lib_dir=lib_dir, record=record, built=True)
+
+
+def load_config(path: str | None) -> dict:
+    if not path:
+        return {}
+    from .config import load_config as _load
+
+    return _load(path)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", help="workflow config (its native: section selects the backend)")
+    p.add_argument("--backend", choices=["cpu", "cuda", "vulkan"], help="override the configured backend")
+    p.add_argument("--cuda-arch", help="CUDA architectures (e.g. 90)")
+    p.add_argument("--jobs", type=int, help="parallel build jobs (default: all cores)")
+    p.add_argument("--record", help="also copy BUILD.json to this path")
+    p.add_argument("--quiet", action="store_true")
+
+
+def run(args: argparse.Namespace) -> int:
+    opts = BuildOptions.from_config(load_config(args.config))
+    if args.backend:
+        opts = BuildOptions(backend=args.backend, cuda_arch=args.cuda_arch or opts.cuda_arch,
+                            build_type=opts.build_type)
+    elif args.cuda_arch:
+        opts = BuildOptions(backend=opts.backend, cuda_arch=args.cuda_arch, build_type=opts.build_type)
+    t0 = time.monotonic()
+    res = build(opts, jobs=args.jobs, quiet=args.quiet)
+    dt = time.monotonic() - t0
+    if args.record:
+        atomic_write_text(args.record, json.dumps(res.record, indent=2, sort_keys=True) + "\n")
+    state = "built" if res.built else "up to date"
+    print(f"refspec build: {state} in {dt:.1f} s: {res.lib_dir} (key {res.key[:16]})")
+    return 0
+
+
+def current(config: dict | None = None) -> BuildResult:
+    """The build for a config, building it if needed (quietly when already cached)."""
+    return build(BuildOptions.from_config(config), quiet=False)
