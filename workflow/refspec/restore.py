@@ -24,7 +24,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from .errors import EXIT_FAILED, EXIT_OK, UsageError
 from .keys import load_public_key
-from .verify import VerifyResult, member_problems, open_tar, verify_archive
+from .verify import TAR_ERRORS, TarReadError, VerifyResult, member_name, member_problems, open_tar, read_members, verify_archive
 
 _CHUNK = 1 << 20
 
@@ -51,7 +51,9 @@ def _fresh(dest: Path) -> None:
 def _extract(tf: tarfile.TarFile, members: list[tarfile.TarInfo], root: Path) -> None:
     root_real = os.path.realpath(root)
     for m in members:
-        name = m.name[:-1] if m.isdir() and m.name.endswith("/") else m.name
+        name = member_name(m)
+        if name is None:  # the archive root itself
+            continue
         target = os.path.join(root_real, *name.split("/"))
         if os.path.commonpath([root_real, os.path.realpath(os.path.dirname(target))]) != root_real:
             raise UsageError(f"tar member {m.name!r} escapes the destination")  # cannot happen after checks
@@ -91,10 +93,13 @@ def restore(
     if not isinstance(public_key, Ed25519PublicKey):
         public_key = load_public_key(public_key)
     _fresh(dest)
-    tf, _plain = open_tar(tar)
+    try:
+        tf, _plain = open_tar(tar)
+    except TarReadError as e:
+        return RestoreResult(tar, dest, 0, VerifyResult(path=tar, problems=[str(e)]))
     with tf:
-        members = tf.getmembers()
-        problems = member_problems(members)
+        members, problem = read_members(tf, tar)
+        problems = ([problem] if problem else []) + member_problems(members)
         if problems:
             return RestoreResult(tar, dest, len(members), VerifyResult(path=tar, problems=problems))
         dest.parent.mkdir(parents=True, exist_ok=True)
@@ -102,7 +107,7 @@ def restore(
         try:
             os.chmod(stage, 0o755)
             _extract(tf, members, stage)
-        except (OSError, tarfile.TarError, EOFError) as e:
+        except TAR_ERRORS as e:
             shutil.rmtree(stage, ignore_errors=True)
             return RestoreResult(
                 tar, dest, len(members), VerifyResult(path=tar, problems=[f"{tar}: extraction failed ({e})"])

@@ -33,6 +33,7 @@ import re
 import stat
 import sys
 import tarfile
+import zlib
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -193,12 +194,23 @@ class _TarSource(_Source):
         self.path = path
         self.files, self.dirs, self.problems = {}, set(), []
         self.members: dict[str, tarfile.TarInfo] = {}
-        self.tf, self.plain = open_tar(path)
-        self.fd = os.open(path, os.O_RDONLY) if self.plain else -1
-        self.problems.extend(member_problems(self.tf.getmembers()))
-        for m in self.tf.getmembers():
-            name = m.name[:-1] if m.isdir() and m.name.endswith("/") else m.name
-            if unsafe_name(name) or not (m.isreg() or m.isdir()) or m.issparse():
+        self.fd = -1
+        try:
+            self.tf, self.plain = open_tar(path)
+        except TarReadError as e:
+            self.tf, self.plain = None, False
+            self.problems.append(str(e))
+            return
+        members, problem = read_members(self.tf, path)
+        if problem:
+            self.problems.append(problem)
+        self.problems.extend(member_problems(members))
+        if self.plain:
+            self.fd = os.open(path, os.O_RDONLY)
+            self.problems.extend(layout_problems(self.fd, members, path))
+        for m in members:
+            name = member_name(m)
+            if name is None or unsafe_name(name) or not (m.isreg() or m.isdir()) or m.issparse():
                 continue
             if m.isdir():
                 self.dirs.add(name)
@@ -228,7 +240,7 @@ class _TarSource(_Source):
             for n in sorted(names, key=lambda n: self.members[n].offset_data):
                 try:
                     out[n] = sha256_stream(self.open(n))
-                except (OSError, tarfile.TarError) as e:
+                except TAR_ERRORS as e:
                     out[n] = e
             return out
 
@@ -245,7 +257,21 @@ class _TarSource(_Source):
     def close(self) -> None:
         if self.fd >= 0:
             os.close(self.fd)
-        self.tf.close()
+        if self.tf is not None:
+            self.tf.close()
+
+
+class TarReadError(Exception):
+    """A tar that cannot be opened (its message is a problem line)."""
+
+
+TAR_ERRORS: tuple[type[BaseException], ...] = (tarfile.TarError, EOFError, OSError, zlib.error)
+try:
+    import lzma
+
+    TAR_ERRORS += (lzma.LZMAError,)
+except ImportError:  # pragma: no cover - Python built without lzma
+    pass
 
 
 def open_tar(path: Path) -> tuple[tarfile.TarFile, bool]:
@@ -255,11 +281,73 @@ def open_tar(path: Path) -> tuple[tarfile.TarFile, bool]:
     except tarfile.ReadError:
         pass
     except OSError as e:
-        raise UsageError(f"{path}: cannot read ({e.strerror})") from None
+        raise TarReadError(f"{path}: cannot read ({e.strerror})") from None
     try:
         return tarfile.open(path, "r:*"), False
-    except (tarfile.TarError, OSError, EOFError) as e:
-        raise UsageError(f"{path}: not a readable tar ({e})") from None
+    except TAR_ERRORS as e:
+        raise TarReadError(f"{path}: not a readable tar ({e})") from None
+
+
+def read_members(tf: tarfile.TarFile, path: Path) -> tuple[list[tarfile.TarInfo], str | None]:
+    """All members, or those before the damage and a problem line."""
+    try:
+        return tf.getmembers(), None
+    except TAR_ERRORS as e:
+        return list(tf.members), f"{path}: corrupt or truncated tar ({e.__class__.__name__}: {e})"
+
+
+_CHKSUM = re.compile(rb"[0-7]{6}\x00 ")
+
+
+def layout_problems(fd: int, members: list[tarfile.TarInfo], path: Path) -> list[str]:
+    """Bytes of an uncompressed tar that no member accounts for must be well-formed.
+
+    Header checksum fields are in the canonical ``%06o NUL SP`` form, the padding
+    after each member's data is zero, and the last member is followed by exactly
+    two zero blocks and zero padding to a whole 10240-byte record (the layout
+    tarfile, GNU tar and bsdtar write by default). Together with the checksum over every other header byte this leaves no
+    byte of the tar that can change without verification noticing.
+    """
+    problems = []
+    size = os.fstat(fd).st_size
+    end = 0
+    for m in sorted(members, key=lambda m: m.offset):
+        for hdr in sorted({m.offset, m.offset_data - tarfile.BLOCKSIZE}):
+            blk = os.pread(fd, tarfile.BLOCKSIZE, hdr)
+            if len(blk) == tarfile.BLOCKSIZE and not _CHKSUM.fullmatch(blk[148:156]):
+                problems.append(f"tar member {m.name!r}: header checksum field not in canonical form")
+        data_end = m.offset_data + (m.size if m.isreg() else 0)
+        padded = -(-data_end // tarfile.BLOCKSIZE) * tarfile.BLOCKSIZE
+        pad = os.pread(fd, padded - data_end, data_end)
+        if pad.count(0) != len(pad):
+            problems.append(f"tar member {m.name!r}: non-zero padding after its data")
+        end = max(end, padded)
+    # End of archive: two zero blocks, then zeros up to a whole record (tarfile, GNU tar, bsdtar).
+    want = -(-(end + 2 * tarfile.BLOCKSIZE) // tarfile.RECORDSIZE) * tarfile.RECORDSIZE
+    if size != want:
+        problems.append(f"{path}: {size} bytes, expected {want} (end-of-archive blocks and record padding)")
+    pos = end
+    while pos < size:
+        chunk = os.pread(fd, min(1 << 20, size - pos), pos)
+        if not chunk:
+            break
+        if chunk.count(0) != len(chunk):
+            problems.append(f"{path}: non-zero bytes after the last member")
+            break
+        pos += len(chunk)
+    return problems
+
+
+def member_name(m: tarfile.TarInfo) -> str | None:
+    """A member's archive path: ``./`` prefixes and a folder's final ``/`` dropped; None for ``.``."""
+    name = m.name
+    if m.isdir():
+        name = name.rstrip("/")
+    while name.startswith("./"):
+        name = name[2:]
+    if m.isdir() and name in (".", ""):
+        return None
+    return name
 
 
 def member_problems(members: list[tarfile.TarInfo]) -> list[str]:
@@ -267,7 +355,9 @@ def member_problems(members: list[tarfile.TarInfo]) -> list[str]:
     problems = []
     seen: set[str] = set()
     for m in members:
-        name = m.name[:-1] if m.isdir() and m.name.endswith("/") else m.name
+        name = member_name(m)
+        if name is None:
+            continue
         why = unsafe_name(name)
         if why:
             problems.append(f"tar member {m.name!r}: {why}")
@@ -452,7 +542,7 @@ def _verify(
         return
     try:
         env = src.read(SEAL_NAME, MAX_SEAL_BYTES)
-    except (OSError, ValueError) as e:
+    except (ValueError, *TAR_ERRORS) as e:
         problems.append(f"{SEAL_NAME}: unreadable ({e})")
         return
     res.seal_sha256 = sha256_bytes(env)
@@ -532,7 +622,7 @@ def _verify(
                         name=led["path"],
                     )
                 )
-        except (OSError, tarfile.TarError) as e:
+        except TAR_ERRORS as e:
             problems.append(f"{led['path']}: unreadable ({e})")
 
 

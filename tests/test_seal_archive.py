@@ -1,0 +1,230 @@
+"""``refspec seal`` and ``refspec verify``: archive contents, Parquet and CSV,
+refusals, determinism, key handling and the command line."""
+
+from __future__ import annotations
+
+import base64
+import csv
+import json
+import math
+import os
+import shutil
+
+import pyarrow.parquet as pq
+import pytest
+
+from refspec.cli import main
+from refspec.errors import IntegrityError, UsageError
+from refspec.hashing import sha256_file
+from refspec.keys import KeyFileError, load_private_key
+from refspec.ledger import Ledger
+from refspec.seal import ARCHIVE_ID_KEY, CAMPAIGN_KEY, SEAL_NAME, seal
+from refspec.verify import verify_archive
+from test_seal_util import make_results, seal_env  # noqa: F401  (fixture)
+
+
+def _statement(d):
+    env = json.loads((d / SEAL_NAME).read_bytes())
+    return env, json.loads(base64.b64decode(env["payload"]))
+
+
+def _files(d):
+    return sorted(p.relative_to(d).as_posix() for p in d.rglob("*") if p.is_file())
+
+
+def test_archive_members_are_closed_world(seal_env):
+    d = seal_env["clean"]
+    env, stmt = _statement(d)
+    assert env["payloadType"] == "application/vnd.in-toto+json"
+    assert stmt["_type"] == "https://in-toto.io/Statement/v1"
+    assert stmt["predicateType"] == "https://refspec.dev/seal/v1"
+    names = [s["name"] for s in stmt["subject"]]
+    assert names == sorted(names)
+    assert set(names) | {SEAL_NAME} == set(_files(d))
+    assert set(names) == set(_files(seal_env["results"])) | {"tables/qualification.csv", "tables/timings.csv"}
+    for s in stmt["subject"]:
+        p = d / s["name"]
+        assert s["digest"]["sha256"] == sha256_file(p)
+        assert s["annotations"]["size"] == p.stat().st_size
+    pred = stmt["predicate"]
+    assert pred["archive_id"] == "archive-0"
+    assert pred["campaign"] == "probe"  # from plan.json
+    assert pred["previous_seal_sha256"] is None
+    assert pred["files"] == len(names)
+    assert pred["signer"]["keyid"] == seal_env["a"].fingerprint == env["signatures"][0]["keyid"]
+    led = Ledger(seal_env["results"] / "ledger.jsonl")
+    assert pred["records"]["ledger"] == {
+        "path": "ledger.jsonl",
+        "records": 3,
+        "head_sha256": led.head()[1],
+    }
+    assert {t["path"] for t in pred["tables"]} == {"tables/qualification.parquet", "tables/timings.parquet"}
+
+
+def test_parquet_is_zstd_stamped_and_unchanged(seal_env):
+    for name in ("qualification", "timings"):
+        src = seal_env["results"] / "tables" / f"{name}.parquet"
+        dst = seal_env["clean"] / "tables" / f"{name}.parquet"
+        md = pq.read_metadata(dst)
+        assert md.metadata[ARCHIVE_ID_KEY] == b"archive-0"
+        assert md.metadata[CAMPAIGN_KEY] == b"probe"
+        for rg in range(md.num_row_groups):
+            for c in range(md.num_columns):
+                assert md.row_group(rg).column(c).compression == "ZSTD"
+        a, b = pq.read_table(dst), pq.read_table(src)
+        assert a.schema.remove_metadata() == b.schema.remove_metadata()
+        assert repr(a.to_pydict()) == repr(b.to_pydict())  # NaN compares equal by repr
+
+
+def test_csv_copy_round_trips_with_the_standard_library(seal_env):
+    with open(seal_env["clean"] / "tables" / "qualification.csv", newline="", encoding="utf-8") as f:
+        rows = list(csv.reader(f))
+    assert rows[0] == ["family", "task", "arm", "qualified", "tokens", "latency_s"]
+    assert rows[1] == ["smollm2-135m", "HumanEval/0", "R", "true", "[1,2,3]", "0.1"]
+    assert rows[2][3] == "false" and float(rows[2][5]) == 1 / 3
+    assert rows[3][3] == "" and rows[3][4] == "[]" and math.isnan(float(rows[3][5]))
+    with open(seal_env["clean"] / "tables" / "timings.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert [float(r["t"]) for r in rows] == [1.5e-3, 2.25e-3, 1e20, -0.0]
+    assert math.copysign(1, float(rows[3]["t"])) == -1
+
+
+def test_csv_selection(tmp_path, seal_env):
+    res = make_results(tmp_path / "r")
+    seal(res, tmp_path / "none", key=seal_env["a"].private_path, csv_tables="none")
+    assert not list((tmp_path / "none").rglob("*.csv"))
+    seal(res, tmp_path / "one", key=seal_env["a"].private_path, csv_tables=["timings"])
+    assert [p.name for p in (tmp_path / "one").rglob("*.csv")] == ["timings.csv"]
+    assert verify_archive(tmp_path / "one", seal_env["a"].public_path).ok
+
+
+def test_sealing_is_deterministic_given_id_and_time(tmp_path, seal_env):
+    res = make_results(tmp_path / "r")
+    kw = dict(key=seal_env["a"].private_path, archive_id="x", created="2026-02-03T04:05:06Z", tar=True)
+    r1 = seal(res, tmp_path / "one", **kw)
+    r2 = seal(res, tmp_path / "two", **kw)
+    assert r1.seal_sha256 == r2.seal_sha256
+    assert r1.tar.read_bytes() == r2.tar.read_bytes()
+
+
+def test_seal_refuses_missing_records(tmp_path, seal_env):
+    res = make_results(tmp_path / "r")
+    (res / "plan.json").unlink()
+    (res / "ledger.jsonl").unlink()
+    with pytest.raises(IntegrityError) as e:
+        seal(res, tmp_path / "out", key=seal_env["a"].private_path, campaign="probe")
+    assert "plan.json" in str(e.value) and "ledger.jsonl" in str(e.value)
+    assert not (tmp_path / "out").exists()
+
+
+def test_seal_refuses_symlinks(tmp_path, seal_env):
+    res = make_results(tmp_path / "r")
+    os.symlink("/etc/hostname", res / "report" / "link")
+    with pytest.raises(IntegrityError, match="report/link: symbolic link"):
+        seal(res, tmp_path / "out", key=seal_env["a"].private_path)
+
+
+def test_seal_refuses_a_broken_ledger(tmp_path, seal_env):
+    res = make_results(tmp_path / "r")
+    lines = (res / "ledger.jsonl").read_bytes().splitlines(keepends=True)
+    (res / "ledger.jsonl").write_bytes(lines[0] + lines[2])
+    with pytest.raises(IntegrityError, match="ledger is broken"):
+        seal(res, tmp_path / "out", key=seal_env["a"].private_path)
+
+
+def test_seal_refuses_a_used_output_and_nesting(tmp_path, seal_env):
+    res = make_results(tmp_path / "r")
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "x").write_text("x")
+    with pytest.raises(UsageError):
+        seal(res, tmp_path / "out", key=seal_env["a"].private_path)
+    with pytest.raises(UsageError):
+        seal(res, res / "archive", key=seal_env["a"].private_path)
+
+
+def test_seal_needs_a_campaign(tmp_path, seal_env):
+    res = make_results(tmp_path / "r")
+    (res / "plan.json").write_text("{}")
+    with pytest.raises(UsageError, match="campaign"):
+        seal(res, tmp_path / "out", key=seal_env["a"].private_path)
+    r = seal(res, tmp_path / "out", key=seal_env["a"].private_path, campaign="width-sweep")
+    assert r.campaign == "width-sweep"
+
+
+def test_private_key_inside_results_is_refused(tmp_path, seal_env):
+    res = make_results(tmp_path / "r")
+    key = res / "secret.key"
+    shutil.copy(seal_env["a"].private_path, key)
+    os.chmod(key, 0o600)
+    with pytest.raises(KeyFileError):
+        seal(res, tmp_path / "out", key=key)
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("form", ["pem", "hex", "raw"])
+def test_private_key_material_never_enters_an_archive(tmp_path, seal_env, form):
+    res = make_results(tmp_path / "r")
+    k = load_private_key(seal_env["a"].private_path)
+    from cryptography.hazmat.primitives import serialization as s
+
+    seed = k.private_bytes(s.Encoding.Raw, s.PrivateFormat.Raw, s.NoEncryption())
+    leak = {
+        "pem": seal_env["a"].private_path.read_bytes(),
+        "hex": b"debug: key=" + seed.hex().encode(),
+        "raw": b"\x00" * 100 + seed + b"\x00",
+    }[form]
+    (res / "report" / "log.txt").write_bytes(leak)
+    with pytest.raises(IntegrityError, match="private key material found in report/log.txt"):
+        seal(res, tmp_path / "out", key=seal_env["a"].private_path)
+    assert not (tmp_path / "out").exists()
+    assert not [p for p in tmp_path.iterdir() if "sealing" in p.name]  # staging removed
+
+
+def test_archive_holds_no_private_key(seal_env):
+    k = load_private_key(seal_env["a"].private_path)
+    from cryptography.hazmat.primitives import serialization as s
+
+    seed = k.private_bytes(s.Encoding.Raw, s.PrivateFormat.Raw, s.NoEncryption())
+    for p in seal_env["clean"].rglob("*"):
+        if p.is_file():
+            data = p.read_bytes()
+            assert seed not in data and seed.hex().encode() not in data and b"PRIVATE KEY" not in data
+
+
+# --------------------------------------------------------------------------- CLI
+
+
+def test_cli_seal_and_verify(tmp_path, seal_env, capsys):
+    res = make_results(tmp_path / "r")
+    out = tmp_path / "archive"
+    key = str(seal_env["a"].private_path)
+    assert main(["seal", str(res), str(out), "--key", key, "--tar", "--previous", str(seal_env["clean"])]) == 0
+    text = capsys.readouterr().out
+    assert seal_env["a"].fingerprint in text
+    n = len(_files(out)) - 1
+    pub = str(seal_env["a"].public_path)
+    assert main(["verify", str(out), "--pubkey", pub]) == 0
+    assert capsys.readouterr().out == f"OK: {out} ({n} files)\n"
+    assert main(["verify", str(out) + ".tar", "--pubkey", pub]) == 0
+    assert capsys.readouterr().out == f"OK: {out}.tar ({n} files)\n"
+    prev = _statement(out)[1]["predicate"]["previous_seal_sha256"]
+    assert main(["verify", str(out), "--pubkey", pub, "--expect-previous", prev]) == 0
+    capsys.readouterr()
+    (out / "plan.json").write_text("{}")
+    (out / "extra").write_text("")
+    assert main(["verify", str(out), "--pubkey", pub]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 2 and all(line.startswith("FAIL: ") for line in lines)
+
+
+def test_cli_verify_usage_errors(tmp_path, seal_env, capsys):
+    pub = str(seal_env["a"].public_path)
+    d = str(seal_env["clean"])
+    assert main(["verify", d]) == 2  # no --pubkey
+    assert main(["verify", str(tmp_path / "nothing"), "--pubkey", pub]) == 2
+    assert main(["verify", d, "--pubkey", str(tmp_path / "missing.pub")]) == 2
+    (tmp_path / "bad.pub").write_text("not a key")
+    assert main(["verify", d, "--pubkey", str(tmp_path / "bad.pub")]) == 2
+    assert main(["verify", d, "--pubkey", str(seal_env["a"].private_path)]) == 2
+    assert main(["verify", d, "--pubkey", pub, "--expect-previous", "abc"]) == 2
+    assert main(["verify", d, "--pubkey", pub, "--expect-previous", "none"]) == 0

@@ -1,0 +1,108 @@
+"""``refspec restore``: safe extraction into a fresh folder, then verification."""
+
+from __future__ import annotations
+
+import io
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from refspec.cli import main
+from refspec.errors import UsageError
+from refspec.restore import restore
+from refspec.verify import verify_archive
+from test_seal_tamper import TAR_CASES, _tar_with
+from test_seal_util import seal_env  # noqa: F401  (fixture)
+
+
+def test_restore_clean_tar(seal_env, tmp_path):
+    dest = tmp_path / "restored"
+    r = restore(seal_env["clean_tar"], dest, seal_env["a"].public_path)
+    assert r.ok, r.verify.problems
+    assert r.members == seal_env["clean_result"].files + 1  # the subjects and the seal
+    assert verify_archive(dest, seal_env["a"].public_path).ok
+    for p in seal_env["clean"].rglob("*"):
+        if p.is_file():
+            rel = p.relative_to(seal_env["clean"])
+            assert (dest / rel).read_bytes() == p.read_bytes()
+            assert (dest / rel).stat().st_mode & 0o777 == 0o644
+
+
+def test_restore_into_existing_empty_folder(seal_env, tmp_path):
+    dest = tmp_path / "empty"
+    dest.mkdir()
+    assert restore(seal_env["clean_tar"], dest, seal_env["a"].public_path).ok
+
+
+def test_restore_refuses_nonempty_destination(seal_env, tmp_path):
+    dest = tmp_path / "busy"
+    dest.mkdir()
+    (dest / "keep.txt").write_text("x")
+    with pytest.raises(UsageError):
+        restore(seal_env["clean_tar"], dest, seal_env["a"].public_path)
+    assert (dest / "keep.txt").read_text() == "x"
+
+
+@pytest.mark.parametrize("case,extra,expected", TAR_CASES, ids=[c[0] for c in TAR_CASES])
+def test_restore_refuses_unsafe_members_and_writes_nothing(case, extra, expected, seal_env, tmp_path):
+    t = _tar_with(tmp_path / "evil.tar", seal_env["clean"], extra)
+    work = tmp_path / "work"
+    work.mkdir()
+    r = restore(t, work / "dest", seal_env["a"].public_path)
+    assert not r.ok
+    assert any(expected in p for p in r.verify.problems), r.verify.problems
+    assert list(work.iterdir()) == []  # neither DEST nor a staging folder
+    assert not Path("/tmp/refspec-evil").exists()
+
+
+def test_restore_of_tampered_tar_leaves_nothing(seal_env, tmp_path):
+    raw = bytearray(seal_env["clean_tar"].read_bytes())
+    with tarfile.open(seal_env["clean_tar"]) as tf:
+        m = tf.getmember("ledger.jsonl")
+    raw[m.offset_data + 5] ^= 0x01
+    t = tmp_path / "tampered.tar"
+    t.write_bytes(bytes(raw))
+    work = tmp_path / "work"
+    work.mkdir()
+    r = restore(t, work / "dest", seal_env["a"].public_path)
+    assert not r.ok
+    assert any("ledger.jsonl: sha256" in p for p in r.verify.problems)
+    assert list(work.iterdir()) == []
+
+
+def test_restore_accepts_a_tar_written_by_another_tool(seal_env, tmp_path):
+    """Any safe tar of the archive restores: compressed, with a "./" root and folder
+    entries, other order, modes and times (headers and layout are not sealed)."""
+    t = tmp_path / "retarred.tar.gz"
+    with tarfile.open(t, "w:gz") as tf:
+        tf.add(seal_env["clean"], arcname=".")  # like `tar -C DIR -czf T .`
+    with tarfile.open(t) as tf:
+        assert tf.getnames()[0] == "." and all(n.startswith("./") for n in tf.getnames()[1:])
+    r = restore(t, tmp_path / "dest", seal_env["a"].public_path)
+    assert r.ok, r.verify.problems
+    assert verify_archive(t, seal_env["a"].public_path).ok
+
+
+def test_restore_cli(seal_env, tmp_path, capsys):
+    dest = tmp_path / "cli-dest"
+    rc = main(["restore", str(seal_env["clean_tar"]), str(dest), "--pubkey", str(seal_env["a"].public_path)])
+    out = capsys.readouterr().out
+    assert rc == 0
+    n = seal_env["clean_result"].files
+    assert f"OK: {dest} ({n} files)" in out
+    assert f"restored {n + 1} members into {dest}" in out
+
+
+def test_restore_cli_refuses_evil_tar(seal_env, tmp_path, capsys):
+    def evil(tf):
+        ti = tarfile.TarInfo("../escape.txt")
+        ti.size = 1
+        tf.addfile(ti, io.BytesIO(b"x"))
+
+    t = _tar_with(tmp_path / "evil.tar", seal_env["clean"], evil)
+    rc = main(["restore", str(t), str(tmp_path / "d"), "--pubkey", str(seal_env["a"].public_path)])
+    out = capsys.readouterr().out
+    assert rc == 1
+    assert "FAIL: tar member '../escape.txt': '..' in path" in out
+    assert not (tmp_path / "escape.txt").exists() and not (tmp_path / "d").exists()
