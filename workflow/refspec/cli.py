@@ -28,6 +28,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "seal": ("refspec.seal", "seal a results folder into a signed, closed-world archive"),
     "verify": ("refspec.verify", "verify a sealed archive (folder or tar) against a public key"),
     "restore": ("refspec.restore", "safely extract an archive tar into a fresh folder and verify it"),
+    "report": ("refspec.report", "render report.html, report.tex/.pdf and numbers.json from result tables"),
 }
 
 

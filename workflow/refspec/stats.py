@@ -75,6 +75,7 @@ from __future__ import annotations
 
 import math
 import random
+import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
@@ -281,7 +282,12 @@ def arm_sort_key(arm: str, mode: str | None = None, layout: str | None = None) -
     ref = 0 if arm == REFERENCE_ARM else 1 if arm.startswith(REFERENCE_ARM + "_") else 2
     m = {"target": 0, "spec": 1}.get(mode or "", 2)
     lay = LAYOUT_ORDER.index(layout) if layout in LAYOUT_ORDER else len(LAYOUT_ORDER)
-    return (ref, m, lay, arm)
+    return (ref, m, lay, natural_key(arm))
+
+
+def natural_key(s: str) -> tuple:
+    """Sort key that orders digit runs numerically (C_m2 before C_m10)."""
+    return tuple(int(p) if p.isdigit() else p for p in re.split(r"(\d+)", s))
 
 
 def _arm_facts(reqs: list[dict]) -> dict[tuple[str, str, str], tuple[str, str]]:

@@ -1,0 +1,1102 @@
+#!/usr/bin/env python3
+"""Independent checker of a refspec archive, Python standard library only.
+
+    python3 -I -S report/check.py ARCHIVE [--quiet]
+
+It imports nothing from refspec. From the CSV copies of the result tables it
+recomputes, with its own code:
+
+* every endpoint digest (from the token lists) and every qualification row
+  (reference endpoint, stability, required/completed/matching counts,
+  first-divergence index and tokens);
+* every pairwise qualified ratio with its task regressions;
+* every replication session contrast c_s, estimate, bootstrap interval
+  (DESIGN.md section 5: random.Random(seed), draws x n randrange(n) indices in
+  order, linearly interpolated 2.5/97.5 percentiles, exponentiated; seed,
+  draws and threshold from plan.json when present, else from estimates.csv),
+  threshold decision and task regressions;
+* the phase-mask table, session gaps and counts;
+* every aggregate the report shows (Table 3 counts, replay and audit
+  summaries, draft acceptance, request status counts, ledger records);
+
+and compares them with the CSV tables, with numbers.json and with the numbers
+displayed in report.html (parsed with html.parser; each number's element has
+``data-num`` and ``data-src``). It also checks cross-table identities (paired
+ratio transitivity, counts that must add up), that every link and source names
+an existing archive file, the manifest/plan digests shown in the report, and
+every file digest listed in SEAL.dsse.json's statement (sha256 and size; the
+signature itself is checked by ``refspec verify``).
+
+Exit status: 0 all consistent, 1 mismatches (each printed with its location),
+2 unreadable input (no archive, no report/numbers.json, malformed files).
+"""
+
+from __future__ import annotations
+
+import base64
+import csv
+import datetime
+import hashlib
+import json
+import math
+import os
+import random
+import re
+import sys
+from collections import defaultdict
+from html.parser import HTMLParser
+
+EXIT_OK, EXIT_MISMATCH, EXIT_UNREADABLE = 0, 1, 2
+DEFAULT_SEED = 20261014
+DEFAULT_DRAWS = 10000
+DEFAULT_THRESHOLD = 1.02
+REL_TOL = 1e-12
+REFERENCE_ARM = "R"
+LAYOUT_ORDER = ("mq", "gs", "pq", "qb")
+STAGE_ORDER = ("kq", "kq_soft_max", "kqv", "address")
+LEDGER_KIND_KEYS = ("kind", "event", "type")
+TABLE_NAMES = ("requests", "endpoints", "qualification", "sessions", "contrasts", "estimates", "ratios", "replay",
+               "audit", "phase_masks")
+
+# Column types the checker relies on (its own knowledge of the CSV contract).
+S, I, F, B, L = "s", "i", "f", "b", "l"
+COLUMNS = {
+    "requests": dict(campaign=S, session=S, block=I, worker=S, family=S, task_id=S, arm=S, mode=S, layout=S, draft=S,
+                     k=I, ub=I, mask=I, cap=I, repeat=I, order_index=I, attempt=I, status=S, reason=S, t_ns=I,
+                     n_generated=I, stop_reason=S, eog=B, last_token=I, endpoint_sha256=S, proposals=I, accepted=I,
+                     rollbacks=I, cycles=I, callers=I, micrographs=I, rows=I, graph_rebuilds=I, graph_reuses=I),
+    "endpoints": dict(campaign=S, family=S, task_id=S, arm=S, cap=I, session=S, repeat=I, endpoint_sha256=S,
+                      tokens=L, n=I, eog=B, last_token=I, stop_reason=S),
+    "qualification": dict(campaign=S, family=S, task_id=S, arm=S, cap=I, n_required=I, n_requests=I, n_matching=I,
+                          qualified=B, ref_endpoint_sha256=S, first_diff_index=I, ref_token=I, arm_token=I,
+                          ref_margin=F, ref_stable=B, reason=S),
+    "sessions": dict(campaign=S, family=S, session=S, started_utc=S, ended_utc=S, gap_before_s=F, n_requests=I,
+                     n_workers=I),
+    "contrasts": dict(family=S, path=S, comparison=S, session=S, c_s=F, n_tasks=I),
+    "estimates": dict(family=S, path=S, comparison=S, estimate=F, lo=F, hi=F, n_sessions=I, n_tasks=I,
+                      n_regressions=I, regressed_tasks=S, draws=I, seed=I, threshold=F, decision=S, reason=S),
+    "ratios": dict(campaign=S, family=S, cap=I, path=S, numerator=S, denominator=S, qualified=B, ratio=F, n_tasks=I,
+                   n_regressions=I, regressed_tasks=S, reason=S),
+    "replay": dict(family=S, layer=I, phase=S, q=I, stage=S, pq_eq_qb=B, mq_eq_pq=B, max_abs_mq=F, max_ulp_mq=I,
+                   first_diff=I, visible_keys=I, control_ok=B, reason=S),
+    "audit": dict(geometry=S, fixture=S, layout=S, stage=S, oracle_ok=B, fault=S, detected=B, max_abs_err=F,
+                  max_rel_err=F),
+    "phase_masks": dict(family=S, mask=I, matches=I, n_tasks=I, repeats=I, passes=B, minimal=B),
+}
+
+
+class Unreadable(Exception):
+    pass
+
+
+# =========================================================================== problems
+
+
+class Checker:
+    def __init__(self, archive: str, quiet: bool = False):
+        self.archive = os.path.abspath(archive)
+        self.quiet = quiet
+        self.problems: list[str] = []
+        self.unreadable: list[str] = []
+        self.recomputed = 0  # numbers computed by this checker
+        self.compared = 0  # comparisons of a stated number with a recomputed one
+        self.matched = 0
+        self.identities = 0
+        self.files: set[str] = set()
+
+    def bad(self, where: str, msg: str) -> None:
+        self.problems.append(f"{where}: {msg}")
+
+    def unread(self, where: str, msg: str) -> None:
+        self.unreadable.append(f"{where}: {msg}")
+
+    def same(self, where: str, stated, expected, what: str = "") -> bool:
+        """Compare a stated value with a recomputed one (floats within 1e-12 relative)."""
+        self.compared += 1
+        ok = values_equal(stated, expected)
+        if ok:
+            self.matched += 1
+        else:
+            self.bad(where, f"{what + ' ' if what else ''}{fmt(stated)} != recomputed {fmt(expected)}")
+        return ok
+
+
+def fmt(v) -> str:
+    if isinstance(v, float):
+        return repr(v)
+    if v is None:
+        return "null"
+    return repr(v) if isinstance(v, str) else str(v)
+
+
+def values_equal(a, b) -> bool:
+    if a is None or b is None:
+        return a is None and b is None
+    if isinstance(a, bool) or isinstance(b, bool):
+        return isinstance(a, bool) and isinstance(b, bool) and a == b
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        if isinstance(a, int) and isinstance(b, int):
+            return a == b
+        return abs(float(a) - float(b)) <= REL_TOL * max(1.0, abs(float(b)))
+    return a == b
+
+
+# =========================================================================== reading
+
+
+def parse_value(kind: str, text: str):
+    if kind == L:
+        t = text.strip()
+        if t.startswith("["):
+            v = json.loads(t)
+            if not isinstance(v, list) or not all(isinstance(x, int) and not isinstance(x, bool) for x in v):
+                raise ValueError("not a list of integers")
+            return v
+        return [int(x) for x in t.split(" ")] if t else []
+    if text == "":
+        return None
+    if kind == S:
+        return text
+    if kind == I:
+        return int(text)
+    if kind == F:
+        v = float(text)
+        if not math.isfinite(v):
+            raise ValueError("not finite")
+        return v
+    if kind == B:
+        if text not in ("true", "false"):
+            raise ValueError("not true/false")
+        return text == "true"
+    raise ValueError(kind)
+
+
+class CsvTable:
+    def __init__(self, name: str, path: str, rel: str, rows: list[dict], lines: list[int]):
+        self.name, self.path, self.rel, self.rows, self.lines = name, path, rel, rows, lines
+
+    def where(self, i: int, col: str | None = None) -> str:
+        r = self.rows[i]
+        keys = [k for k in ("campaign", "family", "task_id", "arm", "numerator", "denominator", "path", "comparison",
+                            "session", "mask", "stage", "layer", "phase", "q", "layout", "fixture") if k in r]
+        key = " ".join(f"{k}={r[k]}" for k in keys[:6])
+        return f"{self.rel}:{self.lines[i]} [{key}]" + (f" column {col}" if col else "")
+
+
+def read_csv_table(c: Checker, name: str, path: str, rel: str) -> CsvTable | None:
+    cols = COLUMNS[name]
+    try:
+        with open(path, newline="", encoding="utf-8") as f:
+            rd = csv.reader(f)
+            header = next(rd, None)
+            if header is None:
+                c.unread(rel, "empty file")
+                return None
+            missing = [k for k in cols if k not in header]
+            if missing:
+                c.unread(rel, f"missing column(s) {missing}")
+                return None
+            idx = {k: header.index(k) for k in cols}
+            rows, lines = [], []
+            for raw in rd:
+                line = rd.line_num
+                if len(raw) != len(header):
+                    c.unread(f"{rel}:{line}", f"{len(raw)} cells, header has {len(header)}")
+                    continue
+                row = {}
+                for k, kind in cols.items():
+                    try:
+                        row[k] = parse_value(kind, raw[idx[k]])
+                    except ValueError as e:
+                        c.unread(f"{rel}:{line} column {k}", f"cannot read {raw[idx[k]]!r} ({e})")
+                        row[k] = None
+                rows.append(row)
+                lines.append(line)
+    except (OSError, UnicodeDecodeError, csv.Error) as e:
+        c.unread(rel, f"cannot read ({e})")
+        return None
+    return CsvTable(name, path, rel, rows, lines)
+
+
+def sha256_file(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def canonical(obj) -> bytes:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+
+def endpoint_digest(tokens, eog, stop) -> str:
+    return hashlib.sha256(canonical({"eog": bool(eog), "n": len(tokens), "stop_reason": stop,
+                                     "tokens": [int(t) for t in tokens]})).hexdigest()
+
+
+# =========================================================================== statistics (DESIGN.md section 5)
+
+
+def mean(xs) -> float:
+    xs = list(xs)
+    return math.fsum(xs) / len(xs)
+
+
+def mean_log(ts) -> float:
+    return mean(math.log(t) for t in ts)
+
+
+def paired(num: dict, den: dict, tasks) -> tuple[float, dict, list]:
+    """(D = mean_t d(t), {t: d(t)}, regressed tasks) with d(t) = mean log num - mean log den."""
+    d = {t: mean_log(num[t]) - mean_log(den[t]) for t in sorted(tasks)}
+    return mean(d.values()), d, [t for t in d if d[t] < 0]
+
+
+def percentile(sorted_vals: list, p: float) -> float:
+    n = len(sorted_vals)
+    h = (n - 1) * p / 100.0
+    lo = math.floor(h)
+    hi = min(lo + 1, n - 1)
+    return sorted_vals[lo] + (h - lo) * (sorted_vals[hi] - sorted_vals[lo])
+
+
+def bootstrap(c: list, draws: int, seed: int, percentiles=(2.5, 97.5)) -> list:
+    rng = random.Random(seed)
+    n = len(c)
+    means = []
+    for _ in range(draws):
+        s = 0.0
+        for _j in range(n):
+            s += c[rng.randrange(n)]
+        means.append(s / n)
+    means.sort()
+    return [math.exp(percentile(means, p)) for p in percentiles]
+
+
+def decide(lo: float, hi: float, thr: float) -> str:
+    return "exceeds" if lo > thr else "below" if hi < thr else "inconclusive"
+
+
+def first_difference(a, a_eog, a_stop, b, b_eog, b_stop):
+    n = min(len(a), len(b))
+    for i in range(n):
+        if a[i] != b[i]:
+            return i
+    if len(a) != len(b) or bool(a_eog) != bool(b_eog) or a_stop != b_stop:
+        return n
+    return None
+
+
+# =========================================================================== recomputation
+
+
+def recompute_qualification(requests: list, endpoints: list) -> dict:
+    """(campaign, family, task, cap, arm) -> recomputed qualification facts."""
+    required = defaultdict(set)
+    for r in requests:
+        if r["status"] != "excluded_warmup":
+            required[(r["campaign"], r["family"], r["task_id"], r["cap"], r["arm"])].add((r["session"], r["repeat"]))
+    by_arm = defaultdict(list)
+    for e in endpoints:
+        by_arm[(e["campaign"], e["family"], e["task_id"], e["cap"], e["arm"])].append(e)
+    for v in by_arm.values():
+        v.sort(key=lambda e: (e["session"], e["repeat"]))
+    keys = set(required) | set(by_arm)
+    out = {}
+    for k in keys:
+        g = k[:4]
+        refs = by_arm.get(g + (REFERENCE_ARM,), [])
+        ref = refs[0] if refs else None
+        ref_sha = ref["endpoint_sha256"] if ref else None
+        stable = len({e["endpoint_sha256"] for e in refs}) == 1
+        eps = by_arm.get(k, [])
+        need = required.get(k, set()) | {(e["session"], e["repeat"]) for e in eps}
+        n_match = sum(1 for e in eps if ref_sha is not None and e["endpoint_sha256"] == ref_sha)
+        fd = rt = at = None
+        if ref is not None:
+            best = None
+            for e in eps:
+                if e["endpoint_sha256"] == ref_sha:
+                    continue
+                i = first_difference(ref["tokens"], ref["eog"], ref["stop_reason"], e["tokens"], e["eog"], e["stop_reason"])
+                if i is None:
+                    i = len(ref["tokens"])
+                if best is None or i < best[0]:
+                    best = (i, e)
+            if best is not None:
+                fd = best[0]
+                rt = ref["tokens"][fd] if fd < len(ref["tokens"]) else None
+                at = best[1]["tokens"][fd] if fd < len(best[1]["tokens"]) else None
+        out[k] = dict(n_required=len(need), n_requests=len(eps), n_matching=n_match,
+                      qualified=stable and len(need) > 0 and n_match == len(need), ref_endpoint_sha256=ref_sha,
+                      first_diff_index=fd, ref_token=rt, arm_token=at, ref_stable=stable)
+    return out
+
+
+def panels(qual: dict, campaign: str) -> dict:
+    """(family, cap) -> task -> arm -> qualified."""
+    out = defaultdict(lambda: defaultdict(dict))
+    for (camp, fam, task, cap, arm), q in qual.items():
+        if camp == campaign:
+            out[(fam, cap)][task][arm] = q["qualified"]
+    return out
+
+
+def all_qualified(panel: dict, arms) -> bool:
+    return all(panel[t].get(a, False) for a in arms for t in panel)
+
+
+# =========================================================================== the check
+
+
+def find_report(archive: str) -> tuple[str, str]:
+    for d in (archive, os.path.join(archive, "report")):
+        h, n = os.path.join(d, "report.html"), os.path.join(d, "numbers.json")
+        if os.path.isfile(h) and os.path.isfile(n):
+            return h, n
+    raise Unreadable(f"{archive}: no report.html with numbers.json (looked in the archive and in report/)")
+
+
+class _HTML(HTMLParser):
+    def __init__(self):
+        super().__init__(convert_charrefs=True)
+        self.nums: list[tuple[str, str, str | None, int]] = []  # id, text, data-src, line
+        self.links: list[tuple[str, str, int]] = []  # attr, value, line
+        self.scripts: list[int] = []
+        self._cur = None
+        self._buf: list[str] = []
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        line = self.getpos()[0]
+        if tag in ("script", "iframe", "object", "embed"):
+            self.scripts.append(line)
+        for k in ("href", "src", "data-src"):
+            if a.get(k) is not None:
+                self.links.append((k, a[k], line))
+        if "data-num" in a:
+            self._cur = (a["data-num"], a.get("data-src"), line, tag)
+            self._buf = []
+
+    def handle_endtag(self, tag):
+        if self._cur is not None and tag == self._cur[3]:
+            nid, src, line, _t = self._cur
+            self.nums.append((nid, "".join(self._buf).strip(), src, line))
+            self._cur = None
+
+    def handle_data(self, data):
+        if self._cur is not None:
+            self._buf.append(data)
+
+
+_NUM_RE = re.compile(r"^(-?)(\d+)(?:\.(\d*))?(?:[eE]([+-]?\d+))?$")
+
+
+def displayed_matches(text: str, value) -> bool:
+    """Whether ``text`` is ``value`` rounded to the digits shown."""
+    m = _NUM_RE.match(text)
+    if not m:
+        return False
+    shown = float(text)
+    decimals = len(m.group(3) or "")
+    exp = int(m.group(4) or 0)
+    if isinstance(value, int) and not isinstance(value, bool) and not m.group(3) and not m.group(4):
+        return int(text) == value
+    half = 0.5 * 10.0 ** (exp - decimals)
+    return abs(shown - float(value)) <= half * (1 + 1e-9) + REL_TOL * max(1.0, abs(float(value)))
+
+
+class Expected:
+    """The numbers the report must show, as recomputed here."""
+
+    def __init__(self, c: Checker):
+        self.c = c
+        self.items: dict[str, tuple] = {}  # id -> (value, source)
+
+    def add(self, parts, value, source: str):
+        nid = "|".join(str(p) for p in parts)
+        if isinstance(value, bool):
+            value = int(value)
+        self.c.recomputed += 1
+        old = self.items.get(nid)
+        if old is not None and not values_equal(old[0], value):
+            self.c.bad("check", f"number {nid} recomputed with two values {fmt(old[0])} and {fmt(value)}")
+        self.items[nid] = (value, source)
+
+
+def check(archive: str, quiet: bool = False) -> tuple[int, Checker]:
+    c = Checker(archive, quiet)
+    if not os.path.isdir(archive):
+        c.unread(archive, "not a directory")
+        return EXIT_UNREADABLE, c
+    try:
+        html_path, numbers_path = find_report(c.archive)
+    except Unreadable as e:
+        c.unread("archive", str(e))
+        return EXIT_UNREADABLE, c
+    report_dir = os.path.dirname(html_path)
+
+    def rel_from_report(p: str) -> str:
+        return os.path.relpath(p, report_dir).replace(os.sep, "/")
+
+    def arch_rel(p: str) -> str:
+        return os.path.relpath(p, c.archive).replace(os.sep, "/")
+
+    # ---- read everything
+    try:
+        with open(numbers_path, encoding="utf-8") as f:
+            numbers_doc = json.load(f)
+        if not isinstance(numbers_doc, dict) or not isinstance(numbers_doc.get("numbers"), list):
+            raise ValueError("no 'numbers' list")
+    except (OSError, ValueError, UnicodeDecodeError) as e:
+        c.unread(arch_rel(numbers_path), f"not a numbers document ({e})")
+        return EXIT_UNREADABLE, c
+    try:
+        with open(html_path, encoding="utf-8") as f:
+            html_text = f.read()
+        hp = _HTML()
+        hp.feed(html_text)
+        hp.close()
+    except (OSError, UnicodeDecodeError) as e:
+        c.unread(arch_rel(html_path), f"cannot read ({e})")
+        return EXIT_UNREADABLE, c
+
+    tables: dict[str, CsvTable] = {}
+    for name in TABLE_NAMES:
+        for d in (c.archive, os.path.join(c.archive, "tables")):
+            p = os.path.join(d, name + ".csv")
+            if os.path.isfile(p):
+                t = read_csv_table(c, name, p, arch_rel(p))
+                if t is not None:
+                    tables[name] = t
+                break
+    c.files.update(t.path for t in tables.values())
+
+    plan = None
+    plan_path = os.path.join(c.archive, "plan.json")
+    if os.path.isfile(plan_path):
+        try:
+            with open(plan_path, encoding="utf-8") as f:
+                plan = json.load(f)
+        except (OSError, ValueError, UnicodeDecodeError) as e:
+            c.unread("plan.json", f"not JSON ({e})")
+
+    def src(name: str) -> str:
+        return rel_from_report(tables[name].path)
+
+    E = Expected(c)
+    rows = {k: t.rows for k, t in tables.items()}
+    reqs = rows.get("requests", [])
+
+    # ---- endpoints: digests, one endpoint per ok request
+    if "endpoints" in tables:
+        t = tables["endpoints"]
+        for i, e in enumerate(t.rows):
+            if e["tokens"] is None:
+                continue
+            c.recomputed += 3
+            c.same(t.where(i, "endpoint_sha256"), e["endpoint_sha256"],
+                   endpoint_digest(e["tokens"], e["eog"], e["stop_reason"]))
+            c.same(t.where(i, "n"), e["n"], len(e["tokens"]))
+            c.same(t.where(i, "last_token"), e["last_token"], e["tokens"][-1] if e["tokens"] else None)
+        if "requests" in tables:
+            ep_by = {(e["campaign"], e["family"], e["task_id"], e["arm"], e["cap"], e["session"], e["repeat"]): e
+                     for e in t.rows}
+            tr = tables["requests"]
+            seen = set()
+            for i, r in enumerate(tr.rows):
+                if r["status"] != "ok":
+                    continue
+                k = (r["campaign"], r["family"], r["task_id"], r["arm"], r["cap"], r["session"], r["repeat"])
+                seen.add(k)
+                e = ep_by.get(k)
+                c.identities += 1
+                if e is None:
+                    c.bad(tr.where(i), "ok request has no row in endpoints.csv")
+                else:
+                    c.same(tr.where(i, "endpoint_sha256"), r["endpoint_sha256"], e["endpoint_sha256"],
+                           "request digest vs endpoints.csv:")
+            for i, e in enumerate(t.rows):
+                k = (e["campaign"], e["family"], e["task_id"], e["arm"], e["cap"], e["session"], e["repeat"])
+                if k not in seen:
+                    c.bad(t.where(i), "endpoint without an ok row in requests.csv")
+
+    # ---- qualification
+    qual: dict = {}
+    if "qualification" in tables:
+        tq = tables["qualification"]
+        if "endpoints" not in tables or "requests" not in tables:
+            c.bad(tq.rel, "cannot be recomputed: requests.csv and endpoints.csv are needed")
+            for q in tq.rows:  # fall back to the stated values for the aggregates
+                qual[(q["campaign"], q["family"], q["task_id"], q["cap"], q["arm"])] = dict(q)
+        else:
+            qual = recompute_qualification(reqs, rows["endpoints"])
+            stated_keys = set()
+            for i, q in enumerate(tq.rows):
+                k = (q["campaign"], q["family"], q["task_id"], q["cap"], q["arm"])
+                stated_keys.add(k)
+                rq = qual.get(k)
+                if rq is None:
+                    c.bad(tq.where(i), "no requests or endpoints for this row")
+                    continue
+                for col in ("n_required", "n_requests", "n_matching", "qualified", "ref_endpoint_sha256",
+                            "first_diff_index", "ref_token", "arm_token", "ref_stable"):
+                    c.recomputed += 1
+                    c.same(tq.where(i, col), q[col], rq[col])
+                rq["ref_margin"] = q["ref_margin"]
+                rq["reason"] = q["reason"]
+                c.identities += 1
+                if (q["reason"] is None) != bool(q["qualified"]):
+                    c.bad(tq.where(i, "reason"), "a reason must be given exactly when not qualified")
+            for k in sorted(set(qual) - stated_keys):
+                c.bad(tq.rel, f"no row for campaign={k[0]} family={k[1]} task={k[2]} cap={k[3]} arm={k[4]}")
+                qual.pop(k)
+        # Table 3 counts and failed qualifications
+        s_q = src("qualification")
+        acc = {}
+        for (camp, fam, task, cap, arm), q in qual.items():
+            a = acc.setdefault((camp, fam, arm), [0, 0, 0, 0])
+            a[0] += q["n_matching"]
+            a[1] += q["n_required"]
+            a[2] += 1
+            a[3] += 1 if q["qualified"] else 0
+            if not q["qualified"]:
+                base = ("qfail", camp, fam, task, arm, cap)
+                for col in ("first_diff_index", "ref_token", "arm_token", "ref_margin"):
+                    if q.get(col) is not None:
+                        E.add(base + (col,), q[col], s_q)
+        for (camp, fam, arm), (m, r, n, ok) in acc.items():
+            E.add(("qual", camp, fam, arm, "matching"), m, s_q)
+            E.add(("qual", camp, fam, arm, "required"), r, s_q)
+            E.add(("qual", camp, fam, arm, "tasks_failed"), n - ok, s_q)
+            c.identities += 1
+            if m > r:
+                c.bad(s_q, f"{camp} {fam} {arm}: more matching endpoints ({m}) than required ({r})")
+
+    # ---- ratios
+    facts = {}
+    for r in reqs:
+        facts.setdefault((r["campaign"], r["family"], r["arm"]), (r["mode"], r["layout"]))
+    if "ratios" in tables:
+        tr = tables["ratios"]
+        s_r = src("ratios")
+        times = defaultdict(list)
+        for r in reqs:
+            if r["status"] == "ok" and r["t_ns"] is not None:
+                times[(r["campaign"], r["family"], r["cap"], r["arm"], r["task_id"])].append(float(r["t_ns"]))
+        pcache = {}
+        recomputed_ratio = {}
+        for i, row in enumerate(tr.rows):
+            camp, fam, cap, a, b = row["campaign"], row["family"], row["cap"], row["numerator"], row["denominator"]
+            if camp not in pcache:
+                pcache[camp] = panels(qual, camp)
+            panel = pcache[camp].get((fam, cap))
+            if panel is None:
+                c.bad(tr.where(i), "no qualification rows for this campaign, family and cap")
+                continue
+            tasks = sorted(panel)
+            ma, mb = facts.get((camp, fam, a)), facts.get((camp, fam, b))
+            if ma is None or mb is None:
+                c.bad(tr.where(i), "arm without requests rows")
+                continue
+            path = ma[0] if ma[0] == mb[0] else "mixed"
+            c.same(tr.where(i, "path"), row["path"], path)
+            c.same(tr.where(i, "n_tasks"), row["n_tasks"], len(tasks))
+            base = ("ratio", camp, fam, cap, a, b)
+            E.add(base + ("n_tasks",), len(tasks), s_r)
+            q_ok = all_qualified(panel, (a, b))
+            c.same(tr.where(i, "qualified"), row["qualified"], q_ok)
+            if not q_ok:
+                for col in ("ratio", "n_regressions", "regressed_tasks"):
+                    c.same(tr.where(i, col), row[col], None, "unqualified comparison must have no value:")
+                continue
+            num = {t: times.get((camp, fam, cap, a, t), []) for t in tasks}
+            den = {t: times.get((camp, fam, cap, b, t), []) for t in tasks}
+            missing = [t for t in tasks if not num[t] or not den[t]]
+            if missing:
+                c.bad(tr.where(i), f"qualified but no times for task(s) {missing}")
+                continue
+            D, _d, reg = paired(num, den, tasks)
+            ratio = math.exp(D)
+            recomputed_ratio[(camp, fam, cap, a, b)] = (ratio, len(tasks))
+            c.recomputed += 3
+            c.same(tr.where(i, "ratio"), row["ratio"], ratio)
+            c.same(tr.where(i, "n_regressions"), row["n_regressions"], len(reg))
+            c.same(tr.where(i, "regressed_tasks"), row["regressed_tasks"] or "", " ".join(reg))
+            E.add(base + ("ratio",), ratio, s_r)
+            E.add(base + ("n_regressions",), len(reg), s_r)
+        # identity: ratio(A/C) = ratio(A/B) * ratio(B/C) on a common panel (stated values)
+        stated = {(r["campaign"], r["family"], r["cap"], r["numerator"], r["denominator"]): r for r in tr.rows
+                  if r["qualified"] and r["ratio"] is not None}
+        by_group = defaultdict(dict)
+        for (camp, fam, cap, a, b), r in stated.items():
+            by_group[(camp, fam, cap)][(a, b)] = r["ratio"]
+            by_group[(camp, fam, cap)][(b, a)] = 1.0 / r["ratio"]
+        for g, pairs in sorted(by_group.items()):
+            arms = sorted({a for a, _b in pairs})
+            for a in arms:
+                for b in arms:
+                    for cc in arms:
+                        if len({a, b, cc}) < 3 or not ((a, b) in pairs and (b, cc) in pairs and (a, cc) in pairs):
+                            continue
+                        if not (a < cc):
+                            continue
+                        c.identities += 1
+                        lhs, rhs = pairs[(a, cc)], pairs[(a, b)] * pairs[(b, cc)]
+                        if abs(lhs - rhs) > 1e-9 * max(1.0, abs(lhs)):
+                            c.bad(tr.rel, f"{g[0]} {g[1]}: ratio {a}/{cc} = {lhs!r} but {a}/{b} x {b}/{cc} = {rhs!r}")
+
+    # ---- replication: contrasts and estimates
+    boot = {}
+    if isinstance(plan, dict):
+        b = plan.get("bootstrap")
+        for k in ("seed", "draws", "threshold"):
+            if isinstance(b, dict) and k in b:
+                boot[k] = b[k]
+            elif f"bootstrap_{k}" in plan:
+                boot[k] = plan[f"bootstrap_{k}"]
+    if "estimates" in tables:
+        te = tables["estimates"]
+        s_e = src("estimates")
+        s_c = src("contrasts") if "contrasts" in tables else None
+        stated_c = {}
+        if "contrasts" in tables:
+            for i, r in enumerate(tables["contrasts"].rows):
+                stated_c[(r["family"], r["path"], r["comparison"], r["session"])] = i
+        seen_c = set()
+        times_s = defaultdict(list)
+        for r in reqs:
+            if r["campaign"] == "replication" and r["status"] == "ok" and r["t_ns"] is not None:
+                times_s[(r["family"], r["arm"], r["task_id"], r["session"])].append(float(r["t_ns"]))
+        rpanels = panels(qual, "replication")
+        for i, row in enumerate(te.rows):
+            fam, path, comp = row["family"], row["path"], row["comparison"]
+            seed = boot.get("seed", row["seed"])
+            draws = boot.get("draws", row["draws"])
+            thr = boot.get("threshold", row["threshold"])
+            if "seed" in boot:
+                c.same(te.where(i, "seed"), row["seed"], int(seed), "seed vs plan.json:")
+            if "draws" in boot:
+                c.same(te.where(i, "draws"), row["draws"], int(draws), "draws vs plan.json:")
+            if "threshold" in boot:
+                c.same(te.where(i, "threshold"), row["threshold"], float(thr), "threshold vs plan.json:")
+            base = ("est", fam, path, comp)
+            E.add(base + ("draws",), int(draws), s_e)
+            E.add(base + ("seed",), int(seed), s_e)
+            E.add(base + ("threshold",), float(thr), s_e)
+            try:
+                x, y = (p.lower() for p in comp.split("/"))
+            except ValueError:
+                c.bad(te.where(i, "comparison"), f"cannot read comparison {comp!r}")
+                continue
+            arms = {}
+            for lay in (x, y):
+                found = sorted(a for (cp, f, a), (m, l) in facts.items()
+                               if cp == "replication" and f == fam and m == path and l == lay)
+                arms[lay] = found[0] if len(found) == 1 else None
+            a, b = arms[x], arms[y]
+            panel = next((p for (f, _cap), p in rpanels.items() if f == fam), None)
+            if a is None or b is None or panel is None:
+                c.bad(te.where(i), "arms or qualification rows of this comparison not found")
+                continue
+            tasks = sorted(panel)
+            E.add(base + ("n_tasks",), len(tasks), s_e)
+            c.same(te.where(i, "n_tasks"), row["n_tasks"], len(tasks))
+            if not all_qualified(panel, (a, b)):
+                c.same(te.where(i, "decision"), row["decision"], "unqualified")
+                c.same(te.where(i, "estimate"), row["estimate"], None, "unqualified comparison must have no value:")
+                E.add(base + ("n_sessions",), 0, s_e)
+                continue
+            sessions = sorted({s for (f, arm, _t, s) in times_s if f == fam and arm in (a, b)})
+            cs, per_task = [], defaultdict(list)
+            for s in sessions:
+                common = [t for t in tasks if times_s.get((fam, a, t, s)) and times_s.get((fam, b, t, s))]
+                if not common:
+                    continue
+                D, d, _reg = paired({t: times_s[(fam, a, t, s)] for t in common},
+                                    {t: times_s[(fam, b, t, s)] for t in common}, common)
+                cs.append(D)
+                for t, v in d.items():
+                    per_task[t].append(v)
+                key = (fam, path, comp, s)
+                seen_c.add(key)
+                cbase = ("contrast", fam, path, comp, s)
+                if s_c is not None:
+                    E.add(cbase + ("c_s",), D, s_c)
+                    E.add(cbase + ("n_tasks",), len(common), s_c)
+                if key not in stated_c:
+                    c.bad(tables["contrasts"].rel if "contrasts" in tables else "contrasts.csv",
+                          f"missing contrast for {fam} {path} {comp} session {s}")
+                else:
+                    tc = tables["contrasts"]
+                    j = stated_c[key]
+                    c.same(tc.where(j, "c_s"), tc.rows[j]["c_s"], D)
+                    c.same(tc.where(j, "n_tasks"), tc.rows[j]["n_tasks"], len(common))
+            E.add(base + ("n_sessions",), len(cs), s_e)
+            c.same(te.where(i, "n_sessions"), row["n_sessions"], len(cs))
+            if not cs:
+                c.same(te.where(i, "decision"), row["decision"], "unqualified")
+                continue
+            est = math.exp(mean(cs))
+            lo, hi = bootstrap(cs, int(draws), int(seed))
+            dec = decide(lo, hi, float(thr))
+            reg = [t for t in sorted(per_task) if mean(per_task[t]) < 0]
+            c.recomputed += 5
+            c.same(te.where(i, "estimate"), row["estimate"], est)
+            c.same(te.where(i, "lo"), row["lo"], lo)
+            c.same(te.where(i, "hi"), row["hi"], hi)
+            c.same(te.where(i, "decision"), row["decision"], dec)
+            c.same(te.where(i, "n_regressions"), row["n_regressions"], len(reg))
+            c.same(te.where(i, "regressed_tasks"), row["regressed_tasks"] or "", " ".join(reg))
+            for k, v in (("estimate", est), ("lo", lo), ("hi", hi), ("n_regressions", len(reg))):
+                E.add(base + (k,), v, s_e)
+        if "contrasts" in tables:
+            for key, j in stated_c.items():
+                if key not in seen_c:
+                    c.bad(tables["contrasts"].where(j), "contrast row that no qualified comparison produces")
+
+    # ---- sessions
+    if "sessions" in tables:
+        ts = tables["sessions"]
+        s_s = src("sessions")
+
+        def tparse(s):
+            return datetime.datetime.fromisoformat(s.replace("Z", "+00:00"))
+
+        groups = defaultdict(list)
+        for i, r in enumerate(ts.rows):
+            groups[(r["campaign"], r["family"])].append(i)
+        cnt = defaultdict(int)
+        wrk = defaultdict(set)
+        for r in reqs:
+            cnt[(r["campaign"], r["family"], r["session"])] += 1
+            wrk[(r["campaign"], r["family"], r["session"])].add(r["worker"])
+        for g, idx in groups.items():
+            try:
+                idx.sort(key=lambda i: (tparse(ts.rows[i]["started_utc"]), ts.rows[i]["session"]))
+            except (ValueError, AttributeError) as e:
+                c.unread(ts.rel, f"bad timestamp ({e})")
+                continue
+            prev = None
+            for i in idx:
+                r = ts.rows[i]
+                gap = None if prev is None else (tparse(r["started_utc"]) - tparse(ts.rows[prev]["ended_utc"])).total_seconds()
+                base = ("session", r["campaign"], r["family"], r["session"])
+                c.same(ts.where(i, "gap_before_s"), r["gap_before_s"], gap)
+                if gap is not None:
+                    E.add(base + ("gap_before_s",), gap, s_s)
+                k = (r["campaign"], r["family"], r["session"])
+                if reqs:
+                    c.same(ts.where(i, "n_requests"), r["n_requests"], cnt.get(k, 0))
+                    c.same(ts.where(i, "n_workers"), r["n_workers"], len(wrk.get(k, ())))
+                E.add(base + ("n_requests",), cnt.get(k, 0) if reqs else r["n_requests"], s_s)
+                E.add(base + ("n_workers",), len(wrk.get(k, ())) if reqs else r["n_workers"], s_s)
+                prev = i
+
+    # ---- phase masks
+    if "phase_masks" in tables:
+        tm = tables["phase_masks"]
+        s_m = src("phase_masks")
+        ref, ptasks = {}, defaultdict(set)
+        for (camp, fam, task, cap, arm), q in qual.items():
+            if camp == "phase_mask":
+                ptasks[fam].add(task)
+                ref[(fam, task)] = q["ref_endpoint_sha256"] if q["ref_stable"] else None
+        matches, reps, masks = defaultdict(int), defaultdict(set), defaultdict(set)
+        for r in reqs:
+            if r["campaign"] != "phase_mask" or r["arm"] == REFERENCE_ARM or r["status"] == "excluded_warmup":
+                continue
+            fam, m = r["family"], r["mask"]
+            masks[fam].add(m)
+            reps[(fam, m, r["task_id"])].add((r["session"], r["repeat"]))
+            if r["status"] == "ok" and ref.get((fam, r["task_id"])) is not None \
+                    and r["endpoint_sha256"] == ref[(fam, r["task_id"])]:
+                matches[(fam, m)] += 1
+        exp_rows = {}
+        for fam in masks:
+            nt = len(ptasks.get(fam, ()))
+            passes = {}
+            for m in masks[fam]:
+                rp = max((len(v) for (f, mm, _t), v in reps.items() if f == fam and mm == m), default=0)
+                passes[m] = nt * rp > 0 and matches[(fam, m)] == nt * rp
+                exp_rows[(fam, m)] = dict(matches=matches[(fam, m)], n_tasks=nt, repeats=rp, passes=passes[m])
+            for m in masks[fam]:
+                exp_rows[(fam, m)]["minimal"] = passes[m] and not any(
+                    passes[s] for s in passes if s != m and (s & m) == s)
+        seen = set()
+        for i, r in enumerate(tm.rows):
+            k = (r["family"], r["mask"])
+            seen.add(k)
+            e = exp_rows.get(k)
+            if e is None:
+                c.bad(tm.where(i), "no phase-mask requests for this family and mask")
+                continue
+            for col in ("matches", "n_tasks", "repeats", "passes", "minimal"):
+                c.recomputed += 1
+                c.same(tm.where(i, col), r[col], e[col])
+            base = ("mask", r["family"], r["mask"])
+            E.add(base + ("mask",), r["mask"], s_m)
+            E.add(base + ("matches",), e["matches"], s_m)
+            E.add(base + ("required",), e["n_tasks"] * e["repeats"], s_m)
+        for k in sorted(set(exp_rows) - seen):
+            c.bad(tm.rel, f"no row for family={k[0]} mask={k[1]}")
+
+    # ---- replay summary
+    if "replay" in tables:
+        s_p = src("replay")
+        g = defaultdict(list)
+        for r in rows["replay"]:
+            g[(r["family"], r["stage"])].append(r)
+        for (fam, stage), rs in g.items():
+            base = ("replay", fam, stage)
+            E.add(base + ("contexts",), len(rs), s_p)
+            E.add(base + ("pq_eq_qb",), sum(1 for r in rs if r["pq_eq_qb"]), s_p)
+            E.add(base + ("mq_eq_pq",), sum(1 for r in rs if r["mq_eq_pq"]), s_p)
+            E.add(base + ("control_ok",), sum(1 for r in rs if r["control_ok"]), s_p)
+            E.add(base + ("max_abs_mq",), max(r["max_abs_mq"] for r in rs), s_p)
+            E.add(base + ("max_ulp_mq",), max(r["max_ulp_mq"] for r in rs), s_p)
+            E.add(base + ("max_visible_keys",), max(r["visible_keys"] for r in rs), s_p)
+            for i, r in enumerate(rs):
+                c.identities += 1
+                if r["mq_eq_pq"] and (r["max_abs_mq"] != 0 or r["max_ulp_mq"] != 0 or r["first_diff"] is not None):
+                    c.bad(tables["replay"].rel, f"{fam} {stage} layer {r['layer']} {r['phase']} q={r['q']}: "
+                                                "MQ = PQ but a difference is recorded")
+
+    # ---- audit summary
+    if "audit" in tables:
+        s_a = src("audit")
+        g = defaultdict(list)
+        for r in rows["audit"]:
+            g[(r["layout"], r["stage"])].append(r)
+        for (lay, stage), rs in g.items():
+            clean = [r for r in rs if r["fault"] is None]
+            faulty = [r for r in rs if r["fault"] is not None]
+            base = ("audit", lay, stage)
+            E.add(base + ("fixtures",), len(clean), s_a)
+            E.add(base + ("oracle_ok",), sum(1 for r in clean if r["oracle_ok"]), s_a)
+            E.add(base + ("faults",), len(faulty), s_a)
+            E.add(base + ("detected",), sum(1 for r in faulty if r["detected"]), s_a)
+            E.add(base + ("max_abs_err",), max((r["max_abs_err"] for r in clean), default=0.0), s_a)
+            E.add(base + ("max_rel_err",), max((r["max_rel_err"] for r in clean), default=0.0), s_a)
+
+    # ---- acceptance and status counts (requests.csv)
+    if "requests" in tables:
+        s_q = src("requests")
+        acc = {}
+        for r in reqs:
+            if r["status"] != "ok" or r["mode"] != "spec" or r["draft"] is None or r["proposals"] is None:
+                continue
+            a = acc.setdefault((r["family"], r["draft"]), [0, 0, 0])
+            a[0] += r["proposals"]
+            a[1] += r["accepted"] or 0
+            a[2] += 1
+        for (fam, draft), (p, k, n) in acc.items():
+            base = ("accept", fam, draft)
+            E.add(base + ("proposals",), p, s_q)
+            E.add(base + ("accepted",), k, s_q)
+            E.add(base + ("requests",), n, s_q)
+            if p:
+                E.add(base + ("acceptance",), k / p, s_q)
+        st, rs_ = defaultdict(int), defaultdict(int)
+        for r in reqs:
+            st[(r["campaign"], r["status"])] += 1
+            if r["reason"]:
+                rs_[(r["campaign"], r["status"], r["reason"])] += 1
+        for (camp, status), n in st.items():
+            E.add(("status", camp, status, "count"), n, s_q)
+        for (camp, status, reason), n in rs_.items():
+            E.add(("reason", camp, status, reason, "count"), n, s_q)
+        c.identities += 1
+        if sum(st.values()) != len(reqs):
+            c.bad(tables["requests"].rel, "status counts do not add up to the rows")
+        for i, r in enumerate(reqs):
+            if r["status"] == "ok" and r["t_ns"] is None:
+                c.bad(tables["requests"].where(i, "t_ns"), "ok request without a time")
+            if r["status"] != "ok" and not r["reason"]:
+                c.bad(tables["requests"].where(i, "reason"), f"{r['status']} row without a reason")
+
+    # ---- ledger
+    lp = os.path.join(c.archive, "ledger.jsonl")
+    if os.path.isfile(lp):
+        s_l = rel_from_report(lp)
+        n, kinds = 0, defaultdict(int)
+        with open(lp, "rb") as f:
+            for raw in f:
+                n += 1
+                try:
+                    rec = json.loads(raw)
+                except ValueError:
+                    continue
+                kind = "(none)"
+                if isinstance(rec, dict):
+                    for k in LEDGER_KIND_KEYS:
+                        if isinstance(rec.get(k), str):
+                            kind = rec[k]
+                            break
+                kinds[kind] += 1
+        E.add(("ledger", "records"), n, s_l)
+        for k, v in kinds.items():
+            E.add(("ledger", "kind", k, "count"), v, s_l)
+
+    # ---- numbers.json versus the recomputation
+    stated = {}
+    for j, n in enumerate(numbers_doc["numbers"]):
+        where = f"numbers.json: numbers[{j}]"
+        if not isinstance(n, dict) or not isinstance(n.get("id"), str):
+            c.unread(where, "entry without an id")
+            continue
+        nid = n["id"]
+        where = f"numbers.json: {nid}"
+        if nid in stated:
+            c.bad(where, "id listed twice")
+        stated[nid] = n
+        exp = E.items.get(nid)
+        if exp is None:
+            c.bad(where, "number not recomputable from the archive (no such row or qualification failed)")
+            continue
+        val = n.get("value")
+        if isinstance(val, bool) or not isinstance(val, (int, float)):
+            c.bad(where, f"value {val!r} is not a number")
+            continue
+        c.same(where, val, exp[0], "value")
+        if n.get("source") != exp[1]:
+            c.bad(where, f"source {n.get('source')!r}, expected {exp[1]!r}")
+        if isinstance(n.get("text"), str) and not displayed_matches(n["text"], exp[0]):
+            c.bad(where, f"text {n['text']!r} does not show {fmt(exp[0])}")
+    for nid in sorted(set(E.items) - set(stated)):
+        c.bad(f"numbers.json: {nid}", f"recomputed number {fmt(E.items[nid][0])} is missing from numbers.json")
+    for n in stated.values():
+        s = n.get("source")
+        if isinstance(s, str):
+            p = os.path.normpath(os.path.join(os.path.dirname(numbers_path), s))
+            if not _inside(p, c.archive) or not os.path.isfile(p):
+                c.bad(f"numbers.json: {n['id']}", f"source {s!r} is not a file of the archive")
+
+    # ---- report.html versus the recomputation
+    shown = set()
+    for nid, text, dsrc, line in hp.nums:
+        where = f"{arch_rel(html_path)}:{line} data-num={nid!r}"
+        shown.add(nid)
+        exp = E.items.get(nid)
+        if exp is None:
+            c.bad(where, f"shows {text!r} but the number is not recomputable from the archive")
+            continue
+        c.compared += 1
+        if displayed_matches(text, exp[0]):
+            c.matched += 1
+        else:
+            c.bad(where, f"shows {text!r}, recomputed {fmt(exp[0])}")
+        if dsrc != exp[1]:
+            c.bad(where, f"data-src {dsrc!r}, expected {exp[1]!r}")
+    for nid in sorted(set(stated) - shown):
+        c.bad(f"{arch_rel(html_path)}", f"number {nid} of numbers.json is not shown")
+    for line in hp.scripts:
+        c.bad(f"{arch_rel(html_path)}:{line}", "active content (script/iframe/object/embed) in the report")
+    for attr, val, line in hp.links:
+        where = f"{arch_rel(html_path)}:{line} {attr}={val!r}"
+        if val.startswith("#") or val.startswith("data:"):
+            continue
+        if re.match(r"^[a-zA-Z][a-zA-Z0-9+.-]*:", val) or val.startswith("//"):
+            c.bad(where, "external link in a self-contained report")
+            continue
+        p = os.path.normpath(os.path.join(report_dir, val.split("#", 1)[0]))
+        c.files.add(p)
+        if not _inside(p, c.archive):
+            c.bad(where, "link leaves the archive")
+        elif not os.path.isfile(p):
+            c.bad(where, "linked file is missing")
+
+    # ---- provenance digests shown in numbers.json
+    prov = numbers_doc.get("provenance") if isinstance(numbers_doc.get("provenance"), dict) else {}
+    for key, fname in (("manifest_sha256", "manifest.json"), ("plan_sha256", "plan.json"), ("ledger_sha256", "ledger.jsonl")):
+        p = os.path.join(c.archive, fname)
+        if prov.get(key) is not None:
+            if not os.path.isfile(p):
+                c.bad(f"numbers.json: provenance.{key}", f"{fname} is missing from the archive")
+            else:
+                c.same(f"numbers.json: provenance.{key}", prov[key], sha256_file(p), f"{fname} digest")
+                if prov[key] not in html_text:
+                    c.bad(arch_rel(html_path), f"provenance digest of {fname} is not shown")
+        elif os.path.isfile(p):
+            c.bad(f"numbers.json: provenance.{key}", f"{fname} is present but the report shows no digest for it")
+
+    # ---- seal subjects
+    sp = os.path.join(c.archive, "SEAL.dsse.json")
+    if os.path.isfile(sp):
+        check_seal(c, sp)
+    return (EXIT_UNREADABLE if c.unreadable else EXIT_MISMATCH if c.problems else EXIT_OK), c
+
+
+def _inside(path: str, root: str) -> bool:
+    rp, rr = os.path.realpath(path), os.path.realpath(root)
+    return rp == rr or rp.startswith(rr + os.sep)
+
+
+def check_seal(c: Checker, sp: str) -> None:
+    try:
+        with open(sp, encoding="utf-8") as f:
+            env = json.load(f)
+        statement = json.loads(base64.b64decode(env["payload"], validate=True))
+        subjects = statement["subject"]
+        if not isinstance(subjects, list):
+            raise ValueError("subject is not a list")
+    except (OSError, ValueError, KeyError, TypeError, UnicodeDecodeError) as e:
+        c.unread("SEAL.dsse.json", f"not a DSSE envelope over a statement ({e})")
+        return
+    listed = set()
+    for j, s in enumerate(subjects):
+        try:
+            name = s["name"]
+            digest = s["digest"]["sha256"]
+        except (KeyError, TypeError):
+            c.unread(f"SEAL.dsse.json: subject[{j}]", "no name or sha256")
+            continue
+        size = s.get("size", (s.get("annotations") or {}).get("size") if isinstance(s.get("annotations"), dict) else None)
+        listed.add(name)
+        where = f"SEAL.dsse.json: subject {name!r}"
+        p = os.path.normpath(os.path.join(c.archive, name))
+        if not _inside(p, c.archive):
+            c.bad(where, "names a path outside the archive")
+            continue
+        if not os.path.isfile(p):
+            c.bad(where, "file is missing")
+            continue
+        c.files.add(p)
+        c.compared += 1
+        got = sha256_file(p)
+        if got != digest:
+            c.bad(where, f"sha256 {got[:16]}... != sealed {str(digest)[:16]}... (file changed after sealing)")
+        else:
+            c.matched += 1
+        if size is not None and os.path.getsize(p) != size:
+            c.bad(where, f"size {os.path.getsize(p)} != sealed {size}")
+    for dirpath, _dirs, files in os.walk(c.archive):
+        for fn in files:
+            rel = os.path.relpath(os.path.join(dirpath, fn), c.archive).replace(os.sep, "/")
+            if rel != "SEAL.dsse.json" and rel not in listed:
+                c.bad(f"SEAL.dsse.json", f"{rel} is in the archive but not covered by the seal")
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    quiet = "--quiet" in argv
+    args = [a for a in argv if a != "--quiet"]
+    if len(args) != 1 or args[0] in ("-h", "--help"):
+        print(__doc__.strip().splitlines()[2].strip(), file=sys.stderr)
+        return EXIT_UNREADABLE if not (args and args[0] in ("-h", "--help")) else EXIT_OK
+    archive = args[0]
+    code, c = check(archive, quiet)
+    for p in c.unreadable:
+        print(f"UNREADABLE {p}")
+    for p in c.problems:
+        print(f"MISMATCH {p}")
+    print(f"check: {c.recomputed} numbers recomputed; {c.matched} of {c.compared} comparisons matched; "
+          f"{c.identities} identities; {len(c.files)} files checked; {len(c.problems)} mismatches; "
+          f"{len(c.unreadable)} unreadable")
+    print(("OK: " if code == EXIT_OK else "FAIL: ") + archive)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
