@@ -23,6 +23,8 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "decode": ("refspec.decode", "greedy target-only decoding of a panel with one arm"),
     "main": ("refspec.mainjob", "run the main job (Snakemake) on the embedded default"),
     "test": ("refspec.mainjob", "prepare the native build and models, then run the tests"),
+    "audit": ("refspec.audit", "representation audit: address/FP64 oracles and injected faults"),
+    "admission": ("refspec.admission", "backend admission of the lifted attention shapes"),
     "manifest": ("refspec.manifest", "write the source manifest, or freeze-check against a stored one"),
     "keygen": ("refspec.keys", "write an Ed25519 key pair for sealing (outside the repository)"),
     "seal": ("refspec.seal", "seal a results folder into a signed, closed-world archive"),
