@@ -80,13 +80,74 @@ def test_csv_copy_round_trips_with_the_standard_library(seal_env):
     with open(seal_env["clean"] / "tables" / "qualification.csv", newline="", encoding="utf-8") as f:
         rows = list(csv.reader(f))
     assert rows[0] == ["family", "task", "arm", "qualified", "tokens", "latency_s"]
-    assert rows[1] == ["smollm2-135m", "HumanEval/0", "R", "true", "[1,2,3]", "0.1"]
+    assert rows[1] == ["smollm2-135m", "HumanEval/0", "R", "true", "1 2 3", "0.1"]
     assert rows[2][3] == "false" and float(rows[2][5]) == 1 / 3
-    assert rows[3][3] == "" and rows[3][4] == "[]" and math.isnan(float(rows[3][5]))
+    assert rows[3][3] == "" and rows[3][4] == "" and math.isnan(float(rows[3][5]))
     with open(seal_env["clean"] / "tables" / "timings.csv", newline="") as f:
         rows = list(csv.DictReader(f))
     assert [float(r["t"]) for r in rows] == [1.5e-3, 2.25e-3, 1e20, -0.0]
     assert math.copysign(1, float(rows[3]["t"])) == -1
+
+
+def _endpoint_rows():
+    from refspec.tables import endpoint_sha256
+
+    rows = []
+    for i, (toks, eog) in enumerate((([5, 17, 2], True), ([5, 17, 9, 11], False), ([], True))):
+        stop = "eog" if eog else "cap"
+        rows.append(
+            {
+                "campaign": "confirmation",
+                "family": "smollm2-135m",
+                "task_id": f"HumanEval/{i}",
+                "arm": "R",
+                "cap": 4,
+                "session": "s0",
+                "repeat": 1,
+                "endpoint_sha256": endpoint_sha256(toks, eog, stop),
+                "tokens": toks,
+                "n": len(toks),
+                "eog": eog,
+                "last_token": toks[-1] if toks else None,
+                "stop_reason": stop,
+            }
+        )
+    return rows
+
+
+def test_project_tables_keep_their_csv_copy(tmp_path, seal_env):
+    """Tables written by refspec.tables (Parquet + CSV) are carried, checked and stamped."""
+    from refspec import tables
+
+    res = make_results(tmp_path / "r")
+    paths = tables.write_table(_endpoint_rows(), "endpoints", res / "tables")
+    csv_bytes = paths["csv"].read_bytes()
+    r = seal(res, tmp_path / "out", key=seal_env["a"].private_path)
+    assert (tmp_path / "out" / "tables" / "endpoints.csv").read_bytes() == csv_bytes
+    entry = next(t for t in r.tables if t["path"] == "tables/endpoints.parquet")
+    assert entry["csv_origin"] == "results" and entry["csv_checked"]
+    md = pq.read_metadata(tmp_path / "out" / "tables" / "endpoints.parquet").metadata
+    assert md[b"refspec.table"] == b"endpoints"  # the table's own metadata is kept
+    assert md[ARCHIVE_ID_KEY] == r.archive_id.encode()
+    assert tables.read_records("endpoints", tmp_path / "out") == tables.read_records("endpoints", res)
+    # Without the CSV copy, sealing writes the identical one.
+    paths["csv"].unlink()
+    seal(res, tmp_path / "out2", key=seal_env["a"].private_path)
+    assert (tmp_path / "out2" / "tables" / "endpoints.csv").read_bytes() == csv_bytes
+
+
+def test_a_csv_copy_that_disagrees_with_its_table_is_refused(tmp_path, seal_env):
+    from refspec import tables
+
+    res = make_results(tmp_path / "r")
+    paths = tables.write_table(_endpoint_rows(), "endpoints", res / "tables")
+    paths["csv"].write_bytes(paths["csv"].read_bytes().replace(b"5 17 2", b"5 17 3"))
+    with pytest.raises(IntegrityError, match="endpoints.csv: the CSV copy does not match"):
+        seal(res, tmp_path / "out", key=seal_env["a"].private_path)
+    assert not (tmp_path / "out").exists()
+    r = seal(res, tmp_path / "out", key=seal_env["a"].private_path, check_csv=False)
+    entry = next(t for t in r.tables if t["path"] == "tables/endpoints.parquet")
+    assert entry["csv_checked"] is False
 
 
 def test_csv_selection(tmp_path, seal_env):

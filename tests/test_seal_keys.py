@@ -146,3 +146,9 @@ def test_keygen_cli_prints_no_secret(tmp_path, monkeypatch, capsys):
     assert main(["keygen"]) == 2  # exists, no --force
     capsys.readouterr()
     assert main(["keygen", "--dir", str(tmp_path / "r" / "k"), "--results", str(tmp_path / "r")]) == 2
+
+
+def test_public_fingerprint_for_reports(tmp_path, monkeypatch):
+    monkeypatch.setenv("REFSPEC_KEY_DIR", str(tmp_path))
+    kp = keys.generate()
+    assert keys.public_fingerprint() == kp.fingerprint == keys.public_fingerprint(kp.public_path)

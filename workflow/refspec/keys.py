@@ -77,6 +77,14 @@ def fingerprint(public_key: Ed25519PublicKey) -> str:
     return "SHA256:" + sha256_bytes(raw_public_bytes(public_key))
 
 
+def public_fingerprint(path: str | Path | None = None) -> str:
+    """The fingerprint of a public key file (default: the key directory's public key).
+
+    Reports print this so that a reader knows which key must verify the archive.
+    """
+    return fingerprint(load_public_key(path if path is not None else default_public_key()))
+
+
 def forbidden_roots(extra: Iterable[str | Path] = ()) -> list[Path]:
     """Folders a private key must never be written to or loaded from."""
     roots = [REPO_ROOT]
@@ -280,6 +288,7 @@ __all__ = [
     "load_private_key",
     "load_public_key",
     "private_key_needles",
+    "public_fingerprint",
     "public_key_pem",
     "raw_public_bytes",
 ]

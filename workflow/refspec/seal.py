@@ -65,7 +65,6 @@ PREDICATE_TYPE = "https://refspec.dev/seal/v1"
 SEAL_FORMAT = 1
 ARCHIVE_ID_KEY = b"refspec.archive_id"
 CAMPAIGN_KEY = b"refspec.campaign"
-TABLE_KEY = b"refspec.table"
 MANIFEST_NAME = "manifest.json"
 PLAN_NAME = "plan.json"
 LEDGER_NAME = "ledger.jsonl"
@@ -203,7 +202,14 @@ def default_workers() -> int:
 # --------------------------------------------------------------------------- tables
 
 
-def _csv_cell(v: Any) -> str:
+def csv_cell(v: Any) -> str:
+    """CSV text of one value, following the table CSV contract of :mod:`refspec.tables`.
+
+    null = empty cell; bool = ``true``/``false``; integers in decimal; floats as
+    Python's ``repr`` (shortest round-trip text; ``nan``, ``inf``, ``-inf``);
+    a list of integers = the integers separated by single spaces; other lists
+    and structs = canonical JSON; bytes = hex; dates and times = ISO 8601.
+    """
     if v is None:
         return ""
     if isinstance(v, bool):
@@ -216,6 +222,8 @@ def _csv_cell(v: Any) -> str:
         return repr(v)
     if isinstance(v, (int, str, decimal.Decimal)):
         return str(v)
+    if isinstance(v, list) and all(isinstance(x, int) and not isinstance(x, bool) for x in v):
+        return " ".join(str(x) for x in v)
     if isinstance(v, bytes):
         return v.hex()
     if isinstance(v, (_dt.datetime, _dt.date, _dt.time)):
@@ -225,33 +233,54 @@ def _csv_cell(v: Any) -> str:
     return json.dumps(v, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str)
 
 
-def _stamp_metadata(md: dict[bytes, bytes] | None, archive_id: str, campaign: str, table: str) -> dict[bytes, bytes]:
+class _HashSink:
+    """A text sink that only hashes what is written (UTF-8)."""
+
+    def __init__(self) -> None:
+        self.h = hashlib.sha256()
+
+    def write(self, text: str) -> int:
+        self.h.update(text.encode("utf-8"))
+        return len(text)
+
+
+def _stamp_metadata(md: dict[bytes, bytes] | None, archive_id: str, campaign: str) -> dict[bytes, bytes]:
     out = dict(md or {})
     out[ARCHIVE_ID_KEY] = archive_id.encode("utf-8")
     out[CAMPAIGN_KEY] = campaign.encode("utf-8")
-    out[TABLE_KEY] = table.encode("utf-8")
     return out
 
 
 def rewrite_parquet(
-    src: Path, dst: Path, archive_id: str, campaign: str, table: str, csv_path: Path | None = None
+    src: Path,
+    dst: Path,
+    archive_id: str,
+    campaign: str,
+    table: str,
+    csv_path: Path | None = None,
+    csv_compare: Path | None = None,
 ) -> dict[str, Any]:
-    """Copy a Parquet table with zstd and the archive stamp; optionally write its CSV copy."""
+    """Copy a Parquet table with zstd and the archive stamp (other metadata kept).
+
+    ``csv_path``: also write its CSV copy there. ``csv_compare``: an existing CSV
+    copy that must be byte-identical to the CSV this table produces.
+    """
     import pyarrow.parquet as pq
 
     try:
         pf = pq.ParquetFile(src)
     except Exception as e:  # pyarrow raises ArrowInvalid, OSError, ...
         raise IntegrityError(f"{table}: not a readable Parquet file ({e})") from None
-    schema = pf.schema_arrow.with_metadata(
-        _stamp_metadata(pf.schema_arrow.metadata, archive_id, campaign, table)
-    )
+    schema = pf.schema_arrow.with_metadata(_stamp_metadata(pf.schema_arrow.metadata, archive_id, campaign))
     rows = 0
-    cf = None
-    writer_csv = None
+    cf: Any = None
+    sink: _HashSink | None = None
     if csv_path is not None:
         cf = open(csv_path, "w", encoding="utf-8", newline="")
-        writer_csv = csv.writer(cf, lineterminator="\n")
+    elif csv_compare is not None:
+        cf = sink = _HashSink()
+    writer_csv = csv.writer(cf, lineterminator="\n") if cf is not None else None
+    if writer_csv is not None:
         writer_csv.writerow(schema.names)
     try:
         with pq.ParquetWriter(
@@ -264,10 +293,17 @@ def rewrite_parquet(
                 if writer_csv is not None:
                     cols = [c.to_pylist() for c in t.columns]
                     for r in range(t.num_rows):
-                        writer_csv.writerow([_csv_cell(c[r]) for c in cols])
+                        writer_csv.writerow([csv_cell(c[r]) for c in cols])
     finally:
-        if cf is not None:
+        if csv_path is not None:
             cf.close()
+    if sink is not None and csv_compare is not None:
+        with open(csv_compare, "rb") as f:
+            if sha256_stream(f) != sink.h.hexdigest():
+                raise IntegrityError(
+                    f"{csv_compare.name}: the CSV copy does not match {table} "
+                    "(write both with refspec.tables.write_table, or seal with --no-csv-check)"
+                )
     return {"rows": rows, "columns": list(schema.names)}
 
 
@@ -363,6 +399,7 @@ def seal(
     archive_id: str | None = None,
     tar: bool | str | Path = False,
     csv_tables: str | Sequence[str] | None = "all",
+    check_csv: bool = True,
     created: str | None = None,
     workers: int | None = None,
 ) -> SealResult:
@@ -371,7 +408,10 @@ def seal(
     ``key`` is a private key or the path of one (default: the key directory's key).
     ``previous`` (an archive folder, seal file or tar) or ``previous_sha256`` links
     this seal to the one before it; without either the seal starts a chain.
-    ``csv_tables`` is ``"all"``, ``"none"``/None or a list of table paths or names.
+    ``csv_tables`` selects the Parquet tables without a CSV copy in ``results``
+    that get one written: ``"all"``, ``"none"``/None or a list of table paths or
+    names. A CSV copy already in ``results`` is carried and, with ``check_csv``,
+    must equal the CSV its table produces.
     """
     results = Path(results)
     out = Path(out)
@@ -437,21 +477,17 @@ def seal(
         raise UsageError(f"bad archive id {archive_id!r}")
     created = created or _now()
 
-    # Plan every output path first: a CSV copy must not collide with another file.
+    # Plan every output path first. A table's CSV copy is carried when the results
+    # folder has one (and checked against the table), otherwise written if selected.
+    fileset = set(files)
     targets: dict[str, tuple[str, str]] = {}  # out rel -> (kind, source rel)
     for rel in files:
-        if rel in targets:
-            raise IntegrityError(f"{rel}: two results files map to this archive path")
         if rel.endswith(".parquet"):
             targets[rel] = ("parquet", rel)
-            if _csv_selected(rel, csv_tables):
-                crel = rel[: -len(".parquet")] + ".csv"
-                if crel in files or crel in targets:
-                    raise IntegrityError(f"{crel}: exists in the results folder and would be the CSV copy of {rel}")
+            crel = rel[: -len(".parquet")] + ".csv"
+            if crel not in fileset and _csv_selected(rel, csv_tables):
                 targets[crel] = ("csv", rel)
         else:
-            if rel in targets:
-                raise IntegrityError(f"{rel}: would be overwritten by a CSV copy")
             targets[rel] = ("copy", rel)
 
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -467,11 +503,26 @@ def seal(
                 shutil.copyfile(results / src, dst, follow_symlinks=False)
             else:
                 crel = rel[: -len(".parquet")] + ".csv"
-                has_csv = targets.get(crel) == ("csv", rel)
+                written = targets.get(crel) == ("csv", rel)
+                carried = crel in fileset
                 info = rewrite_parquet(
-                    results / src, dst, archive_id, campaign, rel, stage / crel if has_csv else None
+                    results / src,
+                    dst,
+                    archive_id,
+                    campaign,
+                    rel,
+                    csv_path=stage / crel if written else None,
+                    csv_compare=results / crel if carried and check_csv else None,
                 )
-                tables.append({"path": rel, "csv": crel if has_csv else None, **info})
+                tables.append(
+                    {
+                        "path": rel,
+                        "csv": crel if written or carried else None,
+                        "csv_origin": "sealed" if written else "results" if carried else None,
+                        "csv_checked": bool(written or (carried and check_csv)),
+                        **info,
+                    }
+                )
 
         names = sorted(targets)
         needles = private_key_needles(skey)
@@ -607,7 +658,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tar", nargs="?", const=True, default=False, metavar="PATH",
                         help="also write a tar (default OUT.tar)")
     parser.add_argument("--csv", default="all", metavar="all|none|T1,T2",
-                        help="which Parquet tables get a CSV copy (default all)")
+                        help="which Parquet tables without a CSV copy get one written (default all)")
+    parser.add_argument("--no-csv-check", action="store_true",
+                        help="carry existing CSV copies without checking them against their tables")
     parser.add_argument("--jobs", type=int, default=None, help="hashing threads")
 
 
@@ -624,6 +677,7 @@ def run(args: argparse.Namespace) -> int:
         archive_id=args.archive_id,
         tar=args.tar if args.tar is True or args.tar is False else Path(args.tar),
         csv_tables=csv_sel,
+        check_csv=not args.no_csv_check,
         workers=args.jobs,
     )
     print(f"sealed {r.out}: {r.files} files, {r.total_bytes} bytes")
