@@ -29,7 +29,6 @@ import csv
 import datetime as _dt
 import decimal
 import hashlib
-import io
 import json
 import math
 import os
