@@ -126,7 +126,7 @@ ARMS_REPL = [
 ]
 
 
-def make_results(out: str | Path, seed: int = 7, evil: bool = False, n_sessions: int = 4,
+def make_results(out: str | Path, seed: int = 7, evil: bool = False, n_sessions: int = 6,
                  boot_seed: int = S.DEFAULT_SEED, draws: int = 2000) -> Path:
     """Write a complete synthetic results folder into ``out`` (tables under ``out/tables``)."""
     out = Path(out)

@@ -28,7 +28,6 @@ standard library. The id scheme and every aggregate are documented in
 from __future__ import annotations
 
 import argparse
-import base64
 import json
 import math
 import os
@@ -43,7 +42,7 @@ from typing import Any, Iterable, Sequence
 
 from .errors import UsageError
 from .fsutil import atomic_write_bytes, atomic_write_text
-from .hashing import canonical_json, sha256_file
+from .hashing import sha256_file
 from .paths import REPO_ROOT
 from . import stats as S
 from . import tables as T
@@ -586,10 +585,8 @@ def section_qualification(a: Archive, N: Numbers) -> Section:
     for camp in _campaigns_in(counts):
         cc = [r for r in counts if r["campaign"] == camp]
         fams = sorted({r["family"] for r in cc})
-        arms = []
-        for r in cc:
-            if r["arm"] not in arms:
-                arms.append(r["arm"])
+        facts = {r["arm"]: (r["mode"], r["layout"]) for r in a.rows("requests") if r["campaign"] == camp}
+        arms = sorted({r["arm"] for r in cc}, key=lambda x: S.arm_sort_key(x, *facts.get(x, (None, None))))
         by = {(r["family"], r["arm"]): r for r in cc}
         tid = f"qualification-{camp}"
         rows = []

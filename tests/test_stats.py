@@ -1,0 +1,350 @@
+"""Statistics (refspec.stats), table I/O (refspec.tables) and their agreement with report/check.py."""
+
+from __future__ import annotations
+
+import importlib.util
+import itertools
+import json
+import math
+import random
+import re
+
+import numpy as np
+import pytest
+
+from refspec import stats as S
+from refspec import tables as T
+from refspec.paths import REPO_ROOT
+
+
+def load_checker():
+    spec = importlib.util.spec_from_file_location("refspec_report_check", REPO_ROOT / "report" / "check.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+CHECK = load_checker()
+
+
+# --------------------------------------------------------------------------- ratios
+
+
+def test_paired_ratio_by_hand():
+    # task a: geometric mean of (2, 8) = 4 over 2 -> 2; task b: 3 over 6 -> 0.5
+    pr = S.paired_ratio({"a": [2, 8], "b": [3]}, {"a": [2], "b": [6]})
+    assert pr.task_ratios == pytest.approx({"a": 2.0, "b": 0.5}, rel=1e-15)
+    assert pr.ratio == pytest.approx(1.0, abs=1e-15)  # sqrt(2 * 0.5)
+    assert pr.n_tasks == 2
+    assert pr.regressed == ("b",)
+    pr2 = S.paired_ratio({"a": [4.0], "b": [9.0]}, {"a": [1.0], "b": [1.0]})
+    assert pr2.ratio == pytest.approx(6.0, rel=1e-14)  # sqrt(4 * 9)
+    assert pr2.n_regressions == 0
+
+
+def test_paired_ratio_is_unit_free_and_transitive():
+    rng = random.Random(3)
+    tasks = [f"t{i}" for i in range(7)]
+    arms = {a: {t: [rng.uniform(1e8, 3e9) for _ in range(rng.randint(1, 4))] for t in tasks} for a in "ABC"}
+    ab = S.paired_ratio(arms["A"], arms["B"]).ratio
+    bc = S.paired_ratio(arms["B"], arms["C"]).ratio
+    ac = S.paired_ratio(arms["A"], arms["C"]).ratio
+    assert ac == pytest.approx(ab * bc, rel=1e-13)
+    scaled = {t: [x * 1e-9 for x in v] for t, v in arms["A"].items()}
+    scaled_b = {t: [x * 1e-9 for x in v] for t, v in arms["B"].items()}
+    assert S.paired_ratio(scaled, scaled_b).ratio == pytest.approx(ab, rel=1e-13)
+
+
+def test_paired_ratio_refuses_missing_times():
+    with pytest.raises(S.StatsError):
+        S.paired_ratio({"a": [1.0]}, {"a": []}, tasks=["a"])
+    with pytest.raises(S.StatsError):
+        S.paired_ratio({"a": [1.0]}, {"b": [1.0]})
+    with pytest.raises(S.StatsError):
+        S.paired_ratio({"a": [0.0]}, {"a": [1.0]})
+
+
+# --------------------------------------------------------------------------- bootstrap
+
+
+def _weighted_quantile(atoms: dict[float, int], total: int, p: float) -> float:
+    """The p-th percentile of a discrete distribution (value where the CDF first reaches p/100)."""
+    acc = 0
+    for v in sorted(atoms):
+        acc += atoms[v]
+        if acc / total >= p / 100.0:
+            return v
+    return max(atoms)
+
+
+def test_bootstrap_three_sessions_enumeration():
+    c = [0.010, 0.030, 0.080]
+    n = len(c)
+    # all 27 equally likely ordered resamples
+    atoms: dict[float, int] = {}
+    for idx in itertools.product(range(n), repeat=n):
+        m = round(sum(c[i] for i in idx) / n, 15)
+        atoms[m] = atoms.get(m, 0) + 1
+    assert sum(atoms.values()) == 27 and len(atoms) == 10
+    # none of the tested levels sits on a CDF step (multiples of 1/27)
+    levels = (2.5, 25.0, 50.0, 75.0, 97.5)
+    means = S.bootstrap_means(c, draws=10_000, seed=S.DEFAULT_SEED)
+    for p in levels:
+        exact = _weighted_quantile(atoms, 27, p)
+        sampled = float(np.percentile(means, p))
+        assert sampled == pytest.approx(exact, abs=1e-12), p
+    lo, hi = S.bootstrap_interval(c)
+    assert lo == pytest.approx(math.exp(min(c)), rel=1e-12)
+    assert hi == pytest.approx(math.exp(max(c)), rel=1e-12)
+    # empirical frequencies of the 10 atoms agree with the enumeration weights
+    vals, counts = np.unique(np.round(means, 15), return_counts=True)
+    for v, k in zip(vals, counts):
+        assert k / 10_000 == pytest.approx(atoms[float(v)] / 27, abs=0.02)
+    # the standard-library implementation gives the same seeded interval
+    lo2, hi2 = CHECK.bootstrap(c, 10_000, S.DEFAULT_SEED)
+    assert abs(lo - lo2) <= 1e-12 and abs(hi - hi2) <= 1e-12
+    for p in levels:
+        a = S.bootstrap_interval(c, percentiles=(p,))[0]
+        b = CHECK.bootstrap(c, 10_000, S.DEFAULT_SEED, percentiles=(p,))[0]
+        assert abs(a - b) <= 1e-12
+
+
+def test_bootstrap_indices_follow_the_documented_draw_order():
+    idx = S.bootstrap_indices(4, draws=5, seed=99)
+    rng = random.Random(99)
+    expect = [[rng.randrange(4) for _ in range(4)] for _ in range(5)]
+    assert idx.tolist() == expect
+
+
+def test_fixed_seed_is_reproducible_and_seed_matters():
+    c = [0.021, -0.004, 0.035, 0.012, 0.050, 0.008]
+    a = S.bootstrap_interval(c, draws=10_000, seed=20261014)
+    b = S.bootstrap_interval(c, draws=10_000, seed=20261014)
+    assert a == b
+    d = S.bootstrap_interval(c, draws=10_000, seed=20261015)
+    assert d != a
+    e1 = S.estimate(c)
+    e2 = S.estimate(c)
+    assert e1 == e2 and e1.seed == 20261014 and e1.draws == 10_000 and e1.threshold == 1.02
+
+
+def test_percentile_is_linear_interpolation():
+    xs = [1.0, 2.0, 4.0, 8.0]
+    # h = 3 * 0.5 = 1.5 -> 2 + 0.5 * (4 - 2)
+    assert S.percentile(xs, 50) == 3.0
+    assert CHECK.percentile(sorted(xs), 50) == 3.0
+    assert S.percentile(xs, 2.5) == pytest.approx(1.0 + 0.075 * 1.0)
+    assert CHECK.percentile(xs, 97.5) == pytest.approx(4.0 + 0.925 * 4.0)
+
+
+@pytest.mark.parametrize(
+    "lo,hi,decision",
+    [(1.03, 1.05, "exceeds"), (1.02, 1.05, "inconclusive"), (0.99, 1.019, "below"), (1.0, 1.02, "inconclusive")],
+)
+def test_decision(lo, hi, decision):
+    assert S.decide(lo, hi, 1.02) == decision
+    assert CHECK.decide(lo, hi, 1.02) == decision
+
+
+def test_pipeline_and_checker_agree_on_random_data():
+    """refspec.stats and report/check.py agree to 1e-12 on ratios, contrasts and intervals."""
+    for trial in range(12):
+        rng = random.Random(1000 + trial)
+        tasks = [f"T/{i}" for i in range(rng.randint(2, 9))]
+        num = {t: [rng.lognormvariate(21, 0.4) for _ in range(rng.randint(1, 5))] for t in tasks}
+        den = {t: [rng.lognormvariate(21, 0.4) for _ in range(rng.randint(1, 5))] for t in tasks}
+        pr = S.paired_ratio(num, den)
+        D, d, reg = CHECK.paired(num, den, tasks)
+        assert abs(pr.log_ratio - D) <= 1e-12
+        assert abs(pr.ratio - math.exp(D)) <= 1e-12
+        assert list(pr.regressed) == reg
+        assert all(abs(pr.task_log_ratios[t] - d[t]) <= 1e-12 for t in tasks)
+        cs = [rng.gauss(0.02, 0.02) for _ in range(rng.randint(1, 8))]
+        seed = rng.randrange(2**31)
+        draws = rng.choice([1, 7, 500, 3000])
+        e = S.estimate(cs, draws=draws, seed=seed)
+        lo, hi = CHECK.bootstrap(cs, draws, seed)
+        assert abs(e.lo - lo) <= 1e-12 and abs(e.hi - hi) <= 1e-12
+        assert abs(e.estimate - math.exp(CHECK.mean(cs))) <= 1e-12
+        assert e.decision == CHECK.decide(lo, hi, 1.02)
+
+
+# --------------------------------------------------------------------------- qualification
+
+
+def _ep(camp, fam, task, arm, session, repeat, tokens, eog=True, cap=32):
+    stop = "eog" if eog else "cap"
+    return dict(campaign=camp, family=fam, task_id=task, arm=arm, cap=cap, session=session, repeat=repeat,
+                endpoint_sha256=T.endpoint_sha256(tokens, eog, stop), tokens=tokens, n=len(tokens), eog=eog,
+                last_token=tokens[-1] if tokens else None, stop_reason=stop)
+
+
+def _rq(ep, status="ok", attempt=1):
+    return dict(campaign=ep["campaign"], family=ep["family"], task_id=ep["task_id"], arm=ep["arm"], cap=ep["cap"],
+                session=ep["session"], repeat=ep["repeat"], status=status, attempt=attempt)
+
+
+def test_first_difference():
+    assert S.first_difference([1, 2, 3], True, "eog", [1, 2, 3], True, "eog") is None
+    assert S.first_difference([1, 2, 3], True, "eog", [1, 5, 3], True, "eog") == 1
+    assert S.first_difference([1, 2, 3], True, "eog", [1, 2], True, "eog") == 2
+    assert S.first_difference([1, 2], True, "eog", [1, 2], False, "cap") == 2
+
+
+def test_qualify_by_hand():
+    ref = [5, 6, 7, 8]
+    eps = [
+        _ep("confirmation", "f", "t1", "R", "s1", 1, ref),
+        _ep("confirmation", "f", "t1", "R", "s1", 2, ref),
+        _ep("confirmation", "f", "t1", "M0", "s1", 1, ref),
+        _ep("confirmation", "f", "t1", "M0", "s1", 2, [5, 6, 9, 9, 9]),
+        _ep("confirmation", "f", "t1", "M3", "s1", 1, ref),
+        _ep("confirmation", "f", "t2", "R", "s1", 1, [1, 2]),
+        _ep("confirmation", "f", "t2", "R", "s1", 2, [1, 3]),  # unstable reference
+        _ep("confirmation", "f", "t2", "M3", "s1", 1, [1, 2]),
+    ]
+    reqs = [_rq(e) for e in eps]
+    # M3 on t1 repeat 2: a failed attempt that was never completed
+    reqs.append(dict(_rq(eps[4]), repeat=2, status="failed"))
+    q = {(r["task_id"], r["arm"]): r for r in S.qualify(reqs, eps, margins={("confirmation", "f", "t1", 32): [0.5, 0.4, 0.25, 0.1]})}
+    assert q[("t1", "R")]["qualified"] and q[("t1", "R")]["ref_stable"]
+    m0 = q[("t1", "M0")]
+    assert not m0["qualified"] and m0["n_matching"] == 1 and m0["n_required"] == 2
+    assert (m0["first_diff_index"], m0["ref_token"], m0["arm_token"], m0["ref_margin"]) == (2, 7, 9, 0.25)
+    assert "1 of 2 endpoints differ" in m0["reason"]
+    m3 = q[("t1", "M3")]
+    assert not m3["qualified"] and m3["n_required"] == 2 and m3["n_requests"] == 1
+    assert "not completed" in m3["reason"] and m3["first_diff_index"] is None
+    assert not q[("t2", "R")]["ref_stable"] and not q[("t2", "M3")]["qualified"]
+    assert "unstable" in q[("t2", "M3")]["reason"]
+    # the checker's qualification agrees field by field
+    rq = CHECK.recompute_qualification(reqs, eps)
+    for (task, arm), row in q.items():
+        other = rq[("confirmation", "f", task, 32, arm)]
+        for k in ("n_required", "n_requests", "n_matching", "qualified", "first_diff_index", "ref_token",
+                  "arm_token", "ref_stable", "ref_endpoint_sha256"):
+            assert row[k] == other[k], (task, arm, k)
+
+
+def test_ratio_table_dashes_unqualified_pairs():
+    eps, reqs = [], []
+    for task in ("a", "b"):
+        for arm, layout, mode in (("R", "mq", "target"), ("M_pq", "pq", "target"), ("M_qb", "qb", "target")):
+            toks = [1, 2, 3] if not (arm == "M_pq" and task == "b") else [1, 2, 4]
+            e = _ep("implementation", "f", task, arm, "s1", 1, toks)
+            eps.append(e)
+            reqs.append(dict(_rq(e), mode=mode, layout=layout, t_ns=1000 + len(reqs)))
+    qual = S.qualify(reqs, eps)
+    rows = {(r["numerator"], r["denominator"]): r for r in S.ratios_table(reqs, qual, "implementation")}
+    assert set(rows) == {("R", "M_pq"), ("R", "M_qb"), ("M_pq", "M_qb")}
+    bad = rows[("M_pq", "M_qb")]
+    assert not bad["qualified"] and bad["ratio"] is None and "M_pq not qualified on 1/2 tasks (b)" in bad["reason"]
+    good = rows[("R", "M_qb")]
+    assert good["qualified"] and good["ratio"] == pytest.approx(math.sqrt(1000 / 1002 * 1003 / 1005), rel=1e-14)
+    assert good["n_regressions"] == 2 and good["regressed_tasks"] == "a b"
+
+
+def test_phase_mask_minimality():
+    rows = [dict(mask=m, p=p) for m, p in ((0, False), (1, False), (3, True), (7, True), (2, False), (11, True))]
+    passes = {r["mask"]: r["p"] for r in rows}
+    minimal = {m for m in passes if passes[m] and not any(passes[s] for s in passes if s != m and s & m == s)}
+    assert minimal == {3}
+
+
+# --------------------------------------------------------------------------- tables
+
+
+def _req_row(**kw):
+    base = dict(
+        campaign="implementation", session="s1", block=0, worker="w0", family="f", task_id="MBPP/1", arm="M_qb",
+        mode="target", layout="qb", draft=None, k=0, ub=4, mask=3, cap=64, repeat=1, order_index=0, attempt=1,
+        status="ok", reason=None, t_ns=123456789, n_generated=3, stop_reason="eog", eog=True, last_token=7,
+        endpoint_sha256=T.endpoint_sha256([1, 2, 7], True, "eog"), proposals=0, accepted=0, rollbacks=0, cycles=0,
+        callers=4, micrographs=4, rows=40, graph_rebuilds=2, graph_reuses=2,
+    )
+    base.update(kw)
+    return base
+
+
+def test_write_read_round_trip(tmp_path):
+    import pandas as pd
+
+    rows = [_req_row(), _req_row(order_index=1, status="failed", reason="worker died", t_ns=None, n_generated=None,
+                                 stop_reason=None, eog=None, last_token=None, endpoint_sha256=None)]
+    paths = T.write_table(pd.DataFrame(rows), "requests", tmp_path)
+    assert paths["parquet"].is_file() and paths["csv"].is_file()
+    back = T.read_records("requests", tmp_path)
+    assert back == [T.validate([r], "requests")[0] for r in rows]
+    assert T.read_csv_records("requests", tmp_path) == back
+    df = T.read_table("requests", tmp_path)
+    assert list(df.columns) == T.TABLES["requests"].names and df["t_ns"].isna().tolist() == [False, True]
+    import pyarrow.parquet as pq
+
+    md = pq.ParquetFile(paths["parquet"]).metadata
+    assert md.row_group(0).column(0).compression == "ZSTD"
+    text = paths["csv"].read_text()
+    assert text.splitlines()[0].split(",") == T.TABLES["requests"].names
+    assert ",true," in text.splitlines()[1] and "worker died" in text
+
+
+def test_csv_encodings(tmp_path):
+    toks = [0, 1, 2147483647, -5]
+    e = _ep("confirmation", "f", "t", "R", "s1", 1, toks)
+    T.write_table([e], "endpoints", tmp_path)
+    line = (tmp_path / "endpoints.csv").read_text().splitlines()[1]
+    assert "0 1 2147483647 -5" in line
+    est = dict(family="f", path="spec", comparison="PQ/QB", estimate=0.1 + 0.2, lo=1 / 3, hi=1e-300, n_sessions=6,
+               n_tasks=12, n_regressions=0, regressed_tasks="", draws=10000, seed=20261014, threshold=1.02,
+               decision="exceeds", reason=None)
+    T.write_table([est], "estimates", tmp_path)
+    rec = T.read_csv_records("estimates", tmp_path)[0]
+    assert rec["estimate"] == 0.1 + 0.2 and rec["lo"] == 1 / 3 and rec["hi"] == 1e-300  # exact round trip
+    assert rec["regressed_tasks"] is None  # empty string in a nullable string column is stored as null
+    assert T.read_records("estimates", tmp_path)[0]["regressed_tasks"] is None
+
+
+@pytest.mark.parametrize(
+    "change,message",
+    [
+        (dict(status="done"), "is not one of"),
+        (dict(t_ns="12"), "expected int64"),
+        (dict(family=None), "null in a non-nullable column"),
+        (dict(k=-1), "below the minimum"),
+        (dict(eog=1), "expected bool"),
+        (dict(last_token=1.5), "expected int32"),
+        (dict(n_generated=2**31), "out of the int32 range"),
+    ],
+)
+def test_validation_errors_are_clear(tmp_path, change, message):
+    with pytest.raises(T.TableError) as ei:
+        T.write_table([_req_row(**change)], "requests", tmp_path)
+    assert message in str(ei.value) and "row 0" in str(ei.value)
+    assert not (tmp_path / "requests.csv").exists()
+
+
+def test_validation_of_columns_and_keys(tmp_path):
+    row = _req_row()
+    row.pop("rows")
+    with pytest.raises(T.TableError, match=r"missing column\(s\) \['rows'\]"):
+        T.write_table([row], "requests", tmp_path)
+    with pytest.raises(T.TableError, match=r"unknown column\(s\) \['extra'\]"):
+        T.write_table([_req_row(extra=1)], "requests", tmp_path)
+    with pytest.raises(T.TableError, match="share the key"):
+        T.write_table([_req_row(), _req_row()], "requests", tmp_path)
+    with pytest.raises(T.TableError, match="unknown table"):
+        T.write_table([], "nope", tmp_path)
+
+
+def test_schemas_are_documented():
+    doc = (REPO_ROOT / "anc" / "tables.md").read_text(encoding="utf-8")
+    assert set(T.TABLES) == {"requests", "endpoints", "qualification", "sessions", "contrasts", "estimates", "ratios",
+                             "replay", "audit", "phase_masks"}
+    for name, sp in T.TABLES.items():
+        raw = json.loads(sp.path.read_text())
+        assert raw["title"] == name and raw["key"]
+        m = re.search(rf"^## `{name}`\s*$(.*?)(?=^## |\Z)", doc, re.S | re.M)
+        assert m, f"anc/tables.md has no section for {name}"
+        for col in sp.columns:
+            assert col.description, (name, col.name)
+            assert re.search(rf"^\| `{re.escape(col.name)}` \| {re.escape(col.type)} \|", m.group(1), re.M), (
+                f"anc/tables.md does not document {name}.{col.name} ({col.type})")
