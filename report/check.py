@@ -231,8 +231,9 @@ def canonical(obj) -> bytes:
 
 
 def endpoint_digest(tokens, eog, stop) -> str:
-    return hashlib.sha256(canonical({"eog": bool(eog), "n": len(tokens), "stop_reason": stop,
-                                     "tokens": [int(t) for t in tokens]})).hexdigest()
+    toks = [int(t) for t in tokens]
+    return hashlib.sha256(canonical({"eog": bool(eog), "last_token": toks[-1] if toks else None, "n": len(toks),
+                                     "stop_reason": stop, "tokens": toks})).hexdigest()
 
 
 # =========================================================================== statistics (DESIGN.md section 5)

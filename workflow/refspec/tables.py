@@ -40,7 +40,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from .errors import RefspecError
 from .fsutil import atomic_write_bytes
-from .hashing import canonical_json, sha256_bytes
+from .hashing import canonical_json
 from .paths import schemas_dir
 
 TYPES = ("string", "int32", "int64", "float64", "bool", "list<int32>")
@@ -502,8 +502,10 @@ def available(directory: str | Path) -> dict[str, Path]:
 def endpoint_sha256(tokens: Iterable[int], eog: bool, stop_reason: str) -> str:
     """The endpoint digest used in ``requests``, ``endpoints`` and ``qualification``.
 
-    SHA-256 of the canonical JSON (sorted keys, no whitespace) of
-    ``{"eog": bool, "n": len(tokens), "stop_reason": str, "tokens": [int, ...]}``.
+    The one definition is :attr:`refspec.endpoint.Endpoint.sha256`: SHA-256 of
+    the canonical JSON (sorted keys, no whitespace, UTF-8) of
+    ``{"eog": bool, "last_token": int|null, "n": len(tokens), "stop_reason": str, "tokens": [int, ...]}``.
     """
-    toks = [int(t) for t in tokens]
-    return sha256_bytes(canonical_json({"eog": bool(eog), "n": len(toks), "stop_reason": str(stop_reason), "tokens": toks}))
+    from .endpoint import Endpoint
+
+    return Endpoint(tuple(int(t) for t in tokens), bool(eog), str(stop_reason)).sha256
