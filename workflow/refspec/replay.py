@@ -737,9 +737,32 @@ def build_tools(llama_src: str | Path, llama_build: str | Path, out_dir: str | P
     return exe
 
 
+def locate_llama() -> tuple[Path, Path] | None:
+    """A built llama.cpp to build the tool against, without building one.
+
+    ``REFSPEC_LLAMA_SRC`` + ``REFSPEC_LLAMA_BUILD`` when set, else the completed default
+    (CPU) build of :mod:`refspec.native` in the cache, else None.
+    """
+    src, build = os.environ.get("REFSPEC_LLAMA_SRC"), os.environ.get("REFSPEC_LLAMA_BUILD")
+    if src and build:
+        return Path(src), Path(build)
+    try:
+        from . import native
+
+        key = native.build_key(native.BuildOptions())
+        record = native.BUILD_RECORD
+    except Exception:  # the native module is optional here
+        return None
+    root = cache_dir() / "native" / key[:16]
+    if (root / record).exists() and any((root / "build" / "bin").glob("libggml*.so")):
+        return root / "src" / "vendor" / "llama.cpp", root / "build"
+    return None
+
+
 def resolve_tool(tool: str | Path | None = None, llama_src: str | Path | None = None,
                  llama_build: str | Path | None = None) -> Path:
-    """The replay tool to use: an explicit path, ``REFSPEC_REPLAY_TOOL``, or a (cached) build."""
+    """The replay tool to use: an explicit path, ``REFSPEC_REPLAY_TOOL``, a build against the
+    given llama.cpp, or a build against :func:`locate_llama`'s (all builds cached)."""
     if tool:
         p = Path(tool)
         if not p.exists():
@@ -750,4 +773,8 @@ def resolve_tool(tool: str | Path | None = None, llama_src: str | Path | None = 
         return resolve_tool(env)
     if llama_src and llama_build:
         return build_tools(llama_src, llama_build)
-    raise UsageError("no replay tool: pass --tool, or --llama-src and --llama-build, or set REFSPEC_REPLAY_TOOL")
+    found = locate_llama()
+    if found:
+        return build_tools(*found)
+    raise UsageError("no replay tool: pass --tool, or --llama-src and --llama-build, set REFSPEC_REPLAY_TOOL, "
+                     "or run 'refspec build' first")

@@ -1,0 +1,381 @@
+"""Operand files, comparison, the native replay tool (mq/pq/qb) and backend admission.
+
+Tests that run the tool build it (cached) against the llama.cpp found by
+``replay.locate_llama()``: ``REFSPEC_LLAMA_SRC`` + ``REFSPEC_LLAMA_BUILD``, or the completed
+default build of ``refspec build``. Without one they are skipped.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from refspec import admission as AD
+from refspec import replay as R
+
+
+# ------------------------------------------------------------------------------ helpers
+
+
+@pytest.fixture(scope="session")
+def replay_tool() -> Path:
+    found = R.locate_llama()
+    if found is None:
+        env = os.environ.get("REFSPEC_REPLAY_TOOL")
+        if env:
+            return Path(env)
+        pytest.skip("no built llama.cpp: set REFSPEC_LLAMA_SRC and REFSPEC_LLAMA_BUILD or run 'refspec build'")
+    return R.build_tools(*found)
+
+
+def random_case(n_q: int, n_kv: int, h: int = 8, hkv: int = 2, d: int = 64, seed: int = 0, mask: str = "causal"):
+    rng = np.random.default_rng(seed)
+    q = rng.standard_normal((n_q, h, d)).astype(np.float32)
+    k = rng.standard_normal((n_kv, hkv, d)).astype(np.float16)
+    v = rng.standard_normal((n_kv, hkv, d)).astype(np.float16)
+    m = np.zeros((n_q, n_kv), np.float32)
+    for j in range(n_q):
+        if mask == "causal":
+            m[j, n_kv - n_q + j + 1 :] = -np.inf
+    return q, k, v, m
+
+
+def rewrite(path: Path, edit) -> None:
+    """Rewrite an operand file after ``edit(header, tensors)`` (blob hashes are recomputed)."""
+    header, tensors = R.read_container(path)
+    edit(header, tensors)
+    header.pop("tensors", None)
+    R.write_container(path, header, tensors)
+
+
+def fp64(q, k, v, m, scale):
+    g = np.arange(q.shape[1]) // (q.shape[1] // k.shape[1])
+    kq = np.einsum("jac,tac->jat", q.astype(np.float64), k.astype(np.float64)[:, g])
+    z = scale * kq + m[:, None, :]
+    p = np.exp(z - z.max(axis=2, keepdims=True))
+    p /= p.sum(axis=2, keepdims=True)
+    return kq, p, np.einsum("jat,tac->jac", p, v.astype(np.float64)[:, g])
+
+
+# ------------------------------------------------------------------------------ operand files
+
+
+@pytest.mark.parametrize("q_layout", ["compact", "offset"])
+def test_operand_roundtrip(tmp_path, q_layout):
+    q, k, v, m = random_case(3, 37, seed=1)
+    ops = R.make_operands(q, k, v, m, q_layout=q_layout, kv_size=40, mask_rows=4, meta={"layer": 5})
+    path = tmp_path / "x.rsop"
+    R.write_operands(path, ops)
+    back = R.read_operands(path)
+    assert np.array_equal(back.logical_q(), q)
+    assert np.array_equal(back.logical_k(), k)
+    assert np.array_equal(back.logical_v(), v)
+    assert np.array_equal(back.logical_mask(), m)
+    assert (back.n_q, back.n_head, back.n_head_kv, back.d, back.d_v, back.n_kv) == (3, 8, 2, 64, 64, 37)
+    assert back.scale == float(np.float32(1 / 8)) and back.meta == {"layer": 5}
+    # the offset layout really is a view at a non-zero offset inside a wider row
+    assert (back.q.offset > 0) == (q_layout == "offset")
+    assert back.q.nb[1] == (4 * (64 * 8 + 2 * 64 * 2) if q_layout == "offset" else 4 * 64 * 8)
+    # V is stored transposed in a larger cache
+    assert back.v.nb[1] == 2 * 40
+
+
+def test_captured_references_roundtrip(tmp_path):
+    q, k, v, m = random_case(2, 16, seed=2)
+    ops = R.make_operands(q, k, v, m)
+    ops.refs["kq"] = R.contiguous_tensor(np.arange(2 * 8 * 16, dtype=np.float32).reshape(1, 8, 2, 16), "f32")
+    R.write_operands(tmp_path / "c.rsop", ops)
+    back = R.read_operands(tmp_path / "c.rsop")
+    assert list(back.refs) == ["kq"]
+    assert back.refs["kq"].ne == (16, 2, 8, 1)
+    assert np.array_equal(back.refs["kq"].array().ravel(), np.arange(256, dtype=np.float32))
+
+
+def _valid_file(tmp_path, **kw) -> Path:
+    q, k, v, m = random_case(2, 24, seed=3)
+    p = tmp_path / "ok.rsop"
+    R.write_operands(p, R.make_operands(q, k, v, m, **kw))
+    R.read_operands(p)  # valid before tampering
+    return p
+
+
+def test_wrong_shape_is_an_error(tmp_path):
+    p = _valid_file(tmp_path)
+
+    def k_dim(h, t):
+        t["k"].ne = (t["k"].ne[0] // 2, t["k"].ne[1], t["k"].ne[2], t["k"].ne[3])
+
+    rewrite(p, k_dim)
+    with pytest.raises(R.OperandError, match="wrong shape: k head dim"):
+        R.read_operands(p)
+
+    p = _valid_file(tmp_path)
+    rewrite(p, lambda h, t: h["attention"].__setitem__("n_head", 4))
+    with pytest.raises(R.OperandError, match="header says n_head=4"):
+        R.read_operands(p)
+
+    p = _valid_file(tmp_path)
+
+    def heads(h, t):  # 7 query heads over 2 kv heads: not an integral GQA ratio
+        t["q"].ne = (t["q"].ne[0], t["q"].ne[1], 7, 1)
+        h["attention"].pop("n_head")
+
+    rewrite(p, heads)
+    with pytest.raises(R.OperandError, match="not a multiple"):
+        R.read_operands(p)
+
+
+def test_view_past_blob_is_an_error(tmp_path):
+    p = _valid_file(tmp_path)
+
+    def grow(h, t):
+        t["v"].nb = (t["v"].nb[0], t["v"].nb[1] * 4, t["v"].nb[2], t["v"].nb[3])
+
+    rewrite(p, grow)
+    with pytest.raises(R.OperandError, match="tensor 'v': view reaches byte"):
+        R.read_operands(p)
+
+
+def test_truncated_tensor_is_an_error(tmp_path):
+    p = _valid_file(tmp_path)
+    data = p.read_bytes()
+    p.write_bytes(data[:-100])
+    with pytest.raises(R.OperandError, match="truncated"):
+        R.read_operands(p)
+    p.write_bytes(data[:20])
+    with pytest.raises(R.OperandError, match="truncated header"):
+        R.read_operands(p)
+
+
+def test_corrupted_blob_is_an_error(tmp_path):
+    p = _valid_file(tmp_path)
+    data = bytearray(p.read_bytes())
+    data[-70] ^= 0x01
+    p.write_bytes(bytes(data))
+    with pytest.raises(R.OperandError, match="sha256"):
+        R.read_operands(p)
+
+
+def test_nonfinite_values(tmp_path):
+    q, k, v, m = random_case(2, 24, seed=4)
+    m[:, 20:] = -np.inf  # keys 20.. are masked out for every query
+    k_bad = k.copy()
+    k_bad[21, 1, 5] = np.inf  # masked out: allowed
+    R.write_operands(tmp_path / "a.rsop", R.make_operands(q, k_bad, v, m))
+    R.read_operands(tmp_path / "a.rsop")
+    v_bad = v.copy()
+    v_bad[3, 0, 7] = np.nan  # masked in: an error
+    with pytest.raises(R.OperandError, match="non-finite v value at key 3, kv head 0, channel 7"):
+        R.write_operands(tmp_path / "b.rsop", R.make_operands(q, k, v_bad, m))
+    q_bad = q.copy()
+    q_bad[1, 2, 3] = np.nan
+    with pytest.raises(R.OperandError, match="non-finite q value at query 1, head 2, channel 3"):
+        R.validate_operands(R.make_operands(q_bad, k, v, m))
+    m_bad = m.copy()
+    m_bad[0, 1] = np.nan
+    with pytest.raises(R.OperandError, match="mask has NaN"):
+        R.validate_operands(R.make_operands(q, k, v, m_bad))
+    m_empty = m.copy()
+    m_empty[1, :] = -np.inf
+    with pytest.raises(R.OperandError, match="query 1 has no visible key"):
+        R.validate_operands(R.make_operands(q, k, v, m_empty))
+    # an invalid file written without validation is still refused on reading
+    R.write_operands(tmp_path / "c.rsop", R.make_operands(q, k, v_bad, m), validate=False)
+    with pytest.raises(R.OperandError, match="masked in for query 0"):
+        R.read_operands(tmp_path / "c.rsop")
+
+
+# ------------------------------------------------------------------------------ comparison
+
+
+def test_ulp_distance():
+    one = np.float32(1.0)
+    nxt = np.nextafter(one, np.float32(2.0))
+    tiny = np.float32(np.finfo(np.float32).smallest_subnormal)
+    a = np.array([one, 0.0, tiny, one, np.nan, -np.inf, 2.0], dtype=np.float32)
+    b = np.array([nxt, -0.0, -tiny, -one, one, -np.inf, np.nextafter(np.float32(2.0), np.float32(0.0))], dtype=np.float32)
+    u = R.ulp_distance(a, b)
+    assert u.tolist() == [1, 0, 2, 2 * 0x3F800000, -1, 0, 1]
+
+
+def test_compare():
+    a = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    c = R.compare(a, a.copy())
+    assert c.bitwise_equal and c.n_diff == 0 and c.max_abs_diff == 0 and c.max_ulp == 0 and c.first_diff is None
+    b = a.copy()
+    b[1, 2, 1] = np.nextafter(b[1, 2, 1], np.float32(100))
+    b[1, 2, 3] += 0.5
+    c = R.compare(a, b)
+    assert not c.bitwise_equal and c.n_diff == 2 and c.first_diff == (1, 2, 1)
+    assert c.max_abs_diff == 0.5 and c.max_ulp == 1 << 18  # 0.5 at exponent 4: 0.5 / 2**-19
+    z = np.zeros(3, np.float32)
+    assert not R.compare(z, -z).bitwise_equal and R.compare(z, -z).max_ulp == 0
+    with pytest.raises(R.OperandError):
+        R.compare(a, a[0])
+
+
+# ------------------------------------------------------------------------------ the tool
+
+
+def _stages(report):
+    out = {}
+    for job in report["jobs"]:
+        assert job["status"] == "ok", job
+        out[job["input"]] = {ev["layout"]: R.read_stages(ev["stages"]) for ev in job["evaluations"]}
+    return out
+
+
+def test_layouts_on_random_fixtures(replay_tool, tmp_path, record_property):
+    cases = [(nq, nkv) for nq in (1, 2, 3, 4) for nkv in (127, 128, 256, 257)]
+    jobs, meta = [], {}
+    for i, (nq, nkv) in enumerate(cases):
+        q, k, v, m = random_case(nq, nkv, seed=10 + i)
+        p = tmp_path / f"r{nq}_{nkv}.rsop"
+        R.write_operands(p, R.make_operands(q, k, v, m, q_layout="offset" if i % 2 else "compact", kv_size=nkv + 3))
+        jobs.append(R.ReplayJob(p))
+        meta[str(p)] = (nq, nkv, q, k, v, m)
+    report = R.run_replay(replay_tool, jobs, threads=1)
+    assert set(report["input_sha256"]) == set(meta)
+    st = _stages(report)
+    mq_differs = []
+    for path, by in st.items():
+        nq, nkv, q, k, v, m = meta[path]
+        for s in R.STAGES:
+            c = R.compare(by["pq"][s], by["qb"][s])
+            assert c.bitwise_equal, (path, s, c.as_dict())
+        for lay in R.LAYOUTS:  # the output restore puts (query, head, channel) in place
+            assert R.compare(by[lay]["out"], by[lay]["kqv"].reshape(nq, -1)).bitwise_equal
+        if nq == 1:
+            for s in R.STAGES:
+                assert R.compare(by["mq"][s], by["pq"][s]).bitwise_equal, (path, s)
+        else:
+            diff = [s for s in R.STAGES if not R.compare(by["mq"][s], by["pq"][s]).bitwise_equal]
+            if diff:
+                mq_differs.append((nq, nkv, diff[0], R.compare(by["mq"]["kq"], by["pq"]["kq"]).max_ulp))
+        kq, p, kqv = fp64(q, k, v, m, float(np.float32(1 / 8)))
+        # sanity against FP64 (q is rounded to f16 and p to f16 by the CPU kernels)
+        assert np.abs(by["qb"]["kq"] - kq).max() < 5e-2
+        assert np.abs(by["qb"]["kq_soft_max"] - p).max() < 5e-3
+        assert np.abs(by["qb"]["kqv"] - kqv).max() < 5e-2
+    record_property("mq_differs_q_ge_2", json.dumps(mq_differs))
+    print("mq differs from pq/qb (q, n_kv, first stage, max ulp at kq):", mq_differs)
+
+
+def test_report_placement_and_supports(replay_tool, tmp_path):
+    q, k, v, m = random_case(2, 64, seed=5)
+    p = tmp_path / "p.rsop"
+    R.write_operands(p, R.make_operands(q, k, v, m))
+    report = R.run_replay(replay_tool, [R.ReplayJob(p, write_stages=False)])
+    assert report["backend"]["device"] == "CPU" and report["sched_backends"] == ["CPU"]
+    assert any("libggml" in mod for mod in report["modules"])
+    for ev in report["jobs"][0]["evaluations"]:
+        assert ev["status"] == "ok" and ev["stages"] is None and ev["fallback"] is False
+        compute = [n for n in ev["nodes"] if n["op"] not in ("NONE", "VIEW", "PERMUTE", "RESHAPE", "TRANSPOSE")]
+        ops = {n["op"] for n in compute}
+        assert {"MUL_MAT", "SOFT_MAX", "CONT"} <= ops
+        assert ("CONCAT" in ops) == (ev["layout"] == "pq")
+        for n in compute:
+            assert n["backend"] == "CPU" and n["pinned"] == "CPU"
+            assert n["supports_op"] == {"CPU": True} and n["dev_supports_op"]["CPU"] is True
+        names = {n["name"] for n in compute}
+        assert "kqv_out" in names
+        kq = [n for n in compute if n["op"] == "MUL_MAT" and n["name"].split("-")[0] == "kq"]
+        assert kq and all(n["op_params"]["prec_f32"] for n in kq)
+        if ev["layout"] == "qb":  # the lifted 4-D shapes
+            assert kq[0]["ne"] == [64, 1, 8, 2]
+            qv = next(n for n in ev["nodes"] if n["name"] == "q_qb")
+            qo = next(n for n in ev["nodes"] if n["name"] == "q")
+            assert qv["ne"] == [64, 1, 8, 2] and qv["nb"][3] == qo["nb"][1] and qv["nb"][2] == qo["nb"][2]
+
+
+def test_tool_reports_bad_files_without_crashing(replay_tool, tmp_path):
+    good = tmp_path / "good.rsop"
+    q, k, v, m = random_case(2, 32, seed=6)
+    R.write_operands(good, R.make_operands(q, k, v, m))
+    bad = tmp_path / "bad.rsop"
+    bad.write_bytes(good.read_bytes()[:-200])
+    report = R.run_replay(replay_tool, [R.ReplayJob(bad), R.ReplayJob(good)], check_inputs=False)
+    jb, jg = report["jobs"]
+    assert jb["status"] == "error" and "truncated" in jb["error"]
+    assert jg["status"] == "ok" and len(jg["evaluations"]) == 3
+
+
+def test_tool_usage_errors(replay_tool, tmp_path):
+    q, k, v, m = random_case(1, 16)
+    p = tmp_path / "u.rsop"
+    R.write_operands(p, R.make_operands(q, k, v, m))
+    with pytest.raises(R.ReplayToolError, match="exit status 2"):
+        R.run_replay(replay_tool, [R.ReplayJob(p)], backend="NoSuchDevice0")
+    rc = subprocess.run([str(replay_tool), "--fault", "nonsense", str(p)], capture_output=True).returncode
+    assert rc == 2
+    devs = R.list_devices(replay_tool)
+    assert any(d["name"] == "CPU" and d["type"] == "cpu" for d in devs)
+
+
+def test_build_tools_is_cached(replay_tool):
+    found = R.locate_llama()
+    if found is None:
+        pytest.skip("tool given by path")
+    before = replay_tool.stat().st_mtime_ns
+    again = R.build_tools(*found)
+    assert again == replay_tool and again.stat().st_mtime_ns == before
+    assert json.loads((again.parent / "build.json").read_text())["key"] == R.tool_cache_key(*found)
+
+
+# ------------------------------------------------------------------------------ admission
+
+
+def test_admission_cpu(replay_tool):
+    shape = AD.AttentionShape(n_head=8, n_head_kv=2, head_dim=64, n_kv=96)
+    res = AD.run_admission(replay_tool, "CPU", shape, queries=(1, 2, 3))
+    assert not res["errors"]
+    rows = res["rows"]
+    assert {(r["layout"], r["q"]) for r in rows} == {(lay, q) for lay in R.LAYOUTS for q in (1, 2, 3)}
+    assert {r["op"] for r in rows} == {"qk_mul_mat", "soft_max", "av_mul_mat", "cont", "concat"}
+    for r in rows:
+        assert r["verdict"] == "unknown" and r["supports_main"] and r["observed"] == "CPU" and not r["fallback"]
+
+
+def test_admission_false_only_on_refusal():
+    """A refusal by the chosen backend gives 'false' and the reason; the CPU fallback is observed."""
+    def node(i, name, op, ne, src=(), sup=True, backend="Vulkan0"):
+        return {"id": i, "name": name, "op": op, "type": "f32", "ne": ne, "src": list(src),
+                "supports_op": {"Vulkan0": sup, "CPU": True}, "backend": backend}
+
+    ev = {"layout": "qb", "nodes": [
+        node(0, "k", "VIEW", [64, 96, 2, 1]), node(1, "q_qb", "VIEW", [64, 1, 8, 2]),
+        node(2, "kq", "MUL_MAT", [96, 1, 8, 2], (0, 1), sup=False, backend="CPU"),
+        node(3, "kq_soft_max", "SOFT_MAX", [96, 1, 8, 2], (2,)),
+        node(4, "kqv", "MUL_MAT", [64, 1, 8, 2], (0, 3), sup=False, backend="CPU"),
+        node(5, "kqv_out", "CONT", [512, 2, 1, 1], (4,)),
+    ], "roles": {"kq": [2], "kq_soft_max": [3], "kqv": [4], "out": 5}}
+    report = {"backend": {"requested": "Vulkan0", "device": "Vulkan0", "name": "Vulkan0"},
+              "sched_backends": ["Vulkan0", "CPU"]}
+    rows = {r["op"]: r for r in AD.evaluation_rows(report, AD.AttentionShape(8, 2, 64, 96), 2, ev)}
+    assert rows["qk_mul_mat"]["verdict"] == "false" and rows["qk_mul_mat"]["fallback"]
+    assert "src0 ne=[64, 96, 2, 1]" in rows["qk_mul_mat"]["reason"] and "src1 ne=[64, 1, 8, 2]" in rows["qk_mul_mat"]["reason"]
+    assert rows["soft_max"]["verdict"] == "unknown" and not rows["soft_max"]["fallback"]
+    assert rows["cont"]["verdict"] == "unknown" and rows["cont"]["reason"] == ""
+
+
+def test_gguf_attention_shape(tmp_path):
+    gguf = pytest.importorskip("gguf")
+    path = tmp_path / "m.gguf"
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_block_count(2)
+    w.add_context_length(4096)
+    w.add_embedding_length(1024)
+    w.add_head_count(16)
+    w.add_head_count_kv(4)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    s = AD.gguf_attention_shape(path)
+    assert (s.n_head, s.n_head_kv, s.head_dim, s.n_kv) == (16, 4, 64, 4096)
+    assert AD.gguf_attention_shape(path, n_kv=300).n_kv == 300
