@@ -3,6 +3,8 @@
 
     python3 -I -S report/check.py ARCHIVE [--quiet]
 
+``--quiet`` prints only the summary lines.
+
 It imports nothing from refspec. From the CSV copies of the result tables it
 recomputes, with its own code:
 
@@ -1088,10 +1090,11 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_UNREADABLE if not (args and args[0] in ("-h", "--help")) else EXIT_OK
     archive = args[0]
     code, c = check(archive, quiet)
-    for p in c.unreadable:
-        print(f"UNREADABLE {p}")
-    for p in c.problems:
-        print(f"MISMATCH {p}")
+    if not quiet:
+        for p in c.unreadable:
+            print(f"UNREADABLE {p}")
+        for p in c.problems:
+            print(f"MISMATCH {p}")
     print(f"check: {c.recomputed} numbers recomputed; {c.matched} of {c.compared} comparisons matched; "
           f"{c.identities} identities; {len(c.files)} files checked; {len(c.problems)} mismatches; "
           f"{len(c.unreadable)} unreadable")
