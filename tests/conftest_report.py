@@ -280,11 +280,11 @@ def make_results(out: str | Path, seed: int = 7, evil: bool = False, n_sessions:
 
 
 def seal_archive(results: Path, archive: Path) -> Path:
-    """Seal ``results`` into ``archive`` with a throw-away key, keeping the CSV copies as written."""
+    """Seal ``results`` into ``archive`` with a throw-away key (the CSV copies are carried and checked)."""
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
     from refspec.seal import seal
 
-    seal(results, archive, key=Ed25519PrivateKey.generate(), csv_tables="none",
+    seal(results, archive, key=Ed25519PrivateKey.generate(),
          archive_id="synthetic", created="2026-10-20T00:00:00Z")
     return archive
