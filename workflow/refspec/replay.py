@@ -634,24 +634,13 @@ def list_devices(tool: str | Path) -> list[dict[str, Any]]:
 # building the tool
 
 
-def backend_cmake_flags(backend: str) -> list[str]:
-    """CMake options that make a llama.cpp build include ``backend`` (cpu, cuda, vulkan)."""
-    b = backend.lower()
-    if b in ("cpu", ""):
-        return []
-    if b == "cuda":
-        return ["-DGGML_CUDA=ON"]
-    if b == "vulkan":
-        return ["-DGGML_VULKAN=ON"]
-    raise UsageError(f"unknown backend {backend!r} (cpu, cuda, vulkan)")
-
-
 # Debian packages that give a Vulkan build and a software (lavapipe) device.
 VULKAN_APT_PACKAGES = ("libvulkan-dev", "glslc", "spirv-headers", "mesa-vulkan-drivers")
 
 
 def vulkan_prerequisites() -> dict[str, Any]:
-    """What a ``-DGGML_VULKAN=ON`` build needs on this host, and whether it is there."""
+    """What a Vulkan build of llama.cpp (``refspec build --backend vulkan``, which adds
+    ``-DGGML_VULKAN=ON``) needs on this host, and whether it is there."""
     found = {
         "glslc": shutil.which("glslc"),
         "vulkan_header": next((p for p in ("/usr/include/vulkan/vulkan.h", "/usr/local/include/vulkan/vulkan.h") if os.path.exists(p)), None),
