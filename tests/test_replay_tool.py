@@ -299,10 +299,22 @@ def test_tool_reports_bad_files_without_crashing(replay_tool, tmp_path):
     R.write_operands(good, R.make_operands(q, k, v, m))
     bad = tmp_path / "bad.rsop"
     bad.write_bytes(good.read_bytes()[:-200])
-    report = R.run_replay(replay_tool, [R.ReplayJob(bad), R.ReplayJob(good)], check_inputs=False)
+    with pytest.raises(R.OperandError, match="truncated"):  # refused before anything runs
+        R.run_replay(replay_tool, [R.ReplayJob(bad), R.ReplayJob(good)])
+    report = R.run_replay(replay_tool, [R.ReplayJob(bad), R.ReplayJob(good)], check_inputs=False, validate=False)
     jb, jg = report["jobs"]
     assert jb["status"] == "error" and "truncated" in jb["error"]
     assert jg["status"] == "ok" and len(jg["evaluations"]) == 3
+
+
+def test_nonfinite_masked_in_is_not_replayed(replay_tool, tmp_path):
+    q, k, v, m = random_case(2, 32, seed=7)
+    v[5, 1, 2] = np.nan
+    p = tmp_path / "nan.rsop"
+    R.write_operands(p, R.make_operands(q, k, v, m), validate=False)
+    with pytest.raises(R.OperandError, match="non-finite v value at key 5"):
+        R.run_replay(replay_tool, [R.ReplayJob(p)])
+    assert not list(tmp_path.glob("*.rsst"))
 
 
 def test_tool_usage_errors(replay_tool, tmp_path):

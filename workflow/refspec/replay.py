@@ -584,13 +584,20 @@ def run_replay(
     workdir: str | Path | None = None,
     timeout: float | None = None,
     check_inputs: bool = True,
+    validate: bool = True,
 ) -> dict[str, Any]:
     """Run the replay tool once over a batch of jobs and return its JSON report.
 
-    Operand files are hashed before and after the run; a change is an :class:`IntegrityError`.
-    Errors inside a job are reported in the job's entry (``status: error``), not raised.
+    With ``validate`` every operand file is read and validated first (:func:`read_operands`):
+    a wrong shape, a truncated tensor or a non-finite masked-in value raises
+    :class:`OperandError` and nothing runs. Operand files are hashed before and after the run;
+    a change is an :class:`IntegrityError`. Errors the tool meets inside a job are reported in
+    the job's entry (``status: error``), not raised.
     """
     jobs = list(jobs)
+    if validate:
+        for j in {str(j.input) for j in jobs}:
+            read_operands(j)
     tmp_ctx = tempfile.TemporaryDirectory(prefix="refspec-replay-") if workdir is None else None
     wd = Path(tmp_ctx.name if tmp_ctx else workdir)  # type: ignore[arg-type]
     wd.mkdir(parents=True, exist_ok=True)
