@@ -33,10 +33,11 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from .errors import BuildError, IntegrityError
+from .errors import BuildError
+from .fetch import fetch_package
 from .fsutil import atomic_write_text
 from .hashing import file_digest, sha256_file, sha256_json
-from .paths import REPO_ROOT, cache_dir, downloads_dir
+from .paths import REPO_ROOT, cache_dir
 
 SDIST_NAME = "llama-cpp-python"
 SDIST_VERSION = "0.3.36"
@@ -123,24 +124,9 @@ def build_key(options: BuildOptions, sdist_sha256: str = SDIST_SHA256) -> str:
     )
 
 
-def fetch_sdist(dest: Path | None = None) -> Path:
+def fetch_sdist() -> Path:
     """Download (if needed) and verify the pinned sdist; return its path."""
-    dest = dest or downloads_dir()
-    path = dest / SDIST_FILE
-    if not path.exists():
-        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
-               "-d", str(dest), f"{SDIST_NAME}=={SDIST_VERSION}"]
-        proc = subprocess.run(cmd, capture_output=True, text=True)
-        if proc.returncode != 0 or not path.exists():
-            raise BuildError(f"could not download {SDIST_NAME}=={SDIST_VERSION}: {proc.stderr.strip()[-2000:]}")
-    verify_sha256(path, SDIST_SHA256)
-    return path
-
-
-def verify_sha256(path: Path, expected: str) -> None:
-    got = sha256_file(path)
-    if got != expected:
-        raise IntegrityError(f"{path}: sha256 {got} does not match the pinned {expected}")
+    return fetch_package(f"{SDIST_NAME}=={SDIST_VERSION}", SDIST_FILE, SDIST_SHA256, sdist=True)
 
 
 def _safe_extract(tar_path: Path, dest: Path) -> None:

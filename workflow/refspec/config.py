@@ -1,0 +1,64 @@
+"""Configuration: YAML files validated against JSON Schemas at load.
+
+The workflow config (``config/config.yaml``) is validated against
+``workflow/schemas/config.schema.yaml``; the families file and arm files have
+their own schemas. A config that does not validate is a usage error (exit 2)
+whose message names the offending path.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .errors import ConfigError
+from .paths import config_dir, schemas_dir
+
+
+def read_yaml(path: str | Path) -> Any:
+    p = Path(path)
+    try:
+        return yaml.safe_load(p.read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"{p}: no such file") from None
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{p}: not valid YAML: {e}") from None
+
+
+def validate(data: Any, schema_name: str, what: str) -> Any:
+    """Validate ``data`` against ``workflow/schemas/<schema_name>``; fill defaults."""
+    import jsonschema
+
+    schema = read_yaml(schemas_dir() / schema_name)
+    validator_cls = jsonschema.validators.validator_for(schema)
+    # fill in defaults like snakemake.utils.validate(set_default=True)
+    def set_defaults(validator, properties, instance, schema):
+        if isinstance(instance, dict):
+            for prop, sub in properties.items():
+                if isinstance(sub, dict) and "default" in sub:
+                    instance.setdefault(prop, sub["default"])
+        yield from validator_cls.VALIDATORS["properties"](validator, properties, instance, schema)
+
+    extended = jsonschema.validators.extend(validator_cls, {"properties": set_defaults})
+    errors = sorted(extended(schema).iter_errors(data), key=lambda e: list(e.absolute_path))
+    if errors:
+        lines = []
+        for e in errors:
+            loc = "/".join(str(x) for x in e.absolute_path) or "(top level)"
+            lines.append(f"  {loc}: {e.message}")
+        raise ConfigError(f"{what} does not match {schema_name}:\n" + "\n".join(lines))
+    return data
+
+
+def load_config(path: str | Path | None = None) -> dict:
+    path = Path(path) if path else config_dir() / "config.yaml"
+    data = read_yaml(path) or {}
+    return validate(data, "config.schema.yaml", str(path))
+
+
+def load_families(path: str | Path | None = None) -> dict:
+    path = Path(path) if path else config_dir() / "families.yaml"
+    data = read_yaml(path) or {}
+    return validate(data, "families.schema.yaml", str(path))["families"]
