@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import struct
 import subprocess
@@ -643,6 +644,7 @@ def list_devices(tool: str | Path) -> list[dict[str, Any]]:
 
 # Debian packages that give a Vulkan build and a software (lavapipe) device.
 VULKAN_APT_PACKAGES = ("libvulkan-dev", "glslc", "spirv-headers", "mesa-vulkan-drivers")
+VULKAN_MIN_HEADER = (1, 3, 272)
 
 
 def vulkan_prerequisites() -> dict[str, Any]:
@@ -656,7 +658,18 @@ def vulkan_prerequisites() -> dict[str, Any]:
              for p in Path(base).glob("SPIRV-Headers*/SPIRV-HeadersConfig.cmake")), None),
         "icd_files": sorted(str(p) for d in ("/usr/share/vulkan/icd.d", "/etc/vulkan/icd.d") for p in Path(d).glob("*.json")),
     }
-    found["ready"] = bool(found["glslc"] and found["vulkan_header"] and found["spirv_headers_cmake"])
+    version = None
+    if found["vulkan_header"]:
+        core = Path(found["vulkan_header"]).with_name("vulkan_core.h")
+        text = core.read_text(errors="replace") if core.exists() else ""
+        m = re.search(r"#define\s+VK_HEADER_VERSION_COMPLETE\s+VK_MAKE_API_VERSION\(\s*0,\s*(\d+),\s*(\d+),\s*VK_HEADER_VERSION\)", text)
+        p = re.search(r"#define\s+VK_HEADER_VERSION\s+(\d+)", text)
+        if m and p:
+            version = [int(m.group(1)), int(m.group(2)), int(p.group(1))]
+    found["header_version"] = version
+    # the pinned ggml-vulkan.cpp uses VK_EXT_layer_settings (public headers from 1.3.272 on)
+    found["header_new_enough"] = version is not None and tuple(version) >= VULKAN_MIN_HEADER
+    found["ready"] = bool(found["glslc"] and found["header_new_enough"] and found["spirv_headers_cmake"])
     found["apt_packages"] = list(VULKAN_APT_PACKAGES)
     return found
 
