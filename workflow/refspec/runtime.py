@@ -139,16 +139,20 @@ _LOG_LINES: list[str] = []
 def _install_log_filter(llama_cpp) -> None:
     """Keep llama.cpp's errors (shown and remembered), drop its info chatter."""
     global _LOG_CB
-    level_error = 4  # GGML_LOG_LEVEL_ERROR
+    level_error, level_cont = 4, 5  # GGML_LOG_LEVEL_ERROR, GGML_LOG_LEVEL_CONT
     verbose = os.environ.get("REFSPEC_LLAMA_LOG") == "1"
+    last = [0]
 
     @llama_cpp.llama_log_callback
     def _cb(level, text, _user):
         msg = text.decode("utf-8", "replace") if text else ""
-        if level >= level_error:
+        if level == level_cont:  # a continuation takes the level of the line it continues
+            level = last[0]
+        last[0] = level
+        if level == level_error:
             _LOG_LINES.append(msg)
             del _LOG_LINES[:-50]
-        if verbose or level >= level_error:
+        if verbose or level == level_error:
             sys.stderr.write(msg)
 
     _LOG_CB = _cb

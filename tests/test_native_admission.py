@@ -1,0 +1,139 @@
+"""Admission guards of the layouts and integrity checks of model files.
+
+Every refusal must be a clear error raised before any compute; nothing falls
+back silently to the native layout.
+"""
+
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import pytest
+
+from refspec import models, native, runtime
+from refspec.errors import AdmissionError, DecodeError, IntegrityError
+from refspec.runtime import Context, ContextSpec
+
+from tinygguf import write_tiny
+
+
+@pytest.fixture(scope="module")
+def fam():
+    runtime.load(native.current().lib_dir)
+    return models.ensure_family("smollm2-135m")
+
+
+@pytest.fixture(scope="module")
+def target(fam):
+    m = runtime.Model(fam.target.path, sha256=fam.target.sha256)
+    yield m
+    m.close()
+
+
+def _spec(**kw) -> ContextSpec:
+    base = dict(n_ctx=256, n_batch=64, n_ubatch=4, threads=1, layout="qb", mask=3)
+    base.update(kw)
+    return ContextSpec(**base)
+
+
+@pytest.mark.parametrize("layout", ["qb", "pq"])
+@pytest.mark.parametrize("kw,needle", [
+    ({"flash_attn": True}, "flash attention"),
+    ({"n_seq_max": 2}, "one sequence"),
+    ({"n_ubatch": 8}, "at most 4 occupied queries"),
+    ({"kv_type": "f32"}, "F16 K/V"),
+])
+def test_context_guards(target, layout, kw, needle):
+    with pytest.raises(AdmissionError, match=needle):
+        Context(target, _spec(layout=layout, **kw))
+
+
+def test_guards_do_not_apply_to_native_layout(target):
+    # the same contexts are fine with mq, and with a layout whose mask leaves this role off
+    for kw in ({"flash_attn": True}, {"n_seq_max": 2}, {"n_ubatch": 8}, {"kv_type": "f32"}):
+        Context(target, _spec(layout="mq", mask=0, **kw)).close()
+    Context(target, _spec(layout="qb", mask=3, role="draft", n_ubatch=8)).close()
+
+
+def test_arch_guard_tiny_qwen2(tmp_path):
+    path = write_tiny(tmp_path / "tiny-qwen2.gguf", arch="qwen2", qkv_bias=True)
+    m = runtime.Model(path)
+    try:
+        with pytest.raises(AdmissionError, match="dense llama-family and qwen3 models, not 'qwen2'"):
+            Context(m, _spec())
+        Context(m, _spec(layout="mq", mask=0)).close()  # the model itself is fine
+    finally:
+        m.close()
+
+
+def test_attention_bias_guard_tiny_llama(tmp_path):
+    plain = runtime.Model(write_tiny(tmp_path / "tiny-llama.gguf"))
+    biased = runtime.Model(write_tiny(tmp_path / "tiny-llama-bias.gguf", qkv_bias=True))
+    try:
+        with Context(plain, _spec()) as ctx:  # admitted, and it runs
+            ctx.begin_request()
+            out = ctx.decode([1, 40, 41, 42], 0, outputs="all")
+            assert out.shape == (4, plain.n_vocab) and np.isfinite(out).all()
+            assert ctx.counters()["micrographs_qb"] == 1
+        with pytest.raises(AdmissionError, match="attention bias"):
+            Context(biased, _spec())
+    finally:
+        plain.close()
+        biased.close()
+
+
+def test_set_layout_refusal_keeps_previous_layout(target):
+    with Context(target, _spec(layout="mq", mask=0, n_ubatch=8)) as ctx:
+        with pytest.raises(AdmissionError, match="occupied queries"):
+            ctx.set_layout("qb", mask=3)
+        assert ctx.active_layout() == "mq"
+
+
+def test_decode_refuses_context_overflow(target):
+    with Context(target, _spec(n_ctx=256)) as ctx:
+        ctx.begin_request()
+        with pytest.raises(DecodeError, match="context full"):
+            ctx.decode([1] * 60, 200)
+
+
+# ---------------------------------------------------------------- model file integrity
+
+def test_truncated_gguf_is_refused(fam, tmp_path):
+    bad = tmp_path / "truncated.gguf"
+    data = fam.target.path.read_bytes()
+    bad.write_bytes(data[: len(data) // 2])
+    with pytest.raises(IntegrityError, match="truncated"):
+        runtime.Model(bad)
+
+
+def test_flipped_byte_is_refused_by_pin(fam, tmp_path):
+    bad = tmp_path / "flipped.gguf"
+    shutil.copyfile(fam.target.path, bad)
+    with open(bad, "r+b") as f:
+        f.seek(bad.stat().st_size - 4096)
+        b = f.read(1)
+        f.seek(-1, 1)
+        f.write(bytes([b[0] ^ 0x01]))
+    with pytest.raises(IntegrityError, match="does not match the pinned"):
+        runtime.Model(bad, sha256=fam.target.sha256)
+
+
+def test_wrong_pinned_hash_is_refused(fam):
+    with pytest.raises(IntegrityError, match="does not match the pinned"):
+        runtime.Model(fam.target.path, sha256="0" * 64)
+
+
+def test_not_a_gguf_is_refused(tmp_path):
+    bad = tmp_path / "text.gguf"
+    bad.write_text("not a model")
+    with pytest.raises(IntegrityError, match="not a GGUF"):
+        runtime.Model(bad)
+
+
+def test_derived_family_files_match_pins(fam):
+    from refspec.hashing import sha256_file
+
+    for f in fam.all():
+        assert sha256_file(f.path) == f.sha256
+    assert set(fam.drafts) == {"q4_1", "q2_k"}

@@ -1,0 +1,88 @@
+"""The pinned native build: cache key, no-op rebuild, patch application."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+import pytest
+
+from refspec import native
+from refspec.errors import BuildError
+from refspec.hashing import file_digest
+
+
+@pytest.fixture(scope="module")
+def build():
+    return native.current()
+
+
+def test_second_build_is_a_no_op(build):
+    libs = sorted(p for p in build.lib_dir.iterdir() if p.is_file() and not p.is_symlink())
+    before = {p.name: (p.stat().st_mtime_ns, p.stat().st_size) for p in libs}
+    again = native.build(native.BuildOptions(), quiet=True)
+    assert again.built is False
+    assert again.key == build.key and again.lib_dir == build.lib_dir
+    after = {p.name: (p.stat().st_mtime_ns, p.stat().st_size) for p in libs}
+    assert after == before
+    # the record names every library and tool with the hash of the file on disk
+    files = again.record["files"]
+    for name in ("libllama.so", "libggml-base.so", "libggml-cpu.so", "llama-quantize", "llama-speculative-simple"):
+        match = [n for n in files if n == name or n.startswith(name + ".")]
+        assert match, f"{name} not recorded"
+        for n in match:
+            assert file_digest(build.lib_dir / n) == files[n]
+    assert again.record["sdist"]["sha256"] == native.SDIST_SHA256
+    assert [p["name"] for p in again.record["patches"]] == [p.name for p in native.patch_files()]
+
+
+def test_record_mismatch_is_detected(build, tmp_path):
+    fake = native.BuildResult(key=build.key, root=build.root, lib_dir=build.lib_dir,
+                              record={"files": {"libllama.so": {"sha256": "0" * 64, "size": 1}}})
+    assert native.check_record(fake) == ["libllama.so: sha256/size differs from BUILD.json"]
+
+
+def test_key_depends_on_options_and_patches(tmp_path, monkeypatch):
+    cpu = native.build_key(native.BuildOptions())
+    cuda = native.build_key(native.BuildOptions(backend="cuda", cuda_arch="90"))
+    assert cpu != cuda
+    assert "-DGGML_CUDA=ON" in native.BuildOptions(backend="cuda").cmake_flags()
+    assert "-DCMAKE_CUDA_ARCHITECTURES=90" in native.BuildOptions(backend="cuda").cmake_flags()
+    assert not any("CUDA" in f for f in native.BuildOptions().cmake_flags())
+    # a changed patch changes the key
+    patches = tmp_path / "patches"
+    shutil.copytree(native.PATCH_DIR, patches)
+    monkeypatch.setattr(native, "PATCH_DIR", patches)
+    assert native.build_key(native.BuildOptions()) == cpu
+    p = sorted(patches.glob("*.patch"))[0]
+    p.write_text(p.read_text() + "\n")
+    assert native.build_key(native.BuildOptions()) != cpu
+    with pytest.raises(BuildError, match="unknown native backend"):
+        native.BuildOptions(backend="metal").cmake_flags()
+
+
+def test_patch_that_does_not_apply_is_an_error(build, tmp_path):
+    tree = tmp_path / "llama.cpp"
+    (tree / "include").mkdir(parents=True)
+    # a pristine header: the shipped patch applies to it
+    pristine = subprocess.run(["git", "apply", "-R", "--include=include/llama.h", "--directory=.", "-p1",
+                               "--check", str(native.patch_files()[0])], cwd=build.src_dir, capture_output=True)
+    assert pristine.returncode == 0, "the shipped patch must be applied in the build tree"
+    shutil.copyfile(build.src_dir / "include" / "llama.h", tree / "include" / "llama.h")
+    bad = tmp_path / "0001-bad.patch"
+    bad.write_text(
+        "--- a/include/llama.h\n+++ b/include/llama.h\n@@ -1,3 +1,3 @@\n"
+        "-this line is not in the file\n+replacement\n context\n context\n"
+    )
+    with pytest.raises(BuildError, match="does not apply"):
+        native.apply_patches(tree, [bad])
+    # and the tree was left untouched by the failed check
+    assert (tree / "include" / "llama.h").read_bytes() == (build.src_dir / "include" / "llama.h").read_bytes()
+
+
+@pytest.mark.cuda
+def test_cuda_build_when_available():
+    if shutil.which("nvcc") is None or shutil.which("nvidia-smi") is None:
+        pytest.skip("no CUDA toolkit/device on this machine: the CUDA build runs on GPU hosts only")
+    res = native.build(native.BuildOptions(backend="cuda"), quiet=True)
+    assert any(n.startswith("libggml-cuda") for n in res.record["files"])

@@ -1,0 +1,109 @@
+"""In-process greedy decoding of a panel with several arms, compared with R.
+
+``refspec decode`` is the plain decoder over the bindings: it loads the family
+once, runs every task with every arm in this process and prints, per arm, how
+many complete endpoints equal the micro-batch-1 reference and where the others
+first diverge. Timed, isolated runs go through workers (``refspec qualify``);
+this command is for inspecting the native layer directly.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from .arms import select
+from .config import load_config
+from .endpoint import compare
+from .errors import ConfigError
+from .models import ensure_family
+from .panels import humaneval_tasks, parse_range, prompt_tokens, read_panel
+from .runtime import Model
+from .transaction import ArmRunner
+
+
+def load_panel_arg(spec: str):
+    """``humaneval:0-11`` builds the panel from the pinned wheel; anything else is a panel file."""
+    if spec.startswith("humaneval:"):
+        return humaneval_tasks(parse_range(spec.split(":", 1)[1]))
+    return read_panel(spec)
+
+
+def decode_panel(family: str, tasks, arm_names: list[str], *, cap: int | None = None, draft: str | None = None,
+                 models_dir=None, progress: bool = True) -> list[dict]:
+    files = ensure_family(family, models_dir=models_dir)
+    arms = select(arm_names)
+    if arms[0].name != "R":
+        raise ConfigError("the first arm must be the reference R")
+    target = Model(files.target.path, sha256=files.target.sha256)
+    draft_model = None
+    if any(a.speculative for a in arms):
+        d = files.draft(draft)
+        draft_model = Model(d.path, sha256=d.sha256)
+    prompts = [prompt_tokens(target, t) for t in tasks]
+    rows: list[dict] = []
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=len(arms) * len(tasks), desc="decode", unit="req", file=sys.stderr)
+    refs = {}
+    for arm in arms:
+        arm = arm.with_(cap=cap) if cap else arm
+        with ArmRunner(arm, target, draft_model) as runner:
+            for task, prompt in zip(tasks, prompts):
+                res = runner.run(prompt)
+                if arm.name == "R":
+                    refs[task.task_id] = res
+                ref = refs[task.task_id]
+                cmp = compare(ref.endpoint, res.endpoint)
+                margin = None
+                if not cmp.qualified and cmp.first_diff_index is not None and cmp.first_diff_index < len(ref.margins):
+                    margin = ref.margins[cmp.first_diff_index]
+                rows.append({
+                    "task_id": task.task_id, "arm": arm.name, "qualified": cmp.qualified,
+                    "first_diff_index": cmp.first_diff_index, "ref_margin": margin,
+                    "n": res.endpoint.n, "stop_reason": res.endpoint.stop_reason,
+                    "acceptance": res.stats.acceptance, **res.stats.flat(), "seconds": res.seconds,
+                })
+                if bar is not None:
+                    bar.update(1)
+    if bar is not None:
+        bar.close()
+    return rows
+
+
+def summarize(rows: list[dict]) -> str:
+    lines = []
+    arms = list(dict.fromkeys(r["arm"] for r in rows))
+    for a in arms:
+        rs = [r for r in rows if r["arm"] == a]
+        ok = sum(r["qualified"] for r in rs)
+        div = ", ".join(f"{r['task_id']}@{r['first_diff_index']}" for r in rs if not r["qualified"])
+        acc = [r["acceptance"] for r in rs if r["acceptance"] is not None]
+        acc_s = f"  acceptance {sum(acc) / len(acc):.3f}" if acc else ""
+        lines.append(f"{a:8s} {ok}/{len(rs)} match R{acc_s}" + (f"  first divergence: {div}" if div else ""))
+    return "\n".join(lines)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config")
+    p.add_argument("--family")
+    p.add_argument("--panel", default="humaneval:0-11")
+    p.add_argument("--arms", default="R,M0,M3")
+    p.add_argument("--draft")
+    p.add_argument("--cap", type=int)
+    p.add_argument("--json", help="write the per-request rows to this JSON file")
+
+
+def run(args: argparse.Namespace) -> int:
+    cfg = load_config(args.config)
+    rows = decode_panel(args.family or cfg["family"], load_panel_arg(args.panel), args.arms.split(","),
+                        cap=args.cap, draft=args.draft, models_dir=cfg.get("models_dir"))
+    if args.json:
+        from .fsutil import atomic_write_text
+
+        atomic_write_text(args.json, json.dumps(rows, indent=1) + "\n")
+    print(summarize(rows))
+    return 0
