@@ -30,6 +30,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "seal": ("refspec.seal", "seal a results folder into a signed, closed-world archive"),
     "verify": ("refspec.verify", "verify a sealed archive (folder or tar) against a public key"),
     "restore": ("refspec.restore", "safely extract an archive tar into a fresh folder and verify it"),
+    "assemble": ("refspec.archive", "merge the run's campaign tables, plans and ledger into a staging folder"),
+    "report-stage": ("refspec.archive", "copy a sealed data archive and render the report into it"),
+    "artifacts": ("refspec.archive", "list the run's artifacts for the source manifest"),
+    "keys-ensure": ("refspec.archive", "create the signing key once and copy its public half"),
     "report": ("refspec.report", "render report.html, report.tex/.pdf and numbers.json from result tables"),
 }
 

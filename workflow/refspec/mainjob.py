@@ -1,0 +1,89 @@
+"""The two commands a new user types: ``./run main`` and ``./run test``.
+
+``main`` runs the Snakemake workflow on the embedded default (native build,
+models, campaigns, seal, report, check) and ends by printing the archive path,
+the verification result and the headline figures. ``test`` prepares what the
+tests need (the native build, the model files, Debian's chromium for the
+browser test when this machine can install it) and runs the suite.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from .paths import REPO_ROOT
+
+DEBIAN_TEST_PACKAGES = ["chromium"]
+
+
+def _apt_install(packages: list[str]) -> None:
+    """Install missing Debian packages when running as root with apt (tests skip otherwise)."""
+    missing = [p for p in packages if shutil.which(p) is None]
+    if not missing or os.geteuid() != 0 or shutil.which("apt-get") is None:
+        return
+    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    print(f"refspec test: installing {' '.join(missing)} from Debian", file=sys.stderr)
+    subprocess.run(["apt-get", "update", "-qq"], env=env, check=False, stdout=subprocess.DEVNULL)
+    r = subprocess.run(["apt-get", "install", "-y", "-qq", "--no-install-recommends", *missing], env=env,
+                       check=False, stdout=subprocess.DEVNULL)
+    if r.returncode != 0:
+        print(f"refspec test: could not install {missing}; the tests that need them will skip", file=sys.stderr)
+
+
+def _prepare(config: str | None) -> None:
+    from . import native
+    from .config import load_config
+    from .models import ensure_family
+
+    cfg = load_config(config)
+    native.current(cfg)
+    ensure_family(cfg["family"], models_dir=cfg.get("models_dir"))
+
+
+def _add_test(p: argparse.ArgumentParser) -> None:
+    p.add_argument("pytest_args", nargs=argparse.REMAINDER, help="passed to pytest")
+
+
+def _run_test(args: argparse.Namespace) -> int:
+    _apt_install(DEBIAN_TEST_PACKAGES)
+    _prepare(None)
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args.pytest_args]
+    r = subprocess.run(cmd, cwd=REPO_ROOT)
+    return r.returncode
+
+
+def _add_main(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--configfile", default="config/config.yaml")
+    p.add_argument("--cores", type=int, default=os.cpu_count() or 2)
+    p.add_argument("snakemake_args", nargs=argparse.REMAINDER, help="passed to snakemake")
+
+
+def _run_main(args: argparse.Namespace) -> int:
+    from .config import load_config
+
+    cfg = load_config(args.configfile)
+    cmd = [sys.executable, "-m", "snakemake", "--snakefile", str(REPO_ROOT / "Snakefile"),
+           "--configfile", args.configfile, "--cores", str(args.cores), "--show-failed-logs",
+           "--rerun-triggers", "mtime", "params", "input", *args.snakemake_args]
+    r = subprocess.run(cmd, cwd=REPO_ROOT)
+    if r.returncode != 0:
+        print("refspec main: the workflow failed (see the log tail above and results/*/logs/)", file=sys.stderr)
+        return r.returncode
+    results = REPO_ROOT / cfg["results"]
+    archive = results / "archive"
+    print(f"\narchive: {archive}")
+    check = results / "checked.txt"
+    if check.exists():
+        print(check.read_text().strip())
+    headline = results / "report-stage" / "numbers.json"
+    if headline.exists():
+        print(f"report: {archive / 'report.html'}")
+    return 0
+
+
+COMMANDS = {"main": (_add_main, _run_main), "test": (_add_test, _run_test)}

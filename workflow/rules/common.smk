@@ -1,0 +1,14 @@
+# Shared names. Rules call the refspec CLI and hold no logic of their own.
+import os
+
+RESULTS = config["results"]
+LOGS = f"{RESULTS}/logs"
+BENCH = f"{RESULTS}/benchmarks"
+PROV = f"{RESULTS}/provenance"
+STAGE = f"{RESULTS}/stage"
+ARCHIVE = f"{RESULTS}/archive"
+CHECKED = f"{RESULTS}/checked.txt"
+THREADS = config["threads"]
+
+# the config file the CLI reads (the same one Snakemake validated)
+CONFIGFILE = workflow.overwrite_configfiles[-1] if workflow.overwrite_configfiles else "config/config.yaml"

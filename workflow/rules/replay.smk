@@ -1,0 +1,1 @@
+# Numerical replay (E1) of captured attention operands.

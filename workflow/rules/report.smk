@@ -1,0 +1,38 @@
+rule report:
+    input:
+        sealed=f"{RESULTS}/sealed-data",
+        pub=f"{PROV}/signer.pub",
+    output:
+        directory(f"{RESULTS}/report-stage"),
+    log:
+        f"{LOGS}/report.log",
+    benchmark:
+        f"{BENCH}/report.tsv"
+    shell:
+        "refspec report-stage --sealed {input.sealed} --pubkey {input.pub} --out {output} > {log} 2>&1"
+
+
+rule seal_archive:
+    input:
+        stage=f"{RESULTS}/report-stage",
+        previous=f"{RESULTS}/sealed-data",
+        pub=f"{PROV}/signer.pub",
+    output:
+        directory(ARCHIVE),
+    log:
+        f"{LOGS}/seal_archive.log",
+    shell:
+        "refspec seal {input.stage} {output} --campaign default --previous {input.previous} --tar > {log} 2>&1"
+
+
+rule check:
+    input:
+        archive=ARCHIVE,
+        pub=f"{PROV}/signer.pub",
+    output:
+        CHECKED,
+    log:
+        f"{LOGS}/check.log",
+    shell:
+        "(refspec verify {input.archive} --pubkey {input.pub}"
+        " && python3 -I -S report/check.py {input.archive}) > {log} 2>&1 && cp {log} {output}"
