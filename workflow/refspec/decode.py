@@ -31,7 +31,7 @@ def load_panel_arg(spec: str):
 
 
 def decode_panel(family: str, tasks, arm_names: list[str], *, cap: int | None = None, draft: str | None = None,
-                 models_dir=None, progress: bool = True) -> list[dict]:
+                 threads: int | None = None, models_dir=None, progress: bool = True) -> list[dict]:
     files = ensure_family(family, models_dir=models_dir)
     arms = select(arm_names)
     if arms[0].name != "R":
@@ -51,6 +51,7 @@ def decode_panel(family: str, tasks, arm_names: list[str], *, cap: int | None = 
     refs = {}
     for arm in arms:
         arm = arm.with_(cap=cap) if cap else arm
+        arm = arm.with_(threads=threads) if threads else arm
         with ArmRunner(arm, target, draft_model) as runner:
             for task, prompt in zip(tasks, prompts):
                 res = runner.run(prompt)
@@ -94,13 +95,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--arms", default="R,M0,M3")
     p.add_argument("--draft")
     p.add_argument("--cap", type=int)
+    p.add_argument("--threads", type=int, help="override the arms' thread count")
     p.add_argument("--json", help="write the per-request rows to this JSON file")
 
 
 def run(args: argparse.Namespace) -> int:
     cfg = load_config(args.config)
     rows = decode_panel(args.family or cfg["family"], load_panel_arg(args.panel), args.arms.split(","),
-                        cap=args.cap, draft=args.draft, models_dir=cfg.get("models_dir"))
+                        cap=args.cap, draft=args.draft, threads=args.threads, models_dir=cfg.get("models_dir"))
     if args.json:
         from .fsutil import atomic_write_text
 

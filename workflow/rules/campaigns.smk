@@ -1,5 +1,4 @@
 # Campaigns write their tables under campaigns/<name>/ and append to the run's ledger.
-PANEL = f"{RESULTS}/panels/{config['panel']['source']}.jsonl"
 
 
 rule audit:
@@ -12,5 +11,7 @@ rule audit:
     benchmark:
         f"{BENCH}/audit.tsv"
     threads: 1
+    conda:
+        "../../envs/refspec.yaml"
     shell:
         "refspec audit --out {output} --threads {threads} > {log} 2>&1"

@@ -1,5 +1,5 @@
 # Shared names. Rules call the refspec CLI and hold no logic of their own.
-import os
+from pathlib import Path
 
 RESULTS = config["results"]
 LOGS = f"{RESULTS}/logs"
@@ -12,3 +12,6 @@ THREADS = config["threads"]
 
 # the config file the CLI reads (the same one Snakemake validated)
 CONFIGFILE = workflow.overwrite_configfiles[-1] if workflow.overwrite_configfiles else "config/config.yaml"
+PATCHES = sorted(str(p) for p in Path("native/patches").glob("*.patch"))
+PANEL = f"{RESULTS}/panels/{config['panel']['source']}.jsonl"
+CAMPAIGN_DIRS = [f"{RESULTS}/campaigns/{c}" for c in ["audit"]]

@@ -1,5 +1,6 @@
 rule manifest:
     input:
+        cfg=CONFIGFILE,
         build=f"{PROV}/BUILD.json",
         models=f"{PROV}/models.txt",
         panel=PANEL,
@@ -8,6 +9,8 @@ rule manifest:
         manifest=f"{PROV}/manifest.json",
     log:
         f"{LOGS}/manifest.log",
+    conda:
+        "../../envs/refspec.yaml"
     shell:
-        "(refspec artifacts --config {CONFIGFILE} --build {input.build} --panel {input.panel} --out {output.listing}"
-        " && refspec manifest --artifacts {output.listing} --config {CONFIGFILE} -o {output.manifest}) > {log} 2>&1"
+        "(refspec artifacts --config {input.cfg} --build {input.build} --panel {input.panel} --out {output.listing}"
+        " && refspec manifest --artifacts {output.listing} --config {input.cfg} -o {output.manifest}) > {log} 2>&1"

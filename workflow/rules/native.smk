@@ -1,4 +1,7 @@
 rule native_build:
+    input:
+        cfg=CONFIGFILE,
+        patches=PATCHES,
     output:
         f"{PROV}/BUILD.json",
     log:
@@ -8,5 +11,7 @@ rule native_build:
     threads: workflow.cores
     params:
         backend=config["native"]["backend"],
+    conda:
+        "../../envs/refspec.yaml"
     shell:
-        "refspec build --config {CONFIGFILE} --record {output} --jobs {threads} > {log} 2>&1"
+        "refspec build --config {input.cfg} --record {output} --jobs {threads} > {log} 2>&1"

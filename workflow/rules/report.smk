@@ -8,6 +8,8 @@ rule report:
         f"{LOGS}/report.log",
     benchmark:
         f"{BENCH}/report.tsv"
+    conda:
+        "../../envs/refspec.yaml"
     shell:
         "refspec report-stage --sealed {input.sealed} --pubkey {input.pub} --out {output} > {log} 2>&1"
 
@@ -21,6 +23,8 @@ rule seal_archive:
         directory(ARCHIVE),
     log:
         f"{LOGS}/seal_archive.log",
+    conda:
+        "../../envs/refspec.yaml"
     shell:
         "refspec seal {input.stage} {output} --campaign default --previous {input.previous} --tar > {log} 2>&1"
 
@@ -33,6 +37,8 @@ rule check:
         CHECKED,
     log:
         f"{LOGS}/check.log",
+    conda:
+        "../../envs/refspec.yaml"
     shell:
         "(refspec verify {input.archive} --pubkey {input.pub}"
         " && python3 -I -S report/check.py {input.archive}) > {log} 2>&1 && cp {log} {output}"

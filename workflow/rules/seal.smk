@@ -1,6 +1,5 @@
-# Assemble the run's tables into one staging folder, seal it, render the report
-# from the sealed data, add it and seal again (the second seal chains to the first).
-CAMPAIGN_DIRS = [f"{RESULTS}/campaigns/{c}" for c in ["audit"]]
+# Assemble the run's tables into one staging folder and seal it; the report is rendered
+# from the sealed data, added, and the archive sealed again (chained to the first seal).
 
 
 rule keys:
@@ -8,6 +7,8 @@ rule keys:
         f"{PROV}/signer.pub",
     log:
         f"{LOGS}/keys.log",
+    conda:
+        "../../envs/refspec.yaml"
     shell:
         "refspec keys-ensure --pub-out {output} > {log} 2>&1"
 
@@ -20,9 +21,14 @@ rule assemble:
         directory(STAGE),
     log:
         f"{LOGS}/assemble.log",
+    params:
+        results=lambda wildcards, input: Path(input.manifest).parent.parent,
+        campaigns=lambda wildcards, input: " ".join(f"--campaign {c}" for c in input.campaigns),
+    conda:
+        "../../envs/refspec.yaml"
     shell:
-        "refspec assemble --results {RESULTS} --manifest {input.manifest} --out {output}"
-        " $(printf -- '--campaign %s ' {input.campaigns}) > {log} 2>&1"
+        "refspec assemble --results {params.results} --manifest {input.manifest} --out {output}"
+        " {params.campaigns} > {log} 2>&1"
 
 
 rule seal_data:
@@ -33,5 +39,7 @@ rule seal_data:
         directory(f"{RESULTS}/sealed-data"),
     log:
         f"{LOGS}/seal_data.log",
+    conda:
+        "../../envs/refspec.yaml"
     shell:
         "refspec seal {input.stage} {output} --campaign default > {log} 2>&1"

@@ -1,0 +1,56 @@
+"""The Snakemake workflow: lint, planned jobs, a small real run."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from refspec.paths import REPO_ROOT
+
+
+def _snakemake(*args: str, cwd: Path = REPO_ROOT, timeout: int = 600) -> subprocess.CompletedProcess:
+    env = dict(os.environ)
+    env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '')}"
+    return subprocess.run([sys.executable, "-m", "snakemake", *args], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def _planned(out: str) -> dict[str, int]:
+    """Job counts from the 'Job stats' table of a dry run."""
+    counts = {}
+    block = out.split("Job stats:", 1)[1]
+    for line in block.splitlines()[3:]:
+        m = re.match(r"^(\S+)\s+(\d+)$", line.strip())
+        if not m:
+            break
+        counts[m.group(1)] = int(m.group(2))
+    return counts
+
+
+def test_lint_is_clean():
+    r = _snakemake("--lint")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "Congratulations, your workflow is in a good condition" in r.stdout + r.stderr
+
+
+@pytest.mark.parametrize("configfile", ["config/config.yaml", "config/gpu.yaml"])
+def test_dry_run_plans_every_stage(configfile, tmp_path):
+    r = _snakemake("-n", "--configfile", configfile, "--config", f"results={tmp_path}/res")
+    assert r.returncode == 0, r.stdout + r.stderr
+    jobs = _planned(r.stdout)
+    for rule in ("native_build", "models", "panel", "manifest", "keys", "assemble", "seal_data", "report",
+                 "seal_archive", "check", "all"):
+        assert jobs.get(rule) == 1, f"{rule} not planned once for {configfile}: {jobs}"
+
+
+def test_bad_config_is_refused_by_schema(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("family: smollm2-135m\nthreads: zero\nnative: {backend: opencl}\n")
+    r = _snakemake("-n", "--configfile", str(bad))
+    assert r.returncode != 0
+    assert "threads" in r.stdout + r.stderr and "opencl" in r.stdout + r.stderr
