@@ -34,6 +34,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "report-stage": ("refspec.archive", "copy a sealed data archive and render the report into it"),
     "artifacts": ("refspec.archive", "list the run's artifacts for the source manifest"),
     "keys-ensure": ("refspec.archive", "create the signing key once and copy its public half"),
+    "replay": ("refspec.e1", "numerical replay (E1): capture attention operands of the target, replay mq/pq/qb"),
     "report": ("refspec.report", "render report.html, report.tex/.pdf and numbers.json from result tables"),
 }
 
