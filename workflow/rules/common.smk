@@ -14,4 +14,4 @@ THREADS = config["threads"]
 CONFIGFILE = workflow.overwrite_configfiles[-1] if workflow.overwrite_configfiles else "config/config.yaml"
 PATCHES = sorted(str(p) for p in Path("native/patches").glob("*.patch"))
 PANEL = f"{RESULTS}/panels/{config['panel']['source']}.jsonl"
-CAMPAIGN_DIRS = [f"{RESULTS}/campaigns/{c}" for c in ["audit"]]
+CAMPAIGN_DIRS = [f"{RESULTS}/campaigns/{c}" for c in ["audit", "replay"]]
