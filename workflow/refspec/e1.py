@@ -662,6 +662,13 @@ def summarize(rows: list[dict], details: list[dict], *, family: str, layers: Seq
         rs = {r["stage"]: r for r in ok_rows if (r["layer"], r["phase"], r["q"]) == key}
         st = next((s for s in STAGES if not rs[s]["mq_eq_pq"]), "none")
         first_stage[st] += 1
+    # contexts where MQ equals the repairs at every stage, by query width
+    all_eq = {"q1": [0, 0], "q_gt1": [0, 0]}
+    for key in ok_ctx:
+        rs = [r for r in ok_rows if (r["layer"], r["phase"], r["q"]) == key]
+        slot = all_eq["q1" if key[2] == 1 else "q_gt1"]
+        slot[0] += all(r["mq_eq_pq"] and r["pq_eq_qb"] for r in rs)
+        slot[1] += 1
     # MQ vs QB too (the table measures MQ vs PQ)
     mq_qb = {s: {"max_abs": 0.0, "max_ulp": 0, "equal": 0, "of": 0} for s in STAGES}
     for d in details:
@@ -691,6 +698,7 @@ def summarize(rows: list[dict], details: list[dict], *, family: str, layers: Seq
         "stages": by_stage,
         "mq_vs_qb": mq_qb,
         "mq_first_difference_stage": first_stage,
+        "mq_eq_repair_all_stages": all_eq,
         "native_pq_eq_qb_contexts": sum(1 for d in details if d.get("native_pq_eq_qb")
                                         and all(d["native_pq_eq_qb"].values())),
         "operands_pq_eq_qb_contexts": sum(1 for d in details if d.get("operands_pq_eq_qb")),
@@ -784,6 +792,9 @@ def format_summary(s: dict[str, Any]) -> str:
         f"{STAGE_LABELS[k]} {v['mq_eq_repair_q1'][0]}/{v['mq_eq_repair_q1'][1]}" for k, v in st.items()))
     lines.append("  MQ = PQ = QB, q>1: " + "   ".join(
         f"{STAGE_LABELS[k]} {v['mq_eq_repair_q_gt1'][0]}/{v['mq_eq_repair_q_gt1'][1]}" for k, v in st.items()))
+    ae = s["mq_eq_repair_all_stages"]
+    lines.append(f"  contexts with MQ = PQ = QB at every stage: q=1 {ae['q1'][0]}/{ae['q1'][1]}, "
+                 f"q>1 {ae['q_gt1'][0]}/{ae['q_gt1'][1]}")
     fs = s["mq_first_difference_stage"]
     lines.append("  MQ first differs at: " + ", ".join(
         f"{STAGE_LABELS.get(k, k)} {v}" for k, v in fs.items()) + " (contexts)")
