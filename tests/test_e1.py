@@ -180,3 +180,56 @@ def test_repeatability_failure_withholds_the_claim(captured, tool, tmp_path, mon
     assert not d["control_ok"]
     assert any(p.startswith("repeatability pq/") and "kqv" in p for p in d["problems"])
     assert all(not r["control_ok"] for r in rows)
+
+
+def _fake_pq_capture(shared: bool):
+    """A PQ micrograph's capture with two queries; ``shared=False`` gives each query its own
+    copied Q and mask tensor, as a GPU scheduler does for split inputs."""
+    from types import SimpleNamespace
+
+    d, h, hkv, n_kv, n_q = 4, 2, 1, 8, 2
+    rng = np.random.default_rng(3)
+    qroot = rng.standard_normal((n_q, h, d)).astype("<f4")  # a (d, h, n_q) projection
+    mroot = np.zeros((n_q, n_kv), "<f4")
+    mroot[0, 6:] = -np.inf
+    mroot[1, 7:] = -np.inf
+    k = rng.standard_normal((hkv, n_kv, d)).astype("<f2")
+    v = rng.standard_normal((hkv, d, n_kv)).astype("<f2")
+
+    def src(name, type_, ne, nb, root, offs, raw):
+        return e1.SourceView(name, type_, ne, nb, root, name, offs, raw)
+
+    ks = src("k", 1, (d, n_kv, hkv, 1), (2, 2 * d, 2 * d * n_kv, 2 * d * n_kv * hkv), 10, 0, k.tobytes())
+    vs = src("v", 1, (n_kv, d, hkv, 1), (2, 2 * n_kv, 2 * n_kv * d, 2 * n_kv * d * hkv), 11, 0, v.tobytes())
+    qnb = (4, 4 * d * h, 4 * d, 4 * d * h * n_q)
+    mnb = (4, 4 * n_kv, 4 * n_kv, 4 * n_kv)
+    scale = np.array([0.5, 0.0], np.float32).view(np.int32)
+    items, extras = [], {}
+    for j in range(n_q):
+        if shared:
+            qj = src("q", 0, (d, 1, h, 1), qnb, 20, j * qnb[1], qroot.tobytes()[j * qnb[1]:])
+            mj = src("m", 0, (n_kv, 1, 1, 1), mnb, 30, j * mnb[1], mroot.tobytes()[j * mnb[1]:])
+        else:  # a copy with the view's layout holds exactly the bytes the view spans
+            span = 4 * ((h - 1) * d + d)
+            qj = src("q", 0, (d, 1, h, 1), qnb, 40 + j, 0, qroot.tobytes()[j * qnb[1]: j * qnb[1] + span])
+            mj = src("m", 0, (n_kv, 1, 1, 1), mnb, 50 + j, 0, mroot[j].tobytes())
+        for name, ne, s0, s1 in ((f"kq_pq{j}", (n_kv, 1, h, 1), ks, qj), (f"kq_soft_max_pq{j}", (n_kv, 1, h, 1), None, mj),
+                                 (f"kqv_pq{j}", (d, 1, h, 1), vs, None)):
+            n = int(np.prod(ne))
+            nb = (4, 4 * ne[0], 4 * ne[0] * ne[1], 4 * ne[0] * ne[1] * ne[2])
+            extras[len(items)] = e1.NodeExtra(tuple(int(x) for x in scale) + (0,) * 14, (s0, s1))
+            items.append(runtime.Captured(name, 7, 0, ne, nb, np.full(n, j, np.float32)))
+    return SimpleNamespace(errors=[], items=items, extras=extras), qroot, mroot
+
+
+def test_pq_operands_from_shared_or_copied_views():
+    out = {}
+    for shared in (True, False):
+        cap, qroot, mroot = _fake_pq_capture(shared)
+        ops = e1.operands_from_capture(cap, 7, "pq", 2, {"x": 1})
+        R.validate_operands(ops)
+        assert np.array_equal(ops.logical_q(), qroot) and np.array_equal(ops.logical_mask(), mroot)
+        assert ops.scale == 0.5 and ops.refs["kq"].ne == (8, 1, 2, 2)
+        assert ops.meta.get("gathered") == (None if shared else ["q", "mask"])
+        out[shared] = ops
+    assert np.array_equal(out[True].logical_k(), out[False].logical_k())

@@ -251,6 +251,44 @@ def _view(src: SourceView, ne: Sequence[int], nb: Sequence[int], what: str) -> R
     return t
 
 
+def _rows_of_one_tensor(views: list[SourceView], ne: Sequence[int], what: str) -> R.OperandTensor | None:
+    """PQ's per-query views as one operand when view j is row j of one tensor (else None)."""
+    v0 = views[0]
+    step = v0.nb[1]
+    for j, vj in enumerate(views):
+        if vj.root != v0.root or vj.offs != v0.offs + j * step:
+            return None
+    n_q = len(views)
+    nb = (v0.nb[0], step, v0.nb[2], max(step * n_q, v0.nb[2] * v0.ne[2]))
+    if what == "mask":
+        nb = (v0.nb[0], step, step * n_q, step * n_q)
+    return _view(v0, ne, nb, what)
+
+
+def _gathered(views: list[SourceView], what: str) -> R.OperandTensor:
+    """PQ's per-query views copied element by element into one contiguous operand.
+
+    ``q`` views (d, 1, h, 1) become the compact (d, q, h, 1) permute of a (d, h, q) projection,
+    ``mask`` rows (n_kv, 1, 1, 1) a contiguous (n_kv, q, 1, 1) mask.
+    """
+    parts = []
+    for vj in views:
+        if vj.type not in _GGML_TYPES:
+            raise CaptureError(f"{what}: unsupported ggml type {vj.type}")
+        dt = np.dtype("<f4") if _GGML_TYPES[vj.type] == "f32" else np.dtype("<f2")
+        t = _view(vj, vj.ne, vj.nb, what)
+        parts.append(np.ndarray(tuple(reversed(t.ne)), dtype=dt, buffer=t.blob, strides=tuple(reversed(t.nb))))
+    if what == "q":
+        arr = np.stack([p[0, :, 0, :] for p in parts])  # (q, h, d)
+        n_q, h, d = arr.shape
+        return R.OperandTensor("f32", (d, n_q, h, 1), (4, 4 * d * h, 4 * d, 4 * d * h * n_q), 0,
+                               np.ascontiguousarray(arr, dtype="<f4").tobytes())
+    arr = np.stack([p[0, 0, 0, :] for p in parts])  # (q, n_kv)
+    n_q, n_kv = arr.shape
+    return R.OperandTensor("f32", (n_kv, n_q, 1, 1), (4, 4 * n_kv, 4 * n_kv * n_q, 4 * n_kv * n_q), 0,
+                           np.ascontiguousarray(arr, dtype="<f4").tobytes())
+
+
 def _stage_ref(items, layout: str, stage: str) -> R.OperandTensor:
     arrays = []
     for it in items:
@@ -331,16 +369,20 @@ def operands_from_capture(cap: OperandCapture, layer: int, layout: str, n_q: int
     elif layout == "pq":
         qviews = [cap.extras[i].srcs[1] for i in by_stage["kq"]]
         mviews = [cap.extras[i].srcs[1] for i in by_stage["kq_soft_max"]]
-        qs1, ms1 = qsrc.nb[1], msrc.nb[1]
         for j, (qj, mj) in enumerate(zip(qviews, mviews)):
-            if (qj is None or mj is None or qj.root != qsrc.root or mj.root != msrc.root
-                    or qj.offs != qsrc.offs + j * qs1 or mj.offs != msrc.offs + j * ms1
-                    or qj.ne != qsrc.ne or qj.nb != qsrc.nb or mj.ne != msrc.ne or mj.nb != msrc.nb):
-                raise CaptureError(f"layer {layer} pq: query {j} does not view row {j} of one Q and one mask")
-        if qn1 != 1 or qn3 != 1:
-            raise CaptureError(f"layer {layer} pq: unexpected q view {qsrc.ne}")
-        q = _view(qsrc, (qd, n_q, qn2, 1), (qsrc.nb[0], qs1, qsrc.nb[2], max(qs1 * n_q, qsrc.nb[2] * qn2)), "q")
-        mask = _view(msrc, (mne0, n_q, 1, 1), (msrc.nb[0], ms1, ms1 * n_q, ms1 * n_q), "mask")
+            if qj is None or mj is None or qj.ne != qsrc.ne or qj.nb != qsrc.nb or mj.ne != msrc.ne or mj.nb != msrc.nb:
+                raise CaptureError(f"layer {layer} pq: query {j} has an unexpected q or mask view")
+        if qn1 != 1 or qn3 != 1 or msrc.ne[1:] != (1, 1, 1):
+            raise CaptureError(f"layer {layer} pq: unexpected q {qsrc.ne} / mask {msrc.ne} views")
+        q = _rows_of_one_tensor(qviews, (qd, n_q, qn2, 1), "q")
+        mask = _rows_of_one_tensor(mviews, (mne0, n_q, 1, 1), "mask")
+        gathered = [name for name, t in (("q", q), ("mask", mask)) if t is None]
+        if q is None:  # the per-query views are separate tensors (e.g. split-input copies on a GPU)
+            q = _gathered(qviews, "q")
+        if mask is None:
+            mask = _gathered(mviews, "mask")
+        if gathered:
+            meta = {**(meta or {}), "gathered": gathered}
     else:
         raise UsageError(f"unknown layout {layout!r}")
 
