@@ -458,8 +458,8 @@ def observe(model, ctx: E1Context, layout: str, prompt: Prompt, settings: Settin
                 "n_ubatch": settings.n_ubatch, "n_ctx": settings.n_ctx, "history_layout": settings.history_layout}
         try:
             obs.operands = operands_from_capture(cap, ctx.layer, layout, ctx.q, meta)
-        except CaptureError as e:
-            obs.error = str(e)
+        except (RefspecError, ValueError) as e:
+            obs.error = f"{type(e).__name__}: {e}"
     return obs
 
 
@@ -492,6 +492,10 @@ def capture_context(model, ctx: E1Context, prompt: Prompt, settings: Settings, w
         if obs.error or obs.operands is None:
             problems.append(f"observation {layout}: {obs.error or 'no operands'}")
             continue
+        rows, pos0 = prompt.rows(ctx.phase, ctx.q)
+        vis = _visible(obs.operands.logical_mask())
+        if vis != [pos0 + j + 1 for j in range(len(rows))]:
+            problems.append(f"observation {layout}: visible keys per query {vis}, expected causal from {pos0 + 1}")
         path = wd / f"{ctx.id}.{layout}.rsop"
         try:
             R.write_operands(path, obs.operands)
