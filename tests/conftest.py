@@ -1,0 +1,31 @@
+"""Shared fixtures: the patched native build and the embedded default family's model files.
+
+Both are prepared once per test session (a first run builds the libraries and
+derives the model files; later runs find them in the cache).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def native_build():
+    """The patched llama.cpp build (:func:`refspec.native.current`)."""
+    from refspec import native
+
+    return native.current()
+
+
+@pytest.fixture(scope="session")
+def lib_path(native_build):
+    """The folder with the patched libraries (what LLAMA_CPP_LIB_PATH points at)."""
+    return native_build.lib_dir
+
+
+@pytest.fixture(scope="session")
+def family_files(native_build):
+    """The ``smollm2-135m`` target and drafts, checked against their pins."""
+    from refspec import models
+
+    return models.ensure_family("smollm2-135m")
