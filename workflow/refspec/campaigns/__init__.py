@@ -1,0 +1,525 @@
+"""``refspec campaign NAME``: the timing and qualification campaigns of the paper.
+
+    refspec campaign NAME [--preset default|paper] [--config F] [--definition F]
+                          [--out DIR] [--threads N] [--family F] [--manifest M]
+                          [--resume] [--analyze]
+
+NAME is one of ``phase_mask``, ``confirmation``, ``implementation``,
+``replication``, ``width``, ``prediction`` (hyphens are accepted). The campaign
+is defined in ``config/campaigns/NAME.yaml`` (``--definition`` points at another
+file), validated against ``workflow/schemas/campaign.schema.yaml``; its top
+level is the embedded-default size (minutes on a 2-core CPU), ``--preset
+paper`` applies the paper's sizes. ``--config`` is the workflow config (family,
+threads, results folder, models_dir).
+
+Everything goes into ``DIR/campaigns/NAME/`` (DIR: ``--out``, default the
+config's ``results``): ``plan.json`` (frozen before the first session,
+:mod:`refspec.plan`), ``ledger.jsonl`` (every attempt, hash-chained),
+``journal.jsonl`` (one line per attempt with its endpoint), ``arms.yaml`` (the
+arms the workers load), ``panel-*.jsonl``, ``workers/`` (ready files and logs),
+the result tables (Parquet + CSV, ``anc/tables.md``), ``timed_audit.json`` and
+``summary.txt`` (the paper-shaped summary, also printed). A killed campaign is
+continued with ``--resume`` (only requests without a completed attempt run);
+``--analyze`` only re-checks the plan and rewrites the tables. The campaigns
+and their outputs are documented in ``anc/campaigns.md``.
+
+Exit status: 0 when every planned request has a completed attempt (whether or
+not the arms qualify), 5 when some did not complete, 1 when the plan differs
+from the frozen one, 2 for usage errors.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import importlib
+import json
+import os
+import signal
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from ..errors import EXIT_OK, EXIT_RUNTIME, ConfigError, UsageError
+from ..fsutil import atomic_write_text
+from ..hashing import sha256_file, sha256_json
+from ..paths import REPO_ROOT
+from .. import plan as planmod
+
+NAMES = ("phase_mask", "confirmation", "implementation", "replication", "width", "prediction")
+PLAN_FORMAT = 1
+# The analysis code as it was when this process imported it (stats.py, plan.py, campaigns/*.py).
+ANALYSIS_CODE = planmod.analysis_code_digest()
+COUNTER_KEYS = ("proposals", "accepted", "rollbacks", "cycles", "callers", "rows", "micrographs")
+LOGICAL_KEYS = ("proposals", "accepted", "rollbacks", "cycles", "callers", "rows")
+
+
+def module_for(name: str):
+    return importlib.import_module(f"{__name__}.{name}")
+
+
+def normalize_name(name: str) -> str:
+    n = name.strip().lower().replace("-", "_")
+    aliases = {"phase_masks": "phase_mask", "phasemask": "phase_mask", "e2": "replication",
+               "predict": "prediction"}
+    n = aliases.get(n, n)
+    if n not in NAMES:
+        raise UsageError(f"unknown campaign {name!r} (one of {', '.join(NAMES)})")
+    return n
+
+
+# --------------------------------------------------------------------------- definitions
+
+
+def deep_merge(base: Any, over: Any) -> Any:
+    """Mappings merge key by key; anything else in ``over`` replaces ``base``."""
+    if isinstance(base, dict) and isinstance(over, dict):
+        out = dict(base)
+        for k, v in over.items():
+            out[k] = deep_merge(base.get(k), v) if k in base else copy.deepcopy(v)
+        return out
+    return copy.deepcopy(over)
+
+
+def definition_path(name: str) -> Path:
+    from ..paths import config_dir
+
+    return config_dir() / "campaigns" / f"{name}.yaml"
+
+
+def load_definition(name: str, preset: str = "default", path: str | Path | None = None) -> tuple[dict, Path]:
+    """The validated definition of campaign ``name`` with ``preset`` applied (defaults filled)."""
+    from ..config import read_yaml, validate
+
+    p = Path(path) if path else definition_path(name)
+    raw = read_yaml(p)
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{p}: a campaign definition is a mapping")
+    validate(copy.deepcopy(raw), "campaign.schema.yaml", str(p))
+    if raw.get("campaign") != name:
+        raise ConfigError(f"{p} defines campaign {raw.get('campaign')!r}, not {name!r}")
+    presets = raw.pop("presets", {}) or {}
+    if preset not in ("default", None, ""):
+        if preset not in presets:
+            raise ConfigError(f"{p}: no preset {preset!r} (has: default{''.join(', ' + k for k in presets)})")
+        over = dict(presets[preset])
+        if "campaign" in over and over["campaign"] != name:
+            raise ConfigError(f"{p}: preset {preset!r} changes the campaign name")
+        raw = deep_merge(raw, over)
+    defn = validate(raw, "campaign.schema.yaml", f"{p} (preset {preset or 'default'})")
+    defn.pop("presets", None)
+    return defn, p
+
+
+def resolve_panel(spec: dict, base_dir: Path):
+    """Tasks of a panel spec and its plan record."""
+    from ..panels import humaneval_tasks, parse_range, read_panel
+
+    if spec["source"] == "humaneval":
+        tasks = humaneval_tasks(parse_range(spec["tasks"]))
+    else:
+        fp = Path(spec["file"]).expanduser()
+        if not fp.is_absolute():
+            fp = base_dir / fp
+        tasks = read_panel(fp)
+    rec = {"source": spec["source"], "tasks": [t.task_id for t in tasks],
+           "sha256": sha256_json([{"task_id": t.task_id, "text": t.text,
+                                   "prompt_ids": list(t.prompt_ids) if t.prompt_ids is not None else None}
+                                  for t in tasks])}
+    return tasks, rec
+
+
+# --------------------------------------------------------------------------- context
+
+
+@dataclass
+class Context:
+    """What a campaign module gets: the definition, its panels and arms, the run."""
+
+    name: str
+    preset: str
+    defn: dict
+    panels: dict[str, list]  # role -> [Task]
+    panel_records: dict[str, dict]
+    arms: dict  # name -> Arm (as the workers run them)
+    family: str
+    draft: str | None
+    threads: int
+    out: Path
+    run: Any = None  # scheduler.CampaignRun
+    sessions: list = field(default_factory=list)
+    plan: dict = field(default_factory=dict)
+
+    def task_ids(self, role: str = "panel") -> list[str]:
+        return [t.task_id for t in self.panels[role]]
+
+
+def write_arms_file(arms: dict, path: Path) -> None:
+    """The campaign's arms as an arms file (validated by reading it back)."""
+    import yaml
+
+    from ..arms import load_arms
+
+    doc = {"arms": {n: {k: v for k, v in a.record().items() if k != "name"} for n, a in arms.items()}}
+    text = "# The arms of this campaign, exactly as its workers run them (written by refspec campaign).\n"
+    text += yaml.safe_dump(doc, sort_keys=True)
+    if not path.exists() or path.read_text(encoding="utf-8") != text:
+        atomic_write_text(path, text, mode=0o644)
+    back = load_arms(path)
+    for n, a in arms.items():
+        if back[n] != a:
+            raise ConfigError(f"{path}: arm {n} does not read back as written")
+
+
+def apply_overrides(arms: list, defn: dict, threads: int, cap: int) -> dict:
+    over = dict(defn.get("arm_overrides") or {})
+    out = {}
+    for a in arms:
+        if a.name in out:
+            raise ConfigError(f"arm {a.name} appears twice in the campaign")
+        out[a.name] = a.with_(threads=int(threads), cap=int(cap), **over)
+    return out
+
+
+# --------------------------------------------------------------------------- text helpers
+
+
+def fmt_ratio(v: float | None) -> str:
+    return "-" if v is None else f"{v:.6f}"
+
+
+def table_text(header: list[str], rows: list[list[Any]]) -> str:
+    cells = [[str(h) for h in header]] + [["-" if c is None else str(c) for c in r] for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in cells]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- audit
+
+
+def compare_counters(requests: list[dict], pairs: list[tuple], keys=COUNTER_KEYS) -> list[dict]:
+    """Per (label, task, cap, session): do the two arms' recorded counters agree?
+
+    ``pairs`` holds (label, arm_a, arm_b) or (label, arm_a, arm_b, keys). The ok
+    rows of each arm on a task and session give a sorted list of counter tuples
+    (one per repeat); the pair agrees when both lists are equal.
+    """
+    out = []
+    for pair in pairs:
+        label, a, b = pair[:3]
+        pkeys = tuple(pair[3]) if len(pair) > 3 else tuple(keys)
+        by: dict[tuple, list] = {}
+        for r in requests:
+            if r["status"] == "ok" and r["arm"] in (a, b):
+                by.setdefault((r["arm"], r["task_id"], r["cap"], r["session"]), []).append(
+                    tuple(r[k] for k in pkeys))
+        keys_ = pkeys
+        cells = sorted({(t, c, s) for (arm, t, c, s) in by if arm in (a, b)})
+        for t, c, s in cells:
+            va = sorted(by.get((a, t, c, s), []))
+            vb = sorted(by.get((b, t, c, s), []))
+            diff = [k for i, k in enumerate(keys_) if [x[i] for x in va] != [x[i] for x in vb]]
+            out.append({"comparison": label, "arms": [a, b], "keys": list(keys_), "task_id": t, "cap": c,
+                        "session": s, "agree": bool(va) and bool(vb) and not diff, "differing": diff,
+                        "a": [dict(zip(keys_, x)) for x in va], "b": [dict(zip(keys_, x)) for x in vb]})
+    return out
+
+
+def timed_audit(base: dict, counter_pairs: list[tuple] | None = None, keys=COUNTER_KEYS) -> dict:
+    """Every completed request compared with its reference; failures; counter agreement."""
+    from ..stats import first_difference
+
+    records = base["_records"]
+    refs: dict[tuple[str, int], dict] = {}
+    for r in sorted((r for r in records if r["row"]["arm"] == "R" and r["endpoint"] is not None),
+                    key=lambda r: (r["row"]["session"], r["row"]["repeat"])):
+        refs.setdefault((r["row"]["task_id"], r["row"]["cap"]), r["endpoint"])
+    compared = 0
+    mismatches = []
+    for r in records:
+        row, ep = r["row"], r["endpoint"]
+        if ep is None:
+            continue
+        ref = refs.get((row["task_id"], row["cap"]))
+        if ref is None:
+            continue
+        compared += 1
+        if ep["endpoint_sha256"] != ref["endpoint_sha256"]:
+            i = first_difference(ref["tokens"], ref["eog"], ref["stop_reason"], ep["tokens"], ep["eog"],
+                                 ep["stop_reason"])
+            mismatches.append({k: row[k] for k in ("session", "block", "worker", "arm", "task_id", "cap", "repeat",
+                                                   "order_index", "attempt")} | {"first_diff_index": i})
+    status: dict[str, int] = {}
+    for row in base["requests"]:
+        status[row["status"]] = status.get(row["status"], 0) + 1
+    failures = [{k: row[k] for k in ("session", "worker", "arm", "task_id", "repeat", "attempt", "reason")}
+                for row in base["requests"] if row["status"] == "failed"]
+    disq = sorted({(q["arm"], q["task_id"], q["cap"]) for q in base["qualification"] if not q["qualified"]})
+    out = {"requests_compared": compared, "mismatches": mismatches, "status_counts": status,
+           "failures": failures,
+           "disqualified_pairs": [{"arm": a, "task_id": t, "cap": c} for a, t, c in disq]}
+    if counter_pairs:
+        cmp = compare_counters(base["requests"], counter_pairs, keys)
+        summary = {}
+        for c in cmp:
+            s = summary.setdefault(c["comparison"], {"pairs": 0, "agree": 0, "keys": c["keys"]})
+            s["pairs"] += 1
+            s["agree"] += 1 if c["agree"] else 0
+        out["counters"] = summary
+        out["counter_pairs"] = cmp
+    return out
+
+
+def audit_text(audit: dict) -> str:
+    lines = [f"audit: {audit['requests_compared']} completed requests compared with the reference endpoint; "
+             f"{len(audit['mismatches'])} mismatch(es)"]
+    for m in audit["mismatches"][:20]:
+        lines.append(f"  mismatch: {m['session']} {m['arm']} {m['task_id']} repeat {m['repeat']} "
+                     f"(worker {m['worker']}): first difference at index {m['first_diff_index']}")
+    if len(audit["mismatches"]) > 20:
+        lines.append(f"  ... {len(audit['mismatches']) - 20} more in timed_audit.json")
+    st = audit["status_counts"]
+    lines.append("requests by status: " + ", ".join(f"{k} {v}" for k, v in sorted(st.items())))
+    for f in audit["failures"][:10]:
+        lines.append(f"  failed: {f['session']} {f['arm']} {f['task_id']} repeat {f['repeat']} attempt "
+                     f"{f['attempt']}: {f['reason']}")
+    for label, s in (audit.get("counters") or {}).items():
+        lines.append(f"recorded counters ({', '.join(s['keys'])}) {label}: "
+                     f"{s['agree']}/{s['pairs']} task/session pairs agree")
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- the command
+
+
+def _lib_dir() -> Path:
+    env = os.environ.get("LLAMA_CPP_LIB_PATH")
+    if env:
+        return Path(env)
+    from .. import native
+
+    return Path(native.current().lib_dir)
+
+
+def prepare(name: str, *, preset: str = "default", definition: str | Path | None = None,
+            config: str | Path | None = None, out: str | Path | None = None, threads: int | None = None,
+            family: str | None = None, manifest: str | Path | None = None, resume: bool = False,
+            progress: bool = True):
+    """Resolve everything a campaign needs; return (Context, CampaignRun, computed plan)."""
+    from ..arms import load_arms
+    from ..config import load_config
+    from ..models import ensure_family
+    from ..panels import write_panel
+    from .scheduler import CampaignRun, RunSettings, schedule_record
+
+    name = normalize_name(name)
+    cfg = load_config(config)
+    defn, dpath = load_definition(name, preset or "default", definition)
+    mod = module_for(name)
+    fam = family or defn.get("family") or cfg["family"]
+    nthreads = int(threads or cfg.get("threads", 2))
+    if nthreads < 1:
+        raise UsageError("--threads must be at least 1")
+    out_root = Path(out or cfg.get("results", "results/default"))
+    cdir = out_root / "campaigns" / name
+    cdir.mkdir(parents=True, exist_ok=True)
+
+    panels, precs = {}, {}
+    for role, spec in mod.panels(defn).items():
+        panels[role], precs[role] = resolve_panel(spec, dpath.parent)
+    ids = [t.task_id for ts in panels.values() for t in ts]
+    if len(set(ids)) != len(ids):
+        raise ConfigError(f"campaign {name}: a task appears in more than one panel")
+    for role, ts in panels.items():
+        precs[role]["file_sha256"] = write_panel(ts, cdir / f"panel-{role}.jsonl")
+
+    arms_src = Path(cfg.get("arms_file") or "config/arms.yaml")
+    if not arms_src.is_absolute():
+        arms_src = REPO_ROOT / arms_src
+    catalog = load_arms(arms_src)
+    arm_list = mod.arms(defn, catalog)
+    if not arm_list or arm_list[0].name != "R":
+        raise ConfigError(f"campaign {name}: the first arm must be the reference R")
+    cap = max(defn.get("caps") or [defn["cap"]])
+    arms = apply_overrides(arm_list, defn, nthreads, cap)
+    arms_file = cdir / "arms.yaml"
+    write_arms_file(arms, arms_file)
+
+    files = ensure_family(fam, models_dir=cfg.get("models_dir"))
+    draft = None
+    if any(a.speculative for a in arms.values()):
+        draft = defn.get("draft") or files.default_draft
+        files.draft(draft)
+    models = {"target": files.target.sha256}
+    if draft:
+        models[f"draft:{draft}"] = files.draft(draft).sha256
+
+    ctx = Context(name=name, preset=preset or "default", defn=defn, panels=panels, panel_records=precs,
+                  arms=arms, family=fam, draft=draft, threads=nthreads, out=cdir)
+    sessions = mod.schedule(ctx)
+    ctx.sessions = sessions
+    man = Path(manifest) if manifest else None
+    if man is not None:
+        if not man.is_file():
+            raise UsageError(f"manifest {man} not found")
+        dst = cdir / "manifest.json"
+        if not dst.exists():
+            atomic_write_text(dst, man.read_text(encoding="utf-8"), mode=0o644)
+    boot = dict(defn["bootstrap"])
+    computed = {
+        "format": PLAN_FORMAT,
+        "campaign": name,
+        "preset": preset or "default",
+        "definition": defn,
+        "family": fam,
+        "draft": draft,
+        "models": models,
+        "panels": precs,
+        "arms": {n: a.record() for n, a in arms.items()},
+        "threads": nthreads,
+        "seed": int(defn["seed"]),
+        "threshold": float(boot["threshold"]),
+        "bootstrap": {"seed": int(boot["seed"]), "draws": int(boot["draws"]), "threshold": float(boot["threshold"])},
+        "sessions": len(sessions),
+        "gap_s": float(defn.get("gap_s", 0)),
+        "schedule": schedule_record(sessions),
+        "schedule_sha256": sha256_json(schedule_record(sessions)),
+        "analysis_code": ANALYSIS_CODE,
+        "manifest_sha256": sha256_file(man) if man is not None else None,
+        "executor": {"driver": "refspec.driver", "worker": "refspec.worker", "fresh_worker_per_block": True},
+    }
+    settings = RunSettings(campaign=name, out_dir=cdir, family=fam, files=files, draft=draft, arms=arms,
+                           arms_file=arms_file, lib_dir=_lib_dir(), tasks={t.task_id: t for ts in panels.values()
+                                                                         for t in ts},
+                           definition=defn, manifest=man, progress=progress, resume=resume)
+    run = CampaignRun(settings)
+    ctx.run = run
+    return ctx, run, computed
+
+
+def execute(ctx: Context, run, computed: dict, *, analyze_only: bool = False) -> dict:
+    """Freeze or check the plan, run what is left, analyse; return the analysis."""
+    mod = module_for(ctx.name)
+    ctx.plan = run.freeze_or_check(computed, analyze_only=analyze_only)
+    complete = True
+    if not analyze_only:
+        remaining = run.remaining(ctx.sessions)
+        run.begin_run(remaining)
+
+        def _term(signum, _frame):
+            raise KeyboardInterrupt(f"signal {signum}")
+
+        old = signal.signal(signal.SIGTERM, _term)
+        run.open_progress(run.remaining(ctx.sessions))
+        try:
+            getattr(mod, "execute", default_execute)(ctx)
+        except BaseException as e:
+            run.close_progress()
+            what = "interrupted" if isinstance(e, KeyboardInterrupt) else f"stopped by {type(e).__name__}: {e}"
+            run.note("interruption" if isinstance(e, KeyboardInterrupt) else "failure",
+                     f"campaign run {run.run_no} {what}; resume with --resume", run=run.run_no)
+            run.end_run(f"ended early ({what})")
+            raise
+        finally:
+            signal.signal(signal.SIGTERM, old)
+            run.close_progress()
+        left = run.remaining(ctx.sessions)
+        complete = left == 0
+        run.end_run("all sessions run" if complete else f"{left} planned request(s) without a completed attempt")
+        ctx.plan = planmod.check(run.out, run.ledger, computed)
+    result = analyze(ctx)
+    result["complete"] = complete if not analyze_only else run.remaining(ctx.sessions) == 0
+    return result
+
+
+def default_execute(ctx: Context) -> None:
+    prev = None
+    for sp in ctx.sessions:
+        ctx.run.run_session(sp, prev)
+        prev = sp.id
+
+
+def analyze(ctx: Context) -> dict:
+    """Write every table, timed_audit.json and summary.txt; return them."""
+    from ..tables import write_table
+
+    run = ctx.run
+    mod = module_for(ctx.name)
+    base = run.base_tables()
+    res = mod.analyze(ctx, base)
+    tables = {k: base[k] for k in ("requests", "endpoints", "qualification", "sessions")}
+    tables.update(res.get("tables", {}))
+    written = {}
+    fallback = []
+    for tname, rows in tables.items():
+        if tname.startswith("_"):
+            continue
+        if table_accepts_campaign(tname, ctx.name):
+            paths = write_table(rows, tname, run.out)
+            written[tname] = sha256_file(paths["parquet"])
+        else:  # the table contract does not list this campaign yet: keep the rows as JSON lines
+            p = run.out / f"{tname}.jsonl"
+            atomic_write_text(p, "".join(json.dumps(r, sort_keys=True, allow_nan=False) + "\n" for r in rows),
+                              mode=0o644)
+            written[tname] = sha256_file(p)
+            fallback.append(tname)
+    audit = timed_audit(base, res.get("counter_pairs"), res.get("counter_keys", COUNTER_KEYS))
+    atomic_write_text(run.out / "timed_audit.json",
+                      json.dumps(audit, indent=1, sort_keys=True, allow_nan=False) + "\n", mode=0o644)
+    extra = res.get("json") or {}
+    for fname, doc in extra.items():
+        atomic_write_text(run.out / fname, json.dumps(doc, indent=1, sort_keys=True, allow_nan=False) + "\n",
+                          mode=0o644)
+    header = (f"campaign {ctx.name} (preset {ctx.preset}), family {ctx.family}, {ctx.threads} thread(s); "
+              f"plan sha256 {sha256_file(run.out / planmod.PLAN_NAME)[:16]}")
+    parts = [header, res["text"], audit_text(audit)]
+    if fallback:
+        parts.append(f"tables {', '.join(fallback)} written as JSON lines: their campaign column does not list "
+                     f"{ctx.name!r}")
+    text = "\n\n".join(parts) + "\n"
+    atomic_write_text(run.out / "summary.txt", text, mode=0o644)
+    run.note("analysis", "tables written from the journal under the frozen plan",
+             tables=written, mismatches=len(audit["mismatches"]),
+             requests_compared=audit["requests_compared"])
+    return {"tables": tables, "audit": audit, "text": text, "extra": res}
+
+
+def table_accepts_campaign(table: str, campaign: str) -> bool:
+    from ..tables import spec
+
+    sp = spec(table)
+    if "campaign" not in sp.names:
+        return True
+    enum = sp.column("campaign").enum
+    return enum is None or campaign in enum
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("name", help=f"campaign: {', '.join(NAMES)}")
+    p.add_argument("--preset", default="default", help="default (embedded size) or paper (the paper's sizes)")
+    p.add_argument("--config", help="workflow config (default config/config.yaml)")
+    p.add_argument("--definition", help="campaign definition file (default config/campaigns/NAME.yaml)")
+    p.add_argument("--out", help="results folder (default: the config's results); the campaign writes DIR/campaigns/NAME")
+    p.add_argument("--threads", type=int, help="threads per worker (default: the config's threads)")
+    p.add_argument("--family", help="model family (default: the definition's, else the config's)")
+    p.add_argument("--manifest", help="source manifest: freeze-checked before every session")
+    p.add_argument("--resume", action="store_true", help="continue a campaign from its ledger and journal")
+    p.add_argument("--analyze", action="store_true", help="only check the plan and rewrite the tables")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def run(args: argparse.Namespace) -> int:
+    ctx, crun, computed = prepare(args.name, preset=args.preset, definition=args.definition, config=args.config,
+                                  out=args.out, threads=args.threads, family=args.family, manifest=args.manifest,
+                                  resume=args.resume or args.analyze, progress=not args.no_progress)
+    result = execute(ctx, crun, computed, analyze_only=args.analyze)
+    sys.stdout.write(result["text"])
+    sys.stdout.flush()
+    if not result["complete"]:
+        print(f"refspec campaign {ctx.name}: some planned requests have no completed attempt "
+              "(see timed_audit.json and the ledger)", file=sys.stderr)
+        return EXIT_RUNTIME
+    return EXIT_OK

@@ -1,0 +1,92 @@
+"""Output confirmation (paper §5.1, Table 3, Supplement S2.1).
+
+The reference R, the unconstrained batched target-only path M0, the repaired
+M3 and C3 and the ordinary recipe R_prod on a frozen panel, with repeats in
+rounds of fresh workers (counterbalanced arm order). Output: matching complete
+endpoints per arm (``qualification``; Table 3 sums them per arm) and the
+qualified ratios of every arm pair (``ratios``; failed qualification is a dash
+with the reason).
+"""
+
+from __future__ import annotations
+
+from .scheduler import round_schedule, session_ids
+
+
+def panels(defn: dict) -> dict:
+    return {"confirm": defn["panel"]}
+
+
+def named_arms(defn: dict, catalog: dict) -> list:
+    from ..errors import ConfigError
+
+    names = list(defn["arms"])
+    missing = [n for n in names if n not in catalog]
+    if missing:
+        raise ConfigError(f"{defn['campaign']}: unknown arm(s) {', '.join(missing)}")
+    if "R" not in names:
+        names.insert(0, "R")
+    names.remove("R")
+    return [catalog["R"]] + [catalog[n] for n in names]
+
+
+def arms(defn: dict, catalog: dict) -> list:
+    return named_arms(defn, catalog)
+
+
+def round_sessions(ctx, role: str) -> list:
+    d = ctx.defn
+    others = [n for n in ctx.arms if n != "R"]
+    return round_schedule(session_ids(d["sessions"]), others, ctx.task_ids(role), caps=[d["cap"]],
+                          repeats=d["repeats"], block_by=d["block_by"], seed=d["seed"])
+
+
+def schedule(ctx) -> list:
+    return round_sessions(ctx, "confirm")
+
+
+def counts_text(ctx, base: dict, title: str) -> str:
+    from ..stats import qualification_counts
+    from . import table_text
+
+    counts = qualification_counts(base["qualification"])
+    by_arm_fail: dict[str, list[str]] = {}
+    for q in base["qualification"]:
+        if not q["qualified"]:
+            by_arm_fail.setdefault(q["arm"], []).append(
+                f"{q['task_id']}" + (f"@{q['first_diff_index']}" if q["first_diff_index"] is not None else ""))
+    rows = []
+    for c in counts:
+        fails = by_arm_fail.get(c["arm"], [])
+        rows.append([c["arm"], ctx.arms[c["arm"]].mode, ctx.arms[c["arm"]].layout, f"UB{ctx.arms[c['arm']].ub}",
+                     f"{c['matching']}/{c['required']}", f"{c['tasks_qualified']}/{c['tasks']}",
+                     " ".join(fails[:8]) + (" ..." if len(fails) > 8 else "")])
+    return title + "\n" + table_text(["arm", "mode", "layout", "U", "matching", "tasks ok", "failing tasks@first diff"],
+                                     rows)
+
+
+def ratios_text(rows: list[dict]) -> str:
+    from . import fmt_ratio, table_text
+
+    body = []
+    for r in rows:
+        body.append([f"{r['numerator']}/{r['denominator']}", r["path"], fmt_ratio(r["ratio"]),
+                     f"{r['n_regressions']}/{r['n_tasks']}" if r["qualified"] else "-",
+                     (r["regressed_tasks"] or "") if r["qualified"] else (r["reason"] or "")])
+    return table_text(["comparison", "path", "ratio", "regressions", "regressed tasks / reason"], body)
+
+
+def analyze(ctx, base: dict) -> dict:
+    from ..stats import ratios_table
+
+    ratios = ratios_table(base["requests"], base["qualification"], ctx.name)
+    d = ctx.defn
+    text = "\n".join([
+        counts_text(ctx, base, f"Output confirmation (Table 3 shape): {len(ctx.task_ids('confirm'))} task(s), "
+                               f"cap {d['cap']}, {d['sessions']} session(s) x {d['repeats']} repeat(s); "
+                               "matching complete endpoints per arm"),
+        "",
+        "Qualified ratios (numerator time / denominator time; Table S2 shape):",
+        ratios_text(ratios),
+    ])
+    return {"tables": {"ratios": ratios}, "text": text}

@@ -1,0 +1,83 @@
+"""Repair comparison (paper §5.4, Table S3, Supplement S2.2).
+
+R and the target-only (M) and speculative (C) arms with per-query attention
+(pq), query-to-batch (qb) and global serialization (gs), in counterbalanced
+rounds of fresh workers. Output: all pairwise qualified ratios (``ratios``;
+earlier arm in the numerator: GS/QB, PQ/QB, M/C, ...) with the tasks that
+regress. The recorded counters of the PQ and QB arms are compared per task and
+session, and the logical counters of GS against QB.
+"""
+
+from __future__ import annotations
+
+from .confirmation import counts_text, named_arms, ratios_text, round_sessions
+
+
+def panels(defn: dict) -> dict:
+    return {"implementation": defn["panel"]}
+
+
+def arms(defn: dict, catalog: dict) -> list:
+    return named_arms(defn, catalog)
+
+
+def schedule(ctx) -> list:
+    return round_sessions(ctx, "implementation")
+
+
+def arm_by(ctx, mode: str, layout: str) -> str | None:
+    found = [n for n, a in ctx.arms.items() if n != "R" and a.mode == mode and a.layout == layout]
+    return found[0] if len(found) == 1 else None
+
+
+def counter_pairs(ctx) -> list[tuple]:
+    from . import COUNTER_KEYS, LOGICAL_KEYS
+
+    out = []
+    for mode, label in (("target", "target-only"), ("spec", "speculative")):
+        pq, qb, gs = (arm_by(ctx, mode, x) for x in ("pq", "qb", "gs"))
+        if pq and qb:
+            out.append((f"{label} PQ vs QB", pq, qb, COUNTER_KEYS))
+        if gs and qb:
+            out.append((f"{label} GS vs QB (logical)", gs, qb, LOGICAL_KEYS))
+    return out
+
+
+def highlights(ctx, ratios: list[dict]) -> str:
+    from . import fmt_ratio
+
+    by = {(r["numerator"], r["denominator"]): r for r in ratios}
+    lines = []
+    for mode, label in (("target", "target-only"), ("spec", "speculative")):
+        qb = arm_by(ctx, mode, "qb")
+        for x in ("gs", "pq"):
+            a = arm_by(ctx, mode, x)
+            r = by.get((a, qb))
+            if r is not None:
+                reg = f"{r['n_regressions']}/{r['n_tasks']} tasks regress" if r["qualified"] else r["reason"]
+                lines.append(f"  {label:12s} {x.upper()}/QB = {fmt_ratio(r['ratio'])}  ({reg})")
+    m, c = arm_by(ctx, "target", "qb"), arm_by(ctx, "spec", "qb")
+    r = by.get((m, c))
+    if r is not None:
+        reg = f"{r['n_regressions']}/{r['n_tasks']} tasks regress" if r["qualified"] else r["reason"]
+        lines.append(f"  draft value  M_QB/C_QB = {fmt_ratio(r['ratio'])}  ({reg}; above 1: drafting pays)")
+    return "\n".join(lines)
+
+
+def analyze(ctx, base: dict) -> dict:
+    from ..stats import ratios_table
+
+    ratios = ratios_table(base["requests"], base["qualification"], ctx.name)
+    d = ctx.defn
+    text = "\n".join([
+        counts_text(ctx, base, f"Repair comparison: {len(ctx.task_ids('implementation'))} task(s), cap {d['cap']}, "
+                               f"{d['sessions']} session(s) x {d['repeats']} repeat(s); matching endpoints per arm"),
+        "",
+        "Paper comparisons (paper: speculative GS/QB 2.144, 1.463, 2.176; PQ/QB 1.044, 1.068, 1.022):",
+        highlights(ctx, ratios),
+        "",
+        f"All {len(ratios)} pairwise comparisons (Table S3 shape; regressions: tasks on which the denominator "
+        "is slower):",
+        ratios_text(ratios),
+    ])
+    return {"tables": {"ratios": ratios}, "text": text, "counter_pairs": counter_pairs(ctx)}
