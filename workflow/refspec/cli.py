@@ -69,8 +69,13 @@ def main(argv: list[str] | None = None) -> int:
     add_arguments, run = _load(name)
     sp = argparse.ArgumentParser(prog=f"refspec {name}", description=SUBCOMMANDS[name][1])
     add_arguments(sp)
+    passthrough = name in getattr(importlib.import_module(SUBCOMMANDS[name][0]), "PASSTHROUGH", ())
     try:
-        args = sp.parse_args(argv[1:])
+        if passthrough:  # unknown options go to the wrapped program (snakemake, pytest)
+            args, extra = sp.parse_known_args(argv[1:])
+            args.extra = extra
+        else:
+            args = sp.parse_args(argv[1:])
     except SystemExit as e:  # argparse exits 2 on usage errors
         return int(e.code or 0)
     try:

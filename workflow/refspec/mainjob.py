@@ -46,21 +46,22 @@ def _prepare(config: str | None) -> None:
 
 
 def _add_test(p: argparse.ArgumentParser) -> None:
-    p.add_argument("pytest_args", nargs=argparse.REMAINDER, help="passed to pytest")
+    p.description = "Prepare the native build and models, then run pytest (other arguments go to pytest)."
 
 
 def _run_test(args: argparse.Namespace) -> int:
     _apt_install(DEBIAN_TEST_PACKAGES)
     _prepare(None)
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args.pytest_args]
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args.extra]
     r = subprocess.run(cmd, cwd=REPO_ROOT)
     return r.returncode
 
 
 def _add_main(p: argparse.ArgumentParser) -> None:
+    p.description = ("Run the workflow (other arguments go to snakemake, e.g. --profile profiles/slurm); "
+                     "print the archive, its verification and the headline figures.")
     p.add_argument("--configfile", default="config/config.yaml")
-    p.add_argument("--cores", type=int, default=os.cpu_count() or 2)
-    p.add_argument("snakemake_args", nargs=argparse.REMAINDER, help="passed to snakemake")
+    p.add_argument("--cores", type=int, help="local cores (default: all; not passed with a --profile)")
 
 
 def _run_main(args: argparse.Namespace) -> int:
@@ -68,8 +69,10 @@ def _run_main(args: argparse.Namespace) -> int:
 
     cfg = load_config(args.configfile)
     cmd = [sys.executable, "-m", "snakemake", "--snakefile", str(REPO_ROOT / "Snakefile"),
-           "--configfile", args.configfile, "--cores", str(args.cores), "--show-failed-logs",
-           "--rerun-triggers", "mtime", "params", "input", *args.snakemake_args]
+           "--configfile", args.configfile, "--show-failed-logs"]
+    if args.cores or not any(a.startswith("--profile") for a in args.extra):
+        cmd += ["--cores", str(args.cores or os.cpu_count() or 2)]
+    cmd += args.extra
     r = subprocess.run(cmd, cwd=REPO_ROOT)
     if r.returncode != 0:
         print("refspec main: the workflow failed (see the log tail above and results/*/logs/)", file=sys.stderr)
@@ -87,3 +90,4 @@ def _run_main(args: argparse.Namespace) -> int:
 
 
 COMMANDS = {"main": (_add_main, _run_main), "test": (_add_test, _run_test)}
+PASSTHROUGH = ("main", "test")
