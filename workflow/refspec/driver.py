@@ -186,7 +186,7 @@ class Worker:
         arm = spec.arm
         cmd = [sys.executable, "-m", WORKER_MODULE, "--family", spec.family, "--arm", arm.name,
                "--host", spec.host, "--port", "0", "--ready-file", str(ready_path), "--worker-id", spec.worker_id,
-               "--lib-dir", str(spec.lib_dir),
+               "--lib-dir", str(spec.lib_dir), "--exit-with-parent", str(os.getpid()),
                "--target-file", str(spec.files.target.path), "--target-sha256", str(spec.files.target.sha256)]
         if arm.speculative:
             d = spec.files.draft(spec.draft)

@@ -555,6 +555,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--worker-id")
     p.add_argument("--max-body", type=int, default=DEFAULT_MAX_BODY, help="largest request body in bytes")
     p.add_argument("--warmup-cap", type=int, default=WARMUP_CAP)
+    p.add_argument("--exit-with-parent", type=int, metavar="PID",
+                   help="stop (as on SIGTERM) once the process PID is no longer this worker's parent")
 
 
 def _files(args):
@@ -626,6 +628,9 @@ def serve(args: argparse.Namespace) -> int:
                          f"arm {arm.name}, load {engine.load_s:.2f} s, warmup {engine.warmup['engine_ns'] / 1e9:.2f} s\n")
         while not stop["flag"]:
             server.handle_request()
+            if args.exit_with_parent and os.getppid() != args.exit_with_parent:
+                sys.stderr.write(f"{_utc()} parent {args.exit_with_parent} is gone: exiting\n")
+                break
         sys.stderr.write(f"{_utc()} worker {engine.worker_id} stopped after {engine.served} requests\n")
         engine.close()
         return EXIT_OK
