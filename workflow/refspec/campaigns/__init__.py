@@ -23,9 +23,10 @@ continued with ``--resume`` (only requests without a completed attempt run);
 ``--analyze`` only re-checks the plan and rewrites the tables. The campaigns
 and their outputs are documented in ``anc/campaigns.md``.
 
-Exit status: 0 when every planned request has a completed attempt (whether or
-not the arms qualify), 5 when some did not complete, 1 when the plan differs
-from the frozen one, 2 for usage errors.
+Exit status: 0 when every planned request has a final attempt (completed,
+whether or not the arms qualify, or failed as often as the retry rule allows;
+failures are listed in the summary), 5 when some are left to run (resume),
+1 when the plan differs from the frozen one, 2 for usage errors.
 """
 
 from __future__ import annotations
@@ -148,6 +149,7 @@ class Context:
     threads: int
     out: Path
     run: Any = None  # scheduler.CampaignRun
+    materialize: Callable[[], None] | None = None
     sessions: list = field(default_factory=list)
     plan: dict = field(default_factory=dict)
 
@@ -333,8 +335,11 @@ def prepare(name: str, *, preset: str = "default", definition: str | Path | None
     ids = [t.task_id for ts in panels.values() for t in ts]
     if len(set(ids)) != len(ids):
         raise ConfigError(f"campaign {name}: a task appears in more than one panel")
-    for role, ts in panels.items():
-        precs[role]["file_sha256"] = write_panel(ts, cdir / f"panel-{role}.jsonl")
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:  # the panel files' digests; written for real once the plan checks
+        for role, ts in panels.items():
+            precs[role]["file_sha256"] = write_panel(ts, Path(tmp) / f"panel-{role}.jsonl")
 
     arms_src = Path(cfg.get("arms_file") or "config/arms.yaml")
     if not arms_src.is_absolute():
@@ -346,7 +351,6 @@ def prepare(name: str, *, preset: str = "default", definition: str | Path | None
     cap = max(defn.get("caps") or [defn["cap"]])
     arms = apply_overrides(arm_list, defn, nthreads, cap)
     arms_file = cdir / "arms.yaml"
-    write_arms_file(arms, arms_file)
 
     files = ensure_family(fam, models_dir=cfg.get("models_dir"))
     draft = None
@@ -362,12 +366,21 @@ def prepare(name: str, *, preset: str = "default", definition: str | Path | None
     sessions = mod.schedule(ctx)
     ctx.sessions = sessions
     man = Path(manifest) if manifest else None
-    if man is not None:
-        if not man.is_file():
-            raise UsageError(f"manifest {man} not found")
-        dst = cdir / "manifest.json"
-        if not dst.exists():
-            atomic_write_text(dst, man.read_text(encoding="utf-8"), mode=0o644)
+    if man is not None and not man.is_file():
+        raise UsageError(f"manifest {man} not found")
+
+    def materialize() -> None:
+        """Write the panel files, the arms file and the manifest copy (after the plan checked)."""
+        for role, ts in panels.items():
+            if write_panel(ts, cdir / f"panel-{role}.jsonl") != precs[role]["file_sha256"]:
+                raise ConfigError(f"panel {role}: the written file differs from the planned one")
+        write_arms_file(arms, arms_file)
+        if man is not None:
+            dst = cdir / "manifest.json"
+            if not dst.exists():
+                atomic_write_text(dst, man.read_text(encoding="utf-8"), mode=0o644)
+
+    ctx.materialize = materialize
     boot = dict(defn["bootstrap"])
     computed = {
         "format": PLAN_FORMAT,
@@ -404,6 +417,8 @@ def execute(ctx: Context, run, computed: dict, *, analyze_only: bool = False) ->
     """Freeze or check the plan, run what is left, analyse; return the analysis."""
     mod = module_for(ctx.name)
     ctx.plan = run.freeze_or_check(computed, analyze_only=analyze_only)
+    if ctx.materialize is not None and not analyze_only:
+        ctx.materialize()
     complete = True
     if not analyze_only:
         remaining = run.remaining(ctx.sessions)
@@ -422,6 +437,7 @@ def execute(ctx: Context, run, computed: dict, *, analyze_only: bool = False) ->
             run.note("interruption" if isinstance(e, KeyboardInterrupt) else "failure",
                      f"campaign run {run.run_no} {what}; resume with --resume", run=run.run_no)
             run.end_run(f"ended early ({what})")
+            link_run_ledger(ctx, "ended early")
             raise
         finally:
             signal.signal(signal.SIGTERM, old)
@@ -429,10 +445,27 @@ def execute(ctx: Context, run, computed: dict, *, analyze_only: bool = False) ->
         left = run.remaining(ctx.sessions)
         complete = left == 0
         run.end_run("all sessions run" if complete else f"{left} planned request(s) without a completed attempt")
+        link_run_ledger(ctx, "complete" if complete else "incomplete")
         ctx.plan = planmod.check(run.out, run.ledger, computed)
     result = analyze(ctx)
     result["complete"] = complete if not analyze_only else run.remaining(ctx.sessions) == 0
     return result
+
+
+def link_run_ledger(ctx: Context, outcome: str) -> None:
+    """One line in the run's ledger (``<results>/ledger.jsonl``) pinning the campaign ledger's head."""
+    from ..ledger import Ledger
+
+    run = ctx.run
+    count, head = run.ledger.head()
+    try:
+        Ledger(ctx.out.parent.parent / "ledger.jsonl").append({
+            "kind": "campaign_run", "reason": f"campaign {ctx.name} run {run.run_no}: {outcome}",
+            "campaign": ctx.name, "family": ctx.family, "outcome": outcome, "run": run.run_no,
+            "ledger": f"campaigns/{ctx.name}/ledger.jsonl", "ledger_records": count, "ledger_head_sha256": head,
+            "plan_sha256": sha256_file(run.out / planmod.PLAN_NAME)})
+    except Exception as e:  # the campaign's own ledger stays authoritative
+        print(f"refspec campaign {ctx.name}: could not append to the run ledger: {e}", file=sys.stderr)
 
 
 def default_execute(ctx: Context) -> None:
@@ -519,7 +552,7 @@ def run(args: argparse.Namespace) -> int:
     sys.stdout.write(result["text"])
     sys.stdout.flush()
     if not result["complete"]:
-        print(f"refspec campaign {ctx.name}: some planned requests have no completed attempt "
+        print(f"refspec campaign {ctx.name}: some planned requests are left to run; continue with --resume "
               "(see timed_audit.json and the ledger)", file=sys.stderr)
         return EXIT_RUNTIME
     return EXIT_OK

@@ -49,7 +49,9 @@ def counts_text(ctx, base: dict, title: str) -> str:
     from ..stats import qualification_counts
     from . import table_text
 
-    counts = qualification_counts(base["qualification"])
+    order = list(ctx.arms)
+    counts = sorted(qualification_counts(base["qualification"]),
+                    key=lambda c: order.index(c["arm"]) if c["arm"] in order else len(order))
     by_arm_fail: dict[str, list[str]] = {}
     for q in base["qualification"]:
         if not q["qualified"]:

@@ -126,6 +126,23 @@ def balanced(n: int, rng: random.Random, odd_extra: int = 0) -> list[int]:
     return vals
 
 
+def factorial_orders(n: int, rng: random.Random, session_index: int = 0) -> list[tuple[int, int]]:
+    """``n`` (orientation, path order) pairs covering the 2 x 2 factorial as evenly as possible.
+
+    Every full set of four groups gets each combination once (so orientation,
+    path order and the layout that opens the group all balance); the remainder
+    takes a rotation of the combinations that moves on with the session index
+    (so the leftovers balance over sessions). The order is drawn from ``rng``.
+    """
+    base = [(0, 0), (1, 1), (0, 1), (1, 0)]
+    r = n % 4
+    rot = (session_index * r) % 4
+    rotated = base[rot:] + base[:rot]
+    out = base * (n // 4) + rotated[:r]
+    rng.shuffle(out)
+    return out
+
+
 def _shuffled(items: Sequence, rng: random.Random) -> list:
     out = list(items)
     rng.shuffle(out)
@@ -195,11 +212,13 @@ def abba_schedule(sessions: Sequence[str], task_ids: Sequence[str], *, paths: Se
 
         R  |  path1: A B  |  path2: B A  |  R
 
-    A and B are the two layouts; which one is A (runs first) is balanced over
-    the groups of a session (as many groups start with either layout; with an
-    odd number of groups the extra one alternates between sessions) and drawn
-    from the seed. The second path reverses the first path's order, so each
-    group reads ABBA. Which path goes first is balanced the same way. The
+    A and B are the two layouts; the two paths of a group always take
+    opposite orders, so each group reads ABBA. Which layout the first
+    configured path runs first and which path goes first are crossed over the
+    groups of a session (:func:`factorial_orders`: each of the four
+    combinations once per four groups, leftovers rotating over sessions) in an
+    order drawn from the seed -- so within each path as many groups start with
+    either layout, and as many groups open with either layout. The
     reference blocks carry the serial-reference endpoints: ``references`` per
     task and session, the first half before and the rest after the PQ/QB
     blocks. Every block runs its group's tasks in the same order.
@@ -210,8 +229,9 @@ def abba_schedule(sessions: Sequence[str], task_ids: Sequence[str], *, paths: Se
         rng = derive_rng(seed, "abba", sid)
         tasks = _shuffled(task_ids, rng)
         groups = [tasks[i:i + block_tasks] for i in range(0, len(tasks), block_tasks)]
-        lay_first = balanced(len(groups), rng, si)
-        path_first = balanced(len(groups), rng, si + 1)
+        combos = factorial_orders(len(groups), rng, si)
+        lay_first = [o for o, _p in combos]
+        path_first = [p for _o, p in combos]
         blocks: list[BlockPlan] = []
 
         def add(arm: str, gtasks: list[str], reps: Iterable[int], role: str) -> None:
@@ -223,8 +243,10 @@ def abba_schedule(sessions: Sequence[str], task_ids: Sequence[str], *, paths: Se
         for g, gtasks in enumerate(groups):
             add(reference, gtasks, range(1, first_refs + 1), f"group {g}: reference")
             ps = list(paths) if path_first[g] == 0 else list(reversed(paths))
-            for pi, path in enumerate(ps):
-                lays = list(layouts) if (lay_first[g] + pi) % 2 == 0 else list(reversed(layouts))
+            for path in ps:
+                # the first configured path takes the drawn orientation, the other path its reverse: ABBA
+                flip = (lay_first[g] + list(paths).index(path)) % 2
+                lays = list(layouts) if flip == 0 else list(reversed(layouts))
                 for pos, lay in zip("AB", lays):
                     add(arm_for(path, lay), gtasks, range(1, repeats + 1), f"group {g}: {path} {pos}")
             add(reference, gtasks, range(first_refs + 1, references + 1), f"group {g}: reference")
@@ -451,7 +473,12 @@ class CampaignRun:
         return n
 
     def slot_state(self) -> tuple[set, dict, dict]:
-        """(done slots, last attempt per slot, failures per slot); slot = (session, block, arm, task, cap, repeat)."""
+        """(final slots, last attempt per slot, failures per slot); slot = (session, block, arm, task, cap, repeat).
+
+        A slot is final when it has a completed attempt, when the driver could not start a
+        worker for it after its allowed starts ("no worker: ..."), or when it failed
+        ``retries + 1`` times (interruptions of the campaign process not counted).
+        """
         done, last, fails = set(), {}, {}
         for r in self.journal_records():
             row = r["row"]
@@ -459,15 +486,28 @@ class CampaignRun:
                 continue
             k = (row["session"], row["block"], row["arm"], row["task_id"], row["cap"], row["repeat"])
             last[k] = max(last.get(k, 0), row["attempt"])
+            reason = str(row["reason"] or "")
             if row["status"] == "ok":
                 done.add(k)
-            elif not str(row["reason"] or "").startswith("interrupted:"):
+            elif reason.startswith("no worker:"):
+                done.add(k)  # the driver used up its worker starts for the block (e.g. admission refused)
+            elif not reason.startswith("interrupted:"):
                 fails[k] = fails.get(k, 0) + 1
         retries = int(self.defn.get("retries", 1))
         for k, n in fails.items():
             if n >= retries + 1:
                 done.add(k)  # a final failure: recorded, not re-run again
         return done, last, fails
+
+    def start_failures(self) -> dict[str, list[str]]:
+        """arm -> the error lines of its failed worker starts (ledger ``failure`` records)."""
+        out: dict[str, list[str]] = {}
+        for r in self.ledger_records():
+            reason = str(r.get("reason") or "")
+            if r.get("kind") == "failure" and reason.startswith("worker start failed") and r.get("arm"):
+                lines = [ln.strip() for ln in reason.splitlines() if "error:" in ln]
+                out.setdefault(r["arm"], []).append(lines[-1] if lines else reason.splitlines()[0])
+        return out
 
     def remaining(self, sessions: Sequence[SessionPlan]) -> int:
         done, _, _ = self.slot_state()

@@ -70,7 +70,9 @@ def analyze(ctx, base: dict) -> dict:
             acc = sum(r["accepted"] or 0 for r in ok)
             note = ""
             if failed and not ok:
-                note = "refused: " + str(failed[-1]["reason"])[:90]
+                starts = ctx.run.start_failures().get(g)
+                note = (starts[-1] if starts else str(failed[-1]["reason"]))
+                note = note.split("error: ", 1)[-1][:110]
             vs_b = rat.get((g, b, cap))
             vs_r = rat.get(("R", g, cap))
             rows.append([f"k={a.k} U={a.ub}", cap, f"{sum(x['n_matching'] for x in q)}/{sum(x['n_required'] for x in q)}",
