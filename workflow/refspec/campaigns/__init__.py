@@ -275,6 +275,36 @@ def timed_audit(base: dict, counter_pairs: list[tuple] | None = None, keys=COUNT
     return out
 
 
+def arm_evidence(ctx: Context, base: dict) -> str:
+    """Per arm: acceptance, median request time and the non-vacuity checks of ``refspec.qualify``."""
+    import statistics
+
+    try:
+        from ..qualify import nonvacuity
+    except ImportError:  # pragma: no cover
+        nonvacuity = None
+    lines = []
+    ok = [r for r in base["_records"] if r["row"]["status"] == "ok"]
+    for name, arm in ctx.arms.items():
+        mine = [r for r in ok if r["row"]["arm"] == name]
+        if not mine:
+            continue
+        parts = [f"median {statistics.median(r['row']['t_ns'] for r in mine) / 1e6:.1f} ms"]
+        prop = sum(r["row"]["proposals"] or 0 for r in mine)
+        if arm.speculative and prop:
+            parts.append(f"acceptance {sum(r['row']['accepted'] or 0 for r in mine) / prop:.3f}")
+        if nonvacuity is not None and name != "R":
+            try:
+                ev = nonvacuity(arm, mine)
+                checks = ev.get("checks") or {}
+                parts.append("non-vacuity: " + ", ".join(f"{k.replace('_', ' ')} {'yes' if v else 'NO'}"
+                                                         for k, v in checks.items()))
+            except Exception:  # evidence missing from older records: say nothing
+                pass
+        lines.append(f"  {name:8s} " + "; ".join(parts))
+    return "per arm (completed requests):\n" + "\n".join(lines)
+
+
 def audit_text(audit: dict) -> str:
     lines = [f"audit: {audit['requests_compared']} completed requests compared with the reference endpoint; "
              f"{len(audit['mismatches'])} mismatch(es)"]
@@ -321,12 +351,18 @@ def prepare(name: str, *, preset: str = "default", definition: str | Path | None
     cfg = load_config(config)
     defn, dpath = load_definition(name, preset or "default", definition)
     mod = module_for(name)
-    fam = family or defn.get("family") or cfg["family"]
-    nthreads = int(threads or cfg.get("threads", 2))
-    if nthreads < 1:
-        raise UsageError("--threads must be at least 1")
     out_root = Path(out or cfg.get("results", "results/default"))
     cdir = out_root / "campaigns" / name
+    frozen: dict = {}
+    if resume and (cdir / planmod.PLAN_NAME).is_file():  # a resumed or re-analysed campaign keeps its settings
+        try:
+            frozen = json.loads((cdir / planmod.PLAN_NAME).read_text(encoding="utf-8"))
+        except ValueError:
+            frozen = {}
+    fam = family or defn.get("family") or frozen.get("family") or cfg["family"]
+    nthreads = int(threads or frozen.get("threads") or cfg.get("threads", 2))
+    if nthreads < 1:
+        raise UsageError("--threads must be at least 1")
     cdir.mkdir(parents=True, exist_ok=True)
 
     panels, precs = {}, {}
@@ -508,7 +544,7 @@ def analyze(ctx: Context) -> dict:
                           mode=0o644)
     header = (f"campaign {ctx.name} (preset {ctx.preset}), family {ctx.family}, {ctx.threads} thread(s); "
               f"plan sha256 {sha256_file(run.out / planmod.PLAN_NAME)[:16]}")
-    parts = [header, res["text"], audit_text(audit)]
+    parts = [header, res["text"], arm_evidence(ctx, base), audit_text(audit)]
     if fallback:
         parts.append(f"tables {', '.join(fallback)} written as JSON lines: their campaign column does not list "
                      f"{ctx.name!r}")
