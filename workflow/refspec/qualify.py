@@ -47,7 +47,7 @@ from .fsutil import atomic_write_text
 from .hashing import sha256_json
 from .ledger import Ledger
 from .panels import Task, humaneval_tasks, parse_range, read_panel
-from .stats import qualification_counts, qualify
+from .stats import natural_key, qualification_counts, qualify
 from .tables import TABLES, write_table
 
 REFERENCE = "R"
@@ -329,7 +329,8 @@ def build_results(records: list[dict], *, campaign: str, arms: list[Arm], tasks:
                 vacuous.append(a.name)
         arms_out.append(entry)
     divergences = []
-    for q in qual:
+    arm_pos = {a.name: i for i, a in enumerate(arms)}
+    for q in sorted(qual, key=lambda q: (arm_pos.get(q["arm"], len(arm_pos)), natural_key(q["task_id"]))):
         if q["arm"] == REFERENCE or q["qualified"]:
             continue
         divergences.append({k: q[k] for k in ("arm", "task_id", "first_diff_index", "ref_token", "arm_token",
