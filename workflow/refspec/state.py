@@ -37,7 +37,8 @@ Crosses (``refspec state crosses``)
     classified as the recipient's natural endpoint, the donor's (only when the
     two differ) or a third trajectory; the bytes an intervention actually
     changed are recorded. Frontier contrasts (S5.2): for the panels
-    L0 = (EMPTY, L0_K, L0_V, L0_KV) and POSITION = (EMPTY, PREFIX, TAIL, ALL)
+    L0 = (EMPTY, L0_K, L0_V, L0_KV), KV = (EMPTY, K_ALL, V_ALL, ALL) and
+    POSITION = (EMPTY, PREFIX, TAIL, ALL)
     the first output where the four trajectories cease to agree is located and
     the full logits there are compared: the additive prediction of the two
     single components against the actual joint effect.
@@ -69,7 +70,8 @@ from .hashing import sha256_bytes
 DEFAULT_SPLITS = (32, 64, 96, 128, -1)
 DEFAULT_UB_SWEEP = (1,)
 CONTROL_SELECTORS = ("EMPTY", "ALL")
-PANELS = {"L0": ("EMPTY", "L0_K", "L0_V", "L0_KV"), "POSITION": ("EMPTY", "PREFIX", "TAIL", "ALL")}
+PANELS = {"L0": ("EMPTY", "L0_K", "L0_V", "L0_KV"), "KV": ("EMPTY", "K_ALL", "V_ALL", "ALL"),
+          "POSITION": ("EMPTY", "PREFIX", "TAIL", "ALL")}
 OUTCOME_CODES = {"recipient": "=", "donor": "D", "third": "3"}
 
 
