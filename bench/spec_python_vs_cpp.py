@@ -42,7 +42,7 @@ def run_cpp(tool: Path, lib_dir: Path, target: Path, draft: Path, prompt: str, c
     try:
         cmd = [str(tool), "-m", str(target), "-md", str(draft), "-f", pfile, "-n", str(cap), "-c", "2048",
                "-t", str(threads), "-td", str(threads), "-fa", "off", "-ngl", "0", "-ngld", "0",
-               "--spec-draft-n-max", str(k), "--spec-draft-p-min", "0", "--temp", "0", "--top-k", "1",
+               "--spec-type", "draft-simple", "--spec-draft-n-max", str(k), "--spec-draft-p-min", "0", "--temp", "0", "--top-k", "1",
                "--seed", "1"]
         env = dict(os.environ, LD_LIBRARY_PATH=str(lib_dir))
         r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
