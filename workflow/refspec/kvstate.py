@@ -275,9 +275,10 @@ def check_kv_payload(pl: Payload, *, model_sha256: str, n_ctx: int, source: str 
         raise IntegrityError(f"{source}: is a {pl.kind} payload, not a KV state")
     if h["model_sha256"] != model_sha256:
         raise IntegrityError(f"{source}: wrong model: payload exported from model sha256 {h['model_sha256']}, "
-                             f"this context runs {model_sha256}")
+                             f"the receiving model is {model_sha256}")
     if h.get("n_ctx") != n_ctx:
-        raise IntegrityError(f"{source}: exported from a context of n_ctx {h.get('n_ctx')}, this context has {n_ctx}")
+        raise IntegrityError(f"{source}: exported from a context of n_ctx {h.get('n_ctx')}, the receiving context has "
+                             f"n_ctx {n_ctx}")
     layout = parse_state(pl.body)
     want = {k: h.get(k) for k in ("cell_count", "positions", "v_trans", "n_layer", "layers")}
     if layout.header() != want:
