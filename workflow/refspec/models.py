@@ -126,11 +126,12 @@ def ensure_family(name: str, *, models_dir: str | Path | None = None, families: 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", help="workflow config (default config/config.yaml)")
     p.add_argument("--family", help="family (default: the config's family)")
+    p.add_argument("--models-dir", help="where user-placed files live (default: the config's models_dir)")
 
 
 def run(args: argparse.Namespace) -> int:
     cfg = load_config(args.config)
-    fam = ensure_family(args.family or cfg["family"], models_dir=cfg.get("models_dir"))
+    fam = ensure_family(args.family or cfg["family"], models_dir=args.models_dir or cfg.get("models_dir"))
     for f in fam.all():
         print(f"{f.role:6s} {f.name:10s} {f.sha256}  {f.path}")
     return 0

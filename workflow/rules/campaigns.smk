@@ -1,4 +1,36 @@
-# Campaigns write their tables under campaigns/<name>/ and append to the run's ledger.
+# Campaigns write their tables, plan, journal and ledger under campaigns/<name>/ and
+# pin their ledger head in the run's ledger. The declared output is a completion
+# marker beside that folder, so an interrupted campaign keeps everything it completed
+# (Snakemake never deletes the folder) and resumes from its journal on the next run.
+
+
+rule campaign:
+    input:
+        cfg=CONFIGFILE,
+        build=f"{PROV}/BUILD.json",
+        models=f"{PROV}/models.txt",
+        manifest=f"{PROV}/manifest.json",
+        definition="config/campaigns/{name}.yaml",
+    output:
+        f"{RESULTS}/campaigns/{{name}}.done",
+    log:
+        f"{LOGS}/campaign_{{name}}.log",
+    benchmark:
+        f"{BENCH}/campaign_{{name}}.tsv"
+    wildcard_constraints:
+        name="|".join(CAMPAIGNS),
+    params:
+        results=lambda wildcards, output: Path(output[0]).parent.parent,
+        preset=config["campaigns"]["preset"],
+        threads=THREADS,
+    # timed campaigns run alone on the machine: nothing else shares its cores
+    threads: workflow.cores
+    conda:
+        "../../envs/refspec.yaml"
+    shell:
+        "refspec campaign {wildcards.name} --config {input.cfg} --out {params.results} --preset {params.preset}"
+        " --threads {params.threads} --manifest {input.manifest} --resume --no-progress > {log} 2>&1"
+        " && cp {log} {output}"
 
 
 rule audit:

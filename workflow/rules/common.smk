@@ -14,4 +14,7 @@ THREADS = config["threads"]
 CONFIGFILE = workflow.overwrite_configfiles[-1] if workflow.overwrite_configfiles else "config/config.yaml"
 PATCHES = sorted(str(p) for p in Path("native/patches").glob("*.patch"))
 PANEL = f"{RESULTS}/panels/{config['panel']['source']}.jsonl"
+CAMPAIGNS = list(config["campaigns"]["run"])
+# directories assembled into the archive: each campaign's folder (ready once its marker is)
+CAMPAIGN_DONE = [f"{RESULTS}/campaigns/{c}.done" for c in CAMPAIGNS]
 CAMPAIGN_DIRS = [f"{RESULTS}/campaigns/{c}" for c in ["audit", "replay"]]

@@ -1,6 +1,5 @@
 rule models:
     input:
-        cfg=CONFIGFILE,
         build=f"{PROV}/BUILD.json",
     output:
         f"{PROV}/models.txt",
@@ -8,10 +7,11 @@ rule models:
         f"{LOGS}/models.log",
     params:
         family=config["family"],
+        models_dir=config["models_dir"] or "",
     conda:
         "../../envs/refspec.yaml"
     shell:
-        "refspec models --config {input.cfg} --family {params.family} > {output} 2> {log}"
+        "refspec models --family {params.family} --models-dir '{params.models_dir}' > {output} 2> {log}"
 
 
 rule panel:

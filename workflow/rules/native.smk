@@ -1,6 +1,5 @@
 rule native_build:
     input:
-        cfg=CONFIGFILE,
         patches=PATCHES,
     output:
         f"{PROV}/BUILD.json",
@@ -11,7 +10,9 @@ rule native_build:
     threads: workflow.cores
     params:
         backend=config["native"]["backend"],
+        cuda_arch=config["native"]["cuda_arch"],
     conda:
         "../../envs/refspec.yaml"
     shell:
-        "refspec build --config {input.cfg} --record {output} --jobs {threads} > {log} 2>&1"
+        "refspec build --backend {params.backend} --cuda-arch {params.cuda_arch} --record {output} --jobs {threads}"
+        " > {log} 2>&1"

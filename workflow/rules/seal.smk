@@ -17,13 +17,16 @@ rule assemble:
     input:
         manifest=f"{PROV}/manifest.json",
         campaigns=CAMPAIGN_DIRS,
+        done=CAMPAIGN_DONE,
     output:
         directory(STAGE),
     log:
         f"{LOGS}/assemble.log",
     params:
         results=lambda wildcards, input: Path(input.manifest).parent.parent,
-        campaigns=lambda wildcards, input: " ".join(f"--campaign {c}" for c in input.campaigns),
+        campaigns=lambda wildcards, input: " ".join(
+            f"--campaign {c}" for c in [*input.campaigns, *(d[: -len(".done")] for d in input.done)]
+        ),
     conda:
         "../../envs/refspec.yaml"
     shell:
