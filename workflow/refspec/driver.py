@@ -177,7 +177,7 @@ class Worker:
     # ---------------------------------------------------------------- lifecycle
     @classmethod
     def start(cls, spec: WorkerSpec, *, ready_timeout: float = 600.0) -> "Worker":
-        wdir = Path(spec.run_dir) / "workers"
+        wdir = Path(spec.run_dir).resolve() / "workers"  # the worker runs there: every path it gets is absolute
         wdir.mkdir(parents=True, exist_ok=True)
         ready_path = wdir / f"{spec.worker_id}.ready.json"
         log_path = wdir / f"{spec.worker_id}.log"

@@ -351,7 +351,7 @@ def prepare(name: str, *, preset: str = "default", definition: str | Path | None
     cfg = load_config(config)
     defn, dpath = load_definition(name, preset or "default", definition)
     mod = module_for(name)
-    out_root = Path(out or cfg.get("results", "results/default"))
+    out_root = Path(out or cfg.get("results", "results/default")).resolve()
     cdir = out_root / "campaigns" / name
     frozen: dict = {}
     if resume and (cdir / planmod.PLAN_NAME).is_file():  # a resumed or re-analysed campaign keeps its settings
