@@ -48,14 +48,13 @@ import random
 import signal
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Callable, Iterable, Sequence
 
 from ..arms import Arm
-from ..errors import IntegrityError, RefspecError, UsageError
-from ..hashing import sha256_json
+from ..errors import IntegrityError, UsageError
 from ..ledger import Ledger
 from .. import plan as planmod
 
