@@ -18,3 +18,9 @@ CAMPAIGNS = list(config["campaigns"]["run"])
 # directories assembled into the archive: each campaign's folder (ready once its marker is)
 CAMPAIGN_DONE = [f"{RESULTS}/campaigns/{c}.done" for c in CAMPAIGNS]
 CAMPAIGN_DIRS = [f"{RESULTS}/campaigns/{c}" for c in ["audit", "replay"]]
+# the code the manifest pins: a change to any of it makes a new manifest (and the
+# freeze check then refuses to resume a campaign begun under the old one)
+SOURCES = sorted(
+    str(p) for pattern in ("workflow/refspec/**/*.py", "report/**/*", "native/**/*", "config/**/*.yaml")
+    for p in Path(".").glob(pattern) if p.is_file()
+)

@@ -4,6 +4,7 @@ rule manifest:
         build=f"{PROV}/BUILD.json",
         models=f"{PROV}/models.txt",
         panel=PANEL,
+        sources=SOURCES,
     output:
         listing=f"{PROV}/artifacts.json",
         manifest=f"{PROV}/manifest.json",
