@@ -24,6 +24,9 @@ from .fsutil import atomic_write_text
 from .hashing import sha256_json
 
 SEAL_FILE = "SEAL.dsse.json"
+# per-campaign records copied next to the merged tables
+CAMPAIGN_RECORDS = ("plan.json", "ledger.jsonl", "journal.jsonl", "timed_audit.json", "summary.txt",
+                    "phase_mask_summary.json", "prediction.json", "e1_summary.json", "summary.json")
 
 
 # --------------------------------------------------------------------------- assemble
@@ -61,6 +64,13 @@ def assemble(results: Path, manifest: Path, campaigns: list[Path], out: Path) ->
         plan = cdir / "plan.json"
         if plan.is_file():
             plans.append((cdir.name, json.loads(plan.read_text())))
+        # the campaign's own records travel with the tables (the run ledger pins their heads)
+        for rec in CAMPAIGN_RECORDS:
+            src = cdir / rec
+            if src.is_file():
+                dst = out / "campaigns" / cdir.name / rec
+                dst.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(src, dst)
     counts = {}
     for name, dfs in frames.items():
         df = pd.concat(dfs, ignore_index=True) if len(dfs) > 1 else dfs[0]

@@ -56,8 +56,9 @@ CAMPAIGN_TITLES = {
     "replication": "Replication (E2)",
     "width": "Width sweep",
     "phase_mask": "Phase-mask sweep",
+    "prediction": "Prospective prediction",
 }
-CAMPAIGN_ORDER = ("confirmation", "implementation", "replication", "width", "phase_mask")
+CAMPAIGN_ORDER = ("confirmation", "implementation", "replication", "width", "phase_mask", "prediction")
 STAGE_ORDER = ("kq", "kq_soft_max", "kqv", "address")
 STATUS_ORDER = ("ok", "failed", "disqualified", "excluded_warmup")
 LEDGER_KIND_KEYS = ("kind", "event", "type")
