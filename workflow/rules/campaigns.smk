@@ -10,7 +10,7 @@ rule campaign:
         build=f"{PROV}/BUILD.json",
         models=f"{PROV}/models.txt",
         manifest=f"{PROV}/manifest.json",
-        definition="config/campaigns/{name}.yaml",
+        definition=f"{DEFINITIONS}/{{name}}.yaml",
     output:
         f"{RESULTS}/campaigns/{{name}}.done",
     log:
@@ -28,7 +28,8 @@ rule campaign:
     conda:
         "../../envs/refspec.yaml"
     shell:
-        "refspec campaign {wildcards.name} --config {input.cfg} --out {params.results} --preset {params.preset}"
+        "refspec campaign {wildcards.name} --config {input.cfg} --definition {input.definition}"
+        " --out {params.results} --preset {params.preset}"
         " --threads {params.threads} --manifest {input.manifest} --resume --no-progress > {log} 2>&1"
         " && cp {log} {output}"
 

@@ -17,7 +17,8 @@ PANEL = f"{RESULTS}/panels/{config['panel']['source']}.jsonl"
 CAMPAIGNS = list(config["campaigns"]["run"])
 # directories assembled into the archive: each campaign's folder (ready once its marker is)
 CAMPAIGN_DONE = [f"{RESULTS}/campaigns/{c}.done" for c in CAMPAIGNS]
-CAMPAIGN_DIRS = [f"{RESULTS}/campaigns/{c}" for c in ["audit", "replay"]]
+CAMPAIGN_DIRS = [f"{RESULTS}/campaigns/{c}" for c in ("audit", "replay") if config["stages"][c]]
+DEFINITIONS = config["campaigns"]["definitions"]
 # the code the manifest pins: a change to any of it makes a new manifest (and the
 # freeze check then refuses to resume a campaign begun under the old one)
 SOURCES = sorted(
