@@ -1,0 +1,130 @@
+"""A small real workflow, end to end under Snakemake: tiny panel, one campaign, seal,
+report, verification and the standard-library checker; then a killed run resumed.
+
+The native build and the model files come from the shared cache (prepared by
+``./run test``); the campaign runs real workers on the real SmolLM2 files.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from refspec.paths import REPO_ROOT
+
+
+def _env(tmp: Path) -> dict:
+    env = dict(os.environ)
+    env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '')}"
+    env["REFSPEC_KEY_DIR"] = str(tmp / "keys")  # a throwaway signing key, outside the repository
+    return env
+
+
+def _tiny(tmp: Path, name: str = "confirmation") -> Path:
+    defs = tmp / "defs"
+    defs.mkdir(parents=True, exist_ok=True)
+    d = yaml.safe_load((REPO_ROOT / "config" / "campaigns" / f"{name}.yaml").read_text())
+    d.update({"arms": ["R", "M3", "C3"], "panel": {"source": "humaneval", "tasks": "0-1"}, "cap": 12,
+              "repeats": 1, "sessions": 1, "warmup_cap": 2})
+    (defs / f"{name}.yaml").write_text(yaml.safe_dump(d))
+    cfg = {
+        "family": "smollm2-135m", "threads": 1, "results": str(tmp / "res"),
+        "panel": {"source": "humaneval", "tasks": "0-1"},
+        "campaigns": {"run": [name], "preset": "default", "definitions": str(defs)},
+        "stages": {"audit": False, "replay": False},
+    }
+    path = tmp / "config.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+def _smk_cmd(cfg: Path, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "snakemake", "--snakefile", str(REPO_ROOT / "Snakefile"), "--configfile",
+            str(cfg), "--cores", "2", "--rerun-incomplete", *extra]
+
+
+def _run(cfg: Path, tmp: Path, *extra: str, timeout: int = 1200) -> subprocess.CompletedProcess:
+    return subprocess.run(_smk_cmd(cfg, *extra), cwd=REPO_ROOT, env=_env(tmp), capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def _check_archive(res: Path, tmp: Path) -> None:
+    archive = res / "archive"
+    pub = res / "provenance" / "signer.pub"
+    v = subprocess.run([sys.executable, "-m", "refspec.cli", "verify", str(archive), "--pubkey", str(pub)],
+                       cwd=REPO_ROOT, env=_env(tmp), capture_output=True, text=True)
+    assert v.returncode == 0 and v.stdout.startswith("OK: "), v.stdout + v.stderr
+    c = subprocess.run(["python3", "-I", "-S", str(REPO_ROOT / "report" / "check.py"), str(archive)],
+                       capture_output=True, text=True)
+    assert c.returncode == 0, c.stdout + c.stderr
+    assert (archive / "report.html").is_file() and (archive / "numbers.json").is_file()
+    q = (archive / "tables" / "qualification.csv").read_text()
+    assert "confirmation" in q and "C3" in q
+
+
+def test_small_workflow_end_to_end_and_rerun_is_a_no_op(tmp_path):
+    cfg = _tiny(tmp_path)
+    r = _run(cfg, tmp_path)
+    assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
+    res = tmp_path / "res"
+    _check_archive(res, tmp_path)
+    assert "OK:" in (res / "checked.txt").read_text()
+    # every rule kept a log
+    for rule in ("native_build", "models", "manifest", "campaign_confirmation", "assemble", "seal_data", "report",
+                 "seal_archive", "check"):
+        assert (res / "logs" / f"{rule}.log").is_file(), rule
+    # a repeated run executes nothing
+    again = _run(cfg, tmp_path, "-n")
+    assert again.returncode == 0
+    assert "Nothing to be done" in again.stdout + again.stderr, again.stdout[-2000:]
+
+
+def test_killed_run_resumes_without_recomputing(tmp_path):
+    cfg = _tiny(tmp_path)
+    res = tmp_path / "res"
+    journal = res / "campaigns" / "confirmation" / "journal.jsonl"
+    proc = subprocess.Popen(_smk_cmd(cfg), cwd=REPO_ROOT, env=_env(tmp_path), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.monotonic() + 600
+    try:
+        # kill the whole run (snakemake, the campaign, its workers) once a request has completed
+        while time.monotonic() < deadline:
+            if journal.is_file() and any('"status":"ok"' in line for line in journal.read_text().splitlines()):
+                break
+            if proc.poll() is not None:
+                pytest.fail("the run ended before it could be interrupted")
+            time.sleep(0.5)
+        else:
+            pytest.fail("no request completed within 600 s")
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    before = journal.read_bytes()
+    completed = [json.loads(line) for line in before.decode().splitlines() if line.strip()]
+    time.sleep(1)
+    r = _run(cfg, tmp_path)
+    assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
+    after = journal.read_bytes()
+    assert after.startswith(before), "completed journal lines were rewritten"
+    _check_archive(res, tmp_path)
+    ledger = (res / "campaigns" / "confirmation" / "ledger.jsonl").read_text()
+    assert "interrupt" in ledger
+    # nothing that had completed ran again
+    def key(rec: dict) -> tuple:
+        row = rec.get("row") or {}
+        return row.get("arm"), row.get("task_id"), row.get("repeat"), row.get("session")
+
+    done_before = {key(c) for c in completed if (c.get("row") or {}).get("status") == "ok"}
+    rerun = [json.loads(line) for line in after[len(before):].decode().splitlines() if line.strip()]
+    again = {key(c) for c in rerun if (c.get("row") or {}).get("status") == "ok"}
+    assert done_before and not (done_before & again)
