@@ -112,11 +112,11 @@ def test_killed_run_resumes_without_recomputing(tmp_path):
     before = journal.read_bytes()
     completed = [json.loads(line) for line in before.decode().splitlines() if line.strip()]
     time.sleep(1)
-    # the killed Snakemake left its directory lock behind: release it, as `refspec main` does
-    u = _run(cfg, tmp_path, "--unlock")
-    assert u.returncode == 0, u.stdout + u.stderr
-    r = _run(cfg, tmp_path)
+    # rerun as a user would: the main command releases the lock the killed run left behind
+    r = subprocess.run([sys.executable, "-m", "refspec.cli", "main", "--configfile", str(cfg), "--cores", "2"],
+                       cwd=REPO_ROOT, env=_env(tmp_path), capture_output=True, text=True, timeout=1200)
     assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
+    assert "releasing the lock an interrupted run left behind" in r.stderr
     after = journal.read_bytes()
     assert after.startswith(before), "completed journal lines were rewritten"
     _check_archive(res, tmp_path)

@@ -57,6 +57,31 @@ def _run_test(args: argparse.Namespace) -> int:
     return r.returncode
 
 
+def _snakemake_running_here() -> bool:
+    """Whether a live Snakemake process works in the repository (its lock is then not stale)."""
+    me = os.getpid()
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) == me:
+            continue
+        try:
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+            cwd = Path(os.readlink(proc / "cwd"))
+        except OSError:
+            continue
+        if any(a.endswith(b"snakemake") for a in argv[:3]) and cwd == REPO_ROOT:
+            return True
+    return False
+
+
+def _release_stale_lock(base: list[str]) -> None:
+    """A killed run leaves Snakemake's directory lock behind; release it when no run is alive."""
+    locks = REPO_ROOT / ".snakemake" / "locks"
+    if not locks.is_dir() or not any(locks.iterdir()) or _snakemake_running_here():
+        return
+    print("refspec main: releasing the lock an interrupted run left behind", file=sys.stderr)
+    subprocess.run([*base, "--unlock"], cwd=REPO_ROOT, check=False, stdout=subprocess.DEVNULL)
+
+
 def _add_main(p: argparse.ArgumentParser) -> None:
     p.description = ("Run the workflow (other arguments go to snakemake, e.g. --profile profiles/slurm); "
                      "print the archive, its verification and the headline figures.")
@@ -70,6 +95,7 @@ def _run_main(args: argparse.Namespace) -> int:
     cfg = load_config(args.configfile)
     cmd = [sys.executable, "-m", "snakemake", "--snakefile", str(REPO_ROOT / "Snakefile"),
            "--configfile", args.configfile, "--show-failed-logs"]
+    _release_stale_lock(cmd)
     if args.cores or not any(a.startswith("--profile") for a in args.extra):
         cmd += ["--cores", str(args.cores or os.cpu_count() or 2)]
     cmd += args.extra
