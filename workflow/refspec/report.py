@@ -487,6 +487,23 @@ def load_archive(results_dir: str | Path, out_dir: str | Path | None = None) -> 
     return Archive(root=root, out=out, data=data, csv=csv, notes=notes, files=files)
 
 
+def _host_text(h: dict) -> str | None:
+    """One line of host facts from the manifest's host record (CPU, cores, memory, OS, GPUs)."""
+    cpu, os_, gpu = h.get("cpu") or {}, h.get("os") or {}, h.get("gpu") or {}
+    parts = []
+    if isinstance(cpu, dict) and cpu.get("model"):
+        parts.append(f"{cpu['model']}, {cpu.get('usable_cores') or cpu.get('logical_cores')} cores")
+    if h.get("memory_bytes"):
+        parts.append(f"{int(h['memory_bytes']) / 2**30:.1f} GiB")
+    if isinstance(os_, dict) and (os_.get("distribution") or os_.get("system")):
+        parts.append(f"{os_.get('distribution') or os_.get('system')} {os_.get('machine', '')}".strip())
+    if isinstance(gpu, dict):
+        devs = gpu.get("devices") or []
+        parts.append("GPU: " + (", ".join(str(d.get("name", d)) if isinstance(d, dict) else str(d) for d in devs)
+                                if devs else "none"))
+    return "; ".join(parts) or None
+
+
 def _read_json(p: Path) -> Any:
     try:
         return json.loads(p.read_text(encoding="utf-8"))
@@ -534,9 +551,9 @@ def section_provenance(a: Archive, pubkey_fingerprint: str | None) -> tuple[Sect
         m = _read_json(man)
         host = None
         if isinstance(m, dict):
-            h = m.get("host")
+            h = m.get("host") or m.get("buildDefinition", {}).get("internalParameters", {}).get("host")
             if isinstance(h, dict):
-                host = " ".join(str(h.get(k)) for k in ("hostname", "machine", "system", "cpu", "platform") if h.get(k))
+                host = _host_text(h)
             elif isinstance(h, str):
                 host = h
         prov["host"] = host
