@@ -29,3 +29,20 @@ def family_files(native_build):
     from refspec import models
 
     return models.ensure_family("smollm2-135m")
+
+
+@pytest.fixture(scope="session")
+def replay_tool():
+    """The refspec-replay tool built against the patched ggml (skips without a native build)."""
+    import os
+    from pathlib import Path
+
+    from refspec import replay
+
+    found = replay.locate_llama()
+    if found is None:
+        env = os.environ.get("REFSPEC_REPLAY_TOOL")
+        if env:
+            return Path(env)
+        pytest.skip("no built llama.cpp: set REFSPEC_LLAMA_SRC and REFSPEC_LLAMA_BUILD or run 'refspec build'")
+    return replay.build_tools(*found)

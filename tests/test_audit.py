@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import copy
-import os
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -12,17 +10,6 @@ import pytest
 from refspec import audit as A
 from refspec import replay as R
 from refspec import tables
-
-
-@pytest.fixture(scope="session")
-def replay_tool() -> Path:
-    found = R.locate_llama()
-    if found is None:
-        env = os.environ.get("REFSPEC_REPLAY_TOOL")
-        if env:
-            return Path(env)
-        pytest.skip("no built llama.cpp: set REFSPEC_LLAMA_SRC and REFSPEC_LLAMA_BUILD or run 'refspec build'")
-    return R.build_tools(*found)
 
 
 def test_fixture_grid():

@@ -8,7 +8,6 @@ default build of ``refspec build``. Without one they are skipped.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 from pathlib import Path
 
@@ -20,17 +19,6 @@ from refspec import replay as R
 
 
 # ------------------------------------------------------------------------------ helpers
-
-
-@pytest.fixture(scope="session")
-def replay_tool() -> Path:
-    found = R.locate_llama()
-    if found is None:
-        env = os.environ.get("REFSPEC_REPLAY_TOOL")
-        if env:
-            return Path(env)
-        pytest.skip("no built llama.cpp: set REFSPEC_LLAMA_SRC and REFSPEC_LLAMA_BUILD or run 'refspec build'")
-    return R.build_tools(*found)
 
 
 def random_case(n_q: int, n_kv: int, h: int = 8, hkv: int = 2, d: int = 64, seed: int = 0, mask: str = "causal"):
