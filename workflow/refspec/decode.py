@@ -18,16 +18,9 @@ from .config import load_config
 from .endpoint import compare
 from .errors import ConfigError
 from .models import ensure_family
-from .panels import humaneval_tasks, parse_range, prompt_tokens, read_panel
+from .panels import load_panel_spec, prompt_tokens
 from .runtime import Model
 from .transaction import ArmRunner
-
-
-def load_panel_arg(spec: str):
-    """``humaneval:0-11`` builds the panel from the pinned wheel; anything else is a panel file."""
-    if spec.startswith("humaneval:"):
-        return humaneval_tasks(parse_range(spec.split(":", 1)[1]))
-    return read_panel(spec)
 
 
 def decode_panel(family: str, tasks, arm_names: list[str], *, cap: int | None = None, draft: str | None = None,
@@ -101,7 +94,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     cfg = load_config(args.config)
-    rows = decode_panel(args.family or cfg["family"], load_panel_arg(args.panel), args.arms.split(","),
+    rows = decode_panel(args.family or cfg["family"], load_panel_spec(args.panel), args.arms.split(","),
                         cap=args.cap, draft=args.draft, threads=args.threads, models_dir=cfg.get("models_dir"))
     if args.json:
         from .fsutil import atomic_write_text

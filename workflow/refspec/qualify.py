@@ -46,7 +46,7 @@ from .errors import EXIT_OK, EXIT_RUNTIME, ConfigError, UsageError
 from .fsutil import atomic_write_text
 from .hashing import sha256_json
 from .ledger import Ledger
-from .panels import Task, humaneval_tasks, parse_range, read_panel
+from .panels import Task, load_panel_spec, tasks_sha256
 from .stats import natural_key, qualification_counts, qualify
 from .tables import TABLES, write_table
 
@@ -56,16 +56,13 @@ CAMPAIGNS = tuple(TABLES["requests"].column("campaign").enum or ("confirmation",
 
 def load_panel(spec: str) -> tuple[list[Task], dict]:
     """``humaneval:0-11`` (pinned wheel) or a panel file; returns the tasks and a description."""
+    tasks = load_panel_spec(spec)
     if spec.startswith("humaneval:"):
-        tasks = humaneval_tasks(parse_range(spec.split(":", 1)[1]))
         desc = {"spec": spec, "source": "humaneval"}
     else:
-        tasks = read_panel(spec)
         desc = {"spec": spec, "source": "file", "path": str(Path(spec).resolve())}
     desc["tasks"] = [t.task_id for t in tasks]
-    desc["sha256"] = sha256_json([{"task_id": t.task_id, "text": t.text,
-                                   "prompt_ids": list(t.prompt_ids) if t.prompt_ids is not None else None}
-                                  for t in tasks])
+    desc["sha256"] = tasks_sha256(tasks)
     return tasks, desc
 
 

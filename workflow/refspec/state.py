@@ -763,10 +763,10 @@ def _int_list(s: str) -> list[int]:
 
 
 def _tasks_arg(spec: str):
-    from .decode import load_panel_arg
+    from .panels import load_panel_spec
 
     if ":" in spec or spec.endswith(".jsonl") or Path(spec).is_file():
-        return load_panel_arg(spec)
+        return load_panel_spec(spec)
     from .panels import humaneval_tasks, parse_range
 
     return humaneval_tasks(parse_range(spec))

@@ -115,7 +115,7 @@ def load_definition(name: str, preset: str = "default", path: str | Path | None 
 
 def resolve_panel(spec: dict, base_dir: Path):
     """Tasks of a panel spec and its plan record."""
-    from ..panels import humaneval_tasks, parse_range, read_panel
+    from ..panels import humaneval_tasks, parse_range, read_panel, tasks_sha256
 
     if spec["source"] == "humaneval":
         tasks = humaneval_tasks(parse_range(spec["tasks"]))
@@ -124,10 +124,7 @@ def resolve_panel(spec: dict, base_dir: Path):
         if not fp.is_absolute():
             fp = base_dir / fp
         tasks = read_panel(fp)
-    rec = {"source": spec["source"], "tasks": [t.task_id for t in tasks],
-           "sha256": sha256_json([{"task_id": t.task_id, "text": t.text,
-                                   "prompt_ids": list(t.prompt_ids) if t.prompt_ids is not None else None}
-                                  for t in tasks])}
+    rec = {"source": spec["source"], "tasks": [t.task_id for t in tasks], "sha256": tasks_sha256(tasks)}
     return tasks, rec
 
 
