@@ -18,7 +18,7 @@ from refspec.errors import IntegrityError, UsageError
 from refspec.hashing import sha256_file
 from refspec.keys import KeyFileError, load_private_key
 from refspec.ledger import Ledger
-from refspec.seal import ARCHIVE_ID_KEY, CAMPAIGN_KEY, SEAL_NAME, seal
+from refspec.seal import ARCHIVE_ID_KEY, CAMPAIGN_KEY, SEAL_NAME, seal, seal_sha256_of
 from refspec.verify import verify_archive
 from test_seal_util import make_results, seal_env  # noqa: F401  (fixture)
 
@@ -264,11 +264,14 @@ def test_cli_seal_and_verify(tmp_path, seal_env, capsys):
     assert seal_env["a"].fingerprint in text
     n = len(_files(out)) - 1
     pub = str(seal_env["a"].public_path)
+    pred = _statement(out)[1]["predicate"]
+    prev = pred["previous_seal_sha256"]
+    tail = (f"({n} files) key {seal_env['a'].fingerprint} archive {pred['archive_id']} created {pred['created']} "
+            f"seal {seal_sha256_of(out)} previous {prev}\n")
     assert main(["verify", str(out), "--pubkey", pub]) == 0
-    assert capsys.readouterr().out == f"OK: {out} ({n} files)\n"
-    assert main(["verify", str(out) + ".tar", "--pubkey", pub]) == 0
-    assert capsys.readouterr().out == f"OK: {out}.tar ({n} files)\n"
-    prev = _statement(out)[1]["predicate"]["previous_seal_sha256"]
+    assert capsys.readouterr().out == f"OK: {out} {tail}"
+    assert main(["verify", str(out) + ".tar", "--pubkey", pub, "--expect-keyid", seal_env["a"].fingerprint]) == 0
+    assert capsys.readouterr().out == f"OK: {out}.tar {tail}"
     assert main(["verify", str(out), "--pubkey", pub, "--expect-previous", prev]) == 0
     capsys.readouterr()
     (out / "plan.json").write_text("{}")
@@ -289,3 +292,8 @@ def test_cli_verify_usage_errors(tmp_path, seal_env, capsys):
     assert main(["verify", d, "--pubkey", str(seal_env["a"].private_path)]) == 2
     assert main(["verify", d, "--pubkey", pub, "--expect-previous", "abc"]) == 2
     assert main(["verify", d, "--pubkey", pub, "--expect-previous", "none"]) == 0
+    assert main(["verify", d, "--pubkey", pub, "--expect-keyid", "abc"]) == 2
+    assert main(["verify", d, "--pubkey", pub, "--expect-keyid", "SHA256:" + "0" * 63]) == 2
+    assert main(["verify", d, "--pubkey", pub, "--expect-keyid", seal_env["a"].fingerprint.upper()[:7] +
+                 seal_env["a"].fingerprint[7:].upper()]) == 0
+    assert main(["verify", d, "--pubkey", pub, "--expect-keyid", seal_env["b"].fingerprint]) == 1

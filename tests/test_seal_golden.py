@@ -54,8 +54,12 @@ def test_golden_tar_verifies_and_restores(golden, tmp_path):
 
 def test_golden_cli(golden, capsys):
     d, exp = golden
-    assert main(["verify", str(d / "archive"), "--pubkey", str(d / "signer.pub")]) == 0
-    assert capsys.readouterr().out == f"OK: {d / 'archive'} ({exp['files']} files)\n"
+    pin = ["--expect-keyid", exp["keyid"], "--expect-previous", "none"]
+    assert main(["verify", str(d / "archive"), "--pubkey", str(d / "signer.pub"), *pin]) == 0
+    assert capsys.readouterr().out == (
+        f"OK: {d / 'archive'} ({exp['files']} files) key {exp['keyid']} archive {exp['archive_id']} "
+        f"created 2026-01-02T00:00:00Z seal {exp['seal_sha256']} previous none\n"
+    )
 
 
 def test_golden_fails_when_changed_or_with_another_key(golden, tmp_path):

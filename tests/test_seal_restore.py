@@ -71,17 +71,59 @@ def test_restore_of_tampered_tar_leaves_nothing(seal_env, tmp_path):
     assert list(work.iterdir()) == []
 
 
-def test_restore_accepts_a_tar_written_by_another_tool(seal_env, tmp_path):
-    """Any safe tar of the archive restores: compressed, with a "./" root and folder
-    entries, other order, modes and times (headers and layout are not sealed)."""
-    t = tmp_path / "retarred.tar.gz"
-    with tarfile.open(t, "w:gz") as tf:
+@pytest.mark.parametrize("mode,suffix,expected", [
+    ("w:gz", ".tar.gz", "gzip-compressed tar refused"),
+    ("w:bz2", ".tar.bz2", "bzip2-compressed tar refused"),
+    ("w:xz", ".tar.xz", "xz-compressed tar refused"),
+    ("w", ".tar", "not in canonical form"),
+])
+def test_restore_refuses_a_tar_written_by_another_tool(mode, suffix, expected, seal_env, tmp_path):
+    """Only the canonical tar `seal --tar` writes restores: another tool's tar (compressed,
+    with a "./" root and folder entries, its own modes and times) is refused, nothing written."""
+    t = tmp_path / f"retarred{suffix}"
+    with tarfile.open(t, mode) as tf:
         tf.add(seal_env["clean"], arcname=".")  # like `tar -C DIR -czf T .`
-    with tarfile.open(t) as tf:
-        assert tf.getnames()[0] == "." and all(n.startswith("./") for n in tf.getnames()[1:])
-    r = restore(t, tmp_path / "dest", seal_env["a"].public_path)
+    work = tmp_path / "work"
+    work.mkdir()
+    r = restore(t, work / "dest", seal_env["a"].public_path)
+    assert not r.ok
+    assert any(expected in p for p in r.verify.problems), r.verify.problems
+    assert list(work.iterdir()) == []
+    assert not verify_archive(t, seal_env["a"].public_path).ok
+
+
+def test_restore_writes_nothing_unlisted_before_authenticating(seal_env, tmp_path):
+    """A large member the seal does not list is never written (the tar is verified in place first)."""
+    big = 64 * 1024 * 1024
+    t = tmp_path / "big.tar"
+    with tarfile.open(seal_env["clean_tar"]) as src, tarfile.open(t, "w", format=tarfile.PAX_FORMAT) as tf:
+        for m in src.getmembers():
+            tf.addfile(m, src.extractfile(m))
+        ti = tarfile.TarInfo("zz-unlisted.bin")
+        ti.size, ti.mtime, ti.mode = big, src.getmembers()[0].mtime, 0o644
+        tf.addfile(ti, io.BytesIO(bytes(big)))
+    work = tmp_path / "work"
+    work.mkdir()
+    r = restore(t, work / "dest", seal_env["a"].public_path)
+    assert not r.ok
+    assert any("zz-unlisted.bin: not listed in the seal" in p for p in r.verify.problems), r.verify.problems
+    assert list(work.iterdir()) == []
+
+
+def test_restore_pins_the_signer_and_the_previous_seal(seal_env, tmp_path):
+    from refspec.keys import public_fingerprint
+
+    good, other = public_fingerprint(seal_env["a"].public_path), public_fingerprint(seal_env["b"].public_path)
+    r = restore(seal_env["clean_tar"], tmp_path / "d1", seal_env["a"].public_path, expect_keyid=good,
+                expect_previous="none")
     assert r.ok, r.verify.problems
-    assert verify_archive(t, seal_env["a"].public_path).ok
+    work = tmp_path / "work"
+    work.mkdir()
+    r = restore(seal_env["clean_tar"], work / "d2", seal_env["a"].public_path, expect_keyid=other)
+    assert not r.ok and any("not the pinned signer" in p for p in r.verify.problems)
+    r = restore(seal_env["clean_tar"], work / "d3", seal_env["a"].public_path, expect_previous="0" * 64)
+    assert not r.ok and any("previous seal is none" in p for p in r.verify.problems)
+    assert list(work.iterdir()) == []
 
 
 def test_restore_cli(seal_env, tmp_path, capsys):
@@ -90,7 +132,9 @@ def test_restore_cli(seal_env, tmp_path, capsys):
     out = capsys.readouterr().out
     assert rc == 0
     n = seal_env["clean_result"].files
-    assert f"OK: {dest} ({n} files)" in out
+    r0 = seal_env["clean_result"]
+    assert (f"OK: {dest} ({n} files) key {r0.keyid} archive {r0.archive_id} created 2026-01-02T00:00:00Z "
+            f"seal {r0.seal_sha256} previous none") in out
     assert f"restored {n + 1} members into {dest}" in out
 
 

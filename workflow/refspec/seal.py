@@ -575,7 +575,7 @@ def seal(
     tar_path: Path | None = None
     if tar:
         tar_path = Path(str(out) + ".tar") if tar is True else Path(tar)
-        write_tar(out, tar_path, mtime=_mtime_of(created))
+        write_tar(out, tar_path, mtime=created_mtime(created))
     return SealResult(
         out=out,
         archive_id=archive_id,
@@ -590,7 +590,7 @@ def seal(
     )
 
 
-def _mtime_of(created: str) -> int:
+def created_mtime(created: str) -> int:
     try:
         return int(_dt.datetime.strptime(created, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=_dt.timezone.utc).timestamp())
     except ValueError:
@@ -604,6 +604,28 @@ def archive_files(folder: Path) -> list[str]:
     return files
 
 
+TAR_ENCODING = "utf-8"
+
+
+def canonical_tarinfo(name: str, size: int, mtime: int) -> tarfile.TarInfo:
+    """The header ``seal --tar`` writes for one member: regular file, mode 0644,
+    owner 0:0 without names, the seal's creation time as mtime."""
+    ti = tarfile.TarInfo(name)
+    ti.size = size
+    ti.mtime = mtime
+    ti.mode = 0o644
+    ti.uid = ti.gid = 0
+    ti.uname = ti.gname = ""
+    ti.type = tarfile.REGTYPE
+    return ti
+
+
+def canonical_header(name: str, size: int, mtime: int) -> bytes:
+    """The exact header bytes (a PAX extended header when one is needed, then the
+    ustar block) that :func:`write_tar` writes for this member."""
+    return canonical_tarinfo(name, size, mtime).tobuf(tarfile.PAX_FORMAT, TAR_ENCODING, "strict")
+
+
 def write_tar(folder: str | Path, tar_path: str | Path, mtime: int = 0) -> int:
     """Write a deterministic tar of an archive folder (members at the top level); return the count.
 
@@ -615,16 +637,12 @@ def write_tar(folder: str | Path, tar_path: str | Path, mtime: int = 0) -> int:
     names = archive_files(folder)
     tmp = tar_path.with_name(f".{tar_path.name}.{os.getpid()}.tmp")
     try:
-        with open(tmp, "wb") as raw, tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as tf:
+        with open(tmp, "wb") as raw, tarfile.open(
+            fileobj=raw, mode="w", format=tarfile.PAX_FORMAT, encoding=TAR_ENCODING, errors="strict"
+        ) as tf:
             for n in names:
                 full = folder / n
-                ti = tarfile.TarInfo(n)
-                ti.size = full.stat().st_size
-                ti.mtime = mtime
-                ti.mode = 0o644
-                ti.uid = ti.gid = 0
-                ti.uname = ti.gname = ""
-                ti.type = tarfile.REGTYPE
+                ti = canonical_tarinfo(n, full.stat().st_size, mtime)
                 with open(full, "rb") as f:
                     tf.addfile(ti, f)
         with open(tmp, "rb") as f:

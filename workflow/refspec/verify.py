@@ -3,24 +3,32 @@
 Order of checks, all problems collected rather than stopping at the first
 (like RECORD validation in pypa/installer):
 
-1. the archive's structure: only regular files (and, in a tar, directories),
-   safe member paths, no duplicates; ``SEAL.dsse.json`` present;
+1. the archive's structure: only regular files (and, in a folder, folders),
+   safe member paths, no duplicates; ``SEAL.dsse.json`` present. A tar must be
+   uncompressed and byte for byte in the canonical form ``seal --tar`` writes
+   (every header regenerated and compared, sorted regular members, one mtime,
+   zero padding, two end blocks, record padding, nothing after); a compressed
+   tar is refused;
 2. the envelope: canonical JSON of exactly ``payload``, ``payloadType`` and one
    signature ``{keyid, sig}``, canonical base64, payload type
-   ``application/vnd.in-toto+json``, keyid equal to the given key's fingerprint,
+   ``application/vnd.in-toto+json``, keyid equal to the given key's fingerprint
+   (and, with ``--expect-keyid``, that fingerprint equal to the pinned one),
    and the Ed25519 signature over the DSSE pre-authentication encoding. Nothing
    in the payload is parsed before the signature verifies; a bad signature ends
    verification;
 3. the statement: in-toto Statement v1 with the refspec seal predicate;
-   ``--expect-previous`` against the previous seal's sha256;
+   ``--expect-previous`` against the previous seal's sha256; a tar's mtime
+   equals the seal's creation time;
 4. closed world: every subject exists with its size and sha256, no other file
    (or empty folder) exists besides ``SEAL.dsse.json``;
 5. every Parquet file carries the archive id and campaign in its key-value
    metadata;
 6. the ledger's hash chain, its line count and its last line's sha256.
 
-``refspec verify`` prints ``OK: PATH (N files)`` or one ``FAIL:`` line per
-problem; it exits 0 when verified, 1 when not, 2 on a usage error.
+``refspec verify`` prints ``OK: PATH (N files) key K archive A created T seal S
+previous P`` (and a ``NOTE:`` line per table whose CSV copy is not checked) or
+one ``FAIL:`` line per problem; it exits 0 when verified, 1 when not, 2 on a
+usage error (:mod:`refspec.errors`).
 """
 
 from __future__ import annotations
@@ -33,7 +41,6 @@ import re
 import stat
 import sys
 import tarfile
-import zlib
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -55,7 +62,10 @@ from .seal import (
     SEAL_FORMAT,
     SEAL_NAME,
     STATEMENT_TYPE,
+    TAR_ENCODING,
     b64decode_strict,
+    canonical_header,
+    created_mtime,
     default_workers,
     pae,
     parent_dirs,
@@ -73,16 +83,43 @@ class VerifyResult:
     files: int = 0
     statement: dict[str, Any] | None = None
     seal_sha256: str | None = None
+    keyid: str | None = None
+    notes: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
         return not self.problems
 
     def lines(self, shown: str | Path | None = None) -> list[str]:
+        """``OK: PATH (N files) key K archive A created T seal S previous P`` and any
+        ``NOTE:`` lines, or one ``FAIL:`` line per problem."""
         where = shown if shown is not None else self.path
-        if self.ok:
-            return [f"OK: {where} ({self.files} files)"]
-        return [f"FAIL: {p}" for p in self.problems]
+        if not self.ok:
+            return [f"FAIL: {p}" for p in self.problems]
+        pred = (self.statement or {}).get("predicate") or {}
+        return [
+            f"OK: {where} ({self.files} files) key {self.keyid} archive {pred.get('archive_id')} "
+            f"created {pred.get('created')} seal {self.seal_sha256} previous {pred.get('previous_seal_sha256') or 'none'}"
+        ] + [f"NOTE: {n}" for n in self.notes]
+
+
+_KEYID = re.compile(r"SHA256:[0-9a-f]{64}")
+
+
+def parse_keyid(text: str) -> str:
+    """A pinned key id ``SHA256:<64 hex>`` (hex case is ignored) or a usage error."""
+    if isinstance(text, str) and text[:7].upper() == "SHA256:" and _KEYID.fullmatch("SHA256:" + text[7:].lower()):
+        return "SHA256:" + text[7:].lower()
+    raise UsageError(f"--expect-keyid {text!r} is not a key id of the form SHA256:<64 hex digits>")
+
+
+def parse_expect_previous(text: str | None) -> str | None:
+    if text is None:
+        return None
+    t = text.lower()
+    if t != "none" and not _HEX64.fullmatch(t):
+        raise UsageError(f"--expect-previous {text!r} is not a sha256 or 'none'")
+    return t
 
 
 # --------------------------------------------------------------------------- sources
@@ -108,7 +145,7 @@ class _Source:
         pass
 
 
-class _DirSource(_Source):
+class DirSource(_Source):
     def __init__(self, root: Path):
         self.root = root
         self.files, self.dirs, self.problems = {}, set(), []
@@ -189,25 +226,28 @@ class _RangeReader(io.RawIOBase):
         return len(data)
 
 
-class _TarSource(_Source):
+class TarSource(_Source):
+    """An uncompressed tar in the canonical form ``seal --tar`` writes, read in place."""
+
     def __init__(self, path: Path):
         self.path = path
         self.files, self.dirs, self.problems = {}, set(), []
         self.members: dict[str, tarfile.TarInfo] = {}
+        self.mtime: int | None = None
         self.fd = -1
         try:
-            self.tf, self.plain = open_tar(path)
+            tf = open_tar(path)
         except TarReadError as e:
-            self.tf, self.plain = None, False
             self.problems.append(str(e))
             return
-        members, problem = read_members(self.tf, path)
+        with tf:
+            members, problem = read_members(tf, path)
         if problem:
             self.problems.append(problem)
         self.problems.extend(member_problems(members))
-        if self.plain:
-            self.fd = os.open(path, os.O_RDONLY)
-            self.problems.extend(layout_problems(self.fd, members, path))
+        self.fd = os.open(path, os.O_RDONLY)
+        canon, self.mtime = canonical_problems(self.fd, members, path)
+        self.problems.extend(canon)
         for m in members:
             name = member_name(m)
             if name is None or unsafe_name(name) or not (m.isreg() or m.isdir()) or m.issparse():
@@ -218,36 +258,23 @@ class _TarSource(_Source):
                 self.files[name] = m.size
                 self.members[name] = m
 
+    def _reader(self, name: str) -> _RangeReader:
+        m = self.members[name]
+        return _RangeReader(self.fd, m.offset_data, m.size)
+
     def read(self, name: str, limit: int) -> bytes:
         m = self.members[name]
         if m.size > limit:
             raise ValueError(f"larger than {limit} bytes")
-        f = self.tf.extractfile(m)
-        assert f is not None
-        return f.read()
+        return os.pread(self.fd, m.size, m.offset_data)
 
     def open(self, name: str) -> BinaryIO:
-        m = self.members[name]
-        if self.plain:
-            return io.BufferedReader(_RangeReader(self.fd, m.offset_data, m.size))  # type: ignore[arg-type]
-        f = self.tf.extractfile(m)
-        assert f is not None
-        return f  # type: ignore[return-value]
+        return io.BufferedReader(self._reader(name))  # type: ignore[arg-type]
 
     def hash_all(self, names: list[str], workers: int) -> dict[str, str | Exception]:
-        if not self.plain:  # a compressed tar is read in order
-            out: dict[str, str | Exception] = {}
-            for n in sorted(names, key=lambda n: self.members[n].offset_data):
-                try:
-                    out[n] = sha256_stream(self.open(n))
-                except TAR_ERRORS as e:
-                    out[n] = e
-            return out
-
         def one(n: str) -> str | Exception:
-            m = self.members[n]
             try:
-                return sha256_stream(_RangeReader(self.fd, m.offset_data, m.size), m.size)
+                return sha256_stream(self._reader(n), self.members[n].size)
             except OSError as e:
                 return e
 
@@ -257,33 +284,55 @@ class _TarSource(_Source):
     def close(self) -> None:
         if self.fd >= 0:
             os.close(self.fd)
-        if self.tf is not None:
-            self.tf.close()
+            self.fd = -1
 
 
 class TarReadError(Exception):
     """A tar that cannot be opened (its message is a problem line)."""
 
 
-TAR_ERRORS: tuple[type[BaseException], ...] = (tarfile.TarError, EOFError, OSError, zlib.error)
-try:
-    import lzma
+TAR_ERRORS: tuple[type[BaseException], ...] = (tarfile.TarError, EOFError, OSError, UnicodeError)
 
-    TAR_ERRORS += (lzma.LZMAError,)
-except ImportError:  # pragma: no cover - Python built without lzma
-    pass
+# Leading bytes of the compressed formats a ``.tar.*`` may use.
+_COMPRESSED = (
+    (b"\x1f\x8b", "gzip"),
+    (b"BZh", "bzip2"),
+    (b"\xfd7zXZ\x00", "xz"),
+    (b"\x28\xb5\x2f\xfd", "zstd"),
+    (b"\x04\x22\x4d\x18", "lz4"),
+    (b"LZIP", "lzip"),
+    (b"\x1f\x9d", "compress"),
+)
 
 
-def open_tar(path: Path) -> tuple[tarfile.TarFile, bool]:
-    """Open a tar for reading; ``plain`` is True when it is uncompressed (members can be read in place)."""
+def compression_of(head: bytes) -> str | None:
+    """The compressed format whose magic ``head`` starts with, or None."""
+    for magic, kind in _COMPRESSED:
+        if head.startswith(magic):
+            return kind
+    return None
+
+
+def open_tar(path: Path) -> tarfile.TarFile:
+    """Open an uncompressed tar for reading; a compressed one is refused (see ``anc/seal.md``).
+
+    A compressed stream has bytes (header fields, padding bits of the last deflate
+    block, further members) that its own checksums do not cover, so only the
+    uncompressed tar, whose every byte is checked, is accepted.
+    """
     try:
-        return tarfile.open(path, "r:"), True
-    except tarfile.ReadError:
-        pass
+        with open(path, "rb") as f:
+            head = f.read(8)
     except OSError as e:
         raise TarReadError(f"{path}: cannot read ({e.strerror})") from None
+    kind = compression_of(head)
+    if kind is not None:
+        raise TarReadError(
+            f"{path}: {kind}-compressed tar refused: only the uncompressed tar that `refspec seal --tar` "
+            f"writes is accepted; decompress it first (e.g. `{kind} -dc FILE > archive.tar`) and verify that"
+        )
     try:
-        return tarfile.open(path, "r:*"), False
+        return tarfile.open(path, "r:", encoding=TAR_ENCODING, errors="surrogateescape")
     except TAR_ERRORS as e:
         raise TarReadError(f"{path}: not a readable tar ({e})") from None
 
@@ -296,46 +345,79 @@ def read_members(tf: tarfile.TarFile, path: Path) -> tuple[list[tarfile.TarInfo]
         return list(tf.members), f"{path}: corrupt or truncated tar ({e.__class__.__name__}: {e})"
 
 
-_CHKSUM = re.compile(rb"[0-7]{6}\x00 ")
+def _header_diff(m: tarfile.TarInfo) -> str:
+    """What makes a member's header differ from the canonical one, in words."""
+    d = []
+    if m.type != tarfile.REGTYPE:
+        d.append(f"type {m.type!r}")
+    if m.mode != 0o644:
+        d.append(f"mode {m.mode:04o}")
+    if m.uid or m.gid or m.uname or m.gname:
+        d.append(f"owner {m.uid}:{m.gid} {m.uname!r}:{m.gname!r}")
+    extra = sorted(k for k in m.pax_headers if k != "path")
+    if extra:
+        d.append(f"PAX keys {extra}")
+    return "; ".join(d) or "header bytes differ: format, magic or field encoding"
 
 
-def layout_problems(fd: int, members: list[tarfile.TarInfo], path: Path) -> list[str]:
-    """Bytes of an uncompressed tar that no member accounts for must be well-formed.
+def canonical_problems(fd: int, members: list[tarfile.TarInfo], path: Path) -> tuple[list[str], int | None]:
+    """Every byte of an uncompressed tar must be what ``seal --tar`` writes.
 
-    Header checksum fields are in the canonical ``%06o NUL SP`` form, the padding
-    after each member's data is zero, and the last member is followed by exactly
-    two zero blocks and zero padding to a whole 10240-byte record (the layout
-    tarfile, GNU tar and bsdtar write by default). Together with the checksum over every other header byte this leaves no
-    byte of the tar that can change without verification noticing.
+    Each header (with its PAX extended header, if any) is regenerated from the
+    member's name, size and mtime and compared byte for byte; members are regular
+    files in strictly ascending name order, all with one mtime, each starting where
+    the previous one's zero padding ends; the last is followed by exactly two zero
+    blocks and zero padding to a whole 10240-byte record, and nothing else.
+    Returns the problems and the members' common mtime (None if there is none).
     """
-    problems = []
+    problems: list[str] = []
     size = os.fstat(fd).st_size
-    end = 0
-    for m in sorted(members, key=lambda m: m.offset):
-        for hdr in sorted({m.offset, m.offset_data - tarfile.BLOCKSIZE}):
-            blk = os.pread(fd, tarfile.BLOCKSIZE, hdr)
-            if len(blk) == tarfile.BLOCKSIZE and not _CHKSUM.fullmatch(blk[148:156]):
-                problems.append(f"tar member {m.name!r}: header checksum field not in canonical form")
+    pos = 0
+    prev: str | None = None
+    mtimes: set[int] = set()
+    for m in members:
+        if m.offset != pos:
+            problems.append(f"tar member {m.name!r}: starts at byte {m.offset}, expected {pos} (extra headers or data)")
+        if member_name(m) != m.name:
+            problems.append(f"tar member {m.name!r}: name not in canonical form (no './' prefix or final '/')")
+        if m.isreg():
+            try:
+                want = canonical_header(m.name, m.size, int(m.mtime))
+            except (UnicodeError, ValueError) as e:
+                want = None
+                problems.append(f"tar member {m.name!r}: no canonical header ({e})")
+            if want is not None and os.pread(fd, m.offset_data - m.offset, m.offset) != want:
+                problems.append(f"tar member {m.name!r}: header is not the canonical one `seal --tar` writes "
+                                f"({_header_diff(m)})")
+        elif m.isdir():
+            problems.append(f"tar member {m.name!r}: folder entry (`seal --tar` writes regular files only)")
+        if prev is not None and not prev < m.name:
+            problems.append(f"tar member {m.name!r}: out of order after {prev!r} (members are sorted by name)")
+        prev = m.name
+        mtimes.add(int(m.mtime))
         data_end = m.offset_data + (m.size if m.isreg() else 0)
         padded = -(-data_end // tarfile.BLOCKSIZE) * tarfile.BLOCKSIZE
         pad = os.pread(fd, padded - data_end, data_end)
         if pad.count(0) != len(pad):
             problems.append(f"tar member {m.name!r}: non-zero padding after its data")
-        end = max(end, padded)
-    # End of archive: two zero blocks, then zeros up to a whole record (tarfile, GNU tar, bsdtar).
-    want = -(-(end + 2 * tarfile.BLOCKSIZE) // tarfile.RECORDSIZE) * tarfile.RECORDSIZE
-    if size != want:
-        problems.append(f"{path}: {size} bytes, expected {want} (end-of-archive blocks and record padding)")
-    pos = end
-    while pos < size:
-        chunk = os.pread(fd, min(1 << 20, size - pos), pos)
+        pos = max(pos, padded)
+    if len(mtimes) > 1:
+        problems.append(f"{path}: members have {len(mtimes)} different mtimes (`seal --tar` writes one)")
+    # End of archive: two zero blocks, then zeros up to a whole record.
+    want_size = -(-(pos + 2 * tarfile.BLOCKSIZE) // tarfile.RECORDSIZE) * tarfile.RECORDSIZE
+    if size != want_size:
+        problems.append(f"{path}: {size} bytes, expected {want_size} (data after the end-of-archive blocks "
+                        "and record padding, or a truncated tar)")
+    at = pos
+    while at < size:
+        chunk = os.pread(fd, min(1 << 20, size - at), at)
         if not chunk:
             break
         if chunk.count(0) != len(chunk):
             problems.append(f"{path}: non-zero bytes after the last member")
             break
-        pos += len(chunk)
-    return problems
+        at += len(chunk)
+    return problems, (mtimes.pop() if len(mtimes) == 1 else None)
 
 
 def member_name(m: tarfile.TarInfo) -> str | None:
@@ -386,7 +468,7 @@ def check_envelope(data: bytes, public_key: Ed25519PublicKey) -> tuple[bytes | N
     """Authenticate ``SEAL.dsse.json``; return the payload bytes (unparsed) or the problems."""
     try:
         env = json.loads(data)
-    except (ValueError, UnicodeDecodeError) as e:
+    except (ValueError, UnicodeDecodeError, RecursionError) as e:
         return None, [f"{SEAL_NAME}: not JSON ({e.__class__.__name__})"]
     problems: list[str] = []
     if not isinstance(env, dict):
@@ -482,6 +564,21 @@ def _subjects(st: dict[str, Any]) -> tuple[dict[str, tuple[int, str]], list[str]
     return out, problems
 
 
+def _table_notes(pred: dict[str, Any]) -> list[str]:
+    """Tables whose CSV copy the standard-library checker cannot trust (``csv_checked: false``)."""
+    notes = []
+    tables = pred.get("tables")
+    for t in tables if isinstance(tables, list) else []:
+        if not isinstance(t, dict) or t.get("csv_checked") is not False:
+            continue
+        if t.get("csv"):
+            notes.append(f"{t.get('path')}: csv_checked false: its CSV copy {t.get('csv')} was carried without "
+                         "a comparison with the table (sealed with --no-csv-check)")
+        else:
+            notes.append(f"{t.get('path')}: csv_checked false: no CSV copy (report/check.py cannot read this table)")
+    return notes
+
+
 def _check_parquet(src: _Source, name: str, archive_id: str, campaign: str) -> list[str]:
     import pyarrow.parquet as pq
 
@@ -505,30 +602,49 @@ def verify_archive(
     public_key: Ed25519PublicKey | str | Path,
     expect_previous: str | None = None,
     workers: int | None = None,
+    expect_keyid: str | None = None,
 ) -> VerifyResult:
     """Verify an archive folder or tar; never raises on a bad archive, only on usage errors.
 
     ``expect_previous`` is the sha256 the archive's seal must name as its
-    predecessor, or ``"none"`` for the first archive of a chain.
+    predecessor, or ``"none"`` for the first archive of a chain. ``expect_keyid``
+    pins the signer: the given public key must have this fingerprint (obtained
+    from outside the archive), so a key file swapped next to the archive fails.
     """
     p = Path(path)
     if not isinstance(public_key, Ed25519PublicKey):
         public_key = load_public_key(public_key)
-    if expect_previous is not None:
-        expect_previous = expect_previous.lower()
-        if expect_previous != "none" and not _HEX64.fullmatch(expect_previous):
-            raise UsageError(f"--expect-previous {expect_previous!r} is not a sha256 or 'none'")
+    expect_previous = parse_expect_previous(expect_previous)
+    if expect_keyid is not None:
+        expect_keyid = parse_keyid(expect_keyid)
     if p.is_dir():
-        src: _Source = _DirSource(p)
+        src: _Source = DirSource(p)
     elif p.is_file():
-        src = _TarSource(p)
+        src = TarSource(p)
     else:
         raise UsageError(f"{p} not found")
-    res = VerifyResult(path=p)
     try:
-        _verify(src, public_key, expect_previous, workers or default_workers(), res)
+        return verify_source(src, p, public_key, expect_previous, workers, expect_keyid)
     finally:
         src.close()
+
+
+def verify_source(
+    src: _Source,
+    path: Path,
+    public_key: Ed25519PublicKey,
+    expect_previous: str | None,
+    workers: int | None,
+    expect_keyid: str | None,
+) -> VerifyResult:
+    """Verify an opened archive (arguments already parsed); :func:`verify_archive` and restore use it."""
+    res = VerifyResult(path=path, keyid=fingerprint(public_key))
+    if expect_keyid is not None and res.keyid != expect_keyid:
+        res.problems.append(
+            f"public key {res.keyid} is not the pinned signer {expect_keyid} "
+            "(take the key id from a source outside the archive)"
+        )
+    _verify(src, public_key, expect_previous, workers or default_workers(), res)
     return res
 
 
@@ -553,7 +669,7 @@ def _verify(
     # Authenticated: now the payload may be parsed.
     try:
         st = json.loads(payload)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):
         problems.append("statement: signed payload is not JSON")
         return
     st_problems = _check_statement(st)
@@ -565,6 +681,7 @@ def _verify(
     subjects, subj_problems = _subjects(st)
     problems.extend(subj_problems)
     res.files = len(st["subject"])
+    res.notes.extend(_table_notes(pred))
 
     if expect_previous is not None:
         prev = pred.get("previous_seal_sha256")
@@ -574,6 +691,9 @@ def _verify(
                 f"{SEAL_NAME}: previous seal is {prev or 'none'}, expected {want or 'none'} "
                 f"(an older or unrelated seal?)"
             )
+    tar_mtime = getattr(src, "mtime", None)
+    if tar_mtime is not None and isinstance(pred.get("created"), str) and tar_mtime != created_mtime(pred["created"]):
+        problems.append(f"tar members' mtime {tar_mtime} is not the seal's creation time {pred['created']}")
 
     # Closed world.
     present = dict(src.files)
@@ -631,10 +751,17 @@ def _verify(
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("archive", type=Path, metavar="DIR|TAR", help="archive folder or tar")
+    add_trust_arguments(parser)
+    parser.add_argument("--jobs", type=int, default=None, help="hashing threads")
+
+
+def add_trust_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--pubkey``, ``--expect-keyid`` and ``--expect-previous`` (shared with ``restore``)."""
     parser.add_argument("--pubkey", type=Path, required=True, metavar="KEY", help="the signer's public key (PEM)")
+    parser.add_argument("--expect-keyid", default=None, metavar="SHA256:HEX",
+                        help="the signer's key id, taken from outside the archive: the public key must have it")
     parser.add_argument("--expect-previous", default=None, metavar="SHA",
                         help="sha256 of the seal this archive must follow ('none' for the first)")
-    parser.add_argument("--jobs", type=int, default=None, help="hashing threads")
 
 
 def report(res: VerifyResult, shown: str | Path | None = None, out: Callable[[str], Any] | None = None) -> int:
@@ -647,5 +774,6 @@ def report(res: VerifyResult, shown: str | Path | None = None, out: Callable[[st
 def run(args: argparse.Namespace) -> int:
     if args.jobs is not None and args.jobs < 1:
         raise UsageError("--jobs must be at least 1")
-    res = verify_archive(args.archive, args.pubkey, expect_previous=args.expect_previous, workers=args.jobs)
+    res = verify_archive(args.archive, args.pubkey, expect_previous=args.expect_previous, workers=args.jobs,
+                         expect_keyid=args.expect_keyid)
     return report(res, args.archive)
