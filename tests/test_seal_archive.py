@@ -222,23 +222,84 @@ def test_private_key_inside_results_is_refused(tmp_path, seal_env):
     assert not (tmp_path / "out").exists()
 
 
-@pytest.mark.parametrize("form", ["pem", "hex", "raw"])
-def test_private_key_material_never_enters_an_archive(tmp_path, seal_env, form):
-    res = make_results(tmp_path / "r")
+def _leaks(seal_env) -> dict:
+    """Every form of the private key the seal's scan must find, each as (file name, bytes)."""
+    import gzip
+    import io
+    import zipfile
+
+    import pyarrow as pa
+
     k = load_private_key(seal_env["a"].private_path)
     from cryptography.hazmat.primitives import serialization as s
 
     seed = k.private_bytes(s.Encoding.Raw, s.PrivateFormat.Raw, s.NoEncryption())
-    leak = {
-        "pem": seal_env["a"].private_path.read_bytes(),
-        "hex": b"debug: key=" + seed.hex().encode(),
-        "raw": b"\x00" * 100 + seed + b"\x00",
-    }[form]
-    (res / "report" / "log.txt").write_bytes(leak)
-    with pytest.raises(IntegrityError, match="private key material found in report/log.txt"):
-        seal(res, tmp_path / "out", key=seal_env["a"].private_path)
+    der = k.private_bytes(s.Encoding.DER, s.PrivateFormat.PKCS8, s.NoEncryption())
+    pem = seal_env["a"].private_path.read_bytes()
+    hx = seed.hex()
+    # what `openssl pkey -text -noout` prints: 15 colon-separated bytes per indented line
+    text = "ED25519 Private-Key:\npriv:\n" + "".join(
+        "    " + ":".join(hx[j : j + 2] for j in range(i, min(i + 30, 64), 2)) + (":\n" if i + 30 < 64 else "\n")
+        for i in range(0, 64, 30)
+    )
+    zbuf = io.BytesIO()
+    with zipfile.ZipFile(zbuf, "w", zipfile.ZIP_DEFLATED) as z:
+        z.writestr("notes/key.txt", b"key " + hx.encode())
+    table = io.BytesIO()
+    pq.write_table(pa.table({"note": ["ok", "debug " + hx, "ok"]}), table, compression="zstd")
+
+    def b64_at(prefix: bytes, secret: bytes, url=False) -> bytes:
+        enc = base64.urlsafe_b64encode if url else base64.b64encode
+        return enc(prefix + secret + b"tail")
+
+    return {
+        "pem": ("log.txt", pem),
+        "hex": ("log.txt", b"debug: key=" + hx.encode()),
+        "hex-upper": ("log.txt", hx.upper().encode()),
+        "raw": ("log.bin", b"\x00" * 100 + seed + b"\x00"),
+        "gzipped-pem": ("key.pem.gz", gzip.compress(pem)),
+        "gzip-second-member": ("log.gz", gzip.compress(b"harmless\n") + gzip.compress(hx.encode())),
+        "openssl-text": ("pkey.txt", text.encode()),
+        "colon-hex": ("log.txt", b"priv=" + ":".join(hx[i : i + 2] for i in range(0, 64, 2)).encode()),
+        "c-array": ("key.h", ("{" + ", ".join(f"0x{c:02X}" for c in seed) + "}").encode()),
+        "json-int-list": ("key.json", json.dumps({"seed": list(seed)}).encode()),
+        "der-int-list": ("key.json", json.dumps(list(der)).encode()),
+        "base64-offset-1": ("log.txt", b"blob=" + b64_at(b"\x01", seed)),
+        "base64-offset-2": ("log.txt", b"blob=" + b64_at(b"\x01\x02", der)),
+        "base64-url-offset-1": ("log.txt", b64_at(b"\xff", seed, url=True)),
+        "base64-wrapped": ("log.txt", b"\n".join(base64.b64encode(b"xy" + seed)[i : i + 10] for i in range(0, 48, 10))),
+        "parquet-string-cell": ("extra.parquet", table.getvalue()),
+        "zip-member": ("bundle.zip", zbuf.getvalue()),
+    }
+
+
+LEAK_FORMS = ["pem", "hex", "hex-upper", "raw", "gzipped-pem", "gzip-second-member", "openssl-text", "colon-hex",
+              "c-array", "json-int-list", "der-int-list", "base64-offset-1", "base64-offset-2",
+              "base64-url-offset-1", "base64-wrapped", "parquet-string-cell", "zip-member"]
+
+
+@pytest.mark.parametrize("form", LEAK_FORMS)
+def test_private_key_material_never_enters_an_archive(tmp_path, seal_env, form):
+    res = make_results(tmp_path / "r")
+    name, leak = _leaks(seal_env)[form]
+    (res / "report" / name).write_bytes(leak)
+    with pytest.raises(IntegrityError, match=f"private key material found in report/{name}"):
+        seal(res, tmp_path / "out", key=seal_env["a"].private_path, csv_tables="none")
     assert not (tmp_path / "out").exists()
     assert not [p for p in tmp_path.iterdir() if "sealing" in p.name]  # staging removed
+
+
+def test_key_scan_has_no_false_alarm_on_another_keys_material(tmp_path, seal_env):
+    """Key B's seed in every form is not key A's: sealing with A succeeds."""
+    import copy
+
+    env_b = copy.copy(seal_env)
+    env_b["a"] = seal_env["b"]
+    res = make_results(tmp_path / "r")
+    for form, (name, data) in _leaks(env_b).items():
+        if form not in ("pem", "gzipped-pem"):  # any PEM private key block is refused, whoever's it is
+            (res / "report" / f"{form}-{name}").write_bytes(data)
+    assert seal(res, tmp_path / "out", key=seal_env["a"].private_path).files > 10
 
 
 def test_archive_holds_no_private_key(seal_env):

@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import base64
 import os
+import re
 import stat
 from dataclasses import dataclass
 from pathlib import Path
@@ -227,23 +228,74 @@ def load_public_key(path: str | Path) -> Ed25519PublicKey:
     return key
 
 
-def private_key_needles(key: Ed25519PrivateKey) -> list[bytes]:
-    """Byte strings whose presence in a file means the private key leaked into it."""
-    seed = key.private_bytes(
-        serialization.Encoding.Raw, serialization.PrivateFormat.Raw, serialization.NoEncryption()
-    )
-    der = key.private_bytes(
-        serialization.Encoding.DER, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-    )
-    return [
-        b"PRIVATE KEY-----",
-        seed,
-        seed.hex().encode(),
-        seed.hex().upper().encode(),
-        base64.b64encode(der),
-        base64.b64encode(seed).rstrip(b"="),
-        base64.urlsafe_b64encode(seed).rstrip(b"="),
-    ]
+_WS = b" \t\r\n\v\f"
+# Between two hex bytes: up to 8 non-alphanumeric characters (":", ", ", ":\n    " as
+# `openssl pkey -text` prints), then an optional "0x" or "\x".
+_HEX_SEP = rb"[^0-9A-Za-z]{0,8}(?:0[xX]|\\x)?"
+_DEC_SEP = rb"[^0-9]{1,8}"
+_OVERLAP = 2048  # bytes kept between chunks: longer than any match
+
+
+def _b64_forms(secret: bytes) -> list[bytes]:
+    """Base64 text that any base64 stream containing ``secret`` holds, at each of the
+    three byte alignments, in the standard and URL-safe alphabets (the groups that
+    mix in neighbouring bytes are left out)."""
+    out = []
+    for shift in range(3):
+        enc = base64.b64encode(b"\0" * shift + secret)
+        core = enc[4 if shift else 0 : -4]
+        out += [core, core.replace(b"+", b"-").replace(b"/", b"_")]
+    return out
+
+
+class KeyLeakScanner:
+    """Finds a private key in a byte stream, in any of these forms:
+
+    - a PEM ``PRIVATE KEY`` block (any key);
+    - the raw 32-byte seed;
+    - the seed (or the PKCS#8 DER) in base64, standard or URL-safe, at every byte
+      offset, also when the text is wrapped (whitespace is ignored);
+    - the seed in hex, either case, plain or with separators between the bytes
+      (``9d:61:…``, ``0x9d, 0x61``, ``\x9d\x61``, ``openssl pkey -text`` output);
+    - the seed as a list of decimal byte values (``[157, 97, …]``).
+
+    ``scan(chunks)`` returns the names of the forms found (never the key itself).
+    """
+
+    def __init__(self, key: Ed25519PrivateKey):
+        seed = key.private_bytes(
+            serialization.Encoding.Raw, serialization.PrivateFormat.Raw, serialization.NoEncryption()
+        )
+        der = key.private_bytes(
+            serialization.Encoding.DER, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+        self.raw = [(b"PRIVATE KEY-----", "PEM private key block"), (seed, "raw seed")]
+        self.compact = [(n, "seed in base64") for n in _b64_forms(seed)]
+        self.compact += [(n, "PKCS#8 key in base64") for n in _b64_forms(der)]
+        hex_re = _HEX_SEP.join(b"[%s%s][%s%s]" % (h[0:1].lower(), h[0:1].upper(), h[1:2].lower(), h[1:2].upper())
+                               for h in (bytes([c]).hex().encode() for c in seed))
+        dec_re = rb"(?<![0-9])" + _DEC_SEP.join(b"%d" % c for c in seed) + rb"(?![0-9])"
+        self.patterns = [(re.compile(hex_re), "seed in hex"), (re.compile(dec_re), "seed as decimal byte list")]
+
+    def scan(self, chunks: Iterable[bytes]) -> set[str]:
+        found: set[str] = set()
+        tail = ctail = b""
+        for chunk in chunks:
+            if not chunk:
+                continue
+            window = tail + chunk
+            cwindow = ctail + chunk.translate(None, _WS)
+            for needle, what in self.raw:
+                if needle in window:
+                    found.add(what)
+            for needle, what in self.compact:
+                if needle in cwindow:
+                    found.add(what)
+            for pat, what in self.patterns:
+                if what not in found and pat.search(window):
+                    found.add(what)
+            tail, ctail = window[-_OVERLAP:], cwindow[-_OVERLAP:]
+        return found
 
 
 # --------------------------------------------------------------------------- CLI
@@ -278,6 +330,7 @@ def run(args: argparse.Namespace) -> int:
 __all__ = [
     "KeyPair",
     "KeyFileError",
+    "KeyLeakScanner",
     "check_private_location",
     "default_private_key",
     "default_public_key",
@@ -287,7 +340,6 @@ __all__ = [
     "key_dir",
     "load_private_key",
     "load_public_key",
-    "private_key_needles",
     "public_fingerprint",
     "public_key_pem",
     "raw_public_bytes",

@@ -16,8 +16,10 @@ archive format is documented field by field in ``anc/seal.md``; verification is
 in :mod:`refspec.verify`, safe extraction in :mod:`refspec.restore`.
 
 The private key never enters the archive: the key file must lie outside RESULTS
-and OUT, and sealing fails if any archived file contains the key (PEM, DER,
-raw, hex or base64 forms) or any PEM private key block.
+and OUT, and sealing fails if any archived file contains the key or any PEM
+private key block, in its bytes, in the decompressed members of a gzip, bzip2,
+xz or zip file, or in a Parquet table's cells (the forms searched are listed in
+:class:`refspec.keys.KeyLeakScanner` and ``anc/seal.md``).
 """
 
 from __future__ import annotations
@@ -52,8 +54,8 @@ from .keys import (
     check_private_location,
     default_private_key,
     fingerprint,
+    KeyLeakScanner,
     load_private_key,
-    private_key_needles,
 )
 from .ledger import verify_chain
 
@@ -171,26 +173,93 @@ def sha256_stream(f: Any, size: int | None = None) -> str:
     return h.hexdigest()
 
 
-def _hash_and_scan(path: Path, needles: Sequence[bytes]) -> tuple[str, int, list[bytes]]:
-    """SHA-256, size and any of ``needles`` found in the file."""
-    h = hashlib.sha256()
-    size = 0
-    found: set[bytes] = set()
-    keep = max((len(n) for n in needles), default=1) - 1
-    tail = b""
-    with open(path, "rb") as f:
-        while True:
-            block = f.read(_CHUNK)
-            if not block:
-                break
+def _read_chunks(f: Any, h: Any = None) -> Iterable[bytes]:
+    while True:
+        block = f.read(_CHUNK)
+        if not block:
+            return
+        if h is not None:
             h.update(block)
-            size += len(block)
-            if needles:
-                window = tail + block
-                for n in needles:
-                    if n in window:
-                        found.add(n)
-                tail = window[-keep:] if keep else b""
+        yield block
+
+
+def _decompressed(path: Path, kind: str) -> Iterable[bytes]:
+    """The decompressed bytes of every member of a gzip, bzip2 or xz file (to the
+    first error: a damaged stream is scanned as far as it decodes)."""
+    import bz2
+    import lzma
+    import zlib
+
+    def new() -> Any:
+        return {"gzip": lambda: zlib.decompressobj(wbits=31), "bzip2": bz2.BZ2Decompressor,
+                "xz": lzma.LZMADecompressor}[kind]()
+
+    d = new()
+    with open(path, "rb") as f:
+        for block in _read_chunks(f):
+            while block:
+                try:
+                    out = d.decompress(block)
+                except (zlib.error, OSError, EOFError, lzma.LZMAError, ValueError):
+                    return
+                if out:
+                    yield out
+                if getattr(d, "eof", False):  # a further member follows
+                    block = d.unused_data
+                    d = new()
+                else:
+                    block = b""
+
+
+def _zip_members(path: Path) -> Iterable[bytes]:
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(path) as z:
+            for info in z.infolist():
+                with z.open(info) as f:
+                    yield from _read_chunks(f)
+                yield b"\n"
+    except (zipfile.BadZipFile, OSError, NotImplementedError, RuntimeError, EOFError):
+        return
+
+
+def _parquet_cells(path: Path) -> Iterable[bytes]:
+    """The key-value metadata and every cell of a Parquet table, as CSV cell text."""
+    import pyarrow.parquet as pq
+
+    try:
+        pf = pq.ParquetFile(path)
+        for k, v in (pf.schema_arrow.metadata or {}).items():
+            yield k + b"\n" + v + b"\n"
+        for i in range(pf.num_row_groups):
+            t = pf.read_row_group(i)
+            for col in t.columns:
+                yield "\n".join(csv_cell(v) for v in col.to_pylist()).encode("utf-8", "surrogatepass") + b"\n"
+    except Exception:  # pyarrow raises ArrowInvalid, OSError, ...: an unreadable table was refused earlier
+        return
+
+
+_MAGIC = ((b"\x1f\x8b", "gzip"), (b"BZh", "bzip2"), (b"\xfd7zXZ\x00", "xz"), (b"PK\x03\x04", "zip"))
+
+
+def _hash_and_scan(path: Path, scanner: KeyLeakScanner) -> tuple[str, int, list[str]]:
+    """SHA-256, size and the private-key forms found in the file: in its bytes, in
+    the decompressed members of a gzip, bzip2, xz or zip file, and in the cells of
+    a Parquet table."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        head = f.read(8)
+        f.seek(0)
+        found = scanner.scan(_read_chunks(f, h))
+        size = f.tell()
+    kind = next((k for m, k in _MAGIC if head.startswith(m)), None)
+    if kind == "zip":
+        found |= {f"{w} (in a zip member)" for w in scanner.scan(_zip_members(path))}
+    elif kind is not None:
+        found |= {f"{w} (after {kind} decompression)" for w in scanner.scan(_decompressed(path, kind))}
+    if path.name.endswith(".parquet"):
+        found |= {f"{w} (in a Parquet cell)" for w in scanner.scan(_parquet_cells(path))}
     return h.hexdigest(), size, sorted(found)
 
 
@@ -524,10 +593,10 @@ def seal(
                 )
 
         names = sorted(targets)
-        needles = private_key_needles(skey)
+        scanner = KeyLeakScanner(skey)
         with ThreadPoolExecutor(max_workers=workers or default_workers()) as ex:
-            hashed = list(ex.map(lambda n: _hash_and_scan(stage / n, needles), names))
-        leaks = [n for n, (_d, _s, found) in zip(names, hashed) if found]
+            hashed = list(ex.map(lambda n: _hash_and_scan(stage / n, scanner), names))
+        leaks = [f"{n} ({'; '.join(found)})" for n, (_d, _s, found) in zip(names, hashed) if found]
         if leaks:
             raise IntegrityError(
                 "refusing to seal: private key material found in " + ", ".join(leaks)
