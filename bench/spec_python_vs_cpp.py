@@ -35,13 +35,13 @@ DEC = re.compile(r"decoded\s+(\d+) tokens in\s+([\d.]+) seconds")
 
 
 def run_cpp(tool: Path, lib_dir: Path, target: Path, draft: Path, prompt: str, cap: int, k: int,
-            threads: int) -> tuple[float, int]:
+            threads: int, gpu_layers: int = 0) -> tuple[float, int]:
     with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as f:
         f.write(prompt)
         pfile = f.name
     try:
         cmd = [str(tool), "-m", str(target), "-md", str(draft), "-f", pfile, "-n", str(cap), "-c", "2048",
-               "-t", str(threads), "-td", str(threads), "-fa", "off", "-ngl", "0", "-ngld", "0",
+               "-t", str(threads), "-td", str(threads), "-fa", "off", "-ngl", str(gpu_layers), "-ngld", str(gpu_layers),
                "--spec-type", "draft-simple", "--spec-draft-n-max", str(k), "--spec-draft-p-min", "0", "--temp", "0", "--top-k", "1",
                "--seed", "1"]
         env = dict(os.environ, LD_LIBRARY_PATH=str(lib_dir))
@@ -63,17 +63,25 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--draft", default="q4_1")
+    ap.add_argument("--config", help="workflow config (its native backend and gpu_layers; default config/config.yaml)")
+    ap.add_argument("--gpu-layers", type=int, help="n_gpu_layers of both programs (default: the config's gpu_layers)")
     args = ap.parse_args()
 
-    build = native.current()
+    from refspec.config import gpu_layers, load_config
+
+    cfg = load_config(args.config)
+    ngl = args.gpu_layers if args.gpu_layers is not None else gpu_layers(cfg)
+    build = native.current(cfg)
     llama_cpp = runtime.load(build.lib_dir)
     del llama_cpp
     fam = ensure_family("smollm2-135m")
     d = fam.draft(args.draft)
-    tm = runtime.Model(fam.target.path, sha256=fam.target.sha256)
-    dm = runtime.Model(d.path, sha256=d.sha256)
+    tm = runtime.Model(fam.target.path, sha256=fam.target.sha256, n_gpu_layers=ngl)
+    dm = runtime.Model(d.path, sha256=d.sha256, n_gpu_layers=ngl)
+    print(f"both programs: n_gpu_layers {ngl}; the Python target is on {tm.placement['device']} "
+          f"({tm.placement['offloaded']}/{tm.placement['offloadable']} layers)", flush=True)
     # the C++ program's recipe: default micro-batch, native attention, k drafted tokens
-    arm = load_arms()["C0"].with_(ub=512, k=args.k, cap=args.cap, threads=args.threads)
+    arm = load_arms()["C0"].with_(ub=512, k=args.k, cap=args.cap, threads=args.threads, gpu_layers=ngl)
     tasks = humaneval_tasks(parse_range(args.tasks))
     tool = build.tool("llama-speculative-simple")
 
@@ -87,7 +95,7 @@ def main() -> int:
                 for which in order:
                     if which == "cpp":
                         sec, n = run_cpp(tool, build.lib_dir, fam.target.path, d.path, text, args.cap, args.k,
-                                         args.threads)
+                                         args.threads, ngl)
                         cpp_tpt.append(sec / max(n, 1))
                     else:
                         t0 = time.perf_counter()

@@ -292,6 +292,7 @@ def _plugin_args(logdir: Path) -> list[str]:
 
 PROFILE = REPO_ROOT / "profiles" / "slurm" / "config.yaml"
 GPU_KEYS = ("gpu", "gpu_model", "gres", "slurm_extra")
+GPU_RULES = ("native_build", "campaign", "replay")  # the rules that run on the device the build targets
 
 SMALL_WORKFLOW = r'''
 rule all:
@@ -355,11 +356,34 @@ def test_profile_resources_are_accepted_by_the_plugin():
         for pattern, what in get_forbidden_slurm_options().items():
             assert not re.search(pattern, extra), f"{rule}: slurm_extra sets the {what}, which the plugin refuses"
         gres = set_gres_string(SimpleNamespace(resources=SimpleNamespace(get=res.get)))
-        if rule in ("native_build", "qualify", "replay"):
+        if rule in GPU_RULES:
             assert "--gpus=" in gres or "--gres=gpu" in gres, f"{rule} requests no GPU: {res}"
         for key in ("cpus_per_task", "runtime", "mem_mb"):
             assert key not in res or (isinstance(res[key], int) and res[key] > 0), (rule, key, res[key])
     assert prof["set-threads"]["native_build"] == prof["set-resources"]["native_build"]["cpus_per_task"]
+
+
+def _workflow_rules(configfile: str) -> set[str]:
+    """The rule names of the workflow, as Snakemake itself lists them."""
+    r = subprocess.run([sys.executable, "-m", "snakemake", "--snakefile", str(REPO_ROOT / "Snakefile"),
+                        "--configfile", configfile, "--list-rules"], cwd=REPO_ROOT, capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return {line.split()[0] for line in r.stdout.splitlines() if line.strip() and not line.startswith(" ")}
+
+
+@pytest.mark.parametrize("configfile", ["config/config.yaml", "config/gpu.yaml"])
+def test_profile_keys_name_rules_of_the_workflow(configfile):
+    """Every set-resources/set-threads key is a rule: a misspelt key would silently schedule without a GPU."""
+    rules = _workflow_rules(configfile)
+    assert {"native_build", "campaign", "replay", "check"} <= rules, rules
+    prof = _profile()
+    for section in ("set-resources", "set-threads"):
+        unknown = sorted(set(prof.get(section) or {}) - rules)
+        assert not unknown, f"{PROFILE}: {section} names no rule of the workflow: {unknown} (rules: {sorted(rules)})"
+    for rule in GPU_RULES:
+        res = prof["set-resources"].get(rule) or {}
+        assert any(k in res for k in GPU_KEYS), f"{rule} requests no GPU in {PROFILE}"
 
 
 def test_small_workflow_runs_through_slurm(cluster, tmp_path):

@@ -24,6 +24,13 @@ class Arm:
     kv_type: str = "f16"
     n_ctx: int = 2048
     description: str = ""
+    gpu_layers: int | None = None  # n_gpu_layers (-1 every layer); None: the run's setting
+
+    def placed(self, config: dict | None) -> "Arm":
+        """This arm with the run's GPU setting (:func:`refspec.config.gpu_layers`) unless it has its own."""
+        from .config import gpu_layers
+
+        return self if self.gpu_layers is not None else replace(self, gpu_layers=gpu_layers(config))
 
     @property
     def speculative(self) -> bool:

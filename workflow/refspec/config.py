@@ -62,3 +62,23 @@ def load_families(path: str | Path | None = None) -> dict:
     path = Path(path) if path else config_dir() / "families.yaml"
     data = read_yaml(path) or {}
     return validate(data, "families.schema.yaml", str(path))["families"]
+
+
+def gpu_layers(config: dict | None) -> int:
+    """The run's ``n_gpu_layers`` (-1 = every layer) from ``gpu_layers`` and ``native.backend``.
+
+    ``auto`` (the default) offloads every layer when the native backend is ``cuda`` or
+    ``vulkan`` and none on ``cpu``; ``all``/``none``/a count say so explicitly.
+    """
+    config = config or {}
+    setting = config.get("gpu_layers", "auto")
+    backend = str(((config.get("native") or {}).get("backend")) or "cpu")
+    if setting == "auto":
+        return -1 if backend in ("cuda", "vulkan") else 0
+    if setting == "all":
+        return -1
+    if setting == "none":
+        return 0
+    if isinstance(setting, bool) or not isinstance(setting, int) or setting < 0:
+        raise ConfigError(f"gpu_layers: {setting!r} is not auto, all, none or a count of layers")
+    return int(setting)

@@ -17,23 +17,27 @@ from .arms import select
 from .config import load_config
 from .endpoint import compare
 from .errors import ConfigError
-from .models import ensure_family
+from .models import config_families_file, ensure_family
 from .panels import load_panel_spec, prompt_tokens
 from .runtime import Model
 from .transaction import ArmRunner
 
 
 def decode_panel(family: str, tasks, arm_names: list[str], *, cap: int | None = None, draft: str | None = None,
-                 threads: int | None = None, models_dir=None, progress: bool = True) -> list[dict]:
-    files = ensure_family(family, models_dir=models_dir)
+                 threads: int | None = None, models_dir=None, families_file=None, progress: bool = True,
+                 gpu_layers: int = 0) -> list[dict]:
+    """Decode every task with every arm in this process; ``gpu_layers`` is n_gpu_layers of both models."""
+    files = ensure_family(family, models_dir=models_dir, families_file=families_file)
     arms = select(arm_names)
     if arms[0].name != "R":
         raise ConfigError("the first arm must be the reference R")
-    target = Model(files.target.path, sha256=files.target.sha256)
+    target = Model(files.target.path, sha256=files.target.sha256, n_gpu_layers=gpu_layers)
     draft_model = None
     if any(a.speculative for a in arms):
         d = files.draft(draft)
-        draft_model = Model(d.path, sha256=d.sha256)
+        draft_model = Model(d.path, sha256=d.sha256, n_gpu_layers=gpu_layers)
+    print(f"decode: target on {target.placement['device']} ({target.placement['offloaded']}/"
+          f"{target.placement['offloadable']} layers offloaded)", file=sys.stderr)
     prompts = [prompt_tokens(target, t) for t in tasks]
     rows: list[dict] = []
     bar = None
@@ -60,6 +64,7 @@ def decode_panel(family: str, tasks, arm_names: list[str], *, cap: int | None = 
                     "first_diff_index": cmp.first_diff_index, "ref_margin": margin,
                     "n": res.endpoint.n, "stop_reason": res.endpoint.stop_reason,
                     "acceptance": res.stats.acceptance, **res.stats.flat(), "seconds": res.seconds,
+                    "device": target.placement["device"], "gpu_layers": target.placement["offloaded"],
                 })
                 if bar is not None:
                     bar.update(1)
@@ -89,13 +94,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--draft")
     p.add_argument("--cap", type=int)
     p.add_argument("--threads", type=int, help="override the arms' thread count")
+    p.add_argument("--gpu-layers", type=int, help="n_gpu_layers (-1 every layer; default: the config's gpu_layers)")
     p.add_argument("--json", help="write the per-request rows to this JSON file")
 
 
 def run(args: argparse.Namespace) -> int:
+    from .config import gpu_layers
+
+    from . import native, runtime
+
     cfg = load_config(args.config)
+    runtime.load(native.current(cfg).lib_dir)  # the configured build (cpu, cuda or vulkan)
+    ngl = args.gpu_layers if args.gpu_layers is not None else gpu_layers(cfg)
     rows = decode_panel(args.family or cfg["family"], load_panel_spec(args.panel), args.arms.split(","),
-                        cap=args.cap, draft=args.draft, threads=args.threads, models_dir=cfg.get("models_dir"))
+                        cap=args.cap, draft=args.draft, threads=args.threads, models_dir=cfg.get("models_dir"),
+                        families_file=config_families_file(cfg),
+                        gpu_layers=ngl)
     if args.json:
         from .fsutil import atomic_write_text
 

@@ -49,6 +49,14 @@ from .transaction import COUNTER_KEYS
 
 WORKER_MODULE = "refspec.worker"
 ENV_PASSTHROUGH = ("PATH", "HOME", "VIRTUAL_ENV", "TMPDIR")
+# GPU hosts: which devices a process may use and how its libraries are found (SLURM binds
+# GPUs through CUDA_VISIBLE_DEVICES and its SLURM_*GPU* variables; some hosts need LD_PRELOAD
+# or LD_LIBRARY_PATH for their C++ or CUDA runtime). Kept as they are; nothing else is.
+ENV_GPU_PASSTHROUGH = ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "NVIDIA_VISIBLE_DEVICES",
+                       "LD_LIBRARY_PATH", "LD_PRELOAD", "GPU_DEVICE_ORDINAL", "ROCR_VISIBLE_DEVICES",
+                       "SLURM_JOB_GPUS", "SLURM_STEP_GPUS", "SLURM_GPUS", "SLURM_GPUS_ON_NODE",
+                       "SLURM_GPUS_PER_NODE", "SLURM_GPUS_PER_TASK", "SLURM_GPU_BIND", "SLURM_GPU_FREQ",
+                       "SLURM_STEP_GPUS_ON_NODE", "GGML_VK_VISIBLE_DEVICES")
 THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "VECLIB_MAXIMUM_THREADS",
                "NUMEXPR_NUM_THREADS")
 WARMUP_TASK = "warmup"
@@ -65,6 +73,38 @@ class RequestError(RefspecError):
         super().__init__(f"HTTP {status}: {message}")
         self.status = status
         self.message = message
+
+
+class PlacementError(RefspecError):
+    """A worker holds fewer layers on the device than the configuration asked for (exit 5)."""
+
+
+def placement_problems(arm: Arm, placement: dict) -> list[str]:
+    """What the worker's reported placement lacks compared with the arm's ``gpu_layers``."""
+    want = 0 if arm.gpu_layers is None else int(arm.gpu_layers)
+    problems = []
+    roles = ["target"] + (["draft"] if arm.speculative else [])
+    for role in roles:
+        p = placement.get(role)
+        if p is None:
+            problems.append(f"the worker reported no placement for its {role} model")
+            continue
+        if int(p.get("requested", 0)) != want:
+            problems.append(f"{role}: the worker loaded with gpu_layers {p.get('requested')}, not {want}")
+        expected = int(p.get("expected", 0))
+        if int(p.get("offloaded", 0)) < expected:
+            present = [d["name"] for d in placement.get("devices", []) if d.get("type") in ("gpu", "igpu")]
+            problems.append(f"{role}: {p.get('offloaded')} of {expected} layers asked for are on a device "
+                            f"(devices present: {', '.join(present) or 'no GPU'})")
+    return problems
+
+
+def placement_columns(placement: dict | None) -> dict:
+    """The ``requests`` columns that say where the arm ran (from the worker's ready record)."""
+    p = placement or {}
+    t, d = p.get("target") or {}, p.get("draft") or {}
+    return {"device": t.get("device"), "device_description": t.get("device_description"),
+            "gpu_layers": t.get("offloaded"), "draft_gpu_layers": d.get("offloaded") if d else None}
 
 
 class TransportError(RefspecError):
@@ -86,14 +126,16 @@ def worker_env(lib_dir: str | Path, threads: int, *, extra: dict[str, str] | Non
                base: dict[str, str] | None = None) -> dict[str, str]:
     """The complete environment of a worker: nothing else is inherited.
 
-    Kept from the driver: PATH, HOME, VIRTUAL_ENV, TMPDIR (when set). Set:
+    Kept from the driver: PATH, HOME, VIRTUAL_ENV, TMPDIR and the GPU allowlist
+    :data:`ENV_GPU_PASSTHROUGH` (device selection, SLURM's GPU binding, LD_PRELOAD and
+    LD_LIBRARY_PATH), each when set. Set:
     LANG = LC_ALL = C, PYTHONHASHSEED = 0, PYTHONPATH = the package's folder,
     PYTHONUNBUFFERED = 1, PYTHONDONTWRITEBYTECODE = 1, LLAMA_CPP_LIB_PATH,
     REFSPEC_CACHE, and the thread variables (OMP_NUM_THREADS = ``threads``,
     BLAS pools = 1). ``extra`` entries are added last.
     """
     base = os.environ if base is None else base
-    env = {k: base[k] for k in ENV_PASSTHROUGH if k in base}
+    env = {k: base[k] for k in ENV_PASSTHROUGH + ENV_GPU_PASSTHROUGH if k in base}
     env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
     env.update({
         "LANG": "C",
@@ -193,6 +235,8 @@ class Worker:
             cmd += ["--draft", d.name, "--draft-file", str(d.path), "--draft-sha256", str(d.sha256)]
         if spec.arms_file:
             cmd += ["--arms-file", str(Path(spec.arms_file).resolve())]
+        if arm.gpu_layers is not None:
+            cmd += ["--gpu-layers", str(int(arm.gpu_layers))]
         if spec.warmup_cap is not None:
             cmd += ["--warmup-cap", str(int(spec.warmup_cap))]
         env = worker_env(spec.lib_dir, arm.threads, extra=spec.env_extra)
@@ -226,6 +270,12 @@ class Worker:
         if problems:
             w.kill()
             raise WorkerError(f"worker {spec.worker_id} is not the one that was asked for: " + "; ".join(problems))
+        short = placement_problems(arm, ready.get("placement") or {})
+        if short:
+            w.kill()
+            raise PlacementError(f"worker {spec.worker_id} (arm {arm.name}): " + "; ".join(short)
+                                 + ": refusing to time it (check the build's backend, CUDA_VISIBLE_DEVICES "
+                                   "and the host's GPUs, or set gpu_layers)")
         return w
 
     def _check_identity(self) -> list[str]:
@@ -499,7 +549,8 @@ class RunContext:
 
 def request_row(ctx: RunContext, arm: Arm, *, block: int, worker: str, task_id: str, cap: int, repeat: int,
                 order_index: int, attempt: int, status: str, reason: str | None, t_ns: int | None = None,
-                endpoint: Endpoint | None = None, counters: dict | None = None) -> dict:
+                endpoint: Endpoint | None = None, counters: dict | None = None,
+                placement: dict | None = None) -> dict:
     """One row of the ``requests`` table (anc/tables.md)."""
     c = counters or {}
     spec = arm.speculative
@@ -517,6 +568,7 @@ def request_row(ctx: RunContext, arm: Arm, *, block: int, worker: str, task_id: 
         **{k: (c.get(k) if counters is not None else None)
            for k in ("proposals", "accepted", "rollbacks", "cycles", "callers", "micrographs", "rows",
                      "graph_rebuilds", "graph_reuses")},
+        **placement_columns(placement),
     }
 
 
@@ -548,15 +600,16 @@ def start_worker(ctx: RunContext, arm: Arm, block: int) -> tuple[Worker, dict]:
                       host=ctx.host, warmup_cap=ctx.warmup_cap)
     w = Worker.start(spec, ready_timeout=ctx.ready_timeout)
     r = w.ready
+    pc = placement_columns(r.get("placement"))
     _ledger(ctx, "worker_start", "fresh worker for a block", worker=wid, arm=arm.name, block=block,
-            pid=w.pid, url=w.url, load_s=r.get("load_s"),
+            pid=w.pid, url=w.url, load_s=r.get("load_s"), device=pc["device"], gpu_layers=pc["gpu_layers"],
             identity_sha256=sha256_json({k: r.get(k) for k in ("arm_record", "models", "lib_dir", "python")}))
     wu = r["warmup"]
     ep = Endpoint.from_record(wu["endpoint"])
     row = request_row(ctx, arm, block=block, worker=wid, task_id=WARMUP_TASK, cap=int(wu["cap"]), repeat=0,
                       order_index=0, attempt=1, status="excluded_warmup",
                       reason=f"registered warmup (prompt sha256 {wu['prompt_sha256'][:16]}, not timed)",
-                      endpoint=ep, counters=wu["counters"])
+                      endpoint=ep, counters=wu["counters"], placement=r.get("placement"))
     _ledger(ctx, "excluded_warmup", row["reason"], worker=wid, arm=arm.name, task_id=WARMUP_TASK, outcome="excluded",
             engine_ns=wu.get("engine_ns"))
     rec = _record(ctx, {"type": "request", "row": row, "endpoint": None, "margins": None, "evidence": None,
@@ -597,6 +650,9 @@ def run_block(ctx: RunContext, arm: Arm, planned: list[Planned], *, block: int =
                 starts += 1
                 try:
                     worker, wrec = start_worker(ctx, arm, block)
+                except PlacementError as e:  # not a transient failure: record it, then stop the campaign
+                    _ledger(ctx, "failure", f"placement refused: {e}", arm=arm.name, block=block, outcome="failed")
+                    raise
                 except WorkerError as e:
                     _ledger(ctx, "failure", f"worker start failed: {e}", arm=arm.name, block=block, outcome="failed")
                     continue
@@ -642,7 +698,8 @@ def run_block(ctx: RunContext, arm: Arm, planned: list[Planned], *, block: int =
                 continue
             row = request_row(ctx, arm, block=block, worker=worker.worker_id, task_id=p.task_id, cap=p.cap,
                               repeat=p.repeat, order_index=order, attempt=attempt, status="ok", reason=None,
-                              t_ns=c.t_ns, endpoint=c.endpoint, counters=c.counters)
+                              t_ns=c.t_ns, endpoint=c.endpoint, counters=c.counters,
+                              placement=worker.ready.get("placement"))
             led = _ledger(ctx, "attempt", "planned request" if retry_of is None else "re-run of a failed attempt",
                           outcome="ok", worker=worker.worker_id, arm=arm.name, task_id=p.task_id, repeat=p.repeat,
                           attempt=attempt, retry_of=retry_of, t_ns=c.t_ns, endpoint_sha256=c.endpoint.sha256)

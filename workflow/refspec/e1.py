@@ -759,12 +759,12 @@ def summarize(rows: list[dict], details: list[dict], *, family: str, layers: Seq
 
 def run_e1(family: str, out_dir: str | Path, *, tool: str | Path, settings: Settings = Settings(),
            layers: Sequence[int] | None = None, phases: Sequence[str] = PHASES, qs: Sequence[int] = QUERY_WIDTHS,
-           models_dir=None, progress: bool = True) -> E1Result:
+           models_dir=None, families_file=None, progress: bool = True) -> E1Result:
     """Capture, replay and compare every E1 context of one family; files go under ``out_dir/e1``."""
     from . import models, runtime
 
     t0 = time.monotonic()
-    files = models.ensure_family(family, models_dir=models_dir)
+    files = models.ensure_family(family, models_dir=models_dir, families_file=families_file)
     model = runtime.Model(files.target.path, sha256=files.target.sha256, n_gpu_layers=settings.n_gpu_layers)
     try:
         ctxs = contexts(family, model.n_layer, layers=layers, phases=phases, qs=qs)
@@ -801,6 +801,7 @@ def run_e1(family: str, out_dir: str | Path, *, tool: str | Path, settings: Sett
                             seconds=time.monotonic() - t0)
         summary["prompt"] = prompt.record()
         summary["n_layer"] = model.n_layer
+        summary["placement"] = {k: v for k, v in model.placement.items() if k != "devices"}
         summary["model"] = {"file": files.target.path.name, "sha256": files.target.sha256}
         summary["settings"] = asdict(settings)
         return E1Result(rows, details, summary)
@@ -887,13 +888,17 @@ _DEFAULT_DEVICE = {"cpu": "CPU", "cuda": "CUDA0", "vulkan": "Vulkan0"}
 
 def run(args: argparse.Namespace) -> int:
     from . import native, runtime
+    from .models import config_families_file
 
     config = native.load_config(args.config)
     build = native.current(config)
     runtime.load(build.lib_dir)
     kind = build.record.get("options", {}).get("backend", "cpu")
     backend = _DEFAULT_DEVICE.get(kind, "CPU") if args.backend == "auto" else args.backend
-    gpu_layers = args.gpu_layers if args.gpu_layers is not None else (0 if kind == "cpu" else 999)
+    from .config import gpu_layers as run_gpu_layers
+
+    gpu_layers = args.gpu_layers if args.gpu_layers is not None else run_gpu_layers(
+        {**(config or {}), "native": {**((config or {}).get("native") or {}), "backend": kind}})
     tool = R.resolve_tool(args.tool, args.llama_src or build.src_dir, args.llama_build or build.lib_dir.parent)
     settings = Settings(threads=args.threads, n_continue=args.continue_tokens, n_gpu_layers=gpu_layers,
                         backend=backend, replay_threads=args.threads)
@@ -901,7 +906,8 @@ def run(args: argparse.Namespace) -> int:
     phases = [x.strip() for x in args.phases.split(",") if x.strip()]
     qs = [int(x) for x in args.q.split(",")]
     res = run_e1(args.family, args.out, tool=tool, settings=settings, layers=layers, phases=phases, qs=qs,
-                 models_dir=(config or {}).get("models_dir"), progress=not args.no_progress)
+                 models_dir=(config or {}).get("models_dir"), progress=not args.no_progress,
+                 families_file=config_families_file(config))
     res.summary["native_build"] = {"key": build.key, "backend": kind}
     paths = write_results(res, args.out)
     print(format_summary(res.summary))

@@ -327,7 +327,43 @@ def gpu_facts(timeout: float = 20.0) -> dict[str, Any]:
                 "compute_capability": parts[4] if len(parts) > 4 else None,
             }
         )
-    return {"query": "ok", "devices": devices}
+    out: dict[str, Any] = {"query": "ok", "devices": devices}
+    out.update(cuda_versions(timeout))
+    return out
+
+
+def cuda_versions(timeout: float = 20.0) -> dict[str, Any]:
+    """The CUDA version the driver supports (``nvidia-smi``'s header) and the CUDA runtime
+    that the build's ``libggml-cuda.so`` links (``cudaRuntimeGetVersion``), when present."""
+    out: dict[str, Any] = {"cuda_driver_version": None, "cuda_runtime_version": None, "cuda_runtime_library": None}
+    try:
+        r = subprocess.run(["nvidia-smi"], capture_output=True, text=True, timeout=timeout, check=False)
+        m = re.search(r"CUDA Version:\s*([0-9.]+)", r.stdout or "")
+        out["cuda_driver_version"] = m.group(1) if m else None
+    except (OSError, subprocess.TimeoutExpired):
+        pass
+    lib_dir = os.environ.get("LLAMA_CPP_LIB_PATH")
+    cuda_lib = Path(lib_dir) / "libggml-cuda.so" if lib_dir else None
+    if cuda_lib is None or not cuda_lib.is_file():
+        return out
+    try:
+        r = subprocess.run(["ldd", str(cuda_lib)], capture_output=True, text=True, timeout=timeout, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return out
+    m = re.search(r"libcudart\.so\S*\s+=>\s+(\S+)", r.stdout or "")
+    if not m:
+        return out
+    out["cuda_runtime_library"] = m.group(1)
+    try:
+        import ctypes
+
+        cudart = ctypes.CDLL(m.group(1))
+        v = ctypes.c_int(0)
+        if cudart.cudaRuntimeGetVersion(ctypes.byref(v)) == 0:
+            out["cuda_runtime_version"] = f"{v.value // 1000}.{(v.value % 1000) // 10}"
+    except (OSError, AttributeError):
+        pass
+    return out
 
 
 def os_facts() -> dict[str, Any]:

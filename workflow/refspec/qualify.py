@@ -107,16 +107,18 @@ class QualifyResult:
 def run_qualify(*, family: str, tasks: list[Task], panel: dict, arm_names: list[str] | str, repeats: int = 1,
                 cap: int | None = None, draft: str | None = None, out_dir: str | Path, campaign: str = "confirmation",
                 resume: bool = False, retries: int = 1, arms_file: str | None = None, lib_dir: str | Path | None = None,
-                models_dir: str | None = None, host: str = "127.0.0.1", request_timeout: float = 600.0,
+                models_dir: str | None = None, families_file: str | Path | None = None,
+                host: str = "127.0.0.1", request_timeout: float = 600.0,
                 on_submit: Callable[[Worker, Planned, int], None] | None = None, progress: bool = True,
-                session: str | None = None, warmup_cap: int | None = None) -> QualifyResult:
+                session: str | None = None, warmup_cap: int | None = None,
+                config: dict | None = None) -> QualifyResult:
     from .models import ensure_family
 
     if campaign not in CAMPAIGNS:
         raise UsageError(f"unknown campaign {campaign!r} (one of {', '.join(CAMPAIGNS)})")
     if repeats < 1:
         raise UsageError("--repeats must be at least 1")
-    all_arms = load_arms(arms_file)
+    all_arms = {n: a.placed(config) for n, a in load_arms(arms_file).items()}  # the run's GPU setting
     arms = select(arm_names, all_arms)
     names = [a.name for a in arms]
     if len(set(names)) != len(names):
@@ -128,7 +130,7 @@ def run_qualify(*, family: str, tasks: list[Task], panel: dict, arm_names: list[
     cap = int(cap or next(a for a in arms if a.name == REFERENCE).cap)
     if cap < 1:
         raise UsageError("--cap must be positive")
-    files = ensure_family(family, models_dir=models_dir)
+    files = ensure_family(family, models_dir=models_dir, families_file=families_file)
     spec_arms = [a for a in arms if a.speculative]
     draft_name = (draft or files.default_draft) if spec_arms else None
     if draft_name is not None:
@@ -138,7 +140,7 @@ def run_qualify(*, family: str, tasks: list[Task], panel: dict, arm_names: list[
     if lib_dir is None:
         from . import native
 
-        lib_dir = native.current().lib_dir
+        lib_dir = native.current(config).lib_dir
     lib_dir = Path(lib_dir)
 
     out = Path(out_dir)
@@ -434,7 +436,7 @@ def run(args: argparse.Namespace) -> int:
 
     cfg = None
     family = args.family
-    models_dir = None
+    models_dir = families_file = None
     try:
         cfg = load_config(args.config)
     except ConfigError:
@@ -443,6 +445,9 @@ def run(args: argparse.Namespace) -> int:
     if cfg is not None:
         family = family or cfg.get("family")
         models_dir = cfg.get("models_dir")
+        from .models import config_families_file
+
+        families_file = config_families_file(cfg)
     if not family:
         raise UsageError("--family is required")
     tasks, panel = load_panel(args.panel)
@@ -454,7 +459,9 @@ def run(args: argparse.Namespace) -> int:
     res = run_qualify(family=family, tasks=tasks, panel=panel, arm_names=args.arms, repeats=args.repeats,
                       cap=args.cap, draft=args.draft, out_dir=out, campaign=args.campaign, resume=args.resume,
                       retries=args.retries, arms_file=args.arms_file, lib_dir=args.lib_dir, models_dir=models_dir,
-                      request_timeout=args.request_timeout, progress=not args.no_progress, session=session)
+                      families_file=families_file,
+                      request_timeout=args.request_timeout, progress=not args.no_progress, session=session,
+                      config=cfg)
     print(format_summary(res.summary))
     print(f"results: {res.out_dir} (tables/, summary.json, journal.jsonl, ledger.jsonl)")
     return EXIT_OK if res.complete else EXIT_RUNTIME

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from .errors import UsageError
+from .errors import RenderError, UsageError
 from .fsutil import atomic_write_bytes, atomic_write_text
 from .hashing import sha256_file
 from .paths import REPO_ROOT
@@ -499,8 +499,12 @@ def _host_text(h: dict) -> str | None:
         parts.append(f"{os_.get('distribution') or os_.get('system')} {os_.get('machine', '')}".strip())
     if isinstance(gpu, dict):
         devs = gpu.get("devices") or []
-        parts.append("GPU: " + (", ".join(str(d.get("name", d)) if isinstance(d, dict) else str(d) for d in devs)
-                                if devs else "none"))
+        cuda = ", ".join(f"{what} {gpu[k]}" for what, k in (("CUDA driver", "cuda_driver_version"),
+                                                             ("CUDA runtime", "cuda_runtime_version")) if gpu.get(k))
+        parts.append("GPU: " + (", ".join((f"{d.get('name')} (driver {d.get('driver_version')})"
+                                           if d.get("driver_version") else str(d.get("name", d)))
+                                          if isinstance(d, dict) else str(d) for d in devs)
+                                if devs else "none") + (f"; {cuda}" if cuda else ""))
     return "; ".join(parts) or None
 
 
@@ -1142,7 +1146,7 @@ def render(
 def compile_pdf(tex_path: Path, timeout: int = 300) -> Path | None:
     """Compile ``report.tex`` with pdflatex when present; return the PDF path or None when TeX is absent.
 
-    Raises RuntimeError with the log tail when pdflatex fails.
+    Raises :class:`refspec.errors.RenderError` (exit code 5) with the log tail when pdflatex fails.
     """
     exe = shutil.which("pdflatex")
     if exe is None:
@@ -1156,7 +1160,7 @@ def compile_pdf(tex_path: Path, timeout: int = 300) -> Path | None:
                                timeout=timeout, stdin=subprocess.DEVNULL)
             if r.returncode != 0:
                 log = r.stdout.decode("utf-8", "replace")
-                raise RuntimeError(f"pdflatex failed on {tex_path}:\n{log[-3000:]}")
+                raise RenderError(f"pdflatex failed on {tex_path}:\n{log[-3000:]}")
         dst = tex_path.with_suffix(".pdf")
         atomic_write_bytes(dst, (Path(td) / "report.pdf").read_bytes(), mode=0o644)
         return dst
@@ -1173,11 +1177,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        paths = render(args.results_dir, args.out, pdf=not args.no_pdf, pubkey=args.pubkey)
-    except RuntimeError as e:
-        print(f"refspec report: {e}", file=sys.stderr)
-        return 1
+    paths = render(args.results_dir, args.out, pdf=not args.no_pdf, pubkey=args.pubkey)
     for k in ("html", "tex", "pdf", "numbers"):
         if k in paths:
             print(paths[k])

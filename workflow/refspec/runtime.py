@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import re
 import struct
 import sys
 import threading
@@ -124,6 +125,20 @@ def load(lib_dir: str | Path | None = None):
         ggml_base.ggml_nbytes.argtypes = [c.c_void_p]
         ggml_base.ggml_nbytes.restype = c.c_size_t
         lib._ggml_base = ggml_base
+        # the backend/device registry (devices actually present: CPU, CUDA0, ...)
+        ggml = c.CDLL(str(lib_dir / "libggml.so"))
+        ggml.ggml_backend_dev_count.argtypes = []
+        ggml.ggml_backend_dev_count.restype = c.c_size_t
+        ggml.ggml_backend_dev_get.argtypes = [c.c_size_t]
+        ggml.ggml_backend_dev_get.restype = c.c_void_p
+        for fn in ("ggml_backend_dev_name", "ggml_backend_dev_description"):
+            getattr(ggml, fn).argtypes = [c.c_void_p]
+            getattr(ggml, fn).restype = c.c_char_p
+        ggml.ggml_backend_dev_memory.argtypes = [c.c_void_p, c.POINTER(c.c_size_t), c.POINTER(c.c_size_t)]
+        ggml.ggml_backend_dev_memory.restype = None
+        ggml.ggml_backend_dev_type.argtypes = [c.c_void_p]
+        ggml.ggml_backend_dev_type.restype = c.c_int
+        lib._ggml = ggml
 
         _install_log_filter(llama_cpp)
         llama_cpp.llama_backend_init()
@@ -134,6 +149,7 @@ def load(lib_dir: str | Path | None = None):
 
 _LOG_CB = None
 _LOG_LINES: list[str] = []
+_LOG_CAPTURE: list[list[str]] = []  # open capture windows (model loads): every line, any level
 
 
 def _install_log_filter(llama_cpp) -> None:
@@ -149,6 +165,8 @@ def _install_log_filter(llama_cpp) -> None:
         if level == level_cont:  # a continuation takes the level of the line it continues
             level = last[0]
         last[0] = level
+        for window in _LOG_CAPTURE:
+            window.append(msg)
         if level == level_error:
             _LOG_LINES.append(msg)
             del _LOG_LINES[:-50]
@@ -193,6 +211,88 @@ def check_gguf(path: str | Path, expected_sha256: str | None = None) -> None:
         verify_sha256(p, expected_sha256)
 
 
+# --------------------------------------------------------------------------- placement
+
+DEVICE_TYPES = {0: "cpu", 1: "gpu", 2: "igpu", 3: "accel", 4: "meta"}
+_LAYER_RE = re.compile(r"layer\s+(\d+) assigned to device (\S+?),")
+_OFFLOADED_RE = re.compile(r"offloaded (\d+)/(\d+) layers to GPU")
+_BUFFER_RE = re.compile(r"^\S*:?\s*(\S+) model buffer size =\s*([0-9.]+) MiB", re.M)
+
+
+def devices() -> list[dict]:
+    """The backend devices ggml registered in this process (``ggml_backend_dev_*``), with their memory."""
+    load()
+    g = _lib._ggml
+    out = []
+    for i in range(int(g.ggml_backend_dev_count())):
+        dev = g.ggml_backend_dev_get(i)
+        free, total = ctypes.c_size_t(0), ctypes.c_size_t(0)
+        g.ggml_backend_dev_memory(dev, ctypes.byref(free), ctypes.byref(total))
+        out.append({
+            "name": (g.ggml_backend_dev_name(dev) or b"").decode("utf-8", "replace"),
+            "description": (g.ggml_backend_dev_description(dev) or b"").decode("utf-8", "replace"),
+            "type": DEVICE_TYPES.get(int(g.ggml_backend_dev_type(dev)), "unknown"),
+            "memory_total_mib": round(total.value / 2**20, 1),
+            "memory_free_mib": round(free.value / 2**20, 1),
+        })
+    return out
+
+
+def accelerators() -> list[dict]:
+    """The devices that layers can be offloaded to (dedicated or integrated GPUs)."""
+    return [d for d in devices() if d["type"] in ("gpu", "igpu")]
+
+
+def placement_from_log(text: str, *, requested: int, n_layer: int) -> dict:
+    """Where a model's weights actually went, from llama.cpp's own load log.
+
+    ``layers``: the device each of the ``n_layer + 1`` offloadable layers (the repeating
+    layers and the output layer) was assigned to (llama.cpp's per-layer debug lines);
+    ``offloaded``: how many of them are not on the CPU; ``buffers``: the weight buffers
+    llama.cpp allocated, name -> MiB (``CUDA0``, ``CPU_Mapped``, ...). The devices are
+    those ggml registered (:func:`devices`), so a library built without a GPU backend,
+    or a GPU hidden by ``CUDA_VISIBLE_DEVICES``, reports 0 offloaded layers, whatever
+    was asked.
+    """
+    layers: dict[int, str] = {}
+    for m in _LAYER_RE.finditer(text):
+        layers[int(m.group(1))] = m.group(2)
+    if layers:
+        offloaded = sum(1 for d in layers.values() if not d.upper().startswith("CPU"))
+    else:  # no debug lines: llama.cpp's summary line (printed only when a GPU backend exists)
+        m = _OFFLOADED_RE.search(text)
+        offloaded = int(m.group(1)) if m else 0
+    buffers = {m.group(1): float(m.group(2)) for m in _BUFFER_RE.finditer(text)}
+    devs = devices()
+    used = sorted({d for d in layers.values() if not d.upper().startswith("CPU")})
+    gpu_mib = sum(v for k, v in buffers.items() if not k.upper().startswith("CPU"))
+    if offloaded and gpu_mib <= 0:  # layers said to be on a device that holds no weights: not offloaded
+        offloaded = 0
+    on = [d for d in devs if d["name"] in used] or [d for d in devs if d["type"] in ("gpu", "igpu")][:1]
+    device = on[0] if offloaded and on else next((d for d in devs if d["type"] == "cpu"), {"name": "CPU"})
+    return {
+        "requested": requested,
+        "offloadable": n_layer + 1,
+        "expected": expected_offload(requested, n_layer),
+        "offloaded": offloaded,
+        "device": device.get("name", "CPU") if offloaded else "CPU",
+        "device_description": device.get("description", "") if offloaded else
+        next((d["description"] for d in devs if d["type"] == "cpu"), ""),
+        "device_memory_total_mib": device.get("memory_total_mib") if offloaded else None,
+        "buffers_mib": buffers,
+        "devices": devs,
+    }
+
+
+def accel_names(devs: list[dict]) -> list[str]:
+    return [d["name"] for d in devs if d["type"] in ("gpu", "igpu")]
+
+
+def expected_offload(requested: int, n_layer: int) -> int:
+    """Layers llama.cpp offloads for ``n_gpu_layers = requested`` when a GPU is present."""
+    return n_layer + 1 if requested < 0 else min(int(requested), n_layer + 1)
+
+
 # --------------------------------------------------------------------------- models
 
 class Model:
@@ -204,9 +304,14 @@ class Model:
         self.path = Path(path)
         check_gguf(self.path, sha256)
         mp = llama_cpp.llama_model_default_params()
-        mp.n_gpu_layers = n_gpu_layers
+        mp.n_gpu_layers = int(n_gpu_layers)  # negative: every layer (llama.cpp's convention)
         mp.use_mmap = True
-        self._ptr = llama_cpp.llama_model_load_from_file(str(self.path).encode(), mp)
+        window: list[str] = []
+        _LOG_CAPTURE.append(window)
+        try:
+            self._ptr = llama_cpp.llama_model_load_from_file(str(self.path).encode(), mp)
+        finally:
+            _LOG_CAPTURE.remove(window)
         if not self._ptr:
             raise IntegrityError(f"{self.path}: llama.cpp could not load the model: {last_log_errors()}")
         self.vocab = llama_cpp.llama_model_get_vocab(self._ptr)
@@ -214,6 +319,7 @@ class Model:
         self.n_layer = llama_cpp.llama_model_n_layer(self._ptr)
         self.n_ctx_train = llama_cpp.llama_model_n_ctx_train(self._ptr)
         self._l = llama_cpp
+        self.placement = placement_from_log("".join(window), requested=int(n_gpu_layers), n_layer=self.n_layer)
 
     def close(self) -> None:
         if getattr(self, "_ptr", None):

@@ -180,8 +180,12 @@ def task_slug(task_id: str) -> str:
 
 def run_partition(*, family: str, tasks, out: str | Path, cap: int = 64, arms: Sequence[PartitionArm] | None = None,
                   n_ctx: int = 1024, threads: int = 1, repeats: int = 1, keep_payloads: bool = False,
-                  models_dir=None, progress: bool = True) -> dict:
-    """Run the partition campaign and write ``partition`` and ``kv_diff`` tables plus payloads to ``out``."""
+                  models_dir=None, families_file=None, progress: bool = True, gpu_layers: int = 0) -> dict:
+    """Run the partition campaign and write ``partition`` and ``kv_diff`` tables plus payloads to ``out``.
+
+    ``gpu_layers`` is the target's n_gpu_layers (-1 every layer); the placement llama.cpp
+    actually made is recorded in ``partition.json`` and the crosses' processes use the same.
+    """
     from . import tables as T
     from .models import ensure_family
     from .panels import prompt_tokens
@@ -192,8 +196,8 @@ def run_partition(*, family: str, tasks, out: str | Path, cap: int = 64, arms: S
         raise ConfigError("the first partition arm must be A")
     out = Path(out)
     (out / "payloads").mkdir(parents=True, exist_ok=True)
-    files = ensure_family(family, models_dir=models_dir)
-    model = Model(files.target.path, sha256=files.target.sha256)
+    files = ensure_family(family, models_dir=models_dir, families_file=families_file)
+    model = Model(files.target.path, sha256=files.target.sha256, n_gpu_layers=gpu_layers)
     msha = files.target.sha256
     load()
     n_batch = max(max(a.ub for a in arms), 512)
@@ -279,7 +283,8 @@ def run_partition(*, family: str, tasks, out: str | Path, cap: int = 64, arms: S
     T.write_table(rows, "partition", out)
     T.write_table(diff_rows, "kv_diff", out)
     meta = {"family": family, "model_sha256": msha, "model_path": str(files.target.path), "n_ctx": n_ctx,
-            "n_batch": n_batch, "threads": threads, "cap": cap, "repeats": repeats,
+            "n_batch": n_batch, "threads": threads, "cap": cap, "repeats": repeats, "gpu_layers": gpu_layers,
+            "placement": {k: v for k, v in model.placement.items() if k != "devices"},
             "arms": [a.record() for a in arms], "tasks": [t.task_id for t in tasks], "problems": problems,
             "lib_dir": os.environ.get("LLAMA_CPP_LIB_PATH"), "n_layer": model.n_layer}
     atomic_write_text(out / "partition.json", json.dumps(meta, indent=2, sort_keys=True) + "\n")
@@ -418,7 +423,7 @@ def run_worker_job(job: dict) -> dict:
     from .runtime import Context, ContextSpec, Model, load
 
     load(job.get("lib_dir"))
-    model = Model(job["model_path"], sha256=job["model_sha256"])
+    model = Model(job["model_path"], sha256=job["model_sha256"], n_gpu_layers=int(job.get("gpu_layers", 0)))
     msha = job["model_sha256"]
     spec = ContextSpec(n_ctx=job["n_ctx"], n_batch=job["n_batch"], n_ubatch=job["ub"], threads=job["threads"])
     cap = int(job["cap"])
@@ -488,11 +493,14 @@ def spawn_worker(job: dict, workdir: str | Path, tag: str, *, timeout: float | N
     atomic_write_text(jp, json.dumps(job, sort_keys=True, indent=1) + "\n")
     if op.exists():
         op.unlink()
-    pkg_root = str(Path(__file__).resolve().parents[1])
-    env = dict(os.environ)
-    env["PYTHONPATH"] = pkg_root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    if job.get("lib_dir"):
-        env["LLAMA_CPP_LIB_PATH"] = job["lib_dir"]
+    from .driver import worker_env
+    from .runtime import load
+
+    lib_dir = job.get("lib_dir") or os.environ.get("LLAMA_CPP_LIB_PATH")
+    if not lib_dir:
+        load()
+        lib_dir = os.environ["LLAMA_CPP_LIB_PATH"]
+    env = worker_env(lib_dir, int(job.get("threads", 1)))  # the driver's environment policy
     code = "import sys; from refspec.state import worker_main; sys.exit(worker_main(sys.argv[1], sys.argv[2]))"
     proc = subprocess.run([sys.executable, "-c", code, str(jp), str(op)], env=env, capture_output=True, text=True,
                           timeout=timeout)
@@ -592,6 +600,7 @@ def run_crosses(*, partition_dir: str | Path, out: str | Path, pair: tuple[str, 
             jobs.append({"lib_dir": meta.get("lib_dir"), "model_path": meta["model_path"],
                          "model_sha256": meta["model_sha256"], "n_ctx": meta["n_ctx"], "n_batch": meta["n_batch"],
                          "ub": arms["A"]["ub"] if "A" in arms else 512, "threads": meta["threads"], "cap": rx["cap"],
+                         "gpu_layers": int(meta.get("gpu_layers", 0)),
                          "task_id": tid, "repeat": rep, "boundary": int(b), "selectors": sels, "directions": dirs})
     t0 = time.time()
     results = []
@@ -782,6 +791,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     sp.add_argument("--cap", type=int, default=64, help="maximum new tokens (default 64)")
     sp.add_argument("--n-ctx", type=int, default=1024)
     sp.add_argument("--threads", type=int, default=1, help="threads per context (default 1)")
+    sp.add_argument("--gpu-layers", type=int, help="n_gpu_layers (-1 every layer; default: the config's gpu_layers)")
     sp.add_argument("--ub-a", type=int, default=512, help="micro-batch of A and B (default 512)")
     sp.add_argument("--ub-c", type=int, default=128, help="micro-batch of C (default 128)")
     sp.add_argument("--b-split", type=int, default=128, help="B's external split point (default 128)")
@@ -820,15 +830,22 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("refspec state needs a step: partition, crosses, summary or inspect")
     if cmd == "partition":
         from .config import load_config
+        from .models import config_families_file
+
+        from . import native, runtime
 
         cfg = load_config(args.config)
+        runtime.load(native.current(cfg).lib_dir)  # the configured build (cpu, cuda or vulkan)
         family = args.family or cfg["family"]
         tasks = _tasks_arg(args.tasks)
         arms = partition_arms(ub_a=args.ub_a, ub_c=args.ub_c, b_split=args.b_split, splits=_int_list(args.splits),
                               ub_sweep=_int_list(args.ub_sweep))
+        from .config import gpu_layers
+
+        ngl = args.gpu_layers if args.gpu_layers is not None else gpu_layers(cfg)
         meta = run_partition(family=family, tasks=tasks, out=args.out, cap=args.cap, arms=arms, n_ctx=args.n_ctx,
                              threads=args.threads, repeats=args.repeats, keep_payloads=args.keep_payloads,
-                             models_dir=cfg.get("models_dir"))
+                             models_dir=cfg.get("models_dir"), families_file=config_families_file(cfg), gpu_layers=ngl)
         print(partition_summary(T.read_records("partition", args.out), T.read_records("kv_diff", args.out)))
         for p in meta["problems"]:
             print(f"problem: {p}")

@@ -182,12 +182,13 @@ class Engine:
         self.target_file = target_file
         self.draft_file = draft_file if arm.speculative else None
         self.worker_id = worker_id or f"{arm.name}-{os.getpid()}"
-        self.target = runtime.Model(target_file.path, sha256=target_file.sha256)
+        ngl = 0 if arm.gpu_layers is None else int(arm.gpu_layers)
+        self.target = runtime.Model(target_file.path, sha256=target_file.sha256, n_gpu_layers=ngl)
         self.draft = None
         if arm.speculative:
             if draft_file is None:
                 raise UsageError(f"arm {arm.name} is speculative: a draft model is needed")
-            self.draft = runtime.Model(draft_file.path, sha256=draft_file.sha256)
+            self.draft = runtime.Model(draft_file.path, sha256=draft_file.sha256, n_gpu_layers=ngl)
         self.runner = ArmRunner(arm, self.target, self.draft)
         self.trace = CycleTrace(self.runner.tctx) if arm.speculative else None
         self.load_s = time.perf_counter() - t_load
@@ -215,7 +216,16 @@ class Engine:
             "lib_dir": os.environ.get("LLAMA_CPP_LIB_PATH"),
             "python": sys.version.split()[0],
             "prompt_cache": False,
+            "placement": self.placement(),
         }
+
+    def placement(self) -> dict:
+        """Where the weights actually are (from llama.cpp's load log and ggml's device registry)."""
+        out = {"target": {k: v for k, v in self.target.placement.items() if k != "devices"},
+               "devices": self.target.placement["devices"]}
+        if self.draft is not None:
+            out["draft"] = {k: v for k, v in self.draft.placement.items() if k != "devices"}
+        return out
 
     # ---------------------------------------------------------------- requests
     def tokenize(self, text: str, chat: bool) -> list[int]:
@@ -540,6 +550,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--family", required=True)
     p.add_argument("--arm", required=True, help="arm name from the arms file")
     p.add_argument("--arms-file", help="arms YAML (default config/arms.yaml)")
+    p.add_argument("--gpu-layers", type=int, default=None,
+                   help="n_gpu_layers for an arm without its own gpu_layers (-1 every layer; default 0)")
     p.add_argument("--draft", help="draft model name (speculative arms; default: the family's default draft)")
     p.add_argument("--target-file", help="target GGUF (with --target-sha256; default: the family's files)")
     p.add_argument("--target-sha256")
@@ -593,6 +605,8 @@ def serve(args: argparse.Namespace) -> int:
     if args.arm not in arms:
         raise UsageError(f"unknown arm {args.arm!r} (known: {', '.join(arms)})")
     arm = arms[args.arm]
+    if arm.gpu_layers is None:
+        arm = arm.with_(gpu_layers=0 if args.gpu_layers is None else int(args.gpu_layers))
 
     stop = {"flag": False}
     server: WorkerServer | None = None

@@ -160,7 +160,8 @@ def write_arms_file(arms: dict, path: Path) -> None:
 
     from ..arms import load_arms
 
-    doc = {"arms": {n: {k: v for k, v in a.record().items() if k != "name"} for n, a in arms.items()}}
+    doc = {"arms": {n: {k: v for k, v in a.record().items() if k != "name" and v is not None}
+                    for n, a in arms.items()}}
     text = "# The arms of this campaign, exactly as its workers run them (written by refspec campaign).\n"
     text += yaml.safe_dump(doc, sort_keys=True)
     if not path.exists() or path.read_text(encoding="utf-8") != text:
@@ -171,13 +172,14 @@ def write_arms_file(arms: dict, path: Path) -> None:
             raise ConfigError(f"{path}: arm {n} does not read back as written")
 
 
-def apply_overrides(arms: list, defn: dict, threads: int, cap: int) -> dict:
+def apply_overrides(arms: list, defn: dict, threads: int, cap: int, config: dict | None = None) -> dict:
+    """The campaign's arms as its workers run them: threads, cap, overrides, and the run's GPU setting."""
     over = dict(defn.get("arm_overrides") or {})
     out = {}
     for a in arms:
         if a.name in out:
             raise ConfigError(f"arm {a.name} appears twice in the campaign")
-        out[a.name] = a.with_(threads=int(threads), cap=int(cap), **over)
+        out[a.name] = a.with_(threads=int(threads), cap=int(cap), **over).placed(config)
     return out
 
 
@@ -324,13 +326,14 @@ def audit_text(audit: dict) -> str:
 # --------------------------------------------------------------------------- the command
 
 
-def _lib_dir() -> Path:
+def _lib_dir(config: dict | None = None) -> Path:
+    """The libraries of the configured build (its backend: a CUDA host times the CUDA build)."""
     env = os.environ.get("LLAMA_CPP_LIB_PATH")
     if env:
         return Path(env)
     from .. import native
 
-    return Path(native.current().lib_dir)
+    return Path(native.current(config).lib_dir)
 
 
 def prepare(name: str, *, preset: str = "default", definition: str | Path | None = None,
@@ -340,7 +343,7 @@ def prepare(name: str, *, preset: str = "default", definition: str | Path | None
     """Resolve everything a campaign needs; return (Context, CampaignRun, computed plan)."""
     from ..arms import load_arms
     from ..config import load_config
-    from ..models import ensure_family
+    from ..models import config_families_file, ensure_family
     from ..panels import write_panel
     from .scheduler import CampaignRun, RunSettings, schedule_record
 
@@ -382,10 +385,10 @@ def prepare(name: str, *, preset: str = "default", definition: str | Path | None
     if not arm_list or arm_list[0].name != "R":
         raise ConfigError(f"campaign {name}: the first arm must be the reference R")
     cap = max(defn.get("caps") or [defn["cap"]])
-    arms = apply_overrides(arm_list, defn, nthreads, cap)
+    arms = apply_overrides(arm_list, defn, nthreads, cap, cfg)
     arms_file = cdir / "arms.yaml"
 
-    files = ensure_family(fam, models_dir=cfg.get("models_dir"))
+    files = ensure_family(fam, models_dir=cfg.get("models_dir"), families_file=config_families_file(cfg))
     draft = None
     if any(a.speculative for a in arms.values()):
         draft = defn.get("draft") or files.default_draft
@@ -438,7 +441,7 @@ def prepare(name: str, *, preset: str = "default", definition: str | Path | None
         "executor": {"driver": "refspec.driver", "worker": "refspec.worker", "fresh_worker_per_block": True},
     }
     settings = RunSettings(campaign=name, out_dir=cdir, family=fam, files=files, draft=draft, arms=arms,
-                           arms_file=arms_file, lib_dir=_lib_dir(), tasks={t.task_id: t for ts in panels.values()
+                           arms_file=arms_file, lib_dir=_lib_dir(cfg), tasks={t.task_id: t for ts in panels.values()
                                                                          for t in ts},
                            definition=defn, manifest=man, progress=progress, resume=resume)
     run = CampaignRun(settings)
