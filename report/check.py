@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
 """Independent checker of a refspec archive, Python standard library only.
 
-    python3 -I -S report/check.py ARCHIVE [--quiet]
+    python3 -I -S report/check.py ARCHIVE [--quiet] [--unsealed]
 
-``--quiet`` prints only the summary lines.
+``--quiet`` prints only the summary lines. An archive without ``SEAL.dsse.json``
+is a mismatch unless ``--unsealed`` is given (a results folder checked before
+it is sealed).
 
 It imports nothing from refspec. From the CSV copies of the result tables it
 recomputes, with its own code:
@@ -150,7 +152,10 @@ def parse_value(kind: str, text: str):
     if kind == L:
         t = text.strip()
         if t.startswith("["):
-            v = json.loads(t)
+            try:
+                v = json.loads(t)
+            except RecursionError:
+                raise ValueError("nested too deeply") from None
             if not isinstance(v, list) or not all(isinstance(x, int) and not isinstance(x, bool) for x in v):
                 raise ValueError("not a list of integers")
             return v
@@ -428,7 +433,7 @@ class Expected:
         self.items[nid] = (value, source)
 
 
-def check(archive: str, quiet: bool = False) -> tuple[int, Checker]:
+def check(archive: str, quiet: bool = False, unsealed: bool = False) -> tuple[int, Checker]:
     c = Checker(archive, quiet)
     if not os.path.isdir(archive):
         c.unread(archive, "not a directory")
@@ -452,7 +457,7 @@ def check(archive: str, quiet: bool = False) -> tuple[int, Checker]:
             numbers_doc = json.load(f)
         if not isinstance(numbers_doc, dict) or not isinstance(numbers_doc.get("numbers"), list):
             raise ValueError("no 'numbers' list")
-    except (OSError, ValueError, UnicodeDecodeError) as e:
+    except (OSError, ValueError, UnicodeDecodeError, RecursionError) as e:
         c.unread(arch_rel(numbers_path), f"not a numbers document ({e})")
         return EXIT_UNREADABLE, c
     try:
@@ -482,7 +487,7 @@ def check(archive: str, quiet: bool = False) -> tuple[int, Checker]:
         try:
             with open(plan_path, encoding="utf-8") as f:
                 plan = json.load(f)
-        except (OSError, ValueError, UnicodeDecodeError) as e:
+        except (OSError, ValueError, UnicodeDecodeError, RecursionError) as e:
             c.unread("plan.json", f"not JSON ({e})")
 
     def src(name: str) -> str:
@@ -929,7 +934,7 @@ def check(archive: str, quiet: bool = False) -> tuple[int, Checker]:
                 n += 1
                 try:
                     rec = json.loads(raw)
-                except ValueError:
+                except (ValueError, RecursionError):
                     continue
                 kind = "(none)"
                 if isinstance(rec, dict):
@@ -1028,6 +1033,9 @@ def check(archive: str, quiet: bool = False) -> tuple[int, Checker]:
     sp = os.path.join(c.archive, "SEAL.dsse.json")
     if os.path.isfile(sp):
         check_seal(c, sp)
+    elif not unsealed:
+        c.bad("SEAL.dsse.json", "missing: the archive is not sealed (pass --unsealed to check a results folder "
+                                "before sealing)")
     return (EXIT_UNREADABLE if c.unreadable else EXIT_MISMATCH if c.problems else EXIT_OK), c
 
 
@@ -1046,6 +1054,9 @@ def check_seal(c: Checker, sp: str) -> None:
             raise ValueError("subject is not a list")
     except (OSError, ValueError, KeyError, TypeError, UnicodeDecodeError) as e:
         c.unread("SEAL.dsse.json", f"not a DSSE envelope over a statement ({e})")
+        return
+    except RecursionError:
+        c.unread("SEAL.dsse.json", "not a DSSE envelope over a statement (JSON nested too deeply)")
         return
     listed = set()
     for j, s in enumerate(subjects):
@@ -1084,12 +1095,13 @@ def check_seal(c: Checker, sp: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     quiet = "--quiet" in argv
-    args = [a for a in argv if a != "--quiet"]
+    unsealed = "--unsealed" in argv
+    args = [a for a in argv if a not in ("--quiet", "--unsealed")]
     if len(args) != 1 or args[0] in ("-h", "--help"):
         print(__doc__.strip().splitlines()[2].strip(), file=sys.stderr)
         return EXIT_UNREADABLE if not (args and args[0] in ("-h", "--help")) else EXIT_OK
     archive = args[0]
-    code, c = check(archive, quiet)
+    code, c = check(archive, quiet, unsealed)
     if not quiet:
         for p in c.unreadable:
             print(f"UNREADABLE {p}")

@@ -20,9 +20,9 @@ from refspec.paths import REPO_ROOT
 CHECK = REPO_ROOT / "report" / "check.py"
 
 
-def run_check(archive: Path) -> tuple[int, str]:
+def run_check(archive: Path, *extra: str) -> tuple[int, str]:
     """Run the checker as an auditor would: isolated, without site-packages."""
-    r = subprocess.run([sys.executable, "-I", "-S", str(CHECK), str(archive)], stdout=subprocess.PIPE,
+    r = subprocess.run([sys.executable, "-I", "-S", str(CHECK), str(archive), *extra], stdout=subprocess.PIPE,
                        stderr=subprocess.STDOUT, text=True, timeout=120)
     return r.returncode, r.stdout
 
@@ -72,12 +72,22 @@ def test_fresh_archive_passes(archive):
     print(f"checker run time on the synthetic archive: {elapsed:.2f} s\n{out.splitlines()[-2]}")
 
 
-def test_unsealed_results_folder_passes(archive, tmp_path):
+def test_missing_seal_fails_unless_unsealed_is_asked_for(archive, tmp_path):
     dst = tmp_path / "unsealed"
     shutil.copytree(archive, dst)
     (dst / "SEAL.dsse.json").unlink()
     code, out = run_check(dst)
+    assert code == 1, out
+    assert "MISMATCH SEAL.dsse.json: missing" in out and out.splitlines()[-1] == f"FAIL: {dst}"
+    code, out = run_check(dst, "--unsealed")
     assert code == 0, out
+
+
+def test_deeply_nested_seal_is_unreadable_not_a_traceback(copy):
+    (copy / "SEAL.dsse.json").write_text("[" * 100_000 + "]" * 100_000)
+    code, out = run_check(copy)
+    assert code == 2, out
+    assert "UNREADABLE SEAL.dsse.json" in out and "Traceback" not in out
 
 
 def test_edited_number_in_html(copy):

@@ -19,7 +19,7 @@ import json
 import shutil
 from pathlib import Path
 
-from .errors import UsageError
+from .errors import CheckFailed, UsageError
 from .fsutil import atomic_write_text
 from .hashing import sha256_json
 
@@ -96,7 +96,7 @@ def report_stage(sealed: Path, out: Path, pubkey: Path | None) -> dict:
 
     res = verify_archive(sealed, pubkey)
     if not res.ok:
-        raise UsageError(f"{sealed} does not verify:\n" + "\n".join(res.problems))
+        raise CheckFailed(f"{sealed} does not verify:\n" + "\n".join(res.problems))
     if out.exists():
         shutil.rmtree(out)
     shutil.copytree(sealed, out, ignore=shutil.ignore_patterns(SEAL_FILE))

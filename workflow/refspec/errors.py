@@ -4,13 +4,19 @@
 code   meaning
 =====  =====================================================================
 0      success (verified, qualified, built)
-1      a check ran and failed (verification failed, archive tampered,
-       freeze check found differences)
+1      a check ran and failed (verification failed, archive tampered or
+       signed by another key than the pinned one, freeze check found
+       differences, ``report-stage`` given data that does not verify)
 2      usage error: bad arguments, bad or schema-invalid config
-3      input integrity: a pinned hash differs, a GGUF is truncated or corrupt
+3      input integrity: a pinned hash differs, a GGUF is truncated or corrupt,
+       result tables the statistics cannot use (:class:`refspec.stats.StatsError`)
 4      native build failed (download, patch that does not apply, compiler)
-5      runtime failure: admission refused, worker died, decode error
+5      runtime failure: admission refused, worker died, decode error,
+       pdflatex failed on the report
 =====  =====================================================================
+
+``report/check.py`` (standard library only, no refspec import) has its own
+codes: 0 consistent, 1 mismatches, 2 unreadable input.
 """
 
 from __future__ import annotations
@@ -27,6 +33,12 @@ class RefspecError(Exception):
     """An error with a clear message and an exit code."""
 
     exit_code = EXIT_RUNTIME
+
+
+class CheckFailed(RefspecError):
+    """A check ran and its subject failed it (e.g. an archive that does not verify)."""
+
+    exit_code = EXIT_FAILED
 
 
 class UsageError(RefspecError):
@@ -52,4 +64,10 @@ class AdmissionError(RefspecError):
 
 
 class DecodeError(RefspecError):
+    exit_code = EXIT_RUNTIME
+
+
+class RenderError(RefspecError):
+    """The report could not be rendered (pdflatex failed)."""
+
     exit_code = EXIT_RUNTIME

@@ -82,6 +82,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
+from .errors import IntegrityError
 from .tables import records
 
 DEFAULT_SEED = 20261014
@@ -92,8 +93,8 @@ REFERENCE_ARM = "R"
 LAYOUT_ORDER = ("mq", "gs", "pq", "qb")
 
 
-class StatsError(ValueError):
-    """Inputs that the definitions do not cover (empty groups, ambiguous arms)."""
+class StatsError(IntegrityError, ValueError):
+    """Inputs that the definitions do not cover (empty groups, ambiguous arms); exit code 3."""
 
 
 # --------------------------------------------------------------------------- primitives
