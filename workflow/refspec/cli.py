@@ -27,6 +27,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "admission": ("refspec.admission", "backend admission of the lifted attention shapes"),
     "manifest": ("refspec.manifest", "write the source manifest, or freeze-check against a stored one"),
     "keygen": ("refspec.keys", "write an Ed25519 key pair for sealing (outside the repository)"),
+    "key-id": ("refspec.keys", "print the key id (SHA256:...) of the key directory's public key or of --pubkey"),
     "seal": ("refspec.seal", "seal a results folder into a signed, closed-world archive"),
     "verify": ("refspec.verify", "verify a sealed archive (folder or tar) against a public key"),
     "restore": ("refspec.restore", "safely extract an archive tar into a fresh folder and verify it"),

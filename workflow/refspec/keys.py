@@ -327,6 +327,23 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_key_id(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--pubkey", type=Path, default=None,
+                        help="a public key file (default: the key directory's public key)")
+
+
+def _run_key_id(args: argparse.Namespace) -> int:
+    """Print the key id (fingerprint) that ``verify --expect-keyid`` pins."""
+    print(public_fingerprint(args.pubkey))
+    return 0
+
+
+COMMANDS = {
+    "keygen": (add_arguments, run),
+    "key-id": (_add_key_id, _run_key_id),
+}
+
+
 __all__ = [
     "KeyPair",
     "KeyFileError",

@@ -30,8 +30,12 @@ rule seal_archive:
 
 
 rule check:
+    # The signer is pinned by the key id of the key directory's public key (outside the results
+    # and the archive), not by the signer.pub copy next to them; the archive must follow this
+    # run's data seal, and the data seal must start the chain.
     input:
         archive=ARCHIVE,
+        previous=f"{RESULTS}/sealed-data",
         pub=f"{PROV}/signer.pub",
     output:
         CHECKED,
@@ -40,5 +44,7 @@ rule check:
     conda:
         "../../envs/refspec.yaml"
     shell:
-        "(refspec verify {input.archive} --pubkey {input.pub}"
+        "(keyid=$(refspec key-id) && prev=$(sha256sum {input.previous}/SEAL.dsse.json | cut -d' ' -f1)"
+        " && refspec verify {input.previous} --pubkey {input.pub} --expect-keyid $keyid --expect-previous none"
+        " && refspec verify {input.archive} --pubkey {input.pub} --expect-keyid $keyid --expect-previous $prev"
         " && python3 -I -S report/check.py {input.archive}) > {log} 2>&1 && cp {log} {output}"
