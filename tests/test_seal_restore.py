@@ -12,7 +12,7 @@ from refspec.cli import main
 from refspec.errors import UsageError
 from refspec.restore import restore
 from refspec.verify import verify_archive
-from test_seal_tamper import TAR_CASES, _tar_with
+from test_seal_tamper import CANONICAL_CASES, TAR_CASES, _tar_with
 from test_seal_util import seal_env  # noqa: F401  (fixture)
 
 
@@ -54,6 +54,17 @@ def test_restore_refuses_unsafe_members_and_writes_nothing(case, extra, expected
     assert any(expected in p for p in r.verify.problems), r.verify.problems
     assert list(work.iterdir()) == []  # neither DEST nor a staging folder
     assert not Path("/tmp/refspec-evil").exists()
+
+
+@pytest.mark.parametrize("case,build,expected", CANONICAL_CASES, ids=[c[0] for c in CANONICAL_CASES])
+def test_restore_refuses_noncanonical_tars_and_writes_nothing(case, build, expected, seal_env, tmp_path):
+    t = build(tmp_path / "t.tar", seal_env["clean_tar"])
+    work = tmp_path / "work"
+    work.mkdir()
+    r = restore(t, work / "dest", seal_env["a"].public_path)
+    assert not r.ok
+    assert any(expected in p for p in r.verify.problems), r.verify.problems
+    assert list(work.iterdir()) == []
 
 
 def test_restore_of_tampered_tar_leaves_nothing(seal_env, tmp_path):

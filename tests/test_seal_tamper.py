@@ -4,7 +4,9 @@ clean archive passes. Plus a property-based test of random byte mutations."""
 from __future__ import annotations
 
 import base64
+import bz2
 import json
+import lzma
 import os
 import shutil
 import tarfile
@@ -424,3 +426,219 @@ def test_random_byte_mutations_of_the_tar_never_pass(kind, where, value, mutable
         assert not res.ok, f"{kind} at byte {int(where * len(orig))} of the tar passed verification"
     finally:
         t.write_bytes(orig)
+
+
+# --------------------------------------------------------------------------- pinned signer
+
+
+def test_resealed_with_an_attackers_key_fails_against_the_pinned_key_id(seal_env, tmp_path):
+    """An archive re-sealed with key B verifies against B's public key shipped next to
+    it; the key id pinned from outside the archive (key A's) refuses it."""
+    d = copy_archive(seal_env["clean"], tmp_path / "a")
+    forge_subject_and_resign_other_key(d, seal_env)
+    attacker_pub = seal_env["b"].public_path
+    assert verify_archive(d, attacker_pub).ok  # what an unpinned check would accept
+    res = verify_archive(d, attacker_pub, expect_keyid=seal_env["a"].fingerprint)
+    assert not res.ok
+    assert any(f"is not the pinned signer {seal_env['a'].fingerprint}" in p for p in res.problems), res.problems
+    assert verify_archive(seal_env["clean"], seal_env["a"].public_path, expect_keyid=seal_env["a"].fingerprint).ok
+
+
+# --------------------------------------------------------------------------- canonical tar
+
+
+def _members(tar: Path) -> list[tuple[tarfile.TarInfo, bytes]]:
+    with tarfile.open(tar) as tf:
+        return [(m, tf.extractfile(m).read()) for m in tf.getmembers()]
+
+
+def _retar(path: Path, src: Path, fmt=tarfile.PAX_FORMAT, edit=None, order=None, extra=None) -> Path:
+    """Rewrite the clean tar with tarfile, changing one thing: ``edit(ti)`` on each header,
+    another member ``order``, ``extra(tf)`` members added at the end."""
+    import io
+
+    items = _members(src)
+    if order:
+        items = order(items)
+    with tarfile.open(path, "w", format=fmt) as tf:
+        for m, data in items:
+            ti = tarfile.TarInfo(m.name)
+            ti.size, ti.mtime, ti.mode, ti.type = m.size, m.mtime, m.mode, m.type
+            ti.uid = ti.gid = 0
+            ti.uname = ti.gname = ""
+            if edit:
+                edit(ti)
+            tf.addfile(ti, io.BytesIO(data))
+        if extra:
+            extra(tf)
+    return path
+
+
+def _patch_bytes(path: Path, src: Path, patch) -> Path:
+    data = bytearray(src.read_bytes())
+    patch(data)
+    path.write_bytes(bytes(data))
+    return path
+
+
+def _first_offset(src: Path, name: str) -> int:
+    with tarfile.open(src) as tf:
+        return tf.getmember(name).offset
+
+
+def _oldgnu_with_prefix(data: bytearray, off: int) -> None:
+    """OLDGNU magic on a ustar header that carries a prefix (GNU tar and Python read the name differently)."""
+    hdr = data[off : off + 512]
+    hdr[257:265] = b"ustar  \x00"
+    hdr[345:345 + 16] = b"campaigns/c1\x00\x00\x00\x00"
+    hdr[148:156] = b"        "
+    hdr[148:156] = b"%06o\x00 " % sum(hdr)
+    data[off : off + 512] = hdr
+
+
+def _append_member_after_end(path: Path, src: Path) -> Path:
+    """A complete member after the end-of-archive blocks: GNU `tar -i` extracts it."""
+    import io
+
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tf:
+        ti = tarfile.TarInfo("hidden.txt")
+        ti.size = 6
+        tf.addfile(ti, io.BytesIO(b"hidden"))
+    path.write_bytes(src.read_bytes() + buf.getvalue())
+    return path
+
+
+def _write(path: Path, data: bytes) -> Path:
+    path.write_bytes(data)
+    return path
+
+
+def _gzip(path: Path, src: Path, extra: bytes = b"", members: int = 1) -> Path:
+    import gzip
+
+    path.write_bytes(b"".join(gzip.compress(src.read_bytes(), mtime=0) for _ in range(members)) + extra)
+    return path
+
+
+# (case id, build(path, clean tar) -> tar, a substring one of the problems must contain)
+CANONICAL_CASES = [
+    ("junk-after-end-blocks", lambda p, s: _patch_bytes(p, s, lambda d: d.extend(b"junk")), "expected"),
+    ("zero-record-after-end", lambda p, s: _patch_bytes(p, s, lambda d: d.extend(bytes(10240))), "expected"),
+    ("member-after-end-marker", _append_member_after_end, "non-zero bytes after the last member"),
+    ("pax-comment-hidden-data", lambda p, s: _retar(p, s, edit=lambda ti: ti.pax_headers.update(
+        comment="hidden " * 50)), "PAX keys ['comment']"),
+    ("schily-xattr", lambda p, s: _retar(p, s, edit=lambda ti: ti.pax_headers.update(
+        {"SCHILY.xattr.user.note": "x"})), "PAX keys ['SCHILY.xattr.user.note']"),
+    ("mode-4777", lambda p, s: _retar(p, s, edit=lambda ti: setattr(ti, "mode", 0o4777)), "mode 4777"),
+    ("owner-names", lambda p, s: _retar(p, s, edit=lambda ti: setattr(ti, "uname", "root")), "owner"),
+    ("gnu-format", lambda p, s: _retar(p, s, fmt=tarfile.GNU_FORMAT), "header bytes differ"),
+    ("oldgnu-magic-with-prefix", lambda p, s: _patch_bytes(p, s, lambda d: _oldgnu_with_prefix(
+        d, _first_offset(s, "ledger.jsonl"))), "ledger.jsonl': header is not the canonical one"),
+    ("other-mtime", lambda p, s: _retar(p, s, edit=lambda ti: setattr(ti, "mtime", ti.mtime + 1)),
+     "is not the seal's creation time"),
+    ("two-mtimes", lambda p, s: _retar(p, s, edit=lambda ti: setattr(ti, "mtime", ti.mtime + (
+        ti.name == "plan.json"))), "different mtimes"),
+    ("unsorted-members", lambda p, s: _retar(p, s, order=lambda items: items[::-1]), "out of order"),
+    ("dot-slash-names", lambda p, s: _retar(p, s, edit=lambda ti: setattr(ti, "name", "./" + ti.name)),
+     "name not in canonical form"),
+    ("folder-entry", lambda p, s: _retar(p, s, extra=lambda tf: _add_bytes(tf, "zzz", type_=tarfile.DIRTYPE)),
+     "folder entry"),
+    ("global-pax-header", lambda p, s: _patch_bytes(p, s, lambda d: d.__setitem__(
+        slice(0, 0), tarfile.TarInfo._create_pax_generic_header({"comment": "g"}, tarfile.XGLTYPE, "utf-8"))),
+     "starts at byte"),
+    ("truncated-end-blocks", lambda p, s: _patch_bytes(p, s, lambda d: d.__delitem__(slice(-10240, None))),
+     "expected"),
+    ("gzip", lambda p, s: _gzip(p, s), "gzip-compressed tar refused"),
+    ("gzip-second-member", lambda p, s: _gzip(p, s, members=2), "gzip-compressed tar refused"),
+    ("gzip-trailing-junk", lambda p, s: _gzip(p, s, extra=b"junk"), "gzip-compressed tar refused"),
+    ("bzip2", lambda p, s: _write(p, bz2.compress(s.read_bytes())), "bzip2-compressed tar refused"),
+    ("xz", lambda p, s: _write(p, lzma.compress(s.read_bytes())), "xz-compressed tar refused"),
+]
+
+
+@pytest.mark.parametrize("case,build,expected", CANONICAL_CASES, ids=[c[0] for c in CANONICAL_CASES])
+def test_noncanonical_tar_fails_verification(case, build, expected, seal_env, tmp_path):
+    t = build(tmp_path / "t.tar", seal_env["clean_tar"])
+    assert t.read_bytes() != seal_env["clean_tar"].read_bytes()
+    res = verify_archive(t, seal_env["a"].public_path)
+    assert not res.ok, f"{case}: accepted"
+    assert any(expected in p for p in res.problems), res.problems
+
+
+def test_a_faithful_rewrite_of_the_tar_is_byte_identical_and_passes(seal_env, tmp_path):
+    """The rewriting helper itself changes nothing when asked to change nothing (no false alarm)."""
+    t = _retar(tmp_path / "same.tar", seal_env["clean_tar"])
+    assert t.read_bytes() == seal_env["clean_tar"].read_bytes()
+    assert verify_archive(t, seal_env["a"].public_path).ok
+
+
+def test_every_single_bit_flip_of_a_gzipped_tar_is_refused(seal_env, tmp_path):
+    """A .tar.gz is refused outright: the clean one, and one flipped bit at every byte of it."""
+    gz = _gzip(tmp_path / "clean.tar.gz", seal_env["clean_tar"]).read_bytes()
+    t = tmp_path / "flipped.tar.gz"
+    assert not verify_archive(_gzip(t, seal_env["clean_tar"]), seal_env["a"].public_path).ok
+    passed = []
+    for i in range(len(gz)):
+        data = bytearray(gz)
+        data[i] ^= 1 << (i % 8)
+        t.write_bytes(bytes(data))
+        if verify_archive(t, seal_env["a"].public_path, workers=1).ok:
+            passed.append(i)
+    print(f"gzip bit flips: {len(gz)} tried, {len(gz) - len(passed)} detected")
+    assert passed == []
+
+
+# --------------------------------------------------------------------------- fuzz: headers and framing
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(member=st.integers(min_value=0, max_value=100), at=st.integers(min_value=0, max_value=511),
+       value=st.integers(min_value=1, max_value=255))
+def test_fuzz_tar_header_bytes_never_pass(member, at, value, mutable, seal_env):
+    """Any change of any byte of any member header (checksum updated or not) is refused."""
+    _d, t, _names = mutable
+    orig = t.read_bytes()
+    with tarfile.open(t) as tf:
+        offs = [m.offset for m in tf.getmembers()]
+    off = offs[member % len(offs)] + at
+    data = bytearray(orig)
+    data[off] ^= value
+    if member % 2:  # also make the header checksum agree, as a forger would
+        start = off - off % 512
+        hdr = data[start : start + 512]
+        hdr[148:156] = b"        "
+        hdr[148:156] = b"%06o\x00 " % sum(hdr)
+        data[start : start + 512] = hdr
+    if bytes(data) == orig:
+        return
+    try:
+        t.write_bytes(bytes(data))
+        assert not verify_archive(t, seal_env["a"].public_path, workers=1).ok, f"header byte {off} changed"
+    finally:
+        t.write_bytes(orig)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(fmt=st.sampled_from([tarfile.PAX_FORMAT, tarfile.USTAR_FORMAT, tarfile.GNU_FORMAT]),
+       mode=st.sampled_from([0o644, 0o600, 0o755, 0o4777]), uid=st.sampled_from([0, 1000]),
+       uname=st.sampled_from(["", "root"]), dmtime=st.sampled_from([0, 1]),
+       pax=st.sampled_from([None, "comment", "SCHILY.xattr.user.a", "mtime", "uname"]),
+       reverse=st.booleans())
+def test_fuzz_rewritten_tars_pass_only_in_the_canonical_form(fmt, mode, uid, uname, dmtime, pax, reverse,
+                                                             seal_env, tmp_path_factory):
+    """Rewritten with random header choices, a tar verifies exactly when every choice is the
+    canonical one (ustar and PAX write the same bytes when no PAX record is needed)."""
+    def edit(ti):
+        ti.mode, ti.uid, ti.uname, ti.mtime = mode, uid, uname, ti.mtime + dmtime
+        if pax is not None:
+            ti.pax_headers[pax] = "1" if pax == "mtime" else "x"
+
+    if pax is not None and fmt != tarfile.PAX_FORMAT:
+        return  # other formats drop PAX records
+    t = _retar(tmp_path_factory.mktemp("fuzz") / "t.tar", seal_env["clean_tar"], fmt=fmt, edit=edit,
+               order=(lambda items: items[::-1]) if reverse else None)
+    canonical = (fmt != tarfile.GNU_FORMAT and mode == 0o644 and uid == 0 and uname == "" and dmtime == 0
+                 and pax is None and not reverse)
+    res = verify_archive(t, seal_env["a"].public_path, workers=1)
+    assert res.ok == canonical, res.problems
