@@ -46,3 +46,13 @@ def replay_tool():
             return Path(env)
         pytest.skip("no built llama.cpp: set REFSPEC_LLAMA_SRC and REFSPEC_LLAMA_BUILD or run 'refspec build'")
     return replay.build_tools(*found)
+
+
+def pytest_collection_modifyitems(config, items):
+    """``cuda_build`` tests compile for a long time: they run only when ``-m`` names them."""
+    if "cuda_build" in (config.option.markexpr or ""):
+        return
+    skip = pytest.mark.skip(reason="opt-in: ./run test -m cuda_build")
+    for item in items:
+        if "cuda_build" in item.keywords:
+            item.add_marker(skip)

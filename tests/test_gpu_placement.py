@@ -162,3 +162,22 @@ def test_worker_environment_allowlist(tmp_path, lib_path, family_files, monkeypa
     allowed = set(ENV_PASSTHROUGH) | set(ENV_GPU_PASSTHROUGH) | set_by_driver
     assert set(env) <= allowed, f"unexpected variables in the worker: {sorted(set(env) - allowed)}"
     assert os.environ.get("REFSPEC_SECRET_PROBE") == "must-not-pass"
+
+
+def test_device_check_skips_without_cuda(tmp_path):
+    """On a machine without a CUDA device the device check says so and succeeds."""
+    import shutil
+    import subprocess
+
+    from refspec.paths import REPO_ROOT
+
+    if shutil.which("nvidia-smi") and subprocess.run(["nvidia-smi", "-L"], capture_output=True).returncode == 0:
+        pytest.skip("this host has a CUDA device")
+    r = subprocess.run(["bash", str(REPO_ROOT / "tests" / "gpu" / "check.sh"), "--out", str(tmp_path)],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "no CUDA device: skipped"
+    assert not any(tmp_path.iterdir())
+    bad = subprocess.run(["bash", str(REPO_ROOT / "tests" / "gpu" / "check.sh"), "--nonsense"],
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "unknown argument" in bad.stderr

@@ -120,8 +120,16 @@ def build_key(options: BuildOptions, sdist_sha256: str = SDIST_SHA256) -> str:
             "options": asdict(options),
             "flags": options.cmake_flags(),
             "targets": LIB_TARGETS + TOOL_TARGETS,
+            **({"cuda_host": cuda_host_variant()} if options.backend == "cuda" else {}),
         }
     )
+
+
+def cuda_host_variant() -> dict:
+    """What of the host changes a CUDA build (without fetching anything): merged cuBLAS, no VMM."""
+    nvcc = _nvcc()
+    merged = nvcc is not None and not _has_lib(nvcc.parent.parent, "libcublas.so")
+    return {"cublas": "==".join(CUBLAS_REQUIREMENT) if merged else "toolkit", "no_vmm": not _driver_present()}
 
 
 def fetch_sdist() -> Path:
@@ -193,6 +201,90 @@ def check_record(result: BuildResult) -> list[str]:
     return problems
 
 
+# cuBLAS for a CUDA toolkit that ships without it (nvcc and cudart only): the registry's wheel of
+# the toolkit's major.minor, merged into a cached copy of the toolkit.
+CUBLAS_REQUIREMENT = ("nvidia-cublas", "13.0.2.14")
+
+
+def _nvcc() -> Path | None:
+    found = shutil.which("nvcc") or next((p for p in ("/usr/local/cuda/bin/nvcc",) if Path(p).is_file()), None)
+    return Path(found).resolve() if found else None
+
+
+def _has_lib(root: Path, name: str) -> bool:
+    return any((root / d / name).exists() for d in ("lib64", "lib", "targets/x86_64-linux/lib"))
+
+
+def _driver_present() -> bool:
+    import ctypes.util
+
+    return ctypes.util.find_library("cuda") is not None
+
+
+def cuda_host_setup() -> tuple[list[str], dict]:
+    """CMake flags this host needs for a CUDA build, and what they were derived from.
+
+    A toolkit without cuBLAS gets a cached copy with the pinned ``nvidia-cublas`` wheel's
+    headers and libraries merged in; a host without the driver library (a build machine
+    with no GPU) builds with ``GGML_CUDA_NO_VMM`` (ggml's pool then uses plain
+    allocations instead of the driver's virtual memory API), so the libraries link here.
+    """
+    nvcc = _nvcc()
+    if nvcc is None:
+        raise BuildError("backend cuda needs the CUDA toolkit's nvcc (not on PATH, nor /usr/local/cuda/bin)")
+    root = nvcc.parent.parent
+    flags: list[str] = []
+    facts = {"nvcc": str(nvcc), "toolkit": str(root), "cublas": "toolkit", "driver": _driver_present()}
+    if not _has_lib(root, "libcublas.so"):
+        root = _toolkit_with_cublas(root)
+        flags += [f"-DCUDAToolkit_ROOT={root}", f"-DCMAKE_CUDA_COMPILER={root}/bin/nvcc"]
+        facts["cublas"] = "==".join(CUBLAS_REQUIREMENT)
+    if not facts["driver"]:
+        flags.append("-DGGML_CUDA_NO_VMM=ON")
+    return flags, facts
+
+
+def _toolkit_with_cublas(root: Path) -> Path:
+    import zipfile
+
+    name, version = CUBLAS_REQUIREMENT
+    dest = cache_dir() / "cuda-toolkit" / f"{sha256_json([str(root), name, version])[:16]}"
+    if (dest / ".complete").is_file():
+        return dest
+    if dest.exists():
+        shutil.rmtree(dest)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".toolkit-", dir=dest.parent))
+    try:
+        shutil.copytree(root, tmp / "tk", symlinks=True)
+        wheels = tmp / "wheels"
+        r = subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
+                            "-d", str(wheels), f"{name}=={version}"], capture_output=True, text=True)
+        whl = next(iter(sorted(wheels.glob("*.whl"))), None)
+        if r.returncode != 0 or whl is None:
+            raise BuildError(f"could not fetch {name}=={version} for the CUDA build: {r.stderr.strip()[-800:]}")
+        lib = tmp / "tk" / "lib64"
+        lib = lib.resolve() if lib.exists() else (tmp / "tk" / "lib")
+        inc = (tmp / "tk" / "include").resolve()
+        with zipfile.ZipFile(whl) as z:
+            for m in z.infolist():
+                parts = Path(m.filename).parts
+                if len(parts) < 4 or parts[0] != "nvidia" or m.is_dir() or parts[2] not in ("include", "lib"):
+                    continue
+                target = (inc if parts[2] == "include" else lib) / Path(*parts[3:])
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_bytes(z.read(m))
+        for so in list(lib.glob("libcublas*.so.*")):  # the unversioned names the linker looks for
+            plain = lib / (so.name.split(".so.")[0] + ".so")
+            if not plain.exists():
+                plain.symlink_to(so.name)
+        (tmp / "tk").rename(dest)
+        (dest / ".complete").write_text(f"{name}=={version} from {whl.name}\n")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return dest
+
+
 def build(options: BuildOptions | None = None, *, jobs: int | None = None, quiet: bool = False) -> BuildResult:
     """Build (or find cached) the patched llama.cpp for these options."""
     options = options or BuildOptions()
@@ -232,6 +324,10 @@ def _build_into(options: BuildOptions, key: str, root: Path, lib_dir: Path, *, j
     build_dir = root / "build"
     log_path = root / "build.log"
     flags = options.cmake_flags()
+    host: dict = {}
+    if options.backend == "cuda":
+        extra, host = cuda_host_setup()
+        flags = flags + extra
     jobs = jobs or os.cpu_count() or 2
     bar = None
     if not quiet:
@@ -264,6 +360,7 @@ def _build_into(options: BuildOptions, key: str, root: Path, lib_dir: Path, *, j
         "patches": patches,
         "options": asdict(options),
         "cmake_flags": flags,
+        "host_setup": host,
         "build_seconds": round(t_build, 1),
         "files": _built_files(lib_dir),
     }

@@ -1051,7 +1051,48 @@ def build(a: Archive, pubkey_fingerprint: str | None = None) -> tuple[list[Secti
     ]
     if a.notes:
         prov_sec.notes.extend(a.notes)
+    ran_on = device_summary(a)
+    if ran_on:
+        prov["devices"] = ran_on
+        prov_sec.items[0].rows.append([Cell(["devices"]), Cell([ran_on], cls="mono"),
+                                       Cell(["where the timed arms ran (requests: device, gpu_layers)"])])
+        for sec in sections:
+            if sec.id in DEVICE_CAPTION_SECTIONS:
+                for item in sec.items:
+                    if isinstance(item, Table):
+                        item.caption = (item.caption + " " if item.caption else "") + ran_on
     return sections, N, prov
+
+
+# sections whose tables come from timed requests (their captions say which device ran the arms)
+DEVICE_CAPTION_SECTIONS = ("qualification", "ratios", "replication", "masks", "acceptance")
+
+
+def device_summary(a: Archive) -> str:
+    """Which device ran which arms, from the ``requests`` table's placement columns."""
+    if not a.has("requests"):
+        return ""
+    by: dict[tuple, set] = {}
+    for r in a.rows("requests"):
+        if r.get("status") not in ("ok", "excluded_warmup"):
+            continue
+        key = (r.get("device") or "CPU", r.get("device_description") or "", r.get("gpu_layers"),
+               r.get("draft_gpu_layers"))
+        by.setdefault(key, set()).add(r["arm"])
+    if not by:
+        return ""
+
+    def where(key) -> str:
+        dev, desc, g, dg = key
+        what = f"{dev} ({desc})" if desc else dev
+        if not g:
+            return f"{what}, no layer offloaded"
+        return f"{what}, {g} target layers offloaded" + (f" ({dg} draft layers)" if dg else "")
+
+    if len(by) == 1:
+        return f"Device: every arm ran on {where(next(iter(by)))}."
+    return "Devices: " + "; ".join(f"{', '.join(sorted(arms))} on {where(k)}"
+                                   for k, arms in sorted(by.items(), key=lambda kv: str(kv[0]))) + "."
 
 
 def _env_html():

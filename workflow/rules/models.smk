@@ -8,10 +8,12 @@ rule models:
     params:
         family=config["family"],
         models_dir=config["models_dir"] or "",
+        families_file=config["families_file"],
+        cfg=CONFIGFILE,
     conda:
         "../../envs/refspec.yaml"
     shell:
-        "refspec models --family {params.family} --models-dir '{params.models_dir}' > {output} 2> {log}"
+        "refspec models --config {params.cfg} --family {params.family} --models-dir '{params.models_dir}' --families-file '{params.families_file}' > {output} 2> {log}"
 
 
 rule panel:

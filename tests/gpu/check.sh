@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# The device check: one prepared run on a CUDA host with no network (tested: one H200, 16 cores).
+#
+#   bash tests/gpu/check.sh [--bundle DIR] [--prefix DIR] [--out DIR] [--jobs N]
+#
+# From an offline bundle (refspec bundle; --bundle: the bundle folder, installed into --prefix,
+# default /tmp/refspec-gpu) or from an environment where `refspec` already runs, it builds the
+# patched llama.cpp for CUDA (cached by its inputs), derives the embedded family's files, and runs
+# the workflow with tests/gpu/config.yaml: confirmation (R, M0, M3, C3, R_prod; 4 tasks, cap 128),
+# implementation (qb/pq/gs, target-only and speculative), replication (3 short sessions), E1
+# replay on CUDA, seal, report and check. Every layer is offloaded (gpu_layers auto on cuda) and
+# the driver refuses to time a worker that holds fewer layers on the GPU than asked. It prints one
+# summary block and leaves the sealed archive in --out (default results/gpu-check under the
+# source). On a machine without a CUDA device it prints "no CUDA device: skipped" and exits 0.
+#
+# Exit: 0 done (or skipped), 1 the workflow or the check failed, 2 usage, 3 bundle integrity,
+# 4 build failed.
+set -uo pipefail
+
+bundle="" prefix="/tmp/refspec-gpu" out="" jobs=""
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --bundle) bundle="$2"; shift 2 ;;
+        --prefix) prefix="$2"; shift 2 ;;
+        --out) out="$2"; shift 2 ;;
+        --jobs) jobs="$2"; shift 2 ;;
+        -h|--help) sed -n 2,17p "$0"; exit 0 ;;
+        *) echo "check.sh: unknown argument $1" >&2; exit 2 ;;
+    esac
+done
+
+if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L 2>/dev/null | grep -q '^GPU '; then
+    echo "no CUDA device: skipped"
+    exit 0
+fi
+
+t0=$(date +%s)
+stamp() { echo "[check $(( $(date +%s) - t0 )) s] $*"; }
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+
+if [ -n "$bundle" ]; then
+    stamp "installing the bundle $bundle into $prefix"
+    bash "$bundle/install-offline.sh" --prefix "$prefix" || { rc=$?; echo "check.sh: bundle install failed (exit $rc)"; exit "$rc"; }
+    # shellcheck disable=SC1091
+    source "$prefix/env.sh"
+    src="$prefix/src"
+else
+    src="$here"
+fi
+command -v refspec >/dev/null 2>&1 || { echo "check.sh: refspec is not on PATH (give --bundle)"; exit 2; }
+cd "$src" || exit 2
+jobs="${jobs:-$(nproc)}"
+cfg="tests/gpu/config.yaml"
+results="$(python3 -c 'import sys, yaml; print(yaml.safe_load(open(sys.argv[1]))["results"])' "$cfg")"
+logs="$src/$results-logs"
+mkdir -p "$logs"
+nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap --format=csv,noheader | sed 's/^/GPU: /'
+
+stamp "building the patched llama.cpp for CUDA ($jobs jobs)"
+tb=$(date +%s)
+refspec build --config "$cfg" --jobs "$jobs" --quiet > "$logs/build.log" 2>&1 || {
+    rc=$?; tail -30 "$logs/build.log"; echo "check.sh: the CUDA build failed (exit $rc)"; exit 4; }
+build_s=$(( $(date +%s) - tb ))
+cat "$logs/build.log"
+lib_dir="$(refspec build --config "$cfg" --quiet | sed -n 's/.*: \(\/.*\/bin\) (key.*/\1/p')"
+# Some hosts' Python carries an older C++ runtime than the one the libraries were built with;
+# loading the bindings then crashes in the tokenizer set-up. Preload the system's runtime.
+if [ -z "${LD_PRELOAD:-}" ] && [ -f "$lib_dir/libllama.so" ]; then
+    export LD_PRELOAD="$(ldd "$lib_dir/libllama.so" | awk '/libstdc\+\+/{print $3; exit}')"
+    stamp "LD_PRELOAD=$LD_PRELOAD"
+fi
+
+stamp "deriving the family's files"
+refspec models --config "$cfg" > "$logs/models.log" 2>&1 || { rc=$?; cat "$logs/models.log"; exit "$rc"; }
+
+stamp "running the workflow (campaigns, replay, seal, report, check)"
+PYTHONUNBUFFERED=1 refspec main --configfile "$cfg" --cores "$jobs" > "$logs/workflow.log" 2>&1
+wrc=$?
+tail -25 "$logs/workflow.log"
+if [ "$wrc" -ne 0 ]; then
+    for f in "$src/$results"/logs/*.log; do echo "--- $f"; tail -15 "$f"; done
+fi
+
+archive="$src/$results/archive"
+total_s=$(( $(date +%s) - t0 ))
+if [ -d "$archive" ]; then
+    python3 tests/gpu/summary.py "$archive" --build-seconds "$build_s" --total-seconds "$total_s"
+fi
+if [ -n "$out" ]; then  # one tar: the sealed archive, the check's logs and the rules' logs
+    mkdir -p "$out"
+    tar -C "$src" -cf "$out/gpu-check.tar" "$results/archive" "$results-logs" "$results/logs" \
+        "$results/benchmarks" 2>/dev/null
+fi
+[ "$wrc" -eq 0 ] || { echo "check.sh: the workflow failed (exit $wrc)"; exit 1; }
+stamp "done"
