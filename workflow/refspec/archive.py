@@ -108,7 +108,7 @@ def report_stage(sealed: Path, out: Path, pubkey: Path | None) -> dict:
 def artifacts(config_path: str | None, build_record: Path, panels: list[Path]) -> list[dict]:
     from . import native
     from .config import load_config
-    from .models import ensure_family
+    from .models import config_families_file, ensure_family
 
     cfg = load_config(config_path)
     rec = json.loads(build_record.read_text())
@@ -120,7 +120,7 @@ def artifacts(config_path: str | None, build_record: Path, panels: list[Path]) -
     for name in sorted(rec["files"]):
         role = "tool" if name in native.TOOL_TARGETS else "library"
         out.append({"role": role, "name": name, "path": str(b.lib_dir / name)})
-    fam = ensure_family(cfg["family"], models_dir=cfg.get("models_dir"))
+    fam = ensure_family(cfg["family"], models_dir=cfg.get("models_dir"), families_file=config_families_file(cfg))
     for f in fam.all():
         out.append({"role": "model", "name": f"{fam.family}/{f.name}", "path": str(f.path)})
     for p in panels:

@@ -38,11 +38,11 @@ def _apt_install(packages: list[str]) -> None:
 def _prepare(config: str | None) -> None:
     from . import native
     from .config import load_config
-    from .models import ensure_family
+    from .models import config_families_file, ensure_family
 
     cfg = load_config(config)
     native.current(cfg)
-    ensure_family(cfg["family"], models_dir=cfg.get("models_dir"))
+    ensure_family(cfg["family"], models_dir=cfg.get("models_dir"), families_file=config_families_file(cfg))
 
 
 def _add_test(p: argparse.ArgumentParser) -> None:
