@@ -41,6 +41,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "campaign": ("refspec.campaigns", "run a campaign (phase_mask, confirmation, implementation, replication, width, prediction)"),
     "qualify": ("refspec.qualify", "qualify arms against the reference R on fresh workers (timed, loopback HTTP)"),
     "worker": ("refspec.worker", "serve one arm over loopback HTTP (/v1/completions); started by the driver"),
+    "bundle": ("refspec.bundle", "collect wheels, pinned sdist, family files and source into an offline bundle"),
 }
 
 
