@@ -60,6 +60,8 @@ class _Gen:
             t_ns=None, n_generated=None, stop_reason=None, eog=None, last_token=None, endpoint_sha256=None,
             proposals=None, accepted=None, rollbacks=None, cycles=None, callers=None, micrographs=None, rows=None,
             graph_rebuilds=None, graph_reuses=None,
+            device="CPU", device_description="synthetic host CPU", gpu_layers=0,
+            draft_gpu_layers=0 if mode == "spec" else None,
         )
         if status == "failed":
             self.requests.append(row)

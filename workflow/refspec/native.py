@@ -206,9 +206,23 @@ def check_record(result: BuildResult) -> list[str]:
 CUBLAS_REQUIREMENT = ("nvidia-cublas", "13.0.2.14")
 
 
+def _is_toolkit(root: Path) -> bool:
+    return (root / "bin" / "nvcc").is_file() and any(
+        (root / d / "cuda_runtime.h").is_file() for d in ("include", "targets/x86_64-linux/include",
+                                                          "targets/sbsa-linux/include"))
+
+
 def _nvcc() -> Path | None:
-    found = shutil.which("nvcc") or next((p for p in ("/usr/local/cuda/bin/nvcc",) if Path(p).is_file()), None)
-    return Path(found).resolve() if found else None
+    """The toolkit's own nvcc (``$CUDA_HOME``, ``$CUDA_PATH``, /usr/local/cuda, else the one on PATH
+    when it sits in a toolkit; a wrapper script on PATH is not a toolkit root)."""
+    cands = [os.environ.get(k) for k in ("CUDAToolkit_ROOT", "CUDA_HOME", "CUDA_PATH")] + ["/usr/local/cuda"]
+    on_path = shutil.which("nvcc")
+    if on_path:
+        cands.append(str(Path(on_path).resolve().parent.parent))
+    for c in cands:
+        if c and _is_toolkit(Path(c).resolve()):
+            return Path(c).resolve() / "bin" / "nvcc"
+    return None
 
 
 def _has_lib(root: Path, name: str) -> bool:

@@ -288,6 +288,16 @@ def main():
     venv_cmd = [py, "-m", "venv", "--without-pip"] + (["--system-site-packages"] if m["omit"] else []) + [vdir]
     run(venv_cmd, "creating the venv")
     vpy = os.path.join(vdir, "bin", "python")
+    if m["omit"] and sys.prefix != sys.base_prefix:
+        # the host's python3 is itself a virtual environment: --system-site-packages reaches only
+        # its base interpreter, so name the host venv's site folders (after the venv's own)
+        vsite = run([vpy, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                    "locating the venv's site-packages").strip().splitlines()[-1]
+        import site
+        host_sites = [d for d in site.getsitepackages() if os.path.isdir(d)]
+        with open(os.path.join(vsite, "refspec-host-site.pth"), "w") as f:
+            f.write("".join(d + "\n" for d in host_sites))
+        say(f"the host's python is a venv: its site folders {host_sites} follow the venv's own")
     wheels = [e["path"] for e in m["files"] if e["role"] in ("wheel", "pip")]
     pipwhl = [os.path.join(prefix, e["path"]) for e in m["files"] if e["role"] == "pip"][0]
     env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
