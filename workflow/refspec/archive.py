@@ -100,7 +100,7 @@ def report_stage(sealed: Path, out: Path, pubkey: Path | None) -> dict:
     if out.exists():
         shutil.rmtree(out)
     shutil.copytree(sealed, out, ignore=shutil.ignore_patterns(SEAL_FILE))
-    return render(out, out, pdf=True, pubkey=pubkey)
+    return render(out, out, pdf=True, pubkey=pubkey, data_seal=sealed / SEAL_FILE)
 
 
 # --------------------------------------------------------------------------- artifacts

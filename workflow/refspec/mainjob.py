@@ -109,10 +109,36 @@ def _run_main(args: argparse.Namespace) -> int:
     check = results / "checked.txt"
     if check.exists():
         print(check.read_text().strip())
-    headline = results / "report-stage" / "numbers.json"
-    if headline.exists():
+    numbers = archive / "numbers.json"
+    if not numbers.exists():
+        numbers = results / "report-stage" / "numbers.json"
+    if numbers.exists():
         print(f"report: {archive / 'report.html'}")
+        print()
+        print(headline_text(numbers, archive / "SEAL.dsse.json"))
     return 0
+
+
+def headline_text(numbers_json: Path, seal: Path | None = None) -> str:
+    """The headline block: the report's summary table (numbers.json ``headline``) as text, with the
+    archive's own seal digest (the report cannot hold it: that seal covers the report)."""
+    import json
+
+    from .hashing import sha256_file
+
+    doc = json.loads(numbers_json.read_text(encoding="utf-8"))
+    text = {n["id"]: n["text"] for n in doc.get("numbers", [])}
+    rows = []
+    for h in doc.get("headline") or []:
+        value = "".join(text.get(p["num"], "?") if isinstance(p, dict) else str(p) for p in h["parts"])
+        rows.append((h["finding"], h["scope"], value))
+    if seal is not None and seal.is_file():
+        rows.append(("archive seal (sha256 of SEAL.dsse.json)", str(seal.parent), sha256_file(seal)))
+    w1 = max((len(r[0]) for r in rows), default=0)
+    w2 = max((len(r[1]) for r in rows), default=0)
+    lines = ["headline (report.html opens with the same table; report/check.py recomputes every number)"]
+    lines += [f"  {f:<{w1}}  {s:<{w2}}  {v}" for f, s, v in rows]
+    return "\n".join(lines)
 
 
 COMMANDS = {"main": (_add_main, _run_main), "test": (_add_test, _run_test)}

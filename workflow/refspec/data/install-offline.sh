@@ -20,6 +20,7 @@ py=""
 args=("$@")
 for ((i = 0; i < ${#args[@]}; i++)); do
     if [ "${args[$i]}" = "--python" ] && [ $((i + 1)) -lt ${#args[@]} ]; then py="${args[$((i + 1))]}"; fi
+    case "${args[$i]}" in --python=*) py="${args[$i]#--python=}" ;; esac
 done
 if [ -z "$py" ]; then
     want="$(sed -n 's/^  "python": "\(3\.[0-9]*\)",$/\1/p' "$bundle/BUNDLE.json" 2>/dev/null | head -n1)"
