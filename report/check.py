@@ -20,6 +20,15 @@ recomputes, with its own code:
   draws and threshold from plan.json when present, else from estimates.csv),
   threshold decision and task regressions;
 * the phase-mask table, session gaps and counts;
+* the diagnostic (unqualified) timings of the registered pairs M3/M0, C3/C0,
+  R_prod/M3 and the servers campaign's (``SERVER_DIAGNOSTIC_PAIRS``) (medians,
+  paired ratios, which side is not qualified), which
+  must never appear among the qualified ratios;
+* the prospective-prediction table (predicted vs live and reference vs live)
+  from endpoints.csv and the predictions frozen in plan.json;
+* the headline block (numbers.json ``headline``, the report's summary table):
+  every number is one of the checked numbers, E2 decisions (``too few
+  sessions`` below 5 sessions) agree, the data seal and key are the archive's;
 * every aggregate the report shows (Table 3 counts, replay and audit
   summaries, draft acceptance, request status counts, ledger records);
 
@@ -54,13 +63,21 @@ EXIT_OK, EXIT_MISMATCH, EXIT_UNREADABLE = 0, 1, 2
 DEFAULT_SEED = 20261014
 DEFAULT_DRAWS = 10000
 DEFAULT_THRESHOLD = 1.02
+MIN_SESSIONS = 5  # fewer session contrasts: no threshold decision ("too few sessions")
+# the servers campaign (anc/servers.md): each server arm over R, C3 beside the patched server with the
+# draft, the draft's effect on each server build, the layout's effect in each mode
+SERVER_DIAGNOSTIC_PAIRS = (("S_stock", "R"), ("S_stock_spec", "R"), ("S_qb", "R"), ("S_qb_spec", "R"),
+                           ("C3", "S_qb_spec"), ("S_stock_spec", "S_stock"), ("S_qb_spec", "S_qb"),
+                           ("S_qb", "S_stock"), ("S_qb_spec", "S_stock_spec"))
+DIAGNOSTIC_PAIRS = (("M3", "M0"), ("C3", "C0"), ("R_prod", "M3")) + SERVER_DIAGNOSTIC_PAIRS
+DECISION_TEXT = {"too_few_sessions": "too few sessions"}
 REL_TOL = 1e-12
 REFERENCE_ARM = "R"
 LAYOUT_ORDER = ("mq", "gs", "pq", "qb")
 STAGE_ORDER = ("kq", "kq_soft_max", "kqv", "address")
 LEDGER_KIND_KEYS = ("kind", "event", "type")
 TABLE_NAMES = ("requests", "endpoints", "qualification", "sessions", "contrasts", "estimates", "ratios", "replay",
-               "audit", "phase_masks")
+               "audit", "phase_masks", "diagnostics", "prediction")
 
 # Column types the checker relies on (its own knowledge of the CSV contract).
 S, I, F, B, L = "s", "i", "f", "b", "l"
@@ -86,6 +103,13 @@ COLUMNS = {
     "audit": dict(geometry=S, fixture=S, layout=S, stage=S, oracle_ok=B, fault=S, detected=B, max_abs_err=F,
                   max_rel_err=F),
     "phase_masks": dict(family=S, mask=I, matches=I, n_tasks=I, repeats=I, passes=B, minimal=B),
+    "diagnostics": dict(campaign=S, family=S, cap=I, path=S, numerator=S, denominator=S, numerator_qualified=B,
+                        denominator_qualified=B, label=S, n_tasks=I, numerator_tasks_failed=I,
+                        denominator_tasks_failed=I, n_tasks_timed=I, median_numerator_ns=F, median_denominator_ns=F,
+                        ratio=F, n_regressions=I, regressed_tasks=S, reason=S),
+    "prediction": dict(family=S, task_id=S, live_arm=S, predictor=S, session=S, cap=I, predicted_sha256=S,
+                       reference_sha256=S, live_runs=I, live_stable=B, predicted_matches=I, reference_matches=I,
+                       reference_divergent=B),
 }
 
 
@@ -282,8 +306,22 @@ def bootstrap(c: list, draws: int, seed: int, percentiles=(2.5, 97.5)) -> list:
     return [math.exp(percentile(means, p)) for p in percentiles]
 
 
-def decide(lo: float, hi: float, thr: float) -> str:
+def decide(lo: float, hi: float, thr: float, n_sessions: int | None = None) -> str:
+    if n_sessions is not None and n_sessions < MIN_SESSIONS:
+        return "too_few_sessions"
     return "exceeds" if lo > thr else "below" if hi < thr else "inconclusive"
+
+
+def median(xs) -> float:
+    v = sorted(xs)
+    h = len(v) // 2
+    return v[h] if len(v) % 2 else (v[h - 1] + v[h]) / 2.0
+
+
+def diagnostic_label(num_ok: bool, den_ok: bool) -> str:
+    if not num_ok and not den_ok:
+        return "diagnostic: numerator and denominator not qualified"
+    return "diagnostic: numerator not qualified" if not num_ok else "diagnostic: denominator not qualified"
 
 
 def first_difference(a, a_eog, a_stop, b, b_eog, b_stop):
@@ -372,6 +410,8 @@ class _HTML(HTMLParser):
         self.nums: list[tuple[str, str, str | None, int]] = []  # id, text, data-src, line
         self.links: list[tuple[str, str, int]] = []  # attr, value, line
         self.scripts: list[int] = []
+        self.table_of: list[str | None] = []  # data-table of the table holding each number (parallel to nums)
+        self._table = None
         self._cur = None
         self._buf: list[str] = []
 
@@ -383,6 +423,8 @@ class _HTML(HTMLParser):
         for k in ("href", "src", "data-src"):
             if a.get(k) is not None:
                 self.links.append((k, a[k], line))
+        if tag == "table":
+            self._table = a.get("data-table")
         if "data-num" in a:
             self._cur = (a["data-num"], a.get("data-src"), line, tag)
             self._buf = []
@@ -391,7 +433,10 @@ class _HTML(HTMLParser):
         if self._cur is not None and tag == self._cur[3]:
             nid, src, line, _t = self._cur
             self.nums.append((nid, "".join(self._buf).strip(), src, line))
+            self.table_of.append(self._table)
             self._cur = None
+        elif tag == "table":
+            self._table = None
 
     def handle_data(self, data):
         if self._cur is not None:
@@ -655,6 +700,81 @@ def check(archive: str, quiet: bool = False, unsealed: bool = False) -> tuple[in
                         if abs(lhs - rhs) > 1e-9 * max(1.0, abs(lhs)):
                             c.bad(tr.rel, f"{g[0]} {g[1]}: ratio {a}/{cc} = {lhs!r} but {a}/{b} x {b}/{cc} = {rhs!r}")
 
+    # ---- diagnostic (unqualified) timings: their own table, never qualified ratios
+    if "diagnostics" in tables:
+        td = tables["diagnostics"]
+        s_d = src("diagnostics")
+        dtimes = defaultdict(list)
+        dfacts = defaultdict(set)
+        for r in reqs:
+            dfacts[(r["campaign"], r["family"], r["cap"])].add(r["arm"])
+            if r["status"] == "ok" and r["t_ns"] is not None:
+                dtimes[(r["campaign"], r["family"], r["cap"], r["arm"], r["task_id"])].append(float(r["t_ns"]))
+        stated_d = {}
+        for i, row in enumerate(td.rows):
+            camp, fam, cap, a, b = row["campaign"], row["family"], row["cap"], row["numerator"], row["denominator"]
+            stated_d[(camp, fam, cap, a, b)] = i
+            base = ("diag", camp, fam, cap, a, b)
+            if (a, b) not in DIAGNOSTIC_PAIRS:
+                c.bad(td.where(i), f"{a}/{b} is not a registered diagnostic pair {DIAGNOSTIC_PAIRS}")
+            panel = panels(qual, camp).get((fam, cap))
+            ma, mb = facts.get((camp, fam, a)), facts.get((camp, fam, b))
+            if panel is None or ma is None or mb is None:
+                c.bad(td.where(i), "no qualification or requests rows for this campaign, family, cap and arms")
+                continue
+            tasks = sorted(panel)
+            fa = sum(1 for t in tasks if not panel[t].get(a, False))
+            fb = sum(1 for t in tasks if not panel[t].get(b, False))
+            c.recomputed += 8
+            c.same(td.where(i, "path"), row["path"], ma[0] if ma[0] == mb[0] else "mixed")
+            c.same(td.where(i, "n_tasks"), row["n_tasks"], len(tasks))
+            c.same(td.where(i, "numerator_qualified"), row["numerator_qualified"], fa == 0)
+            c.same(td.where(i, "denominator_qualified"), row["denominator_qualified"], fb == 0)
+            c.same(td.where(i, "numerator_tasks_failed"), row["numerator_tasks_failed"], fa)
+            c.same(td.where(i, "denominator_tasks_failed"), row["denominator_tasks_failed"], fb)
+            c.identities += 1
+            if fa == 0 and fb == 0:
+                c.bad(td.where(i), "both arms qualify: a qualified ratio is not a diagnostic timing")
+            else:
+                c.same(td.where(i, "label"), row["label"], diagnostic_label(fa == 0, fb == 0))
+            common = [t for t in tasks if dtimes.get((camp, fam, cap, a, t)) and dtimes.get((camp, fam, cap, b, t))]
+            c.same(td.where(i, "n_tasks_timed"), row["n_tasks_timed"], len(common))
+            E.add(base + ("n_tasks",), len(tasks), s_d)
+            E.add(base + ("n_tasks_timed",), len(common), s_d)
+            if not common:
+                for col in ("ratio", "median_numerator_ns", "median_denominator_ns"):
+                    c.same(td.where(i, col), row[col], None, "no task timed for both arms:")
+                continue
+            num = {t: dtimes[(camp, fam, cap, a, t)] for t in common}
+            den = {t: dtimes[(camp, fam, cap, b, t)] for t in common}
+            D, _d, reg = paired(num, den, common)
+            mn = median([x for t in common for x in num[t]])
+            md = median([x for t in common for x in den[t]])
+            c.recomputed += 5
+            c.same(td.where(i, "ratio"), row["ratio"], math.exp(D))
+            c.same(td.where(i, "median_numerator_ns"), row["median_numerator_ns"], mn)
+            c.same(td.where(i, "median_denominator_ns"), row["median_denominator_ns"], md)
+            c.same(td.where(i, "n_regressions"), row["n_regressions"], len(reg))
+            c.same(td.where(i, "regressed_tasks"), row["regressed_tasks"] or "", " ".join(reg))
+            E.add(base + ("ratio",), math.exp(D), s_d)
+            E.add(base + ("median_numerator_ms",), mn / 1e6, s_d)
+            E.add(base + ("median_denominator_ms",), md / 1e6, s_d)
+            E.add(base + ("n_regressions",), len(reg), s_d)
+        # completeness: every registered pair with an unqualified side has its row
+        for (camp, fam, cap), arms_run in sorted(dfacts.items()):
+            panel = panels(qual, camp).get((fam, cap))
+            if panel is None:
+                continue
+            for a, b in DIAGNOSTIC_PAIRS:
+                if a in arms_run and b in arms_run and not all_qualified(panel, (a, b)) \
+                        and camp in {k[0] for k in stated_d} and (camp, fam, cap, a, b) not in stated_d:
+                    c.bad(td.rel, f"no diagnostic row for {camp} {fam} cap {cap} {a}/{b} (an arm is not qualified)")
+    if "ratios" in tables:
+        # a diagnostic (unqualified) value never appears as a qualified ratio
+        for i, row in enumerate(tables["ratios"].rows):
+            if row["ratio"] is not None and not row["qualified"]:
+                c.bad(tables["ratios"].where(i, "ratio"), "a ratio of an unqualified comparison is in the qualified table")
+
     # ---- replication: contrasts and estimates
     boot = {}
     if isinstance(plan, dict):
@@ -664,6 +784,7 @@ def check(archive: str, quiet: bool = False, unsealed: bool = False) -> tuple[in
                 boot[k] = b[k]
             elif f"bootstrap_{k}" in plan:
                 boot[k] = plan[f"bootstrap_{k}"]
+    est_dec = {}  # (family, path, comparison) -> recomputed decision (for the headline)
     if "estimates" in tables:
         te = tables["estimates"]
         s_e = src("estimates")
@@ -712,6 +833,7 @@ def check(archive: str, quiet: bool = False, unsealed: bool = False) -> tuple[in
             E.add(base + ("n_tasks",), len(tasks), s_e)
             c.same(te.where(i, "n_tasks"), row["n_tasks"], len(tasks))
             if not all_qualified(panel, (a, b)):
+                est_dec[(fam, path, comp)] = "unqualified"
                 c.same(te.where(i, "decision"), row["decision"], "unqualified")
                 c.same(te.where(i, "estimate"), row["estimate"], None, "unqualified comparison must have no value:")
                 E.add(base + ("n_sessions",), 0, s_e)
@@ -744,11 +866,15 @@ def check(archive: str, quiet: bool = False, unsealed: bool = False) -> tuple[in
             E.add(base + ("n_sessions",), len(cs), s_e)
             c.same(te.where(i, "n_sessions"), row["n_sessions"], len(cs))
             if not cs:
+                est_dec[(fam, path, comp)] = "unqualified"
                 c.same(te.where(i, "decision"), row["decision"], "unqualified")
                 continue
             est = math.exp(mean(cs))
             lo, hi = bootstrap(cs, int(draws), int(seed))
-            dec = decide(lo, hi, float(thr))
+            dec = decide(lo, hi, float(thr), len(cs))
+            est_dec[(fam, path, comp)] = dec
+            if dec == "too_few_sessions" and not row["reason"]:
+                c.bad(te.where(i, "reason"), "too few sessions for a decision, but no reason is given")
             reg = [t for t in sorted(per_task) if mean(per_task[t]) < 0]
             c.recomputed += 5
             c.same(te.where(i, "estimate"), row["estimate"], est)
@@ -849,6 +975,77 @@ def check(archive: str, quiet: bool = False, unsealed: bool = False) -> tuple[in
             E.add(base + ("required",), e["n_tasks"] * e["repeats"], s_m)
         for k in sorted(set(exp_rows) - seen):
             c.bad(tm.rel, f"no row for family={k[0]} mask={k[1]}")
+
+    # ---- prospective prediction: predicted vs live and reference vs live
+    if "prediction" in tables:
+        tp = tables["prediction"]
+        s_pr = src("prediction")
+        frozen_doc = None
+        if isinstance(plan, dict):
+            camps = plan.get("campaigns") if isinstance(plan.get("campaigns"), dict) else {}
+            pplan = camps.get("prediction") if isinstance(camps.get("prediction"), dict) else plan
+            frozen_doc = pplan.get("predictions") if isinstance(pplan, dict) else None
+        frozen = frozen_doc.get("endpoints") if isinstance(frozen_doc, dict) else None
+        if not isinstance(frozen, dict):
+            c.bad(tp.rel, "no frozen predictions (amendment 'predictions') in plan.json: predicted vs live "
+                          "cannot be recomputed")
+            frozen = {}
+        peps = defaultdict(list)
+        for e in rows.get("endpoints", []):
+            if e["campaign"] == "prediction":
+                peps[(e["arm"], e["task_id"])].append(e)
+        for v in peps.values():
+            v.sort(key=lambda e: (e["session"], e["repeat"]))
+        tot = defaultdict(lambda: defaultdict(int))
+        for i, r in enumerate(tp.rows):
+            fam, task = r["family"], r["task_id"]
+            c.identities += 1
+            if r["predictor"] == REFERENCE_ARM or r["predictor"] == r["live_arm"]:
+                c.bad(tp.where(i, "predictor"), f"predictor {r['predictor']!r} is the reference or the live arm: "
+                                                "predicted vs live would equal reference vs live by construction")
+            if isinstance(frozen_doc, dict) and frozen_doc.get("predictor") not in (None, r["predictor"]):
+                c.bad(tp.where(i, "predictor"), f"plan.json froze predictions of {frozen_doc.get('predictor')!r}")
+            f = frozen.get(task)
+            pred_sha = None
+            if isinstance(f, dict) and isinstance(f.get("tokens"), list):
+                pred_sha = endpoint_digest(f["tokens"], f.get("eog"), f.get("stop_reason"))
+                c.same(f"plan.json: predictions.endpoints[{task!r}].endpoint_sha256", f.get("endpoint_sha256"),
+                       pred_sha, "frozen digest vs its tokens:")
+                own = peps.get((r["predictor"], task), [])
+                c.identities += 1
+                if not own or own[0]["endpoint_sha256"] != pred_sha:
+                    c.bad(tp.where(i, "predicted_sha256"), "the frozen prediction is not the predictor's own "
+                                                           "completed endpoint in endpoints.csv")
+            elif frozen:
+                c.bad(tp.where(i), "no frozen prediction for this task in plan.json")
+            live = [e["endpoint_sha256"] for e in peps.get((r["live_arm"], task), []) if e["session"] == r["session"]]
+            refs = [e for e in peps.get((REFERENCE_ARM, task), []) if e["session"] == r["session"]]
+            ref_sha = refs[0]["endpoint_sha256"] if refs else None
+            exp = dict(predicted_sha256=pred_sha, reference_sha256=ref_sha, live_runs=len(live),
+                       live_stable=(len(set(live)) == 1) if live else None,
+                       predicted_matches=sum(1 for h in live if pred_sha is not None and h == pred_sha),
+                       reference_matches=sum(1 for h in live if ref_sha is not None and h == ref_sha))
+            exp["reference_divergent"] = bool(live) and exp["reference_matches"] < len(live)
+            for col, v in exp.items():
+                c.recomputed += 1
+                c.same(tp.where(i, col), r[col], v)
+            base = ("pred", fam, task)
+            for col in ("live_runs", "predicted_matches", "reference_matches"):
+                E.add(base + (col,), exp[col], s_pr)
+            t = tot[fam]
+            t["tasks"] += 1
+            t["live_runs"] += exp["live_runs"]
+            t["stable_tasks"] += 1 if exp["live_stable"] else 0
+            t["predicted_matches"] += exp["predicted_matches"]
+            t["reference_matches"] += exp["reference_matches"]
+            if exp["reference_divergent"]:
+                t["divergent_tasks"] += 1
+                t["divergent_runs"] += exp["live_runs"]
+                t["divergent_predicted"] += exp["predicted_matches"]
+        for fam, t in tot.items():
+            for k in ("tasks", "live_runs", "stable_tasks", "predicted_matches", "reference_matches",
+                      "divergent_tasks", "divergent_runs", "divergent_predicted"):
+                E.add(("predsum", fam, k), t.get(k, 0), s_pr)
 
     # ---- replay summary
     if "replay" in tables:
@@ -1028,6 +1225,78 @@ def check(archive: str, quiet: bool = False, unsealed: bool = False) -> tuple[in
                     c.bad(arch_rel(html_path), f"provenance digest of {fname} is not shown")
         elif os.path.isfile(p):
             c.bad(f"numbers.json: provenance.{key}", f"{fname} is present but the report shows no digest for it")
+
+    # ---- headline: the summary table of the report and the block ./run main prints
+    head = numbers_doc.get("headline")
+    if not isinstance(head, list):
+        c.bad("numbers.json: headline", "missing: the report must open with the headline block")
+        head = []
+    head_ids = []
+    head_est = {}
+    for j, h in enumerate(head):
+        where = f"numbers.json: headline[{j}]"
+        if not isinstance(h, dict) or not isinstance(h.get("parts"), list):
+            c.unread(where, "not a headline row {finding, scope, parts}")
+            continue
+        texts = []
+        for part in h["parts"]:
+            if isinstance(part, dict) and isinstance(part.get("num"), str):
+                nid = part["num"]
+                head_ids.append(nid)
+                if nid not in stated:
+                    c.bad(where, f"number {nid} is not one of the report's numbers")
+                elif nid not in E.items:
+                    c.bad(where, f"number {nid} is not recomputable from the archive")
+                else:
+                    texts.append(str(stated[nid].get("text")))
+            elif isinstance(part, str):
+                texts.append(part)
+            else:
+                c.unread(where, f"part {part!r} is neither text nor {{num: id}}")
+        if "decision" in h:  # E2 rows
+            key = h.get("key") if isinstance(h.get("key"), dict) else {}
+            k = (key.get("family"), key.get("path"), key.get("comparison"))
+            head_est[k] = j
+            exp = est_dec.get(k)
+            if exp is None:
+                c.bad(where, f"E2 row {k} has no estimate in estimates.csv")
+            else:
+                c.same(where + " decision", h["decision"], exp)
+                want = DECISION_TEXT.get(exp, exp)
+                c.identities += 1
+                if want not in "".join(texts):
+                    c.bad(where, f"shows {''.join(texts)!r}, which does not say {want!r}")
+    for k in sorted(set(est_dec) - set(head_est), key=str):
+        c.bad("numbers.json: headline", f"no E2 row for {' '.join(map(str, k))}")
+    shown_head = [nid for (nid, _t, _s, _l), tab in zip(hp.nums, hp.table_of) if tab == "summary"]
+    c.identities += 1
+    if shown_head != head_ids:
+        c.bad(f"{arch_rel(html_path)} summary table", f"shows {len(shown_head)} numbers that differ from the "
+              f"{len(head_ids)} numbers of numbers.json's headline")
+    sp_ = os.path.join(c.archive, "SEAL.dsse.json")
+    ds = prov.get("data_seal_sha256")
+    if ds is not None:
+        if ds not in html_text:
+            c.bad(arch_rel(html_path), "the data seal digest is not shown")
+        if not any(isinstance(h, dict) and ds in h.get("parts", []) for h in head):
+            c.bad("numbers.json: headline", "the data seal digest is not in the headline")
+    fp_ = prov.get("pubkey_fingerprint")
+    if os.path.isfile(sp_):
+        try:
+            with open(sp_, encoding="utf-8") as f:
+                env_ = json.load(f)
+            stmt_ = json.loads(base64.b64decode(env_["payload"], validate=True))
+            prev_ = (stmt_.get("predicate") or {}).get("previous_seal_sha256")
+            keyids_ = [s_.get("keyid") for s_ in env_.get("signatures") or [] if isinstance(s_, dict)]
+        except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError):
+            prev_, keyids_ = None, None  # check_seal reports an unreadable seal
+        if keyids_ is not None:
+            if ds is not None:
+                c.same("numbers.json: provenance.data_seal_sha256", ds, prev_, "data seal vs the archive seal's "
+                       "previous seal:")
+            if fp_ is not None and fp_ not in keyids_:
+                c.bad("numbers.json: provenance.pubkey_fingerprint", f"{fp_} did not sign this archive "
+                      f"(signed by {', '.join(map(str, keyids_))})")
 
     # ---- seal subjects
     sp = os.path.join(c.archive, "SEAL.dsse.json")

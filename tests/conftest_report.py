@@ -49,7 +49,7 @@ class _Gen:
         return self.ref[k]
 
     def add(self, campaign, session, block, worker, fam, task, arm, mode, layout, k, ub, mask, cap, repeat,
-            factor, diverge_at=None, status="ok", reason=None, attempt=1):
+            factor, diverge_at=None, status="ok", reason=None, attempt=1, tokens=None):
         oi = self.order.get(worker, 0)
         self.order[worker] = oi + 1
         base = self.task_base.setdefault((fam, task), self.rng.uniform(0.6e9, 2.5e9))
@@ -66,9 +66,9 @@ class _Gen:
         if status == "failed":
             self.requests.append(row)
             return row
-        toks = list(self.ref_tokens(fam, task, cap))
+        toks = list(self.ref_tokens(fam, task, cap)) if tokens is None else list(tokens)
         eog = len(toks) < cap
-        if diverge_at is not None:
+        if diverge_at is not None and tokens is None:
             i = min(diverge_at, len(toks) - 1)
             toks = toks[:i] + [toks[i] + 1] + [self.rng.randrange(2, 49152) for _ in range(self.rng.randint(0, 8))]
             toks = toks[:cap]
@@ -107,9 +107,13 @@ ARMS_CONF = [  # arm, mode, layout, k, ub, mask, time factor
     ("R", "target", "mq", 0, 1, 0, 1.00),
     ("R_prod", "target", "mq", 0, 512, 0, 0.80),
     ("M0", "target", "mq", 0, 4, 0, 0.97),
+    ("C0", "spec", "mq", 3, 4, 0, 0.60),
     ("M3", "target", "qb", 0, 4, 3, 1.01),
     ("C3", "spec", "qb", 3, 4, 3, 0.62),
 ]
+# an arm the admission guard refuses at worker start (more occupied queries than the layout admits)
+REFUSED_ARM = ("C_qb8", "spec", "qb", 7, 8, 3)
+REFUSAL = "worker w-refused (arm C_qb8) exited with status 3 before it was ready: admission: occupied queries 8 > 4"
 ARMS_IMPL = [
     ("R", "target", "mq", 0, 1, 0, 1.00),
     ("M_gs", "target", "gs", 0, 1, 3, 1.08),
@@ -165,6 +169,8 @@ def make_results(out: str | Path, seed: int = 7, evil: bool = False, n_sessions:
                         div = None
                         if arm == "M0" and t in m0_fail:
                             div = 5 + rep
+                        if arm == "C0" and t in m0_fail:
+                            div = 4
                         if arm == "R_prod" and t in prod_fail:
                             div = 9
                         if arm == "M3" and t == conf_tasks[fam][0] and sess == "c1" and rep == 1:
@@ -189,6 +195,12 @@ def make_results(out: str | Path, seed: int = 7, evil: bool = False, n_sessions:
                 for t in impl_tasks[fam]:
                     for rep in (1, 2):
                         g.add("implementation", sess, ai, worker, fam, t, arm, mode, lay, k, ub, mask, cap, rep, f)
+            if fam == FAMILIES[0]:  # refused by admission: every request failed, no worker ever started
+                arm, mode, lay, k, ub, mask = REFUSED_ARM
+                for t in impl_tasks[fam]:
+                    for rep in (1, 2):
+                        g.add("implementation", sess, 9, f"none-b9-{sess}", fam, t, arm, mode, lay, k, ub, mask, cap,
+                              rep, 1.0, status="failed", reason="no worker: 2 worker starts for block 9 used up")
 
     # --- replication: n_sessions sessions, counterbalanced pq/qb blocks, two serial references
     repl_tasks = {f: _tasks(6, rng) for f in FAMILIES}
@@ -218,6 +230,52 @@ def make_results(out: str | Path, seed: int = 7, evil: bool = False, n_sessions:
                                  ended_utc=(s0 + dur).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
                                  gap_before_s=None, n_requests=n_req, n_workers=len(workers)))
 
+    # --- prospective prediction (one family): discovery, frozen predictions, live C0 with R
+    fam = FAMILIES[0]
+    pcap = 32
+    disc, reserved = ["HumanEval/0", "HumanEval/1"], ["HumanEval/3", "HumanEval/4", "HumanEval/5", "HumanEval/6"]
+    divergent = {"HumanEval/4": 5, "HumanEval/6": 11}  # C0 (and its predictor M0) leave the reference here
+
+    def c0_tokens(task):
+        ref = g.ref_tokens(fam, task, pcap)
+        i = divergent.get(task)
+        if i is None:
+            return None
+        i = min(i, len(ref) - 1)
+        return ref[:i] + [ref[i] + 1] + [(ref[i] * 7 + j) % 49000 + 2 for j in range(3)]
+
+    pa = {"R": ("target", "mq", 0, 1, 0, 1.0), "C0": ("spec", "mq", 3, 4, 0, 0.6), "M0": ("target", "mq", 0, 4, 0, 0.97),
+          "R_prod": ("target", "mq", 0, 512, 0, 0.8)}
+    plan_sessions = (("s01-discovery", disc, ["C0", "M0", "R_prod"], 1), ("s02-prediction", reserved, ["M0"], 1),
+                     ("s03-live", reserved, ["R", "C0"], 3))
+    for sess, tasks, arms_, reps in plan_sessions:
+        for bi, arm in enumerate(arms_):
+            mode, lay, k, ub, mask, f = pa[arm]
+            worker = f"{sess}-{arm}"
+            for t in tasks:
+                for rep in range(1, reps + 1):
+                    toks = c0_tokens(t) if arm in ("C0", "M0") else None
+                    if arm == "R_prod" and t == disc[0]:
+                        toks = c0_tokens("HumanEval/6")  # a candidate that misses the live path
+                    g.add("prediction", sess, bi, worker, fam, t, arm, mode, lay, k, ub, mask, pcap, rep, f, tokens=toks)
+    frozen = {}
+    for e in g.endpoints:
+        if e["campaign"] == "prediction" and e["session"] == "s02-prediction":
+            frozen[e["task_id"]] = {k: e[k] for k in ("tokens", "eog", "stop_reason", "n", "last_token",
+                                                     "endpoint_sha256")}
+    pred_rows = []
+    for t in reserved:
+        live = [e["endpoint_sha256"] for e in g.endpoints if e["campaign"] == "prediction"
+                and e["session"] == "s03-live" and e["arm"] == "C0" and e["task_id"] == t]
+        ref = next(e["endpoint_sha256"] for e in g.endpoints if e["campaign"] == "prediction"
+                   and e["session"] == "s03-live" and e["arm"] == "R" and e["task_id"] == t)
+        pm = sum(1 for h in live if h == frozen[t]["endpoint_sha256"])
+        rm = sum(1 for h in live if h == ref)
+        pred_rows.append(dict(family=fam, task_id=t, live_arm="C0", predictor="M0", session="s03-live", cap=pcap,
+                              predicted_sha256=frozen[t]["endpoint_sha256"], reference_sha256=ref,
+                              live_runs=len(live), live_stable=len(set(live)) == 1, predicted_matches=pm,
+                              reference_matches=rm, reference_divergent=rm < len(live)))
+
     reqs, eps = g.requests, g.endpoints
     T.write_table(reqs, "requests", tdir)
     T.write_table(eps, "endpoints", tdir)
@@ -229,6 +287,8 @@ def make_results(out: str | Path, seed: int = 7, evil: bool = False, n_sessions:
                             pairs=[("M0", "M3"), ("M3", "C3"), ("R_prod", "C3"), ("R", "C3"), ("R", "M3")])
     ratios += S.ratios_table(reqs, qual, "implementation")
     T.write_table(ratios, "ratios", tdir)
+    T.write_table(S.diagnostics_table(reqs, qual, "confirmation"), "diagnostics", tdir)
+    T.write_table(pred_rows, "prediction", tdir)
     contrasts, estimates = S.replication_tables(reqs, qual, draws=draws, seed=boot_seed)
     T.write_table(contrasts, "contrasts", tdir)
     T.write_table(estimates, "estimates", tdir)
@@ -271,7 +331,13 @@ def make_results(out: str | Path, seed: int = 7, evil: bool = False, n_sessions:
     }, indent=1) + "\n")
     (out / "plan.json").write_text(json.dumps({
         "campaign": "synthetic", "bootstrap": {"seed": boot_seed, "draws": draws, "threshold": S.DEFAULT_THRESHOLD},
+        "campaigns": {"prediction": {"prediction_selection": {"predictor": "M0", "live_arm": "C0"},
+                                     "predictions": {"predictor": "M0", "cap": pcap, "endpoints": frozen}}},
     }, indent=1) + "\n")
+    cled = out / "campaigns" / "implementation" / "ledger.jsonl"
+    cled.parent.mkdir(parents=True, exist_ok=True)
+    Ledger(cled).append({"kind": "failure", "reason": "worker start failed: " + REFUSAL, "arm": REFUSED_ARM[0],
+                         "block": 9, "outcome": "failed"})
     led = Ledger(out / "ledger.jsonl")
     led.append({"kind": "plan", "reason": "registered"})
     for r in reqs:

@@ -189,3 +189,147 @@ def test_unreadable_inputs(tmp_path, copy):
     (copy / "numbers.json").write_text("{not json")
     code, out = run_check(copy)
     assert code == 2 and "UNREADABLE numbers.json" in out
+
+
+def _edit_csv(path: Path, match, col: str, value: str) -> dict:
+    """Set ``col`` to ``value`` in the first row for which ``match(row)`` holds; return that row."""
+    import csv
+    import io
+
+    rows = list(csv.reader(io.StringIO(path.read_text())))
+    header = rows[0]
+    for cells in rows[1:]:
+        row = dict(zip(header, cells))
+        if match(row):
+            cells[header.index(col)] = value
+            buf = io.StringIO()
+            csv.writer(buf, lineterminator="\n").writerows(rows)
+            path.write_text(buf.getvalue())
+            return row
+    raise AssertionError(f"no row to edit in {path}")
+
+
+def test_altered_diagnostic_ratio_is_caught(copy):
+    row = _edit_csv(copy / "tables" / "diagnostics.csv", lambda r: r["numerator"] == "M3" and r["denominator"] == "M0",
+                    "ratio", "1.2345")
+    code, out = run_check(copy)
+    assert code == 1
+    mm = mismatches(out)
+    assert any(l.startswith("MISMATCH tables/diagnostics.csv:") and "numerator=M3 denominator=M0" in l
+               and "column ratio" in l for l in mm), out
+    assert row["label"] == "diagnostic: denominator not qualified"
+
+
+def test_diagnostic_label_must_name_the_unqualified_side(copy):
+    _edit_csv(copy / "tables" / "diagnostics.csv", lambda r: r["numerator"] == "R_prod",
+              "label", "diagnostic: denominator not qualified")
+    code, out = run_check(copy)
+    assert code == 1
+    assert any(l.startswith("MISMATCH tables/diagnostics.csv:") and "column label" in l
+               and "numerator not qualified" in l for l in mismatches(out)), out
+
+
+def test_altered_headline_is_caught(copy):
+    p = copy / "numbers.json"
+    doc = json.loads(p.read_text())
+    head = doc["headline"]
+    e2 = next(h for h in head if h["finding"] == "E2 estimate")
+    e2["decision"] = "too_few_sessions" if e2["decision"] != "too_few_sessions" else "exceeds"
+    ratio = next(h for h in head if h["finding"] == "qualified ratios")
+    j = next(j for j, part in enumerate(ratio["parts"]) if isinstance(part, dict))
+    ratio["parts"][j] = {"num": "ratio|confirmation|nowhere|64|A|B|ratio"}
+    p.write_text(json.dumps(doc, indent=1))
+    code, out = run_check(copy)
+    assert code == 1
+    mm = mismatches(out)
+    assert any(l.startswith("MISMATCH numbers.json: headline[") and "decision" in l for l in mm), out
+    assert any("ratio|confirmation|nowhere" in l and "not one of the report's numbers" in l for l in mm), out
+    assert any("summary table" in l for l in mm), out
+
+
+def test_headline_number_in_html_is_caught(copy):
+    p = copy / "report.html"
+    html = p.read_text()
+    start = html.index('data-table="summary"')
+    m = re.compile(r'data-num="(est\|[^"]+\|estimate)"[^>]*>([0-9.]+)<').search(html, start)
+    assert m and m.start() < html.index("</table>", start)
+    edited = f"{float(m.group(2)) + 0.01:.6f}"
+    p.write_text(html[: m.start(2)] + edited + html[m.end(2):])
+    code, out = run_check(copy)
+    assert code == 1
+    assert any(m.group(1) in l and f"shows '{edited}'" in l for l in mismatches(out)), out
+
+
+def test_prediction_is_recomputed(copy):
+    _edit_csv(copy / "tables" / "prediction.csv", lambda r: r["task_id"] == "HumanEval/4", "reference_matches", "3")
+    _edit_csv(copy / "tables" / "prediction.csv", lambda r: r["task_id"] == "HumanEval/3", "predictor", "R")
+    code, out = run_check(copy)
+    assert code == 1
+    mm = mismatches(out)
+    assert any(l.startswith("MISMATCH tables/prediction.csv:") and "HumanEval/4" in l and "reference_matches" in l
+               for l in mm), out
+    assert any("column predictor" in l and "reference" in l for l in mm), out
+
+
+def test_frozen_prediction_must_be_the_predictors_output(copy):
+    p = copy / "plan.json"
+    plan = json.loads(p.read_text())
+    ep = plan["campaigns"]["prediction"]["predictions"]["endpoints"]["HumanEval/3"]
+    ep["tokens"] = ep["tokens"][:-1] + [ep["tokens"][-1] + 1]
+    p.write_text(json.dumps(plan, indent=1) + "\n")
+    code, out = run_check(copy)
+    assert code == 1
+    mm = mismatches(out)
+    assert any("predictions.endpoints['HumanEval/3']" in l for l in mm), out
+    assert any(l.startswith("MISMATCH tables/prediction.csv:") and "HumanEval/3" in l for l in mm), out
+
+
+def test_too_few_sessions_is_not_a_decision(tmp_path):
+    results = make_results(tmp_path / "results", n_sessions=3, draws=500)
+    report.render(results, pdf=False)
+    archive = seal_archive(results, tmp_path / "archive")
+    code, out = run_check(archive)
+    assert code == 0, out
+    dst = tmp_path / "edited"
+    shutil.copytree(archive, dst)
+    for q in dst.rglob("*"):
+        q.chmod(0o755 if q.is_dir() else 0o644)
+    _edit_csv(dst / "tables" / "estimates.csv", lambda r: r["path"] == "spec", "decision", "exceeds")
+    code, out = run_check(dst)
+    assert code == 1
+    assert any(l.startswith("MISMATCH tables/estimates.csv:") and "column decision" in l
+               and "'too_few_sessions'" in l for l in mismatches(out)), out
+
+
+def test_data_seal_and_key_in_the_headline_are_the_archives(tmp_path):
+    """Rendered from sealed data (as ./run main does), the report names that seal and the signer."""
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from refspec.keys import fingerprint
+    from refspec.seal import seal
+
+    key = Ed25519PrivateKey.generate()
+    results = make_results(tmp_path / "results", draws=300)
+    data = tmp_path / "sealed-data"
+    seal(results, data, key=key, archive_id="data", created="2026-10-20T00:00:00Z")
+    stage = tmp_path / "stage"
+    shutil.copytree(data, stage, ignore=shutil.ignore_patterns("SEAL.dsse.json"))
+    for q in stage.rglob("*"):
+        q.chmod(0o755 if q.is_dir() else 0o644)
+    report.render(stage, pdf=False, data_seal=data / "SEAL.dsse.json")
+    pub = fingerprint(key.public_key())
+    doc = json.loads((stage / "numbers.json").read_text())
+    assert doc["provenance"]["pubkey_fingerprint"] == pub
+    archive = tmp_path / "archive"
+    seal(stage, archive, key=key, archive_id="final", created="2026-10-20T00:00:01Z", previous=data)
+    code, out = run_check(archive)
+    assert code == 0, out
+    # a report naming another data seal than the one the archive follows is caught
+    other = tmp_path / "other"
+    seal(stage, other, key=Ed25519PrivateKey.generate(), archive_id="final", created="2026-10-20T00:00:01Z",
+         previous_sha256="0" * 64)
+    code, out = run_check(other)
+    assert code == 1
+    mm = mismatches(out)
+    assert any("provenance.data_seal_sha256" in l for l in mm), out
+    assert any("provenance.pubkey_fingerprint" in l and "did not sign" in l for l in mm), out

@@ -200,9 +200,241 @@ def test_browser_renders_without_console_errors(rendered, tmp_path):
     (art / "browser.log").write_text("\n".join(logs))
 
 
-@pytest.mark.skipif(shutil.which("pdflatex") is None, reason="LaTeX test needs pdflatex (Debian texlive-latex-base, "
-                    "texlive-latex-recommended, texlive-pictures); not installed here")
-def test_latex_compiles(rendered):
-    pdf = report.compile_pdf(rendered / "report.tex")
+def _words(s: str) -> str:
+    """Letters and digits only: what survives TeX's typesetting and pdftotext unchanged."""
+    import unicodedata
+
+    return re.sub(r"[\W_]+", "", unicodedata.normalize("NFKC", s)).lower()
+
+
+def _ppm(path: Path) -> tuple[int, int, bytes]:
+    """Width, height and RGB bytes of a binary PPM (P6, maxval 255) as pdftoppm writes it."""
+    data = path.read_bytes()
+    fields, pos = [], 0
+    while len(fields) < 4:
+        m = re.compile(rb"\s*(#[^\n]*\n\s*)*(\S+)").match(data, pos)
+        fields.append(m.group(2))
+        pos = m.end()
+    assert fields[0] == b"P6" and fields[3] == b"255", fields
+    w, h = int(fields[1]), int(fields[2])
+    return w, h, data[pos + 1: pos + 1 + 3 * w * h]
+
+
+# The test set-up (./run test, as root with apt) installs these Debian packages; elsewhere this skips.
+@pytest.mark.skipif(shutil.which("pdflatex") is None or shutil.which("pdftoppm") is None
+                    or shutil.which("pdftotext") is None,
+                    reason="LaTeX test needs pdflatex (Debian texlive-latex-base, texlive-latex-recommended, "
+                    "texlive-pictures) and poppler-utils (pdftoppm, pdftotext); not installed here")
+def test_latex_report_shows_every_table_and_figure(rendered, tmp_path):
+    out = tmp_path / "out"
+    paths = report.render(rendered, out, pdf=True)  # what the report stage runs
+    pdf = paths.get("pdf")
     assert pdf is not None and pdf.read_bytes()[:5] == b"%PDF-"
     shutil.copy(pdf, _artifacts() / "report.pdf")
+    text = subprocess.run(["pdftotext", "-layout", str(pdf), "-"], stdout=subprocess.PIPE, check=True,
+                          timeout=120).stdout.decode("utf-8", "replace")
+    pages = [_words(t) for t in text.split("\f")]
+    subprocess.run(["pdftoppm", "-r", "36", str(pdf), str(tmp_path / "page")], check=True, timeout=120)
+    images = sorted(tmp_path.glob("page-*.ppm"))
+    assert len(images) >= 2 and len(images) <= len(pages)
+    ink, colour = [], []
+    for img in images:
+        w, h, rgb = _ppm(img)
+        px = [rgb[i:i + 3] for i in range(0, len(rgb), 3)]
+        ink.append(sum(1 for p in px if max(p) < 128) / len(px))
+        colour.append(sum(1 for p in px if max(p) - min(p) > 60))  # the figures' coloured marks
+    blank = [i + 1 for i, f in enumerate(ink) if not 0.001 < f < 0.5]
+    assert not blank, f"blank (or black) pages: {blank} of {len(images)}"
+    sections, _, _ = report.build(report.load_archive(rendered, out))
+    items = [it for s in sections for it in s.items]
+    assert sum(isinstance(it, report.Figure) for it in items) >= 2
+    for it in items:
+        title = _words(it.title)
+        at = next((i for i, p in enumerate(pages) if title in p), None)
+        assert at is not None, f"{it.title!r} is not in report.pdf"
+        near = pages[at] + "".join(pages[at + 1:at + 2])  # a table or drawing may start on the next page
+        if isinstance(it, report.Table):
+            missing = [h for h in it.header if _words(h) not in near]
+            assert not missing, f"table {it.title!r}: header {missing} not in report.pdf"
+        else:
+            labels = [_words(x.args[2]) for x in it.canvas.items if x.kind == "text"]
+            labels = [x for x in labels if x]
+            assert labels and any(x in near for x in labels), f"figure {it.title!r}: no label in report.pdf"
+            assert any(colour[at:at + 2]), f"figure {it.title!r}: nothing drawn on page {at + 1}"
+
+
+# --------------------------------------------------------------------------- headline, diagnostics, prediction
+
+
+def test_report_opens_with_the_headline(rendered):
+    doc = json.loads((rendered / "numbers.json").read_text())
+    nums = {n["id"]: n for n in doc["numbers"]}
+    html = (rendered / "report.html").read_text()
+    first = re.search(r'<section id="([^"]+)"', html).group(1)
+    assert first == "summary"
+    head = doc["headline"]
+    findings = {h["finding"] for h in head}
+    assert {"preservation: matching / required", "first divergence", "qualified ratios", "E2 estimate",
+            "E1: PQ = QB bitwise (contexts)", "prediction vs reference", "data seal (sha256 of SEAL.dsse.json)",
+            "signing key fingerprint"} <= findings
+    ids = [p["num"] for h in head for p in h["parts"] if isinstance(p, dict)]
+    assert ids and all(i in nums for i in ids)
+    # the summary table shows exactly the headline's numbers, in order
+    table = html[html.index('data-table="summary"'):]
+    table = table[: table.index("</table>")]
+    assert re.findall(r'data-num="([^"]+)"', table) == ids
+    # 6 sessions: real decisions, never "too few sessions"
+    est = [h for h in head if h["finding"] == "E2 estimate"]
+    assert len(est) == 4 and all(h["decision"] in ("exceeds", "inconclusive", "below") for h in est)
+    assert "too few sessions" not in table
+    # a refused arm is named as refused, its first divergence is not invented
+    assert any("C_qb8" in "".join(p for p in h["parts"] if isinstance(p, str)) and "refused" in str(h["parts"])
+               for h in head if h["finding"].startswith("preservation"))
+    assert not any(h["scope"].endswith(" C_qb8") for h in head if h["finding"] == "first divergence")
+
+
+def test_main_prints_the_same_headline(rendered):
+    from refspec.mainjob import headline_text
+
+    doc = json.loads((rendered / "numbers.json").read_text())
+    nums = {n["id"]: n["text"] for n in doc["numbers"]}
+    text = headline_text(rendered / "numbers.json")
+    lines = text.splitlines()
+    assert lines[0].startswith("headline") and len(lines) == len(doc["headline"]) + 1
+    for h, line in zip(doc["headline"], lines[1:]):
+        shown = "".join(nums[p["num"]] if isinstance(p, dict) else p for p in h["parts"])
+        assert line.rstrip().endswith(shown) and h["finding"] in line
+
+
+def test_fewer_than_five_sessions_say_too_few_sessions(tmp_path):
+    results = make_results(tmp_path / "few", n_sessions=3, draws=300)
+    est = T.read_records("estimates", results)
+    assert est and all(r["decision"] == "too_few_sessions" and r["n_sessions"] == 3 and r["lo"] is not None
+                       and "at least 5" in r["reason"] for r in est)
+    report.render(results, pdf=False)
+    doc = json.loads((results / "numbers.json").read_text())
+    heads = [h for h in doc["headline"] if h["finding"] == "E2 estimate"]
+    assert len(heads) == 4 and all(h["decision"] == "too_few_sessions" for h in heads)
+    assert all("too few sessions" in "".join(p for p in h["parts"] if isinstance(p, str)) for h in heads)
+    html = (results / "report.html").read_text()
+    table = html[html.index('data-table="estimates"'):]
+    table = table[: table.index("</table>")]
+    assert table.count(">too few sessions<") == 4
+    assert not re.search(r">(exceeds|inconclusive|below)<", table)
+
+
+def test_diagnostic_timings_have_their_own_labelled_table(rendered):
+    nums = numbers(rendered)
+    diag = T.read_records("diagnostics", rendered)
+    pairs = {(r["family"], r["numerator"], r["denominator"]) for r in diag}
+    # M0 and C0 fail on two tasks per family; R_prod fails on llama31-8b only
+    assert pairs == {(f, "M3", "M0") for f in ("smollm2-135m", "llama31-8b")} | \
+        {(f, "C3", "C0") for f in ("smollm2-135m", "llama31-8b")} | {("llama31-8b", "R_prod", "M3")}
+    html = (rendered / "report.html").read_text()
+    table = html[html.index('data-table="diagnostics"'):]
+    table = table[: table.index("</table>")]
+    for r in diag:
+        assert r["label"] == ("diagnostic: numerator not qualified" if r["numerator"] == "R_prod"
+                              else "diagnostic: denominator not qualified")
+        row = [tr for tr in table.split("<tr>") if f">{r['numerator']}/{r['denominator']}<" in tr
+               and f">{r['family']}<" in tr]
+        assert len(row) == 1 and r["label"] in row[0]
+        base = f"diag|confirmation|{r['family']}|{r['cap']}|{r['numerator']}|{r['denominator']}"
+        assert nums[base + "|ratio"]["value"] == pytest.approx(r["ratio"])
+        assert nums[base + "|median_numerator_ms"]["value"] == pytest.approx(r["median_numerator_ns"] / 1e6)
+        # never mixed with the qualified ratios
+        for a, b in ((r["numerator"], r["denominator"]), (r["denominator"], r["numerator"])):
+            assert f"ratio|confirmation|{r['family']}|{r['cap']}|{a}|{b}|ratio" not in nums
+    assert 'id="fig-diagnostics"' in html
+    ratios_html = html[html.index('<section id="ratios">'):html.index('<section id="diagnostics">')]
+    assert "diagnostic:" not in ratios_html
+
+
+def test_prediction_shows_predicted_next_to_reference(rendered):
+    nums = numbers(rendered)
+    assert nums["predsum|smollm2-135m|predicted_matches"]["value"] == 12
+    assert nums["predsum|smollm2-135m|reference_matches"]["value"] == 6
+    assert nums["predsum|smollm2-135m|live_runs"]["value"] == 12
+    assert nums["predsum|smollm2-135m|divergent_tasks"]["value"] == 2
+    html = (rendered / "report.html").read_text()
+    sec = html[html.index('<section id="prediction">'):]
+    sec = sec[: sec.index("</section>")]
+    for words in ("capped sequence", "repeat-stable", "reference-divergent", "frozen", "predicted vs live",
+                  "reference vs live"):
+        assert words in sec
+    assert "seeds/" not in html and ".txt" not in sec
+
+
+def test_prediction_refuses_the_reference_as_a_candidate():
+    from refspec.arms import load_arms
+    from refspec.campaigns import load_definition, prediction
+    from refspec.errors import ConfigError
+
+    catalog = load_arms()
+    defn, _ = load_definition("prediction")
+    assert "R" not in defn["candidates"]
+    names = [a.name for a in prediction.arms(defn, catalog)]
+    assert names[0] == "R" and set(defn["candidates"]) <= set(names)
+    for bad in ("R", "M_gs"):  # the reference, or its recipe under another name
+        with pytest.raises(ConfigError, match="reference recipe"):
+            prediction.arms(dict(defn, candidates=["M0", bad]), catalog)
+
+
+def test_refused_arm_shows_the_refusal(rendered):
+    html = (rendered / "report.html").read_text()
+    table = html[html.index('data-table="qualification-implementation"'):]
+    table = table[: table.index("</table>")]
+    row = [tr for tr in table.split("<tr>") if ">C_qb8<" in tr]
+    assert len(row) == 1
+    assert "refused: worker w-refused (arm C_qb8) exited with status 3 before it was ready: admission: occupied " \
+           "queries 8 &gt; 4" in row[0]
+
+
+def test_figure_labels_fit_their_margin(rendered):
+    """Right-aligned labels end at the axis; their estimated width must fit left of it (DejaVu Sans, 0.62 em)."""
+    from refspec.report import Canvas
+
+    html = (rendered / "report.html").read_text()
+    svgs = re.findall(r"<svg .*?</svg>", html, re.S)
+    assert len(svgs) >= 4
+    longest = 0
+    for svg in svgs:
+        for x, size, text in re.findall(r'<text x="([0-9.]+)" y="[0-9.]+" text-anchor="end" font-size="(\d+)"[^>]*>'
+                                        r'([^<]*)</text>', svg):
+            label = __import__("html").unescape(text)
+            longest = max(longest, len(label))
+            assert float(x) - len(label) * int(size) * 0.6 >= 0, (label, x)
+    assert longest > 30  # e.g. "smollm2-135m C_m0 (phase_mask) (n=6)": wider than the old fixed margin allowed
+    assert isinstance(Canvas(10, 10, "t").to_tikz(), str)
+
+
+@pytest.mark.skipif(not CHROMIUM.exists(), reason="headless browser test needs /usr/bin/chromium")
+def test_page_fits_1280_pixels(rendered, tmp_path):
+    """At 1280 px no table scrolls sideways and no figure text leaves its figure (measured in Chromium)."""
+    html = (rendered / "report.html").read_text()
+    js = """<script>window.addEventListener('load', function () { var out = [];
+      document.querySelectorAll('.scroll').forEach(function (d) { var t = d.querySelector('table');
+        out.push('table ' + (t ? t.getAttribute('data-table') : '?') + ' ' + d.scrollWidth + ' ' + d.clientWidth); });
+      document.querySelectorAll('svg.fig').forEach(function (s) { var vb = s.viewBox.baseVal;
+        s.querySelectorAll('text').forEach(function (t) { var b = t.getBBox();
+          out.push('text ' + Math.floor(b.x) + ' ' + Math.ceil(b.x + b.width) + ' ' + vb.width + ' ' + t.textContent); }); });
+      var p = document.createElement('pre'); p.id = 'measure'; p.textContent = out.join('\\n');
+      document.body.appendChild(p); });</script></body>"""
+    probe = rendered / "measure-1280.html"
+    probe.write_text(html.replace("</body>", js))
+    try:
+        r = subprocess.run([str(CHROMIUM), "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+                            f"--user-data-dir={tmp_path / 'ud'}", "--window-size=1280,2000", "--dump-dom",
+                            probe.as_uri()], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=120)
+    finally:
+        probe.unlink()
+    m = re.search(r'<pre id="measure">(.*?)</pre>', r.stdout, re.S)
+    assert m, r.stderr[-2000:]
+    lines = __import__("html").unescape(m.group(1)).splitlines()
+    tables = [l.split(" ") for l in lines if l.startswith("table ")]
+    texts = [l.split(" ", 4) for l in lines if l.startswith("text ")]
+    assert len(tables) > 15 and len(texts) > 50
+    wide = [t[1] for t in tables if int(t[2]) > int(t[3])]
+    assert not wide, f"tables wider than the page at 1280 px: {wide}"
+    cut = [t[4] for t in texts if int(t[1]) < 0 or int(t[2]) > float(t[3]) + 1]
+    assert not cut, f"figure text cut at the edge: {cut}"

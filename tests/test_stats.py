@@ -166,7 +166,17 @@ def test_pipeline_and_checker_agree_on_random_data():
         lo, hi = CHECK.bootstrap(cs, draws, seed)
         assert abs(e.lo - lo) <= 1e-12 and abs(e.hi - hi) <= 1e-12
         assert abs(e.estimate - math.exp(CHECK.mean(cs))) <= 1e-12
-        assert e.decision == CHECK.decide(lo, hi, 1.02)
+        assert e.decision == CHECK.decide(lo, hi, 1.02, len(cs))
+        times = [x for v in num.values() for x in v]
+        assert S._median(times) == CHECK.median(times)
+
+
+def test_fewer_than_five_sessions_get_no_decision():
+    for n in (1, 2, 4):
+        e = S.estimate([0.05] * n, draws=200)
+        assert e.lo > 1.02 and e.decision == S.TOO_FEW_SESSIONS == CHECK.decide(e.lo, e.hi, 1.02, n)
+    e = S.estimate([0.05, 0.06, 0.05, 0.07, 0.06], draws=200)
+    assert e.decision == "exceeds" == CHECK.decide(e.lo, e.hi, 1.02, 5)
 
 
 # --------------------------------------------------------------------------- qualification
@@ -338,7 +348,8 @@ def test_validation_of_columns_and_keys(tmp_path):
 def test_schemas_are_documented():
     doc = (REPO_ROOT / "anc" / "tables.md").read_text(encoding="utf-8")
     assert set(T.TABLES) == {"requests", "endpoints", "qualification", "sessions", "contrasts", "estimates", "ratios",
-                             "replay", "audit", "phase_masks", "partition", "kv_diff", "crosses", "frontier"}
+                             "replay", "audit", "phase_masks", "partition", "kv_diff", "crosses", "frontier",
+                             "diagnostics", "prediction"}
     for name, sp in T.TABLES.items():
         raw = json.loads(sp.path.read_text())
         assert raw["title"] == name and raw["key"]

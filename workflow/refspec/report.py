@@ -152,6 +152,7 @@ class Numbers:
 
 
 _COLORS = {
+    "diag": "#7a4e9c",
     "target": "#2c6db0",
     "spec": "#d2691e",
     "mixed": "#6a8a3a",
@@ -225,13 +226,17 @@ class Canvas:
                 anchor = it.extra["anchor"]
                 out.append(
                     f'<text x="{x:.1f}" y="{y:.1f}" text-anchor="{anchor}" font-size="{it.extra["size"]}" '
-                    f'fill="{col if it.cls in ("thr", "fail", "target", "spec", "mixed") else "#222"}">{escape(s)}</text>'
+                    f'fill="{col if it.cls in ("thr", "fail", "target", "spec", "mixed", "diag") else "#222"}">{escape(s)}</text>'
                 )
         out.append("</svg>")
         return "".join(out)
 
     # ---- TikZ
-    def to_tikz(self, width_cm: float = 12.0) -> str:
+    def to_tikz(self, width_cm: float | None = None) -> str:
+        # 0.0235 cm per px keeps \footnotesize labels within the margin computed for 11 px text;
+        # wider canvases are scaled down to the landscape text width (and the font with them)
+        if width_cm is None:
+            width_cm = min(25.0, self.width * 0.0235)
         k = width_cm / self.width
 
         def X(v):
@@ -258,9 +263,22 @@ class Canvas:
                 x, y, s = it.args
                 anchor = {"start": "base west", "middle": "base", "end": "base east"}[it.extra["anchor"]]
                 size = r"\scriptsize" if it.extra["size"] <= 10 else r"\footnotesize"
-                out.append(rf"\node[anchor={anchor},inner sep=0pt] at ({X(x)},{Y(y)}) {{{size} {tex_escape(s)}}};")
+                scale = f",scale={min(1.0, width_cm / (self.width * 0.0235)):.3f}"
+                out.append(rf"\node[anchor={anchor},inner sep=0pt{scale}] at ({X(x)},{Y(y)}) {{{size} {tex_escape(s)}}};")
         out.append(r"\end{tikzpicture}")
         return "\n".join(out)
+
+
+def label_width(labels: Iterable[str], size: float = 11, minimum: float = 60.0) -> float:
+    """Left margin (px) that holds the longest label at ``size`` px, with a gap before the axis.
+
+    0.62 em per character is a safe average for the sans-serif faces the report uses
+    (DejaVu Sans digits are 0.636 em, lower case about 0.55 em)."""
+    longest = max((len(str(s)) for s in labels), default=0)
+    return max(minimum, math.ceil(longest * size * 0.62) + 16)
+
+
+PLOT_W = 500  # width of the plotting area of every figure (px); the label margin comes on top
 
 
 def nice_ticks(lo: float, hi: float, n: int = 5) -> list[float]:
@@ -285,8 +303,9 @@ def _fmt_tick(v: float) -> str:
 
 def interval_figure(title: str, rows: list[dict], ref_lines: Sequence[tuple[float, str, str]]) -> Canvas:
     """Horizontal point-and-interval chart. rows: label, value, lo, hi (lo/hi may be None), cls, note."""
-    label_w, right, top, row_h = 210, 20, 28, 26
-    width = 720
+    right, top, row_h = 20, 28, 26
+    label_w = label_width(r["label"] for r in rows)
+    width = label_w + PLOT_W + right
     height = top + row_h * max(len(rows), 1) + 42
     c = Canvas(width, height, title)
     vals = [v for r in rows for v in (r.get("value"), r.get("lo"), r.get("hi")) if v is not None]
@@ -326,8 +345,9 @@ def interval_figure(title: str, rows: list[dict], ref_lines: Sequence[tuple[floa
 
 
 def strip_figure(title: str, groups: list[tuple[str, list[int]]], xlabel: str) -> Canvas:
-    label_w, right, top, row_h = 210, 20, 16, 26
-    width = 720
+    right, top, row_h = 20, 16, 26
+    label_w = label_width(f"{lab} (n={len(vs)})" for lab, vs in groups)
+    width = label_w + PLOT_W + right
     height = top + row_h * max(len(groups), 1) + 40
     c = Canvas(width, height, title)
     allv = [v for _l, vs in groups for v in vs]
@@ -356,8 +376,9 @@ def strip_figure(title: str, groups: list[tuple[str, list[int]]], xlabel: str) -
 
 
 def bar_figure(title: str, rows: list[tuple[str, float, str]], xlabel: str, xmax: float = 1.0) -> Canvas:
-    label_w, right, top, row_h = 210, 60, 16, 24
-    width = 720
+    right, top, row_h = 60, 16, 24
+    label_w = label_width(lab for lab, _v, _t in rows)
+    width = label_w + PLOT_W + right
     height = top + row_h * max(len(rows), 1) + 40
     c = Canvas(width, height, title)
     x0, x1 = label_w, width - right
@@ -541,7 +562,8 @@ def _campaigns_in(rows: Iterable[dict]) -> list[str]:
     return [c for c in CAMPAIGN_ORDER if c in present] + sorted(present - set(CAMPAIGN_ORDER))
 
 
-def section_provenance(a: Archive, pubkey_fingerprint: str | None) -> tuple[Section, dict[str, Any]]:
+def section_provenance(a: Archive, pubkey_fingerprint: str | None,
+                       data_seal: str | Path | None = None) -> tuple[Section, dict[str, Any]]:
     sec = Section("provenance", "Provenance")
     prov: dict[str, Any] = {}
     rows = []
@@ -582,6 +604,16 @@ def section_provenance(a: Archive, pubkey_fingerprint: str | None) -> tuple[Sect
                     keyids.append(s["keyid"])
     kv("SEAL.dsse.json sha256", prov.get("seal_sha256"),
        "seal present when this report was rendered" if seal else "not sealed when this report was rendered")
+    if data_seal is not None and Path(data_seal).is_file():
+        # the seal of the data this report was rendered from; the archive's own seal (which covers
+        # this report) names it as its previous seal
+        prov["data_seal_sha256"] = sha256_file(Path(data_seal))
+        env = _read_json(Path(data_seal))
+        if isinstance(env, dict):
+            for s_ in env.get("signatures") or []:
+                if isinstance(s_, dict) and isinstance(s_.get("keyid"), str):
+                    keyids.append(s_["keyid"])
+        kv("data seal sha256", prov["data_seal_sha256"], "SEAL.dsse.json of the sealed data this report was rendered from")
     fp = pubkey_fingerprint or (keyids[0] if keyids else None)
     prov["pubkey_fingerprint"] = fp
     kv("public-key fingerprint", fp, "signing key (DSSE keyid)" if fp else "no key given and no seal present")
@@ -610,6 +642,7 @@ def section_qualification(a: Archive, N: Numbers) -> Section:
         facts = {r["arm"]: (r["mode"], r["layout"]) for r in a.rows("requests") if r["campaign"] == camp}
         arms = sorted({r["arm"] for r in cc}, key=lambda x: S.arm_sort_key(x, *facts.get(x, (None, None))))
         by = {(r["family"], r["arm"]): r for r in cc}
+        refused = refused_arms(a, camp)
         tid = f"qualification-{camp}"
         rows = []
         for arm in arms:
@@ -625,7 +658,12 @@ def section_qualification(a: Archive, N: Numbers) -> Section:
                 f = _n(N, a, "qualification", tid, ("qual", camp, fam, arm, "tasks_failed"),
                        r["tasks"] - r["tasks_qualified"], "d", key, "tasks_failed")
                 cls = "ok" if r["tasks"] == r["tasks_qualified"] else "bad"
-                cells.append(Cell([m, "/", q, " (", f, " tasks fail)"], cls=cls))
+                why = refused.get((fam, arm))
+                if why is not None:  # admission refused the arm: say so, not only "0/2 (2 tasks fail)"
+                    cells.append(Cell(["refused: ", why, " (", m, "/", q, " endpoints; ", f, " tasks fail)"],
+                                      cls="bad refused"))
+                else:
+                    cells.append(Cell([m, "/", q, " (", f, " tasks fail)"], cls=cls))
             rows.append(cells)
         sec.items.append(Table(tid, f"{CAMPAIGN_TITLES.get(camp, camp)}: matching endpoints / required", [src],
                                ["arm"] + fams, rows, numeric=[False] + [True] * len(fams)))
@@ -729,7 +767,8 @@ def section_replication(a: Archive, N: Numbers, boot: dict[str, Any]) -> Section
         "estimate = exp(mean_s c_s); percentile bootstrap over sessions (random.Random(seed), draws x n "
         "randrange(n) indices, linear 2.5/97.5 percentiles, exponentiated). Above 1 favours QB "
         "(paper Table S5). Decision: exceeds when the lower bound is above the threshold, below when the "
-        "upper bound is below it, inconclusive otherwise.",
+        "upper bound is below it, inconclusive otherwise. An interval from fewer than "
+        f"{S.MIN_SESSIONS} sessions is descriptive only and shown as \u201ctoo few sessions\u201d instead of a decision.",
     )
     if not a.has("estimates"):
         sec.notes.append("estimates.csv not present: replication not run")
@@ -751,13 +790,17 @@ def section_replication(a: Archive, N: Numbers, boot: dict[str, Any]) -> Section
                 lo = _n(N, a, "estimates", tid, base + ("lo",), r["lo"], ".6f", key, "lo")
                 hi = _n(N, a, "estimates", tid, base + ("hi",), r["hi"], ".6f", key, "hi")
                 nr = _n(N, a, "estimates", tid, base + ("n_regressions",), r["n_regressions"], "d", key, "n_regressions")
-                cells += [Cell([e]), Cell(["[", lo, ", ", hi, "]"]), Cell([r["decision"]], cls=r["decision"]),
+                few = r["decision"] == S.TOO_FEW_SESSIONS
+                cells += [Cell([e]), Cell(["[", lo, ", ", hi, "]"], cls="descriptive" if few else "",
+                               title="descriptive: too few sessions for a decision" if few else ""),
+                          Cell([decision_text(r["decision"])], cls=r["decision"]),
                           Cell([thr]), Cell([ns]), Cell([nr, "/", nt]), Cell([draws, " / ", seed], cls="small"),
                           Cell([r["regressed_tasks"] or ""], cls="mono small")]
-                pts.append(dict(label=f"{r['family']} {r['path']} {r['comparison']}", value=r["estimate"],
+                pts.append(dict(label=f"{r['family']} {r['path']} {r['comparison']}"
+                                + (" (too few sessions)" if few else ""), value=r["estimate"],
                                 lo=r["lo"], hi=r["hi"], cls=r["path"]))
             else:
-                cells += [Cell([DASH], cls="bad"), Cell([DASH]), Cell([r["decision"]], cls="bad"), Cell([thr]),
+                cells += [Cell([DASH], cls="bad"), Cell([DASH]), Cell([decision_text(r["decision"])], cls="bad"), Cell([thr]),
                           Cell([ns]), Cell([DASH, "/", nt]), Cell([draws, " / ", seed], cls="small"),
                           Cell([r["reason"] or "not qualified"], cls="reason")]
                 pts.append(dict(label=f"{r['family']} {r['path']} {r['comparison']}", value=None,
@@ -967,6 +1010,341 @@ def section_acceptance(a: Archive, N: Numbers) -> Section:
     return sec
 
 
+# =========================================================================== refusals, diagnostics, prediction, summary
+
+
+DECISION_TEXT = {S.TOO_FEW_SESSIONS: "too few sessions"}
+
+
+def decision_text(decision: str) -> str:
+    """The decision as the report, the headline and the checker write it."""
+    return DECISION_TEXT.get(decision, decision)
+
+
+def refused_arms(a: Archive, campaign: str) -> dict[tuple[str, str], str]:
+    """(family, arm) -> refusal reason for arms of which no request ran: every non-warmup row failed
+    because no worker could start (the admission guard refuses an arm at worker start).
+
+    The reason is the campaign ledger's last "worker start failed" record for the arm when the
+    archive holds it (campaigns/NAME/ledger.jsonl), else the request rows' reason."""
+    rows: dict[tuple[str, str], list[dict]] = defaultdict(list)
+    for r in a.rows("requests"):
+        if r["campaign"] == campaign and r["status"] != "excluded_warmup":
+            rows[(r["family"], r["arm"])].append(r)
+    out = {}
+    for k, rs in rows.items():
+        if rs and all(r["status"] == "failed" and str(r["reason"] or "").startswith("no worker:") for r in rs):
+            out[k] = sorted({str(r["reason"]) for r in rs})[0]
+    if not out:
+        return out
+    led = a.root / "campaigns" / campaign / "ledger.jsonl"
+    if led.is_file():
+        for raw in led.read_bytes().splitlines():
+            try:
+                rec = json.loads(raw)
+            except ValueError:
+                continue
+            if not isinstance(rec, dict) or not isinstance(rec.get("reason"), str):
+                continue
+            why = rec["reason"]
+            if why.startswith("worker start failed: "):
+                for fam, arm in out:
+                    if rec.get("arm") == arm and rec.get("family", fam) == fam:
+                        out[(fam, arm)] = why[len("worker start failed: "):]
+    return {k: (v if len(v) <= 400 else v[:400] + " \u2026") for k, v in out.items()}
+
+
+def section_diagnostics(a: Archive, N: Numbers) -> Section:
+    sec = Section(
+        "diagnostics",
+        "Diagnostic timings (not qualified)",
+        "The price of preservation, measured on arms that do not all reproduce the reference: M3/M0 and C3/C0 "
+        "(repaired over unrepaired path) and R_prod/M3 (deployed default over the repaired target-only path). "
+        "Every row has an unqualified side and says which; these ratios compare paths whose outputs differ on "
+        "some tasks and are descriptive only. They are never qualified ratios, which are in the section above. "
+        "Ratio: exp of the mean over the tasks timed for both arms of the paired log-time difference; medians: "
+        "the middle request time of each arm on those tasks.",
+    )
+    if not a.has("diagnostics"):
+        sec.notes.append("diagnostics.csv not present: no diagnostic timing recorded")
+        return sec
+    rows_all = a.rows("diagnostics")
+    if not rows_all:
+        sec.notes.append("no diagnostic row: every registered pair (M3/M0, C3/C0, R_prod/M3) qualified or was not run")
+        return sec
+    src = a.src("diagnostics")
+    tid = "diagnostics"
+    rows, pts = [], []
+    for r in rows_all:
+        key = dict(campaign=r["campaign"], family=r["family"], cap=r["cap"], numerator=r["numerator"],
+                   denominator=r["denominator"])
+        base = ("diag", r["campaign"], r["family"], r["cap"], r["numerator"], r["denominator"])
+        cmp_ = f"{r['numerator']}/{r['denominator']}"
+        nt = _n(N, a, "diagnostics", tid, base + ("n_tasks",), r["n_tasks"], "d", key, "n_tasks")
+        timed = _n(N, a, "diagnostics", tid, base + ("n_tasks_timed",), r["n_tasks_timed"], "d", key, "n_tasks_timed")
+        cells = [Cell([r["campaign"]]), Cell([r["family"]]), Cell([cmp_], cls="mono"), Cell([r["label"]], cls="diag")]
+        if r["ratio"] is not None:
+            mn = _n(N, a, "diagnostics", tid, base + ("median_numerator_ms",), r["median_numerator_ns"] / 1e6, ".2f",
+                    key, "median_numerator_ns")
+            md = _n(N, a, "diagnostics", tid, base + ("median_denominator_ms",), r["median_denominator_ns"] / 1e6,
+                    ".2f", key, "median_denominator_ns")
+            ra = _n(N, a, "diagnostics", tid, base + ("ratio",), r["ratio"], ".6f", key, "ratio")
+            nr = _n(N, a, "diagnostics", tid, base + ("n_regressions",), r["n_regressions"], "d", key, "n_regressions")
+            cells += [Cell([mn]), Cell([md]), Cell([ra], cls="diag"), Cell([nr, "/", timed, "/", nt])]
+            pts.append(dict(label=f"{r['family']} {cmp_} ({r['campaign']})", value=r["ratio"], cls="diag"))
+        else:
+            cells += [Cell([DASH]), Cell([DASH]), Cell([DASH], title="no task timed for both arms"),
+                      Cell([DASH, "/", timed, "/", nt])]
+        cells.append(Cell([r["reason"]], cls="reason"))
+        rows.append(cells)
+    sec.items.append(Table(tid, "Diagnostic (unqualified) medians and paired ratios", [src],
+                           ["campaign", "family", "comparison", "label", "median num (ms)", "median den (ms)",
+                            "diagnostic ratio", "regressions / timed / tasks", "not qualified"], rows,
+                           caption="Diagnostic: not qualified.",
+                           numeric=[False, False, False, False, True, True, True, True, False]))
+    if pts:
+        sec.items.append(Figure("fig-diagnostics", "Diagnostic (unqualified) timing ratios", [src],
+                                interval_figure("Diagnostic (unqualified) timing ratios", pts, [(1.0, "ref", "1")]),
+                                "Diagnostic, not qualified: at least one arm of each pair differs from the reference "
+                                "on some task. Above 1 the numerator is slower."))
+    return sec
+
+
+def prediction_totals(rows: list[dict]) -> dict[str, Any]:
+    """Companion-study counts over the reserved tasks of one family."""
+    div = [r for r in rows if r["reference_divergent"]]
+    return dict(
+        tasks=len(rows),
+        live_runs=sum(r["live_runs"] for r in rows),
+        stable_tasks=sum(1 for r in rows if r["live_stable"]),
+        predicted_matches=sum(r["predicted_matches"] for r in rows),
+        reference_matches=sum(r["reference_matches"] for r in rows),
+        divergent_tasks=len(div),
+        divergent_runs=sum(r["live_runs"] for r in div),
+        divergent_predicted=sum(r["predicted_matches"] for r in div),
+    )
+
+
+def section_prediction(a: Archive, N: Numbers) -> Section:
+    sec = Section(
+        "prediction",
+        "Prospective prediction",
+        "Companion-study design: a draft-free fast predictor (never the reference R) is selected on exposed "
+        "discovery tasks; its complete generated IDs for the reserved tasks are frozen in the plan record "
+        "before any live speculation touches them; then the live speculative path runs on the reserved tasks "
+        "together with the reference. Definitions: a capped sequence is one live run of a reserved task; "
+        "predicted vs live counts live runs whose complete endpoint (all token IDs, EOG flag, stop reason) "
+        "equals the frozen prediction; reference vs live counts live runs equal to the same-set reference "
+        "(the first R endpoint of the live session); a task is repeat-stable when all its live runs share one "
+        "endpoint, and reference-divergent when some live run differs from the reference. The companion study "
+        "reports 72/72 predicted against 60/72 for the reference, including all 12 runs of four "
+        "reference-divergent prompts. A prediction neither restores qualification nor identifies a numerical cause.",
+    )
+    if not a.has("prediction"):
+        sec.notes.append("prediction.csv not present: prospective prediction not run")
+        return sec
+    src = a.src("prediction")
+    by_fam: dict[str, list[dict]] = defaultdict(list)
+    for r in a.rows("prediction"):
+        by_fam[r["family"]].append(r)
+    tid = "prediction-summary"
+    rows = []
+    for fam in sorted(by_fam):
+        rs = by_fam[fam]
+        tot = prediction_totals(rs)
+        key = dict(family=fam)
+        v = {k: _n(N, a, "prediction", tid, ("predsum", fam, k), val, "d", key, k) for k, val in tot.items()}
+        live = sorted({r["live_arm"] for r in rs})
+        pred = sorted({r["predictor"] for r in rs})
+        rows.append([Cell([fam]), Cell([" ".join(live)], cls="mono"), Cell([" ".join(pred)], cls="mono"),
+                     Cell([v["live_runs"]]), Cell([v["predicted_matches"], "/", v["live_runs"]],
+                                                  cls="ok" if tot["predicted_matches"] == tot["live_runs"] else "bad"),
+                     Cell([v["reference_matches"], "/", v["live_runs"]],
+                          cls="ok" if tot["reference_matches"] == tot["live_runs"] else "bad"),
+                     Cell([v["stable_tasks"], "/", v["tasks"]]),
+                     Cell([v["divergent_tasks"], " tasks; predicted ", v["divergent_predicted"], "/",
+                           v["divergent_runs"], " of their runs"])])
+    sec.items.append(Table(tid, "Predicted vs live next to reference vs live", [src],
+                           ["family", "live arm", "predictor", "capped sequences", "predicted vs live",
+                            "reference vs live", "repeat-stable tasks", "reference-divergent"], rows,
+                           numeric=[False, False, False, True, True, True, True, False]))
+    tid = "prediction"
+    rows = []
+    for r in sorted(a.rows("prediction"), key=lambda r: (r["family"], r["task_id"])):
+        key = dict(family=r["family"], task_id=r["task_id"])
+        base = ("pred", r["family"], r["task_id"])
+        n = _n(N, a, "prediction", tid, base + ("live_runs",), r["live_runs"], "d", key, "live_runs")
+        pm = _n(N, a, "prediction", tid, base + ("predicted_matches",), r["predicted_matches"], "d", key,
+                "predicted_matches")
+        rm = _n(N, a, "prediction", tid, base + ("reference_matches",), r["reference_matches"], "d", key,
+                "reference_matches")
+        stable = DASH if r["live_stable"] is None else ("yes" if r["live_stable"] else "no")
+        rows.append([Cell([r["family"]]), Cell([r["task_id"]], cls="mono"), Cell([n]), Cell([stable]),
+                     Cell([pm, "/", n], cls="ok" if r["predicted_matches"] == r["live_runs"] else "bad"),
+                     Cell([rm, "/", n], cls="ok" if r["reference_matches"] == r["live_runs"] else "bad"),
+                     Cell(["yes" if r["reference_divergent"] else "no"], cls="bad" if r["reference_divergent"] else "")])
+    sec.items.append(Table(tid, "Per reserved task", [src],
+                           ["family", "task", "live runs", "repeat-stable", "predicted vs live", "reference vs live",
+                            "reference-divergent"], rows, numeric=[False, False, True, False, True, True, False]))
+    return sec
+
+
+def _parts_json(parts: list[Any]) -> list[Any]:
+    return [{"num": p.id} if isinstance(p, Num) else str(p) for p in parts]
+
+
+def _join(groups: list[list[Any]], sep: str = " \u00b7 ") -> list[Any]:
+    out: list[Any] = []
+    for g in groups:
+        if out:
+            out.append(sep)
+        out += g
+    return out
+
+
+HEADLINE_DIVERGENCES = 6  # first divergences listed per failing arm
+
+
+def section_summary(a: Archive, N: Numbers, prov: dict[str, Any]) -> tuple[Section, list[dict[str, Any]]]:
+    """The headline block: the same rows ``./run main`` prints; every number is one of the report's own."""
+    sec = Section("summary", "Summary",
+                  "The headline of this archive. Every number here is the same number, with the same id and "
+                  "source, as in the section it comes from, and is recomputed by report/check.py.")
+    head: list[dict[str, Any]] = []
+
+    def add(finding: str, scope: str, parts: list[Any], cls: str = "", **extra) -> None:
+        head.append(dict(finding=finding, scope=scope, parts=_parts_json(parts), **extra))
+        rows.append([Cell([finding]), Cell([scope], cls="mono small"), Cell(parts, cls=cls)])
+
+    rows: list[list[Cell]] = []
+    facts = {(r["campaign"], r["family"], r["arm"]): (r["mode"], r["layout"]) for r in a.rows("requests")}
+    # preservation per arm (the phase-mask sweep and the prediction have their own tables: the sweep's arms
+    # are masks, and the prediction's discovery tasks have no reference by design)
+    own_tables = ("phase_mask", "prediction")
+    if a.has("qualification"):
+        counts = [c for c in S.qualification_counts(a.rows("qualification")) if c["campaign"] not in own_tables]
+        for camp in _campaigns_in(counts):
+            refused = refused_arms(a, camp)
+            for fam in sorted({c["family"] for c in counts if c["campaign"] == camp}):
+                cc = sorted((c for c in counts if c["campaign"] == camp and c["family"] == fam),
+                            key=lambda c: S.arm_sort_key(c["arm"], *facts.get((camp, fam, c["arm"]), (None, None))))
+                groups = []
+                for c in cc:
+                    key = dict(campaign=camp, family=fam, arm=c["arm"])
+                    b = ("qual", camp, fam, c["arm"])
+                    m = _n(N, a, "qualification", f"qualification-{camp}", b + ("matching",), c["matching"], "d", key,
+                           "matching")
+                    q = _n(N, a, "qualification", f"qualification-{camp}", b + ("required",), c["required"], "d", key,
+                           "required")
+                    g = [c["arm"], " ", m, "/", q]
+                    if (fam, c["arm"]) in refused:
+                        g += [" refused"]
+                    elif c["tasks"] != c["tasks_qualified"]:
+                        f = _n(N, a, "qualification", f"qualification-{camp}", b + ("tasks_failed",),
+                               c["tasks"] - c["tasks_qualified"], "d", key, "tasks_failed")
+                        g += [" (", f, " tasks fail)"]
+                    groups.append(g)
+                add("preservation: matching / required", f"{camp} {fam}", _join(groups))
+        # first divergences of the failing arms (a refused arm has none: it never ran)
+        fails: dict[tuple, list[dict]] = defaultdict(list)
+        refused_all = {(camp, fam, arm) for camp in {q["campaign"] for q in a.rows("qualification")}
+                       for (fam, arm) in refused_arms(a, camp)}
+        for q in a.rows("qualification"):
+            k = (q["campaign"], q["family"], q["arm"])
+            if not q["qualified"] and q["campaign"] not in own_tables and k not in refused_all:
+                fails[k].append(q)
+        for (camp, fam, arm) in sorted(fails, key=lambda k: (k[0], k[1], S.arm_sort_key(k[2]))):
+            qs = sorted((q for q in fails[(camp, fam, arm)] if q["first_diff_index"] is not None),
+                        key=lambda q: (q["first_diff_index"], q["task_id"]))
+            other = len(fails[(camp, fam, arm)]) - len(qs)
+            groups = []
+            for q in qs[:HEADLINE_DIVERGENCES]:
+                key = dict(campaign=camp, family=fam, task_id=q["task_id"], arm=arm, cap=q["cap"])
+                i = _n(N, a, "qualification", "qualification-failures",
+                       ("qfail", camp, fam, q["task_id"], arm, q["cap"], "first_diff_index"),
+                       q["first_diff_index"], "d", key, "first_diff_index")
+                groups.append([q["task_id"], " at token ", i])
+            parts = _join(groups)
+            if len(qs) > HEADLINE_DIVERGENCES:
+                parts.append(f" \u00b7 and {len(qs) - HEADLINE_DIVERGENCES} more (failed qualifications table)")
+            if other:
+                parts.append(("; " if parts else "") + f"{other} task(s) not completed (failed qualifications table)")
+            add("first divergence", f"{camp} {fam} {arm}", parts, cls="bad")
+    # qualified ratios: the confirmation's, and the repair costs (X/QB on one path) of the others
+    if a.has("ratios"):
+        by: dict[tuple, list[Any]] = defaultdict(list)
+        for r in a.rows("ratios"):
+            if not r["qualified"] or r["ratio"] is None:
+                continue
+            if r["campaign"] != "confirmation":
+                lay_d = facts.get((r["campaign"], r["family"], r["denominator"]), (None, None))[1]
+                if r["path"] == "mixed" or lay_d != "qb":
+                    continue
+            key = dict(campaign=r["campaign"], family=r["family"], cap=r["cap"], numerator=r["numerator"],
+                       denominator=r["denominator"])
+            v = _n(N, a, "ratios", f"ratios-{r['campaign']}",
+                   ("ratio", r["campaign"], r["family"], r["cap"], r["numerator"], r["denominator"], "ratio"),
+                   r["ratio"], ".6f", key, "ratio")
+            by[(r["campaign"], r["family"], r["cap"])].append([f"{r['numerator']}/{r['denominator']} ", v])
+        for (camp, fam, cap) in sorted(by, key=lambda k: (CAMPAIGN_ORDER.index(k[0]) if k[0] in CAMPAIGN_ORDER
+                                                          else 99, k[1], k[2])):
+            add("qualified ratios", f"{camp} {fam} cap {cap}", _join(by[(camp, fam, cap)]))
+    # E2 estimates with decisions
+    for r in a.rows("estimates"):
+        key = dict(family=r["family"], path=r["path"], comparison=r["comparison"])
+        b = ("est", r["family"], r["path"], r["comparison"])
+        ns = _n(N, a, "estimates", "estimates", b + ("n_sessions",), r["n_sessions"], "d", key, "n_sessions")
+        if r["estimate"] is None:
+            parts = [DASH, " ", decision_text(r["decision"])]
+        else:
+            e = _n(N, a, "estimates", "estimates", b + ("estimate",), r["estimate"], ".6f", key, "estimate")
+            lo = _n(N, a, "estimates", "estimates", b + ("lo",), r["lo"], ".6f", key, "lo")
+            hi = _n(N, a, "estimates", "estimates", b + ("hi",), r["hi"], ".6f", key, "hi")
+            parts = [e, " [", lo, ", ", hi, "] ", decision_text(r["decision"])]
+        parts += [" (", ns, " sessions)"]
+        add("E2 estimate", f"{r['family']} {r['path']} {r['comparison']}", parts, cls=r["decision"],
+            decision=r["decision"], key=key)
+    # E1 counts
+    groups_e1: dict[str, list[list[Any]]] = defaultdict(list)
+    rp: dict[tuple[str, str], list[dict]] = defaultdict(list)
+    for r in a.rows("replay"):
+        rp[(r["family"], r["stage"])].append(r)
+    for fam, stage in sorted(rp, key=lambda k: (k[0], STAGE_ORDER.index(k[1]) if k[1] in STAGE_ORDER else 9)):
+        g = rp[(fam, stage)]
+        key = dict(family=fam, stage=stage)
+        b = ("replay", fam, stage)
+        eq = _n(N, a, "replay", "replay", b + ("pq_eq_qb",), sum(1 for r in g if r["pq_eq_qb"]), "d", key, "pq_eq_qb")
+        n = _n(N, a, "replay", "replay", b + ("contexts",), len(g), "d", key, "contexts")
+        groups_e1[fam].append([f"{stage} ", eq, "/", n])
+    for fam in sorted(groups_e1):
+        add("E1: PQ = QB bitwise (contexts)", fam, _join(groups_e1[fam]))
+    # prediction next to the reference
+    if a.has("prediction"):
+        by_fam: dict[str, list[dict]] = defaultdict(list)
+        for r in a.rows("prediction"):
+            by_fam[r["family"]].append(r)
+        for fam in sorted(by_fam):
+            tot = prediction_totals(by_fam[fam])
+            key = dict(family=fam)
+            v = {k: _n(N, a, "prediction", "prediction-summary", ("predsum", fam, k), val, "d", key, k)
+                 for k, val in tot.items()}
+            pred = " ".join(sorted({r["predictor"] for r in by_fam[fam]}))
+            live = " ".join(sorted({r["live_arm"] for r in by_fam[fam]}))
+            add("prediction vs reference", f"{fam} {live} by {pred}",
+                ["predicted vs live ", v["predicted_matches"], "/", v["live_runs"], " \u00b7 reference vs live ",
+                 v["reference_matches"], "/", v["live_runs"]])
+    # seal and key
+    add("data seal (sha256 of SEAL.dsse.json)", "the sealed data this report was rendered from",
+        [prov.get("data_seal_sha256") or prov.get("seal_sha256") or "not sealed when this report was rendered"],
+        cls="mono small")
+    add("signing key fingerprint", "DSSE keyid", [prov.get("pubkey_fingerprint") or "no key given and no seal present"],
+        cls="mono small")
+    srcs = sorted({p.source for row in rows for c in row for p in c.parts if isinstance(p, Num)})
+    sec.items.append(Table("summary", "Headline", srcs, ["finding", "scope", "result"], rows,
+                           numeric=[False, False, False]))
+    return sec, head
+
+
 def ledger_kinds(path: Path) -> tuple[int, dict[str, int], list[str]]:
     """(records, kind -> count, problems) of a ledger file; kind = first of kind/event/type."""
     kinds: dict[str, int] = defaultdict(int)
@@ -1033,22 +1411,27 @@ def section_ledger(a: Archive, N: Numbers) -> Section:
 # =========================================================================== render
 
 
-def build(a: Archive, pubkey_fingerprint: str | None = None) -> tuple[list[Section], Numbers, dict[str, Any]]:
+def build(a: Archive, pubkey_fingerprint: str | None = None,
+          data_seal: str | Path | None = None) -> tuple[list[Section], Numbers, dict[str, Any]]:
     N = Numbers()
     plan = _read_json(a.files["plan"]) if "plan" in a.files else None
     boot = bootstrap_settings(plan)
-    prov_sec, prov = section_provenance(a, pubkey_fingerprint)
+    prov_sec, prov = section_provenance(a, pubkey_fingerprint, data_seal)
     sections = [
         prov_sec,
         section_qualification(a, N),
         section_ratios(a, N),
+        section_diagnostics(a, N),
         section_replication(a, N, boot),
         section_replay(a, N),
         section_audit(a, N),
         section_masks(a, N),
+        section_prediction(a, N),
         section_acceptance(a, N),
         section_ledger(a, N),
     ]
+    summary, prov["headline"] = section_summary(a, N, prov)
+    sections.insert(0, summary)
     if a.notes:
         prov_sec.notes.extend(a.notes)
     ran_on = device_summary(a)
@@ -1135,8 +1518,13 @@ def _tex_cell(cell: Cell) -> TexRaw:
     s = "".join(out)
     if cell.cls and "reason" in cell.cls:
         s = r"\parbox[t]{4.2cm}{\raggedright\scriptsize " + s + "}"
-    elif cell.cls and "small" in cell.cls:
+        return TexRaw(s)
+    if cell.cls and "small" in cell.cls:
         s = r"{\scriptsize " + s + "}"
+    # longtable's l/r columns never wrap: a long cell (the provenance's device list) would run
+    # off the page and push the columns after it out of the PDF
+    if sum(len(p.text if isinstance(p, Num) else str(p)) for p in cell.parts) > 90:
+        s = r"\parbox[t]{11cm}{\raggedright " + s + "}"
     return TexRaw(s)
 
 
@@ -1145,6 +1533,7 @@ def render(
     out_dir: str | Path | None = None,
     pdf: bool = True,
     pubkey: str | Path | None = None,
+    data_seal: str | Path | None = None,
 ) -> dict[str, Path]:
     """Render report.html, report.tex, numbers.json (and report.pdf) into ``out_dir`` (default results_dir)."""
     fp = None
@@ -1155,7 +1544,7 @@ def render(
     out = Path(out_dir) if out_dir is not None else Path(results_dir)
     out.mkdir(parents=True, exist_ok=True)
     a = load_archive(results_dir, out)
-    sections, N, prov = build(a, fp)
+    sections, N, prov = build(a, fp, data_seal)
     title = "refspec report"
     html = _env_html().get_template("report.html.j2").render(
         title=title, sections=sections, Num=Num, Table=Table, Figure=Figure, prov=prov,
@@ -1175,7 +1564,8 @@ def render(
         colors=TexRaw("\n".join(rf"\definecolor{{rs{k}}}{{HTML}}{{{v[1:].upper()}}}" for k, v in _COLORS.items())),
     )
     atomic_write_text(paths["tex"], tex, mode=0o644)
-    doc = {"format": NUMBERS_FORMAT, "provenance": prov, "numbers": N.as_json()}
+    headline = prov.pop("headline", [])
+    doc = {"format": NUMBERS_FORMAT, "provenance": prov, "headline": headline, "numbers": N.as_json()}
     atomic_write_bytes(paths["numbers"], json.dumps(doc, indent=1, sort_keys=False, ensure_ascii=False).encode() + b"\n", mode=0o644)
     if pdf:
         p = compile_pdf(paths["tex"])

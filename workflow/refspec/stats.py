@@ -52,9 +52,15 @@ method): with the ``N`` values sorted ``x_0 <= ... <= x_{N-1}``,
 
 Threshold decision (threshold ``tau``, default 1.02, on the ratio scale)::
 
+    n < 5 sessions         -> "too_few_sessions" (the interval is descriptive, no decision)
     lo > tau               -> "exceeds"      (the effect exceeds the practical threshold)
     hi < tau               -> "below"        (the whole interval is below the threshold)
     otherwise              -> "inconclusive"
+
+With fewer than ``MIN_SESSIONS`` (5) session contrasts a percentile bootstrap
+has too few distinct resample means to carry a decision (with 2 sessions the
+"interval" is the range of the two contrasts); the estimate and interval are
+still reported, the decision is ``too_few_sessions``.
 
 A task point estimate over sessions (for replication regressions) is
 ``exp(mean_s d_s(t))`` over the sessions in which ``t`` is timed for both
@@ -69,6 +75,14 @@ an arm qualifies when the reference is stable and every required request has
 a completed endpoint equal to the reference. A ratio or estimate is reported
 only when both arms qualify on every task of the family's panel (the tasks
 with qualification rows); otherwise it is shown as a dash with the reason.
+
+Diagnostic (unqualified) timings (:func:`diagnostics_table`): for the
+registered pairs ``DIAGNOSTIC_PAIRS`` (M3/M0, C3/C0, R_prod/M3) of a campaign in
+which at least one of the two arms fails qualification, the same paired ratio
+over the panel tasks timed for both arms (``T_c``), and the median ``t_ns`` of
+each arm's ok requests on ``T_c`` (the middle value, or the mean of the two
+middle values). These rows live in their own table, labelled by which side is
+not qualified; they are never qualified ratios.
 """
 
 from __future__ import annotations
@@ -89,6 +103,15 @@ DEFAULT_SEED = 20261014
 DEFAULT_DRAWS = 10_000
 DEFAULT_THRESHOLD = 1.02
 DEFAULT_PERCENTILES = (2.5, 97.5)
+MIN_SESSIONS = 5  # fewer session contrasts: the interval is descriptive, no threshold decision
+TOO_FEW_SESSIONS = "too_few_sessions"
+# diagnostic (unqualified) timing pairs, numerator / denominator: the price of preservation
+# the servers campaign (anc/servers.md): each server arm over R, C3 beside the patched server with the
+# draft, the draft's effect on each server build, the layout's effect in each mode
+SERVER_DIAGNOSTIC_PAIRS = (("S_stock", "R"), ("S_stock_spec", "R"), ("S_qb", "R"), ("S_qb_spec", "R"),
+                           ("C3", "S_qb_spec"), ("S_stock_spec", "S_stock"), ("S_qb_spec", "S_qb"),
+                           ("S_qb", "S_stock"), ("S_qb_spec", "S_stock_spec"))
+DIAGNOSTIC_PAIRS = (("M3", "M0"), ("C3", "C0"), ("R_prod", "M3")) + SERVER_DIAGNOSTIC_PAIRS
 REFERENCE_ARM = "R"
 LAYOUT_ORDER = ("mq", "gs", "pq", "qb")
 
@@ -248,8 +271,12 @@ def estimate(
         draws=int(draws),
         seed=int(seed),
         threshold=float(threshold),
-        decision=decide(lo, hi, threshold),
+        decision=TOO_FEW_SESSIONS if arr.size < MIN_SESSIONS else decide(lo, hi, threshold),
     )
+
+
+def too_few_sessions_reason(n: int) -> str:
+    return f"{n} session(s): at least {MIN_SESSIONS} are needed for a decision; the interval is descriptive"
 
 
 def first_difference(
@@ -518,6 +545,76 @@ def ratios_table(
     return rows
 
 
+def _median(xs: Sequence[float]) -> float:
+    v = sorted(float(x) for x in xs)
+    if not v:
+        raise StatsError("median of no times")
+    h = len(v) // 2
+    return v[h] if len(v) % 2 else (v[h - 1] + v[h]) / 2.0
+
+
+def diagnostic_label(num_ok: bool, den_ok: bool) -> str:
+    """The label every diagnostic row carries: which side is not qualified."""
+    if not num_ok and not den_ok:
+        return "diagnostic: numerator and denominator not qualified"
+    return "diagnostic: numerator not qualified" if not num_ok else "diagnostic: denominator not qualified"
+
+
+def diagnostics_table(
+    requests: Any,
+    qualification: Any,
+    campaign: str,
+    pairs: Sequence[tuple[str, str]] = DIAGNOSTIC_PAIRS,
+) -> list[dict[str, Any]]:
+    """Rows of the ``diagnostics`` table: unqualified timing pairs of one campaign.
+
+    For each registered (numerator, denominator) pair whose two arms ran at the
+    same family and cap and of which at least one fails qualification on some
+    panel task: medians of each arm's ok times and the paired ratio over the
+    panel tasks timed for both arms. A pair whose arms both qualify is a
+    qualified ratio (``ratios``) and gets no row here.
+    """
+    reqs = [r for r in records(requests) if r["campaign"] == campaign]
+    facts = _arm_facts(reqs)
+    arm_caps: dict[tuple[str, int], set] = defaultdict(set)
+    times: dict[tuple, list[float]] = defaultdict(list)
+    for r in reqs:
+        arm_caps[(r["family"], int(r["cap"]))].add(r["arm"])
+        if r["status"] == "ok" and r["t_ns"] is not None:
+            times[(r["family"], int(r["cap"]), r["arm"], r["task_id"])].append(float(r["t_ns"]))
+    panels = _panels(records(qualification), campaign)
+    rows = []
+    for fam, cap in sorted(panels):
+        panel = panels[(fam, cap)]
+        tasks = sorted(panel)
+        for a, b in pairs:
+            if a not in arm_caps.get((fam, cap), ()) or b not in arm_caps.get((fam, cap), ()):
+                continue
+            fail_a = sum(1 for t in tasks if not panel[t].get(a, False))
+            fail_b = sum(1 for t in tasks if not panel[t].get(b, False))
+            if not fail_a and not fail_b:
+                continue
+            common = [t for t in tasks if times.get((fam, cap, a, t)) and times.get((fam, cap, b, t))]
+            row = dict(campaign=campaign, family=fam, cap=cap,
+                       path=path_of(facts[(campaign, fam, a)][0], facts[(campaign, fam, b)][0]),
+                       numerator=a, denominator=b, numerator_qualified=not fail_a, denominator_qualified=not fail_b,
+                       label=diagnostic_label(not fail_a, not fail_b), n_tasks=len(tasks),
+                       numerator_tasks_failed=fail_a, denominator_tasks_failed=fail_b, n_tasks_timed=len(common),
+                       reason=_unqualified_reason(panel, (a, b)))
+            if common:
+                num = {t: times[(fam, cap, a, t)] for t in common}
+                den = {t: times[(fam, cap, b, t)] for t in common}
+                pr = paired_ratio(num, den, common)
+                row.update(median_numerator_ns=_median([x for t in common for x in num[t]]),
+                           median_denominator_ns=_median([x for t in common for x in den[t]]),
+                           ratio=pr.ratio, n_regressions=pr.n_regressions, regressed_tasks=" ".join(pr.regressed))
+            else:
+                row.update(median_numerator_ns=None, median_denominator_ns=None, ratio=None, n_regressions=None,
+                           regressed_tasks=None)
+            rows.append(row)
+    return rows
+
+
 # --------------------------------------------------------------------------- replication
 
 
@@ -599,7 +696,8 @@ def replication_tables(
                 _pts, reg = ratio_of_pooled(per_task)
                 est_row.update(
                     estimate=e.estimate, lo=e.lo, hi=e.hi, n_sessions=e.n_sessions,
-                    n_regressions=len(reg), regressed_tasks=" ".join(reg), decision=e.decision, reason=None,
+                    n_regressions=len(reg), regressed_tasks=" ".join(reg), decision=e.decision,
+                    reason=too_few_sessions_reason(e.n_sessions) if e.decision == TOO_FEW_SESSIONS else None,
                 )
                 estimates.append(est_row)
     return contrasts, estimates

@@ -5,7 +5,8 @@ M3 and C3 and the ordinary recipe R_prod on a frozen panel, with repeats in
 rounds of fresh workers (counterbalanced arm order). Output: matching complete
 endpoints per arm (``qualification``; Table 3 sums them per arm) and the
 qualified ratios of every arm pair (``ratios``; failed qualification is a dash
-with the reason).
+with the reason) and, in their own table, the diagnostic (unqualified) timings
+of the registered pairs M3/M0, C3/C0 and R_prod/M3 (``diagnostics``).
 """
 
 from __future__ import annotations
@@ -78,10 +79,20 @@ def ratios_text(rows: list[dict]) -> str:
     return table_text(["comparison", "path", "ratio", "regressions", "regressed tasks / reason"], body)
 
 
+def diagnostics_text(rows: list[dict]) -> str:
+    from . import fmt_ratio, table_text
+
+    body = [[f"{r['numerator']}/{r['denominator']}", r["label"], fmt_ratio(r["ratio"]),
+             "-" if r["median_numerator_ns"] is None else f"{r['median_numerator_ns'] / 1e6:.1f}",
+             "-" if r["median_denominator_ns"] is None else f"{r['median_denominator_ns'] / 1e6:.1f}"] for r in rows]
+    return table_text(["comparison", "label", "ratio", "median num (ms)", "median den (ms)"], body)
+
+
 def analyze(ctx, base: dict) -> dict:
-    from ..stats import ratios_table
+    from ..stats import diagnostics_table, ratios_table
 
     ratios = ratios_table(base["requests"], base["qualification"], ctx.name)
+    diag = diagnostics_table(base["requests"], base["qualification"], ctx.name)
     d = ctx.defn
     text = "\n".join([
         counts_text(ctx, base, f"Output confirmation (Table 3 shape): {len(ctx.task_ids('confirm'))} task(s), "
@@ -90,5 +101,8 @@ def analyze(ctx, base: dict) -> dict:
         "",
         "Qualified ratios (numerator time / denominator time; Table S2 shape):",
         ratios_text(ratios),
+        "",
+        "Diagnostic timings (not qualified; never mixed with the qualified ratios):",
+        diagnostics_text(diag) if diag else "none: every registered pair qualified or was not run",
     ])
-    return {"tables": {"ratios": ratios}, "text": text}
+    return {"tables": {"ratios": ratios, "diagnostics": diag}, "text": text}

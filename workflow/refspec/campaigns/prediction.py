@@ -5,7 +5,9 @@ output differs from the reference? Three sessions:
 
 ``s01-discovery``
     The live speculative arm (default C0: unrepaired multi-query verification)
-    and every draft-free candidate predictor (target-only arms) run on the
+    and every draft-free candidate predictor (fast target-only arms; the
+    reference R, or any arm that runs the reference recipe, is refused as a
+    candidate: predicted vs live would equal reference vs live) run on the
     discovery panel. The candidate whose complete endpoints match the live
     endpoints most often is selected (ties: the candidate listed first). The
     selection and the scores are added to the plan as the amendment
@@ -50,6 +52,11 @@ def arms(defn: dict, catalog: dict) -> list:
     spec = [n for n in defn["candidates"] if catalog[n].speculative]
     if spec:
         raise ConfigError(f"prediction: candidate predictor(s) {', '.join(spec)} use a draft; predictors are draft-free")
+    ref = [n for n in defn["candidates"] if is_reference_recipe(catalog[n], catalog["R"])]
+    if ref:
+        raise ConfigError(f"prediction: candidate(s) {', '.join(ref)} run the reference recipe (target-only at physical "
+                          "micro-batch 1); a predictor must be a fast arm, otherwise predicted vs live equals "
+                          "reference vs live by construction")
     out = [catalog["R"]]
     for n in names:
         if n != "R" and n not in [a.name for a in out]:
@@ -57,11 +64,17 @@ def arms(defn: dict, catalog: dict) -> list:
     return out
 
 
+def is_reference_recipe(arm, reference) -> bool:
+    """Whether a draft-free arm computes the reference: R itself, or a target-only arm whose
+    target runs one row per graph (micro-batch 1, or global serialization)."""
+    return arm.name == reference.name or (not arm.speculative and (arm.ub == 1 or arm.layout == "gs"))
+
+
 def schedule(ctx) -> list:
     d = ctx.defn
     ids = session_ids(3, SESSIONS)
     live = d["live_arm"]
-    cands = [c for c in d["candidates"] if c != "R"]
+    cands = list(d["candidates"])
     disc = round_schedule([ids[0]], [live, *cands], ctx.task_ids("discovery"), caps=[d["cap"]],
                           repeats=d["discovery_repeats"], block_by=d["block_by"], seed=d["seed"])[0]
     disc.note = "live arm and draft-free candidates on the discovery panel"
@@ -195,6 +208,26 @@ def score(ctx, records: list[dict]) -> dict:
             "frozen": pred is not None, "tasks": tasks}
 
 
+def table_rows(ctx, sc: dict, records: list[dict]) -> list[dict]:
+    """Rows of the ``prediction`` table (one per reserved task)."""
+    plan = planmod.check_file(ctx.run.out, ctx.run.ledger)
+    pred = (plan.get("predictions") or {}).get("endpoints") or {}
+    s3 = ctx.sessions[2].id
+    eps = _first_endpoints(records, s3)
+    rows = []
+    for x in sc["tasks"]:
+        t = x["task_id"]
+        ref = eps.get(("R", t), [])
+        rows.append({"family": ctx.family, "task_id": t, "live_arm": sc["live_arm"],
+                     "predictor": sc["predictor"] or "", "session": s3, "cap": int(ctx.defn["cap"]),
+                     "predicted_sha256": (pred.get(t) or {}).get("endpoint_sha256"),
+                     "reference_sha256": ref[0]["endpoint_sha256"] if ref else None,
+                     "live_runs": x["live_runs"], "live_stable": x["live_stable"],
+                     "predicted_matches": x["predicted_matches"], "reference_matches": x["reference_matches"],
+                     "reference_divergent": x["reference_divergent"]})
+    return rows
+
+
 def analyze(ctx, base: dict) -> dict:
     from . import table_text
 
@@ -221,4 +254,5 @@ def analyze(ctx, base: dict) -> dict:
         "(companion study: 72/72 predicted, 60/72 reference, all 12 runs of four reference-divergent prompts)",
         table_text(["task", "live runs", "stable", "predicted", "reference"], task_rows),
     ])
-    return {"tables": {}, "text": text, "json": {"prediction.json": sc}}
+    tables = {"prediction": table_rows(ctx, sc, base["_records"])} if sc["predictor"] else {}
+    return {"tables": tables, "text": text, "json": {"prediction.json": sc}}
