@@ -234,15 +234,20 @@ def test_latex_report_shows_every_table_and_figure(rendered, tmp_path):
     text = subprocess.run(["pdftotext", "-layout", str(pdf), "-"], stdout=subprocess.PIPE, check=True,
                           timeout=120).stdout.decode("utf-8", "replace")
     pages = [_words(t) for t in text.split("\f")]
+    lines = [{_words(line) for line in t.splitlines()} for t in text.split("\f")]  # a title is a line of its own
     subprocess.run(["pdftoppm", "-r", "36", str(pdf), str(tmp_path / "page")], check=True, timeout=120)
     images = sorted(tmp_path.glob("page-*.ppm"))
     assert len(images) >= 2 and len(images) <= len(pages)
     ink, colour = [], []
     for img in images:
         w, h, rgb = _ppm(img)
-        px = [rgb[i:i + 3] for i in range(0, len(rgb), 3)]
-        ink.append(sum(1 for p in px if max(p) < 128) / len(px))
-        colour.append(sum(1 for p in px if max(p) - min(p) > 60))  # the figures' coloured marks
+        dark = coloured = 0
+        for r, g, b in zip(rgb[0::3], rgb[1::3], rgb[2::3]):
+            hi, lo = max(r, g, b), min(r, g, b)
+            dark += hi < 128
+            coloured += hi - lo > 60  # the figures' coloured marks
+        ink.append(dark / (w * h))
+        colour.append(coloured)
     blank = [i + 1 for i, f in enumerate(ink) if not 0.001 < f < 0.5]
     assert not blank, f"blank (or black) pages: {blank} of {len(images)}"
     sections, _, _ = report.build(report.load_archive(rendered, out))
@@ -250,7 +255,7 @@ def test_latex_report_shows_every_table_and_figure(rendered, tmp_path):
     assert sum(isinstance(it, report.Figure) for it in items) >= 2
     for it in items:
         title = _words(it.title)
-        at = next((i for i, p in enumerate(pages) if title in p), None)
+        at = next((i for i, page in enumerate(lines) if title in page), None)
         assert at is not None, f"{it.title!r} is not in report.pdf"
         near = pages[at] + "".join(pages[at + 1:at + 2])  # a table or drawing may start on the next page
         if isinstance(it, report.Table):

@@ -69,9 +69,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"refspec: error: unknown command {name!r}", file=sys.stderr)
         return EXIT_USAGE
     add_arguments, run = _load(name)
-    sp = argparse.ArgumentParser(prog=f"refspec {name}", description=SUBCOMMANDS[name][1])
-    add_arguments(sp)
     passthrough = name in getattr(importlib.import_module(SUBCOMMANDS[name][0]), "PASSTHROUGH", ())
+    # A pass-through command must not read the wrapped program's options as abbreviations
+    # of its own (snakemake's --config is not refspec main's --configfile).
+    sp = argparse.ArgumentParser(prog=f"refspec {name}", description=SUBCOMMANDS[name][1],
+                                 allow_abbrev=not passthrough)
+    add_arguments(sp)
     try:
         if passthrough:  # unknown options go to the wrapped program (snakemake, pytest)
             args, extra = sp.parse_known_args(argv[1:])

@@ -18,13 +18,28 @@ from pathlib import Path
 
 from .paths import REPO_ROOT
 
-DEBIAN_TEST_PACKAGES = ["chromium"]
+# Debian packages the tests use, installed when this machine can (root with apt-get):
+# chromium for the browser test; LaTeX (latex-base: geometry, longtable, array, url;
+# latex-recommended: booktabs, xcolor; pictures: TikZ) for report.pdf, and poppler-utils
+# (pdftoppm, pdftotext) to render and read its pages.
+DEBIAN_TEST_PACKAGES = ["chromium", "texlive-latex-base", "texlive-latex-recommended", "texlive-pictures",
+                        "poppler-utils"]
+# what report.tex needs, for the message when report.pdf cannot be made
+TEX_PACKAGES = "texlive-latex-base texlive-latex-recommended texlive-pictures"
+
+
+def _dpkg_installed(package: str) -> bool:
+    r = subprocess.run(["dpkg-query", "-W", "-f=${Status}", package], stdout=subprocess.PIPE,
+                       stderr=subprocess.DEVNULL, text=True, check=False)
+    return r.returncode == 0 and r.stdout.strip().endswith(" installed")
 
 
 def _apt_install(packages: list[str]) -> None:
     """Install missing Debian packages when running as root with apt (tests skip otherwise)."""
-    missing = [p for p in packages if shutil.which(p) is None]
-    if not missing or os.geteuid() != 0 or shutil.which("apt-get") is None:
+    if os.geteuid() != 0 or shutil.which("apt-get") is None or shutil.which("dpkg-query") is None:
+        return
+    missing = [p for p in packages if not _dpkg_installed(p)]
+    if not missing:
         return
     env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
     print(f"refspec test: installing {' '.join(missing)} from Debian", file=sys.stderr)
@@ -103,7 +118,9 @@ def _run_main(args: argparse.Namespace) -> int:
     if r.returncode != 0:
         print("refspec main: the workflow failed (see the log tail above and results/*/logs/)", file=sys.stderr)
         return r.returncode
-    results = REPO_ROOT / cfg["results"]
+    if _dry_run(args.extra):
+        return 0
+    results = REPO_ROOT / _config_override(args.extra, "results", cfg["results"])
     archive = results / "archive"
     print(f"\narchive: {archive}")
     check = results / "checked.txt"
@@ -114,6 +131,11 @@ def _run_main(args: argparse.Namespace) -> int:
         numbers = results / "report-stage" / "numbers.json"
     if numbers.exists():
         print(f"report: {archive / 'report.html'}")
+        if (archive / "report.pdf").exists():
+            print(f"report: {archive / 'report.pdf'}")
+        else:
+            print("report.pdf: not made: pdflatex was not found (Debian: apt-get install --no-install-recommends "
+                  f"{TEX_PACKAGES}, then remove {results / 'report-stage'} and run again)")
         print()
         print(headline_text(numbers, archive / "SEAL.dsse.json"))
     return 0
@@ -139,6 +161,26 @@ def headline_text(numbers_json: Path, seal: Path | None = None) -> str:
     lines = ["headline (report.html opens with the same table; report/check.py recomputes every number)"]
     lines += [f"  {f:<{w1}}  {s:<{w2}}  {v}" for f, s, v in rows]
     return "\n".join(lines)
+
+
+def _dry_run(extra: list[str]) -> bool:
+    return any(a in ("-n", "--dry-run", "--dryrun") for a in extra)
+
+
+def _config_override(extra: list[str], key: str, default: str) -> str:
+    """The value snakemake's ``--config KEY=VALUE ...`` (or ``-C``) gives ``key``, else ``default``."""
+    value, in_config = default, False
+    for a in extra:
+        if a in ("--config", "-C"):
+            in_config = True
+            continue
+        if a.startswith("--config="):
+            in_config, a = True, a[len("--config="):]
+        elif a.startswith("-"):
+            in_config = False
+        if in_config and a.partition("=")[0] == key:
+            value = a.partition("=")[2]
+    return value
 
 
 COMMANDS = {"main": (_add_main, _run_main), "test": (_add_test, _run_test)}
