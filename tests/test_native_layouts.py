@@ -11,10 +11,13 @@ import numpy as np
 import pytest
 
 from refspec import models, native, runtime
-from refspec.runtime import Capture, Context, ContextSpec
+from refspec.runtime import Context, ContextSpec
+
+from layoutcapture import STAGES, run_layout
+from layoutcapture import bits as _bits
+from layoutcapture import spec as _spec
 
 LAYERS = (0, 15, 29)
-STAGES = ("kq", "kq_soft_max", "kqv")
 PREFIX = 20
 
 
@@ -35,56 +38,8 @@ def tokens(target):
     return toks
 
 
-def _spec(layout: str, mask: int = 3, ub: int = 4) -> ContextSpec:
-    return ContextSpec(n_ctx=256, n_batch=64, n_ubatch=ub, threads=1, layout=layout, mask=mask)
-
-
-def _canonical(items, layout: str, q: int) -> dict[tuple[str, int], np.ndarray]:
-    """Stage outputs as float32 arrays of shape (q, h, n) whatever the layout's node shapes."""
-    out: dict[tuple[str, int], list] = {}
-    for it in items:
-        ne0, ne1, ne2, ne3 = it.ne
-        a = it.data.astype(np.float32, copy=False).reshape(ne3, ne2, ne1, ne0)
-        base = it.name.split("_pq")[0]
-        if layout == "mq":
-            assert ne3 == 1 and ne1 == q
-            arr = a[0].transpose(1, 0, 2)  # (h, q, n) -> (q, h, n)
-            out.setdefault((base, it.layer), []).append(arr)
-        elif layout == "qb":
-            assert ne1 == 1 and ne3 == q
-            out.setdefault((base, it.layer), []).append(a[:, :, 0, :])
-        else:  # pq: one node per query, in query order
-            assert ne1 == 1 and ne3 == 1
-            out.setdefault((base, it.layer), []).append(a[:, :, 0, :])
-    return {k: np.concatenate(v, axis=0) for k, v in out.items()}
-
-
 def _run(target, tokens, layout: str, q: int, phase: str, capture: bool = True):
-    cap = Capture(STAGES, LAYERS) if capture else None
-    with Context(target, _spec(layout), capture=cap) as ctx:
-        ctx.begin_request()
-        if cap:
-            cap.enabled = False
-        if phase == "prefill":
-            rows, pos0 = tokens[:q], 0
-        else:
-            # one common history for every layout: the prefix is prefilled with qb
-            ctx.set_layout("qb")
-            ctx.decode(tokens[:PREFIX], 0)
-            ctx.set_layout(layout)
-            ctx.set_phase("continuation")
-            rows, pos0 = tokens[PREFIX:PREFIX + q], PREFIX
-        if cap:
-            cap.enabled = True
-        assert ctx.active_layout() == layout
-        logits = ctx.decode(rows, pos0, outputs="all")
-        counters = ctx.counters()
-    stages = _canonical(cap.items, layout, q) if cap else None
-    return stages, logits, counters
-
-
-def _bits(a: np.ndarray) -> np.ndarray:
-    return np.ascontiguousarray(a).view(np.uint32)
+    return run_layout(target, tokens, layout, q, phase, LAYERS, PREFIX, capture=capture)
 
 
 @pytest.mark.parametrize("phase", ["prefill", "continuation"])
