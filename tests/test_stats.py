@@ -271,6 +271,7 @@ def _req_row(**kw):
         status="ok", reason=None, t_ns=123456789, n_generated=3, stop_reason="eog", eog=True, last_token=7,
         endpoint_sha256=T.endpoint_sha256([1, 2, 7], True, "eog"), proposals=0, accepted=0, rollbacks=0, cycles=0,
         callers=4, micrographs=4, rows=40, graph_rebuilds=2, graph_reuses=2,
+        device="CUDA0", device_description="NVIDIA H200", gpu_layers=31, draft_gpu_layers=None,
     )
     base.update(kw)
     return base

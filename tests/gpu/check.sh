@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The device check: one prepared run on a CUDA host with no network (tested: one H200, 16 cores).
 #
-#   bash tests/gpu/check.sh [--bundle DIR] [--prefix DIR] [--out DIR] [--jobs N]
+#   bash tests/gpu/check.sh [--bundle DIR] [--prefix DIR] [--out DIR] [--jobs N] [--rehearse-on-cpu]
 #
 # From an offline bundle (refspec bundle; --bundle: the bundle folder, installed into --prefix,
 # default /tmp/refspec-gpu) or from an environment where `refspec` already runs, it builds the
@@ -12,24 +12,27 @@
 # the driver refuses to time a worker that holds fewer layers on the GPU than asked. It prints one
 # summary block and leaves the sealed archive in --out (default results/gpu-check under the
 # source). On a machine without a CUDA device it prints "no CUDA device: skipped" and exits 0.
+# --rehearse-on-cpu runs the same steps on the CPU build (no layer offloaded) to rehearse the
+# check where there is no GPU; its timings are CPU timings and its summary says so.
 #
 # Exit: 0 done (or skipped), 1 the workflow or the check failed, 2 usage, 3 bundle integrity,
 # 4 build failed.
 set -uo pipefail
 
-bundle="" prefix="/tmp/refspec-gpu" out="" jobs=""
+bundle="" prefix="/tmp/refspec-gpu" out="" jobs="" rehearse=0
 while [ $# -gt 0 ]; do
     case "$1" in
         --bundle) bundle="$2"; shift 2 ;;
         --prefix) prefix="$2"; shift 2 ;;
         --out) out="$2"; shift 2 ;;
         --jobs) jobs="$2"; shift 2 ;;
+        --rehearse-on-cpu) rehearse=1; shift ;;
         -h|--help) sed -n 2,17p "$0"; exit 0 ;;
         *) echo "check.sh: unknown argument $1" >&2; exit 2 ;;
     esac
 done
 
-if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L 2>/dev/null | grep -q '^GPU '; then
+if [ "$rehearse" -eq 0 ] && { ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L 2>/dev/null | grep -q '^GPU '; }; then
     echo "no CUDA device: skipped"
     exit 0
 fi
@@ -51,12 +54,26 @@ command -v refspec >/dev/null 2>&1 || { echo "check.sh: refspec is not on PATH (
 cd "$src" || exit 2
 jobs="${jobs:-$(nproc)}"
 cfg="tests/gpu/config.yaml"
+if [ "$rehearse" -eq 1 ]; then  # the same config on the CPU build, results in their own folder
+    mkdir -p results
+    python3 - "$cfg" results/gpu-check-rehearsal.yaml <<'PYEOF'
+import sys, yaml
+c = yaml.safe_load(open(sys.argv[1]))
+c["native"]["backend"] = "cpu"
+c["gpu_layers"] = "none"
+c["threads"] = 2
+c["results"] = "results/gpu-check-rehearsal"
+open(sys.argv[2], "w").write(yaml.safe_dump(c))
+PYEOF
+    cfg="results/gpu-check-rehearsal.yaml"
+    echo "REHEARSAL on the CPU build: no layer is offloaded; timings are CPU timings"
+fi
 results="$(python3 -c 'import sys, yaml; print(yaml.safe_load(open(sys.argv[1]))["results"])' "$cfg")"
 logs="$src/$results-logs"
 mkdir -p "$logs"
-nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap --format=csv,noheader | sed 's/^/GPU: /'
+[ "$rehearse" -eq 1 ] || nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap --format=csv,noheader | sed 's/^/GPU: /'
 
-stamp "building the patched llama.cpp for CUDA ($jobs jobs)"
+stamp "building the patched llama.cpp for the configured backend ($jobs jobs)"
 tb=$(date +%s)
 refspec build --config "$cfg" --jobs "$jobs" --quiet > "$logs/build.log" 2>&1 || {
     rc=$?; tail -30 "$logs/build.log"; echo "check.sh: the CUDA build failed (exit $rc)"; exit 4; }
@@ -65,7 +82,7 @@ cat "$logs/build.log"
 lib_dir="$(refspec build --config "$cfg" --quiet | sed -n 's/.*: \(\/.*\/bin\) (key.*/\1/p')"
 # Some hosts' Python carries an older C++ runtime than the one the libraries were built with;
 # loading the bindings then crashes in the tokenizer set-up. Preload the system's runtime.
-if [ -z "${LD_PRELOAD:-}" ] && [ -f "$lib_dir/libllama.so" ]; then
+if [ "$rehearse" -eq 0 ] && [ -z "${LD_PRELOAD:-}" ] && [ -f "$lib_dir/libllama.so" ]; then
     export LD_PRELOAD="$(ldd "$lib_dir/libllama.so" | awk '/libstdc\+\+/{print $3; exit}')"
     stamp "LD_PRELOAD=$LD_PRELOAD"
 fi
