@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -66,6 +67,8 @@ def _check_archive(res: Path, tmp: Path) -> None:
                        capture_output=True, text=True)
     assert c.returncode == 0, c.stdout + c.stderr
     assert (archive / "report.html").is_file() and (archive / "numbers.json").is_file()
+    # the report stage makes report.pdf wherever pdflatex is (./run test installs it as root)
+    assert (archive / "report.pdf").is_file() == (shutil.which("pdflatex") is not None)
     q = (archive / "tables" / "qualification.csv").read_text()
     assert "confirmation" in q and "C3" in q
 
@@ -117,6 +120,8 @@ def test_killed_run_resumes_without_recomputing(tmp_path):
                        cwd=REPO_ROOT, env=_env(tmp_path), capture_output=True, text=True, timeout=1200)
     assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
     assert "releasing the lock an interrupted run left behind" in r.stderr
+    pdf = res / "archive" / "report.pdf"
+    assert (f"report: {pdf}" if shutil.which("pdflatex") else "report.pdf: not made: pdflatex was not found") in r.stdout
     after = journal.read_bytes()
     assert after.startswith(before), "completed journal lines were rewritten"
     _check_archive(res, tmp_path)
