@@ -21,7 +21,7 @@ import time
 import pytest
 import yaml
 
-from refspec.driver import Worker, WorkerSpec, worker_env
+from refspec.driver import ENV_GPU_PASSTHROUGH, Worker, WorkerSpec, worker_env
 from refspec.arms import load_arms
 from refspec.hashing import sha256_json
 from refspec.paths import config_dir
@@ -54,7 +54,7 @@ def call(w, method, path, body=None, headers=None, raw=None):
     host, port = w.url.rsplit("/", 1)[-1].rsplit(":", 1)
     conn = http.client.HTTPConnection(host, int(port), timeout=300)
     data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
-    h = {"Content-Type": "application/json", **(headers or {})}
+    h = {"Content-Type": "application/json", "Authorization": f"Bearer {w.secret}", **(headers or {})}
     if data is not None:
         h.setdefault("Content-Length", str(len(data)))
     conn.request(method, path, body=data, headers=h)
@@ -149,6 +149,7 @@ def test_bad_requests_get_clear_errors_and_the_worker_keeps_serving(worker, case
         conn = http.client.HTTPConnection(host, int(port), timeout=60)
         conn.putrequest("POST", "/v1/completions")
         conn.putheader("Content-Type", "application/json")
+        conn.putheader("Authorization", f"Bearer {worker.secret}")
         conn.putheader("Content-Length", str(64 << 20))
         conn.endheaders()
         resp = conn.getresponse()
@@ -225,11 +226,12 @@ def test_with_the_flag_a_non_loopback_host_is_tried(tmp_path, lib_path):
 def test_worker_environment_is_scrubbed(lib_path):
     env = worker_env(lib_path, 2, base={"PATH": "/bin", "HOME": "/root", "SECRET_TOKEN": "x", "PYTHONPATH": "/evil",
                                          "LD_PRELOAD": "/evil.so", "OMP_NUM_THREADS": "64"})
-    assert "SECRET_TOKEN" not in env and "LD_PRELOAD" not in env
+    assert "SECRET_TOKEN" not in env
+    assert env["LD_PRELOAD"] == "/evil.so"  # on the GPU allowlist (hosts whose C++/CUDA runtime needs it)
     assert env["PYTHONHASHSEED"] == "0" and env["LANG"] == env["LC_ALL"] == "C"
     assert env["OMP_NUM_THREADS"] == "2" and env["LLAMA_CPP_LIB_PATH"] == str(lib_path)
     assert env["PYTHONPATH"] != "/evil"
     assert set(env) <= {"PATH", "HOME", "VIRTUAL_ENV", "TMPDIR", "LANG", "LC_ALL", "PYTHONHASHSEED", "PYTHONPATH",
                         "PYTHONUNBUFFERED", "PYTHONDONTWRITEBYTECODE", "LLAMA_CPP_LIB_PATH", "REFSPEC_CACHE",
                         "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "VECLIB_MAXIMUM_THREADS",
-                        "NUMEXPR_NUM_THREADS"}
+                        "NUMEXPR_NUM_THREADS", *ENV_GPU_PASSTHROUGH}

@@ -41,6 +41,7 @@ from typing import Any, Callable, Iterable
 from .arms import Arm
 from .endpoint import Endpoint
 from .errors import RefspecError
+from .fsutil import atomic_write_text
 from .hashing import canonical_json, sha256_json
 from .ledger import Ledger
 from .models import FamilyFiles
@@ -113,6 +114,15 @@ class TransportError(RefspecError):
 
 class InvalidResponse(RefspecError):
     """An HTTP 200 answer that does not pass validation."""
+
+
+class SequenceGap(InvalidResponse):
+    """The worker's ``request_index`` did not advance by exactly one since the driver's last completion.
+
+    The worker counts every completion it serves; a gap means it served requests the
+    driver did not send (between or during timed ones), so the block's timings are not
+    trusted: :func:`run_block` fails the block.
+    """
 
 
 # --------------------------------------------------------------------------- environment
@@ -215,6 +225,9 @@ class Worker:
         self.pid = proc.pid
         self.worker_id = spec.worker_id
         self.started_ns = started_ns
+        self.ready_path = Path(spec.run_dir).resolve() / "workers" / f"{spec.worker_id}.ready.json"
+        self.secret = ready.get("secret")
+        self.next_index = 0  # the request_index the worker's next completion must carry
 
     # ---------------------------------------------------------------- lifecycle
     @classmethod
@@ -286,6 +299,8 @@ class Worker:
         if r.get("arm") != spec.arm.name:
             problems.append(f"arm {r.get('arm')} != {spec.arm.name}")
         want = {k: v for k, v in spec.arm.record().items() if k != "cap"}
+        if "gpu_layers" in want and want["gpu_layers"] is None:
+            want["gpu_layers"] = 0  # what the worker loads with when it is given no --gpu-layers
         got = {k: v for k, v in (r.get("arm_record") or {}).items() if k != "cap"}
         if want != got:
             problems.append(f"arm recipe differs: worker {got}, driver {want}")
@@ -299,6 +314,17 @@ class Worker:
             problems.append("warmup not done")
         if r.get("prompt_cache") is not False:
             problems.append("prompt cache not reported off")
+        if r.get("requests_served") != 0:
+            problems.append(f"the worker has already served {r.get('requests_served')} requests")
+        if not isinstance(r.get("secret"), str) or len(r["secret"]) < 32:
+            problems.append("no secret in the ready file")
+        try:
+            mode = os.stat(self.ready_path).st_mode & 0o777
+        except OSError as e:
+            problems.append(f"ready file: {e}")
+        else:
+            if mode & 0o077:
+                problems.append(f"the ready file (it holds the secret) has mode {mode:04o}, not 0600")
         return problems
 
     def alive(self) -> bool:
@@ -319,19 +345,36 @@ class Worker:
                 pass
             if self.wait_exit(timeout) is None:
                 _kill(self.proc)
-        return self.proc.wait()
+        code = self.proc.wait()
+        self._redact_secret()
+        return code
 
     def kill(self) -> int:
         _kill(self.proc)
-        return self.proc.wait()
+        code = self.proc.wait()
+        self._redact_secret()
+        return code
+
+    def _redact_secret(self) -> None:
+        """The worker has exited: its ready file (kept with the results) no longer needs the secret."""
+        try:
+            rec = json.loads(self.ready_path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return
+        if isinstance(rec, dict) and rec.get("secret") is not None:
+            rec["secret"] = None
+            atomic_write_text(self.ready_path, json.dumps(rec, indent=1, sort_keys=True) + "\n", mode=0o600)
 
     def describe_exit(self) -> str:
         return describe_exit(self.proc.poll())
 
     # ---------------------------------------------------------------- HTTP
+    def _headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.secret}", "Connection": "close"}
+
     def _post(self, path: str, data: bytes, timeout: float) -> tuple[int, bytes]:
         req = urllib.request.Request(self.url + path, data=data, method="POST",
-                                     headers={"Content-Type": "application/json", "Connection": "close"})
+                                     headers={**self._headers(), "Content-Type": "application/json"})
         try:
             with _OPENER.open(req, timeout=timeout) as resp:
                 return resp.status, resp.read()
@@ -350,7 +393,8 @@ class Worker:
 
     def get(self, path: str, timeout: float = 10.0) -> dict:
         try:
-            with _OPENER.open(self.url + path, timeout=timeout) as resp:
+            with _OPENER.open(urllib.request.Request(self.url + path, headers=self._headers()),
+                              timeout=timeout) as resp:
                 return json.loads(resp.read())
         except urllib.error.HTTPError as e:
             raise RequestError(e.code, e.read().decode("utf-8", "replace")[:500]) from None
@@ -387,6 +431,12 @@ class Worker:
         t1 = time.perf_counter_ns()
         if status != 200:
             raise InvalidResponse(f"HTTP status {status}")
+        got, want = obj["refspec"].get("request_index"), self.next_index
+        if type(got) is not int or got != want:
+            raise SequenceGap(f"request_index {got!r} where {want} was due: the worker served "
+                              + (f"{got - want} request(s) the driver did not send" if type(got) is int and got > want
+                                 else "out of sequence"))
+        self.next_index += 1
         return Completion(t1 - t0, ep, margins, counters, evidence, obj)
 
 
@@ -679,6 +729,23 @@ def run_block(ctx: RunContext, arm: Arm, planned: list[Planned], *, block: int =
                                    f"worker answered {e}", retry_of, prompt_sha256=sha256_json(ids)))
                 order += 1
                 continue
+            except SequenceGap as e:
+                # foreign requests were served between timed ones: nothing more is timed in this block
+                reason = f"request_index gap on worker {worker.worker_id} (pid {worker.pid}): {e}; the block is failed"
+                rec = _failed(ctx, arm, block, worker.worker_id, p, order, attempt, reason, retry_of,
+                              prompt_sha256=sha256_json(ids))
+                out.append(rec)
+                code = worker.kill()
+                _ledger(ctx, "worker_exit", f"stopped after a request_index gap: worker {describe_exit(code)}",
+                        worker=worker.worker_id, arm=arm.name, block=block, pid=worker.pid, exit_code=code)
+                left = f"block {block} failed: request_index gap on worker {worker.worker_id} (ledger line {rec['ledger_seq']})"
+                i = order + 1
+                while queue:
+                    q, q_attempt, q_retry = queue.popleft()
+                    out.append(_failed(ctx, arm, block, worker.worker_id, q, i, q_attempt, left, q_retry))
+                    i += 1
+                worker = None
+                break
             except (TransportError, InvalidResponse) as e:
                 code = worker.wait_exit(2.0)
                 if code is not None:

@@ -8,12 +8,18 @@ the registered warmup (:data:`WARMUP_TEXT`, chat-templated, :data:`WARMUP_CAP`
 new tokens; recorded, never timed) and then serves a loopback HTTP endpoint
 shaped like OpenAI's ``/v1/completions`` (non-streaming, greedy only). The
 chosen port and the worker's identity are written atomically to the ready file
-once the warmup is done; the driver waits for that file.
+once the warmup is done; the driver waits for that file. The ready file (mode
+0600) also holds the worker's secret: every request must carry it as
+``Authorization: Bearer <secret>`` (what OpenAI clients send as their API key),
+name the bound address in ``Host`` and, for a POST, be ``application/json``.
 
-Requests are served one at a time, in arrival order, on the main thread: a
-request that arrives while another is processed waits in the listen backlog
-(it is never answered 503 and never runs concurrently). There is no prompt
-cache: every request starts from cleared KV caches (``Context.begin_request``).
+Each connection is read on its own thread, under one deadline for the request
+line and headers and one for the body, so a slow client cannot hold up
+``/health`` for the others. Completions (and tokenization) are computed one at
+a time, in the order their requests were read (a ticket queue): a completion
+that arrives while another is computed waits; it is never answered 503 and
+never runs concurrently. There is no prompt cache: every request starts from
+cleared KV caches (``Context.begin_request``).
 
 SIGTERM (or SIGINT) lets the in-flight request finish and its response go out,
 then closes the listening socket and exits 0. The HTTP API, its errors, the
@@ -24,14 +30,19 @@ exit codes and the environment the driver gives a worker are documented in
 from __future__ import annotations
 
 import argparse
+import hmac
 import http.server
+import io
 import ipaddress
 import json
 import math
 import os
+import secrets
 import signal
 import socket
+import socketserver
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -42,7 +53,9 @@ from .hashing import sha256_json
 
 DEFAULT_MAX_BODY = 1 << 20  # bytes
 DRAIN_LIMIT = 8 << 20  # an oversized body up to this size is read and discarded before the 413 answer
-READ_TIMEOUT_S = 30.0
+READ_TIMEOUT_S = 30.0  # the whole body must arrive within this many seconds after the headers
+HEADER_DEADLINE_S = 10.0  # the request line and every header must arrive within this many seconds
+MAX_CONNECTIONS = 64  # connections read at once; more wait in the listen backlog
 
 # The registered warmup: a fixed user turn, chat-templated with the family's
 # template, decoded with the worker's arm before the worker reports ready.
@@ -372,23 +385,84 @@ def _utc() -> str:
 
 # --------------------------------------------------------------------------- HTTP
 
+def bearer_matches(value: str | None, secret: str) -> bool:
+    """``value`` is ``Bearer <secret>`` (scheme case-insensitive; compared in constant time)."""
+    if not value or not secret:
+        return False
+    scheme, _, token = value.strip().partition(" ")
+    if scheme.lower() != "bearer":
+        return False
+    return hmac.compare_digest(token.strip().encode("utf-8", "replace"), secret.encode("utf-8"))
+
+
+def is_json_media_type(value: str | None) -> bool:
+    """``application/json``, optionally with ``charset=utf-8`` (any case); nothing else."""
+    if not value:
+        return False
+    media, *params = [p.strip() for p in value.split(";")]
+    if media.lower() != "application/json":
+        return False
+    for p in params:
+        k, _, v = p.partition("=")
+        if k.strip().lower() != "charset" or v.strip().strip('"').lower() not in ("utf-8", "utf8"):
+            return False
+    return True
+
+
+class _DeadlineReader(io.RawIOBase):
+    """The connection's reads, each bounded by what is left of the current deadline.
+
+    A per-read socket timeout alone lets a client that sends one byte at a time
+    hold a connection forever; here the request line and headers share one
+    deadline (:data:`HEADER_DEADLINE_S`) and the body another (:data:`READ_TIMEOUT_S`).
+    """
+
+    def __init__(self, sock: socket.socket, deadline: float):
+        super().__init__()
+        self.sock = sock
+        self.deadline = deadline
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b) -> int:
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("the deadline has passed")
+        self.sock.settimeout(left)
+        return self.sock.recv_into(b)
+
+
 class Handler(http.server.BaseHTTPRequestHandler):
     server_version = "refspec-worker/1"
     protocol_version = "HTTP/1.0"  # one request per connection; the response closes it
-    timeout = READ_TIMEOUT_S
+    timeout = None  # reads are bounded by _DeadlineReader, writes by READ_TIMEOUT_S
 
     @property
     def app(self) -> "WorkerServer":
         return self.server  # type: ignore[return-value]
 
+    def setup(self):
+        super().setup()
+        self.requestline, self.request_version, self.command = "", "HTTP/1.0", None  # until a request line is read
+        self._answered = False
+        self._phase = "headers"
+        self._reader = _DeadlineReader(self.connection, time.monotonic() + HEADER_DEADLINE_S)
+        old, self.rfile = self.rfile, io.BufferedReader(self._reader, 1 << 16)
+        old.close()
+
     def log_message(self, fmt, *args):  # to the worker's log (stderr), with a UTC time
         sys.stderr.write(f"{_utc()} {self.address_string()} {fmt % args}\n")
 
-    def _send_json(self, status: int, obj: dict) -> None:
+    def _send_json(self, status: int, obj: dict, headers: dict | None = None) -> None:
         data = json.dumps(obj, allow_nan=False, separators=(",", ":")).encode("utf-8")
+        self._answered = True
+        self.connection.settimeout(READ_TIMEOUT_S)  # the answer is written whatever is left of a read deadline
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
+        for k, v in (headers or {}).items():
+            self.send_header(k, v)
         self.send_header("Connection", "close")
         self.end_headers()
         if self.command != "HEAD":
@@ -403,7 +477,62 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self.close_connection = True
 
     def _error(self, e: HTTPError) -> None:
-        self._send_json(e.status, e.body())
+        headers = {"WWW-Authenticate": 'Bearer realm="refspec-worker"'} if e.status == 401 else None
+        self._send_json(e.status, e.body(), headers)
+
+    # ------------------------------------------------------------ one request
+    def handle_one_request(self):
+        """The standard library's loop body, with the deadlines, the admission checks and JSON errors."""
+        try:
+            self.raw_requestline = self.rfile.readline(65537)
+            if len(self.raw_requestline) > 65536:
+                self.requestline = self.request_version = self.command = ""
+                self.send_error(414)
+                return
+            if not self.raw_requestline:
+                self.close_connection = True
+                return
+            if not self.parse_request():
+                return
+            self._phase = "body"
+            self._reader.deadline = time.monotonic() + READ_TIMEOUT_S
+            refused = self._admit()
+            if refused is not None:
+                self._drain_body()
+                return self._error(refused)
+            method = getattr(self, "do_" + self.command, None)
+            if method is None:
+                self._drain_body()
+                return self._error(HTTPError(501, f"method {self.command} is not supported"))
+            method()
+            self.wfile.flush()
+        except TimeoutError:
+            self.close_connection = True
+            if not self._answered:
+                what = (f"the request line and headers did not arrive within {HEADER_DEADLINE_S:g} s"
+                        if self._phase == "headers" else f"the body did not arrive within {READ_TIMEOUT_S:g} s")
+                self.log_message("%s", what)
+                try:
+                    self._error(HTTPError(408, what, type_="timeout"))
+                except OSError:
+                    pass
+
+    def _admit(self) -> HTTPError | None:
+        """Host, Origin and the bearer secret: every request, before anything else is looked at."""
+        app = self.app
+        hosts = self.headers.get_all("Host") or []
+        if len(hosts) != 1:
+            return HTTPError(400, f"exactly one Host header is required ({app.authority})", type_="invalid_host")
+        if hosts[0].strip().lower() != app.authority:
+            return HTTPError(421, f"Host {hosts[0][:100]!r} is not this worker's address {app.authority}",
+                             type_="invalid_host")
+        if self.headers.get("Origin") is not None:
+            return HTTPError(403, "requests with an Origin header (from web pages) are refused", type_="forbidden")
+        auths = self.headers.get_all("Authorization") or []
+        if len(auths) != 1 or not bearer_matches(auths[0], app.secret):
+            return HTTPError(401, "missing or wrong secret: send 'Authorization: Bearer <secret>' with the secret "
+                                  "from the worker's ready file", type_="authentication_error")
+        return None
 
     # ------------------------------------------------------------ routing
     def do_GET(self):
@@ -423,18 +552,27 @@ class Handler(http.server.BaseHTTPRequestHandler):
         if path not in ("/v1/completions", "/refspec/tokenize"):
             self._drain_body()
             return self._error(HTTPError(404, f"no such path: {path}"))
+        types = self.headers.get_all("Content-Type") or []
+        if len(types) != 1 or not is_json_media_type(types[0]):
+            self._drain_body()
+            got = ", ".join(repr(t[:100]) for t in types) or "none"
+            return self._error(HTTPError(415, f"Content-Type must be application/json (got {got})",
+                                         type_="unsupported_media_type"))
         try:
             body = self._read_json()
-            if path == "/refspec/tokenize":
-                out = self._tokenize(body)
-            else:
-                if self.app.stopping:
-                    raise HTTPError(503, "the worker is shutting down", type_="unavailable")
-                out = self.app.engine.complete(body)
+            with self.app.engine_turn:  # one at a time, in the order the requests were read
+                if path == "/refspec/tokenize":
+                    out = self._tokenize(body)
+                else:
+                    if self.app.stopping:
+                        raise HTTPError(503, "the worker is shutting down", type_="unavailable")
+                    out = self.app.engine.complete(body)
         except HTTPError as e:
             return self._error(e)
         except RefspecError as e:
             return self._error(HTTPError(500, f"{type(e).__name__}: {e}", type_="engine_error"))
+        except TimeoutError:
+            raise
         except Exception as e:  # keep serving; the log has the traceback
             import traceback
 
@@ -468,13 +606,16 @@ class Handler(http.server.BaseHTTPRequestHandler):
             n = self._content_length()
         except HTTPError:
             return
-        self._discard(n)
+        try:
+            self._discard(n)
+        except OSError:  # a body that does not arrive in time is not waited for: the answer goes out anyway
+            pass
 
     def _discard(self, n: int) -> None:
         if n > DRAIN_LIMIT:
             return  # not read: the connection is closed after the answer
         while n > 0:
-            chunk = self.rfile.read(min(n, 1 << 16))
+            chunk = self.rfile.read1(min(n, 1 << 16))
             if not chunk:
                 break
             n -= len(chunk)
@@ -483,13 +624,16 @@ class Handler(http.server.BaseHTTPRequestHandler):
         n = self._content_length()
         limit = self.app.max_body
         if n > limit:
-            self._discard(n)
+            try:
+                self._discard(n)
+            except OSError:
+                pass
             raise HTTPError(413, f"request body of {n} bytes exceeds the limit of {limit} bytes",
                             type_="request_too_large")
         try:
             raw = self.rfile.read(n)
         except (socket.timeout, TimeoutError):
-            raise HTTPError(408, "timed out reading the request body") from None
+            raise HTTPError(408, f"the body did not arrive within {READ_TIMEOUT_S:g} s", type_="timeout") from None
         if len(raw) != n:
             raise HTTPError(400, f"request body ended after {len(raw)} of {n} bytes")
         try:
@@ -514,19 +658,79 @@ def _reject_constant(name: str):
     raise ValueError(f"{name} is not valid JSON")
 
 
-class WorkerServer(http.server.HTTPServer):
-    """A single-threaded HTTP server: requests are handled one at a time, in arrival order."""
+class TicketLock:
+    """A first-come, first-served lock: holders get it in the order they asked for it."""
+
+    def __init__(self):
+        self._cv = threading.Condition()
+        self._next = 0
+        self._serving = 0
+
+    def __enter__(self):
+        with self._cv:
+            ticket = self._next
+            self._next += 1
+            while self._serving != ticket:
+                self._cv.wait()
+        return self
+
+    def __exit__(self, *exc):
+        with self._cv:
+            self._serving += 1
+            self._cv.notify_all()
+        return False
+
+
+class WorkerServer(socketserver.ThreadingMixIn, http.server.HTTPServer):
+    """Each connection is read on its own thread; the engine is used by one request at a time.
+
+    ``server_close`` closes the listening socket and waits for every connection thread
+    (each is bounded by its deadlines and, for a completion, by the decode).
+    """
 
     allow_reuse_address = False
     request_queue_size = 64
+    daemon_threads = False
+    block_on_close = True
 
-    def __init__(self, addr, *, max_body: int = DEFAULT_MAX_BODY):
+    def __init__(self, addr, *, max_body: int = DEFAULT_MAX_BODY, secret: str | None = None):
         self.engine: Engine | None = None
         self.max_body = max_body
+        self.secret = secret or secrets.token_urlsafe(32)
         if ":" in str(addr[0]):
             self.address_family = socket.AF_INET6
         self.stopping = False
+        self.engine_turn = TicketLock()
+        self._active = 0
+        self._active_lock = threading.Lock()
         super().__init__(addr, Handler, bind_and_activate=True)
+
+    @property
+    def authority(self) -> str:
+        """What ``Host`` must say: the bound address and port."""
+        host, port = self.server_address[:2]
+        return f"{_url_host(host)}:{port}".lower()
+
+    def active_connections(self) -> int:
+        with self._active_lock:
+            return self._active
+
+    def process_request(self, request, client_address):
+        with self._active_lock:
+            self._active += 1
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            with self._active_lock:
+                self._active -= 1
+            raise
+
+    def process_request_thread(self, request, client_address):
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            with self._active_lock:
+                self._active -= 1
 
     def health(self) -> dict:
         eng = self.engine
@@ -541,6 +745,7 @@ class WorkerServer(http.server.HTTPServer):
             "host": self.server_address[0],
             "port": self.server_address[1],
             "max_body": self.max_body,
+            "auth": "bearer",
         }
 
 
@@ -563,7 +768,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--allow-non-loopback", action="store_true",
                    help="allow --host to be an address other than loopback")
     p.add_argument("--port", type=int, default=0, help="0 = any free port (written to the ready file)")
-    p.add_argument("--ready-file", help="written atomically (JSON: port, pid, identity, warmup) once warm")
+    p.add_argument("--ready-file", required=False,
+                   help="required: written atomically, mode 0600 (JSON: port, pid, identity, warmup, secret) once warm")
     p.add_argument("--worker-id")
     p.add_argument("--max-body", type=int, default=DEFAULT_MAX_BODY, help="largest request body in bytes")
     p.add_argument("--warmup-cap", type=int, default=WARMUP_CAP)
@@ -597,8 +803,8 @@ def serve(args: argparse.Namespace) -> int:
     from .arms import load_arms
 
     if not is_loopback(args.host) and not args.allow_non_loopback:
-        raise UsageError(f"--host {args.host} is not a loopback address; the worker serves unauthenticated "
-                         "requests, so binding elsewhere needs --allow-non-loopback")
+        raise UsageError(f"--host {args.host} is not a loopback address; the worker is meant for this host "
+                         "only (plain HTTP), so binding elsewhere needs --allow-non-loopback")
     if args.max_body < 1:
         raise UsageError("--max-body must be positive")
     arms = load_arms(args.arms_file)
@@ -624,6 +830,9 @@ def serve(args: argparse.Namespace) -> int:
         server = WorkerServer((args.host, args.port), max_body=args.max_body)
     except OSError as e:
         raise UsageError(f"cannot bind {args.host}:{args.port}: {e}") from None
+    if not args.ready_file:
+        server.server_close()
+        raise UsageError("--ready-file is required: it is where the worker's secret is written")
     server.stopping = stop["flag"]
     server.timeout = 0.25  # handle_request() returns this often to look at the stop flag
     try:
@@ -635,16 +844,22 @@ def serve(args: argparse.Namespace) -> int:
             return EXIT_OK
         engine.run_warmup(args.warmup_cap)
         host, port = server.server_address[:2]
-        ready = {**server.health(), "url": f"http://{_url_host(host)}:{port}", "ready_utc": _utc()}
-        if args.ready_file:
-            atomic_write_text(args.ready_file, json.dumps(ready, indent=1, sort_keys=True) + "\n")
+        ready = {**server.health(), "url": f"http://{_url_host(host)}:{port}", "ready_utc": _utc(),
+                 "secret": server.secret}
+        # owner-only from the start (a temporary file of mode 0600, renamed): the secret is never readable by others
+        atomic_write_text(args.ready_file, json.dumps(ready, indent=1, sort_keys=True) + "\n", mode=0o600)
         sys.stderr.write(f"{_utc()} worker {engine.worker_id} (pid {os.getpid()}) ready on {ready['url']}: "
                          f"arm {arm.name}, load {engine.load_s:.2f} s, warmup {engine.warmup['engine_ns'] / 1e9:.2f} s\n")
         while not stop["flag"]:
-            server.handle_request()
+            if server.active_connections() >= MAX_CONNECTIONS:
+                time.sleep(0.05)  # further connections wait in the listen backlog
+            else:
+                server.handle_request()
             if args.exit_with_parent and os.getppid() != args.exit_with_parent:
                 sys.stderr.write(f"{_utc()} parent {args.exit_with_parent} is gone: exiting\n")
                 break
+        server.stopping = True
+        server.server_close()  # no new connections; the request in flight finishes and is answered
         sys.stderr.write(f"{_utc()} worker {engine.worker_id} stopped after {engine.served} requests\n")
         engine.close()
         return EXIT_OK
