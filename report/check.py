@@ -113,6 +113,24 @@ COLUMNS = {
 }
 
 
+# state studies, backend admission and the claims of the controlled stages (check_state)
+STATE_COLUMNS = {
+    "partition": dict(task_id=S, arm=S, repeat=I, prompt_len=I, degenerate=B, endpoint_sha256=S, tokens=L, n=I,
+                      eog=B, last_token=I, stop_reason=S, kv_sha256=S, logits_sha256=S, first_diff_vs_A=I,
+                      endpoint_class=I, kv_class=I, logits_class=I),
+    "kv_diff": dict(task_id=S, arm_a=S, arm_b=S, layer=I, part=S, bytes_differing=I, max_abs=F, rel_frobenius=F),
+    "crosses": dict(task_id=S, direction=S, donor_arm=S, recipient_arm=S, selector=S, kind=S, repeat=I, process=S,
+                    changed_bytes=I, bytes_changed=B, spliced_kv_sha256=S, endpoint_sha256=S, tokens=L, n=I, eog=B,
+                    stop_reason=S, outcome=S, distinguishable=B),
+    "frontier": dict(task_id=S, direction=S, panel=S, repeat=I, arms=S, frontier=I, d_first=F, d_second=F,
+                     additive=F, actual=F, interaction=F, max_abs_interaction=F),
+    "admission": dict(family=S, backend=S, n_kv=I, layout=S, q=I, op=S, supports_main=B, verdict=S, fallback=B,
+                      reason=S),
+    "claims": dict(stage=S, record=S, status=S, exit_code=I, controls=I, controls_failed=I, reason=S),
+}
+COLUMNS.update(STATE_COLUMNS)
+TABLE_NAMES = TABLE_NAMES + tuple(STATE_COLUMNS)
+
 class Unreadable(Exception):
     pass
 
@@ -1144,6 +1162,8 @@ def check(archive: str, quiet: bool = False, unsealed: bool = False) -> tuple[in
         for k, v in kinds.items():
             E.add(("ledger", "kind", k, "count"), v, s_l)
 
+    check_state(c, E, tables, src)  # partition, KV, crosses, frontier, admission, claims
+
     # ---- numbers.json versus the recomputation
     stated = {}
     for j, n in enumerate(numbers_doc["numbers"]):
@@ -1306,6 +1326,228 @@ def check(archive: str, quiet: bool = False, unsealed: bool = False) -> tuple[in
         c.bad("SEAL.dsse.json", "missing: the archive is not sealed (pass --unsealed to check a results folder "
                                 "before sealing)")
     return (EXIT_UNREADABLE if c.unreadable else EXIT_MISMATCH if c.problems else EXIT_OK), c
+
+
+# =========================================================================== state studies, admission, claims
+
+
+def _classes(values) -> list:
+    seen = {}
+    return [seen.setdefault(v, len(seen)) for v in values]
+
+
+def _ep_key(r) -> tuple:
+    return (tuple(r["tokens"] or ()), bool(r["eog"]), r["stop_reason"])
+
+
+def check_state(c: Checker, E: Expected, tables: dict, src) -> None:
+    """Partition classes, KV differences, crosses outcomes, frontier positions, admission verdicts
+    and the claims of the controlled stages, recomputed from their CSV tables."""
+    part = tables.get("partition")
+    nat = {}  # (task, arm) -> repeat-1 partition row
+    if part is not None:
+        s_p = src("partition")
+        for i, r in enumerate(part.rows):
+            c.recomputed += 3
+            c.same(part.where(i, "endpoint_sha256"), r["endpoint_sha256"],
+                   endpoint_digest(r["tokens"] or [], r["eog"], r["stop_reason"]))
+            c.same(part.where(i, "n"), r["n"], len(r["tokens"] or []))
+            c.same(part.where(i, "last_token"), r["last_token"], r["tokens"][-1] if r["tokens"] else None)
+            if r["repeat"] == 1:
+                nat[(r["task_id"], r["arm"])] = (i, r)
+        tasks = list(dict.fromkeys(t for t, _a in nat))
+        arms = list(dict.fromkeys(a for _t, a in nat))
+        for t in tasks:
+            present = [a for a in arms if (t, a) in nat]
+            rs = [nat[(t, a)][1] for a in present]
+            idx = [nat[(t, a)][0] for a in present]
+            for col, key in (("endpoint_class", "endpoint_sha256"), ("kv_class", "kv_sha256"),
+                             ("logits_class", "logits_sha256")):
+                for j, cl in zip(idx, _classes([r[key] for r in rs])):
+                    c.recomputed += 1
+                    c.same(part.where(j, col), part.rows[j][col], cl)
+                    E.add(("partition", t, part.rows[j]["arm"], col), cl, s_p)
+            a0 = rs[0]
+            E.add(("partition", t, "prompt_len"), a0["prompt_len"], s_p)
+            for j, r in zip(idx, rs):
+                fd = first_difference(a0["tokens"] or [], a0["eog"], a0["stop_reason"], r["tokens"] or [], r["eog"],
+                                      r["stop_reason"])
+                c.recomputed += 1
+                c.same(part.where(j, "first_diff_vs_A"), r["first_diff_vs_A"], fd)
+                if fd is not None:
+                    E.add(("partition", t, r["arm"], "first_diff_vs_A"), fd, s_p)
+        E.add(("partition", "inputs"), len(tasks), s_p)
+        for a in arms[1:]:
+            for col in ("endpoint_class", "kv_class", "logits_class"):
+                E.add(("partition", a, col, "differs"),
+                      sum(1 for t in tasks if (t, a) in nat and nat[(t, a)][1][col] != 0), s_p)
+    # ---- KV differences (Tables S10 and S12 shapes)
+    kvd = tables.get("kv_diff")
+    if kvd is not None:
+        s_k = src("kv_diff")
+        groups = defaultdict(list)
+        for r in kvd.rows:
+            groups[(r["task_id"], r["arm_b"])].append(r)
+        for (t, arm), g in groups.items():
+            base = ("kv", t, arm)
+            lay = {(r["layer"], r["part"]): r for r in g}
+            changed = sorted({r["layer"] for r in g if r["bytes_differing"] > 0})
+            for p in ("K", "V"):
+                E.add(base + ("L0", p, "max_abs"), lay[(0, p)]["max_abs"] if (0, p) in lay else 0.0, s_k)
+            if changed:
+                E.add(base + ("first_layer",), changed[0], s_k)
+                for p in ("K", "V"):
+                    E.add(base + ("first", p, "max_abs"), lay[(changed[0], p)]["max_abs"], s_k)
+            E.add(base + ("bytes",), sum(r["bytes_differing"] for r in g), s_k)
+            E.add(base + ("layers",), len(changed), s_k)
+            E.add(base + ("max_abs",), max(r["max_abs"] for r in g), s_k)
+            E.add(base + ("max_rel_frobenius",), max(r["rel_frobenius"] for r in g), s_k)
+        if part is not None:
+            c.identities += 1
+            a0 = {t: r for (t, a), (_i, r) in nat.items() if a == "A"}
+            expect = {(t, a) for (t, a), (_i, r) in nat.items() if a != "A" and t in a0
+                      and r["kv_sha256"] != a0[t]["kv_sha256"]}
+            if set(groups) != expect:
+                c.bad(kvd.rel, f"rows for {sorted(set(groups) - expect)} but none for {sorted(expect - set(groups))}"
+                               " (kv_diff must cover exactly the arms whose KV bytes differ from A's)")
+    # ---- crosses: outcome classes and counts
+    cr = tables.get("crosses")
+    traj = {}
+    if cr is not None:
+        s_c = src("crosses")
+        for i, r in enumerate(cr.rows):
+            traj[(r["task_id"], r["direction"], r["selector"], r["repeat"])] = r
+            c.recomputed += 2
+            c.same(cr.where(i, "endpoint_sha256"), r["endpoint_sha256"],
+                   endpoint_digest(r["tokens"] or [], r["eog"], r["stop_reason"]))
+            c.same(cr.where(i, "bytes_changed"), r["bytes_changed"], r["changed_bytes"] > 0)
+            if part is None:
+                continue
+            nr, nd = nat.get((r["task_id"], r["recipient_arm"])), nat.get((r["task_id"], r["donor_arm"]))
+            if nr is None or nd is None:
+                c.bad(cr.where(i), "no natural partition row for the donor or the recipient")
+                continue
+            er, ed = nr[1]["endpoint_sha256"], nd[1]["endpoint_sha256"]
+            oc = "recipient" if r["endpoint_sha256"] == er else "donor" if r["endpoint_sha256"] == ed else "third"
+            c.recomputed += 2
+            c.same(cr.where(i, "outcome"), r["outcome"], oc)
+            c.same(cr.where(i, "distinguishable"), r["distinguishable"], er != ed)
+        subs = [r for r in cr.rows if r["kind"] == "subset"]
+        shams = [r for r in cr.rows if r["selector"] == "EMPTY"]
+        for k, v in (("requests", len(subs)), ("processes", len({r["process"] for r in cr.rows})),
+                     ("donor", sum(r["outcome"] == "donor" for r in subs)),
+                     ("third", sum(r["outcome"] == "third" for r in subs)),
+                     ("recipient_changed", sum(r["outcome"] == "recipient" and r["bytes_changed"] for r in subs)),
+                     ("recipient_unchanged", sum(r["outcome"] == "recipient" and not r["bytes_changed"] for r in subs)),
+                     ("coordinates", len({(r["task_id"], r["direction"], r["selector"]) for r in subs})),
+                     ("shams", len(shams)),
+                     ("shams_ok", sum(r["outcome"] == "recipient" and r["changed_bytes"] == 0 for r in shams))):
+            E.add(("crosses", k), v, s_c)
+    # ---- frontier: t* from the crosses trajectories, additive and interaction identities
+    fr = tables.get("frontier")
+    if fr is not None:
+        s_f = src("frontier")
+        for i, r in enumerate(fr.rows):
+            names = (r["arms"] or "").split(",")
+            rs = [traj.get((r["task_id"], r["direction"], x, r["repeat"])) for x in names]
+            if cr is not None and len(names) == 4 and all(x is not None for x in rs):
+                ts = [x["tokens"] or [] for x in rs]
+                t_star = None
+                for t in range(max(len(x) for x in ts)):
+                    if len({x[t] if t < len(x) else None for x in ts}) > 1:
+                        t_star = t
+                        break
+                c.recomputed += 1
+                c.same(fr.where(i, "frontier"), r["frontier"], t_star)
+            elif cr is not None:
+                c.bad(fr.where(i), f"the panel's trajectories {names} are not all in crosses.csv")
+            if r["additive"] is not None:
+                c.recomputed += 2
+                c.same(fr.where(i, "additive"), r["additive"], r["d_first"] + r["d_second"])
+                c.same(fr.where(i, "interaction"), r["interaction"], r["actual"] - r["additive"])
+            if r["repeat"] != 1 or r["frontier"] is None:
+                continue
+            base = ("frontier", r["task_id"], r["direction"], r["panel"])
+            E.add(base + ("frontier",), r["frontier"], s_f)
+            for col in ("additive", "actual", "interaction", "max_abs_interaction"):
+                if r[col] is not None:
+                    v = r["d_first"] + r["d_second"] if col == "additive" else r[col]
+                    E.add(base + (col,), v, s_f)
+    # ---- admission: verdicts and counts
+    ad = tables.get("admission")
+    if ad is not None:
+        s_a = src("admission")
+        groups = defaultdict(list)
+        for i, r in enumerate(ad.rows):
+            c.recomputed += 1
+            c.same(ad.where(i, "verdict"), r["verdict"], "unknown" if r["supports_main"] else "false")
+            c.identities += 1
+            if (r["reason"] is None) != (r["verdict"] == "unknown"):
+                c.bad(ad.where(i, "reason"), "a reason must be given exactly when the verdict is false")
+            groups[(r["family"], r["backend"], r["n_kv"], r["layout"], r["q"])].append(r)
+        for (fam, be, n_kv, lay, q), g in groups.items():
+            base = ("admission", fam, be, n_kv, lay, q)
+            E.add(base + ("q",), q, s_a)
+            E.add(base + ("ops",), len(g), s_a)
+            E.add(base + ("false",), sum(r["verdict"] == "false" for r in g), s_a)
+            E.add(base + ("fallback",), sum(bool(r["fallback"]) for r in g), s_a)
+    # ---- claims of the controlled stages
+    cl = tables.get("claims")
+    if cl is not None:
+        s_l = src("claims")
+        for i, r in enumerate(cl.rows):
+            st, rec = r["stage"], r["record"]
+            exp = None
+            if st == "replay" and "replay" in tables:
+                fam = rec.split("/")[1] if rec.count("/") == 2 else None
+                ctx = defaultdict(list)
+                for x in tables["replay"].rows:
+                    if fam is None or x["family"] == fam:
+                        ctx[(x["family"], x["layer"], x["phase"], x["q"])].append(x)
+                exp = (len(ctx), sum(1 for xs in ctx.values() if any(not x["control_ok"] for x in xs)))
+            elif st == "audit" and "audit" in tables:
+                xs = tables["audit"].rows
+                exp = (len(xs), sum(1 for x in xs if (x["fault"] is None and not x["oracle_ok"])
+                                    or (x["fault"] is not None and not x["detected"])))
+            elif st == "partition" and part is not None:
+                later = [x for x in part.rows if x["repeat"] > 1]
+                exp = (len(later), sum(1 for x in later if (x["task_id"], x["arm"]) not in nat or any(
+                    x[k] != nat[(x["task_id"], x["arm"])][1][k] for k in ("endpoint_sha256", "kv_sha256",
+                                                                         "logits_sha256"))))
+            elif st == "crosses" and cr is not None and part is not None:
+                n, bad = 0, 0
+                coords = defaultdict(set)
+                for x in cr.rows:
+                    if x["selector"] == "EMPTY":
+                        n += 1
+                        nr = nat.get((x["task_id"], x["recipient_arm"]))
+                        bad += nr is None or x["endpoint_sha256"] != nr[1]["endpoint_sha256"] or x["changed_bytes"] != 0
+                    elif x["kind"] == "subset":
+                        coords[(x["task_id"], x["direction"], x["selector"])].add(
+                            (x["endpoint_sha256"], x["spliced_kv_sha256"]))
+                exp = (n + len(coords), bad + sum(1 for v in coords.values() if len(v) != 1))
+            elif st == "admission" and ad is not None:
+                c.identities += 1
+                evals = len({(x["backend"], x["layout"], x["q"]) for x in ad.rows})
+                if r["controls"] - r["controls_failed"] != evals:
+                    c.bad(cl.where(i, "controls"), f"{r['controls']} evaluations less {r['controls_failed']} failed "
+                                                   f"!= {evals} evaluations with rows in admission.csv")
+            elif st in ("replay", "audit", "partition", "crosses"):
+                c.bad(cl.where(i), f"the {st} stage's table is not in the archive: its claim cannot be checked")
+            if exp is not None:
+                c.recomputed += 2
+                c.same(cl.where(i, "controls"), r["controls"], exp[0])
+                c.same(cl.where(i, "controls_failed"), r["controls_failed"], exp[1])
+            c.identities += 1
+            if r["controls_failed"] > 0 and r["status"] != "withheld":
+                c.bad(cl.where(i, "status"), f"{r['controls_failed']} control(s) failed but the claim is not withheld")
+            if (r["status"] == "supported") != (r["exit_code"] == 0 and r["controls_failed"] == 0):
+                c.bad(cl.where(i, "status"), f"status {r['status']} with exit code {r['exit_code']} and "
+                                             f"{r['controls_failed']} failed control(s)")
+            if r["status"] == "withheld" and not r["reason"]:
+                c.bad(cl.where(i, "reason"), "a withheld claim needs its reason")
+            E.add(("claim", st, rec, "controls"), r["controls"], s_l)
+            E.add(("claim", st, rec, "controls_failed"), r["controls_failed"], s_l)
 
 
 def _inside(path: str, root: str) -> bool:

@@ -350,7 +350,7 @@ def test_schemas_are_documented():
     doc = (REPO_ROOT / "anc" / "tables.md").read_text(encoding="utf-8")
     assert set(T.TABLES) == {"requests", "endpoints", "qualification", "sessions", "contrasts", "estimates", "ratios",
                              "replay", "audit", "phase_masks", "partition", "kv_diff", "crosses", "frontier",
-                             "diagnostics", "prediction"}
+                             "diagnostics", "prediction", "admission", "claims"}
     for name, sp in T.TABLES.items():
         raw = json.loads(sp.path.read_text())
         assert raw["title"] == name and raw["key"]

@@ -44,7 +44,7 @@ def test_dry_run_plans_every_stage(configfile, tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr
     jobs = _planned(r.stdout)
     for rule in ("native_build", "models", "panel", "manifest", "keys", "assemble", "seal_data", "report",
-                 "seal_archive", "check", "all"):
+                 "seal_archive", "check", "all", "state_partition", "state_crosses", "admission"):
         assert jobs.get(rule) == 1, f"{rule} not planned once for {configfile}: {jobs}"
 
 

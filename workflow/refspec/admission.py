@@ -18,8 +18,6 @@ Writes ``admission.json`` (rows + environment) and ``admission.csv`` (rows); see
 from __future__ import annotations
 
 import argparse
-import csv
-import io
 import json
 import sys
 import tempfile
@@ -31,7 +29,7 @@ import numpy as np
 
 from . import replay as R
 from .errors import EXIT_OK, UsageError
-from .fsutil import atomic_write_bytes, atomic_write_text
+from .fsutil import atomic_write_text
 
 OPS = ("qk_mul_mat", "soft_max", "av_mul_mat", "concat", "cont")
 CSV_COLUMNS = ("backend", "device", "n_head", "n_head_kv", "head_dim", "n_kv", "layout", "q", "op", "nodes",
@@ -176,6 +174,7 @@ def run_admission(tool: str | Path, backend: str, shape: AttentionShape, *, quer
                 continue
             rows.extend(evaluation_rows(report, shape, q, ev))
     return {
+        "layouts": list(layouts),
         "backend": report["backend"], "sched_backends": report["sched_backends"], "devices": report["devices"],
         "ggml_version": report.get("ggml_version"), "ggml_commit": report.get("ggml_commit"),
         "modules": report.get("modules"), "shape": shape.__dict__, "queries": list(queries),
@@ -183,17 +182,19 @@ def run_admission(tool: str | Path, backend: str, shape: AttentionShape, *, quer
     }
 
 
-def write_results(result: dict[str, Any], out_dir: str | Path) -> dict[str, Path]:
+def write_results(result: dict[str, Any], out_dir: str | Path, family: str | None = None) -> dict[str, Path]:
+    """``admission.json`` (rows + environment) and the ``admission`` table (Parquet + CSV, anc/tables.md)."""
+    from . import tables as T
+
     out = Path(out_dir)
-    jpath, cpath = out / "admission.json", out / "admission.csv"
+    out.mkdir(parents=True, exist_ok=True)
+    fam = family or result.get("family") or str(result.get("shape", {}).get("source", "cli"))
+    result = {**result, "family": fam}
+    jpath = out / "admission.json"
     atomic_write_text(jpath, json.dumps(result, indent=2, sort_keys=True) + "\n")
-    buf = io.StringIO()
-    w = csv.writer(buf, lineterminator="\n")
-    w.writerow(CSV_COLUMNS)
-    for r in result["rows"]:
-        w.writerow(["true" if r[c] is True else "false" if r[c] is False else r[c] for c in CSV_COLUMNS])
-    atomic_write_bytes(cpath, buf.getvalue().encode("utf-8"))
-    return {"json": jpath, "csv": cpath}
+    paths = T.write_table([{"family": fam, **{c: r[c] for c in CSV_COLUMNS}} for r in result["rows"]],
+                          "admission", out)
+    return {"json": jpath, **paths}
 
 
 def _queries(text: str) -> list[int]:
@@ -210,8 +211,11 @@ def _queries(text: str) -> list[int]:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--backend", required=True, help="ggml device or registry name (CPU, CUDA0, Vulkan0, ...)")
+    p.add_argument("--backend", default="auto",
+                   help="ggml device or registry name (CPU, CUDA0, Vulkan0, ...; auto: the configured build's device)")
     p.add_argument("--gguf", help="read head counts, head dim and context length from this GGUF")
+    p.add_argument("--family", help="read the shape from this family's target GGUF (the config's family with --config)")
+    p.add_argument("--config", help="workflow config: its family (without --gguf) and its build (auto backend)")
     p.add_argument("--n-head", type=int, help="query heads")
     p.add_argument("--n-head-kv", type=int, help="KV heads (default: --n-head)")
     p.add_argument("--head-dim", type=int, help="head dimension")
@@ -225,7 +229,24 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threads", type=int, default=1)
 
 
+_DEVICE = {"cpu": "CPU", "cuda": "CUDA0", "vulkan": "Vulkan0"}
+
+
 def run(args: argparse.Namespace) -> int:
+    family = args.family
+    cfg = None
+    if args.config or args.family or args.backend == "auto":
+        from .config import load_config
+
+        cfg = load_config(args.config)
+    if args.backend == "auto":
+        args.backend = _DEVICE.get(str((cfg.get("native") or {}).get("backend", "cpu")), "CPU")
+    if not args.gguf and not args.n_head and (args.family or args.config):
+        from .models import config_families_file, ensure_family
+
+        family = args.family or cfg["family"]
+        files = ensure_family(family, models_dir=cfg.get("models_dir"), families_file=config_families_file(cfg))
+        args.gguf = str(files.target.path)
     if args.gguf:
         shape = gguf_attention_shape(args.gguf, args.n_kv)
     else:
@@ -236,7 +257,13 @@ def run(args: argparse.Namespace) -> int:
     for lay in layouts:
         if lay not in R.LAYOUTS:
             raise UsageError(f"unknown layout {lay!r}")
-    tool = R.resolve_tool(args.tool, args.llama_src, args.llama_build)
+    llama_src, llama_build = args.llama_src, args.llama_build
+    if cfg is not None and not args.tool and not (llama_src and llama_build):
+        from . import native
+
+        build = native.current(cfg)  # the configured build's tool
+        llama_src, llama_build = build.src_dir, build.lib_dir.parent
+    tool = R.resolve_tool(args.tool, llama_src, llama_build)
     res = run_admission(tool, args.backend, shape, queries=_queries(args.queries), layouts=layouts,
                         threads=args.threads)
     b = res["backend"]
@@ -249,6 +276,6 @@ def run(args: argparse.Namespace) -> int:
     for e in res["errors"]:
         print(f"  ERROR {e}", file=sys.stderr)
     if args.out:
-        paths = write_results(res, args.out)
-        print(f"  wrote {paths['json']}, {paths['csv']}")
+        paths = write_results(res, args.out, family)
+        print(f"  wrote {paths['json']}, {paths['parquet']}, {paths['csv']}")
     return EXIT_OK if not res["errors"] else 1

@@ -26,7 +26,8 @@ from .hashing import sha256_json
 SEAL_FILE = "SEAL.dsse.json"
 # per-campaign records copied next to the merged tables
 CAMPAIGN_RECORDS = ("plan.json", "ledger.jsonl", "journal.jsonl", "timed_audit.json", "summary.txt",
-                    "phase_mask_summary.json", "prediction.json", "e1_summary.json", "summary.json")
+                    "phase_mask_summary.json", "prediction.json", "e1_summary.json", "summary.json",
+                    "claim.json", "audit_summary.json", "partition.json", "crosses.json", "admission.json")
 
 
 # --------------------------------------------------------------------------- assemble

@@ -37,6 +37,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "keys-ensure": ("refspec.archive", "create the signing key once and copy its public half"),
     "replay": ("refspec.e1", "numerical replay (E1): capture attention operands of the target, replay mq/pq/qb"),
     "report": ("refspec.report", "render report.html, report.tex/.pdf and numbers.json from result tables"),
+    "stage": ("refspec.claims", "run a controlled stage's command and record its claim (supported or withheld)"),
     "state": ("refspec.state", "state formation and transfer: prefill partitions, KV crosses and subset swaps"),
     "campaign": ("refspec.campaigns", "run a campaign (phase_mask, confirmation, implementation, replication, width, prediction)"),
     "qualify": ("refspec.qualify", "qualify arms against the reference R on fresh workers (timed, loopback HTTP)"),

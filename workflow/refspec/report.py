@@ -1413,6 +1413,8 @@ def section_ledger(a: Archive, N: Numbers) -> Section:
 
 def build(a: Archive, pubkey_fingerprint: str | None = None,
           data_seal: str | Path | None = None) -> tuple[list[Section], Numbers, dict[str, Any]]:
+    from .report_state import state_sections
+
     N = Numbers()
     plan = _read_json(a.files["plan"]) if "plan" in a.files else None
     boot = bootstrap_settings(plan)
@@ -1425,6 +1427,7 @@ def build(a: Archive, pubkey_fingerprint: str | None = None,
         section_replication(a, N, boot),
         section_replay(a, N),
         section_audit(a, N),
+        *state_sections(a, N),  # partition, KV differences, crosses, frontier, admission, claims
         section_masks(a, N),
         section_prediction(a, N),
         section_acceptance(a, N),

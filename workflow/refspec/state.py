@@ -552,7 +552,8 @@ def classify(ep_sha: str, recipient_sha: str, donor_sha: str) -> str:
 
 def run_crosses(*, partition_dir: str | Path, out: str | Path, pair: tuple[str, str] = ("A", "B"),
                 tasks: Sequence[str] | None = None, selectors: Sequence[str] | None = None, repeats: int = 2,
-                boundary: int | None = None, progress: bool = True) -> dict:
+                boundary: int | None = None, progress: bool = True, n_div: int = 2, n_stable: int = 2,
+                parallel: int = 1) -> dict:
     """Run the controls and the subset interventions for a donor pair, each (task, repeat) in a fresh process."""
     from . import tables as T
 
@@ -568,7 +569,9 @@ def run_crosses(*, partition_dir: str | Path, out: str | Path, pair: tuple[str, 
     if x == y:
         raise UsageError("the donor pair needs two different arms")
     if tasks is None:
-        tasks = choose_tasks(prows, x, y)
+        tasks = choose_tasks(prows, x, y, n_div=n_div, n_stable=n_stable)
+        if not tasks:
+            raise UsageError(f"no input of the partition campaign has rows for both {x} and {y}")
     sels = list(selectors or kv.SELECTOR_NAMES)
     for s in CONTROL_SELECTORS:
         if s not in sels:
@@ -577,7 +580,7 @@ def run_crosses(*, partition_dir: str | Path, out: str | Path, pair: tuple[str, 
         if s not in kv.SELECTOR_NAMES:
             raise UsageError(f"unknown selector {s!r} (known: {', '.join(kv.SELECTOR_NAMES)})")
     by = {(r["task_id"], r["arm"]): r for r in prows if r["repeat"] == 1}
-    jobs = []
+    jobs_list = []
     for tid in tasks:
         rx, ry = by.get((tid, x)), by.get((tid, y))
         if rx is None or ry is None:
@@ -597,19 +600,28 @@ def run_crosses(*, partition_dir: str | Path, out: str | Path, pair: tuple[str, 
                          "donor_kv": str(pdir / donor["kv_payload"]), "recipient_kv": str(pdir / rec["kv_payload"]),
                          "recipient_logits": str(pdir / rec["logits_payload"])})
         for rep in range(1, repeats + 1):
-            jobs.append({"lib_dir": meta.get("lib_dir"), "model_path": meta["model_path"],
+            jobs_list.append({"lib_dir": meta.get("lib_dir"), "model_path": meta["model_path"],
                          "model_sha256": meta["model_sha256"], "n_ctx": meta["n_ctx"], "n_batch": meta["n_batch"],
                          "ub": arms["A"]["ub"] if "A" in arms else 512, "threads": meta["threads"], "cap": rx["cap"],
                          "gpu_layers": int(meta.get("gpu_layers", 0)),
                          "task_id": tid, "repeat": rep, "boundary": int(b), "selectors": sels, "directions": dirs})
     t0 = time.time()
-    results = []
-    for i, job in enumerate(jobs):
+
+    def one(i: int, job: dict) -> tuple[dict, dict]:
         tag = f"{task_slug(job['task_id'])}.r{job['repeat']}"
         if progress:
-            print(f"[crosses {time.time() - t0:6.0f}s] process {i + 1}/{len(jobs)}: {job['task_id']} repeat "
+            print(f"[crosses {time.time() - t0:6.0f}s] process {i + 1}/{len(work)}: {job['task_id']} repeat "
                   f"{job['repeat']}", file=sys.stderr, flush=True)
-        results.append((job, spawn_worker(job, out / "work", tag)))
+        return job, spawn_worker(job, out / "work", tag)
+
+    work = jobs_list
+    if parallel > 1:  # independent fresh processes, up to `parallel` at a time; results in job order
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=parallel) as ex:
+            results = list(ex.map(lambda a: one(*a), enumerate(work)))
+    else:
+        results = [one(i, job) for i, job in enumerate(work)]
     rows, frows = _assemble(results, by, meta)
     T.write_table(rows, "crosses", out)
     T.write_table(frows, "frontier", out)
@@ -808,6 +820,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     sc.add_argument("--pair", default="A,B", help="the two donor states, X,Y (default A,B)")
     sc.add_argument("--tasks", default="auto",
                     help="task ids (comma-separated) or auto: two divergent then two stable inputs (default)")
+    sc.add_argument("--jobs", type=int, default=1, help="worker processes run at a time (default 1)")
+    sc.add_argument("--divergent", type=int, default=2, help="with --tasks auto: inputs whose pair endpoints differ (default 2)")
+    sc.add_argument("--stable", type=int, default=2, help="with --tasks auto: inputs whose pair endpoints agree (default 2)")
     sc.add_argument("--selectors", default="", help=f"selectors (default all: {','.join(kv.SELECTOR_NAMES)})")
     sc.add_argument("--repeats", type=int, default=2, help="independent processes per task (default 2)")
     sc.add_argument("--boundary", type=int, help="prefix/tail boundary (default: the pair's split point, else 128, else half a shorter prompt)")
@@ -858,7 +873,8 @@ def run(args: argparse.Namespace) -> int:
                                                    for t in (s.strip() for s in args.tasks.split(",")) if t]
         sels = [s.strip() for s in args.selectors.split(",") if s.strip()] or None
         summ = run_crosses(partition_dir=args.partition, out=args.out, pair=pair, tasks=tasks, selectors=sels,
-                           repeats=args.repeats, boundary=args.boundary)
+                           repeats=args.repeats, boundary=args.boundary, n_div=args.divergent, n_stable=args.stable,
+                           parallel=max(1, args.jobs))
         print(crosses_summary(T.read_records("crosses", args.out), T.read_records("frontier", args.out)))
         return 0 if summ["controls_ok"] and summ["repeats_agree"] else 1
     if cmd == "summary":

@@ -35,16 +35,21 @@ rule campaign:
 
 
 rule audit:
+    # the marker beside campaigns/audit is the output: a failed control keeps the folder
     input:
         f"{PROV}/BUILD.json",
     output:
-        directory(f"{RESULTS}/campaigns/audit"),
+        f"{RESULTS}/campaigns/audit.done",
     log:
         f"{LOGS}/audit.log",
     benchmark:
         f"{BENCH}/audit.tsv"
+    params:
+        out=lambda wildcards, output: output[0][: -len(".done")],
+        results=lambda wildcards, output: Path(output[0]).parent.parent,
     threads: 1
     conda:
         "../../envs/refspec.yaml"
     shell:
-        "refspec audit --out {output} --threads {threads} > {log} 2>&1"
+        "refspec stage audit --dir {params.out} --done {output} --results {params.results}"
+        " -- audit --out {params.out} --threads {threads} > {log} 2>&1"

@@ -16,8 +16,10 @@ PATCHES = sorted(str(p) for p in Path("native/patches").glob("*.patch"))
 PANEL = f"{RESULTS}/panels/{config['panel']['source']}.jsonl"
 CAMPAIGNS = list(config["campaigns"]["run"])
 # directories assembled into the archive: each campaign's folder (ready once its marker is)
-CAMPAIGN_DONE = [f"{RESULTS}/campaigns/{c}.done" for c in CAMPAIGNS]
-CAMPAIGN_DIRS = [f"{RESULTS}/campaigns/{c}" for c in ("audit", "replay") if config["stages"][c]]
+# controlled stages (`refspec stage`): folder campaigns/<stage>, completion marker <stage>.done
+STAGE_SLOTS = [s for s in ("audit", "replay", "partition", "crosses", "admission") if config["stages"][s]]
+CAMPAIGN_DONE = [f"{RESULTS}/campaigns/{c}.done" for c in CAMPAIGNS + STAGE_SLOTS]
+CAMPAIGN_DIRS = []
 DEFINITIONS = config["campaigns"]["definitions"]
 # the code the manifest pins: a change to any of it makes a new manifest (and the
 # freeze check then refuses to resume a campaign begun under the old one)

@@ -1,0 +1,125 @@
+"""A failed control keeps its complete record: the claim is sealed and reported as withheld.
+
+The representation audit's fault-injection control is made to fail for real: the replay
+tool is wrapped so that the injected faults are not injected (the wrapper runs the real
+tool with every job's fault set to ``none`` and puts the fault names back in its report).
+The audit then finds injected faults "not detected" and exits 1 with its complete table.
+Under Snakemake the run goes on: the record is assembled, sealed, reported and checked,
+with the audit's claim withheld; nothing is deleted.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from refspec.paths import REPO_ROOT
+
+WRAPPER = '''#!{python}
+import json, os, subprocess, sys
+real, args = {real!r}, sys.argv[1:]
+if "--jobs" not in args:
+    os.execv(real, [real, *args])
+jp, rp = args[args.index("--jobs") + 1], args[args.index("--report") + 1]
+jobs = json.load(open(jp))
+faults = [j.get("fault", "none") for j in jobs]
+for j in jobs:
+    j["fault"] = "none"  # the sabotage: nothing is injected
+json.dump(jobs, open(jp, "w"))
+rc = subprocess.call([real, *args])
+rep = json.load(open(rp))
+for job, f in zip(rep["jobs"], faults):
+    job["fault"] = f
+    for ev in job.get("evaluations", []):
+        ev["fault"] = f
+json.dump(rep, open(rp, "w"))
+sys.exit(rc)
+'''
+
+
+@pytest.fixture()
+def sabotaged_tool(replay_tool, tmp_path) -> Path:
+    p = tmp_path / "sabotaged-replay"
+    p.write_text(WRAPPER.format(python=sys.executable, real=str(replay_tool)))
+    p.chmod(0o755)
+    return p
+
+
+def _env(tmp: Path, tool: Path | None = None) -> dict:
+    env = dict(os.environ)
+    env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '')}"
+    env["REFSPEC_KEY_DIR"] = str(tmp / "keys")
+    if tool is not None:
+        env["REFSPEC_REPLAY_TOOL"] = str(tool)
+    return env
+
+
+def _cli(*args: str, env: dict) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "refspec.cli", *args], cwd=REPO_ROOT, env=env, capture_output=True,
+                          text=True, timeout=900)
+
+
+def _csv(path: Path) -> list[dict]:
+    with open(path, newline="", encoding="utf-8") as f:
+        return list(csv.DictReader(f))
+
+
+def test_failed_control_records_a_withheld_claim(sabotaged_tool, tmp_path):
+    d, done = tmp_path / "res" / "campaigns" / "audit", tmp_path / "res" / "campaigns" / "audit.done"
+    r = _cli("stage", "audit", "--dir", str(d), "--done", str(done), "--results", str(tmp_path / "res"), "--",
+             "audit", "--limit", "30", "--out", str(d), "--tool", str(sabotaged_tool), env=_env(tmp_path))
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "claim WITHHELD" in r.stderr
+    claim = json.loads(done.read_text())
+    assert claim["status"] == "withheld" and claim["exit_code"] == 1 and claim["controls_failed"] > 0
+    assert "not detected" in claim["reason"]
+    # the complete record stays: the audit table with its undetected faults, the claims table, the ledger line
+    rows = _csv(d / "audit.csv")
+    assert any(x["fault"] and x["detected"] == "false" for x in rows)
+    assert _csv(d / "claims.csv")[0]["status"] == "withheld"
+    ledger = [json.loads(x) for x in (tmp_path / "res" / "ledger.jsonl").read_text().splitlines()]
+    assert ledger[-1]["kind"] == "stage_claim" and ledger[-1]["status"] == "withheld"
+
+
+def test_a_stage_that_errors_records_no_claim(tmp_path):
+    d, done = tmp_path / "a", tmp_path / "a.done"
+    r = _cli("stage", "audit", "--dir", str(d), "--done", str(done), "--", "audit", "--out", str(d), "--tool",
+             str(tmp_path / "no-such-tool"), env=_env(tmp_path))
+    assert r.returncode == 2, r.stderr  # a usage error is not a failed control: the stage fails
+    assert not done.exists() and not (d / "claims.csv").exists()
+
+
+def test_workflow_seals_and_reports_the_withheld_claim(sabotaged_tool, tmp_path):
+    cfg = {
+        "family": "smollm2-135m", "threads": 1, "results": str(tmp_path / "res"),
+        "panel": {"source": "humaneval", "tasks": "0"},
+        "campaigns": {"run": [], "preset": "default"},
+        "stages": {"audit": True, "replay": False, "partition": False, "crosses": False, "admission": False},
+    }
+    cp = tmp_path / "config.yaml"
+    cp.write_text(yaml.safe_dump(cfg))
+    r = subprocess.run([sys.executable, "-m", "snakemake", "--snakefile", str(REPO_ROOT / "Snakefile"), "--configfile",
+                        str(cp), "--cores", "2"], cwd=REPO_ROOT, env=_env(tmp_path, sabotaged_tool),
+                       capture_output=True, text=True, timeout=1800)
+    assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
+    res = tmp_path / "res"
+    assert (res / "campaigns" / "audit" / "audit.csv").is_file()  # nothing deleted
+    archive = res / "archive"
+    claims = _csv(archive / "tables" / "claims.csv")
+    assert [(c["stage"], c["status"]) for c in claims] == [("audit", "withheld")]
+    audit = _csv(archive / "tables" / "audit.csv")
+    assert any(x["fault"] and x["detected"] == "false" for x in audit)
+    assert (archive / "campaigns" / "audit" / "claim.json").is_file()
+    html = (archive / "report.html").read_text()
+    assert "WITHHELD" in html and "not detected" in html
+    # sealed, and the independent checker agrees with the withheld status it recomputes
+    c = subprocess.run(["python3", "-I", "-S", str(REPO_ROOT / "report" / "check.py"), str(archive)],
+                       capture_output=True, text=True)
+    assert c.returncode == 0, c.stdout + c.stderr

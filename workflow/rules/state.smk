@@ -1,0 +1,86 @@
+# State formation and transfer (paper §6.1-6.2, S4-S5) and backend admission (§6.3, S6.3).
+# Each stage writes its folder under campaigns/ and records its claim through `refspec stage`;
+# the declared output is the completion marker beside the folder, so a failed control keeps
+# its complete record (Snakemake never deletes the folder) and the claim is sealed as withheld.
+
+_ST = config["state"]
+_ADM = config["admission"]
+
+
+rule state_partition:
+    input:
+        cfg=CONFIGFILE,
+        build=f"{PROV}/BUILD.json",
+        models=f"{PROV}/models.txt",
+    output:
+        f"{RESULTS}/campaigns/partition.done",
+    log:
+        f"{LOGS}/state_partition.log",
+    benchmark:
+        f"{BENCH}/state_partition.tsv"
+    params:
+        results=lambda wildcards, output: Path(output[0]).parent.parent,
+        tasks=_ST["tasks"],
+        cap=_ST["cap"],
+        splits=",".join(str(s) for s in _ST["splits"]),
+        ub_sweep=",".join(str(u) for u in _ST["ub_sweep"]),
+        repeats=_ST["repeats"],
+    threads: 1
+    conda:
+        "../../envs/refspec.yaml"
+    shell:
+        "refspec stage partition --dir {params.results}/campaigns/partition --done {output} --results {params.results}"
+        " -- state partition --config {input.cfg} --tasks {params.tasks} --cap {params.cap}"
+        " --splits={params.splits} --ub-sweep={params.ub_sweep} --repeats {params.repeats} --threads {threads}"
+        " --out {params.results}/campaigns/partition > {log} 2>&1"
+
+
+rule state_crosses:
+    input:
+        partition=f"{RESULTS}/campaigns/partition.done",
+    output:
+        f"{RESULTS}/campaigns/crosses.done",
+    log:
+        f"{LOGS}/state_crosses.log",
+    benchmark:
+        f"{BENCH}/state_crosses.tsv"
+    params:
+        results=lambda wildcards, output: Path(output[0]).parent.parent,
+        pair=",".join(_ST["pair"]),
+        divergent=_ST["divergent"],
+        stable=_ST["stable"],
+        repeats=_ST["cross_repeats"],
+    # independent worker processes, one per core (each single-threaded)
+    threads: 2
+    conda:
+        "../../envs/refspec.yaml"
+    shell:
+        "refspec stage crosses --dir {params.results}/campaigns/crosses --done {output} --results {params.results}"
+        " -- state crosses --partition {params.results}/campaigns/partition --pair {params.pair}"
+        " --divergent {params.divergent} --stable {params.stable} --repeats {params.repeats} --jobs {threads}"
+        " --out {params.results}/campaigns/crosses > {log} 2>&1"
+
+
+rule admission:
+    input:
+        cfg=CONFIGFILE,
+        build=f"{PROV}/BUILD.json",
+        models=f"{PROV}/models.txt",
+    output:
+        f"{RESULTS}/campaigns/admission.done",
+    log:
+        f"{LOGS}/admission.log",
+    benchmark:
+        f"{BENCH}/admission.tsv"
+    params:
+        results=lambda wildcards, output: Path(output[0]).parent.parent,
+        backend=_ADM["backend"],
+        n_kv=_ADM["n_kv"],
+        queries=_ADM["queries"],
+    threads: 1
+    conda:
+        "../../envs/refspec.yaml"
+    shell:
+        "refspec stage admission --dir {params.results}/campaigns/admission --done {output} --results {params.results}"
+        " -- admission --config {input.cfg} --backend {params.backend} --n-kv {params.n_kv} --queries {params.queries}"
+        " --threads {threads} --out {params.results}/campaigns/admission > {log} 2>&1"
