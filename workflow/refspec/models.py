@@ -276,14 +276,11 @@ def _quantize_tool() -> Path:
 
 def run(args: argparse.Namespace) -> int:
     cfg = load_config(args.config)
-    if cfg.get("native"):  # derive with the configured build's tool (a CUDA host builds no CPU copy)
-        from . import native
-
-        os.environ.setdefault("LLAMA_CPP_LIB_PATH", str(native.current(cfg).lib_dir))
     ffile = Path(args.families_file) if args.families_file else config_families_file(cfg)
     if args.pin:
         if not (args.family and args.models_dir and args.out):
             raise UsageError("--pin needs --family, --models-dir and --out")
+        # pinning reads and hashes files only: it needs no native build
         pins = pin_family(args.family, args.models_dir, args.out, families_path=ffile, force=args.force)
         for key, digest in pins.items():
             print(f"{key:12s} {digest}")
@@ -291,8 +288,13 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if args.out or args.force:
         raise UsageError("--out and --force go with --pin")
-    fam = ensure_family(args.family or cfg["family"], models_dir=args.models_dir or cfg.get("models_dir"),
-                        families_file=ffile)
+    name = args.family or cfg["family"]
+    if cfg.get("native") and _family(name, path=ffile).get("source") is not None:
+        # derive with the configured build's tool (a CUDA host builds no CPU copy); placed files need none
+        from . import native
+
+        os.environ.setdefault("LLAMA_CPP_LIB_PATH", str(native.current(cfg).lib_dir))
+    fam = ensure_family(name, models_dir=args.models_dir or cfg.get("models_dir"), families_file=ffile)
     for f in fam.all():
         print(f"{f.role:6s} {f.name:10s} {f.sha256}  {f.path}")
     return 0
