@@ -40,7 +40,7 @@ def _tiny(tmp: Path, name: str = "confirmation") -> Path:
         "family": "smollm2-135m", "threads": 1, "results": str(tmp / "res"),
         "panel": {"source": "humaneval", "tasks": "0-1"},
         "campaigns": {"run": [name], "preset": "default", "definitions": str(defs)},
-        "stages": {"audit": False, "replay": False},
+        "stages": {"audit": False, "replay": False, "partition": False, "crosses": False, "admission": False},
     }
     path = tmp / "config.yaml"
     path.write_text(yaml.safe_dump(cfg))
