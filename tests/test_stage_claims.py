@@ -123,3 +123,44 @@ def test_workflow_seals_and_reports_the_withheld_claim(sabotaged_tool, tmp_path)
     c = subprocess.run(["python3", "-I", "-S", str(REPO_ROOT / "report" / "check.py"), str(archive)],
                        capture_output=True, text=True)
     assert c.returncode == 0, c.stdout + c.stderr
+
+
+def _replay_rows(ok_second: bool) -> list[dict]:
+    rows = []
+    for layer, ok in ((0, True), (15, ok_second)):
+        for stage in ("kq", "kq_soft_max", "kqv"):
+            rows.append({"family": "smollm2-135m", "layer": layer, "phase": "prefill", "q": 2, "stage": stage,
+                         "pq_eq_qb": True, "mq_eq_pq": False, "max_abs_mq": 1e-6, "max_ulp_mq": 3, "first_diff": 0,
+                         "visible_keys": 40, "control_ok": ok,
+                         "reason": None if ok else "repeatability: own-path mq differs between two replays"})
+    return rows
+
+
+@pytest.mark.parametrize("ok_second,exit_code,status,failed", [
+    (True, 0, "supported", 0), (False, 1, "withheld", 1), (True, 1, "withheld", 0)])
+def test_replay_claim_from_its_table(tmp_path, ok_second, exit_code, status, failed):
+    """E1's claim: contexts with a failed control are counted and named; a non-zero exit withholds."""
+    from refspec import claims, tables
+
+    d = tmp_path / "campaigns" / "replay"
+    tables.write_table(_replay_rows(ok_second), "replay", d)
+    row = claims.record_claim("replay", d, exit_code, tmp_path)
+    assert (row["status"], row["controls"], row["controls_failed"]) == (status, 2, failed)
+    assert row["record"] == "campaigns/replay"
+    if failed:
+        assert "layer 15 prefill q=2" in row["reason"] and "repeatability" in row["reason"]
+    elif status == "withheld":
+        assert "exited 1" in row["reason"]
+    assert tables.read_records("claims", d) == [row]
+
+
+def test_controlled_stage_rules_declare_markers_not_folders():
+    """Snakemake deletes a failed rule's outputs: the controlled stages must never declare their folder."""
+    import re
+
+    text = "\n".join(p.read_text() for p in sorted((REPO_ROOT / "workflow" / "rules").glob("*.smk")))
+    blocks = dict(re.findall(r"^rule (\w+):\n(.*?)(?=^rule |\Z)", text, re.S | re.M))
+    for rule in ("audit", "replay", "state_partition", "state_crosses", "admission"):
+        out = re.search(r"output:\n(.*?)\n    \w+:", blocks[rule], re.S).group(1)
+        assert "directory(" not in out and ".done" in out, (rule, out)
+        assert "refspec stage " in blocks[rule], rule
