@@ -121,6 +121,13 @@ def artifacts(config_path: str | None, build_record: Path, panels: list[Path]) -
     for name in sorted(rec["files"]):
         role = "tool" if name in native.TOOL_TARGETS else "library"
         out.append({"role": role, "name": name, "path": str(b.lib_dir / name)})
+    if "servers" in ((cfg.get("campaigns") or {}).get("run") or []):  # llama-server, stock and patched
+        opts = native.BuildOptions.from_config(cfg)
+        for variant in native.SERVER_VARIANTS:
+            sb = native.build_server(opts, variant)
+            for name in sorted(sb.record["files"]):
+                role = "tool" if name == native.SERVER_TARGET else "library"
+                out.append({"role": role, "name": f"{variant}/{name}", "path": str(sb.lib_dir / name)})
     fam = ensure_family(cfg["family"], models_dir=cfg.get("models_dir"), families_file=config_families_file(cfg))
     for f in fam.all():
         out.append({"role": "model", "name": f"{fam.family}/{f.name}", "path": str(f.path)})

@@ -50,6 +50,9 @@ PATCH_DIR = REPO_ROOT / "native" / "patches"
 LIB_TARGETS = ["llama", "ggml"]
 TOOL_TARGETS = ["llama-quantize", "llama-speculative-simple"]
 BUILD_RECORD = "BUILD.json"
+# optional: llama-server from the same pinned source, stock (no patches) or patched (build_server)
+SERVER_TARGET = "llama-server"
+SERVER_VARIANTS = ("stock", "patched")
 
 
 @dataclass(frozen=True)
@@ -179,12 +182,12 @@ def _run_logged(cmd: list[str], cwd: Path, log, what: str, progress=None) -> Non
         raise BuildError(f"{what} failed (exit {rc}); last lines:\n{''.join(tail)}")
 
 
-def _built_files(lib_dir: Path) -> dict[str, dict]:
+def _built_files(lib_dir: Path, tools: list[str] = TOOL_TARGETS) -> dict[str, dict]:
     files = {}
     for p in sorted(lib_dir.iterdir()):
         if p.is_symlink() or not p.is_file():
             continue
-        if p.name.endswith(".so") or ".so." in p.name or p.name in TOOL_TARGETS:
+        if p.name.endswith(".so") or ".so." in p.name or p.name in tools:
             files[p.name] = file_digest(p)
     return files
 
@@ -299,10 +302,54 @@ def _toolkit_with_cublas(root: Path) -> Path:
     return dest
 
 
+def server_flags(options: BuildOptions) -> list[str]:
+    """The build's CMake flags with the server on and its web UI off (no assets, nothing fetched)."""
+    flags = [f for f in options.cmake_flags() if not f.startswith("-DLLAMA_BUILD_SERVER=")]
+    return flags + ["-DLLAMA_BUILD_SERVER=ON", "-DLLAMA_BUILD_UI=OFF", "-DLLAMA_USE_PREBUILT_UI=OFF"]
+
+
+def server_key(options: BuildOptions, variant: str, sdist_sha256: str = SDIST_SHA256) -> str:
+    """Key of the optional ``llama-server`` build: ``stock`` applies no patch, ``patched`` all of them."""
+    if variant not in SERVER_VARIANTS:
+        raise BuildError(f"unknown llama-server variant {variant!r} ({' or '.join(SERVER_VARIANTS)})")
+    patches = patch_files() if variant == "patched" else []
+    return sha256_json(
+        {
+            "sdist": {"name": SDIST_NAME, "version": SDIST_VERSION, "sha256": sdist_sha256},
+            "patches": [{"name": p.name, "sha256": sha256_file(p)} for p in patches],
+            "options": asdict(options),
+            "flags": server_flags(options),
+            "targets": [SERVER_TARGET],
+            "variant": variant,
+            **({"cuda_host": cuda_host_variant()} if options.backend == "cuda" else {}),
+        }
+    )
+
+
+def build_server(options: BuildOptions | None = None, variant: str = "patched", *, jobs: int | None = None,
+                 quiet: bool = False) -> BuildResult:
+    """Build (or find cached) ``llama-server`` of the pinned source, ``stock`` or ``patched``.
+
+    A folder of its own (``$REFSPEC_CACHE/native/<key16>``) with its own libraries next to the
+    server binary, so the default build never compiles the server.
+    """
+    options = options or BuildOptions()
+    key = server_key(options, variant)
+    patches = patch_files() if variant == "patched" else []
+    return _cached(key, lambda root, lib_dir: _build_into(
+        options, key, root, lib_dir, jobs=jobs, quiet=quiet, patches=patches, flags=server_flags(options),
+        targets=[SERVER_TARGET], tools=[SERVER_TARGET], variant=variant), quiet=quiet)
+
+
 def build(options: BuildOptions | None = None, *, jobs: int | None = None, quiet: bool = False) -> BuildResult:
     """Build (or find cached) the patched llama.cpp for these options."""
     options = options or BuildOptions()
     key = build_key(options)
+    return _cached(key, lambda root, lib_dir: _build_into(options, key, root, lib_dir, jobs=jobs, quiet=quiet),
+                   quiet=quiet)
+
+
+def _cached(key: str, make, *, quiet: bool) -> BuildResult:
     root = cache_dir() / "native" / key[:16]
     lib_dir = root / "build" / "bin"
     root.mkdir(parents=True, exist_ok=True)
@@ -319,11 +366,13 @@ def build(options: BuildOptions | None = None, *, jobs: int | None = None, quiet
                 print(f"refspec build: cached build {root} is inconsistent ({'; '.join(problems)}); rebuilding",
                       file=sys.stderr)
             record_path.unlink()
-        return _build_into(options, key, root, lib_dir, jobs=jobs, quiet=quiet)
+        return make(root, lib_dir)
 
 
 def _build_into(options: BuildOptions, key: str, root: Path, lib_dir: Path, *, jobs: int | None,
-                quiet: bool) -> BuildResult:
+                quiet: bool, patches: list[Path] | None = None, flags: list[str] | None = None,
+                targets: list[str] | None = None, tools: list[str] = TOOL_TARGETS,
+                variant: str | None = None) -> BuildResult:
     t0 = time.monotonic()
     sdist = fetch_sdist()
     src_root = root / "src"
@@ -333,11 +382,12 @@ def _build_into(options: BuildOptions, key: str, root: Path, lib_dir: Path, *, j
         _safe_extract(sdist, Path(tmp))
         (Path(tmp) / f"llama_cpp_python-{SDIST_VERSION}").rename(src_root)
     llama_dir = src_root / "vendor" / "llama.cpp"
-    patches = apply_patches(llama_dir, patch_files())
+    patches = apply_patches(llama_dir, patch_files() if patches is None else patches)
 
     build_dir = root / "build"
     log_path = root / "build.log"
-    flags = options.cmake_flags()
+    flags = options.cmake_flags() if flags is None else flags
+    targets = LIB_TARGETS + TOOL_TARGETS if targets is None else targets
     host: dict = {}
     if options.backend == "cuda":
         extra, host = cuda_host_setup()
@@ -361,7 +411,7 @@ def _build_into(options: BuildOptions, key: str, root: Path, lib_dir: Path, *, j
     with open(log_path, "w") as log:
         _run_logged(["cmake", "-S", str(llama_dir), "-B", str(build_dir), "-G", "Ninja", *flags],
                     root, log, "cmake configure")
-        _run_logged(["cmake", "--build", str(build_dir), "-j", str(jobs), "--target", *LIB_TARGETS, *TOOL_TARGETS],
+        _run_logged(["cmake", "--build", str(build_dir), "-j", str(jobs), "--target", *targets],
                     root, log, "cmake build", progress)
     if bar is not None:
         bar.close()
@@ -376,7 +426,8 @@ def _build_into(options: BuildOptions, key: str, root: Path, lib_dir: Path, *, j
         "cmake_flags": flags,
         "host_setup": host,
         "build_seconds": round(t_build, 1),
-        "files": _built_files(lib_dir),
+        "files": _built_files(lib_dir, tools),
+        **({"variant": variant, "targets": targets} if variant else {}),
     }
     atomic_write_text(root / BUILD_RECORD, json.dumps(record, indent=2, sort_keys=True) + "\n")
     return BuildResult(key=key, root=root, lib_dir=lib_dir, record=record, built=True)
@@ -396,6 +447,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cuda-arch", help="CUDA architectures (e.g. 90)")
     p.add_argument("--jobs", type=int, help="parallel build jobs (default: all cores)")
     p.add_argument("--record", help="also copy BUILD.json to this path")
+    p.add_argument("--server", action="store_true",
+                   help="also build llama-server of the pinned source, stock (no patches) and patched")
     p.add_argument("--quiet", action="store_true")
 
 
@@ -413,6 +466,13 @@ def run(args: argparse.Namespace) -> int:
         atomic_write_text(args.record, json.dumps(res.record, indent=2, sort_keys=True) + "\n")
     state = "built" if res.built else "up to date"
     print(f"refspec build: {state} in {dt:.1f} s: {res.lib_dir} (key {res.key[:16]})")
+    if getattr(args, "server", False):
+        for variant in SERVER_VARIANTS:
+            t0 = time.monotonic()
+            srv = build_server(opts, variant, jobs=args.jobs, quiet=args.quiet)
+            state = "built" if srv.built else "up to date"
+            print(f"refspec build: {variant} {SERVER_TARGET} {state} in {time.monotonic() - t0:.1f} s: "
+                  f"{srv.tool(SERVER_TARGET)} (key {srv.key[:16]})")
     return 0
 
 
