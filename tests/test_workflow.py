@@ -64,3 +64,28 @@ def test_bad_config_is_refused_by_schema(tmp_path, text, needle):
         return
     assert r.returncode != 0
     assert "Error validating config file" in out and needle in out
+
+
+def test_gpu_config_studies_three_families_side_by_side(tmp_path):
+    """config/gpu.yaml: every campaign and the replay once per family, each into campaigns/<family>/<name>."""
+    import yaml
+
+    cfg = yaml.safe_load((REPO_ROOT / "config" / "gpu.yaml").read_text())
+    fams, camps = cfg["families"], cfg["campaigns"]["run"]
+    assert len(fams) == 3 and cfg["native"]["backend"] == "cuda" and cfg["gpu_layers"] == "auto"
+    r = _snakemake("-n", "-p", "--configfile", "config/gpu.yaml", "--config", f"results={tmp_path}/res")
+    assert r.returncode == 0, r.stdout + r.stderr
+    jobs = _planned(r.stdout)
+    assert jobs["campaign"] == len(fams) * len(camps), jobs
+    assert jobs["replay"] == len(fams), jobs
+    assert jobs["models"] == 1 and jobs["assemble"] == 1 and jobs["check"] == 1, jobs
+    out = r.stdout
+    for fam in fams:
+        for camp in camps:
+            assert f"{tmp_path}/res/campaigns/{fam}/{camp}.done" in out, (fam, camp)
+            assert f"refspec campaign {camp} --family {fam} " in out, (fam, camp)
+        assert f"--family {fam} --out {tmp_path}/res/campaigns/{fam}/replay" in out, fam
+    # the single-family default keeps campaigns/<name> and passes no --family
+    d = _snakemake("-n", "-p", "--configfile", "config/config.yaml", "--config", f"results={tmp_path}/one")
+    assert d.returncode == 0 and f"{tmp_path}/one/campaigns/confirmation.done" in d.stdout
+    assert "refspec campaign confirmation --family" not in d.stdout

@@ -136,3 +136,43 @@ def test_killed_run_resumes_without_recomputing(tmp_path):
     rerun = [json.loads(line) for line in after[len(before):].decode().splitlines() if line.strip()]
     again = {key(c) for c in rerun if (c.get("row") or {}).get("status") == "ok"}
     assert done_before and not (done_before & again)
+
+
+def test_two_families_in_one_study(tmp_path):
+    """``families``: each campaign per family, one archive, one report with a column per family."""
+    fams = yaml.safe_load((REPO_ROOT / "config" / "families.yaml").read_text())
+    twin = json.loads(json.dumps(fams["families"]["smollm2-135m"]))
+    twin["description"] = "the embedded family again, under a second name (a second family of the study)"
+    twin["drafts"] = {"q4_1": twin["drafts"]["q4_1"]}
+    fams["families"]["smollm2-135m-twin"] = twin
+    ffile = tmp_path / "families.yaml"
+    ffile.write_text(yaml.safe_dump(fams))
+    cfg_path = _tiny(tmp_path)
+    cfg = yaml.safe_load(cfg_path.read_text())
+    cfg.update({"families": ["smollm2-135m", "smollm2-135m-twin"], "families_file": str(ffile)})
+    defs = Path(cfg["campaigns"]["definitions"])
+    d = yaml.safe_load((defs / "confirmation.yaml").read_text())
+    d["arms"] = ["R", "M3"]
+    (defs / "confirmation.yaml").write_text(yaml.safe_dump(d))
+    cfg_path.write_text(yaml.safe_dump(cfg))
+    dry = _run(cfg_path, tmp_path, "-n")
+    assert dry.returncode == 0, (dry.stdout + dry.stderr)[-3000:]
+    assert "--family smollm2-135m-twin" in dry.stdout + dry.stderr or "smollm2-135m-twin/confirmation" in dry.stdout
+    r = _run(cfg_path, tmp_path)
+    assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
+    res = tmp_path / "res"
+    _check_archive(res, tmp_path)
+    archive = res / "archive"
+    for fam in cfg["families"]:
+        assert (archive / "campaigns" / fam / "confirmation" / "plan.json").is_file(), fam
+        plan = json.loads((archive / "campaigns" / fam / "confirmation" / "plan.json").read_text())
+        assert plan["family"] == fam
+    q = (archive / "tables" / "qualification.csv").read_text().splitlines()
+    header = q[0].split(",")
+    fam_col = header.index("family")
+    assert {line.split(",")[fam_col] for line in q[1:]} == set(cfg["families"])
+    html = (archive / "report.html").read_text()
+    assert "smollm2-135m-twin" in html
+    runlog = [json.loads(line) for line in (res / "ledger.jsonl").read_text().splitlines() if line.strip()]
+    pinned = {r["ledger"] for r in runlog if r.get("kind") == "campaign_run"}
+    assert pinned == {f"campaigns/{f}/confirmation/ledger.jsonl" for f in cfg["families"]}

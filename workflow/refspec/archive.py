@@ -46,6 +46,12 @@ def _merge_plans(plans: list[tuple[str, dict]]) -> dict:
     return merged
 
 
+def _campaign_key(cdir: Path) -> str:
+    """``<name>``, or ``<family>/<name>`` for a study of several families (``campaigns/<family>/<name>``)."""
+    cdir = Path(cdir)
+    return cdir.name if cdir.parent.name == "campaigns" else f"{cdir.parent.name}/{cdir.name}"
+
+
 def assemble(results: Path, manifest: Path, campaigns: list[Path], out: Path) -> dict:
     import pandas as pd
 
@@ -62,14 +68,15 @@ def assemble(results: Path, manifest: Path, campaigns: list[Path], out: Path) ->
         for name in T.TABLES:
             if T.find_table(name, cdir) is not None:
                 frames.setdefault(name, []).append(T.read_table(name, cdir))
+        key = _campaign_key(cdir)
         plan = cdir / "plan.json"
         if plan.is_file():
-            plans.append((cdir.name, json.loads(plan.read_text())))
+            plans.append((key, json.loads(plan.read_text())))
         # the campaign's own records travel with the tables (the run ledger pins their heads)
         for rec in CAMPAIGN_RECORDS:
             src = cdir / rec
             if src.is_file():
-                dst = out / "campaigns" / cdir.name / rec
+                dst = out / "campaigns" / key / rec
                 dst.parent.mkdir(parents=True, exist_ok=True)
                 shutil.copyfile(src, dst)
     counts = {}
@@ -128,9 +135,12 @@ def artifacts(config_path: str | None, build_record: Path, panels: list[Path]) -
             for name in sorted(sb.record["files"]):
                 role = "tool" if name == native.SERVER_TARGET else "library"
                 out.append({"role": role, "name": f"{variant}/{name}", "path": str(sb.lib_dir / name)})
-    fam = ensure_family(cfg["family"], models_dir=cfg.get("models_dir"), families_file=config_families_file(cfg))
-    for f in fam.all():
-        out.append({"role": "model", "name": f"{fam.family}/{f.name}", "path": str(f.path)})
+    from .config import study_families
+
+    for family in study_families(cfg):
+        fam = ensure_family(family, models_dir=cfg.get("models_dir"), families_file=config_families_file(cfg))
+        for f in fam.all():
+            out.append({"role": "model", "name": f"{fam.family}/{f.name}", "path": str(f.path)})
     for p in panels:
         out.append({"role": "panel", "name": p.name, "path": str(p.resolve())})
     return out

@@ -82,3 +82,24 @@ def gpu_layers(config: dict | None) -> int:
     if isinstance(setting, bool) or not isinstance(setting, int) or setting < 0:
         raise ConfigError(f"gpu_layers: {setting!r} is not auto, all, none or a count of layers")
     return int(setting)
+
+
+def study_families(config: dict | None) -> list[str]:
+    """The families one run studies side by side: ``families`` when given, else ``[family]``.
+
+    With more than one, each family's campaigns live in ``campaigns/<family>/<name>`` of
+    the one results folder, and one archive and one report hold them all.
+    """
+    config = config or {}
+    fams = list(config.get("families") or [])
+    if not fams:
+        return [config["family"]] if config.get("family") else []
+    if len(set(fams)) != len(fams):
+        raise ConfigError(f"families: a family is listed twice: {fams}")
+    return fams
+
+
+def campaign_dir(results: str | Path, name: str, family: str, config: dict | None) -> Path:
+    """Where a campaign of ``family`` writes in a results folder (one layout for the run)."""
+    base = Path(results) / "campaigns"
+    return base / family / name if len(study_families(config)) > 1 else base / name

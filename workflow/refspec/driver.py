@@ -644,6 +644,10 @@ def _record(ctx: RunContext, rec: dict) -> dict:
 
 def start_worker(ctx: RunContext, arm: Arm, block: int) -> tuple[Worker, dict]:
     """Start a fresh worker for ``arm``; ledger its start and record its warmup (an excluded row)."""
+    if getattr(arm, "kind", "worker") == "server":  # a black-box llama.cpp server (refspec.server)
+        from .server import start_server
+
+        return start_server(ctx, arm, block)
     wid = ctx.next_worker_id(arm.name)
     spec = WorkerSpec(family=ctx.family, arm=arm, files=ctx.files, lib_dir=ctx.lib_dir, worker_id=wid,
                       run_dir=ctx.out_dir, draft=ctx.draft if arm.speculative else None, arms_file=ctx.arms_file,

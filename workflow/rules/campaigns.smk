@@ -10,7 +10,7 @@ rule campaign:
         build=f"{PROV}/BUILD.json",
         models=f"{PROV}/models.txt",
         manifest=f"{PROV}/manifest.json",
-        definition=f"{DEFINITIONS}/{{name}}.yaml",
+        definition=lambda wildcards: f"{DEFINITIONS}/{slot_name(wildcards.name)}.yaml",
     output:
         f"{RESULTS}/campaigns/{{name}}.done",
     log:
@@ -18,9 +18,11 @@ rule campaign:
     benchmark:
         f"{BENCH}/campaign_{{name}}.tsv"
     wildcard_constraints:
-        name="|".join(CAMPAIGNS),
+        name="|".join(SLOTS),
     params:
-        results=lambda wildcards, output: Path(output[0]).parent.parent,
+        results=lambda wildcards, output: results_of(output[0], wildcards.name),
+        campaign=lambda wildcards: slot_name(wildcards.name),
+        family=lambda wildcards: f"--family {slot_family(wildcards.name)}" if MULTI else "",
         preset=config["campaigns"]["preset"],
         threads=THREADS,
     # timed campaigns run alone on the machine: nothing else shares its cores
@@ -28,7 +30,8 @@ rule campaign:
     conda:
         "../../envs/refspec.yaml"
     shell:
-        "refspec campaign {wildcards.name} --config {input.cfg} --definition {input.definition}"
+        "refspec campaign {params.campaign} {params.family} --config {input.cfg}"
+        " --definition {input.definition}"
         " --out {params.results} --preset {params.preset}"
         " --threads {params.threads} --manifest {input.manifest} --resume --no-progress > {log} 2>&1"
         " && cp {log} {output}"

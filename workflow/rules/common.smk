@@ -15,10 +15,34 @@ CONFIGFILE = workflow.overwrite_configfiles[-1] if workflow.overwrite_configfile
 PATCHES = sorted(str(p) for p in Path("native/patches").glob("*.patch"))
 PANEL = f"{RESULTS}/panels/{config['panel']['source']}.jsonl"
 CAMPAIGNS = list(config["campaigns"]["run"])
+# the families studied side by side (config `families`, default [family]); with several, each
+# family's campaigns and replay live in campaigns/<family>/<name> (one archive, one report)
+FAMILIES = list(config.get("families") or [config["family"]])
+MULTI = len(FAMILIES) > 1
+SLOTS = [f"{f}/{c}" if MULTI else c for f in FAMILIES for c in CAMPAIGNS]
+REPLAY_SLOTS = [f"{f}/replay" if MULTI else "replay" for f in FAMILIES] if config["stages"]["replay"] else []
+
+
+def slot_family(slot):
+    parts = Path(slot).parts
+    return parts[0] if len(parts) > 1 else config["family"]
+
+
+def slot_name(slot):
+    return Path(slot).name
+
+
+def results_of(done, slot):
+    """The results folder of a completion marker RESULTS/campaigns/<slot>.done."""
+    return str(Path(done).parents[len(Path(slot).parts)])
+
+
 # directories assembled into the archive: each campaign's folder (ready once its marker is)
-# controlled stages (`refspec stage`): folder campaigns/<stage>, completion marker <stage>.done
-STAGE_SLOTS = [s for s in ("audit", "replay", "partition", "crosses", "admission") if config["stages"][s]]
-CAMPAIGN_DONE = [f"{RESULTS}/campaigns/{c}.done" for c in CAMPAIGNS + STAGE_SLOTS]
+# controlled stages (`refspec stage`): folder campaigns/<slot>, completion marker <slot>.done
+STAGE_SLOTS = ["audit"] * bool(config["stages"]["audit"]) + REPLAY_SLOTS + [
+    s for s in ("partition", "crosses", "admission") if config["stages"][s]
+]
+CAMPAIGN_DONE = [f"{RESULTS}/campaigns/{s}.done" for s in SLOTS + STAGE_SLOTS]
 CAMPAIGN_DIRS = []
 DEFINITIONS = config["campaigns"]["definitions"]
 # the code the manifest pins: a change to any of it makes a new manifest (and the

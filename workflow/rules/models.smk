@@ -6,14 +6,16 @@ rule models:
     log:
         f"{LOGS}/models.log",
     params:
-        family=config["family"],
+        families=" ".join(FAMILIES),
         models_dir=config["models_dir"] or "",
         families_file=config["families_file"],
         cfg=CONFIGFILE,
     conda:
         "../../envs/refspec.yaml"
     shell:
-        "refspec models --config {params.cfg} --family {params.family} --models-dir '{params.models_dir}' --families-file '{params.families_file}' > {output} 2> {log}"
+        "(for f in {params.families}; do refspec models --config {params.cfg} --family $f"
+        " --models-dir '{params.models_dir}' --families-file '{params.families_file}' || exit $?; done)"
+        " > {output} 2> {log}"
 
 
 rule panel:

@@ -10,15 +10,17 @@ rule replay:
         build=f"{PROV}/BUILD.json",
         models=f"{PROV}/models.txt",
     output:
-        f"{RESULTS}/campaigns/replay.done",
+        f"{RESULTS}/campaigns/{{rslot}}.done",
     log:
-        f"{LOGS}/replay.log",
+        f"{LOGS}/{{rslot}}.log",
     benchmark:
-        f"{BENCH}/replay.tsv"
+        f"{BENCH}/{{rslot}}.tsv"
+    wildcard_constraints:
+        rslot="|".join(REPLAY_SLOTS) or "replay",
     params:
-        family=config["family"],
+        family=lambda wildcards: slot_family(wildcards.rslot),
         out=lambda wildcards, output: output[0][: -len(".done")],
-        results=lambda wildcards, output: Path(output[0]).parent.parent,
+        results=lambda wildcards, output: results_of(output[0], wildcards.rslot),
     threads: 1
     conda:
         "../../envs/refspec.yaml"

@@ -48,7 +48,7 @@ from ..hashing import sha256_file, sha256_json
 from ..paths import REPO_ROOT
 from .. import plan as planmod
 
-NAMES = ("phase_mask", "confirmation", "implementation", "replication", "width", "prediction")
+NAMES = ("phase_mask", "confirmation", "implementation", "replication", "width", "prediction", "servers")
 PLAN_FORMAT = 1
 # The analysis code as it was when this process imported it (stats.py, plan.py, campaigns/*.py).
 ANALYSIS_CODE = planmod.analysis_code_digest()
@@ -145,6 +145,7 @@ class Context:
     draft: str | None
     threads: int
     out: Path
+    results: Path | None = None  # the run's results folder (its ledger.jsonl pins the campaign's)
     run: Any = None  # scheduler.CampaignRun
     materialize: Callable[[], None] | None = None
     sessions: list = field(default_factory=list)
@@ -292,7 +293,7 @@ def arm_evidence(ctx: Context, base: dict) -> str:
         prop = sum(r["row"]["proposals"] or 0 for r in mine)
         if arm.speculative and prop:
             parts.append(f"acceptance {sum(r['row']['accepted'] or 0 for r in mine) / prop:.3f}")
-        if nonvacuity is not None and name != "R":
+        if nonvacuity is not None and name != "R" and getattr(arm, "kind", "worker") != "server":
             try:
                 ev = nonvacuity(arm, mine)
                 checks = ev.get("checks") or {}
@@ -300,6 +301,8 @@ def arm_evidence(ctx: Context, base: dict) -> str:
                                                          for k, v in checks.items()))
             except Exception:  # evidence missing from older records: say nothing
                 pass
+        if getattr(arm, "kind", "worker") == "server":  # a black box: no engine counters to check
+            parts.append("server: draft counts only (no engine counters)")
         lines.append(f"  {name:8s} " + "; ".join(parts))
     return "per arm (completed requests):\n" + "\n".join(lines)
 
@@ -351,8 +354,13 @@ def prepare(name: str, *, preset: str = "default", definition: str | Path | None
     cfg = load_config(config)
     defn, dpath = load_definition(name, preset or "default", definition)
     mod = module_for(name)
+    from ..config import campaign_dir, study_families
+
     out_root = Path(out or cfg.get("results", "results/default")).resolve()
-    cdir = out_root / "campaigns" / name
+    fam0 = family or defn.get("family") or cfg["family"]
+    if len(study_families(cfg)) > 1 and fam0 not in study_families(cfg):
+        raise UsageError(f"family {fam0} is not one of the study's families {study_families(cfg)}")
+    cdir = campaign_dir(out_root, name, fam0, cfg)
     frozen: dict = {}
     if resume and (cdir / planmod.PLAN_NAME).is_file():  # a resumed or re-analysed campaign keeps its settings
         try:
@@ -398,7 +406,7 @@ def prepare(name: str, *, preset: str = "default", definition: str | Path | None
         models[f"draft:{draft}"] = files.draft(draft).sha256
 
     ctx = Context(name=name, preset=preset or "default", defn=defn, panels=panels, panel_records=precs,
-                  arms=arms, family=fam, draft=draft, threads=nthreads, out=cdir)
+                  arms=arms, family=fam, draft=draft, threads=nthreads, out=cdir, results=out_root)
     sessions = mod.schedule(ctx)
     ctx.sessions = sessions
     man = Path(manifest) if manifest else None
@@ -495,10 +503,12 @@ def link_run_ledger(ctx: Context, outcome: str) -> None:
     run = ctx.run
     count, head = run.ledger.head()
     try:
-        Ledger(ctx.out.parent.parent / "ledger.jsonl").append({
+        root = ctx.results or ctx.out.parent.parent
+        Ledger(root / "ledger.jsonl").append({
             "kind": "campaign_run", "reason": f"campaign {ctx.name} run {run.run_no}: {outcome}",
             "campaign": ctx.name, "family": ctx.family, "outcome": outcome, "run": run.run_no,
-            "ledger": f"campaigns/{ctx.name}/ledger.jsonl", "ledger_records": count, "ledger_head_sha256": head,
+            "ledger": (ctx.out / "ledger.jsonl").relative_to(root).as_posix(), "ledger_records": count,
+            "ledger_head_sha256": head,
             "plan_sha256": sha256_file(run.out / planmod.PLAN_NAME)})
     except Exception as e:  # the campaign's own ledger stays authoritative
         print(f"refspec campaign {ctx.name}: could not append to the run ledger: {e}", file=sys.stderr)
