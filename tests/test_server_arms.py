@@ -118,8 +118,8 @@ def test_unknown_layout_in_the_variable_is_refused(tmp_path, server_builds):
     arm = {"kind": "server", "mode": "target", "layout": "qb", "ub": 4, "mask": 15,
            "server": {"build": "patched", "attn_layout": "xx", "ready_timeout_s": 60}}
     p, cdir = _campaign(tmp_path, {"S_bad": arm}, ["R", "S_bad"], tasks="0", cap=4)
-    _assert_refused(p, cdir, "S_bad", "server refused")
-    assert "malformed LLAMA_ATTN_LAYOUT='xx'" in p.stderr
+    _assert_refused(p, cdir, "S_bad", "before it answered /health")
+    assert "LLAMA_ATTN_LAYOUT refused, context not created: malformed LLAMA_ATTN_LAYOUT='xx'" in p.stderr
 
 
 def test_server_that_does_not_start_is_refused(tmp_path, server_builds):
