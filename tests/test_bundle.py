@@ -129,6 +129,7 @@ warmup_cap: 2
 
 
 @pytest.mark.slow
+@pytest.mark.bundle_round_trip
 def test_round_trip_offline(tmp_path, native_build):
     py = "%d.%d" % sys.version_info[:2]
     out = tmp_path / "bundle"
@@ -189,6 +190,7 @@ def test_round_trip_offline(tmp_path, native_build):
 
 
 @pytest.mark.slow
+@pytest.mark.bundle_round_trip
 def test_omitted_packages_checked_on_the_host(tmp_path):
     """--omit: the venv sees the host's site-packages; a provided package is reported with its
     version (warning when it differs from the pin), a missing one is refused (exit 5)."""

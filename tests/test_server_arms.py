@@ -73,6 +73,7 @@ def _assert_refused(p, cdir: Path, arm: str, needle: str) -> None:
 # --------------------------------------------------------------------------- the campaign
 
 
+@pytest.mark.server_build  # builds llama-server twice (stock and patched): ./run test -m server_build
 def test_servers_campaign_qualifies_and_times(tmp_path, server_builds):
     from refspec.arms import load_arms
 
@@ -114,6 +115,7 @@ def test_servers_campaign_qualifies_and_times(tmp_path, server_builds):
 # --------------------------------------------------------------------------- bad input
 
 
+@pytest.mark.server_build  # builds llama-server twice (stock and patched): ./run test -m server_build
 def test_unknown_layout_in_the_variable_is_refused(tmp_path, server_builds):
     arm = {"kind": "server", "mode": "target", "layout": "qb", "ub": 4, "mask": 15,
            "server": {"build": "patched", "attn_layout": "xx", "ready_timeout_s": 60}}
@@ -122,6 +124,7 @@ def test_unknown_layout_in_the_variable_is_refused(tmp_path, server_builds):
     assert "LLAMA_ATTN_LAYOUT refused, context not created: malformed LLAMA_ATTN_LAYOUT='xx'" in p.stderr
 
 
+@pytest.mark.server_build  # builds llama-server twice (stock and patched): ./run test -m server_build
 def test_server_that_does_not_start_is_refused(tmp_path, server_builds):
     arm = {"kind": "server", "mode": "target", "layout": "mq", "ub": 4, "mask": 0,
            "server": {"build": "stock", "args": ["--no-such-option"], "ready_timeout_s": 60}}
@@ -172,6 +175,7 @@ def _start_server(binary: Path, model: Path, *, env_extra: dict | None = None):
         time.sleep(0.2)
 
 
+@pytest.mark.server_build  # builds llama-server twice (stock and patched): ./run test -m server_build
 def test_server_of_another_vocabulary_is_refused(tmp_path, server_builds):
     sys.path.insert(0, str(Path(__file__).parent))
     from tinygguf import write_tiny
@@ -188,6 +192,7 @@ def test_server_of_another_vocabulary_is_refused(tmp_path, server_builds):
     _assert_refused(p, cdir, "S_other", "vocabulary size 259 != the reference's")
 
 
+@pytest.mark.server_build  # builds llama-server twice (stock and patched): ./run test -m server_build
 def test_response_without_token_ids_is_refused(server_builds, family_files):
     """A real llama-server answer that leaves the token IDs out cannot give an endpoint."""
     from refspec.server import ResponseRefused, endpoint_from_response
@@ -212,6 +217,7 @@ def test_response_without_token_ids_is_refused(server_builds, family_files):
         proc.wait()
 
 
+@pytest.mark.server_build  # builds llama-server twice (stock and patched): ./run test -m server_build
 def test_server_builds_are_cached_and_pinned(native_build, server_builds):
     from refspec import archive, native
     from refspec.hashing import file_digest

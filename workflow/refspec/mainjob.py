@@ -67,7 +67,12 @@ def _add_test(p: argparse.ArgumentParser) -> None:
 def _run_test(args: argparse.Namespace) -> int:
     _apt_install(DEBIAN_TEST_PACKAGES)
     _prepare(None)
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args.extra]
+    extra = list(args.extra)
+    if not any(a == "-m" or a.startswith("-m") for a in extra):
+        # opt-in: the two extra full builds of llama-server and the offline bundle's round trip
+        # (`./run test -m server_build`, `./run test -m bundle_round_trip`)
+        extra = ["-m", "not server_build and not bundle_round_trip", *extra]
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *extra]
     r = subprocess.run(cmd, cwd=REPO_ROOT)
     return r.returncode
 
