@@ -19,22 +19,13 @@ import threading
 import time
 
 import pytest
-import yaml
 
 from refspec.driver import ENV_GPU_PASSTHROUGH, Worker, WorkerSpec, worker_env
 from refspec.arms import load_arms
 from refspec.hashing import sha256_json
-from refspec.paths import config_dir
+from test_driver import one_thread_arms
 
 CAP = 6
-
-
-def one_thread_arms(path):
-    """config/arms.yaml with one thread per context (a shared 2-core machine runs tests in parallel)."""
-    data = yaml.safe_load((config_dir() / "arms.yaml").read_text())
-    data["defaults"]["threads"] = 1
-    path.write_text(yaml.safe_dump(data))
-    return str(path)
 
 
 @pytest.fixture(scope="module")

@@ -21,24 +21,15 @@ import threading
 import time
 
 import pytest
-import yaml
 
 from refspec.arms import load_arms
 from refspec.driver import Journal, Planned, RunContext, Worker, WorkerSpec, run_block
 from refspec.ledger import Ledger, verify_chain
-from refspec.paths import config_dir
 from refspec.worker import HEADER_DEADLINE_S
+from test_driver import one_thread_arms
 
 FAMILY = "smollm2-135m"
 PROMPT = [1, 9690, 198]
-
-
-def one_thread_arms(path):
-    """config/arms.yaml with one thread per context (a shared 2-core machine runs tests in parallel)."""
-    data = yaml.safe_load((config_dir() / "arms.yaml").read_text())
-    data["defaults"]["threads"] = 1
-    path.write_text(yaml.safe_dump(data))
-    return str(path)
 
 
 @pytest.fixture(scope="module")
