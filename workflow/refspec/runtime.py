@@ -251,9 +251,9 @@ def devices() -> list[dict]:
     return out
 
 
-def accelerators() -> list[dict]:
+def accelerators(devs: list[dict] | None = None) -> list[dict]:
     """The devices that layers can be offloaded to (dedicated or integrated GPUs)."""
-    return [d for d in devices() if d["type"] in ("gpu", "igpu")]
+    return [d for d in (devices() if devs is None else devs) if d["type"] in ("gpu", "igpu")]
 
 
 def placement_from_log(text: str, *, requested: int, n_layer: int) -> dict:
@@ -281,7 +281,7 @@ def placement_from_log(text: str, *, requested: int, n_layer: int) -> dict:
     gpu_mib = sum(v for k, v in buffers.items() if not k.upper().startswith("CPU"))
     if offloaded and gpu_mib <= 0:  # layers said to be on a device that holds no weights: not offloaded
         offloaded = 0
-    on = [d for d in devs if d["name"] in used] or [d for d in devs if d["type"] in ("gpu", "igpu")][:1]
+    on = [d for d in devs if d["name"] in used] or accelerators(devs)[:1]
     device = on[0] if offloaded and on else next((d for d in devs if d["type"] == "cpu"), {"name": "CPU"})
     return {
         "requested": requested,
@@ -295,10 +295,6 @@ def placement_from_log(text: str, *, requested: int, n_layer: int) -> dict:
         "buffers_mib": buffers,
         "devices": devs,
     }
-
-
-def accel_names(devs: list[dict]) -> list[str]:
-    return [d["name"] for d in devs if d["type"] in ("gpu", "igpu")]
 
 
 def expected_offload(requested: int, n_layer: int) -> int:

@@ -326,6 +326,17 @@ def _arm_facts(reqs: list[dict]) -> dict[tuple[str, str, str], tuple[str, str]]:
     return out
 
 
+
+def _arms_and_times(reqs: list[dict]) -> tuple[dict, dict]:
+    """(family, cap) -> arms requested; (family, cap, arm, task) -> times of the ok requests (ns)."""
+    arm_caps: dict[tuple[str, int], set] = defaultdict(set)
+    times: dict[tuple, list[float]] = defaultdict(list)
+    for r in reqs:
+        arm_caps[(r["family"], int(r["cap"]))].add(r["arm"])
+        if r["status"] == "ok" and r["t_ns"] is not None:
+            times[(r["family"], int(r["cap"]), r["arm"], r["task_id"])].append(float(r["t_ns"]))
+    return arm_caps, times
+
 def _times(reqs: list[dict], campaign: str, by_session: bool = False) -> dict:
     """(family, arm, task[, session]) -> [t_ns] of ok rows of the campaign."""
     out: dict[tuple, list[float]] = defaultdict(list)
@@ -509,12 +520,7 @@ def ratios_table(
     reqs = [r for r in records(requests) if r["campaign"] == campaign]
     qual = records(qualification)
     facts = _arm_facts(reqs)
-    arm_caps: dict[tuple[str, int], set] = defaultdict(set)
-    times: dict[tuple, list[float]] = defaultdict(list)
-    for r in reqs:
-        arm_caps[(r["family"], int(r["cap"]))].add(r["arm"])
-        if r["status"] == "ok" and r["t_ns"] is not None:
-            times[(r["family"], int(r["cap"]), r["arm"], r["task_id"])].append(float(r["t_ns"]))
+    arm_caps, times = _arms_and_times(reqs)
     panels = _panels(qual, campaign)
     rows = []
     for fam, cap in sorted(panels):
@@ -576,12 +582,7 @@ def diagnostics_table(
     """
     reqs = [r for r in records(requests) if r["campaign"] == campaign]
     facts = _arm_facts(reqs)
-    arm_caps: dict[tuple[str, int], set] = defaultdict(set)
-    times: dict[tuple, list[float]] = defaultdict(list)
-    for r in reqs:
-        arm_caps[(r["family"], int(r["cap"]))].add(r["arm"])
-        if r["status"] == "ok" and r["t_ns"] is not None:
-            times[(r["family"], int(r["cap"]), r["arm"], r["task_id"])].append(float(r["t_ns"]))
+    arm_caps, times = _arms_and_times(reqs)
     panels = _panels(records(qualification), campaign)
     rows = []
     for fam, cap in sorted(panels):
