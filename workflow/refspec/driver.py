@@ -182,6 +182,25 @@ def describe_exit(code: int | None) -> str:
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopback: never through a proxy
 
 
+def open_request(req: urllib.request.Request, timeout: float) -> tuple[int, bytes]:
+    """Send one loopback request; an HTTP error is a RequestError, no complete answer a TransportError."""
+    try:
+        with _OPENER.open(req, timeout=timeout) as resp:
+            return resp.status, resp.read()
+    except urllib.error.HTTPError as e:
+        body = e.read()
+        try:
+            msg = json.loads(body)["error"]["message"]
+        except Exception:
+            msg = body.decode("utf-8", "replace")[:500]
+        raise RequestError(e.code, msg) from None
+    except (urllib.error.URLError, OSError, ConnectionError) as e:  # refused, reset, timeout, remote closed
+        reason = getattr(e, "reason", e)
+        raise TransportError(f"{type(reason).__name__}: {reason}") from None
+    except Exception as e:  # http.client.RemoteDisconnected, IncompleteRead, BadStatusLine
+        raise TransportError(f"{type(e).__name__}: {e}") from None
+
+
 @dataclass
 class Completion:
     """A validated response and its client-side latency."""
@@ -375,21 +394,7 @@ class Worker:
     def _post(self, path: str, data: bytes, timeout: float) -> tuple[int, bytes]:
         req = urllib.request.Request(self.url + path, data=data, method="POST",
                                      headers={**self._headers(), "Content-Type": "application/json"})
-        try:
-            with _OPENER.open(req, timeout=timeout) as resp:
-                return resp.status, resp.read()
-        except urllib.error.HTTPError as e:
-            body = e.read()
-            try:
-                msg = json.loads(body)["error"]["message"]
-            except Exception:
-                msg = body.decode("utf-8", "replace")[:500]
-            raise RequestError(e.code, msg) from None
-        except (urllib.error.URLError, OSError, ConnectionError) as e:  # refused, reset, timeout, remote closed
-            reason = getattr(e, "reason", e)
-            raise TransportError(f"{type(reason).__name__}: {reason}") from None
-        except Exception as e:  # http.client.RemoteDisconnected, IncompleteRead, BadStatusLine
-            raise TransportError(f"{type(e).__name__}: {e}") from None
+        return open_request(req, timeout)
 
     def get(self, path: str, timeout: float = 10.0) -> dict:
         try:

@@ -36,20 +36,18 @@ import json
 import socket
 import subprocess
 import time
-import urllib.error
 import urllib.parse
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
 from .arms import Arm
-from .driver import InvalidResponse
+from .driver import InvalidResponse, open_request
 from .endpoint import Endpoint
 from .errors import EXIT_RUNTIME, RefspecError
 from .hashing import sha256_json
 
 ENV_LAYOUT = "LLAMA_ATTN_LAYOUT"
-_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopback: never through a proxy
 _VOCAB_SAMPLE = 2048
 
 
@@ -117,22 +115,7 @@ def _http(method: str, url: str, body: dict | None = None, timeout: float = 30.0
     data = None if body is None else json.dumps(body, separators=(",", ":")).encode("utf-8")
     req = urllib.request.Request(url, data=data, method=method,
                                  headers={"Content-Type": "application/json", "Connection": "close"})
-    d = _driver()
-    try:
-        with _OPENER.open(req, timeout=timeout) as resp:
-            return resp.status, resp.read()
-    except urllib.error.HTTPError as e:
-        raw = e.read()
-        try:
-            msg = json.loads(raw)["error"]["message"]
-        except Exception:
-            msg = raw.decode("utf-8", "replace")[:500]
-        raise d.RequestError(e.code, msg) from None
-    except (urllib.error.URLError, OSError, ConnectionError) as e:
-        reason = getattr(e, "reason", e)
-        raise d.TransportError(f"{type(reason).__name__}: {reason}") from None
-    except Exception as e:  # http.client.RemoteDisconnected, IncompleteRead, BadStatusLine
-        raise d.TransportError(f"{type(e).__name__}: {e}") from None
+    return open_request(req, timeout)
 
 
 def _get_json(url: str, timeout: float = 30.0) -> dict:
