@@ -24,26 +24,67 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "workflow"))
 
-from refspec import native, runtime  # noqa: E402
-from refspec.arms import load_arms  # noqa: E402
-from refspec.models import ensure_family  # noqa: E402
-from refspec.panels import humaneval_tasks, parse_range, prompt_tokens  # noqa: E402
-from refspec.transaction import ArmRunner  # noqa: E402
+from refspec.core.arms import load_arms  # noqa: E402
+from refspec.core.panels import humaneval_tasks, parse_range, prompt_tokens  # noqa: E402
+from refspec.engine.transaction import ArmRunner  # noqa: E402
+from refspec.native import build as native
+from refspec.native import runtime
+from refspec.native.models import ensure_family  # noqa: E402
 
 ENC = re.compile(r"encoded\s+(\d+) tokens in\s+([\d.]+) seconds")
 DEC = re.compile(r"decoded\s+(\d+) tokens in\s+([\d.]+) seconds")
 
 
-def run_cpp(tool: Path, lib_dir: Path, target: Path, draft: Path, prompt: str, cap: int, k: int,
-            threads: int, gpu_layers: int = 0) -> tuple[float, int]:
+def run_cpp(
+    tool: Path,
+    lib_dir: Path,
+    target: Path,
+    draft: Path,
+    prompt: str,
+    cap: int,
+    k: int,
+    threads: int,
+    gpu_layers: int = 0,
+) -> tuple[float, int]:
     with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as f:
         f.write(prompt)
         pfile = f.name
     try:
-        cmd = [str(tool), "-m", str(target), "-md", str(draft), "-f", pfile, "-n", str(cap), "-c", "2048",
-               "-t", str(threads), "-td", str(threads), "-fa", "off", "-ngl", str(gpu_layers), "-ngld", str(gpu_layers),
-               "--spec-type", "draft-simple", "--spec-draft-n-max", str(k), "--spec-draft-p-min", "0", "--temp", "0", "--top-k", "1",
-               "--seed", "1"]
+        cmd = [
+            str(tool),
+            "-m",
+            str(target),
+            "-md",
+            str(draft),
+            "-f",
+            pfile,
+            "-n",
+            str(cap),
+            "-c",
+            "2048",
+            "-t",
+            str(threads),
+            "-td",
+            str(threads),
+            "-fa",
+            "off",
+            "-ngl",
+            str(gpu_layers),
+            "-ngld",
+            str(gpu_layers),
+            "--spec-type",
+            "draft-simple",
+            "--spec-draft-n-max",
+            str(k),
+            "--spec-draft-p-min",
+            "0",
+            "--temp",
+            "0",
+            "--top-k",
+            "1",
+            "--seed",
+            "1",
+        ]
         env = dict(os.environ, LD_LIBRARY_PATH=str(lib_dir))
         r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
     finally:
@@ -67,7 +108,7 @@ def main() -> int:
     ap.add_argument("--gpu-layers", type=int, help="n_gpu_layers of both programs (default: the config's gpu_layers)")
     args = ap.parse_args()
 
-    from refspec.config import gpu_layers, load_config
+    from refspec.core.config import gpu_layers, load_config
 
     cfg = load_config(args.config)
     ngl = args.gpu_layers if args.gpu_layers is not None else gpu_layers(cfg)
@@ -78,8 +119,11 @@ def main() -> int:
     d = fam.draft(args.draft)
     tm = runtime.Model(fam.target.path, sha256=fam.target.sha256, n_gpu_layers=ngl)
     dm = runtime.Model(d.path, sha256=d.sha256, n_gpu_layers=ngl)
-    print(f"both programs: n_gpu_layers {ngl}; the Python target is on {tm.placement['device']} "
-          f"({tm.placement['offloaded']}/{tm.placement['offloadable']} layers)", flush=True)
+    print(
+        f"both programs: n_gpu_layers {ngl}; the Python target is on {tm.placement['device']} "
+        f"({tm.placement['offloaded']}/{tm.placement['offloadable']} layers)",
+        flush=True,
+    )
     # the C++ program's recipe: default micro-batch, native attention, k drafted tokens
     arm = load_arms()["C0"].with_(ub=512, k=args.k, cap=args.cap, threads=args.threads, gpu_layers=ngl)
     tasks = humaneval_tasks(parse_range(args.tasks))
@@ -94,19 +138,25 @@ def main() -> int:
                 order = ("cpp", "py") if (rep + i) % 2 == 0 else ("py", "cpp")
                 for which in order:
                     if which == "cpp":
-                        sec, n = run_cpp(tool, build.lib_dir, fam.target.path, d.path, text, args.cap, args.k,
-                                         args.threads, ngl)
+                        sec, n = run_cpp(
+                            tool, build.lib_dir, fam.target.path, d.path, text, args.cap, args.k, args.threads, ngl
+                        )
                         cpp_tpt.append(sec / max(n, 1))
                     else:
                         t0 = time.perf_counter()
                         res = runner.run(prompt_tokens(tm, task))
                         sec = time.perf_counter() - t0
                         py_tpt.append(sec / max(res.endpoint.n, 1))
-                print(f"rep {rep} {task.task_id}: cpp {cpp_tpt[-1] * 1e3:7.2f} ms/token  "
-                      f"python {py_tpt[-1] * 1e3:7.2f} ms/token", flush=True)
+                print(
+                    f"rep {rep} {task.task_id}: cpp {cpp_tpt[-1] * 1e3:7.2f} ms/token  "
+                    f"python {py_tpt[-1] * 1e3:7.2f} ms/token",
+                    flush=True,
+                )
     mc, mp = statistics.median(cpp_tpt), statistics.median(py_tpt)
-    print(f"\nmedian time per generated token over {len(cpp_tpt)} requests each "
-          f"(k={args.k}, cap={args.cap}, threads={args.threads}, draft={args.draft}):")
+    print(
+        f"\nmedian time per generated token over {len(cpp_tpt)} requests each "
+        f"(k={args.k}, cap={args.cap}, threads={args.threads}, draft={args.draft}):"
+    )
     print(f"  llama-speculative-simple (C++): {mc * 1e3:.2f} ms")
     print(f"  refspec transaction (Python):   {mp * 1e3:.2f} ms")
     print(f"  ratio Python / C++:             {mp / mc:.3f}")

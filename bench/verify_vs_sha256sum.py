@@ -37,9 +37,9 @@ import numpy as np  # noqa: E402
 import pyarrow as pa  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
 
-from refspec import keys  # noqa: E402
-from refspec.ledger import Ledger  # noqa: E402
-from refspec.seal import seal  # noqa: E402
+from refspec.provenance import keys  # noqa: E402
+from refspec.provenance.ledger import Ledger  # noqa: E402
+from refspec.provenance.seal import seal  # noqa: E402
 
 MB = 1 << 20
 
@@ -73,7 +73,7 @@ def make_results(root: Path, size_mb: int, seed: int = 20261014) -> None:
 
 def timed(cmd: list[str], env: dict[str, str]) -> float:
     t0 = time.perf_counter()
-    r = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, check=False)
+    r = subprocess.run(cmd, env=env, capture_output=True, check=False)
     dt = time.perf_counter() - t0
     if r.returncode != 0:
         sys.exit(f"{cmd[:4]} failed ({r.returncode}):\n{r.stdout.decode()[-2000:]}{r.stderr.decode()[-2000:]}")
@@ -100,10 +100,14 @@ def main() -> int:
         archive = work / "archive"
         files = sorted(str(p) for p in archive.rglob("*") if p.is_file())
         total = sum(os.path.getsize(f) for f in files)
-        print(f"archive: {archive} ({len(files)} files, {total / MB:.1f} MiB; "
-              f"generated in {t1 - t0:.1f} s, sealed in {t2 - t1:.1f} s)")
-        print(f"host: {os.cpu_count()} CPUs, python {sys.version.split()[0]}, "
-              f"{subprocess.run(['sha256sum', '--version'], capture_output=True, text=True).stdout.splitlines()[0]}")
+        print(
+            f"archive: {archive} ({len(files)} files, {total / MB:.1f} MiB; "
+            f"generated in {t1 - t0:.1f} s, sealed in {t2 - t1:.1f} s)"
+        )
+        print(
+            f"host: {os.cpu_count()} CPUs, python {sys.version.split()[0]}, "
+            f"{subprocess.run(['sha256sum', '--version'], capture_output=True, text=True).stdout.splitlines()[0]}"
+        )
 
         env = dict(os.environ, PYTHONPATH=str(ROOT / "workflow"))
         verify = [sys.executable, "-m", "refspec.cli", "verify", str(archive), "--pubkey", str(kp.public_path)]

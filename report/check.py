@@ -66,9 +66,17 @@ DEFAULT_THRESHOLD = 1.02
 MIN_SESSIONS = 5  # fewer session contrasts: no threshold decision ("too few sessions")
 # the servers campaign (anc/servers.md): each server arm over R, C3 beside the patched server with the
 # draft, the draft's effect on each server build, the layout's effect in each mode
-SERVER_DIAGNOSTIC_PAIRS = (("S_stock", "R"), ("S_stock_spec", "R"), ("S_qb", "R"), ("S_qb_spec", "R"),
-                           ("C3", "S_qb_spec"), ("S_stock_spec", "S_stock"), ("S_qb_spec", "S_qb"),
-                           ("S_qb", "S_stock"), ("S_qb_spec", "S_stock_spec"))
+SERVER_DIAGNOSTIC_PAIRS = (
+    ("S_stock", "R"),
+    ("S_stock_spec", "R"),
+    ("S_qb", "R"),
+    ("S_qb_spec", "R"),
+    ("C3", "S_qb_spec"),
+    ("S_stock_spec", "S_stock"),
+    ("S_qb_spec", "S_qb"),
+    ("S_qb", "S_stock"),
+    ("S_qb_spec", "S_stock_spec"),
+)
 DIAGNOSTIC_PAIRS = (("M3", "M0"), ("C3", "C0"), ("R_prod", "M3")) + SERVER_DIAGNOSTIC_PAIRS
 DECISION_TEXT = {"too_few_sessions": "too few sessions"}
 REL_TOL = 1e-12
@@ -76,60 +84,250 @@ REFERENCE_ARM = "R"
 LAYOUT_ORDER = ("mq", "gs", "pq", "qb")
 STAGE_ORDER = ("kq", "kq_soft_max", "kqv", "address")
 LEDGER_KIND_KEYS = ("kind", "event", "type")
-TABLE_NAMES = ("requests", "endpoints", "qualification", "sessions", "contrasts", "estimates", "ratios", "replay",
-               "audit", "phase_masks", "diagnostics", "prediction")
+TABLE_NAMES = (
+    "requests",
+    "endpoints",
+    "qualification",
+    "sessions",
+    "contrasts",
+    "estimates",
+    "ratios",
+    "replay",
+    "audit",
+    "phase_masks",
+    "diagnostics",
+    "prediction",
+)
 
 # Column types the checker relies on (its own knowledge of the CSV contract).
 S, I, F, B, L = "s", "i", "f", "b", "l"
 COLUMNS = {
-    "requests": dict(campaign=S, session=S, block=I, worker=S, family=S, task_id=S, arm=S, mode=S, layout=S, draft=S,
-                     k=I, ub=I, mask=I, cap=I, repeat=I, order_index=I, attempt=I, status=S, reason=S, t_ns=I,
-                     n_generated=I, stop_reason=S, eog=B, last_token=I, endpoint_sha256=S, proposals=I, accepted=I,
-                     rollbacks=I, cycles=I, callers=I, micrographs=I, rows=I, graph_rebuilds=I, graph_reuses=I),
-    "endpoints": dict(campaign=S, family=S, task_id=S, arm=S, cap=I, session=S, repeat=I, endpoint_sha256=S,
-                      tokens=L, n=I, eog=B, last_token=I, stop_reason=S),
-    "qualification": dict(campaign=S, family=S, task_id=S, arm=S, cap=I, n_required=I, n_requests=I, n_matching=I,
-                          qualified=B, ref_endpoint_sha256=S, first_diff_index=I, ref_token=I, arm_token=I,
-                          ref_margin=F, ref_stable=B, reason=S),
-    "sessions": dict(campaign=S, family=S, session=S, started_utc=S, ended_utc=S, gap_before_s=F, n_requests=I,
-                     n_workers=I),
+    "requests": dict(
+        campaign=S,
+        session=S,
+        block=I,
+        worker=S,
+        family=S,
+        task_id=S,
+        arm=S,
+        mode=S,
+        layout=S,
+        draft=S,
+        k=I,
+        ub=I,
+        mask=I,
+        cap=I,
+        repeat=I,
+        order_index=I,
+        attempt=I,
+        status=S,
+        reason=S,
+        t_ns=I,
+        n_generated=I,
+        stop_reason=S,
+        eog=B,
+        last_token=I,
+        endpoint_sha256=S,
+        proposals=I,
+        accepted=I,
+        rollbacks=I,
+        cycles=I,
+        callers=I,
+        micrographs=I,
+        rows=I,
+        graph_rebuilds=I,
+        graph_reuses=I,
+    ),
+    "endpoints": dict(
+        campaign=S,
+        family=S,
+        task_id=S,
+        arm=S,
+        cap=I,
+        session=S,
+        repeat=I,
+        endpoint_sha256=S,
+        tokens=L,
+        n=I,
+        eog=B,
+        last_token=I,
+        stop_reason=S,
+    ),
+    "qualification": dict(
+        campaign=S,
+        family=S,
+        task_id=S,
+        arm=S,
+        cap=I,
+        n_required=I,
+        n_requests=I,
+        n_matching=I,
+        qualified=B,
+        ref_endpoint_sha256=S,
+        first_diff_index=I,
+        ref_token=I,
+        arm_token=I,
+        ref_margin=F,
+        ref_stable=B,
+        reason=S,
+    ),
+    "sessions": dict(
+        campaign=S, family=S, session=S, started_utc=S, ended_utc=S, gap_before_s=F, n_requests=I, n_workers=I
+    ),
     "contrasts": dict(family=S, path=S, comparison=S, session=S, c_s=F, n_tasks=I),
-    "estimates": dict(family=S, path=S, comparison=S, estimate=F, lo=F, hi=F, n_sessions=I, n_tasks=I,
-                      n_regressions=I, regressed_tasks=S, draws=I, seed=I, threshold=F, decision=S, reason=S),
-    "ratios": dict(campaign=S, family=S, cap=I, path=S, numerator=S, denominator=S, qualified=B, ratio=F, n_tasks=I,
-                   n_regressions=I, regressed_tasks=S, reason=S),
-    "replay": dict(family=S, layer=I, phase=S, q=I, stage=S, pq_eq_qb=B, mq_eq_pq=B, max_abs_mq=F, max_ulp_mq=I,
-                   first_diff=I, visible_keys=I, control_ok=B, reason=S),
-    "audit": dict(geometry=S, fixture=S, layout=S, stage=S, oracle_ok=B, fault=S, detected=B, max_abs_err=F,
-                  max_rel_err=F),
+    "estimates": dict(
+        family=S,
+        path=S,
+        comparison=S,
+        estimate=F,
+        lo=F,
+        hi=F,
+        n_sessions=I,
+        n_tasks=I,
+        n_regressions=I,
+        regressed_tasks=S,
+        draws=I,
+        seed=I,
+        threshold=F,
+        decision=S,
+        reason=S,
+    ),
+    "ratios": dict(
+        campaign=S,
+        family=S,
+        cap=I,
+        path=S,
+        numerator=S,
+        denominator=S,
+        qualified=B,
+        ratio=F,
+        n_tasks=I,
+        n_regressions=I,
+        regressed_tasks=S,
+        reason=S,
+    ),
+    "replay": dict(
+        family=S,
+        layer=I,
+        phase=S,
+        q=I,
+        stage=S,
+        pq_eq_qb=B,
+        mq_eq_pq=B,
+        max_abs_mq=F,
+        max_ulp_mq=I,
+        first_diff=I,
+        visible_keys=I,
+        control_ok=B,
+        reason=S,
+    ),
+    "audit": dict(
+        geometry=S, fixture=S, layout=S, stage=S, oracle_ok=B, fault=S, detected=B, max_abs_err=F, max_rel_err=F
+    ),
     "phase_masks": dict(family=S, mask=I, matches=I, n_tasks=I, repeats=I, passes=B, minimal=B),
-    "diagnostics": dict(campaign=S, family=S, cap=I, path=S, numerator=S, denominator=S, numerator_qualified=B,
-                        denominator_qualified=B, label=S, n_tasks=I, numerator_tasks_failed=I,
-                        denominator_tasks_failed=I, n_tasks_timed=I, median_numerator_ns=F, median_denominator_ns=F,
-                        ratio=F, n_regressions=I, regressed_tasks=S, reason=S),
-    "prediction": dict(family=S, task_id=S, live_arm=S, predictor=S, session=S, cap=I, predicted_sha256=S,
-                       reference_sha256=S, live_runs=I, live_stable=B, predicted_matches=I, reference_matches=I,
-                       reference_divergent=B),
+    "diagnostics": dict(
+        campaign=S,
+        family=S,
+        cap=I,
+        path=S,
+        numerator=S,
+        denominator=S,
+        numerator_qualified=B,
+        denominator_qualified=B,
+        label=S,
+        n_tasks=I,
+        numerator_tasks_failed=I,
+        denominator_tasks_failed=I,
+        n_tasks_timed=I,
+        median_numerator_ns=F,
+        median_denominator_ns=F,
+        ratio=F,
+        n_regressions=I,
+        regressed_tasks=S,
+        reason=S,
+    ),
+    "prediction": dict(
+        family=S,
+        task_id=S,
+        live_arm=S,
+        predictor=S,
+        session=S,
+        cap=I,
+        predicted_sha256=S,
+        reference_sha256=S,
+        live_runs=I,
+        live_stable=B,
+        predicted_matches=I,
+        reference_matches=I,
+        reference_divergent=B,
+    ),
 }
 
 
 # state studies, backend admission and the claims of the controlled stages (check_state)
 STATE_COLUMNS = {
-    "partition": dict(task_id=S, arm=S, repeat=I, prompt_len=I, degenerate=B, endpoint_sha256=S, tokens=L, n=I,
-                      eog=B, last_token=I, stop_reason=S, kv_sha256=S, logits_sha256=S, first_diff_vs_A=I,
-                      endpoint_class=I, kv_class=I, logits_class=I),
+    "partition": dict(
+        task_id=S,
+        arm=S,
+        repeat=I,
+        prompt_len=I,
+        degenerate=B,
+        endpoint_sha256=S,
+        tokens=L,
+        n=I,
+        eog=B,
+        last_token=I,
+        stop_reason=S,
+        kv_sha256=S,
+        logits_sha256=S,
+        first_diff_vs_A=I,
+        endpoint_class=I,
+        kv_class=I,
+        logits_class=I,
+    ),
     "kv_diff": dict(task_id=S, arm_a=S, arm_b=S, layer=I, part=S, bytes_differing=I, max_abs=F, rel_frobenius=F),
-    "crosses": dict(task_id=S, direction=S, donor_arm=S, recipient_arm=S, selector=S, kind=S, repeat=I, process=S,
-                    changed_bytes=I, bytes_changed=B, spliced_kv_sha256=S, endpoint_sha256=S, tokens=L, n=I, eog=B,
-                    stop_reason=S, outcome=S, distinguishable=B),
-    "frontier": dict(task_id=S, direction=S, panel=S, repeat=I, arms=S, frontier=I, d_first=F, d_second=F,
-                     additive=F, actual=F, interaction=F, max_abs_interaction=F),
-    "admission": dict(family=S, backend=S, n_kv=I, layout=S, q=I, op=S, supports_main=B, verdict=S, fallback=B,
-                      reason=S),
+    "crosses": dict(
+        task_id=S,
+        direction=S,
+        donor_arm=S,
+        recipient_arm=S,
+        selector=S,
+        kind=S,
+        repeat=I,
+        process=S,
+        changed_bytes=I,
+        bytes_changed=B,
+        spliced_kv_sha256=S,
+        endpoint_sha256=S,
+        tokens=L,
+        n=I,
+        eog=B,
+        stop_reason=S,
+        outcome=S,
+        distinguishable=B,
+    ),
+    "frontier": dict(
+        task_id=S,
+        direction=S,
+        panel=S,
+        repeat=I,
+        arms=S,
+        frontier=I,
+        d_first=F,
+        d_second=F,
+        additive=F,
+        actual=F,
+        interaction=F,
+        max_abs_interaction=F,
+    ),
+    "admission": dict(
+        family=S, backend=S, n_kv=I, layout=S, q=I, op=S, supports_main=B, verdict=S, fallback=B, reason=S
+    ),
     "claims": dict(stage=S, record=S, status=S, exit_code=I, controls=I, controls_failed=I, reason=S),
 }
 COLUMNS.update(STATE_COLUMNS)
 TABLE_NAMES = TABLE_NAMES + tuple(STATE_COLUMNS)
+
 
 class Unreadable(Exception):
     pass
@@ -226,8 +424,28 @@ class CsvTable:
 
     def where(self, i: int, col: str | None = None) -> str:
         r = self.rows[i]
-        keys = [k for k in ("campaign", "family", "task_id", "arm", "numerator", "denominator", "path", "comparison",
-                            "session", "mask", "stage", "layer", "phase", "q", "layout", "fixture") if k in r]
+        keys = [
+            k
+            for k in (
+                "campaign",
+                "family",
+                "task_id",
+                "arm",
+                "numerator",
+                "denominator",
+                "path",
+                "comparison",
+                "session",
+                "mask",
+                "stage",
+                "layer",
+                "phase",
+                "q",
+                "layout",
+                "fixture",
+            )
+            if k in r
+        ]
         key = " ".join(f"{k}={r[k]}" for k in keys[:6])
         return f"{self.rel}:{self.lines[i]} [{key}]" + (f" column {col}" if col else "")
 
@@ -281,8 +499,17 @@ def canonical(obj) -> bytes:
 
 def endpoint_digest(tokens, eog, stop) -> str:
     toks = [int(t) for t in tokens]
-    return hashlib.sha256(canonical({"eog": bool(eog), "last_token": toks[-1] if toks else None, "n": len(toks),
-                                     "stop_reason": stop, "tokens": toks})).hexdigest()
+    return hashlib.sha256(
+        canonical(
+            {
+                "eog": bool(eog),
+                "last_token": toks[-1] if toks else None,
+                "n": len(toks),
+                "stop_reason": stop,
+                "tokens": toks,
+            }
+        )
+    ).hexdigest()
 
 
 # =========================================================================== statistics (DESIGN.md section 5)
@@ -383,7 +610,9 @@ def recompute_qualification(requests: list, endpoints: list) -> dict:
             for e in eps:
                 if e["endpoint_sha256"] == ref_sha:
                     continue
-                i = first_difference(ref["tokens"], ref["eog"], ref["stop_reason"], e["tokens"], e["eog"], e["stop_reason"])
+                i = first_difference(
+                    ref["tokens"], ref["eog"], ref["stop_reason"], e["tokens"], e["eog"], e["stop_reason"]
+                )
                 if i is None:
                     i = len(ref["tokens"])
                 if best is None or i < best[0]:
@@ -392,9 +621,17 @@ def recompute_qualification(requests: list, endpoints: list) -> dict:
                 fd = best[0]
                 rt = ref["tokens"][fd] if fd < len(ref["tokens"]) else None
                 at = best[1]["tokens"][fd] if fd < len(best[1]["tokens"]) else None
-        out[k] = dict(n_required=len(need), n_requests=len(eps), n_matching=n_match,
-                      qualified=stable and len(need) > 0 and n_match == len(need), ref_endpoint_sha256=ref_sha,
-                      first_diff_index=fd, ref_token=rt, arm_token=at, ref_stable=stable)
+        out[k] = dict(
+            n_required=len(need),
+            n_requests=len(eps),
+            n_matching=n_match,
+            qualified=stable and len(need) > 0 and n_match == len(need),
+            ref_endpoint_sha256=ref_sha,
+            first_diff_index=fd,
+            ref_token=rt,
+            arm_token=at,
+            ref_stable=stable,
+        )
     return out
 
 
@@ -496,33 +733,36 @@ class Expected:
         self.items[nid] = (value, source)
 
 
-def check(archive: str, quiet: bool = False, unsealed: bool = False) -> tuple[int, Checker]:
-    c = Checker(archive, quiet)
-    if not os.path.isdir(archive):
-        c.unread(archive, "not a directory")
-        return EXIT_UNREADABLE, c
+def posix_rel(path: str, start: str) -> str:
+    """``path`` relative to ``start``, with ``/`` separators."""
+    return os.path.relpath(path, start).replace(os.sep, "/")
+
+
+class Report:
+    """The rendered report of an archive: numbers.json, report.html (parsed) and the folder holding them."""
+
+    def __init__(self, archive: str, html_path: str, numbers_path: str, numbers_doc: dict, html_text: str, hp: _HTML):
+        self.html_path, self.numbers_path = html_path, numbers_path
+        self.numbers_doc, self.html_text, self.hp = numbers_doc, html_text, hp
+        self.dir = os.path.dirname(html_path)
+        self.html_rel = posix_rel(html_path, archive)
+
+
+def read_report(c: Checker) -> Report | None:
+    """numbers.json and report.html of the archive, or None (recorded as unreadable) when either cannot be read."""
     try:
         html_path, numbers_path = find_report(c.archive)
     except Unreadable as e:
         c.unread("archive", str(e))
-        return EXIT_UNREADABLE, c
-    report_dir = os.path.dirname(html_path)
-
-    def rel_from_report(p: str) -> str:
-        return os.path.relpath(p, report_dir).replace(os.sep, "/")
-
-    def arch_rel(p: str) -> str:
-        return os.path.relpath(p, c.archive).replace(os.sep, "/")
-
-    # ---- read everything
+        return None
     try:
         with open(numbers_path, encoding="utf-8") as f:
             numbers_doc = json.load(f)
         if not isinstance(numbers_doc, dict) or not isinstance(numbers_doc.get("numbers"), list):
             raise ValueError("no 'numbers' list")
     except (OSError, ValueError, UnicodeDecodeError, RecursionError) as e:
-        c.unread(arch_rel(numbers_path), f"not a numbers document ({e})")
-        return EXIT_UNREADABLE, c
+        c.unread(posix_rel(numbers_path, c.archive), f"not a numbers document ({e})")
+        return None
     try:
         with open(html_path, encoding="utf-8") as f:
             html_text = f.read()
@@ -530,20 +770,28 @@ def check(archive: str, quiet: bool = False, unsealed: bool = False) -> tuple[in
         hp.feed(html_text)
         hp.close()
     except (OSError, UnicodeDecodeError) as e:
-        c.unread(arch_rel(html_path), f"cannot read ({e})")
-        return EXIT_UNREADABLE, c
+        c.unread(posix_rel(html_path, c.archive), f"cannot read ({e})")
+        return None
+    return Report(c.archive, html_path, numbers_path, numbers_doc, html_text, hp)
 
+
+def read_tables(c: Checker) -> dict[str, CsvTable]:
+    """Every table of ``TABLE_NAMES`` found in the archive or its ``tables/`` folder, by name."""
     tables: dict[str, CsvTable] = {}
     for name in TABLE_NAMES:
         for d in (c.archive, os.path.join(c.archive, "tables")):
             p = os.path.join(d, name + ".csv")
             if os.path.isfile(p):
-                t = read_csv_table(c, name, p, arch_rel(p))
+                t = read_csv_table(c, name, p, posix_rel(p, c.archive))
                 if t is not None:
                     tables[name] = t
                 break
     c.files.update(t.path for t in tables.values())
+    return tables
 
+
+def read_plan(c: Checker):
+    """The archive's plan.json, or None when absent or not JSON (recorded as unreadable)."""
     plan = None
     plan_path = os.path.join(c.archive, "plan.json")
     if os.path.isfile(plan_path):
@@ -552,248 +800,369 @@ def check(archive: str, quiet: bool = False, unsealed: bool = False) -> tuple[in
                 plan = json.load(f)
         except (OSError, ValueError, UnicodeDecodeError, RecursionError) as e:
             c.unread("plan.json", f"not JSON ({e})")
+    return plan
 
-    def src(name: str) -> str:
-        return rel_from_report(tables[name].path)
 
-    E = Expected(c)
-    rows = {k: t.rows for k, t in tables.items()}
-    reqs = rows.get("requests", [])
-
-    # ---- endpoints: digests, one endpoint per ok request
-    if "endpoints" in tables:
-        t = tables["endpoints"]
-        for i, e in enumerate(t.rows):
-            if e["tokens"] is None:
-                continue
-            c.recomputed += 3
-            c.same(t.where(i, "endpoint_sha256"), e["endpoint_sha256"],
-                   endpoint_digest(e["tokens"], e["eog"], e["stop_reason"]))
-            c.same(t.where(i, "n"), e["n"], len(e["tokens"]))
-            c.same(t.where(i, "last_token"), e["last_token"], e["tokens"][-1] if e["tokens"] else None)
-        if "requests" in tables:
-            ep_by = {(e["campaign"], e["family"], e["task_id"], e["arm"], e["cap"], e["session"], e["repeat"]): e
-                     for e in t.rows}
-            tr = tables["requests"]
-            seen = set()
-            for i, r in enumerate(tr.rows):
-                if r["status"] != "ok":
-                    continue
-                k = (r["campaign"], r["family"], r["task_id"], r["arm"], r["cap"], r["session"], r["repeat"])
-                seen.add(k)
-                e = ep_by.get(k)
-                c.identities += 1
-                if e is None:
-                    c.bad(tr.where(i), "ok request has no row in endpoints.csv")
-                else:
-                    c.same(tr.where(i, "endpoint_sha256"), r["endpoint_sha256"], e["endpoint_sha256"],
-                           "request digest vs endpoints.csv:")
-            for i, e in enumerate(t.rows):
-                k = (e["campaign"], e["family"], e["task_id"], e["arm"], e["cap"], e["session"], e["repeat"])
-                if k not in seen:
-                    c.bad(t.where(i), "endpoint without an ok row in requests.csv")
-
-    # ---- qualification
-    qual: dict = {}
-    if "qualification" in tables:
-        tq = tables["qualification"]
-        if "endpoints" not in tables or "requests" not in tables:
-            c.bad(tq.rel, "cannot be recomputed: requests.csv and endpoints.csv are needed")
-            for q in tq.rows:  # fall back to the stated values for the aggregates
-                qual[(q["campaign"], q["family"], q["task_id"], q["cap"], q["arm"])] = dict(q)
-        else:
-            qual = recompute_qualification(reqs, rows["endpoints"])
-            stated_keys = set()
-            for i, q in enumerate(tq.rows):
-                k = (q["campaign"], q["family"], q["task_id"], q["cap"], q["arm"])
-                stated_keys.add(k)
-                rq = qual.get(k)
-                if rq is None:
-                    c.bad(tq.where(i), "no requests or endpoints for this row")
-                    continue
-                for col in ("n_required", "n_requests", "n_matching", "qualified", "ref_endpoint_sha256",
-                            "first_diff_index", "ref_token", "arm_token", "ref_stable"):
-                    c.recomputed += 1
-                    c.same(tq.where(i, col), q[col], rq[col])
-                rq["ref_margin"] = q["ref_margin"]
-                rq["reason"] = q["reason"]
-                c.identities += 1
-                if (q["reason"] is None) != bool(q["qualified"]):
-                    c.bad(tq.where(i, "reason"), "a reason must be given exactly when not qualified")
-            for k in sorted(set(qual) - stated_keys):
-                c.bad(tq.rel, f"no row for campaign={k[0]} family={k[1]} task={k[2]} cap={k[3]} arm={k[4]}")
-                qual.pop(k)
-        # Table 3 counts and failed qualifications
-        s_q = src("qualification")
-        acc = {}
-        for (camp, fam, task, cap, arm), q in qual.items():
-            a = acc.setdefault((camp, fam, arm), [0, 0, 0, 0])
-            a[0] += q["n_matching"]
-            a[1] += q["n_required"]
-            a[2] += 1
-            a[3] += 1 if q["qualified"] else 0
-            if not q["qualified"]:
-                base = ("qfail", camp, fam, task, arm, cap)
-                for col in ("first_diff_index", "ref_token", "arm_token", "ref_margin"):
-                    if q.get(col) is not None:
-                        E.add(base + (col,), q[col], s_q)
-        for (camp, fam, arm), (m, r, n, ok) in acc.items():
-            E.add(("qual", camp, fam, arm, "matching"), m, s_q)
-            E.add(("qual", camp, fam, arm, "required"), r, s_q)
-            E.add(("qual", camp, fam, arm, "tasks_failed"), n - ok, s_q)
-            c.identities += 1
-            if m > r:
-                c.bad(s_q, f"{camp} {fam} {arm}: more matching endpoints ({m}) than required ({r})")
-
-    # ---- ratios
+def arm_facts(reqs: list) -> dict:
+    """(campaign, family, arm) -> (mode, layout) of the arm's first row in requests.csv."""
     facts = {}
     for r in reqs:
         facts.setdefault((r["campaign"], r["family"], r["arm"]), (r["mode"], r["layout"]))
-    if "ratios" in tables:
-        tr = tables["ratios"]
-        s_r = src("ratios")
-        times = defaultdict(list)
-        for r in reqs:
-            if r["status"] == "ok" and r["t_ns"] is not None:
-                times[(r["campaign"], r["family"], r["cap"], r["arm"], r["task_id"])].append(float(r["t_ns"]))
-        pcache = {}
-        recomputed_ratio = {}
-        for i, row in enumerate(tr.rows):
-            camp, fam, cap, a, b = row["campaign"], row["family"], row["cap"], row["numerator"], row["denominator"]
-            if camp not in pcache:
-                pcache[camp] = panels(qual, camp)
-            panel = pcache[camp].get((fam, cap))
-            if panel is None:
-                c.bad(tr.where(i), "no qualification rows for this campaign, family and cap")
-                continue
-            tasks = sorted(panel)
-            ma, mb = facts.get((camp, fam, a)), facts.get((camp, fam, b))
-            if ma is None or mb is None:
-                c.bad(tr.where(i), "arm without requests rows")
-                continue
-            path = ma[0] if ma[0] == mb[0] else "mixed"
-            c.same(tr.where(i, "path"), row["path"], path)
-            c.same(tr.where(i, "n_tasks"), row["n_tasks"], len(tasks))
-            base = ("ratio", camp, fam, cap, a, b)
-            E.add(base + ("n_tasks",), len(tasks), s_r)
-            q_ok = all_qualified(panel, (a, b))
-            c.same(tr.where(i, "qualified"), row["qualified"], q_ok)
-            if not q_ok:
-                for col in ("ratio", "n_regressions", "regressed_tasks"):
-                    c.same(tr.where(i, col), row[col], None, "unqualified comparison must have no value:")
-                continue
-            num = {t: times.get((camp, fam, cap, a, t), []) for t in tasks}
-            den = {t: times.get((camp, fam, cap, b, t), []) for t in tasks}
-            missing = [t for t in tasks if not num[t] or not den[t]]
-            if missing:
-                c.bad(tr.where(i), f"qualified but no times for task(s) {missing}")
-                continue
-            D, _d, reg = paired(num, den, tasks)
-            ratio = math.exp(D)
-            recomputed_ratio[(camp, fam, cap, a, b)] = (ratio, len(tasks))
-            c.recomputed += 3
-            c.same(tr.where(i, "ratio"), row["ratio"], ratio)
-            c.same(tr.where(i, "n_regressions"), row["n_regressions"], len(reg))
-            c.same(tr.where(i, "regressed_tasks"), row["regressed_tasks"] or "", " ".join(reg))
-            E.add(base + ("ratio",), ratio, s_r)
-            E.add(base + ("n_regressions",), len(reg), s_r)
-        # identity: ratio(A/C) = ratio(A/B) * ratio(B/C) on a common panel (stated values)
-        stated = {(r["campaign"], r["family"], r["cap"], r["numerator"], r["denominator"]): r for r in tr.rows
-                  if r["qualified"] and r["ratio"] is not None}
-        by_group = defaultdict(dict)
-        for (camp, fam, cap, a, b), r in stated.items():
-            by_group[(camp, fam, cap)][(a, b)] = r["ratio"]
-            by_group[(camp, fam, cap)][(b, a)] = 1.0 / r["ratio"]
-        for g, pairs in sorted(by_group.items()):
-            arms = sorted({a for a, _b in pairs})
-            for a in arms:
-                for b in arms:
-                    for cc in arms:
-                        if len({a, b, cc}) < 3 or not ((a, b) in pairs and (b, cc) in pairs and (a, cc) in pairs):
-                            continue
-                        if not (a < cc):
-                            continue
-                        c.identities += 1
-                        lhs, rhs = pairs[(a, cc)], pairs[(a, b)] * pairs[(b, cc)]
-                        if abs(lhs - rhs) > 1e-9 * max(1.0, abs(lhs)):
-                            c.bad(tr.rel, f"{g[0]} {g[1]}: ratio {a}/{cc} = {lhs!r} but {a}/{b} x {b}/{cc} = {rhs!r}")
+    return facts
 
-    # ---- diagnostic (unqualified) timings: their own table, never qualified ratios
-    if "diagnostics" in tables:
-        td = tables["diagnostics"]
-        s_d = src("diagnostics")
-        dtimes = defaultdict(list)
-        dfacts = defaultdict(set)
-        for r in reqs:
-            dfacts[(r["campaign"], r["family"], r["cap"])].add(r["arm"])
-            if r["status"] == "ok" and r["t_ns"] is not None:
-                dtimes[(r["campaign"], r["family"], r["cap"], r["arm"], r["task_id"])].append(float(r["t_ns"]))
-        stated_d = {}
-        for i, row in enumerate(td.rows):
-            camp, fam, cap, a, b = row["campaign"], row["family"], row["cap"], row["numerator"], row["denominator"]
-            stated_d[(camp, fam, cap, a, b)] = i
-            base = ("diag", camp, fam, cap, a, b)
-            if (a, b) not in DIAGNOSTIC_PAIRS:
-                c.bad(td.where(i), f"{a}/{b} is not a registered diagnostic pair {DIAGNOSTIC_PAIRS}")
-            panel = panels(qual, camp).get((fam, cap))
-            ma, mb = facts.get((camp, fam, a)), facts.get((camp, fam, b))
-            if panel is None or ma is None or mb is None:
-                c.bad(td.where(i), "no qualification or requests rows for this campaign, family, cap and arms")
+
+def check(archive: str, quiet: bool = False, unsealed: bool = False) -> tuple[int, Checker]:
+    """Recompute every section of the archive's report from its tables; (exit status, Checker)."""
+    c = Checker(archive, quiet)
+    if not os.path.isdir(archive):
+        c.unread(archive, "not a directory")
+        return EXIT_UNREADABLE, c
+    rep = read_report(c)
+    if rep is None:
+        return EXIT_UNREADABLE, c
+    tables = read_tables(c)
+    plan = read_plan(c)
+
+    def src(name: str) -> str:
+        return posix_rel(tables[name].path, rep.dir)
+
+    E = Expected(c)
+    reqs = tables["requests"].rows if "requests" in tables else []
+    facts = arm_facts(reqs)
+    check_endpoints(c, tables)
+    qual = check_qualification(c, E, tables, src)
+    check_ratios(c, E, tables, src, qual, facts)
+    check_diagnostics(c, E, tables, src, qual, facts)
+    check_qualified_ratios(c, tables)
+    est_dec = check_replication(c, E, tables, src, qual, facts, bootstrap_parameters(plan))
+    check_sessions(c, E, tables, src)
+    check_phase_masks(c, E, tables, src, qual)
+    check_prediction(c, E, tables, src, plan)
+    check_replay(c, E, tables, src)
+    check_audit(c, E, tables, src)
+    check_requests(c, E, tables, src)
+    check_ledger(c, E, rep)
+    check_state(c, E, tables, src)  # partition, KV, crosses, frontier, admission, claims
+    stated = check_numbers(c, E, rep)
+    check_html(c, E, rep, stated)
+    prov = check_provenance(c, rep)
+    head = check_headline(c, E, rep, stated, est_dec)
+    check_data_seal(c, rep, prov, head)
+    sp = os.path.join(c.archive, "SEAL.dsse.json")
+    if os.path.isfile(sp):
+        check_seal(c, sp)
+    elif not unsealed:
+        c.bad(
+            "SEAL.dsse.json",
+            "missing: the archive is not sealed (pass --unsealed to check a results folder before sealing)",
+        )
+    return (EXIT_UNREADABLE if c.unreadable else EXIT_MISMATCH if c.problems else EXIT_OK), c
+
+
+# =========================================================================== result sections
+
+
+def check_endpoints(c: Checker, tables: dict) -> None:
+    """Endpoint digests and the one-to-one match of endpoints with ok requests.
+
+    endpoint_sha256 = sha256 of the canonical JSON {eog, last_token, n, stop_reason, tokens};
+    n = len(tokens), last_token = tokens[-1] (null when empty); each ok request has exactly one
+    endpoints.csv row with the same digest, and each endpoint row has an ok request."""
+    if "endpoints" not in tables:
+        return
+    t = tables["endpoints"]
+    for i, e in enumerate(t.rows):
+        if e["tokens"] is None:
+            continue
+        c.recomputed += 3
+        c.same(
+            t.where(i, "endpoint_sha256"),
+            e["endpoint_sha256"],
+            endpoint_digest(e["tokens"], e["eog"], e["stop_reason"]),
+        )
+        c.same(t.where(i, "n"), e["n"], len(e["tokens"]))
+        c.same(t.where(i, "last_token"), e["last_token"], e["tokens"][-1] if e["tokens"] else None)
+    if "requests" not in tables:
+        return
+    ep_by = {
+        (e["campaign"], e["family"], e["task_id"], e["arm"], e["cap"], e["session"], e["repeat"]): e for e in t.rows
+    }
+    tr = tables["requests"]
+    seen = set()
+    for i, r in enumerate(tr.rows):
+        if r["status"] != "ok":
+            continue
+        k = (r["campaign"], r["family"], r["task_id"], r["arm"], r["cap"], r["session"], r["repeat"])
+        seen.add(k)
+        e = ep_by.get(k)
+        c.identities += 1
+        if e is None:
+            c.bad(tr.where(i), "ok request has no row in endpoints.csv")
+        else:
+            c.same(
+                tr.where(i, "endpoint_sha256"),
+                r["endpoint_sha256"],
+                e["endpoint_sha256"],
+                "request digest vs endpoints.csv:",
+            )
+    for i, e in enumerate(t.rows):
+        k = (e["campaign"], e["family"], e["task_id"], e["arm"], e["cap"], e["session"], e["repeat"])
+        if k not in seen:
+            c.bad(t.where(i), "endpoint without an ok row in requests.csv")
+
+
+def check_qualification(c: Checker, E: Expected, tables: dict, src) -> dict:
+    """Every qualification row and the Table 3 counts; returns (campaign, family, task, cap, arm) -> facts.
+
+    An arm qualifies on a task when the reference arm's endpoints are all one digest (stable), at least
+    one (session, repeat) is required, and all required runs match that digest. For a failed arm the
+    first divergence is the smallest first-difference index over its non-matching endpoints. Per
+    (campaign, family, arm): matching = sum n_matching <= required = sum n_required, and
+    tasks_failed = tasks - qualified tasks. Without requests.csv and endpoints.csv the stated rows
+    stand in for the counts."""
+    qual: dict = {}
+    if "qualification" not in tables:
+        return qual
+    tq = tables["qualification"]
+    if "endpoints" not in tables or "requests" not in tables:
+        c.bad(tq.rel, "cannot be recomputed: requests.csv and endpoints.csv are needed")
+        for q in tq.rows:  # fall back to the stated values for the aggregates
+            qual[(q["campaign"], q["family"], q["task_id"], q["cap"], q["arm"])] = dict(q)
+    else:
+        qual = recompute_qualification(tables["requests"].rows, tables["endpoints"].rows)
+        stated_keys = set()
+        for i, q in enumerate(tq.rows):
+            k = (q["campaign"], q["family"], q["task_id"], q["cap"], q["arm"])
+            stated_keys.add(k)
+            rq = qual.get(k)
+            if rq is None:
+                c.bad(tq.where(i), "no requests or endpoints for this row")
                 continue
-            tasks = sorted(panel)
-            fa = sum(1 for t in tasks if not panel[t].get(a, False))
-            fb = sum(1 for t in tasks if not panel[t].get(b, False))
-            c.recomputed += 8
-            c.same(td.where(i, "path"), row["path"], ma[0] if ma[0] == mb[0] else "mixed")
-            c.same(td.where(i, "n_tasks"), row["n_tasks"], len(tasks))
-            c.same(td.where(i, "numerator_qualified"), row["numerator_qualified"], fa == 0)
-            c.same(td.where(i, "denominator_qualified"), row["denominator_qualified"], fb == 0)
-            c.same(td.where(i, "numerator_tasks_failed"), row["numerator_tasks_failed"], fa)
-            c.same(td.where(i, "denominator_tasks_failed"), row["denominator_tasks_failed"], fb)
+            for col in (
+                "n_required",
+                "n_requests",
+                "n_matching",
+                "qualified",
+                "ref_endpoint_sha256",
+                "first_diff_index",
+                "ref_token",
+                "arm_token",
+                "ref_stable",
+            ):
+                c.recomputed += 1
+                c.same(tq.where(i, col), q[col], rq[col])
+            rq["ref_margin"] = q["ref_margin"]
+            rq["reason"] = q["reason"]
             c.identities += 1
-            if fa == 0 and fb == 0:
-                c.bad(td.where(i), "both arms qualify: a qualified ratio is not a diagnostic timing")
-            else:
-                c.same(td.where(i, "label"), row["label"], diagnostic_label(fa == 0, fb == 0))
-            common = [t for t in tasks if dtimes.get((camp, fam, cap, a, t)) and dtimes.get((camp, fam, cap, b, t))]
-            c.same(td.where(i, "n_tasks_timed"), row["n_tasks_timed"], len(common))
-            E.add(base + ("n_tasks",), len(tasks), s_d)
-            E.add(base + ("n_tasks_timed",), len(common), s_d)
-            if not common:
-                for col in ("ratio", "median_numerator_ns", "median_denominator_ns"):
-                    c.same(td.where(i, col), row[col], None, "no task timed for both arms:")
-                continue
-            num = {t: dtimes[(camp, fam, cap, a, t)] for t in common}
-            den = {t: dtimes[(camp, fam, cap, b, t)] for t in common}
-            D, _d, reg = paired(num, den, common)
-            mn = median([x for t in common for x in num[t]])
-            md = median([x for t in common for x in den[t]])
-            c.recomputed += 5
-            c.same(td.where(i, "ratio"), row["ratio"], math.exp(D))
-            c.same(td.where(i, "median_numerator_ns"), row["median_numerator_ns"], mn)
-            c.same(td.where(i, "median_denominator_ns"), row["median_denominator_ns"], md)
-            c.same(td.where(i, "n_regressions"), row["n_regressions"], len(reg))
-            c.same(td.where(i, "regressed_tasks"), row["regressed_tasks"] or "", " ".join(reg))
-            E.add(base + ("ratio",), math.exp(D), s_d)
-            E.add(base + ("median_numerator_ms",), mn / 1e6, s_d)
-            E.add(base + ("median_denominator_ms",), md / 1e6, s_d)
-            E.add(base + ("n_regressions",), len(reg), s_d)
-        # completeness: every registered pair with an unqualified side has its row
-        for (camp, fam, cap), arms_run in sorted(dfacts.items()):
-            panel = panels(qual, camp).get((fam, cap))
-            if panel is None:
-                continue
-            for a, b in DIAGNOSTIC_PAIRS:
-                if a in arms_run and b in arms_run and not all_qualified(panel, (a, b)) \
-                        and camp in {k[0] for k in stated_d} and (camp, fam, cap, a, b) not in stated_d:
-                    c.bad(td.rel, f"no diagnostic row for {camp} {fam} cap {cap} {a}/{b} (an arm is not qualified)")
-    if "ratios" in tables:
-        # a diagnostic (unqualified) value never appears as a qualified ratio
-        for i, row in enumerate(tables["ratios"].rows):
-            if row["ratio"] is not None and not row["qualified"]:
-                c.bad(tables["ratios"].where(i, "ratio"), "a ratio of an unqualified comparison is in the qualified table")
+            if (q["reason"] is None) != bool(q["qualified"]):
+                c.bad(tq.where(i, "reason"), "a reason must be given exactly when not qualified")
+        for k in sorted(set(qual) - stated_keys):
+            c.bad(tq.rel, f"no row for campaign={k[0]} family={k[1]} task={k[2]} cap={k[3]} arm={k[4]}")
+            qual.pop(k)
+    # Table 3 counts and failed qualifications
+    s_q = src("qualification")
+    acc = {}
+    for (camp, fam, task, cap, arm), q in qual.items():
+        a = acc.setdefault((camp, fam, arm), [0, 0, 0, 0])
+        a[0] += q["n_matching"]
+        a[1] += q["n_required"]
+        a[2] += 1
+        a[3] += 1 if q["qualified"] else 0
+        if not q["qualified"]:
+            base = ("qfail", camp, fam, task, arm, cap)
+            for col in ("first_diff_index", "ref_token", "arm_token", "ref_margin"):
+                if q.get(col) is not None:
+                    E.add(base + (col,), q[col], s_q)
+    for (camp, fam, arm), (m, r, n, ok) in acc.items():
+        E.add(("qual", camp, fam, arm, "matching"), m, s_q)
+        E.add(("qual", camp, fam, arm, "required"), r, s_q)
+        E.add(("qual", camp, fam, arm, "tasks_failed"), n - ok, s_q)
+        c.identities += 1
+        if m > r:
+            c.bad(s_q, f"{camp} {fam} {arm}: more matching endpoints ({m}) than required ({r})")
+    return qual
 
-    # ---- replication: contrasts and estimates
+
+def check_ratios(c: Checker, E: Expected, tables: dict, src, qual: dict, facts: dict) -> None:
+    """Every pairwise qualified ratio, its task regressions, and ratio transitivity.
+
+    On the panel of tasks of (campaign, family, cap), with both arms qualified on every task:
+    d(t) = mean_r log t_A(t, r) - mean_r log t_B(t, r), ratio = exp(mean_t d(t)), regressed tasks
+    are those with d(t) < 0. path = the arms' common mode, else "mixed". An unqualified comparison
+    has no ratio. Identity on the stated values: ratio(A/C) = ratio(A/B) * ratio(B/C) (within 1e-9)."""
+    if "ratios" not in tables:
+        return
+    tr = tables["ratios"]
+    s_r = src("ratios")
+    times = defaultdict(list)
+    for r in tables["requests"].rows if "requests" in tables else []:
+        if r["status"] == "ok" and r["t_ns"] is not None:
+            times[(r["campaign"], r["family"], r["cap"], r["arm"], r["task_id"])].append(float(r["t_ns"]))
+    pcache = {}
+    for i, row in enumerate(tr.rows):
+        camp, fam, cap, a, b = row["campaign"], row["family"], row["cap"], row["numerator"], row["denominator"]
+        if camp not in pcache:
+            pcache[camp] = panels(qual, camp)
+        panel = pcache[camp].get((fam, cap))
+        if panel is None:
+            c.bad(tr.where(i), "no qualification rows for this campaign, family and cap")
+            continue
+        tasks = sorted(panel)
+        ma, mb = facts.get((camp, fam, a)), facts.get((camp, fam, b))
+        if ma is None or mb is None:
+            c.bad(tr.where(i), "arm without requests rows")
+            continue
+        path = ma[0] if ma[0] == mb[0] else "mixed"
+        c.same(tr.where(i, "path"), row["path"], path)
+        c.same(tr.where(i, "n_tasks"), row["n_tasks"], len(tasks))
+        base = ("ratio", camp, fam, cap, a, b)
+        E.add(base + ("n_tasks",), len(tasks), s_r)
+        q_ok = all_qualified(panel, (a, b))
+        c.same(tr.where(i, "qualified"), row["qualified"], q_ok)
+        if not q_ok:
+            for col in ("ratio", "n_regressions", "regressed_tasks"):
+                c.same(tr.where(i, col), row[col], None, "unqualified comparison must have no value:")
+            continue
+        num = {t: times.get((camp, fam, cap, a, t), []) for t in tasks}
+        den = {t: times.get((camp, fam, cap, b, t), []) for t in tasks}
+        missing = [t for t in tasks if not num[t] or not den[t]]
+        if missing:
+            c.bad(tr.where(i), f"qualified but no times for task(s) {missing}")
+            continue
+        D, _d, reg = paired(num, den, tasks)
+        ratio = math.exp(D)
+        c.recomputed += 3
+        c.same(tr.where(i, "ratio"), row["ratio"], ratio)
+        c.same(tr.where(i, "n_regressions"), row["n_regressions"], len(reg))
+        c.same(tr.where(i, "regressed_tasks"), row["regressed_tasks"] or "", " ".join(reg))
+        E.add(base + ("ratio",), ratio, s_r)
+        E.add(base + ("n_regressions",), len(reg), s_r)
+    check_ratio_transitivity(c, tr)
+
+
+def check_ratio_transitivity(c: Checker, tr: CsvTable) -> None:
+    """ratio(A/C) = ratio(A/B) * ratio(B/C) (within 1e-9 relative) for every triple of stated qualified
+    ratios of one campaign, family and cap, using ratio(B/A) = 1 / ratio(A/B)."""
+    stated = {
+        (r["campaign"], r["family"], r["cap"], r["numerator"], r["denominator"]): r
+        for r in tr.rows
+        if r["qualified"] and r["ratio"] is not None
+    }
+    by_group = defaultdict(dict)
+    for (camp, fam, cap, a, b), r in stated.items():
+        by_group[(camp, fam, cap)][(a, b)] = r["ratio"]
+        by_group[(camp, fam, cap)][(b, a)] = 1.0 / r["ratio"]
+    for g, pairs in sorted(by_group.items()):
+        arms = sorted({a for a, _b in pairs})
+        for a in arms:
+            for b in arms:
+                for cc in arms:
+                    if len({a, b, cc}) < 3 or not ((a, b) in pairs and (b, cc) in pairs and (a, cc) in pairs):
+                        continue
+                    if not (a < cc):
+                        continue
+                    c.identities += 1
+                    lhs, rhs = pairs[(a, cc)], pairs[(a, b)] * pairs[(b, cc)]
+                    if abs(lhs - rhs) > 1e-9 * max(1.0, abs(lhs)):
+                        c.bad(tr.rel, f"{g[0]} {g[1]}: ratio {a}/{cc} = {lhs!r} but {a}/{b} x {b}/{cc} = {rhs!r}")
+
+
+def check_diagnostics(c: Checker, E: Expected, tables: dict, src, qual: dict, facts: dict) -> None:
+    """The diagnostic (unqualified) timings of the registered pairs ``DIAGNOSTIC_PAIRS``.
+
+    Per row: tasks failed by each side (tasks where the arm is not qualified), the label naming the
+    unqualified side(s) (a row whose both sides qualify is refused), and over the tasks timed for both
+    arms: ratio = exp(mean_t d(t)) with d(t) as for qualified ratios, the medians of all pooled
+    times of each arm (reported in ms), regressed tasks (d(t) < 0). Every registered pair with an
+    unqualified side that ran in a campaign with diagnostic rows must have its row."""
+    if "diagnostics" not in tables:
+        return
+    td = tables["diagnostics"]
+    s_d = src("diagnostics")
+    dtimes = defaultdict(list)
+    dfacts = defaultdict(set)
+    for r in tables["requests"].rows if "requests" in tables else []:
+        dfacts[(r["campaign"], r["family"], r["cap"])].add(r["arm"])
+        if r["status"] == "ok" and r["t_ns"] is not None:
+            dtimes[(r["campaign"], r["family"], r["cap"], r["arm"], r["task_id"])].append(float(r["t_ns"]))
+    stated_d = {}
+    for i, row in enumerate(td.rows):
+        camp, fam, cap, a, b = row["campaign"], row["family"], row["cap"], row["numerator"], row["denominator"]
+        stated_d[(camp, fam, cap, a, b)] = i
+        base = ("diag", camp, fam, cap, a, b)
+        if (a, b) not in DIAGNOSTIC_PAIRS:
+            c.bad(td.where(i), f"{a}/{b} is not a registered diagnostic pair {DIAGNOSTIC_PAIRS}")
+        panel = panels(qual, camp).get((fam, cap))
+        ma, mb = facts.get((camp, fam, a)), facts.get((camp, fam, b))
+        if panel is None or ma is None or mb is None:
+            c.bad(td.where(i), "no qualification or requests rows for this campaign, family, cap and arms")
+            continue
+        tasks = sorted(panel)
+        fa = sum(1 for t in tasks if not panel[t].get(a, False))
+        fb = sum(1 for t in tasks if not panel[t].get(b, False))
+        c.recomputed += 8
+        c.same(td.where(i, "path"), row["path"], ma[0] if ma[0] == mb[0] else "mixed")
+        c.same(td.where(i, "n_tasks"), row["n_tasks"], len(tasks))
+        c.same(td.where(i, "numerator_qualified"), row["numerator_qualified"], fa == 0)
+        c.same(td.where(i, "denominator_qualified"), row["denominator_qualified"], fb == 0)
+        c.same(td.where(i, "numerator_tasks_failed"), row["numerator_tasks_failed"], fa)
+        c.same(td.where(i, "denominator_tasks_failed"), row["denominator_tasks_failed"], fb)
+        c.identities += 1
+        if fa == 0 and fb == 0:
+            c.bad(td.where(i), "both arms qualify: a qualified ratio is not a diagnostic timing")
+        else:
+            c.same(td.where(i, "label"), row["label"], diagnostic_label(fa == 0, fb == 0))
+        common = [t for t in tasks if dtimes.get((camp, fam, cap, a, t)) and dtimes.get((camp, fam, cap, b, t))]
+        c.same(td.where(i, "n_tasks_timed"), row["n_tasks_timed"], len(common))
+        E.add(base + ("n_tasks",), len(tasks), s_d)
+        E.add(base + ("n_tasks_timed",), len(common), s_d)
+        if not common:
+            for col in ("ratio", "median_numerator_ns", "median_denominator_ns"):
+                c.same(td.where(i, col), row[col], None, "no task timed for both arms:")
+            continue
+        num = {t: dtimes[(camp, fam, cap, a, t)] for t in common}
+        den = {t: dtimes[(camp, fam, cap, b, t)] for t in common}
+        D, _d, reg = paired(num, den, common)
+        mn = median([x for t in common for x in num[t]])
+        md = median([x for t in common for x in den[t]])
+        c.recomputed += 5
+        c.same(td.where(i, "ratio"), row["ratio"], math.exp(D))
+        c.same(td.where(i, "median_numerator_ns"), row["median_numerator_ns"], mn)
+        c.same(td.where(i, "median_denominator_ns"), row["median_denominator_ns"], md)
+        c.same(td.where(i, "n_regressions"), row["n_regressions"], len(reg))
+        c.same(td.where(i, "regressed_tasks"), row["regressed_tasks"] or "", " ".join(reg))
+        E.add(base + ("ratio",), math.exp(D), s_d)
+        E.add(base + ("median_numerator_ms",), mn / 1e6, s_d)
+        E.add(base + ("median_denominator_ms",), md / 1e6, s_d)
+        E.add(base + ("n_regressions",), len(reg), s_d)
+    # completeness: every registered pair with an unqualified side has its row
+    for (camp, fam, cap), arms_run in sorted(dfacts.items()):
+        panel = panels(qual, camp).get((fam, cap))
+        if panel is None:
+            continue
+        for a, b in DIAGNOSTIC_PAIRS:
+            if (
+                a in arms_run
+                and b in arms_run
+                and not all_qualified(panel, (a, b))
+                and camp in {k[0] for k in stated_d}
+                and (camp, fam, cap, a, b) not in stated_d
+            ):
+                c.bad(td.rel, f"no diagnostic row for {camp} {fam} cap {cap} {a}/{b} (an arm is not qualified)")
+
+
+def check_qualified_ratios(c: Checker, tables: dict) -> None:
+    """A diagnostic (unqualified) value never appears as a qualified ratio: a row of ratios.csv with a
+    ratio must be qualified."""
+    if "ratios" not in tables:
+        return
+    for i, row in enumerate(tables["ratios"].rows):
+        if row["ratio"] is not None and not row["qualified"]:
+            c.bad(tables["ratios"].where(i, "ratio"), "a ratio of an unqualified comparison is in the qualified table")
+
+
+def bootstrap_parameters(plan) -> dict:
+    """seed, draws and threshold frozen in plan.json (``bootstrap: {...}`` or ``bootstrap_<key>``), as present."""
     boot = {}
     if isinstance(plan, dict):
         b = plan.get("bootstrap")
@@ -802,371 +1171,505 @@ def check(archive: str, quiet: bool = False, unsealed: bool = False) -> tuple[in
                 boot[k] = b[k]
             elif f"bootstrap_{k}" in plan:
                 boot[k] = plan[f"bootstrap_{k}"]
-    est_dec = {}  # (family, path, comparison) -> recomputed decision (for the headline)
-    if "estimates" in tables:
-        te = tables["estimates"]
-        s_e = src("estimates")
-        s_c = src("contrasts") if "contrasts" in tables else None
-        stated_c = {}
-        if "contrasts" in tables:
-            for i, r in enumerate(tables["contrasts"].rows):
-                stated_c[(r["family"], r["path"], r["comparison"], r["session"])] = i
-        seen_c = set()
-        times_s = defaultdict(list)
-        for r in reqs:
-            if r["campaign"] == "replication" and r["status"] == "ok" and r["t_ns"] is not None:
-                times_s[(r["family"], r["arm"], r["task_id"], r["session"])].append(float(r["t_ns"]))
-        rpanels = panels(qual, "replication")
-        for i, row in enumerate(te.rows):
-            fam, path, comp = row["family"], row["path"], row["comparison"]
-            seed = boot.get("seed", row["seed"])
-            draws = boot.get("draws", row["draws"])
-            thr = boot.get("threshold", row["threshold"])
-            if "seed" in boot:
-                c.same(te.where(i, "seed"), row["seed"], int(seed), "seed vs plan.json:")
-            if "draws" in boot:
-                c.same(te.where(i, "draws"), row["draws"], int(draws), "draws vs plan.json:")
-            if "threshold" in boot:
-                c.same(te.where(i, "threshold"), row["threshold"], float(thr), "threshold vs plan.json:")
-            base = ("est", fam, path, comp)
-            E.add(base + ("draws",), int(draws), s_e)
-            E.add(base + ("seed",), int(seed), s_e)
-            E.add(base + ("threshold",), float(thr), s_e)
-            try:
-                x, y = (p.lower() for p in comp.split("/"))
-            except ValueError:
-                c.bad(te.where(i, "comparison"), f"cannot read comparison {comp!r}")
-                continue
-            arms = {}
-            for lay in (x, y):
-                found = sorted(a for (cp, f, a), (m, l) in facts.items()
-                               if cp == "replication" and f == fam and m == path and l == lay)
-                arms[lay] = found[0] if len(found) == 1 else None
-            a, b = arms[x], arms[y]
-            panel = next((p for (f, _cap), p in rpanels.items() if f == fam), None)
-            if a is None or b is None or panel is None:
-                c.bad(te.where(i), "arms or qualification rows of this comparison not found")
-                continue
-            tasks = sorted(panel)
-            E.add(base + ("n_tasks",), len(tasks), s_e)
-            c.same(te.where(i, "n_tasks"), row["n_tasks"], len(tasks))
-            if not all_qualified(panel, (a, b)):
-                est_dec[(fam, path, comp)] = "unqualified"
-                c.same(te.where(i, "decision"), row["decision"], "unqualified")
-                c.same(te.where(i, "estimate"), row["estimate"], None, "unqualified comparison must have no value:")
-                E.add(base + ("n_sessions",), 0, s_e)
-                continue
-            sessions = sorted({s for (f, arm, _t, s) in times_s if f == fam and arm in (a, b)})
-            cs, per_task = [], defaultdict(list)
-            for s in sessions:
-                common = [t for t in tasks if times_s.get((fam, a, t, s)) and times_s.get((fam, b, t, s))]
-                if not common:
-                    continue
-                D, d, _reg = paired({t: times_s[(fam, a, t, s)] for t in common},
-                                    {t: times_s[(fam, b, t, s)] for t in common}, common)
-                cs.append(D)
-                for t, v in d.items():
-                    per_task[t].append(v)
-                key = (fam, path, comp, s)
-                seen_c.add(key)
-                cbase = ("contrast", fam, path, comp, s)
-                if s_c is not None:
-                    E.add(cbase + ("c_s",), D, s_c)
-                    E.add(cbase + ("n_tasks",), len(common), s_c)
-                if key not in stated_c:
-                    c.bad(tables["contrasts"].rel if "contrasts" in tables else "contrasts.csv",
-                          f"missing contrast for {fam} {path} {comp} session {s}")
-                else:
-                    tc = tables["contrasts"]
-                    j = stated_c[key]
-                    c.same(tc.where(j, "c_s"), tc.rows[j]["c_s"], D)
-                    c.same(tc.where(j, "n_tasks"), tc.rows[j]["n_tasks"], len(common))
-            E.add(base + ("n_sessions",), len(cs), s_e)
-            c.same(te.where(i, "n_sessions"), row["n_sessions"], len(cs))
-            if not cs:
-                est_dec[(fam, path, comp)] = "unqualified"
-                c.same(te.where(i, "decision"), row["decision"], "unqualified")
-                continue
-            est = math.exp(mean(cs))
-            lo, hi = bootstrap(cs, int(draws), int(seed))
-            dec = decide(lo, hi, float(thr), len(cs))
-            est_dec[(fam, path, comp)] = dec
-            if dec == "too_few_sessions" and not row["reason"]:
-                c.bad(te.where(i, "reason"), "too few sessions for a decision, but no reason is given")
-            reg = [t for t in sorted(per_task) if mean(per_task[t]) < 0]
-            c.recomputed += 5
-            c.same(te.where(i, "estimate"), row["estimate"], est)
-            c.same(te.where(i, "lo"), row["lo"], lo)
-            c.same(te.where(i, "hi"), row["hi"], hi)
-            c.same(te.where(i, "decision"), row["decision"], dec)
-            c.same(te.where(i, "n_regressions"), row["n_regressions"], len(reg))
-            c.same(te.where(i, "regressed_tasks"), row["regressed_tasks"] or "", " ".join(reg))
-            for k, v in (("estimate", est), ("lo", lo), ("hi", hi), ("n_regressions", len(reg))):
-                E.add(base + (k,), v, s_e)
-        if "contrasts" in tables:
-            for key, j in stated_c.items():
-                if key not in seen_c:
-                    c.bad(tables["contrasts"].where(j), "contrast row that no qualified comparison produces")
+    return boot
 
-    # ---- sessions
-    if "sessions" in tables:
-        ts = tables["sessions"]
-        s_s = src("sessions")
 
-        def tparse(s):
-            return datetime.datetime.fromisoformat(s.replace("Z", "+00:00"))
+def check_replication(c: Checker, E: Expected, tables: dict, src, qual: dict, facts: dict, boot: dict) -> dict:
+    """Every replication estimate (estimates.csv) with its session contrasts (contrasts.csv).
 
-        groups = defaultdict(list)
-        for i, r in enumerate(ts.rows):
-            groups[(r["campaign"], r["family"])].append(i)
-        cnt = defaultdict(int)
-        wrk = defaultdict(set)
-        for r in reqs:
-            cnt[(r["campaign"], r["family"], r["session"])] += 1
-            wrk[(r["campaign"], r["family"], r["session"])].add(r["worker"])
-        for g, idx in groups.items():
-            try:
-                idx.sort(key=lambda i: (tparse(ts.rows[i]["started_utc"]), ts.rows[i]["session"]))
-            except (ValueError, AttributeError) as e:
-                c.unread(ts.rel, f"bad timestamp ({e})")
-                continue
-            prev = None
-            for i in idx:
-                r = ts.rows[i]
-                gap = None if prev is None else (tparse(r["started_utc"]) - tparse(ts.rows[prev]["ended_utc"])).total_seconds()
-                base = ("session", r["campaign"], r["family"], r["session"])
-                c.same(ts.where(i, "gap_before_s"), r["gap_before_s"], gap)
-                if gap is not None:
-                    E.add(base + ("gap_before_s",), gap, s_s)
-                k = (r["campaign"], r["family"], r["session"])
-                if reqs:
-                    c.same(ts.where(i, "n_requests"), r["n_requests"], cnt.get(k, 0))
-                    c.same(ts.where(i, "n_workers"), r["n_workers"], len(wrk.get(k, ())))
-                E.add(base + ("n_requests",), cnt.get(k, 0) if reqs else r["n_requests"], s_s)
-                E.add(base + ("n_workers",), len(wrk.get(k, ())) if reqs else r["n_workers"], s_s)
-                prev = i
+    The comparison "X/Y" names two layouts; its arms are the replication arms of the row's family and
+    path with those layouts. With both arms qualified on the panel: c_s = mean_t d_s(t) per session s
+    over the tasks timed in s for both arms; estimate = exp(mean_s c_s); [lo, hi] = exp of the 2.5 and
+    97.5 percentiles of ``draws`` bootstrap means of the c_s (random.Random(seed)); decision = exceeds
+    if lo > threshold, below if hi < threshold, else inconclusive, and too_few_sessions under
+    ``MIN_SESSIONS`` contrasts; regressed tasks have mean_s d_s(t) < 0. Seed, draws and threshold come
+    from plan.json when frozen there, else from the row. Returns (family, path, comparison) -> decision
+    (for the headline)."""
+    est_dec = {}
+    if "estimates" not in tables:
+        return est_dec
+    te = tables["estimates"]
+    s_e = src("estimates")
+    stated_c = {}
+    if "contrasts" in tables:
+        for i, r in enumerate(tables["contrasts"].rows):
+            stated_c[(r["family"], r["path"], r["comparison"], r["session"])] = i
+    seen_c = set()
+    times_s = defaultdict(list)
+    for r in tables["requests"].rows if "requests" in tables else []:
+        if r["campaign"] == "replication" and r["status"] == "ok" and r["t_ns"] is not None:
+            times_s[(r["family"], r["arm"], r["task_id"], r["session"])].append(float(r["t_ns"]))
+    rpanels = panels(qual, "replication")
+    for i, row in enumerate(te.rows):
+        fam, path, comp = row["family"], row["path"], row["comparison"]
+        seed = boot.get("seed", row["seed"])
+        draws = boot.get("draws", row["draws"])
+        thr = boot.get("threshold", row["threshold"])
+        if "seed" in boot:
+            c.same(te.where(i, "seed"), row["seed"], int(seed), "seed vs plan.json:")
+        if "draws" in boot:
+            c.same(te.where(i, "draws"), row["draws"], int(draws), "draws vs plan.json:")
+        if "threshold" in boot:
+            c.same(te.where(i, "threshold"), row["threshold"], float(thr), "threshold vs plan.json:")
+        base = ("est", fam, path, comp)
+        E.add(base + ("draws",), int(draws), s_e)
+        E.add(base + ("seed",), int(seed), s_e)
+        E.add(base + ("threshold",), float(thr), s_e)
+        try:
+            x, y = (p.lower() for p in comp.split("/"))
+        except ValueError:
+            c.bad(te.where(i, "comparison"), f"cannot read comparison {comp!r}")
+            continue
+        arms = {}
+        for lay in (x, y):
+            found = sorted(
+                a for (cp, f, a), (m, l) in facts.items() if cp == "replication" and f == fam and m == path and l == lay
+            )
+            arms[lay] = found[0] if len(found) == 1 else None
+        a, b = arms[x], arms[y]
+        panel = next((p for (f, _cap), p in rpanels.items() if f == fam), None)
+        if a is None or b is None or panel is None:
+            c.bad(te.where(i), "arms or qualification rows of this comparison not found")
+            continue
+        tasks = sorted(panel)
+        E.add(base + ("n_tasks",), len(tasks), s_e)
+        c.same(te.where(i, "n_tasks"), row["n_tasks"], len(tasks))
+        if not all_qualified(panel, (a, b)):
+            est_dec[(fam, path, comp)] = "unqualified"
+            c.same(te.where(i, "decision"), row["decision"], "unqualified")
+            c.same(te.where(i, "estimate"), row["estimate"], None, "unqualified comparison must have no value:")
+            E.add(base + ("n_sessions",), 0, s_e)
+            continue
+        cs, per_task = check_contrasts(c, E, tables, src, (fam, path, comp), a, b, tasks, times_s, stated_c, seen_c)
+        E.add(base + ("n_sessions",), len(cs), s_e)
+        c.same(te.where(i, "n_sessions"), row["n_sessions"], len(cs))
+        if not cs:
+            est_dec[(fam, path, comp)] = "unqualified"
+            c.same(te.where(i, "decision"), row["decision"], "unqualified")
+            continue
+        est = math.exp(mean(cs))
+        lo, hi = bootstrap(cs, int(draws), int(seed))
+        dec = decide(lo, hi, float(thr), len(cs))
+        est_dec[(fam, path, comp)] = dec
+        if dec == "too_few_sessions" and not row["reason"]:
+            c.bad(te.where(i, "reason"), "too few sessions for a decision, but no reason is given")
+        reg = [t for t in sorted(per_task) if mean(per_task[t]) < 0]
+        c.recomputed += 5
+        c.same(te.where(i, "estimate"), row["estimate"], est)
+        c.same(te.where(i, "lo"), row["lo"], lo)
+        c.same(te.where(i, "hi"), row["hi"], hi)
+        c.same(te.where(i, "decision"), row["decision"], dec)
+        c.same(te.where(i, "n_regressions"), row["n_regressions"], len(reg))
+        c.same(te.where(i, "regressed_tasks"), row["regressed_tasks"] or "", " ".join(reg))
+        for k, v in (("estimate", est), ("lo", lo), ("hi", hi), ("n_regressions", len(reg))):
+            E.add(base + (k,), v, s_e)
+    if "contrasts" in tables:
+        for key, j in stated_c.items():
+            if key not in seen_c:
+                c.bad(tables["contrasts"].where(j), "contrast row that no qualified comparison produces")
+    return est_dec
 
-    # ---- phase masks
-    if "phase_masks" in tables:
-        tm = tables["phase_masks"]
-        s_m = src("phase_masks")
-        ref, ptasks = {}, defaultdict(set)
-        for (camp, fam, task, cap, arm), q in qual.items():
-            if camp == "phase_mask":
-                ptasks[fam].add(task)
-                ref[(fam, task)] = q["ref_endpoint_sha256"] if q["ref_stable"] else None
-        matches, reps, masks = defaultdict(int), defaultdict(set), defaultdict(set)
-        for r in reqs:
-            if r["campaign"] != "phase_mask" or r["arm"] == REFERENCE_ARM or r["status"] == "excluded_warmup":
-                continue
-            fam, m = r["family"], r["mask"]
-            masks[fam].add(m)
-            reps[(fam, m, r["task_id"])].add((r["session"], r["repeat"]))
-            if r["status"] == "ok" and ref.get((fam, r["task_id"])) is not None \
-                    and r["endpoint_sha256"] == ref[(fam, r["task_id"])]:
-                matches[(fam, m)] += 1
-        exp_rows = {}
-        for fam in masks:
-            nt = len(ptasks.get(fam, ()))
-            passes = {}
-            for m in masks[fam]:
-                rp = max((len(v) for (f, mm, _t), v in reps.items() if f == fam and mm == m), default=0)
-                passes[m] = nt * rp > 0 and matches[(fam, m)] == nt * rp
-                exp_rows[(fam, m)] = dict(matches=matches[(fam, m)], n_tasks=nt, repeats=rp, passes=passes[m])
-            for m in masks[fam]:
-                exp_rows[(fam, m)]["minimal"] = passes[m] and not any(
-                    passes[s] for s in passes if s != m and (s & m) == s)
-        seen = set()
-        for i, r in enumerate(tm.rows):
-            k = (r["family"], r["mask"])
-            seen.add(k)
-            e = exp_rows.get(k)
-            if e is None:
-                c.bad(tm.where(i), "no phase-mask requests for this family and mask")
-                continue
-            for col in ("matches", "n_tasks", "repeats", "passes", "minimal"):
-                c.recomputed += 1
-                c.same(tm.where(i, col), r[col], e[col])
-            base = ("mask", r["family"], r["mask"])
-            E.add(base + ("mask",), r["mask"], s_m)
-            E.add(base + ("matches",), e["matches"], s_m)
-            E.add(base + ("required",), e["n_tasks"] * e["repeats"], s_m)
-        for k in sorted(set(exp_rows) - seen):
-            c.bad(tm.rel, f"no row for family={k[0]} mask={k[1]}")
 
-    # ---- prospective prediction: predicted vs live and reference vs live
-    if "prediction" in tables:
-        tp = tables["prediction"]
-        s_pr = src("prediction")
-        frozen_doc = None
-        if isinstance(plan, dict):
-            camps = plan.get("campaigns") if isinstance(plan.get("campaigns"), dict) else {}
-            pplan = camps.get("prediction") if isinstance(camps.get("prediction"), dict) else plan
-            frozen_doc = pplan.get("predictions") if isinstance(pplan, dict) else None
-        frozen = frozen_doc.get("endpoints") if isinstance(frozen_doc, dict) else None
-        if not isinstance(frozen, dict):
-            c.bad(tp.rel, "no frozen predictions (amendment 'predictions') in plan.json: predicted vs live "
-                          "cannot be recomputed")
-            frozen = {}
-        peps = defaultdict(list)
-        for e in rows.get("endpoints", []):
-            if e["campaign"] == "prediction":
-                peps[(e["arm"], e["task_id"])].append(e)
-        for v in peps.values():
-            v.sort(key=lambda e: (e["session"], e["repeat"]))
-        tot = defaultdict(lambda: defaultdict(int))
-        for i, r in enumerate(tp.rows):
-            fam, task = r["family"], r["task_id"]
-            c.identities += 1
-            if r["predictor"] == REFERENCE_ARM or r["predictor"] == r["live_arm"]:
-                c.bad(tp.where(i, "predictor"), f"predictor {r['predictor']!r} is the reference or the live arm: "
-                                                "predicted vs live would equal reference vs live by construction")
-            if isinstance(frozen_doc, dict) and frozen_doc.get("predictor") not in (None, r["predictor"]):
-                c.bad(tp.where(i, "predictor"), f"plan.json froze predictions of {frozen_doc.get('predictor')!r}")
-            f = frozen.get(task)
-            pred_sha = None
-            if isinstance(f, dict) and isinstance(f.get("tokens"), list):
-                pred_sha = endpoint_digest(f["tokens"], f.get("eog"), f.get("stop_reason"))
-                c.same(f"plan.json: predictions.endpoints[{task!r}].endpoint_sha256", f.get("endpoint_sha256"),
-                       pred_sha, "frozen digest vs its tokens:")
-                own = peps.get((r["predictor"], task), [])
-                c.identities += 1
-                if not own or own[0]["endpoint_sha256"] != pred_sha:
-                    c.bad(tp.where(i, "predicted_sha256"), "the frozen prediction is not the predictor's own "
-                                                           "completed endpoint in endpoints.csv")
-            elif frozen:
-                c.bad(tp.where(i), "no frozen prediction for this task in plan.json")
-            live = [e["endpoint_sha256"] for e in peps.get((r["live_arm"], task), []) if e["session"] == r["session"]]
-            refs = [e for e in peps.get((REFERENCE_ARM, task), []) if e["session"] == r["session"]]
-            ref_sha = refs[0]["endpoint_sha256"] if refs else None
-            exp = dict(predicted_sha256=pred_sha, reference_sha256=ref_sha, live_runs=len(live),
-                       live_stable=(len(set(live)) == 1) if live else None,
-                       predicted_matches=sum(1 for h in live if pred_sha is not None and h == pred_sha),
-                       reference_matches=sum(1 for h in live if ref_sha is not None and h == ref_sha))
-            exp["reference_divergent"] = bool(live) and exp["reference_matches"] < len(live)
-            for col, v in exp.items():
-                c.recomputed += 1
-                c.same(tp.where(i, col), r[col], v)
-            base = ("pred", fam, task)
-            for col in ("live_runs", "predicted_matches", "reference_matches"):
-                E.add(base + (col,), exp[col], s_pr)
-            t = tot[fam]
-            t["tasks"] += 1
-            t["live_runs"] += exp["live_runs"]
-            t["stable_tasks"] += 1 if exp["live_stable"] else 0
-            t["predicted_matches"] += exp["predicted_matches"]
-            t["reference_matches"] += exp["reference_matches"]
-            if exp["reference_divergent"]:
-                t["divergent_tasks"] += 1
-                t["divergent_runs"] += exp["live_runs"]
-                t["divergent_predicted"] += exp["predicted_matches"]
-        for fam, t in tot.items():
-            for k in ("tasks", "live_runs", "stable_tasks", "predicted_matches", "reference_matches",
-                      "divergent_tasks", "divergent_runs", "divergent_predicted"):
-                E.add(("predsum", fam, k), t.get(k, 0), s_pr)
+def check_contrasts(
+    c: Checker,
+    E: Expected,
+    tables: dict,
+    src,
+    comparison: tuple,
+    a: str,
+    b: str,
+    tasks: list,
+    times_s: dict,
+    stated_c: dict,
+    seen_c: set,
+) -> tuple[list, dict]:
+    """The session contrasts of one qualified replication comparison of arm ``a`` over arm ``b``.
 
-    # ---- replay summary
-    if "replay" in tables:
-        s_p = src("replay")
-        g = defaultdict(list)
-        for r in rows["replay"]:
-            g[(r["family"], r["stage"])].append(r)
-        for (fam, stage), rs in g.items():
-            base = ("replay", fam, stage)
-            E.add(base + ("contexts",), len(rs), s_p)
-            E.add(base + ("pq_eq_qb",), sum(1 for r in rs if r["pq_eq_qb"]), s_p)
-            E.add(base + ("mq_eq_pq",), sum(1 for r in rs if r["mq_eq_pq"]), s_p)
-            E.add(base + ("control_ok",), sum(1 for r in rs if r["control_ok"]), s_p)
-            E.add(base + ("max_abs_mq",), max(r["max_abs_mq"] for r in rs), s_p)
-            E.add(base + ("max_ulp_mq",), max(r["max_ulp_mq"] for r in rs), s_p)
-            E.add(base + ("max_visible_keys",), max(r["visible_keys"] for r in rs), s_p)
-            for i, r in enumerate(rs):
-                c.identities += 1
-                if r["mq_eq_pq"] and (r["max_abs_mq"] != 0 or r["max_ulp_mq"] != 0 or r["first_diff"] is not None):
-                    c.bad(tables["replay"].rel, f"{fam} {stage} layer {r['layer']} {r['phase']} q={r['q']}: "
-                                                "MQ = PQ but a difference is recorded")
+    For each session s (in order) with tasks timed for both arms: d_s(t) = mean_r log t_a(t, r, s) -
+    mean_r log t_b(t, r, s) and c_s = mean_t d_s(t), compared with the contrasts.csv row (recorded in
+    ``seen_c``). Returns ([c_s], {task: [d_s(t)]})."""
+    fam, path, comp = comparison
+    s_c = src("contrasts") if "contrasts" in tables else None
+    sessions = sorted({s for (f, arm, _t, s) in times_s if f == fam and arm in (a, b)})
+    cs, per_task = [], defaultdict(list)
+    for s in sessions:
+        common = [t for t in tasks if times_s.get((fam, a, t, s)) and times_s.get((fam, b, t, s))]
+        if not common:
+            continue
+        D, d, _reg = paired(
+            {t: times_s[(fam, a, t, s)] for t in common}, {t: times_s[(fam, b, t, s)] for t in common}, common
+        )
+        cs.append(D)
+        for t, v in d.items():
+            per_task[t].append(v)
+        key = (fam, path, comp, s)
+        seen_c.add(key)
+        cbase = ("contrast", fam, path, comp, s)
+        if s_c is not None:
+            E.add(cbase + ("c_s",), D, s_c)
+            E.add(cbase + ("n_tasks",), len(common), s_c)
+        if key not in stated_c:
+            c.bad(
+                tables["contrasts"].rel if "contrasts" in tables else "contrasts.csv",
+                f"missing contrast for {fam} {path} {comp} session {s}",
+            )
+        else:
+            tc = tables["contrasts"]
+            j = stated_c[key]
+            c.same(tc.where(j, "c_s"), tc.rows[j]["c_s"], D)
+            c.same(tc.where(j, "n_tasks"), tc.rows[j]["n_tasks"], len(common))
+    return cs, per_task
 
-    # ---- audit summary
-    if "audit" in tables:
-        s_a = src("audit")
-        g = defaultdict(list)
-        for r in rows["audit"]:
-            g[(r["layout"], r["stage"])].append(r)
-        for (lay, stage), rs in g.items():
-            clean = [r for r in rs if r["fault"] is None]
-            faulty = [r for r in rs if r["fault"] is not None]
-            base = ("audit", lay, stage)
-            E.add(base + ("fixtures",), len(clean), s_a)
-            E.add(base + ("oracle_ok",), sum(1 for r in clean if r["oracle_ok"]), s_a)
-            E.add(base + ("faults",), len(faulty), s_a)
-            E.add(base + ("detected",), sum(1 for r in faulty if r["detected"]), s_a)
-            E.add(base + ("max_abs_err",), max((r["max_abs_err"] for r in clean), default=0.0), s_a)
-            E.add(base + ("max_rel_err",), max((r["max_rel_err"] for r in clean), default=0.0), s_a)
 
-    # ---- acceptance and status counts (requests.csv)
-    if "requests" in tables:
-        s_q = src("requests")
-        acc = {}
-        for r in reqs:
-            if r["status"] != "ok" or r["mode"] != "spec" or r["draft"] is None or r["proposals"] is None:
-                continue
-            a = acc.setdefault((r["family"], r["draft"]), [0, 0, 0])
-            a[0] += r["proposals"]
-            a[1] += r["accepted"] or 0
-            a[2] += 1
-        for (fam, draft), (p, k, n) in acc.items():
-            base = ("accept", fam, draft)
-            E.add(base + ("proposals",), p, s_q)
-            E.add(base + ("accepted",), k, s_q)
-            E.add(base + ("requests",), n, s_q)
-            if p:
-                E.add(base + ("acceptance",), k / p, s_q)
-        st, rs_ = defaultdict(int), defaultdict(int)
-        for r in reqs:
-            st[(r["campaign"], r["status"])] += 1
-            if r["reason"]:
-                rs_[(r["campaign"], r["status"], r["reason"])] += 1
-        for (camp, status), n in st.items():
-            E.add(("status", camp, status, "count"), n, s_q)
-        for (camp, status, reason), n in rs_.items():
-            E.add(("reason", camp, status, reason, "count"), n, s_q)
+def check_sessions(c: Checker, E: Expected, tables: dict, src) -> None:
+    """Session gaps and counts (sessions.csv).
+
+    Within (campaign, family), sessions in order of start: gap_before_s = started(s) - ended(previous),
+    null for the first; n_requests and n_workers = rows and distinct workers of the session in
+    requests.csv (the stated values stand when requests.csv is absent)."""
+    if "sessions" not in tables:
+        return
+    ts = tables["sessions"]
+    s_s = src("sessions")
+    reqs = tables["requests"].rows if "requests" in tables else []
+
+    def tparse(s):
+        return datetime.datetime.fromisoformat(s.replace("Z", "+00:00"))
+
+    groups = defaultdict(list)
+    for i, r in enumerate(ts.rows):
+        groups[(r["campaign"], r["family"])].append(i)
+    cnt = defaultdict(int)
+    wrk = defaultdict(set)
+    for r in reqs:
+        cnt[(r["campaign"], r["family"], r["session"])] += 1
+        wrk[(r["campaign"], r["family"], r["session"])].add(r["worker"])
+    for g, idx in groups.items():
+        try:
+            idx.sort(key=lambda i: (tparse(ts.rows[i]["started_utc"]), ts.rows[i]["session"]))
+        except (ValueError, AttributeError) as e:
+            c.unread(ts.rel, f"bad timestamp ({e})")
+            continue
+        prev = None
+        for i in idx:
+            r = ts.rows[i]
+            gap = (
+                None
+                if prev is None
+                else (tparse(r["started_utc"]) - tparse(ts.rows[prev]["ended_utc"])).total_seconds()
+            )
+            base = ("session", r["campaign"], r["family"], r["session"])
+            c.same(ts.where(i, "gap_before_s"), r["gap_before_s"], gap)
+            if gap is not None:
+                E.add(base + ("gap_before_s",), gap, s_s)
+            k = (r["campaign"], r["family"], r["session"])
+            if reqs:
+                c.same(ts.where(i, "n_requests"), r["n_requests"], cnt.get(k, 0))
+                c.same(ts.where(i, "n_workers"), r["n_workers"], len(wrk.get(k, ())))
+            E.add(base + ("n_requests",), cnt.get(k, 0) if reqs else r["n_requests"], s_s)
+            E.add(base + ("n_workers",), len(wrk.get(k, ())) if reqs else r["n_workers"], s_s)
+            prev = i
+
+
+def check_phase_masks(c: Checker, E: Expected, tables: dict, src, qual: dict) -> None:
+    """The phase-mask table (phase_masks.csv) from the phase_mask campaign's requests.
+
+    Per (family, mask): matches = ok non-reference requests whose endpoint is the task's stable
+    reference endpoint; repeats = the most (session, repeat) runs of one task; passes = n_tasks *
+    repeats > 0 and matches = n_tasks * repeats; minimal = passes and no other passing mask s is a
+    submask of m (s & m = s). Warm-up requests are left out."""
+    if "phase_masks" not in tables:
+        return
+    tm = tables["phase_masks"]
+    s_m = src("phase_masks")
+    ref, ptasks = {}, defaultdict(set)
+    for (camp, fam, task, cap, arm), q in qual.items():
+        if camp == "phase_mask":
+            ptasks[fam].add(task)
+            ref[(fam, task)] = q["ref_endpoint_sha256"] if q["ref_stable"] else None
+    matches, reps, masks = defaultdict(int), defaultdict(set), defaultdict(set)
+    for r in tables["requests"].rows if "requests" in tables else []:
+        if r["campaign"] != "phase_mask" or r["arm"] == REFERENCE_ARM or r["status"] == "excluded_warmup":
+            continue
+        fam, m = r["family"], r["mask"]
+        masks[fam].add(m)
+        reps[(fam, m, r["task_id"])].add((r["session"], r["repeat"]))
+        if (
+            r["status"] == "ok"
+            and ref.get((fam, r["task_id"])) is not None
+            and r["endpoint_sha256"] == ref[(fam, r["task_id"])]
+        ):
+            matches[(fam, m)] += 1
+    exp_rows = {}
+    for fam in masks:
+        nt = len(ptasks.get(fam, ()))
+        passes = {}
+        for m in masks[fam]:
+            rp = max((len(v) for (f, mm, _t), v in reps.items() if f == fam and mm == m), default=0)
+            passes[m] = nt * rp > 0 and matches[(fam, m)] == nt * rp
+            exp_rows[(fam, m)] = dict(matches=matches[(fam, m)], n_tasks=nt, repeats=rp, passes=passes[m])
+        for m in masks[fam]:
+            exp_rows[(fam, m)]["minimal"] = passes[m] and not any(passes[s] for s in passes if s != m and (s & m) == s)
+    seen = set()
+    for i, r in enumerate(tm.rows):
+        k = (r["family"], r["mask"])
+        seen.add(k)
+        e = exp_rows.get(k)
+        if e is None:
+            c.bad(tm.where(i), "no phase-mask requests for this family and mask")
+            continue
+        for col in ("matches", "n_tasks", "repeats", "passes", "minimal"):
+            c.recomputed += 1
+            c.same(tm.where(i, col), r[col], e[col])
+        base = ("mask", r["family"], r["mask"])
+        E.add(base + ("mask",), r["mask"], s_m)
+        E.add(base + ("matches",), e["matches"], s_m)
+        E.add(base + ("required",), e["n_tasks"] * e["repeats"], s_m)
+    for k in sorted(set(exp_rows) - seen):
+        c.bad(tm.rel, f"no row for family={k[0]} mask={k[1]}")
+
+
+def frozen_predictions(c: Checker, tp: CsvTable, plan) -> tuple:
+    """(the ``predictions`` amendment of plan.json, its task -> endpoint map); the map is empty (and a
+    mismatch recorded) when no predictions were frozen."""
+    frozen_doc = None
+    if isinstance(plan, dict):
+        camps = plan.get("campaigns") if isinstance(plan.get("campaigns"), dict) else {}
+        pplan = camps.get("prediction") if isinstance(camps.get("prediction"), dict) else plan
+        frozen_doc = pplan.get("predictions") if isinstance(pplan, dict) else None
+    frozen = frozen_doc.get("endpoints") if isinstance(frozen_doc, dict) else None
+    if not isinstance(frozen, dict):
+        c.bad(
+            tp.rel,
+            "no frozen predictions (amendment 'predictions') in plan.json: predicted vs live cannot be recomputed",
+        )
+        frozen = {}
+    return frozen_doc, frozen
+
+
+def check_prediction(c: Checker, E: Expected, tables: dict, src, plan) -> None:
+    """The prospective-prediction table (prediction.csv): predicted vs live and reference vs live.
+
+    predicted_sha256 = the digest of the endpoint frozen in plan.json for the task, which must be the
+    predictor's own first endpoint; reference_sha256 = the reference arm's first endpoint in the row's
+    session; over the live arm's endpoints of that session: live_runs, live_stable (one digest),
+    predicted_matches and reference_matches (runs equal to each digest), reference_divergent = some
+    live run differs from the reference. Per family the totals over tasks, and over divergent tasks."""
+    if "prediction" not in tables:
+        return
+    tp = tables["prediction"]
+    s_pr = src("prediction")
+    frozen_doc, frozen = frozen_predictions(c, tp, plan)
+    peps = defaultdict(list)
+    for e in tables["endpoints"].rows if "endpoints" in tables else []:
+        if e["campaign"] == "prediction":
+            peps[(e["arm"], e["task_id"])].append(e)
+    for v in peps.values():
+        v.sort(key=lambda e: (e["session"], e["repeat"]))
+    tot = defaultdict(lambda: defaultdict(int))
+    for i, r in enumerate(tp.rows):
+        fam, task = r["family"], r["task_id"]
         c.identities += 1
-        if sum(st.values()) != len(reqs):
-            c.bad(tables["requests"].rel, "status counts do not add up to the rows")
-        for i, r in enumerate(reqs):
-            if r["status"] == "ok" and r["t_ns"] is None:
-                c.bad(tables["requests"].where(i, "t_ns"), "ok request without a time")
-            if r["status"] != "ok" and not r["reason"]:
-                c.bad(tables["requests"].where(i, "reason"), f"{r['status']} row without a reason")
+        if r["predictor"] == REFERENCE_ARM or r["predictor"] == r["live_arm"]:
+            c.bad(
+                tp.where(i, "predictor"),
+                f"predictor {r['predictor']!r} is the reference or the live arm: "
+                "predicted vs live would equal reference vs live by construction",
+            )
+        if isinstance(frozen_doc, dict) and frozen_doc.get("predictor") not in (None, r["predictor"]):
+            c.bad(tp.where(i, "predictor"), f"plan.json froze predictions of {frozen_doc.get('predictor')!r}")
+        f = frozen.get(task)
+        pred_sha = None
+        if isinstance(f, dict) and isinstance(f.get("tokens"), list):
+            pred_sha = endpoint_digest(f["tokens"], f.get("eog"), f.get("stop_reason"))
+            c.same(
+                f"plan.json: predictions.endpoints[{task!r}].endpoint_sha256",
+                f.get("endpoint_sha256"),
+                pred_sha,
+                "frozen digest vs its tokens:",
+            )
+            own = peps.get((r["predictor"], task), [])
+            c.identities += 1
+            if not own or own[0]["endpoint_sha256"] != pred_sha:
+                c.bad(
+                    tp.where(i, "predicted_sha256"),
+                    "the frozen prediction is not the predictor's own completed endpoint in endpoints.csv",
+                )
+        elif frozen:
+            c.bad(tp.where(i), "no frozen prediction for this task in plan.json")
+        live = [e["endpoint_sha256"] for e in peps.get((r["live_arm"], task), []) if e["session"] == r["session"]]
+        refs = [e for e in peps.get((REFERENCE_ARM, task), []) if e["session"] == r["session"]]
+        ref_sha = refs[0]["endpoint_sha256"] if refs else None
+        exp = dict(
+            predicted_sha256=pred_sha,
+            reference_sha256=ref_sha,
+            live_runs=len(live),
+            live_stable=(len(set(live)) == 1) if live else None,
+            predicted_matches=sum(1 for h in live if pred_sha is not None and h == pred_sha),
+            reference_matches=sum(1 for h in live if ref_sha is not None and h == ref_sha),
+        )
+        exp["reference_divergent"] = bool(live) and exp["reference_matches"] < len(live)
+        for col, v in exp.items():
+            c.recomputed += 1
+            c.same(tp.where(i, col), r[col], v)
+        base = ("pred", fam, task)
+        for col in ("live_runs", "predicted_matches", "reference_matches"):
+            E.add(base + (col,), exp[col], s_pr)
+        t = tot[fam]
+        t["tasks"] += 1
+        t["live_runs"] += exp["live_runs"]
+        t["stable_tasks"] += 1 if exp["live_stable"] else 0
+        t["predicted_matches"] += exp["predicted_matches"]
+        t["reference_matches"] += exp["reference_matches"]
+        if exp["reference_divergent"]:
+            t["divergent_tasks"] += 1
+            t["divergent_runs"] += exp["live_runs"]
+            t["divergent_predicted"] += exp["predicted_matches"]
+    for fam, t in tot.items():
+        for k in (
+            "tasks",
+            "live_runs",
+            "stable_tasks",
+            "predicted_matches",
+            "reference_matches",
+            "divergent_tasks",
+            "divergent_runs",
+            "divergent_predicted",
+        ):
+            E.add(("predsum", fam, k), t.get(k, 0), s_pr)
 
-    # ---- ledger
+
+def check_replay(c: Checker, E: Expected, tables: dict, src) -> None:
+    """The replay summary per (family, stage): contexts, counts of PQ = QB, MQ = PQ and passing
+    controls, maxima of |MQ - PQ|, its ULPs and the visible keys. Identity: a context with MQ = PQ
+    records no difference (max_abs_mq = max_ulp_mq = 0, no first_diff)."""
+    if "replay" not in tables:
+        return
+    s_p = src("replay")
+    g = defaultdict(list)
+    for r in tables["replay"].rows:
+        g[(r["family"], r["stage"])].append(r)
+    for (fam, stage), rs in g.items():
+        base = ("replay", fam, stage)
+        E.add(base + ("contexts",), len(rs), s_p)
+        E.add(base + ("pq_eq_qb",), sum(1 for r in rs if r["pq_eq_qb"]), s_p)
+        E.add(base + ("mq_eq_pq",), sum(1 for r in rs if r["mq_eq_pq"]), s_p)
+        E.add(base + ("control_ok",), sum(1 for r in rs if r["control_ok"]), s_p)
+        E.add(base + ("max_abs_mq",), max(r["max_abs_mq"] for r in rs), s_p)
+        E.add(base + ("max_ulp_mq",), max(r["max_ulp_mq"] for r in rs), s_p)
+        E.add(base + ("max_visible_keys",), max(r["visible_keys"] for r in rs), s_p)
+        for r in rs:
+            c.identities += 1
+            if r["mq_eq_pq"] and (r["max_abs_mq"] != 0 or r["max_ulp_mq"] != 0 or r["first_diff"] is not None):
+                c.bad(
+                    tables["replay"].rel,
+                    f"{fam} {stage} layer {r['layer']} {r['phase']} q={r['q']}: MQ = PQ but a difference is recorded",
+                )
+
+
+def check_audit(c: Checker, E: Expected, tables: dict, src) -> None:
+    """The audit summary per (layout, stage): clean fixtures and those passing the oracle, injected
+    faults and those detected, and the largest absolute and relative errors of the clean fixtures
+    (0 when none)."""
+    if "audit" not in tables:
+        return
+    s_a = src("audit")
+    g = defaultdict(list)
+    for r in tables["audit"].rows:
+        g[(r["layout"], r["stage"])].append(r)
+    for (lay, stage), rs in g.items():
+        clean = [r for r in rs if r["fault"] is None]
+        faulty = [r for r in rs if r["fault"] is not None]
+        base = ("audit", lay, stage)
+        E.add(base + ("fixtures",), len(clean), s_a)
+        E.add(base + ("oracle_ok",), sum(1 for r in clean if r["oracle_ok"]), s_a)
+        E.add(base + ("faults",), len(faulty), s_a)
+        E.add(base + ("detected",), sum(1 for r in faulty if r["detected"]), s_a)
+        E.add(base + ("max_abs_err",), max((r["max_abs_err"] for r in clean), default=0.0), s_a)
+        E.add(base + ("max_rel_err",), max((r["max_rel_err"] for r in clean), default=0.0), s_a)
+
+
+def check_requests(c: Checker, E: Expected, tables: dict, src) -> None:
+    """Draft acceptance and request status counts (requests.csv).
+
+    Per (family, draft) over ok speculative requests: proposals, accepted, requests and acceptance =
+    accepted / proposals; per campaign the count of each status and of each (status, reason).
+    Identities: the status counts add up to the rows, an ok request has a time, any other status a
+    reason."""
+    if "requests" not in tables:
+        return
+    reqs = tables["requests"].rows
+    s_q = src("requests")
+    acc = {}
+    for r in reqs:
+        if r["status"] != "ok" or r["mode"] != "spec" or r["draft"] is None or r["proposals"] is None:
+            continue
+        a = acc.setdefault((r["family"], r["draft"]), [0, 0, 0])
+        a[0] += r["proposals"]
+        a[1] += r["accepted"] or 0
+        a[2] += 1
+    for (fam, draft), (p, k, n) in acc.items():
+        base = ("accept", fam, draft)
+        E.add(base + ("proposals",), p, s_q)
+        E.add(base + ("accepted",), k, s_q)
+        E.add(base + ("requests",), n, s_q)
+        if p:
+            E.add(base + ("acceptance",), k / p, s_q)
+    st, rs_ = defaultdict(int), defaultdict(int)
+    for r in reqs:
+        st[(r["campaign"], r["status"])] += 1
+        if r["reason"]:
+            rs_[(r["campaign"], r["status"], r["reason"])] += 1
+    for (camp, status), n in st.items():
+        E.add(("status", camp, status, "count"), n, s_q)
+    for (camp, status, reason), n in rs_.items():
+        E.add(("reason", camp, status, reason, "count"), n, s_q)
+    c.identities += 1
+    if sum(st.values()) != len(reqs):
+        c.bad(tables["requests"].rel, "status counts do not add up to the rows")
+    for i, r in enumerate(reqs):
+        if r["status"] == "ok" and r["t_ns"] is None:
+            c.bad(tables["requests"].where(i, "t_ns"), "ok request without a time")
+        if r["status"] != "ok" and not r["reason"]:
+            c.bad(tables["requests"].where(i, "reason"), f"{r['status']} row without a reason")
+
+
+def check_ledger(c: Checker, E: Expected, rep: Report) -> None:
+    """Ledger records: the number of lines of ledger.jsonl and the count of each record kind (the first
+    string among ``LEDGER_KIND_KEYS``, "(none)" when absent or not a JSON object)."""
     lp = os.path.join(c.archive, "ledger.jsonl")
-    if os.path.isfile(lp):
-        s_l = rel_from_report(lp)
-        n, kinds = 0, defaultdict(int)
-        with open(lp, "rb") as f:
-            for raw in f:
-                n += 1
-                try:
-                    rec = json.loads(raw)
-                except (ValueError, RecursionError):
-                    continue
-                kind = "(none)"
-                if isinstance(rec, dict):
-                    for k in LEDGER_KIND_KEYS:
-                        if isinstance(rec.get(k), str):
-                            kind = rec[k]
-                            break
-                kinds[kind] += 1
-        E.add(("ledger", "records"), n, s_l)
-        for k, v in kinds.items():
-            E.add(("ledger", "kind", k, "count"), v, s_l)
+    if not os.path.isfile(lp):
+        return
+    s_l = posix_rel(lp, rep.dir)
+    n, kinds = 0, defaultdict(int)
+    with open(lp, "rb") as f:
+        for raw in f:
+            n += 1
+            try:
+                rec = json.loads(raw)
+            except (ValueError, RecursionError):
+                continue
+            kind = "(none)"
+            if isinstance(rec, dict):
+                for k in LEDGER_KIND_KEYS:
+                    if isinstance(rec.get(k), str):
+                        kind = rec[k]
+                        break
+            kinds[kind] += 1
+    E.add(("ledger", "records"), n, s_l)
+    for k, v in kinds.items():
+        E.add(("ledger", "kind", k, "count"), v, s_l)
 
-    check_state(c, E, tables, src)  # partition, KV, crosses, frontier, admission, claims
 
-    # ---- numbers.json versus the recomputation
+# =========================================================================== the report versus the recomputation
+
+
+def check_numbers(c: Checker, E: Expected, rep: Report) -> dict:
+    """numbers.json against the recomputed numbers: each id once, recomputable, its value equal (floats
+    within 1e-12 relative), its source the recomputed one, its text the value rounded to the digits
+    shown, its source a file of the archive; every recomputed number is listed. Returns id -> entry."""
     stated = {}
-    for j, n in enumerate(numbers_doc["numbers"]):
+    for j, n in enumerate(rep.numbers_doc["numbers"]):
         where = f"numbers.json: numbers[{j}]"
         if not isinstance(n, dict) or not isinstance(n.get("id"), str):
             c.unread(where, "entry without an id")
@@ -1194,14 +1697,19 @@ def check(archive: str, quiet: bool = False, unsealed: bool = False) -> tuple[in
     for n in stated.values():
         s = n.get("source")
         if isinstance(s, str):
-            p = os.path.normpath(os.path.join(os.path.dirname(numbers_path), s))
+            p = os.path.normpath(os.path.join(os.path.dirname(rep.numbers_path), s))
             if not _inside(p, c.archive) or not os.path.isfile(p):
                 c.bad(f"numbers.json: {n['id']}", f"source {s!r} is not a file of the archive")
+    return stated
 
-    # ---- report.html versus the recomputation
+
+def check_html(c: Checker, E: Expected, rep: Report, stated: dict) -> None:
+    """report.html against the recomputed numbers: each displayed number (``data-num``) is the
+    recomputed value rounded to the digits shown, with the recomputed ``data-src``; every number of
+    numbers.json is shown; no active content; every link stays inside the archive and names a file."""
     shown = set()
-    for nid, text, dsrc, line in hp.nums:
-        where = f"{arch_rel(html_path)}:{line} data-num={nid!r}"
+    for nid, text, dsrc, line in rep.hp.nums:
+        where = f"{rep.html_rel}:{line} data-num={nid!r}"
         shown.add(nid)
         exp = E.items.get(nid)
         if exp is None:
@@ -1215,39 +1723,55 @@ def check(archive: str, quiet: bool = False, unsealed: bool = False) -> tuple[in
         if dsrc != exp[1]:
             c.bad(where, f"data-src {dsrc!r}, expected {exp[1]!r}")
     for nid in sorted(set(stated) - shown):
-        c.bad(f"{arch_rel(html_path)}", f"number {nid} of numbers.json is not shown")
-    for line in hp.scripts:
-        c.bad(f"{arch_rel(html_path)}:{line}", "active content (script/iframe/object/embed) in the report")
-    for attr, val, line in hp.links:
-        where = f"{arch_rel(html_path)}:{line} {attr}={val!r}"
+        c.bad(f"{rep.html_rel}", f"number {nid} of numbers.json is not shown")
+    for line in rep.hp.scripts:
+        c.bad(f"{rep.html_rel}:{line}", "active content (script/iframe/object/embed) in the report")
+    for attr, val, line in rep.hp.links:
+        where = f"{rep.html_rel}:{line} {attr}={val!r}"
         if val.startswith("#") or val.startswith("data:"):
             continue
         if re.match(r"^[a-zA-Z][a-zA-Z0-9+.-]*:", val) or val.startswith("//"):
             c.bad(where, "external link in a self-contained report")
             continue
-        p = os.path.normpath(os.path.join(report_dir, val.split("#", 1)[0]))
+        p = os.path.normpath(os.path.join(rep.dir, val.split("#", 1)[0]))
         c.files.add(p)
         if not _inside(p, c.archive):
             c.bad(where, "link leaves the archive")
         elif not os.path.isfile(p):
             c.bad(where, "linked file is missing")
 
-    # ---- provenance digests shown in numbers.json
+
+def check_provenance(c: Checker, rep: Report) -> dict:
+    """The provenance digests of numbers.json: manifest_sha256, plan_sha256 and ledger_sha256 are the
+    sha256 of the archive's files and are shown in report.html; a present file must have its digest.
+    Returns the provenance block ({} when absent)."""
+    numbers_doc = rep.numbers_doc
     prov = numbers_doc.get("provenance") if isinstance(numbers_doc.get("provenance"), dict) else {}
-    for key, fname in (("manifest_sha256", "manifest.json"), ("plan_sha256", "plan.json"), ("ledger_sha256", "ledger.jsonl")):
+    for key, fname in (
+        ("manifest_sha256", "manifest.json"),
+        ("plan_sha256", "plan.json"),
+        ("ledger_sha256", "ledger.jsonl"),
+    ):
         p = os.path.join(c.archive, fname)
         if prov.get(key) is not None:
             if not os.path.isfile(p):
                 c.bad(f"numbers.json: provenance.{key}", f"{fname} is missing from the archive")
             else:
                 c.same(f"numbers.json: provenance.{key}", prov[key], sha256_file(p), f"{fname} digest")
-                if prov[key] not in html_text:
-                    c.bad(arch_rel(html_path), f"provenance digest of {fname} is not shown")
+                if prov[key] not in rep.html_text:
+                    c.bad(rep.html_rel, f"provenance digest of {fname} is not shown")
         elif os.path.isfile(p):
             c.bad(f"numbers.json: provenance.{key}", f"{fname} is present but the report shows no digest for it")
+    return prov
 
-    # ---- headline: the summary table of the report and the block ./run main prints
-    head = numbers_doc.get("headline")
+
+def check_headline(c: Checker, E: Expected, rep: Report, stated: dict, est_dec: dict) -> list:
+    """The headline block (numbers.json ``headline``, the report's summary table).
+
+    Each number of a row is one of the report's recomputable numbers; each E2 row's decision is the
+    recomputed one and its text says it (``DECISION_TEXT``); every estimate has its E2 row; the summary
+    table of report.html shows exactly the headline's numbers, in order. Returns the headline rows."""
+    head = rep.numbers_doc.get("headline")
     if not isinstance(head, list):
         c.bad("numbers.json: headline", "missing: the report must open with the headline block")
         head = []
@@ -1288,44 +1812,50 @@ def check(archive: str, quiet: bool = False, unsealed: bool = False) -> tuple[in
                     c.bad(where, f"shows {''.join(texts)!r}, which does not say {want!r}")
     for k in sorted(set(est_dec) - set(head_est), key=str):
         c.bad("numbers.json: headline", f"no E2 row for {' '.join(map(str, k))}")
-    shown_head = [nid for (nid, _t, _s, _l), tab in zip(hp.nums, hp.table_of) if tab == "summary"]
+    shown_head = [nid for (nid, _t, _s, _l), tab in zip(rep.hp.nums, rep.hp.table_of) if tab == "summary"]
     c.identities += 1
     if shown_head != head_ids:
-        c.bad(f"{arch_rel(html_path)} summary table", f"shows {len(shown_head)} numbers that differ from the "
-              f"{len(head_ids)} numbers of numbers.json's headline")
-    sp_ = os.path.join(c.archive, "SEAL.dsse.json")
+        c.bad(
+            f"{rep.html_rel} summary table",
+            f"shows {len(shown_head)} numbers that differ from the {len(head_ids)} numbers of numbers.json's headline",
+        )
+    return head
+
+
+def check_data_seal(c: Checker, rep: Report, prov: dict, head: list) -> None:
+    """The data seal and key of the headline: provenance.data_seal_sha256 is shown in report.html and
+    in the headline and is the previous seal named by the archive's SEAL.dsse.json statement;
+    provenance.pubkey_fingerprint is among the keys that signed the archive."""
+    sp = os.path.join(c.archive, "SEAL.dsse.json")
     ds = prov.get("data_seal_sha256")
     if ds is not None:
-        if ds not in html_text:
-            c.bad(arch_rel(html_path), "the data seal digest is not shown")
+        if ds not in rep.html_text:
+            c.bad(rep.html_rel, "the data seal digest is not shown")
         if not any(isinstance(h, dict) and ds in h.get("parts", []) for h in head):
             c.bad("numbers.json: headline", "the data seal digest is not in the headline")
-    fp_ = prov.get("pubkey_fingerprint")
-    if os.path.isfile(sp_):
-        try:
-            with open(sp_, encoding="utf-8") as f:
-                env_ = json.load(f)
-            stmt_ = json.loads(base64.b64decode(env_["payload"], validate=True))
-            prev_ = (stmt_.get("predicate") or {}).get("previous_seal_sha256")
-            keyids_ = [s_.get("keyid") for s_ in env_.get("signatures") or [] if isinstance(s_, dict)]
-        except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError):
-            prev_, keyids_ = None, None  # check_seal reports an unreadable seal
-        if keyids_ is not None:
-            if ds is not None:
-                c.same("numbers.json: provenance.data_seal_sha256", ds, prev_, "data seal vs the archive seal's "
-                       "previous seal:")
-            if fp_ is not None and fp_ not in keyids_:
-                c.bad("numbers.json: provenance.pubkey_fingerprint", f"{fp_} did not sign this archive "
-                      f"(signed by {', '.join(map(str, keyids_))})")
-
-    # ---- seal subjects
-    sp = os.path.join(c.archive, "SEAL.dsse.json")
+    fp = prov.get("pubkey_fingerprint")
     if os.path.isfile(sp):
-        check_seal(c, sp)
-    elif not unsealed:
-        c.bad("SEAL.dsse.json", "missing: the archive is not sealed (pass --unsealed to check a results folder "
-                                "before sealing)")
-    return (EXIT_UNREADABLE if c.unreadable else EXIT_MISMATCH if c.problems else EXIT_OK), c
+        try:
+            with open(sp, encoding="utf-8") as f:
+                env = json.load(f)
+            stmt = json.loads(base64.b64decode(env["payload"], validate=True))
+            prev = (stmt.get("predicate") or {}).get("previous_seal_sha256")
+            keyids = [s.get("keyid") for s in env.get("signatures") or [] if isinstance(s, dict)]
+        except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError):
+            prev, keyids = None, None  # check_seal reports an unreadable seal
+        if keyids is not None:
+            if ds is not None:
+                c.same(
+                    "numbers.json: provenance.data_seal_sha256",
+                    ds,
+                    prev,
+                    "data seal vs the archive seal's previous seal:",
+                )
+            if fp is not None and fp not in keyids:
+                c.bad(
+                    "numbers.json: provenance.pubkey_fingerprint",
+                    f"{fp} did not sign this archive (signed by {', '.join(map(str, keyids))})",
+                )
 
 
 # =========================================================================== state studies, admission, claims
@@ -1343,211 +1873,315 @@ def _ep_key(r) -> tuple:
 def check_state(c: Checker, E: Expected, tables: dict, src) -> None:
     """Partition classes, KV differences, crosses outcomes, frontier positions, admission verdicts
     and the claims of the controlled stages, recomputed from their CSV tables."""
+    nat = check_partition(c, E, tables, src)
+    check_kv_diff(c, E, tables, src, nat)
+    traj = check_crosses(c, E, tables, src, nat)
+    check_frontier(c, E, tables, src, traj)
+    check_admission(c, E, tables, src)
+    check_claims(c, E, tables, src, nat)
+
+
+def check_partition(c: Checker, E: Expected, tables: dict, src) -> dict:
+    """The partition study (partition.csv); returns (task, arm) -> (row index, repeat-1 row).
+
+    Each row's endpoint digest, n and last_token from its tokens. Per task over the arms' repeat-1
+    rows, in arm order: endpoint_class, kv_class and logits_class number the distinct digests in order
+    of first appearance (the first arm is class 0); first_diff_vs_A = first token index where the arm's
+    endpoint differs from the first arm's (null when equal). Per arm after the first: the number of
+    tasks whose class differs from 0."""
     part = tables.get("partition")
     nat = {}  # (task, arm) -> repeat-1 partition row
-    if part is not None:
-        s_p = src("partition")
-        for i, r in enumerate(part.rows):
-            c.recomputed += 3
-            c.same(part.where(i, "endpoint_sha256"), r["endpoint_sha256"],
-                   endpoint_digest(r["tokens"] or [], r["eog"], r["stop_reason"]))
-            c.same(part.where(i, "n"), r["n"], len(r["tokens"] or []))
-            c.same(part.where(i, "last_token"), r["last_token"], r["tokens"][-1] if r["tokens"] else None)
-            if r["repeat"] == 1:
-                nat[(r["task_id"], r["arm"])] = (i, r)
-        tasks = list(dict.fromkeys(t for t, _a in nat))
-        arms = list(dict.fromkeys(a for _t, a in nat))
-        for t in tasks:
-            present = [a for a in arms if (t, a) in nat]
-            rs = [nat[(t, a)][1] for a in present]
-            idx = [nat[(t, a)][0] for a in present]
-            for col, key in (("endpoint_class", "endpoint_sha256"), ("kv_class", "kv_sha256"),
-                             ("logits_class", "logits_sha256")):
-                for j, cl in zip(idx, _classes([r[key] for r in rs])):
-                    c.recomputed += 1
-                    c.same(part.where(j, col), part.rows[j][col], cl)
-                    E.add(("partition", t, part.rows[j]["arm"], col), cl, s_p)
-            a0 = rs[0]
-            E.add(("partition", t, "prompt_len"), a0["prompt_len"], s_p)
-            for j, r in zip(idx, rs):
-                fd = first_difference(a0["tokens"] or [], a0["eog"], a0["stop_reason"], r["tokens"] or [], r["eog"],
-                                      r["stop_reason"])
+    if part is None:
+        return nat
+    s_p = src("partition")
+    for i, r in enumerate(part.rows):
+        c.recomputed += 3
+        c.same(
+            part.where(i, "endpoint_sha256"),
+            r["endpoint_sha256"],
+            endpoint_digest(r["tokens"] or [], r["eog"], r["stop_reason"]),
+        )
+        c.same(part.where(i, "n"), r["n"], len(r["tokens"] or []))
+        c.same(part.where(i, "last_token"), r["last_token"], r["tokens"][-1] if r["tokens"] else None)
+        if r["repeat"] == 1:
+            nat[(r["task_id"], r["arm"])] = (i, r)
+    tasks = list(dict.fromkeys(t for t, _a in nat))
+    arms = list(dict.fromkeys(a for _t, a in nat))
+    for t in tasks:
+        present = [a for a in arms if (t, a) in nat]
+        rs = [nat[(t, a)][1] for a in present]
+        idx = [nat[(t, a)][0] for a in present]
+        for col, key in (
+            ("endpoint_class", "endpoint_sha256"),
+            ("kv_class", "kv_sha256"),
+            ("logits_class", "logits_sha256"),
+        ):
+            for j, cl in zip(idx, _classes([r[key] for r in rs])):
                 c.recomputed += 1
-                c.same(part.where(j, "first_diff_vs_A"), r["first_diff_vs_A"], fd)
-                if fd is not None:
-                    E.add(("partition", t, r["arm"], "first_diff_vs_A"), fd, s_p)
-        E.add(("partition", "inputs"), len(tasks), s_p)
-        for a in arms[1:]:
-            for col in ("endpoint_class", "kv_class", "logits_class"):
-                E.add(("partition", a, col, "differs"),
-                      sum(1 for t in tasks if (t, a) in nat and nat[(t, a)][1][col] != 0), s_p)
-    # ---- KV differences (Tables S10 and S12 shapes)
+                c.same(part.where(j, col), part.rows[j][col], cl)
+                E.add(("partition", t, part.rows[j]["arm"], col), cl, s_p)
+        a0 = rs[0]
+        E.add(("partition", t, "prompt_len"), a0["prompt_len"], s_p)
+        for j, r in zip(idx, rs):
+            fd = first_difference(
+                a0["tokens"] or [], a0["eog"], a0["stop_reason"], r["tokens"] or [], r["eog"], r["stop_reason"]
+            )
+            c.recomputed += 1
+            c.same(part.where(j, "first_diff_vs_A"), r["first_diff_vs_A"], fd)
+            if fd is not None:
+                E.add(("partition", t, r["arm"], "first_diff_vs_A"), fd, s_p)
+    E.add(("partition", "inputs"), len(tasks), s_p)
+    for a in arms[1:]:
+        for col in ("endpoint_class", "kv_class", "logits_class"):
+            E.add(
+                ("partition", a, col, "differs"),
+                sum(1 for t in tasks if (t, a) in nat and nat[(t, a)][1][col] != 0),
+                s_p,
+            )
+    return nat
+
+
+def check_kv_diff(c: Checker, E: Expected, tables: dict, src, nat: dict) -> None:
+    """KV differences (kv_diff.csv; Tables S10 and S12 shapes) per (task, arm): layer-0 and first-changed
+    layer max |dK|, max |dV|, the first changed layer, bytes differing (sum), layers changed, max |d|
+    and max relative Frobenius norm. Identity with partition.csv: rows exist exactly for the arms whose
+    KV digest differs from arm A's."""
     kvd = tables.get("kv_diff")
-    if kvd is not None:
-        s_k = src("kv_diff")
-        groups = defaultdict(list)
-        for r in kvd.rows:
-            groups[(r["task_id"], r["arm_b"])].append(r)
-        for (t, arm), g in groups.items():
-            base = ("kv", t, arm)
-            lay = {(r["layer"], r["part"]): r for r in g}
-            changed = sorted({r["layer"] for r in g if r["bytes_differing"] > 0})
+    if kvd is None:
+        return
+    s_k = src("kv_diff")
+    groups = defaultdict(list)
+    for r in kvd.rows:
+        groups[(r["task_id"], r["arm_b"])].append(r)
+    for (t, arm), g in groups.items():
+        base = ("kv", t, arm)
+        lay = {(r["layer"], r["part"]): r for r in g}
+        changed = sorted({r["layer"] for r in g if r["bytes_differing"] > 0})
+        for p in ("K", "V"):
+            E.add(base + ("L0", p, "max_abs"), lay[(0, p)]["max_abs"] if (0, p) in lay else 0.0, s_k)
+        if changed:
+            E.add(base + ("first_layer",), changed[0], s_k)
             for p in ("K", "V"):
-                E.add(base + ("L0", p, "max_abs"), lay[(0, p)]["max_abs"] if (0, p) in lay else 0.0, s_k)
-            if changed:
-                E.add(base + ("first_layer",), changed[0], s_k)
-                for p in ("K", "V"):
-                    E.add(base + ("first", p, "max_abs"), lay[(changed[0], p)]["max_abs"], s_k)
-            E.add(base + ("bytes",), sum(r["bytes_differing"] for r in g), s_k)
-            E.add(base + ("layers",), len(changed), s_k)
-            E.add(base + ("max_abs",), max(r["max_abs"] for r in g), s_k)
-            E.add(base + ("max_rel_frobenius",), max(r["rel_frobenius"] for r in g), s_k)
-        if part is not None:
-            c.identities += 1
-            a0 = {t: r for (t, a), (_i, r) in nat.items() if a == "A"}
-            expect = {(t, a) for (t, a), (_i, r) in nat.items() if a != "A" and t in a0
-                      and r["kv_sha256"] != a0[t]["kv_sha256"]}
-            if set(groups) != expect:
-                c.bad(kvd.rel, f"rows for {sorted(set(groups) - expect)} but none for {sorted(expect - set(groups))}"
-                               " (kv_diff must cover exactly the arms whose KV bytes differ from A's)")
-    # ---- crosses: outcome classes and counts
+                E.add(base + ("first", p, "max_abs"), lay[(changed[0], p)]["max_abs"], s_k)
+        E.add(base + ("bytes",), sum(r["bytes_differing"] for r in g), s_k)
+        E.add(base + ("layers",), len(changed), s_k)
+        E.add(base + ("max_abs",), max(r["max_abs"] for r in g), s_k)
+        E.add(base + ("max_rel_frobenius",), max(r["rel_frobenius"] for r in g), s_k)
+    if "partition" in tables:
+        c.identities += 1
+        a0 = {t: r for (t, a), (_i, r) in nat.items() if a == "A"}
+        expect = {
+            (t, a) for (t, a), (_i, r) in nat.items() if a != "A" and t in a0 and r["kv_sha256"] != a0[t]["kv_sha256"]
+        }
+        if set(groups) != expect:
+            c.bad(
+                kvd.rel,
+                f"rows for {sorted(set(groups) - expect)} but none for {sorted(expect - set(groups))}"
+                " (kv_diff must cover exactly the arms whose KV bytes differ from A's)",
+            )
+
+
+def check_crosses(c: Checker, E: Expected, tables: dict, src, nat: dict) -> dict:
+    """Crosses (crosses.csv): outcome classes and counts; returns (task, direction, selector, repeat) -> row.
+
+    Each row's endpoint digest from its tokens and bytes_changed = changed_bytes > 0; with partition.csv,
+    outcome = recipient / donor / third as the endpoint equals the recipient's natural endpoint, else
+    the donor's, else neither, and distinguishable = the two natural endpoints differ. Counts over
+    subset crosses (requests, outcomes, coordinates) and the sham (EMPTY selector) crosses."""
     cr = tables.get("crosses")
     traj = {}
-    if cr is not None:
-        s_c = src("crosses")
-        for i, r in enumerate(cr.rows):
-            traj[(r["task_id"], r["direction"], r["selector"], r["repeat"])] = r
-            c.recomputed += 2
-            c.same(cr.where(i, "endpoint_sha256"), r["endpoint_sha256"],
-                   endpoint_digest(r["tokens"] or [], r["eog"], r["stop_reason"]))
-            c.same(cr.where(i, "bytes_changed"), r["bytes_changed"], r["changed_bytes"] > 0)
-            if part is None:
-                continue
-            nr, nd = nat.get((r["task_id"], r["recipient_arm"])), nat.get((r["task_id"], r["donor_arm"]))
-            if nr is None or nd is None:
-                c.bad(cr.where(i), "no natural partition row for the donor or the recipient")
-                continue
-            er, ed = nr[1]["endpoint_sha256"], nd[1]["endpoint_sha256"]
-            oc = "recipient" if r["endpoint_sha256"] == er else "donor" if r["endpoint_sha256"] == ed else "third"
-            c.recomputed += 2
-            c.same(cr.where(i, "outcome"), r["outcome"], oc)
-            c.same(cr.where(i, "distinguishable"), r["distinguishable"], er != ed)
-        subs = [r for r in cr.rows if r["kind"] == "subset"]
-        shams = [r for r in cr.rows if r["selector"] == "EMPTY"]
-        for k, v in (("requests", len(subs)), ("processes", len({r["process"] for r in cr.rows})),
-                     ("donor", sum(r["outcome"] == "donor" for r in subs)),
-                     ("third", sum(r["outcome"] == "third" for r in subs)),
-                     ("recipient_changed", sum(r["outcome"] == "recipient" and r["bytes_changed"] for r in subs)),
-                     ("recipient_unchanged", sum(r["outcome"] == "recipient" and not r["bytes_changed"] for r in subs)),
-                     ("coordinates", len({(r["task_id"], r["direction"], r["selector"]) for r in subs})),
-                     ("shams", len(shams)),
-                     ("shams_ok", sum(r["outcome"] == "recipient" and r["changed_bytes"] == 0 for r in shams))):
-            E.add(("crosses", k), v, s_c)
-    # ---- frontier: t* from the crosses trajectories, additive and interaction identities
+    if cr is None:
+        return traj
+    s_c = src("crosses")
+    for i, r in enumerate(cr.rows):
+        traj[(r["task_id"], r["direction"], r["selector"], r["repeat"])] = r
+        c.recomputed += 2
+        c.same(
+            cr.where(i, "endpoint_sha256"),
+            r["endpoint_sha256"],
+            endpoint_digest(r["tokens"] or [], r["eog"], r["stop_reason"]),
+        )
+        c.same(cr.where(i, "bytes_changed"), r["bytes_changed"], r["changed_bytes"] > 0)
+        if "partition" not in tables:
+            continue
+        nr, nd = nat.get((r["task_id"], r["recipient_arm"])), nat.get((r["task_id"], r["donor_arm"]))
+        if nr is None or nd is None:
+            c.bad(cr.where(i), "no natural partition row for the donor or the recipient")
+            continue
+        er, ed = nr[1]["endpoint_sha256"], nd[1]["endpoint_sha256"]
+        oc = "recipient" if r["endpoint_sha256"] == er else "donor" if r["endpoint_sha256"] == ed else "third"
+        c.recomputed += 2
+        c.same(cr.where(i, "outcome"), r["outcome"], oc)
+        c.same(cr.where(i, "distinguishable"), r["distinguishable"], er != ed)
+    subs = [r for r in cr.rows if r["kind"] == "subset"]
+    shams = [r for r in cr.rows if r["selector"] == "EMPTY"]
+    for k, v in (
+        ("requests", len(subs)),
+        ("processes", len({r["process"] for r in cr.rows})),
+        ("donor", sum(r["outcome"] == "donor" for r in subs)),
+        ("third", sum(r["outcome"] == "third" for r in subs)),
+        ("recipient_changed", sum(r["outcome"] == "recipient" and r["bytes_changed"] for r in subs)),
+        ("recipient_unchanged", sum(r["outcome"] == "recipient" and not r["bytes_changed"] for r in subs)),
+        ("coordinates", len({(r["task_id"], r["direction"], r["selector"]) for r in subs})),
+        ("shams", len(shams)),
+        ("shams_ok", sum(r["outcome"] == "recipient" and r["changed_bytes"] == 0 for r in shams)),
+    ):
+        E.add(("crosses", k), v, s_c)
+    return traj
+
+
+def check_frontier(c: Checker, E: Expected, tables: dict, src, traj: dict) -> None:
+    """Frontier (frontier.csv): t* = the first token position where the panel's four crosses
+    trajectories do not all agree (null when they agree throughout); additive = d_first + d_second;
+    interaction = actual - additive. The repeat-1 rows with a frontier are report numbers."""
     fr = tables.get("frontier")
-    if fr is not None:
-        s_f = src("frontier")
-        for i, r in enumerate(fr.rows):
-            names = (r["arms"] or "").split(",")
-            rs = [traj.get((r["task_id"], r["direction"], x, r["repeat"])) for x in names]
-            if cr is not None and len(names) == 4 and all(x is not None for x in rs):
-                ts = [x["tokens"] or [] for x in rs]
-                t_star = None
-                for t in range(max(len(x) for x in ts)):
-                    if len({x[t] if t < len(x) else None for x in ts}) > 1:
-                        t_star = t
-                        break
-                c.recomputed += 1
-                c.same(fr.where(i, "frontier"), r["frontier"], t_star)
-            elif cr is not None:
-                c.bad(fr.where(i), f"the panel's trajectories {names} are not all in crosses.csv")
-            if r["additive"] is not None:
-                c.recomputed += 2
-                c.same(fr.where(i, "additive"), r["additive"], r["d_first"] + r["d_second"])
-                c.same(fr.where(i, "interaction"), r["interaction"], r["actual"] - r["additive"])
-            if r["repeat"] != 1 or r["frontier"] is None:
-                continue
-            base = ("frontier", r["task_id"], r["direction"], r["panel"])
-            E.add(base + ("frontier",), r["frontier"], s_f)
-            for col in ("additive", "actual", "interaction", "max_abs_interaction"):
-                if r[col] is not None:
-                    v = r["d_first"] + r["d_second"] if col == "additive" else r[col]
-                    E.add(base + (col,), v, s_f)
-    # ---- admission: verdicts and counts
-    ad = tables.get("admission")
-    if ad is not None:
-        s_a = src("admission")
-        groups = defaultdict(list)
-        for i, r in enumerate(ad.rows):
+    if fr is None:
+        return
+    s_f = src("frontier")
+    have_crosses = "crosses" in tables
+    for i, r in enumerate(fr.rows):
+        names = (r["arms"] or "").split(",")
+        rs = [traj.get((r["task_id"], r["direction"], x, r["repeat"])) for x in names]
+        if have_crosses and len(names) == 4 and all(x is not None for x in rs):
+            ts = [x["tokens"] or [] for x in rs]
+            t_star = None
+            for t in range(max(len(x) for x in ts)):
+                if len({x[t] if t < len(x) else None for x in ts}) > 1:
+                    t_star = t
+                    break
             c.recomputed += 1
-            c.same(ad.where(i, "verdict"), r["verdict"], "unknown" if r["supports_main"] else "false")
-            c.identities += 1
-            if (r["reason"] is None) != (r["verdict"] == "unknown"):
-                c.bad(ad.where(i, "reason"), "a reason must be given exactly when the verdict is false")
-            groups[(r["family"], r["backend"], r["n_kv"], r["layout"], r["q"])].append(r)
-        for (fam, be, n_kv, lay, q), g in groups.items():
-            base = ("admission", fam, be, n_kv, lay, q)
-            E.add(base + ("q",), q, s_a)
-            E.add(base + ("ops",), len(g), s_a)
-            E.add(base + ("false",), sum(r["verdict"] == "false" for r in g), s_a)
-            E.add(base + ("fallback",), sum(bool(r["fallback"]) for r in g), s_a)
-    # ---- claims of the controlled stages
+            c.same(fr.where(i, "frontier"), r["frontier"], t_star)
+        elif have_crosses:
+            c.bad(fr.where(i), f"the panel's trajectories {names} are not all in crosses.csv")
+        if r["additive"] is not None:
+            c.recomputed += 2
+            c.same(fr.where(i, "additive"), r["additive"], r["d_first"] + r["d_second"])
+            c.same(fr.where(i, "interaction"), r["interaction"], r["actual"] - r["additive"])
+        if r["repeat"] != 1 or r["frontier"] is None:
+            continue
+        base = ("frontier", r["task_id"], r["direction"], r["panel"])
+        E.add(base + ("frontier",), r["frontier"], s_f)
+        for col in ("additive", "actual", "interaction", "max_abs_interaction"):
+            if r[col] is not None:
+                v = r["d_first"] + r["d_second"] if col == "additive" else r[col]
+                E.add(base + (col,), v, s_f)
+
+
+def check_admission(c: Checker, E: Expected, tables: dict, src) -> None:
+    """Backend admission (admission.csv): verdict = "unknown" when the backend supports the op, else
+    "false", with a reason exactly when false; per (family, backend, n_kv, layout, q): ops, false
+    verdicts and fallbacks."""
+    ad = tables.get("admission")
+    if ad is None:
+        return
+    s_a = src("admission")
+    groups = defaultdict(list)
+    for i, r in enumerate(ad.rows):
+        c.recomputed += 1
+        c.same(ad.where(i, "verdict"), r["verdict"], "unknown" if r["supports_main"] else "false")
+        c.identities += 1
+        if (r["reason"] is None) != (r["verdict"] == "unknown"):
+            c.bad(ad.where(i, "reason"), "a reason must be given exactly when the verdict is false")
+        groups[(r["family"], r["backend"], r["n_kv"], r["layout"], r["q"])].append(r)
+    for (fam, be, n_kv, lay, q), g in groups.items():
+        base = ("admission", fam, be, n_kv, lay, q)
+        E.add(base + ("q",), q, s_a)
+        E.add(base + ("ops",), len(g), s_a)
+        E.add(base + ("false",), sum(r["verdict"] == "false" for r in g), s_a)
+        E.add(base + ("fallback",), sum(bool(r["fallback"]) for r in g), s_a)
+
+
+def claim_controls(tables: dict, nat: dict, stage: str, record: str):
+    """(controls, controls failed) of a controlled stage's claim, recomputed from its table, or None.
+
+    replay: contexts (family, layer, phase, q) of the record's family (all when the record names
+    none) and those with a failed control; audit: rows, and clean rows failing the oracle plus faults
+    not detected; partition: repeats after the first, and those whose endpoint, KV or logits digest
+    differs from repeat 1; crosses: shams plus subset coordinates, and shams not equal to the natural
+    recipient (or changing bytes) plus coordinates with more than one (endpoint, KV) outcome."""
+    if stage == "replay" and "replay" in tables:
+        fam = record.split("/")[1] if record.count("/") == 2 else None
+        ctx = defaultdict(list)
+        for x in tables["replay"].rows:
+            if fam is None or x["family"] == fam:
+                ctx[(x["family"], x["layer"], x["phase"], x["q"])].append(x)
+        return len(ctx), sum(1 for xs in ctx.values() if any(not x["control_ok"] for x in xs))
+    if stage == "audit" and "audit" in tables:
+        xs = tables["audit"].rows
+        return len(xs), sum(
+            1
+            for x in xs
+            if (x["fault"] is None and not x["oracle_ok"]) or (x["fault"] is not None and not x["detected"])
+        )
+    if stage == "partition" and "partition" in tables:
+        later = [x for x in tables["partition"].rows if x["repeat"] > 1]
+        return len(later), sum(
+            1
+            for x in later
+            if (x["task_id"], x["arm"]) not in nat
+            or any(
+                x[k] != nat[(x["task_id"], x["arm"])][1][k] for k in ("endpoint_sha256", "kv_sha256", "logits_sha256")
+            )
+        )
+    if stage == "crosses" and "crosses" in tables and "partition" in tables:
+        n, bad = 0, 0
+        coords = defaultdict(set)
+        for x in tables["crosses"].rows:
+            if x["selector"] == "EMPTY":
+                n += 1
+                nr = nat.get((x["task_id"], x["recipient_arm"]))
+                bad += nr is None or x["endpoint_sha256"] != nr[1]["endpoint_sha256"] or x["changed_bytes"] != 0
+            elif x["kind"] == "subset":
+                coords[(x["task_id"], x["direction"], x["selector"])].add(
+                    (x["endpoint_sha256"], x["spliced_kv_sha256"])
+                )
+        return n + len(coords), bad + sum(1 for v in coords.values() if len(v) != 1)
+    return None
+
+
+def check_claims(c: Checker, E: Expected, tables: dict, src, nat: dict) -> None:
+    """The claims of the controlled stages (claims.csv).
+
+    controls and controls_failed as recomputed by ``claim_controls``; for admission, controls -
+    controls_failed = the (backend, layout, q) evaluations with rows in admission.csv. A claim with a
+    failed control is withheld; supported exactly when the exit code is 0 and no control failed; a
+    withheld claim has a reason."""
     cl = tables.get("claims")
-    if cl is not None:
-        s_l = src("claims")
-        for i, r in enumerate(cl.rows):
-            st, rec = r["stage"], r["record"]
-            exp = None
-            if st == "replay" and "replay" in tables:
-                fam = rec.split("/")[1] if rec.count("/") == 2 else None
-                ctx = defaultdict(list)
-                for x in tables["replay"].rows:
-                    if fam is None or x["family"] == fam:
-                        ctx[(x["family"], x["layer"], x["phase"], x["q"])].append(x)
-                exp = (len(ctx), sum(1 for xs in ctx.values() if any(not x["control_ok"] for x in xs)))
-            elif st == "audit" and "audit" in tables:
-                xs = tables["audit"].rows
-                exp = (len(xs), sum(1 for x in xs if (x["fault"] is None and not x["oracle_ok"])
-                                    or (x["fault"] is not None and not x["detected"])))
-            elif st == "partition" and part is not None:
-                later = [x for x in part.rows if x["repeat"] > 1]
-                exp = (len(later), sum(1 for x in later if (x["task_id"], x["arm"]) not in nat or any(
-                    x[k] != nat[(x["task_id"], x["arm"])][1][k] for k in ("endpoint_sha256", "kv_sha256",
-                                                                         "logits_sha256"))))
-            elif st == "crosses" and cr is not None and part is not None:
-                n, bad = 0, 0
-                coords = defaultdict(set)
-                for x in cr.rows:
-                    if x["selector"] == "EMPTY":
-                        n += 1
-                        nr = nat.get((x["task_id"], x["recipient_arm"]))
-                        bad += nr is None or x["endpoint_sha256"] != nr[1]["endpoint_sha256"] or x["changed_bytes"] != 0
-                    elif x["kind"] == "subset":
-                        coords[(x["task_id"], x["direction"], x["selector"])].add(
-                            (x["endpoint_sha256"], x["spliced_kv_sha256"]))
-                exp = (n + len(coords), bad + sum(1 for v in coords.values() if len(v) != 1))
-            elif st == "admission" and ad is not None:
-                c.identities += 1
-                evals = len({(x["backend"], x["layout"], x["q"]) for x in ad.rows})
-                if r["controls"] - r["controls_failed"] != evals:
-                    c.bad(cl.where(i, "controls"), f"{r['controls']} evaluations less {r['controls_failed']} failed "
-                                                   f"!= {evals} evaluations with rows in admission.csv")
-            elif st in ("replay", "audit", "partition", "crosses"):
-                c.bad(cl.where(i), f"the {st} stage's table is not in the archive: its claim cannot be checked")
-            if exp is not None:
-                c.recomputed += 2
-                c.same(cl.where(i, "controls"), r["controls"], exp[0])
-                c.same(cl.where(i, "controls_failed"), r["controls_failed"], exp[1])
+    if cl is None:
+        return
+    s_l = src("claims")
+    for i, r in enumerate(cl.rows):
+        st, rec = r["stage"], r["record"]
+        exp = None
+        if st == "admission" and "admission" in tables:
             c.identities += 1
-            if r["controls_failed"] > 0 and r["status"] != "withheld":
-                c.bad(cl.where(i, "status"), f"{r['controls_failed']} control(s) failed but the claim is not withheld")
-            if (r["status"] == "supported") != (r["exit_code"] == 0 and r["controls_failed"] == 0):
-                c.bad(cl.where(i, "status"), f"status {r['status']} with exit code {r['exit_code']} and "
-                                             f"{r['controls_failed']} failed control(s)")
-            if r["status"] == "withheld" and not r["reason"]:
-                c.bad(cl.where(i, "reason"), "a withheld claim needs its reason")
-            E.add(("claim", st, rec, "controls"), r["controls"], s_l)
-            E.add(("claim", st, rec, "controls_failed"), r["controls_failed"], s_l)
+            evals = len({(x["backend"], x["layout"], x["q"]) for x in tables["admission"].rows})
+            if r["controls"] - r["controls_failed"] != evals:
+                c.bad(
+                    cl.where(i, "controls"),
+                    f"{r['controls']} evaluations less {r['controls_failed']} failed "
+                    f"!= {evals} evaluations with rows in admission.csv",
+                )
+        else:
+            exp = claim_controls(tables, nat, st, rec)
+            if exp is None and st in ("replay", "audit", "partition", "crosses"):
+                c.bad(cl.where(i), f"the {st} stage's table is not in the archive: its claim cannot be checked")
+        if exp is not None:
+            c.recomputed += 2
+            c.same(cl.where(i, "controls"), r["controls"], exp[0])
+            c.same(cl.where(i, "controls_failed"), r["controls_failed"], exp[1])
+        c.identities += 1
+        if r["controls_failed"] > 0 and r["status"] != "withheld":
+            c.bad(cl.where(i, "status"), f"{r['controls_failed']} control(s) failed but the claim is not withheld")
+        if (r["status"] == "supported") != (r["exit_code"] == 0 and r["controls_failed"] == 0):
+            c.bad(
+                cl.where(i, "status"),
+                f"status {r['status']} with exit code {r['exit_code']} and {r['controls_failed']} failed control(s)",
+            )
+        if r["status"] == "withheld" and not r["reason"]:
+            c.bad(cl.where(i, "reason"), "a withheld claim needs its reason")
+        E.add(("claim", st, rec, "controls"), r["controls"], s_l)
+        E.add(("claim", st, rec, "controls_failed"), r["controls_failed"], s_l)
 
 
 def _inside(path: str, root: str) -> bool:
@@ -1577,7 +2211,9 @@ def check_seal(c: Checker, sp: str) -> None:
         except (KeyError, TypeError):
             c.unread(f"SEAL.dsse.json: subject[{j}]", "no name or sha256")
             continue
-        size = s.get("size", (s.get("annotations") or {}).get("size") if isinstance(s.get("annotations"), dict) else None)
+        size = s.get(
+            "size", (s.get("annotations") or {}).get("size") if isinstance(s.get("annotations"), dict) else None
+        )
         listed.add(name)
         where = f"SEAL.dsse.json: subject {name!r}"
         p = os.path.normpath(os.path.join(c.archive, name))
@@ -1600,7 +2236,7 @@ def check_seal(c: Checker, sp: str) -> None:
         for fn in files:
             rel = os.path.relpath(os.path.join(dirpath, fn), c.archive).replace(os.sep, "/")
             if rel != "SEAL.dsse.json" and rel not in listed:
-                c.bad(f"SEAL.dsse.json", f"{rel} is in the archive but not covered by the seal")
+                c.bad("SEAL.dsse.json", f"{rel} is in the archive but not covered by the seal")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -1618,9 +2254,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"UNREADABLE {p}")
         for p in c.problems:
             print(f"MISMATCH {p}")
-    print(f"check: {c.recomputed} numbers recomputed; {c.matched} of {c.compared} comparisons matched; "
-          f"{c.identities} identities; {len(c.files)} files checked; {len(c.problems)} mismatches; "
-          f"{len(c.unreadable)} unreadable")
+    print(
+        f"check: {c.recomputed} numbers recomputed; {c.matched} of {c.compared} comparisons matched; "
+        f"{c.identities} identities; {len(c.files)} files checked; {len(c.problems)} mismatches; "
+        f"{len(c.unreadable)} unreadable"
+    )
     print(("OK: " if code == EXIT_OK else "FAIL: ") + archive)
     return code
 

@@ -11,8 +11,8 @@ import pytest
 
 @pytest.fixture(scope="session")
 def native_build():
-    """The patched llama.cpp build (:func:`refspec.native.current`)."""
-    from refspec import native
+    """The patched llama.cpp build (:func:`refspec.native.build.current`)."""
+    from refspec.native import build as native
 
     return native.current()
 
@@ -26,26 +26,21 @@ def lib_path(native_build):
 @pytest.fixture(scope="session")
 def family_files(native_build):
     """The ``smollm2-135m`` target and drafts, checked against their pins."""
-    from refspec import models
+    from refspec.native import models
 
     return models.ensure_family("smollm2-135m")
 
 
 @pytest.fixture(scope="session")
 def replay_tool():
-    """The refspec-replay tool built against the patched ggml (skips without a native build)."""
+    """``refspec-replay`` of the default (CPU) native build, or ``$REFSPEC_REPLAY_TOOL``."""
     import os
     from pathlib import Path
 
-    from refspec import replay
+    from refspec.native import build as native
 
-    found = replay.locate_llama()
-    if found is None:
-        env = os.environ.get("REFSPEC_REPLAY_TOOL")
-        if env:
-            return Path(env)
-        pytest.skip("no built llama.cpp: set REFSPEC_LLAMA_SRC and REFSPEC_LLAMA_BUILD or run 'refspec build'")
-    return replay.build_tools(*found)
+    env = os.environ.get("REFSPEC_REPLAY_TOOL")
+    return Path(env) if env else native.current().replay_tool
 
 
 def pytest_collection_modifyitems(config, items):

@@ -1,7 +1,7 @@
 """A synthetic but realistic results folder for the report and checker tests.
 
-``make_results(dir)`` writes every table through :func:`refspec.tables.write_table`
-(derived tables through :mod:`refspec.stats`, as the campaigns do), plus
+``make_results(dir)`` writes every table through :func:`refspec.core.tables.write_table`
+(derived tables through :mod:`refspec.core.stats`, as the campaigns do), plus
 manifest.json, plan.json and a hash-chained ledger.jsonl. Times are drawn from
 a seeded log-normal model with per-task, per-arm and per-session factors;
 endpoints are token lists, some arms diverge from the reference.
@@ -15,9 +15,9 @@ import random
 from pathlib import Path
 from typing import Any
 
-from refspec import stats as S
-from refspec import tables as T
-from refspec.ledger import Ledger
+from refspec.core import stats as S
+from refspec.core import tables as T
+from refspec.provenance.ledger import Ledger
 
 FAMILIES = ("smollm2-135m", "llama31-8b")
 DRAFTS = {"smollm2-135m": "smollm2-135m-q4_1", "llama31-8b": "llama32-1b-q8_0"}
@@ -48,19 +48,70 @@ class _Gen:
             self.ref[k] = [self.rng.randrange(2, 49152) for _ in range(n)]
         return self.ref[k]
 
-    def add(self, campaign, session, block, worker, fam, task, arm, mode, layout, k, ub, mask, cap, repeat,
-            factor, diverge_at=None, status="ok", reason=None, attempt=1, tokens=None):
+    def add(
+        self,
+        campaign,
+        session,
+        block,
+        worker,
+        fam,
+        task,
+        arm,
+        mode,
+        layout,
+        k,
+        ub,
+        mask,
+        cap,
+        repeat,
+        factor,
+        diverge_at=None,
+        status="ok",
+        reason=None,
+        attempt=1,
+        tokens=None,
+    ):
         oi = self.order.get(worker, 0)
         self.order[worker] = oi + 1
         base = self.task_base.setdefault((fam, task), self.rng.uniform(0.6e9, 2.5e9))
         row = dict(
-            campaign=campaign, session=session, block=block, worker=worker, family=fam, task_id=task, arm=arm,
-            mode=mode, layout=layout, draft=DRAFTS[fam] if mode == "spec" else None, k=k, ub=ub, mask=mask, cap=cap,
-            repeat=repeat, order_index=oi, attempt=attempt, status=status, reason=reason,
-            t_ns=None, n_generated=None, stop_reason=None, eog=None, last_token=None, endpoint_sha256=None,
-            proposals=None, accepted=None, rollbacks=None, cycles=None, callers=None, micrographs=None, rows=None,
-            graph_rebuilds=None, graph_reuses=None,
-            device="CPU", device_description="synthetic host CPU", gpu_layers=0,
+            campaign=campaign,
+            session=session,
+            block=block,
+            worker=worker,
+            family=fam,
+            task_id=task,
+            arm=arm,
+            mode=mode,
+            layout=layout,
+            draft=DRAFTS[fam] if mode == "spec" else None,
+            k=k,
+            ub=ub,
+            mask=mask,
+            cap=cap,
+            repeat=repeat,
+            order_index=oi,
+            attempt=attempt,
+            status=status,
+            reason=reason,
+            t_ns=None,
+            n_generated=None,
+            stop_reason=None,
+            eog=None,
+            last_token=None,
+            endpoint_sha256=None,
+            proposals=None,
+            accepted=None,
+            rollbacks=None,
+            cycles=None,
+            callers=None,
+            micrographs=None,
+            rows=None,
+            graph_rebuilds=None,
+            graph_reuses=None,
+            device="CPU",
+            device_description="synthetic host CPU",
+            gpu_layers=0,
             draft_gpu_layers=0 if mode == "spec" else None,
         )
         if status == "failed":
@@ -86,21 +137,63 @@ class _Gen:
             cyc, prop, acc, rb = 0, 0, 0, 0
         callers = (cyc or n) + 1
         row.update(
-            t_ns=int(t), n_generated=n, stop_reason=stop, eog=eog, last_token=toks[-1] if toks else None,
-            endpoint_sha256=sha, proposals=prop, accepted=acc, rollbacks=max(rb, 0), cycles=cyc, callers=callers,
-            micrographs=callers * (1 if layout != "gs" else 4), rows=n + 40 + prop, graph_rebuilds=3, graph_reuses=max(callers - 3, 0),
+            t_ns=int(t),
+            n_generated=n,
+            stop_reason=stop,
+            eog=eog,
+            last_token=toks[-1] if toks else None,
+            endpoint_sha256=sha,
+            proposals=prop,
+            accepted=acc,
+            rollbacks=max(rb, 0),
+            cycles=cyc,
+            callers=callers,
+            micrographs=callers * (1 if layout != "gs" else 4),
+            rows=n + 40 + prop,
+            graph_rebuilds=3,
+            graph_reuses=max(callers - 3, 0),
         )
         self.requests.append(row)
         if status == "ok":
-            self.endpoints.append(dict(
-                campaign=campaign, family=fam, task_id=task, arm=arm, cap=cap, session=session, repeat=repeat,
-                endpoint_sha256=sha, tokens=toks, n=n, eog=eog, last_token=toks[-1] if toks else None, stop_reason=stop,
-            ))
+            self.endpoints.append(
+                dict(
+                    campaign=campaign,
+                    family=fam,
+                    task_id=task,
+                    arm=arm,
+                    cap=cap,
+                    session=session,
+                    repeat=repeat,
+                    endpoint_sha256=sha,
+                    tokens=toks,
+                    n=n,
+                    eog=eog,
+                    last_token=toks[-1] if toks else None,
+                    stop_reason=stop,
+                )
+            )
         return row
 
     def warmup(self, campaign, session, worker, fam, arm, mode, layout, k, ub, mask, cap):
-        self.add(campaign, session, 0, worker, fam, "warmup/0", arm, mode, layout, k, ub, mask, cap, 0, 1.0,
-                 status="excluded_warmup", reason="registered warmup")
+        self.add(
+            campaign,
+            session,
+            0,
+            worker,
+            fam,
+            "warmup/0",
+            arm,
+            mode,
+            layout,
+            k,
+            ub,
+            mask,
+            cap,
+            0,
+            1.0,
+            status="excluded_warmup",
+            reason="registered warmup",
+        )
 
 
 ARMS_CONF = [  # arm, mode, layout, k, ub, mask, time factor
@@ -132,8 +225,14 @@ ARMS_REPL = [
 ]
 
 
-def make_results(out: str | Path, seed: int = 7, evil: bool = False, n_sessions: int = 6,
-                 boot_seed: int = S.DEFAULT_SEED, draws: int = 2000) -> Path:
+def make_results(
+    out: str | Path,
+    seed: int = 7,
+    evil: bool = False,
+    n_sessions: int = 6,
+    boot_seed: int = S.DEFAULT_SEED,
+    draws: int = 2000,
+) -> Path:
     """Write a complete synthetic results folder into ``out`` (tables under ``out/tables``)."""
     out = Path(out)
     tdir = out / "tables"
@@ -152,8 +251,24 @@ def make_results(out: str | Path, seed: int = 7, evil: bool = False, n_sessions:
         for t in probes:
             for rep in (1, 2):
                 ok = (m & 3) == 3 or (m & 1 and t == "HumanEval/0")
-                g.add("phase_mask", "pm1", 1, w, fam, t, f"C_m{m}", "spec", "qb", 3, 4, m, cap, rep, 0.6,
-                      diverge_at=None if ok else rng.randint(3, 30))
+                g.add(
+                    "phase_mask",
+                    "pm1",
+                    1,
+                    w,
+                    fam,
+                    t,
+                    f"C_m{m}",
+                    "spec",
+                    "qb",
+                    3,
+                    4,
+                    m,
+                    cap,
+                    rep,
+                    0.6,
+                    diverge_at=None if ok else rng.randint(3, 30),
+                )
 
     # --- confirmation: 2 families x 5 arms x 6 tasks x 2 sessions x 2 repeats
     conf_tasks = {f: _tasks(6, rng) for f in FAMILIES}
@@ -175,13 +290,62 @@ def make_results(out: str | Path, seed: int = 7, evil: bool = False, n_sessions:
                             div = 9
                         if arm == "M3" and t == conf_tasks[fam][0] and sess == "c1" and rep == 1:
                             # a failed attempt, kept, then re-run (attempt 2)
-                            g.add("confirmation", sess, ai, worker, fam, t, arm, mode, lay, k, ub, mask, cap, rep, f,
-                                  status="failed", reason=EVIL if evil else "worker exited with status 137")
-                            g.add("confirmation", sess, ai, worker, fam, t, arm, mode, lay, k, ub, mask, cap, rep, f,
-                                  attempt=2)
+                            g.add(
+                                "confirmation",
+                                sess,
+                                ai,
+                                worker,
+                                fam,
+                                t,
+                                arm,
+                                mode,
+                                lay,
+                                k,
+                                ub,
+                                mask,
+                                cap,
+                                rep,
+                                f,
+                                status="failed",
+                                reason=EVIL if evil else "worker exited with status 137",
+                            )
+                            g.add(
+                                "confirmation",
+                                sess,
+                                ai,
+                                worker,
+                                fam,
+                                t,
+                                arm,
+                                mode,
+                                lay,
+                                k,
+                                ub,
+                                mask,
+                                cap,
+                                rep,
+                                f,
+                                attempt=2,
+                            )
                             continue
-                        g.add("confirmation", sess, ai, worker, fam, t, arm, mode, lay, k, ub, mask, cap, rep, f,
-                              diverge_at=div)
+                        g.add(
+                            "confirmation",
+                            sess,
+                            ai,
+                            worker,
+                            fam,
+                            t,
+                            arm,
+                            mode,
+                            lay,
+                            k,
+                            ub,
+                            mask,
+                            cap,
+                            rep,
+                            f,
+                            diverge_at=div,
+                        )
 
     # --- implementation: 2 families x 7 arms x 5 tasks x 2 sessions x 2 repeats
     impl_tasks = {f: _tasks(5, rng) for f in FAMILIES}
@@ -199,13 +363,30 @@ def make_results(out: str | Path, seed: int = 7, evil: bool = False, n_sessions:
                 arm, mode, lay, k, ub, mask = REFUSED_ARM
                 for t in impl_tasks[fam]:
                     for rep in (1, 2):
-                        g.add("implementation", sess, 9, f"none-b9-{sess}", fam, t, arm, mode, lay, k, ub, mask, cap,
-                              rep, 1.0, status="failed", reason="no worker: 2 worker starts for block 9 used up")
+                        g.add(
+                            "implementation",
+                            sess,
+                            9,
+                            f"none-b9-{sess}",
+                            fam,
+                            t,
+                            arm,
+                            mode,
+                            lay,
+                            k,
+                            ub,
+                            mask,
+                            cap,
+                            rep,
+                            1.0,
+                            status="failed",
+                            reason="no worker: 2 worker starts for block 9 used up",
+                        )
 
     # --- replication: n_sessions sessions, counterbalanced pq/qb blocks, two serial references
     repl_tasks = {f: _tasks(6, rng) for f in FAMILIES}
     sessions = []
-    start = dt.datetime(2026, 10, 14, 8, 0, 0, tzinfo=dt.timezone.utc)
+    start = dt.datetime(2026, 10, 14, 8, 0, 0, tzinfo=dt.UTC)
     for si in range(n_sessions):
         sess = f"r{si + 1}"
         sfac = rng.lognormvariate(0, 0.02)
@@ -225,10 +406,18 @@ def make_results(out: str | Path, seed: int = 7, evil: bool = False, n_sessions:
                         g.add("replication", sess, bi, worker, fam, t, arm, mode, lay, k, ub, mask, cap, rep, eff)
                         n_req += 1
             dur = dt.timedelta(minutes=40 + rng.randint(0, 20))
-            sessions.append(dict(campaign="replication", family=fam, session=sess,
-                                 started_utc=s0.strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
-                                 ended_utc=(s0 + dur).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
-                                 gap_before_s=None, n_requests=n_req, n_workers=len(workers)))
+            sessions.append(
+                dict(
+                    campaign="replication",
+                    family=fam,
+                    session=sess,
+                    started_utc=s0.strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+                    ended_utc=(s0 + dur).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+                    gap_before_s=None,
+                    n_requests=n_req,
+                    n_workers=len(workers),
+                )
+            )
 
     # --- prospective prediction (one family): discovery, frozen predictions, live C0 with R
     fam = FAMILIES[0]
@@ -244,10 +433,17 @@ def make_results(out: str | Path, seed: int = 7, evil: bool = False, n_sessions:
         i = min(i, len(ref) - 1)
         return ref[:i] + [ref[i] + 1] + [(ref[i] * 7 + j) % 49000 + 2 for j in range(3)]
 
-    pa = {"R": ("target", "mq", 0, 1, 0, 1.0), "C0": ("spec", "mq", 3, 4, 0, 0.6), "M0": ("target", "mq", 0, 4, 0, 0.97),
-          "R_prod": ("target", "mq", 0, 512, 0, 0.8)}
-    plan_sessions = (("s01-discovery", disc, ["C0", "M0", "R_prod"], 1), ("s02-prediction", reserved, ["M0"], 1),
-                     ("s03-live", reserved, ["R", "C0"], 3))
+    pa = {
+        "R": ("target", "mq", 0, 1, 0, 1.0),
+        "C0": ("spec", "mq", 3, 4, 0, 0.6),
+        "M0": ("target", "mq", 0, 4, 0, 0.97),
+        "R_prod": ("target", "mq", 0, 512, 0, 0.8),
+    }
+    plan_sessions = (
+        ("s01-discovery", disc, ["C0", "M0", "R_prod"], 1),
+        ("s02-prediction", reserved, ["M0"], 1),
+        ("s03-live", reserved, ["R", "C0"], 3),
+    )
     for sess, tasks, arms_, reps in plan_sessions:
         for bi, arm in enumerate(arms_):
             mode, lay, k, ub, mask, f = pa[arm]
@@ -257,34 +453,59 @@ def make_results(out: str | Path, seed: int = 7, evil: bool = False, n_sessions:
                     toks = c0_tokens(t) if arm in ("C0", "M0") else None
                     if arm == "R_prod" and t == disc[0]:
                         toks = c0_tokens("HumanEval/6")  # a candidate that misses the live path
-                    g.add("prediction", sess, bi, worker, fam, t, arm, mode, lay, k, ub, mask, pcap, rep, f, tokens=toks)
+                    g.add(
+                        "prediction", sess, bi, worker, fam, t, arm, mode, lay, k, ub, mask, pcap, rep, f, tokens=toks
+                    )
     frozen = {}
     for e in g.endpoints:
         if e["campaign"] == "prediction" and e["session"] == "s02-prediction":
-            frozen[e["task_id"]] = {k: e[k] for k in ("tokens", "eog", "stop_reason", "n", "last_token",
-                                                     "endpoint_sha256")}
+            frozen[e["task_id"]] = {
+                k: e[k] for k in ("tokens", "eog", "stop_reason", "n", "last_token", "endpoint_sha256")
+            }
     pred_rows = []
     for t in reserved:
-        live = [e["endpoint_sha256"] for e in g.endpoints if e["campaign"] == "prediction"
-                and e["session"] == "s03-live" and e["arm"] == "C0" and e["task_id"] == t]
-        ref = next(e["endpoint_sha256"] for e in g.endpoints if e["campaign"] == "prediction"
-                   and e["session"] == "s03-live" and e["arm"] == "R" and e["task_id"] == t)
+        live = [
+            e["endpoint_sha256"]
+            for e in g.endpoints
+            if e["campaign"] == "prediction" and e["session"] == "s03-live" and e["arm"] == "C0" and e["task_id"] == t
+        ]
+        ref = next(
+            e["endpoint_sha256"]
+            for e in g.endpoints
+            if e["campaign"] == "prediction" and e["session"] == "s03-live" and e["arm"] == "R" and e["task_id"] == t
+        )
         pm = sum(1 for h in live if h == frozen[t]["endpoint_sha256"])
         rm = sum(1 for h in live if h == ref)
-        pred_rows.append(dict(family=fam, task_id=t, live_arm="C0", predictor="M0", session="s03-live", cap=pcap,
-                              predicted_sha256=frozen[t]["endpoint_sha256"], reference_sha256=ref,
-                              live_runs=len(live), live_stable=len(set(live)) == 1, predicted_matches=pm,
-                              reference_matches=rm, reference_divergent=rm < len(live)))
+        pred_rows.append(
+            dict(
+                family=fam,
+                task_id=t,
+                live_arm="C0",
+                predictor="M0",
+                session="s03-live",
+                cap=pcap,
+                predicted_sha256=frozen[t]["endpoint_sha256"],
+                reference_sha256=ref,
+                live_runs=len(live),
+                live_stable=len(set(live)) == 1,
+                predicted_matches=pm,
+                reference_matches=rm,
+                reference_divergent=rm < len(live),
+            )
+        )
 
     reqs, eps = g.requests, g.endpoints
     T.write_table(reqs, "requests", tdir)
     T.write_table(eps, "endpoints", tdir)
-    margins = {(e["campaign"], e["family"], e["task_id"], e["cap"]): [round(rng.uniform(0.01, 3.0), 6) for _ in range(cap)]
-               for e in eps}
+    margins = {
+        (e["campaign"], e["family"], e["task_id"], e["cap"]): [round(rng.uniform(0.01, 3.0), 6) for _ in range(cap)]
+        for e in eps
+    }
     qual = S.qualify(reqs, eps, margins=margins)
     T.write_table(qual, "qualification", tdir)
-    ratios = S.ratios_table(reqs, qual, "confirmation",
-                            pairs=[("M0", "M3"), ("M3", "C3"), ("R_prod", "C3"), ("R", "C3"), ("R", "M3")])
+    ratios = S.ratios_table(
+        reqs, qual, "confirmation", pairs=[("M0", "M3"), ("M3", "C3"), ("R_prod", "C3"), ("R", "C3"), ("R", "M3")]
+    )
     ratios += S.ratios_table(reqs, qual, "implementation")
     T.write_table(ratios, "ratios", tdir)
     T.write_table(S.diagnostics_table(reqs, qual, "confirmation"), "diagnostics", tdir)
@@ -304,11 +525,23 @@ def make_results(out: str | Path, seed: int = 7, evil: bool = False, n_sessions:
                     for stage in ("kq", "kq_soft_max", "kqv"):
                         eq = q == 1
                         scale = {"kq": 0.08, "kq_soft_max": 0.001, "kqv": 0.01}[stage]
-                        rp.append(dict(family=fam, layer=layer, phase=phase, q=q, stage=stage, pq_eq_qb=True,
-                                       mq_eq_pq=eq, max_abs_mq=0.0 if eq else rng.uniform(0.1, 1) * scale,
-                                       max_ulp_mq=0 if eq else rng.randint(1, 4000),
-                                       first_diff=None if eq else rng.randint(0, 500),
-                                       visible_keys=q if phase == "prefill" else 100 + q, control_ok=True, reason=None))
+                        rp.append(
+                            dict(
+                                family=fam,
+                                layer=layer,
+                                phase=phase,
+                                q=q,
+                                stage=stage,
+                                pq_eq_qb=True,
+                                mq_eq_pq=eq,
+                                max_abs_mq=0.0 if eq else rng.uniform(0.1, 1) * scale,
+                                max_ulp_mq=0 if eq else rng.randint(1, 4000),
+                                first_diff=None if eq else rng.randint(0, 500),
+                                visible_keys=q if phase == "prefill" else 100 + q,
+                                control_ok=True,
+                                reason=None,
+                            )
+                        )
     T.write_table(rp, "replay", tdir)
 
     # --- audit fixtures
@@ -316,28 +549,74 @@ def make_results(out: str | Path, seed: int = 7, evil: bool = False, n_sessions:
     for geom in ("d64-h4/4-q3-kv37", "d128-h8/2-q4-kv61"):
         for lay in ("pq", "qb"):
             for stage in ("address", "kq", "kq_soft_max", "kqv"):
-                au.append(dict(geometry=geom, fixture="clean", layout=lay, stage=stage, oracle_ok=True, fault=None,
-                               detected=None, max_abs_err=0.0 if stage == "address" else rng.uniform(1e-7, 1e-5),
-                               max_rel_err=0.0 if stage == "address" else rng.uniform(1e-7, 1e-4)))
+                au.append(
+                    dict(
+                        geometry=geom,
+                        fixture="clean",
+                        layout=lay,
+                        stage=stage,
+                        oracle_ok=True,
+                        fault=None,
+                        detected=None,
+                        max_abs_err=0.0 if stage == "address" else rng.uniform(1e-7, 1e-5),
+                        max_rel_err=0.0 if stage == "address" else rng.uniform(1e-7, 1e-4),
+                    )
+                )
                 for fault in ("swap_query_columns", "wrong_gqa_map", "mask_column_shift"):
-                    au.append(dict(geometry=geom, fixture=f"fault-{fault}", layout=lay, stage=stage, oracle_ok=False,
-                                   fault=fault, detected=True, max_abs_err=rng.uniform(0.1, 2), max_rel_err=rng.uniform(0.1, 1)))
+                    au.append(
+                        dict(
+                            geometry=geom,
+                            fixture=f"fault-{fault}",
+                            layout=lay,
+                            stage=stage,
+                            oracle_ok=False,
+                            fault=fault,
+                            detected=True,
+                            max_abs_err=rng.uniform(0.1, 2),
+                            max_rel_err=rng.uniform(0.1, 1),
+                        )
+                    )
     T.write_table(au, "audit", tdir)
 
     # --- records
-    (out / "manifest.json").write_text(json.dumps({
-        "format": 1, "host": {"hostname": "bench-01", "machine": "x86_64", "system": "Linux"},
-        "files": [{"path": "native/patches/0001-qb.patch", "sha256": "0" * 64, "size": 1}],
-    }, indent=1) + "\n")
-    (out / "plan.json").write_text(json.dumps({
-        "campaign": "synthetic", "bootstrap": {"seed": boot_seed, "draws": draws, "threshold": S.DEFAULT_THRESHOLD},
-        "campaigns": {"prediction": {"prediction_selection": {"predictor": "M0", "live_arm": "C0"},
-                                     "predictions": {"predictor": "M0", "cap": pcap, "endpoints": frozen}}},
-    }, indent=1) + "\n")
+    (out / "manifest.json").write_text(
+        json.dumps(
+            {
+                "format": 1,
+                "host": {"hostname": "bench-01", "machine": "x86_64", "system": "Linux"},
+                "files": [{"path": "native/patches/0001-qb.patch", "sha256": "0" * 64, "size": 1}],
+            },
+            indent=1,
+        )
+        + "\n"
+    )
+    (out / "plan.json").write_text(
+        json.dumps(
+            {
+                "campaign": "synthetic",
+                "bootstrap": {"seed": boot_seed, "draws": draws, "threshold": S.DEFAULT_THRESHOLD},
+                "campaigns": {
+                    "prediction": {
+                        "prediction_selection": {"predictor": "M0", "live_arm": "C0"},
+                        "predictions": {"predictor": "M0", "cap": pcap, "endpoints": frozen},
+                    }
+                },
+            },
+            indent=1,
+        )
+        + "\n"
+    )
     cled = out / "campaigns" / "implementation" / "ledger.jsonl"
     cled.parent.mkdir(parents=True, exist_ok=True)
-    Ledger(cled).append({"kind": "failure", "reason": "worker start failed: " + REFUSAL, "arm": REFUSED_ARM[0],
-                         "block": 9, "outcome": "failed"})
+    Ledger(cled).append(
+        {
+            "kind": "failure",
+            "reason": "worker start failed: " + REFUSAL,
+            "arm": REFUSED_ARM[0],
+            "block": 9,
+            "outcome": "failed",
+        }
+    )
     led = Ledger(out / "ledger.jsonl")
     led.append({"kind": "plan", "reason": "registered"})
     for r in reqs:
@@ -351,8 +630,7 @@ def seal_archive(results: Path, archive: Path) -> Path:
     """Seal ``results`` into ``archive`` with a throw-away key (the CSV copies are carried and checked)."""
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-    from refspec.seal import seal
+    from refspec.provenance.seal import seal
 
-    seal(results, archive, key=Ed25519PrivateKey.generate(),
-         archive_id="synthetic", created="2026-10-20T00:00:00Z")
+    seal(results, archive, key=Ed25519PrivateKey.generate(), archive_id="synthetic", created="2026-10-20T00:00:00Z")
     return archive

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from refspec.runtime import Capture, Context, ContextSpec
+from refspec.native.runtime import Capture, Context, ContextSpec
 
 STAGES = ("kq", "kq_soft_max", "kqv")
 
@@ -54,7 +54,7 @@ def run_layout(target, tokens, layout: str, q: int, phase: str, layers, prefix: 
             ctx.decode(tokens[:prefix], 0)
             ctx.set_layout(layout)
             ctx.set_phase("continuation")
-            rows, pos0 = tokens[prefix:prefix + q], prefix
+            rows, pos0 = tokens[prefix : prefix + q], prefix
         if cap:
             cap.enabled = True
         assert ctx.active_layout() == layout

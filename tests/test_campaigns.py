@@ -33,10 +33,10 @@ import yaml
 from refspec import cli
 from refspec.campaigns import NAMES, load_definition
 from refspec.campaigns.scheduler import abba_schedule, round_schedule, session_ids
-from refspec.errors import ConfigError
-from refspec.ledger import verify_chain
-from refspec.paths import REPO_ROOT
-from refspec.tables import read_records
+from refspec.core.errors import ConfigError
+from refspec.core.paths import REPO_ROOT
+from refspec.core.tables import read_records
+from refspec.provenance.ledger import verify_chain
 
 PANEL = [{"task_id": "T/0", "text": "Say hello."}, {"task_id": "T/1", "text": "Count to three."}]
 
@@ -55,8 +55,18 @@ def _arm_for(path, layout):
 
 def _abba(seed, n_tasks=8, sessions=4, block_tasks=2):
     tasks = [f"T/{i}" for i in range(n_tasks)]
-    return abba_schedule(session_ids(sessions), tasks, paths=["target", "spec"], layouts=["pq", "qb"],
-                         arm_for=_arm_for, block_tasks=block_tasks, cap=32, repeats=1, references=2, seed=seed)
+    return abba_schedule(
+        session_ids(sessions),
+        tasks,
+        paths=["target", "spec"],
+        layouts=["pq", "qb"],
+        arm_for=_arm_for,
+        block_tasks=block_tasks,
+        cap=32,
+        repeats=1,
+        references=2,
+        seed=seed,
+    )
 
 
 def test_abba_blocks_counterbalanced_and_reproducible_from_the_seed():
@@ -86,8 +96,12 @@ def test_abba_blocks_counterbalanced_and_reproducible_from_the_seed():
             orders = {tuple(q.task_id for q in blk.requests if q.repeat == blk.requests[0].repeat) for blk in blocks}
             assert len(orders) == 1
             full = {"M": "target", "C": "spec"}
-            assert [blk.role.split(": ")[1] for blk in mid] == [f"{full[paths[0]]} A", f"{full[paths[0]]} B",
-                                                                f"{full[paths[2]]} A", f"{full[paths[2]]} B"]
+            assert [blk.role.split(": ")[1] for blk in mid] == [
+                f"{full[paths[0]]} A",
+                f"{full[paths[0]]} B",
+                f"{full[paths[2]]} A",
+                f"{full[paths[2]]} B",
+            ]
         assert first["pq"] == first["qb"] == 2  # balanced: as many groups start with PQ as with QB
         for path in "MC":  # and, within each path, as many blocks of PQ as of QB run first
             assert first_by_path[(path, "pq")] == first_by_path[(path, "qb")] == 2
@@ -97,7 +111,10 @@ def test_abba_blocks_counterbalanced_and_reproducible_from_the_seed():
             assert {t for (a_, t) in per_arm if a_ == arm} == tasks
             assert all(per_arm[(arm, t)] == 1 for t in tasks)
         assert all(per_arm[("R", t)] == 2 for t in tasks)
-        assert sorted(q.repeat for blk in s.blocks if blk.arm == "R" for q in blk.requests if q.task_id == "T/0") == [1, 2]
+        assert sorted(q.repeat for blk in s.blocks if blk.arm == "R" for q in blk.requests if q.task_id == "T/0") == [
+            1,
+            2,
+        ]
 
 
 def test_abba_odd_group_count_balances_over_sessions():
@@ -113,8 +130,9 @@ def test_abba_odd_group_count_balances_over_sessions():
 def test_round_schedule_reverses_the_arm_order_and_is_reproducible():
     args = dict(caps=[16], repeats=2, block_by="arm_repeat", seed=5)
     s = round_schedule(session_ids(2), ["A", "B", "C"], ["t1", "t2", "t3"], **args)
-    assert [x.record() for x in s] == [x.record() for x in round_schedule(session_ids(2), ["A", "B", "C"],
-                                                                         ["t1", "t2", "t3"], **args)]
+    assert [x.record() for x in s] == [
+        x.record() for x in round_schedule(session_ids(2), ["A", "B", "C"], ["t1", "t2", "t3"], **args)
+    ]
     rounds = [[b.arm for b in x.blocks if b.arm != "R"] for x in s]
     r1, r2 = rounds[0][:3], rounds[0][3:]
     assert r2 == r1[::-1] and rounds[1][:3] == r1[::-1]  # ABBA over rounds and sessions
@@ -152,9 +170,19 @@ def test_every_definition_validates_in_both_presets():
 
 def test_a_bad_definition_is_refused_with_its_path(tmp_path):
     bad = tmp_path / "bad.yaml"
-    bad.write_text(yaml.safe_dump({"campaign": "replication", "arms": ["R"], "paths": ["target"],
-                                   "layouts": ["pq", "qb"], "panel": {"source": "humaneval", "tasks": "0"},
-                                   "block_tasks": 1, "sesions": 2}))
+    bad.write_text(
+        yaml.safe_dump(
+            {
+                "campaign": "replication",
+                "arms": ["R"],
+                "paths": ["target"],
+                "layouts": ["pq", "qb"],
+                "panel": {"source": "humaneval", "tasks": "0"},
+                "block_tasks": 1,
+                "sesions": 2,
+            }
+        )
+    )
     with pytest.raises(ConfigError, match="sesions"):
         load_definition("replication", path=bad)
     with pytest.raises(ConfigError, match="no preset"):
@@ -202,7 +230,7 @@ def _our_workers(out: Path) -> list[int]:
                 cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode()
             except OSError:
                 continue
-            if "refspec.worker" in cmd and str(out) in cmd:
+            if "refspec.engine.worker" in cmd and str(out) in cmd:
                 pids.append(int(d.name))
     return pids
 
@@ -211,16 +239,42 @@ def _our_workers(out: Path) -> list[int]:
 def test_replication_killed_three_times_resumes_with_everything_intact(tmp_path, lib_path, family_files):
     write_panel(tmp_path / "panel.jsonl")
     defn = tmp_path / "replication.yaml"
-    defn.write_text(yaml.safe_dump({
-        "campaign": "replication", "arms": ["R", "M_pq", "M_qb"], "paths": ["target"], "layouts": ["pq", "qb"],
-        "panel": {"source": "file", "file": "panel.jsonl"}, "block_tasks": 2, "references_per_session": 1,
-        "cap": 4, "sessions": 2, "gap_s": 4, "warmup_cap": 2, "bootstrap": {"draws": 200}}))
+    defn.write_text(
+        yaml.safe_dump(
+            {
+                "campaign": "replication",
+                "arms": ["R", "M_pq", "M_qb"],
+                "paths": ["target"],
+                "layouts": ["pq", "qb"],
+                "panel": {"source": "file", "file": "panel.jsonl"},
+                "block_tasks": 2,
+                "references_per_session": 1,
+                "cap": 4,
+                "sessions": 2,
+                "gap_s": 4,
+                "warmup_cap": 2,
+                "bootstrap": {"draws": 200},
+            }
+        )
+    )
     out = tmp_path / "results"
     cdir = out / "campaigns" / "replication"
     ledger_path, journal_path = cdir / "ledger.jsonl", cdir / "journal.jsonl"
     env = dict(os.environ, PYTHONPATH=str(REPO_ROOT / "workflow"), LLAMA_CPP_LIB_PATH=str(lib_path))
-    cmd = [sys.executable, "-m", "refspec.cli", "campaign", "replication", "--definition", str(defn), "--out",
-           str(out), "--threads", "1", "--no-progress"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "refspec.cli",
+        "campaign",
+        "replication",
+        "--definition",
+        str(defn),
+        "--out",
+        str(out),
+        "--threads",
+        "1",
+        "--no-progress",
+    ]
     log = open(tmp_path / "campaign.log", "ab")
 
     def kinds(recs, kind, **kw):
@@ -262,9 +316,13 @@ def test_replication_killed_three_times_resumes_with_everything_intact(tmp_path,
     interrupted = [r for r in rows.values() if r["status"] == "failed"]
     assert interrupted and all(r["reason"].startswith("interrupted:") for r in interrupted)
     for r in interrupted:  # the interrupted attempt was re-run as the next attempt and completed
-        assert any(x["status"] == "ok" and x["attempt"] == r["attempt"] + 1 and
-                   (x["session"], x["block"], x["task_id"], x["repeat"]) == (r["session"], r["block"], r["task_id"],
-                                                                          r["repeat"]) for x in rows.values())
+        assert any(
+            x["status"] == "ok"
+            and x["attempt"] == r["attempt"] + 1
+            and (x["session"], x["block"], x["task_id"], x["repeat"])
+            == (r["session"], r["block"], r["task_id"], r["repeat"])
+            for x in rows.values()
+        )
 
     recs = _ledger(ledger_path)
     runs = [r for r in recs if r["kind"] == "interruption" and "ended without closing" in r["reason"]]
@@ -293,12 +351,34 @@ def test_tiny_phase_mask_sweep_writes_the_per_mask_table(tmp_path, lib_path, fam
     monkeypatch.setenv("LLAMA_CPP_LIB_PATH", str(lib_path))
     write_panel(tmp_path / "panel.jsonl")
     defn = tmp_path / "phase_mask.yaml"
-    defn.write_text(yaml.safe_dump({
-        "campaign": "phase_mask", "panel": {"source": "file", "file": "panel.jsonl"}, "base_arm": "C_qb",
-        "masks": [0, 3], "arm_overrides": {"draft_ub": 4}, "cap": 6, "repeats": 2, "block_by": "arm",
-        "warmup_cap": 2}))
-    rc = cli.main(["campaign", "phase_mask", "--definition", str(defn), "--out", str(tmp_path / "res"),
-                   "--threads", "1", "--no-progress"])
+    defn.write_text(
+        yaml.safe_dump(
+            {
+                "campaign": "phase_mask",
+                "panel": {"source": "file", "file": "panel.jsonl"},
+                "base_arm": "C_qb",
+                "masks": [0, 3],
+                "arm_overrides": {"draft_ub": 4},
+                "cap": 6,
+                "repeats": 2,
+                "block_by": "arm",
+                "warmup_cap": 2,
+            }
+        )
+    )
+    rc = cli.main(
+        [
+            "campaign",
+            "phase_mask",
+            "--definition",
+            str(defn),
+            "--out",
+            str(tmp_path / "res"),
+            "--threads",
+            "1",
+            "--no-progress",
+        ]
+    )
     assert rc == 0
     text = capsys.readouterr().out
     assert "inclusion-minimal passing mask(s):" in text and "Table S1" in text
@@ -316,9 +396,37 @@ def test_tiny_phase_mask_sweep_writes_the_per_mask_table(tmp_path, lib_path, fam
     assert plan["arms"]["C_m3"]["mask"] == 3 and plan["arms"]["C_m3"]["draft_ub"] == 4
     assert plan["bootstrap"] == {"seed": 20261014, "draws": 10000, "threshold": 1.02}
     # a second start without --resume is refused; --analyze rewrites the same tables
-    assert cli.main(["campaign", "phase_mask", "--definition", str(defn), "--out", str(tmp_path / "res"),
-                     "--threads", "1", "--no-progress"]) == 2
+    assert (
+        cli.main(
+            [
+                "campaign",
+                "phase_mask",
+                "--definition",
+                str(defn),
+                "--out",
+                str(tmp_path / "res"),
+                "--threads",
+                "1",
+                "--no-progress",
+            ]
+        )
+        == 2
+    )
     before = (cdir / "phase_masks.csv").read_bytes()
-    assert cli.main(["campaign", "phase_mask", "--definition", str(defn), "--out", str(tmp_path / "res"),
-                     "--threads", "1", "--analyze"]) == 0
+    assert (
+        cli.main(
+            [
+                "campaign",
+                "phase_mask",
+                "--definition",
+                str(defn),
+                "--out",
+                str(tmp_path / "res"),
+                "--threads",
+                "1",
+                "--analyze",
+            ]
+        )
+        == 0
+    )
     assert (cdir / "phase_masks.csv").read_bytes() == before

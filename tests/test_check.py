@@ -14,16 +14,21 @@ from pathlib import Path
 import pytest
 
 from conftest_report import make_results, seal_archive
-from refspec import report
-from refspec.paths import REPO_ROOT
+from refspec.core.paths import REPO_ROOT
+from refspec.report import render as report
 
 CHECK = REPO_ROOT / "report" / "check.py"
 
 
 def run_check(archive: Path, *extra: str) -> tuple[int, str]:
     """Run the checker as an auditor would: isolated, without site-packages."""
-    r = subprocess.run([sys.executable, "-I", "-S", str(CHECK), str(archive), *extra], stdout=subprocess.PIPE,
-                       stderr=subprocess.STDOUT, text=True, timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-I", "-S", str(CHECK), str(archive), *extra],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=120,
+    )
     return r.returncode, r.stdout
 
 
@@ -97,7 +102,7 @@ def test_edited_number_in_html(copy):
     m = re.search(r'data-num="' + re.escape(nid) + r'"[^>]*>([0-9.]+)<', html)
     assert m
     edited = f"{float(m.group(1)) + 0.001:.6f}"
-    p.write_text(html[: m.start(1)] + edited + html[m.end(1):])
+    p.write_text(html[: m.start(1)] + edited + html[m.end(1) :])
     code, out = run_check(copy)
     assert code == 1
     assert any("report.html:" in l and nid in l and f"shows '{edited}'" in l for l in mismatches(out)), out
@@ -112,7 +117,9 @@ def test_edited_number_in_numbers_json(copy):
     p.write_text(json.dumps(doc, indent=1))
     code, out = run_check(copy)
     assert code == 1
-    assert any(l.startswith(f"MISMATCH numbers.json: {entry['id']}:") and "recomputed" in l for l in mismatches(out)), out
+    assert any(l.startswith(f"MISMATCH numbers.json: {entry['id']}:") and "recomputed" in l for l in mismatches(out)), (
+        out
+    )
 
 
 def test_edited_csv_value(copy):
@@ -144,7 +151,9 @@ def test_changed_seed_in_plan(copy):
     code, out = run_check(copy)
     assert code == 1
     mm = mismatches(out)
-    assert any(l.startswith("MISMATCH tables/estimates.csv:") and "column seed" in l and "plan.json" in l for l in mm), out
+    assert any(
+        l.startswith("MISMATCH tables/estimates.csv:") and "column seed" in l and "plan.json" in l for l in mm
+    ), out
     assert any(l.startswith("MISMATCH tables/estimates.csv:") and ("column lo" in l or "column hi" in l) for l in mm)
     assert any(l.startswith("MISMATCH numbers.json: est|") and "|seed" in l for l in mm)
     assert any("provenance.plan_sha256" in l for l in mm)
@@ -179,8 +188,10 @@ def test_unqualified_ratio_shown_as_number_is_caught(copy):
     p.write_text("\n".join(lines) + "\n")
     code, out = run_check(copy)
     assert code == 1
-    assert any(l.startswith("MISMATCH tables/ratios.csv:") and "column ratio" in l and "must have no value" in l
-               for l in mismatches(out)), out
+    assert any(
+        l.startswith("MISMATCH tables/ratios.csv:") and "column ratio" in l and "must have no value" in l
+        for l in mismatches(out)
+    ), out
 
 
 def test_unreadable_inputs(tmp_path, copy):
@@ -210,23 +221,35 @@ def _edit_csv(path: Path, match, col: str, value: str) -> dict:
 
 
 def test_altered_diagnostic_ratio_is_caught(copy):
-    row = _edit_csv(copy / "tables" / "diagnostics.csv", lambda r: r["numerator"] == "M3" and r["denominator"] == "M0",
-                    "ratio", "1.2345")
+    row = _edit_csv(
+        copy / "tables" / "diagnostics.csv",
+        lambda r: r["numerator"] == "M3" and r["denominator"] == "M0",
+        "ratio",
+        "1.2345",
+    )
     code, out = run_check(copy)
     assert code == 1
     mm = mismatches(out)
-    assert any(l.startswith("MISMATCH tables/diagnostics.csv:") and "numerator=M3 denominator=M0" in l
-               and "column ratio" in l for l in mm), out
+    assert any(
+        l.startswith("MISMATCH tables/diagnostics.csv:") and "numerator=M3 denominator=M0" in l and "column ratio" in l
+        for l in mm
+    ), out
     assert row["label"] == "diagnostic: denominator not qualified"
 
 
 def test_diagnostic_label_must_name_the_unqualified_side(copy):
-    _edit_csv(copy / "tables" / "diagnostics.csv", lambda r: r["numerator"] == "R_prod",
-              "label", "diagnostic: denominator not qualified")
+    _edit_csv(
+        copy / "tables" / "diagnostics.csv",
+        lambda r: r["numerator"] == "R_prod",
+        "label",
+        "diagnostic: denominator not qualified",
+    )
     code, out = run_check(copy)
     assert code == 1
-    assert any(l.startswith("MISMATCH tables/diagnostics.csv:") and "column label" in l
-               and "numerator not qualified" in l for l in mismatches(out)), out
+    assert any(
+        l.startswith("MISMATCH tables/diagnostics.csv:") and "column label" in l and "numerator not qualified" in l
+        for l in mismatches(out)
+    ), out
 
 
 def test_altered_headline_is_caught(copy):
@@ -254,7 +277,7 @@ def test_headline_number_in_html_is_caught(copy):
     m = re.compile(r'data-num="(est\|[^"]+\|estimate)"[^>]*>([0-9.]+)<').search(html, start)
     assert m and m.start() < html.index("</table>", start)
     edited = f"{float(m.group(2)) + 0.01:.6f}"
-    p.write_text(html[: m.start(2)] + edited + html[m.end(2):])
+    p.write_text(html[: m.start(2)] + edited + html[m.end(2) :])
     code, out = run_check(copy)
     assert code == 1
     assert any(m.group(1) in l and f"shows '{edited}'" in l for l in mismatches(out)), out
@@ -266,8 +289,9 @@ def test_prediction_is_recomputed(copy):
     code, out = run_check(copy)
     assert code == 1
     mm = mismatches(out)
-    assert any(l.startswith("MISMATCH tables/prediction.csv:") and "HumanEval/4" in l and "reference_matches" in l
-               for l in mm), out
+    assert any(
+        l.startswith("MISMATCH tables/prediction.csv:") and "HumanEval/4" in l and "reference_matches" in l for l in mm
+    ), out
     assert any("column predictor" in l and "reference" in l for l in mm), out
 
 
@@ -297,16 +321,18 @@ def test_too_few_sessions_is_not_a_decision(tmp_path):
     _edit_csv(dst / "tables" / "estimates.csv", lambda r: r["path"] == "spec", "decision", "exceeds")
     code, out = run_check(dst)
     assert code == 1
-    assert any(l.startswith("MISMATCH tables/estimates.csv:") and "column decision" in l
-               and "'too_few_sessions'" in l for l in mismatches(out)), out
+    assert any(
+        l.startswith("MISMATCH tables/estimates.csv:") and "column decision" in l and "'too_few_sessions'" in l
+        for l in mismatches(out)
+    ), out
 
 
 def test_data_seal_and_key_in_the_headline_are_the_archives(tmp_path):
     """Rendered from sealed data (as ./run main does), the report names that seal and the signer."""
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-    from refspec.keys import fingerprint
-    from refspec.seal import seal
+    from refspec.provenance.keys import fingerprint
+    from refspec.provenance.seal import seal
 
     key = Ed25519PrivateKey.generate()
     results = make_results(tmp_path / "results", draws=300)
@@ -326,8 +352,14 @@ def test_data_seal_and_key_in_the_headline_are_the_archives(tmp_path):
     assert code == 0, out
     # a report naming another data seal than the one the archive follows is caught
     other = tmp_path / "other"
-    seal(stage, other, key=Ed25519PrivateKey.generate(), archive_id="final", created="2026-10-20T00:00:01Z",
-         previous_sha256="0" * 64)
+    seal(
+        stage,
+        other,
+        key=Ed25519PrivateKey.generate(),
+        archive_id="final",
+        created="2026-10-20T00:00:01Z",
+        previous_sha256="0" * 64,
+    )
     code, out = run_check(other)
     assert code == 1
     mm = mismatches(out)

@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from refspec import native
+from refspec.native import build as native
 
 pytestmark = pytest.mark.cuda_build
 
@@ -41,8 +41,9 @@ def test_cuda_libraries_are_built_for_sm90(cuda_build):
     if shutil.which(cuobjdump) or native.Path(cuobjdump).is_file():
         out = subprocess.run([cuobjdump, "--list-elf", str(lib)], capture_output=True, text=True).stdout
         assert "sm_90" in out, out[:2000]
-    nm = subprocess.run(["nm", "-D", "--defined-only", str(cuda_build.lib_dir / "libllama.so")],
-                        capture_output=True, text=True).stdout
+    nm = subprocess.run(
+        ["nm", "-D", "--defined-only", str(cuda_build.lib_dir / "libllama.so")], capture_output=True, text=True
+    ).stdout
     assert "llama_attn_set_layout" in nm and "llama_attn_get_counters" in nm
 
 

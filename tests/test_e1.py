@@ -14,8 +14,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from refspec import cli, e1, models, native, runtime
-from refspec import replay as R
+from refspec import cli
+from refspec.experiments import capture
+from refspec.experiments import operands as R
+from refspec.experiments import replay as e1
+from refspec.native import build as native
+from refspec.native import models, runtime
 
 LAYER = 15
 Q = 3
@@ -31,7 +35,7 @@ def build():
 
 @pytest.fixture(scope="module")
 def tool(build):
-    return R.build_tools(build.src_dir, build.lib_dir.parent)
+    return build.replay_tool
 
 
 @pytest.fixture(scope="module")
@@ -67,7 +71,7 @@ def test_contexts_and_cli():
     cs = e1.contexts("smollm2-135m", 30)
     assert len(cs) == 24 and len({c.id for c in cs}) == 24
     assert sorted({c.layer for c in cs}) == [0, 15, 29]
-    assert cli.SUBCOMMANDS["replay"][0] == "refspec.e1"
+    assert cli.SUBCOMMANDS["replay"][0] == "refspec.experiments.replay"
 
 
 @pytest.mark.parametrize("phase", ["prefill", "continuation"])
@@ -137,9 +141,13 @@ def test_evaluate_context_rows_and_table(captured, tool, tmp_path):
 def _copy(cc: e1.CapturedContext, dest) -> e1.CapturedContext:
     dest.mkdir(parents=True, exist_ok=True)
     files = {lay: Path(shutil.copy(p, dest / p.name)) for lay, p in cc.files.items()}
-    return dataclasses.replace(cc, files=files,
-                               observations=dict(cc.observations), controls_off=dict(cc.controls_off),
-                               problems=list(cc.problems))
+    return dataclasses.replace(
+        cc,
+        files=files,
+        observations=dict(cc.observations),
+        controls_off=dict(cc.controls_off),
+        problems=list(cc.problems),
+    )
 
 
 def test_failed_control_withholds_the_claim(captured, tool, tmp_path):
@@ -159,7 +167,9 @@ def test_failed_control_withholds_the_claim(captured, tool, tmp_path):
     cc = _copy(captured["prefill"], tmp_path / "onoff")
     off = cc.controls_off["qb"]
     ep = off.endpoint
-    cc.controls_off["qb"] = dataclasses.replace(off, endpoint=dataclasses.replace(ep, tokens=ep.tokens[:-1] + (ep.tokens[-1] + 1,)))
+    cc.controls_off["qb"] = dataclasses.replace(
+        off, endpoint=dataclasses.replace(ep, tokens=ep.tokens[:-1] + (ep.tokens[-1] + 1,))
+    )
     rows, d = e1.evaluate_context(cc, tool, SETTINGS, tmp_path / "onoff")
     assert all(not r["control_ok"] and "capture on/off qb: endpoints differ" in r["reason"] for r in rows)
 
@@ -197,7 +207,7 @@ def _fake_pq_capture(shared: bool):
     v = rng.standard_normal((hkv, d, n_kv)).astype("<f2")
 
     def src(name, type_, ne, nb, root, offs, raw):
-        return e1.SourceView(name, type_, ne, nb, root, name, offs, raw)
+        return capture.SourceView(name, type_, ne, nb, root, name, offs, raw)
 
     ks = src("k", 1, (d, n_kv, hkv, 1), (2, 2 * d, 2 * d * n_kv, 2 * d * n_kv * hkv), 10, 0, k.tobytes())
     vs = src("v", 1, (n_kv, d, hkv, 1), (2, 2 * n_kv, 2 * n_kv * d, 2 * n_kv * d * hkv), 11, 0, v.tobytes())
@@ -207,17 +217,20 @@ def _fake_pq_capture(shared: bool):
     items, extras = [], {}
     for j in range(n_q):
         if shared:
-            qj = src("q", 0, (d, 1, h, 1), qnb, 20, j * qnb[1], qroot.tobytes()[j * qnb[1]:])
-            mj = src("m", 0, (n_kv, 1, 1, 1), mnb, 30, j * mnb[1], mroot.tobytes()[j * mnb[1]:])
+            qj = src("q", 0, (d, 1, h, 1), qnb, 20, j * qnb[1], qroot.tobytes()[j * qnb[1] :])
+            mj = src("m", 0, (n_kv, 1, 1, 1), mnb, 30, j * mnb[1], mroot.tobytes()[j * mnb[1] :])
         else:  # a copy with the view's layout holds exactly the bytes the view spans
             span = 4 * ((h - 1) * d + d)
-            qj = src("q", 0, (d, 1, h, 1), qnb, 40 + j, 0, qroot.tobytes()[j * qnb[1]: j * qnb[1] + span])
+            qj = src("q", 0, (d, 1, h, 1), qnb, 40 + j, 0, qroot.tobytes()[j * qnb[1] : j * qnb[1] + span])
             mj = src("m", 0, (n_kv, 1, 1, 1), mnb, 50 + j, 0, mroot[j].tobytes())
-        for name, ne, s0, s1 in ((f"kq_pq{j}", (n_kv, 1, h, 1), ks, qj), (f"kq_soft_max_pq{j}", (n_kv, 1, h, 1), None, mj),
-                                 (f"kqv_pq{j}", (d, 1, h, 1), vs, None)):
+        for name, ne, s0, s1 in (
+            (f"kq_pq{j}", (n_kv, 1, h, 1), ks, qj),
+            (f"kq_soft_max_pq{j}", (n_kv, 1, h, 1), None, mj),
+            (f"kqv_pq{j}", (d, 1, h, 1), vs, None),
+        ):
             n = int(np.prod(ne))
             nb = (4, 4 * ne[0], 4 * ne[0] * ne[1], 4 * ne[0] * ne[1] * ne[2])
-            extras[len(items)] = e1.NodeExtra(tuple(int(x) for x in scale) + (0,) * 14, (s0, s1))
+            extras[len(items)] = capture.NodeExtra(tuple(int(x) for x in scale) + (0,) * 14, (s0, s1))
             items.append(runtime.Captured(name, 7, 0, ne, nb, np.full(n, j, np.float32)))
     return SimpleNamespace(errors=[], items=items, extras=extras), qroot, mroot
 
@@ -226,7 +239,7 @@ def test_pq_operands_from_shared_or_copied_views():
     out = {}
     for shared in (True, False):
         cap, qroot, mroot = _fake_pq_capture(shared)
-        ops = e1.operands_from_capture(cap, 7, "pq", 2, {"x": 1})
+        ops = capture.operands_from_capture(cap, 7, "pq", 2, {"x": 1})
         R.validate_operands(ops)
         assert np.array_equal(ops.logical_q(), qroot) and np.array_equal(ops.logical_mask(), mroot)
         assert ops.scale == 0.5 and ops.refs["kq"].ne == (8, 1, 2, 2)

@@ -9,14 +9,21 @@ from pathlib import Path
 
 import pytest
 
-from refspec.paths import REPO_ROOT
+from refspec.core.paths import REPO_ROOT
 
 RUN = str(REPO_ROOT / "run")
 
 
 def _run(args: list[str], cwd: Path = REPO_ROOT, timeout: int = 300) -> subprocess.CompletedProcess:
-    return subprocess.run(args, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                          timeout=timeout, stdin=subprocess.DEVNULL)
+    return subprocess.run(
+        args,
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+    )
 
 
 # ----------------------------------------------------------------- Snakemake's options
@@ -53,8 +60,10 @@ def test_main_passes_profile_to_snakemake(tmp_path):
 # ----------------------------------------------------------------- two clones
 
 
-PROBE = ('python -c "import refspec; print(refspec.__file__)"; command -v refspec; '
-         'refspec --help | grep -o "of clone [a-z]*"; echo "$REFSPEC_PYTHON"')
+PROBE = (
+    'python -c "import refspec; print(refspec.__file__)"; command -v refspec; '
+    'refspec --help | grep -o "of clone [a-z]*"; echo "$REFSPEC_PYTHON"'
+)
 
 
 def _clone(base: Path, name: str) -> Path:
@@ -69,7 +78,9 @@ def _clone(base: Path, name: str) -> Path:
     cli = dst / "workflow" / "refspec" / "cli.py"
     src = cli.read_text()
     assert '"""The ``refspec`` command line.' in src
-    cli.write_text(src.replace('"""The ``refspec`` command line.', f'"""The ``refspec`` command line of clone {name}.', 1))
+    cli.write_text(
+        src.replace('"""The ``refspec`` command line.', f'"""The ``refspec`` command line of clone {name}.', 1)
+    )
     return dst
 
 
@@ -91,13 +102,25 @@ def test_two_clones_side_by_side(tmp_path):
     # clone a starts, probes, waits while clone b runs ./run, then probes again (as a test run
     # starts new processes long after it began)
     wait = f'for i in $(seq 1200); do [ -e "{go}" ] && break; sleep 0.1; done'
-    pa = subprocess.Popen(["./run", "shell", "-c", f"{PROBE}; {wait}; {PROBE}"], cwd=a, stdout=subprocess.PIPE,
-                          stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+    pa = subprocess.Popen(
+        ["./run", "shell", "-c", f"{PROBE}; {wait}; {PROBE}"],
+        cwd=a,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        stdin=subprocess.DEVNULL,
+    )
     try:
         first = [pa.stdout.readline().rstrip("\n") for _ in range(4)]
         _check_probe(first, a, "a")
-        rb = subprocess.run(["./run", "shell", "-c", PROBE], cwd=b, capture_output=True, text=True, timeout=300,
-                            stdin=subprocess.DEVNULL)
+        rb = subprocess.run(
+            ["./run", "shell", "-c", PROBE],
+            cwd=b,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            stdin=subprocess.DEVNULL,
+        )
         assert rb.returncode == 0, rb.stderr[-2000:]
         _check_probe(rb.stdout.splitlines(), b, "b")
         go.touch()

@@ -1,5 +1,5 @@
 """Exit codes of the failure paths that used to escape as tracebacks or with the wrong code
-(documented in refspec.errors: 0 ok, 1 check failed, 2 usage, 3 integrity, 4 build, 5 runtime)."""
+(documented in refspec.core.errors: 0 ok, 1 check failed, 2 usage, 3 integrity, 4 build, 5 runtime)."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from refspec import errors
 from refspec.cli import main
-from refspec.report import compile_pdf
-from refspec.stats import StatsError, mean_log
+from refspec.core import errors
+from refspec.core.stats import StatsError, mean_log
+from refspec.report.render import compile_pdf
 from test_seal_tamper import copy_archive
 from test_seal_util import seal_env  # noqa: F401  (fixture)
 
@@ -20,8 +20,17 @@ from test_seal_util import seal_env  # noqa: F401  (fixture)
 def test_report_stage_on_data_that_does_not_verify_exits_1(seal_env, tmp_path, capsys):
     d = copy_archive(seal_env["clean"], tmp_path / "sealed")
     (d / "extra.txt").write_text("not sealed\n")
-    rc = main(["report-stage", "--sealed", str(d), "--pubkey", str(seal_env["a"].public_path),
-               "--out", str(tmp_path / "stage")])
+    rc = main(
+        [
+            "report-stage",
+            "--sealed",
+            str(d),
+            "--pubkey",
+            str(seal_env["a"].public_path),
+            "--out",
+            str(tmp_path / "stage"),
+        ]
+    )
     err = capsys.readouterr().err
     assert rc == errors.EXIT_FAILED == 1
     assert "does not verify" in err and "extra.txt: not listed in the seal" in err

@@ -19,13 +19,15 @@ import numpy as np
 import pytest
 import yaml
 
-from refspec import admission, cli, native, runtime
-from refspec.decode import decode_panel
-from refspec.errors import EXIT_INTEGRITY, EXIT_OK
-from refspec.panels import Task, prompt_tokens
-from refspec.runtime import Context
-
 from layoutcapture import STAGES, bits, run_layout, spec
+from refspec import cli
+from refspec.core.errors import EXIT_INTEGRITY, EXIT_OK
+from refspec.core.panels import Task, prompt_tokens
+from refspec.engine.decode import decode_panel
+from refspec.experiments import admission
+from refspec.native import build as native
+from refspec.native import runtime
+from refspec.native.runtime import Context
 from tinygguf import GEOMETRIES, write_geometry, write_tiny
 
 SEED = 20240917
@@ -35,12 +37,17 @@ PREFIX = 20
 CAP = 32
 PROMPTS = (
     Task("geo-0", text="Write a Python function that returns the n-th Fibonacci number."),
-    Task("geo-1", text="Complete the following Python function.\n\n```python\ndef is_palindrome(s: str) -> bool:\n"
-                       '    """Return True if s reads the same backwards."""\n```'),
+    Task(
+        "geo-1",
+        text="Complete the following Python function.\n\n```python\ndef is_palindrome(s: str) -> bool:\n"
+        '    """Return True if s reads the same backwards."""\n```',
+    ),
     Task("geo-2", text="List three prime numbers greater than 100 and explain how you checked them."),
 )
-CODE = ("def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n    if n < 2:\n"
-        "        return n\n    return fibonacci(n - 1) + fibonacci(n - 2)\n")
+CODE = (
+    'def fibonacci(n):\n    """Return the n-th Fibonacci number."""\n    if n < 2:\n'
+    "        return n\n    return fibonacci(n - 1) + fibonacci(n - 2)\n"
+)
 FAMILIES = tuple(GEOMETRIES)
 
 
@@ -58,16 +65,30 @@ def placed(tmp_path_factory, family_files):
     for name, geo in GEOMETRIES.items():
         write_geometry(d / f"{name}-target.gguf", geo, n_layer=TARGET_LAYERS, tokenizer_from=tokenizer, seed=SEED)
         write_geometry(d / f"{name}-draft.gguf", geo, n_layer=DRAFT_LAYERS, tokenizer_from=tokenizer, seed=SEED)
-        fams[_fam(name)] = {"description": f"random weights in the attention geometry of {name}",
-                            "target": {"file": f"{name}-target.gguf", "sha256": None},
-                            "drafts": {"d1": {"file": f"{name}-draft.gguf", "sha256": None}},
-                            "default_draft": "d1"}
+        fams[_fam(name)] = {
+            "description": f"random weights in the attention geometry of {name}",
+            "target": {"file": f"{name}-target.gguf", "sha256": None},
+            "drafts": {"d1": {"file": f"{name}-draft.gguf", "sha256": None}},
+            "default_draft": "d1",
+        }
     unpinned = d / "families.yaml"
     unpinned.write_text(yaml.safe_dump({"families": fams}, sort_keys=False))
     pinned = d / "pinned.yaml"
     for fam in fams:
-        code = cli.main(["models", "--pin", "--family", fam, "--models-dir", str(d), "--out", str(pinned),
-                         "--families-file", str(unpinned)])
+        code = cli.main(
+            [
+                "models",
+                "--pin",
+                "--family",
+                fam,
+                "--models-dir",
+                str(d),
+                "--out",
+                str(pinned),
+                "--families-file",
+                str(unpinned),
+            ]
+        )
         assert code == EXIT_OK
     return d, pinned
 
@@ -111,8 +132,10 @@ def test_logits_are_not_degenerate(targets, tokens, name):
     top = np.sort(logits, axis=1)
     arg = logits.argmax(axis=1)
     distinct = len(set(arg.tolist()))
-    print(f"{name}: {distinct} distinct argmax over {len(tokens)} positions, logit sd {logits.std():.2f}, "
-          f"median top-2 margin {np.median(top[:, -1] - top[:, -2]):.3f}")
+    print(
+        f"{name}: {distinct} distinct argmax over {len(tokens)} positions, logit sd {logits.std():.2f}, "
+        f"median top-2 margin {np.median(top[:, -1] - top[:, -2]):.3f}"
+    )
     assert distinct >= len(tokens) // 2
     assert logits.std() > 0.5
 
@@ -164,8 +187,16 @@ def test_pq_and_qb_stages_are_bitwise_identical(targets, tokens, name, q, phase)
 @pytest.mark.parametrize("name", FAMILIES)
 def test_m3_and_c3_reproduce_the_reference(placed, name):
     d, pinned = placed
-    rows = decode_panel(_fam(name), list(PROMPTS), ["R", "M3", "C3"], cap=CAP, threads=1, models_dir=d,
-                        families_file=pinned, progress=False)
+    rows = decode_panel(
+        _fam(name),
+        list(PROMPTS),
+        ["R", "M3", "C3"],
+        cap=CAP,
+        threads=1,
+        models_dir=d,
+        families_file=pinned,
+        progress=False,
+    )
     by = {(r["arm"], r["task_id"]): r for r in rows}
     for t in PROMPTS:
         ref = by[("R", t.task_id)]
@@ -173,8 +204,10 @@ def test_m3_and_c3_reproduce_the_reference(placed, name):
         assert ref["micrographs_qb"] == 0 and ref["rows"] == ref["micrographs"]  # R: one row per micrograph
         m3, c3 = by[("M3", t.task_id)], by[("C3", t.task_id)]
         for r in (m3, c3):
-            assert r["qualified"], (f"{name} {t.task_id}: {r['arm']} differs from R at index "
-                                    f"{r['first_diff_index']} (R's margin there {r['ref_margin']})")
+            assert r["qualified"], (
+                f"{name} {t.task_id}: {r['arm']} differs from R at index "
+                f"{r['first_diff_index']} (R's margin there {r['ref_margin']})"
+            )
             assert r["n"] == ref["n"] and r["stop_reason"] == ref["stop_reason"]
             # every target micrograph ran with qb, and several held more than one row
             assert r["micrographs_qb"] == r["micrographs"] > 0 and r["micrographs_mq"] == 0
@@ -184,9 +217,11 @@ def test_m3_and_c3_reproduce_the_reference(placed, name):
     for arm in ("R", "M3", "C3"):
         rs = [by[(arm, t.task_id)] for t in PROMPTS]
         acc = [r["acceptance"] for r in rs if r["acceptance"] is not None]
-        summary.append(f"{arm} {sum(r['qualified'] for r in rs)}/{len(rs)} match R, tokens "
-                       f"{[r['n'] for r in rs]}, micrographs {sum(r['micrographs'] for r in rs)}, rows "
-                       f"{sum(r['rows'] for r in rs)}" + (f", acceptance {np.mean(acc):.2f}" if acc else ""))
+        summary.append(
+            f"{arm} {sum(r['qualified'] for r in rs)}/{len(rs)} match R, tokens "
+            f"{[r['n'] for r in rs]}, micrographs {sum(r['micrographs'] for r in rs)}, rows "
+            f"{sum(r['rows'] for r in rs)}" + (f", acceptance {np.mean(acc):.2f}" if acc else "")
+        )
     print(f"{name}: " + "; ".join(summary))
 
 
@@ -215,11 +250,33 @@ def test_pin_refuses_a_draft_vocabulary_of_another_size(placed, tmp_path, capsys
     write_tiny(tmp_path / "byte-draft.gguf")
     (tmp_path / "t.gguf").symlink_to(d / "llama31-8b-target.gguf")
     fams = tmp_path / "families.yaml"
-    fams.write_text(yaml.safe_dump({"families": {"mixed": {
-        "target": {"file": "t.gguf", "sha256": None},
-        "drafts": {"bytes": {"file": "byte-draft.gguf", "sha256": None}}, "default_draft": "bytes"}}}))
-    code = cli.main(["models", "--pin", "--family", "mixed", "--models-dir", str(tmp_path),
-                     "--out", str(tmp_path / "p.yaml"), "--families-file", str(fams)])
+    fams.write_text(
+        yaml.safe_dump(
+            {
+                "families": {
+                    "mixed": {
+                        "target": {"file": "t.gguf", "sha256": None},
+                        "drafts": {"bytes": {"file": "byte-draft.gguf", "sha256": None}},
+                        "default_draft": "bytes",
+                    }
+                }
+            }
+        )
+    )
+    code = cli.main(
+        [
+            "models",
+            "--pin",
+            "--family",
+            "mixed",
+            "--models-dir",
+            str(tmp_path),
+            "--out",
+            str(tmp_path / "p.yaml"),
+            "--families-file",
+            str(fams),
+        ]
+    )
     err = capsys.readouterr().err
     assert code == EXIT_INTEGRITY
     assert "byte-draft.gguf" in err and "259 tokens" in err and "49152" in err

@@ -19,15 +19,25 @@ from pathlib import Path
 
 import pytest
 
-from refspec import runtime
-from refspec.arms import load_arms
-from refspec.config import gpu_layers
-from refspec.driver import (ENV_GPU_PASSTHROUGH, ENV_PASSTHROUGH, Journal, Planned, PlacementError, PromptBook,
-                            RunContext, Worker, WorkerSpec, placement_problems, run_block)
-from refspec.errors import ConfigError, EXIT_RUNTIME
-from refspec.ledger import Ledger
-from refspec.panels import humaneval_tasks
-
+from refspec.core.arms import load_arms
+from refspec.core.config import gpu_layers
+from refspec.core.errors import EXIT_RUNTIME, ConfigError
+from refspec.core.panels import humaneval_tasks
+from refspec.engine.driver import (
+    ENV_GPU_PASSTHROUGH,
+    ENV_PASSTHROUGH,
+    Journal,
+    PlacementError,
+    Planned,
+    PromptBook,
+    RunContext,
+    Worker,
+    WorkerSpec,
+    placement_problems,
+    run_block,
+)
+from refspec.native import runtime
+from refspec.provenance.ledger import Ledger
 from test_driver import FAMILY, one_thread_arms
 
 
@@ -73,8 +83,12 @@ def test_model_placement_on_this_host(lib_path, family_files):
         arm = load_arms()["R"].with_(gpu_layers=-1)
         problems = placement_problems(arm, {"target": p, "devices": devs})
         assert problems and "0 of" in problems[0] and "no GPU" in problems[0]
-        assert placement_problems(arm.with_(gpu_layers=0), {"target": {**p, "requested": 0, "expected": 0},
-                                                            "devices": devs}) == []
+        assert (
+            placement_problems(
+                arm.with_(gpu_layers=0), {"target": {**p, "requested": 0, "expected": 0}, "devices": devs}
+            )
+            == []
+        )
     finally:
         m.close()
 
@@ -82,8 +96,9 @@ def test_model_placement_on_this_host(lib_path, family_files):
 def test_placement_log_parser_counts_device_layers():
     """llama.cpp's per-layer lines decide, and a device without weight buffers offloads nothing."""
     runtime.load()
-    log = "".join(f"load_tensors: layer {i:3d} assigned to device {'CUDA0' if i >= 2 else 'CPU'}, is_swa = 0\n"
-                  for i in range(5))
+    log = "".join(
+        f"load_tensors: layer {i:3d} assigned to device {'CUDA0' if i >= 2 else 'CPU'}, is_swa = 0\n" for i in range(5)
+    )
     log += "load_tensors:        CUDA0 model buffer size =   120.50 MiB\n"
     log += "load_tensors:   CPU_Mapped model buffer size =    28.13 MiB\n"
     p = runtime.placement_from_log(log, requested=3, n_layer=4)
@@ -99,10 +114,19 @@ def test_driver_refuses_to_time_without_the_device(tmp_path, lib_path, family_fi
         pytest.skip("this host has a GPU backend")
     arm = load_arms(arms_file)["R"].with_(gpu_layers=-1)
     tasks = humaneval_tasks([0])
-    ctx = RunContext(campaign="confirmation", family=FAMILY, session="s-gpu", files=family_files, lib_dir=lib_path,
-                     out_dir=tmp_path, journal=Journal(tmp_path / "journal.jsonl"),
-                     ledger=Ledger(tmp_path / "ledger.jsonl"), prompts=PromptBook(tasks), arms_file=arms_file,
-                     warmup_cap=2)
+    ctx = RunContext(
+        campaign="confirmation",
+        family=FAMILY,
+        session="s-gpu",
+        files=family_files,
+        lib_dir=lib_path,
+        out_dir=tmp_path,
+        journal=Journal(tmp_path / "journal.jsonl"),
+        ledger=Ledger(tmp_path / "ledger.jsonl"),
+        prompts=PromptBook(tasks),
+        arms_file=arms_file,
+        warmup_cap=2,
+    )
     with pytest.raises(PlacementError) as e:
         run_block(ctx, arm, [Planned(t.task_id, 4, 1) for t in tasks])
     assert e.value.exit_code == EXIT_RUNTIME
@@ -116,10 +140,19 @@ def test_rows_carry_the_placement(tmp_path, lib_path, family_files):
     arms_file = one_thread_arms(tmp_path / "arms.yaml")
     arm = load_arms(arms_file)["R"].with_(gpu_layers=0)
     tasks = humaneval_tasks([0])
-    ctx = RunContext(campaign="confirmation", family=FAMILY, session="s-cpu", files=family_files, lib_dir=lib_path,
-                     out_dir=tmp_path, journal=Journal(tmp_path / "journal.jsonl"),
-                     ledger=Ledger(tmp_path / "ledger.jsonl"), prompts=PromptBook(tasks), arms_file=arms_file,
-                     warmup_cap=2)
+    ctx = RunContext(
+        campaign="confirmation",
+        family=FAMILY,
+        session="s-cpu",
+        files=family_files,
+        lib_dir=lib_path,
+        out_dir=tmp_path,
+        journal=Journal(tmp_path / "journal.jsonl"),
+        ledger=Ledger(tmp_path / "ledger.jsonl"),
+        prompts=PromptBook(tasks),
+        arms_file=arms_file,
+        warmup_cap=2,
+    )
     recs = run_block(ctx, arm, [Planned(t.task_id, 4, 1) for t in tasks])
     rows = [r["row"] for r in recs]
     assert [r["status"] for r in rows] == ["excluded_warmup", "ok"]
@@ -132,20 +165,45 @@ def test_rows_carry_the_placement(tmp_path, lib_path, family_files):
 
 def test_worker_environment_allowlist(tmp_path, lib_path, family_files, monkeypatch):
     """A real worker sees the GPU variables it needs and nothing else from the driver's environment."""
-    libstdcxx = next((p for p in ("/usr/lib/x86_64-linux-gnu/libstdc++.so.6", "/usr/lib/aarch64-linux-gnu/libstdc++.so.6")
-                      if Path(p).exists()), None)
-    gpu_vars = {"CUDA_VISIBLE_DEVICES": "0", "LD_LIBRARY_PATH": str(lib_path), "SLURM_JOB_GPUS": "0",
-                "SLURM_STEP_GPUS": "0", "SLURM_GPUS_ON_NODE": "1", "SLURM_GPU_BIND": "closest"}
+    libstdcxx = next(
+        (
+            p
+            for p in ("/usr/lib/x86_64-linux-gnu/libstdc++.so.6", "/usr/lib/aarch64-linux-gnu/libstdc++.so.6")
+            if Path(p).exists()
+        ),
+        None,
+    )
+    gpu_vars = {
+        "CUDA_VISIBLE_DEVICES": "0",
+        "LD_LIBRARY_PATH": str(lib_path),
+        "SLURM_JOB_GPUS": "0",
+        "SLURM_STEP_GPUS": "0",
+        "SLURM_GPUS_ON_NODE": "1",
+        "SLURM_GPU_BIND": "closest",
+    }
     if libstdcxx:
         gpu_vars["LD_PRELOAD"] = libstdcxx
-    foreign = {"REFSPEC_SECRET_PROBE": "must-not-pass", "CUDA_LAUNCH_BLOCKING": "1", "SLURM_JOB_ID": "42",
-               "LLAMA_ARG_N_GPU_LAYERS": "0", "PYTHONSTARTUP": "/nonexistent"}
+    foreign = {
+        "REFSPEC_SECRET_PROBE": "must-not-pass",
+        "CUDA_LAUNCH_BLOCKING": "1",
+        "SLURM_JOB_ID": "42",
+        "LLAMA_ARG_N_GPU_LAYERS": "0",
+        "PYTHONSTARTUP": "/nonexistent",
+    }
     for k, v in {**gpu_vars, **foreign}.items():
         monkeypatch.setenv(k, v)
     arms_file = one_thread_arms(tmp_path / "arms.yaml")
     arm = load_arms(arms_file)["R"].with_(gpu_layers=0)
-    spec = WorkerSpec(family=FAMILY, arm=arm, files=family_files, lib_dir=lib_path, worker_id="env-probe",
-                      run_dir=tmp_path, arms_file=arms_file, warmup_cap=2)
+    spec = WorkerSpec(
+        family=FAMILY,
+        arm=arm,
+        files=family_files,
+        lib_dir=lib_path,
+        worker_id="env-probe",
+        run_dir=tmp_path,
+        arms_file=arms_file,
+        warmup_cap=2,
+    )
     w = Worker.start(spec, ready_timeout=300)
     try:
         raw = Path(f"/proc/{w.pid}/environ").read_bytes()
@@ -156,9 +214,21 @@ def test_worker_environment_allowlist(tmp_path, lib_path, family_files, monkeypa
         assert env.get(k) == v, f"{k} did not reach the worker"
     for k in foreign:
         assert k not in env, f"{k} leaked into the worker"
-    set_by_driver = {"LANG", "LC_ALL", "PYTHONHASHSEED", "PYTHONPATH", "PYTHONUNBUFFERED", "PYTHONDONTWRITEBYTECODE",
-                     "LLAMA_CPP_LIB_PATH", "REFSPEC_CACHE", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS",
-                     "MKL_NUM_THREADS", "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS"}
+    set_by_driver = {
+        "LANG",
+        "LC_ALL",
+        "PYTHONHASHSEED",
+        "PYTHONPATH",
+        "PYTHONUNBUFFERED",
+        "PYTHONDONTWRITEBYTECODE",
+        "LLAMA_CPP_LIB_PATH",
+        "REFSPEC_CACHE",
+        "OMP_NUM_THREADS",
+        "OPENBLAS_NUM_THREADS",
+        "MKL_NUM_THREADS",
+        "VECLIB_MAXIMUM_THREADS",
+        "NUMEXPR_NUM_THREADS",
+    }
     allowed = set(ENV_PASSTHROUGH) | set(ENV_GPU_PASSTHROUGH) | set_by_driver
     assert set(env) <= allowed, f"unexpected variables in the worker: {sorted(set(env) - allowed)}"
     assert os.environ.get("REFSPEC_SECRET_PROBE") == "must-not-pass"
@@ -169,15 +239,23 @@ def test_device_check_skips_without_cuda(tmp_path):
     import shutil
     import subprocess
 
-    from refspec.paths import REPO_ROOT
+    from refspec.core.paths import REPO_ROOT
 
     if shutil.which("nvidia-smi") and subprocess.run(["nvidia-smi", "-L"], capture_output=True).returncode == 0:
         pytest.skip("this host has a CUDA device")
-    r = subprocess.run(["bash", str(REPO_ROOT / "tests" / "gpu" / "check.sh"), "--out", str(tmp_path)],
-                       capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        ["bash", str(REPO_ROOT / "tests" / "gpu" / "check.sh"), "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "no CUDA device: skipped"
     assert not any(tmp_path.iterdir())
-    bad = subprocess.run(["bash", str(REPO_ROOT / "tests" / "gpu" / "check.sh"), "--nonsense"],
-                         capture_output=True, text=True, timeout=60)
+    bad = subprocess.run(
+        ["bash", str(REPO_ROOT / "tests" / "gpu" / "check.sh"), "--nonsense"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert bad.returncode == 2 and "unknown argument" in bad.stderr

@@ -7,9 +7,9 @@ import multiprocessing as mp
 
 import pytest
 
-from refspec.errors import IntegrityError
-from refspec.hashing import canonical_json, sha256_bytes
-from refspec.ledger import GENESIS, Ledger, verify_chain
+from refspec.core.errors import IntegrityError
+from refspec.core.hashing import canonical_json, sha256_bytes
+from refspec.provenance.ledger import GENESIS, Ledger, verify_chain
 
 
 def _filled(tmp_path, n=4):

@@ -10,10 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from refspec import manifest as M
 from refspec.cli import main
-from refspec.errors import UsageError
-from refspec.hashing import sha256_file, sha256_json
+from refspec.core.config import read_config_file
+from refspec.core.errors import UsageError
+from refspec.core.hashing import sha256_file, sha256_json
+from refspec.provenance import manifest as M
 
 
 @pytest.fixture
@@ -138,7 +139,7 @@ def test_listing_formats(tmp_path, arts):
 def _stored(arts, tmp_path, **kw):
     cfg = tmp_path / "config.yaml"
     cfg.write_text("family: smollm2-135m\nk: 3\n")
-    m = M.build_manifest(arts, M.load_config_file(cfg), config_path=cfg, include_gpu=False, **kw)
+    m = M.build_manifest(arts, read_config_file(cfg), config_path=cfg, include_gpu=False, **kw)
     M.write_manifest(m, tmp_path / "manifest.json")
     return m, cfg
 

@@ -6,23 +6,28 @@ refusal is checked for its exit code and for naming the offending file or option
 
 from __future__ import annotations
 
-
 import pytest
 import yaml
 
-from refspec import cli, models
-from refspec.errors import EXIT_INTEGRITY, EXIT_OK, EXIT_USAGE, IntegrityError
-from refspec.hashing import sha256_file
-from refspec.paths import REPO_ROOT
-
+from refspec import cli
+from refspec.core.errors import EXIT_INTEGRITY, EXIT_OK, EXIT_USAGE, IntegrityError
+from refspec.core.hashing import sha256_file
+from refspec.core.paths import REPO_ROOT
+from refspec.native import models
 from tinygguf import write_tiny
 
 
 def _families(path, **fams):
-    doc = {"families": {name: {"target": {"file": t, "sha256": None},
-                               "drafts": {dn: {"file": df, "sha256": None} for dn, df in drafts.items()},
-                               "default_draft": next(iter(drafts))}
-                        for name, (t, drafts) in fams.items()}}
+    doc = {
+        "families": {
+            name: {
+                "target": {"file": t, "sha256": None},
+                "drafts": {dn: {"file": df, "sha256": None} for dn, df in drafts.items()},
+                "default_draft": next(iter(drafts)),
+            }
+            for name, (t, drafts) in fams.items()
+        }
+    }
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     return path
 
@@ -36,14 +41,30 @@ def placed(tmp_path):
     write_tiny(d / "a-draft.gguf", seed=2)
     write_tiny(d / "b-target.gguf", seed=3)
     write_tiny(d / "b-draft.gguf", n_head=2, n_head_kv=2, seed=4)
-    fam = _families(tmp_path / "families.yaml", fam_a=("a-target.gguf", {"small": "a-draft.gguf"}),
-                    fam_b=("b-target.gguf", {"small": "b-draft.gguf"}))
+    fam = _families(
+        tmp_path / "families.yaml",
+        fam_a=("a-target.gguf", {"small": "a-draft.gguf"}),
+        fam_b=("b-target.gguf", {"small": "b-draft.gguf"}),
+    )
     return d, fam
 
 
 def _pin(capsys, family, models_dir, out, families, *extra):
-    code = cli.main(["models", "--pin", "--family", family, "--models-dir", str(models_dir), "--out", str(out),
-                     "--families-file", str(families), *extra])
+    code = cli.main(
+        [
+            "models",
+            "--pin",
+            "--family",
+            family,
+            "--models-dir",
+            str(models_dir),
+            "--out",
+            str(out),
+            "--families-file",
+            str(families),
+            *extra,
+        ]
+    )
     return code, capsys.readouterr()
 
 
@@ -164,5 +185,6 @@ def test_the_configs_families_file_is_the_one_read(placed, tmp_path, capsys):
     assert cli.main(["models", "--config", str(cfg)]) == EXIT_USAGE
     assert "unknown family 'fam_a'" in capsys.readouterr().err
     # a relative families_file in a config is taken from the repository root
-    assert models.config_families_file({"families_file": "config/families.yaml"}) == \
-        REPO_ROOT / "config" / "families.yaml"
+    assert (
+        models.config_families_file({"families_file": "config/families.yaml"}) == REPO_ROOT / "config" / "families.yaml"
+    )

@@ -11,10 +11,10 @@ import shutil
 import numpy as np
 import pytest
 
-from refspec import models, native, runtime
-from refspec.errors import AdmissionError, DecodeError, IntegrityError
-from refspec.runtime import Context, ContextSpec
-
+from refspec.core.errors import AdmissionError, DecodeError, IntegrityError
+from refspec.native import build as native
+from refspec.native import models, runtime
+from refspec.native.runtime import Context, ContextSpec
 from tinygguf import write_tiny
 
 
@@ -38,12 +38,15 @@ def _spec(**kw) -> ContextSpec:
 
 
 @pytest.mark.parametrize("layout", ["qb", "pq"])
-@pytest.mark.parametrize("kw,needle", [
-    ({"flash_attn": True}, "flash attention"),
-    ({"n_seq_max": 2}, "one sequence"),
-    ({"n_ubatch": 8}, "at most 4 occupied queries"),
-    ({"kv_type": "f32"}, "F16 K/V"),
-])
+@pytest.mark.parametrize(
+    "kw,needle",
+    [
+        ({"flash_attn": True}, "flash attention"),
+        ({"n_seq_max": 2}, "one sequence"),
+        ({"n_ubatch": 8}, "at most 4 occupied queries"),
+        ({"kv_type": "f32"}, "F16 K/V"),
+    ],
+)
 def test_context_guards(target, layout, kw, needle):
     with pytest.raises(AdmissionError, match=needle):
         Context(target, _spec(layout=layout, **kw))
@@ -99,6 +102,7 @@ def test_decode_refuses_context_overflow(target):
 
 # ---------------------------------------------------------------- model file integrity
 
+
 def test_truncated_gguf_is_refused(fam, tmp_path):
     bad = tmp_path / "truncated.gguf"
     data = fam.target.path.read_bytes()
@@ -132,7 +136,7 @@ def test_not_a_gguf_is_refused(tmp_path):
 
 
 def test_derived_family_files_match_pins(fam):
-    from refspec.hashing import sha256_file
+    from refspec.core.hashing import sha256_file
 
     for f in fam.all():
         assert sha256_file(f.path) == f.sha256

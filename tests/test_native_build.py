@@ -7,9 +7,9 @@ import subprocess
 
 import pytest
 
-from refspec import native
-from refspec.errors import BuildError
-from refspec.hashing import file_digest
+from refspec.core.errors import BuildError
+from refspec.core.hashing import file_digest
+from refspec.native import build as native
 
 
 @pytest.fixture(scope="module")
@@ -37,8 +37,12 @@ def test_second_build_is_a_no_op(build):
 
 
 def test_record_mismatch_is_detected(build, tmp_path):
-    fake = native.BuildResult(key=build.key, root=build.root, lib_dir=build.lib_dir,
-                              record={"files": {"libllama.so": {"sha256": "0" * 64, "size": 1}}})
+    fake = native.BuildResult(
+        key=build.key,
+        root=build.root,
+        lib_dir=build.lib_dir,
+        record={"files": {"libllama.so": {"sha256": "0" * 64, "size": 1}}},
+    )
     assert native.check_record(fake) == ["libllama.so: sha256/size differs from BUILD.json"]
 
 
@@ -65,8 +69,20 @@ def test_patch_that_does_not_apply_is_an_error(build, tmp_path):
     tree = tmp_path / "llama.cpp"
     (tree / "include").mkdir(parents=True)
     # a pristine header: the shipped patch applies to it
-    pristine = subprocess.run(["git", "apply", "-R", "--include=include/llama.h", "--directory=.", "-p1",
-                               "--check", str(native.patch_files()[0])], cwd=build.src_dir, capture_output=True)
+    pristine = subprocess.run(
+        [
+            "git",
+            "apply",
+            "-R",
+            "--include=include/llama.h",
+            "--directory=.",
+            "-p1",
+            "--check",
+            str(native.patch_files()[0]),
+        ],
+        cwd=build.src_dir,
+        capture_output=True,
+    )
     assert pristine.returncode == 0, "the shipped patch must be applied in the build tree"
     shutil.copyfile(build.src_dir / "include" / "llama.h", tree / "include" / "llama.h")
     bad = tmp_path / "0001-bad.patch"

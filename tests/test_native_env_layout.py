@@ -22,22 +22,60 @@ def _spec_simple(build, files, prompt: str, *, layout: str | None, n: int = CAP,
     env = {k: v for k, v in os.environ.items() if k != "LLAMA_ATTN_LAYOUT"}
     if layout is not None:
         env["LLAMA_ATTN_LAYOUT"] = layout
-    cmd = [str(build.tool("llama-speculative-simple")), "-m", str(files.target.path),
-           "-md", str(files.draft(files.default_draft).path), "-p", prompt, "--no-escape", "-n", str(n),
-           "--temp", "0", "--top-k", "1", "--seed", "0", "-t", "2", "-tb", "2", "-c", "2048", "-ub", "4",
-           "-fa", "off", "-fit", "off", "-ngl", "0", "-ngld", "0", "-lv", "4",
-           "--spec-type", "draft-simple", "--spec-draft-n-max", "3", "--spec-draft-n-min", "0",
-           "--spec-draft-p-min", "0"]
+    cmd = [
+        str(build.tool("llama-speculative-simple")),
+        "-m",
+        str(files.target.path),
+        "-md",
+        str(files.draft(files.default_draft).path),
+        "-p",
+        prompt,
+        "--no-escape",
+        "-n",
+        str(n),
+        "--temp",
+        "0",
+        "--top-k",
+        "1",
+        "--seed",
+        "0",
+        "-t",
+        "2",
+        "-tb",
+        "2",
+        "-c",
+        "2048",
+        "-ub",
+        "4",
+        "-fa",
+        "off",
+        "-fit",
+        "off",
+        "-ngl",
+        "0",
+        "-ngld",
+        "0",
+        "-lv",
+        "4",
+        "--spec-type",
+        "draft-simple",
+        "--spec-draft-n-max",
+        "3",
+        "--spec-draft-n-min",
+        "0",
+        "--spec-draft-p-min",
+        "0",
+    ]
     return subprocess.run(cmd, env=env, capture_output=True, text=True, errors="replace", timeout=timeout)
 
 
 @pytest.fixture(scope="module")
 def references(native_build, family_files):
     """(prompt text, R's generated text) per task: refspec's own micro-batch-1 greedy reference."""
-    from refspec.arms import load_arms
-    from refspec.panels import humaneval_tasks
-    from refspec.runtime import Model
-    from refspec.transaction import ArmRunner
+    from refspec.core.arms import load_arms
+    from refspec.core.panels import humaneval_tasks
+    from refspec.engine.transaction import ArmRunner
+    from refspec.native.runtime import Model
 
     target = Model(family_files.target.path, sha256=family_files.target.sha256, lib_dir=native_build.lib_dir)
     buf = ctypes.create_string_buffer(256)
@@ -45,6 +83,7 @@ def references(native_build, family_files):
     def piece(t: int) -> bytes:  # what the program prints for a token (special tokens rendered)
         n = target._l.llama_token_to_piece(target.vocab, t, buf, len(buf), 0, True)
         return buf.raw[:n]
+
     arm = load_arms()["R"].with_(cap=CAP, threads=2)
     out = []
     with ArmRunner(arm, target, None) as runner:
@@ -95,15 +134,28 @@ def test_malformed_value_fails_the_context(native_build, family_files, value):
 
     env = {k: v for k, v in os.environ.items() if k != "LLAMA_ATTN_LAYOUT"}
     env.update(LLAMA_CPP_LIB_PATH=str(native_build.lib_dir), LLAMA_ATTN_LAYOUT=value)
-    r = subprocess.run([sys.executable, "-c", HOST, str(family_files.target.path)], env=env, capture_output=True,
-                       text=True, errors="replace", timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-c", HOST, str(family_files.target.path)],
+        env=env,
+        capture_output=True,
+        text=True,
+        errors="replace",
+        timeout=120,
+    )
     assert "CONTEXT NULL" in r.stdout, r.stdout + r.stderr[-2000:]
-    assert (f"LLAMA_ATTN_LAYOUT refused, context not created: malformed LLAMA_ATTN_LAYOUT='{value}'") in r.stderr, \
+    assert (f"LLAMA_ATTN_LAYOUT refused, context not created: malformed LLAMA_ATTN_LAYOUT='{value}'") in r.stderr, (
         r.stderr[-2000:]
+    )
     # the same host with a well-formed value gets its context
     env["LLAMA_ATTN_LAYOUT"] = "qb:15"
-    ok = subprocess.run([sys.executable, "-c", HOST, str(family_files.target.path)], env=env, capture_output=True,
-                        text=True, errors="replace", timeout=120)
+    ok = subprocess.run(
+        [sys.executable, "-c", HOST, str(family_files.target.path)],
+        env=env,
+        capture_output=True,
+        text=True,
+        errors="replace",
+        timeout=120,
+    )
     assert "CONTEXT created" in ok.stdout, ok.stderr[-2000:]
 
 
@@ -122,10 +174,28 @@ def test_refused_by_admission_fails_the_context(native_build, family_files):
     assert r.returncode == 0  # -ub 4: admitted
     env = {k: v for k, v in os.environ.items()}
     env["LLAMA_ATTN_LAYOUT"] = "qb"
-    cmd = [str(native_build.tool("llama-speculative-simple")), "-m", str(family_files.target.path),
-           "-md", str(family_files.draft(family_files.default_draft).path), "-p", "def f():", "-n", "4",
-           "-fa", "off", "-fit", "off", "-ub", "512", "-t", "2"]
+    cmd = [
+        str(native_build.tool("llama-speculative-simple")),
+        "-m",
+        str(family_files.target.path),
+        "-md",
+        str(family_files.draft(family_files.default_draft).path),
+        "-p",
+        "def f():",
+        "-n",
+        "4",
+        "-fa",
+        "off",
+        "-fit",
+        "off",
+        "-ub",
+        "512",
+        "-t",
+        "2",
+    ]
     bad = subprocess.run(cmd, env=env, capture_output=True, text=True, errors="replace", timeout=120)
     assert bad.returncode != 0
-    assert "LLAMA_ATTN_LAYOUT refused, context not created: attention layout supports at most 4 occupied queries" \
+    assert (
+        "LLAMA_ATTN_LAYOUT refused, context not created: attention layout supports at most 4 occupied queries"
         in bad.stdout + bad.stderr
+    )

@@ -10,12 +10,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from refspec import models, native, runtime
-from refspec.runtime import Context, ContextSpec
-
 from layoutcapture import STAGES, run_layout
 from layoutcapture import bits as _bits
 from layoutcapture import spec as _spec
+from refspec.native import build as native
+from refspec.native import models, runtime
+from refspec.native.runtime import Context, ContextSpec
 
 LAYERS = (0, 15, 29)
 PREFIX = 20
@@ -32,8 +32,11 @@ def target():
 
 @pytest.fixture(scope="module")
 def tokens(target):
-    toks = target.tokenize("def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n    if n < 2:\n"
-                           "        return n\n    return fibonacci(n - 1) + fibonacci(n - 2)\n", add_special=True)
+    toks = target.tokenize(
+        'def fibonacci(n):\n    """Return the n-th Fibonacci number."""\n    if n < 2:\n'
+        "        return n\n    return fibonacci(n - 1) + fibonacci(n - 2)\n",
+        add_special=True,
+    )
     assert len(toks) >= PREFIX + 4
     return toks
 
@@ -80,7 +83,7 @@ def _history(ctx: Context, tokens) -> None:
 
 
 def test_layout_switches_rebuild_and_match_fresh_contexts(target, tokens):
-    batch = tokens[PREFIX:PREFIX + 3]
+    batch = tokens[PREFIX : PREFIX + 3]
     fresh = {}
     for layout in ("mq", "pq", "qb"):
         with Context(target, _spec("qb")) as ctx:  # same (qb) prefill history for all
@@ -129,8 +132,9 @@ def test_phase_guard_selects_layout_per_phase(target, tokens):
         ctx.begin_request()
         assert ctx.phase() == "prefill" and ctx.active_layout() == "qb"
     # role: a draft context with target bits only never activates the layout
-    with Context(target, ContextSpec(n_ctx=256, n_batch=64, n_ubatch=4, threads=1, layout="qb", role="draft",
-                                     mask=3)) as ctx:
+    with Context(
+        target, ContextSpec(n_ctx=256, n_batch=64, n_ubatch=4, threads=1, layout="qb", role="draft", mask=3)
+    ) as ctx:
         ctx.begin_request()
         assert ctx.active_layout() == "mq"
         ctx.decode(tokens[:4], 0, outputs="all")

@@ -11,16 +11,16 @@ HumanEval/0, /1 and /3 they differ later or not at all):
 * M0 and C0 each differ from R on at least one task of the panel;
 * M3 and C3 (query-to-batch on both target phases) reproduce R's complete endpoint on every task.
 
-It runs the real arms in process (``refspec.decode``), about 20 s on one core.
+It runs the real arms in process (``refspec.engine.decode``), about 20 s on one core.
 """
 
 from __future__ import annotations
 
 import pytest
 
-from refspec import runtime
-from refspec.decode import decode_panel
-from refspec.panels import humaneval_tasks
+from refspec.core.panels import humaneval_tasks
+from refspec.engine.decode import decode_panel
+from refspec.native import runtime
 
 PANEL = [2]  # HumanEval indices: the fixed embedded panel
 CAP = 33  # the first divergence of M0 and C0 on HumanEval/2 is at index 32
@@ -31,8 +31,9 @@ REPAIRED = ("M3", "C3")
 @pytest.fixture(scope="module")
 def rows(lib_path, family_files):
     runtime.load(lib_path)
-    return decode_panel("smollm2-135m", humaneval_tasks(PANEL), ["R", *UNREPAIRED, *REPAIRED], cap=CAP, threads=1,
-                        progress=False)
+    return decode_panel(
+        "smollm2-135m", humaneval_tasks(PANEL), ["R", *UNREPAIRED, *REPAIRED], cap=CAP, threads=1, progress=False
+    )
 
 
 def _by_arm(rows) -> dict[str, list[dict]]:
@@ -52,8 +53,10 @@ def test_reference_runs_to_the_cap(rows):
 def test_unrepaired_paths_diverge_from_the_reference(rows, arm):
     rs = _by_arm(rows)[arm]
     diverged = [r for r in rs if not r["qualified"]]
-    assert diverged, (f"{arm} reproduced R on every task of the panel {PANEL} at cap {CAP}: the unrepaired path no "
-                      "longer diverges, so qualifying the repaired arms would show nothing")
+    assert diverged, (
+        f"{arm} reproduced R on every task of the panel {PANEL} at cap {CAP}: the unrepaired path no "
+        "longer diverges, so qualifying the repaired arms would show nothing"
+    )
     for r in diverged:
         assert r["first_diff_index"] is not None and 0 <= r["first_diff_index"] < CAP
 

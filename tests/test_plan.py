@@ -1,6 +1,6 @@
 """Preregistration: a frozen plan refuses every later difference and names the changed field.
 
-* :func:`refspec.plan.diff` names fields as dotted paths.
+* :func:`refspec.provenance.plan.diff` names fields as dotted paths.
 * ``plan.json`` edited after freezing is refused (by the file check and by
   ``refspec campaign --analyze``) with the changed field in the message.
 * A campaign whose inputs changed after freezing (its definition, the analysis
@@ -16,15 +16,13 @@ import pytest
 import yaml
 
 from refspec import cli
-from refspec import plan as planmod
-from refspec.ledger import Ledger, verify_chain
+from refspec.provenance import plan as planmod
+from refspec.provenance.ledger import Ledger, verify_chain
 
 
 def test_diff_names_dotted_fields():
-    a = {"bootstrap": {"seed": 1, "draws": 10, "threshold": 1.02}, "schedule": [{"arm": "R"}, {"arm": "M_pq"}],
-         "x": 1}
-    b = {"bootstrap": {"seed": 1, "draws": 10, "threshold": 1.05}, "schedule": [{"arm": "R"}, {"arm": "M_qb"}],
-         "y": 2}
+    a = {"bootstrap": {"seed": 1, "draws": 10, "threshold": 1.02}, "schedule": [{"arm": "R"}, {"arm": "M_pq"}], "x": 1}
+    b = {"bootstrap": {"seed": 1, "draws": 10, "threshold": 1.05}, "schedule": [{"arm": "R"}, {"arm": "M_qb"}], "y": 2}
     d = planmod.diff(a, b)
     assert planmod.changed_fields(d) == ["bootstrap.threshold", "schedule[1].arm", "x", "y"]
     assert "frozen 1.02, now 1.05" in d[0]
@@ -34,8 +32,11 @@ def test_diff_names_dotted_fields():
 
 def test_freeze_check_and_amend(tmp_path):
     led = Ledger(tmp_path / "ledger.jsonl")
-    plan = {"campaign": "replication", "bootstrap": {"seed": 20261014, "draws": 10000, "threshold": 1.02},
-            "arms": {"R": {"ub": 1}}}
+    plan = {
+        "campaign": "replication",
+        "bootstrap": {"seed": 20261014, "draws": 10000, "threshold": 1.02},
+        "arms": {"R": {"ub": 1}},
+    }
     planmod.freeze(tmp_path, plan, led, "test")
     assert planmod.check(tmp_path, led, plan) == plan
     with pytest.raises(planmod.PlanMismatch, match="already frozen"):
@@ -69,8 +70,15 @@ def test_freeze_check_and_amend(tmp_path):
 
 def _definition(tmp_path, **over):
     (tmp_path / "panel.jsonl").write_text('{"task_id": "T/0", "text": "Say hello."}\n')
-    d = {"campaign": "confirmation", "arms": ["R", "M3"], "panel": {"source": "file", "file": "panel.jsonl"},
-         "cap": 4, "repeats": 1, "block_by": "arm", "warmup_cap": 2}
+    d = {
+        "campaign": "confirmation",
+        "arms": ["R", "M3"],
+        "panel": {"source": "file", "file": "panel.jsonl"},
+        "cap": 4,
+        "repeats": 1,
+        "block_by": "arm",
+        "warmup_cap": 2,
+    }
     d.update(over)
     path = tmp_path / "confirmation.yaml"
     path.write_text(yaml.safe_dump(d))
@@ -87,17 +95,30 @@ def _frozen_campaign(tmp_path, lib_path):
     return defn, run.out
 
 
-def test_plan_edited_after_freezing_is_refused_naming_the_field(tmp_path, lib_path, family_files, capsys,
-                                                                monkeypatch):
+def test_plan_edited_after_freezing_is_refused_naming_the_field(tmp_path, lib_path, family_files, capsys, monkeypatch):
     monkeypatch.setenv("LLAMA_CPP_LIB_PATH", str(lib_path))
     defn, cdir = _frozen_campaign(tmp_path, lib_path)
     plan = json.loads((cdir / "plan.json").read_text())
     assert plan["bootstrap"] == {"seed": 20261014, "draws": 10000, "threshold": 1.02}
-    assert set(plan["analysis_code"]["files"]) >= {"stats.py", "campaigns/__init__.py", "campaigns/confirmation.py"}
+    assert set(plan["analysis_code"]["files"]) >= {
+        "core/stats.py",
+        "provenance/plan.py",
+        "campaigns/__init__.py",
+        "campaigns/confirmation.py",
+    }
     assert plan["panels"]["confirm"]["tasks"] == ["T/0"] and plan["schedule"][0]["blocks"]
 
-    args = ["campaign", "confirmation", "--definition", str(defn), "--out", str(tmp_path / "res"), "--threads", "1",
-            "--no-progress"]
+    args = [
+        "campaign",
+        "confirmation",
+        "--definition",
+        str(defn),
+        "--out",
+        str(tmp_path / "res"),
+        "--threads",
+        "1",
+        "--no-progress",
+    ]
     # without --resume a frozen campaign is not started again
     assert cli.main(args) == 2
     assert "--resume" in capsys.readouterr().err
@@ -124,10 +145,10 @@ def test_plan_edited_after_freezing_is_refused_naming_the_field(tmp_path, lib_pa
     import refspec.campaigns as campaigns
 
     code = json.loads(json.dumps(campaigns.ANALYSIS_CODE))
-    code["files"]["stats.py"] = "0" * 64
+    code["files"]["core/stats.py"] = "0" * 64
     monkeypatch.setattr(campaigns, "ANALYSIS_CODE", code)
     assert cli.main(args + ["--analyze"]) == 1
-    assert "analysis_code.files.stats.py" in capsys.readouterr().err
+    assert "analysis_code.files.core/stats.py" in capsys.readouterr().err
     monkeypatch.undo()
     monkeypatch.setenv("LLAMA_CPP_LIB_PATH", str(lib_path))
 

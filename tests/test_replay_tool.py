@@ -1,8 +1,7 @@
 """Operand files, comparison, the native replay tool (mq/pq/qb) and backend admission.
 
-Tests that run the tool build it (cached) against the llama.cpp found by
-``replay.locate_llama()``: ``REFSPEC_LLAMA_SRC`` + ``REFSPEC_LLAMA_BUILD``, or the completed
-default build of ``refspec build``. Without one they are skipped.
+Tests that run the tool use the one ``refspec build`` builds with the default (CPU) llama.cpp
+(``refspec.native.build.build_replay_tool``), or ``$REFSPEC_REPLAY_TOOL``.
 """
 
 from __future__ import annotations
@@ -14,9 +13,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from refspec import admission as AD
-from refspec import replay as R
-
+from refspec.experiments import admission as AD
+from refspec.experiments import operands as R
+from refspec.native import build as native
 
 # ------------------------------------------------------------------------------ helpers
 
@@ -186,7 +185,9 @@ def test_ulp_distance():
     nxt = np.nextafter(one, np.float32(2.0))
     tiny = np.float32(np.finfo(np.float32).smallest_subnormal)
     a = np.array([one, 0.0, tiny, one, np.nan, -np.inf, 2.0], dtype=np.float32)
-    b = np.array([nxt, -0.0, -tiny, -one, one, -np.inf, np.nextafter(np.float32(2.0), np.float32(0.0))], dtype=np.float32)
+    b = np.array(
+        [nxt, -0.0, -tiny, -one, one, -np.inf, np.nextafter(np.float32(2.0), np.float32(0.0))], dtype=np.float32
+    )
     u = R.ulp_distance(a, b)
     assert u.tolist() == [1, 0, 2, 2 * 0x3F800000, -1, 0, 1]
 
@@ -317,14 +318,22 @@ def test_tool_usage_errors(replay_tool, tmp_path):
     assert any(d["name"] == "CPU" and d["type"] == "cpu" for d in devs)
 
 
-def test_build_tools_is_cached(replay_tool):
-    found = R.locate_llama()
-    if found is None:
+def test_replay_tool_is_built_once_and_rebuilt_when_its_record_lies(replay_tool):
+    b = native.current()
+    if b.replay_tool != replay_tool:
         pytest.skip("tool given by path")
     before = replay_tool.stat().st_mtime_ns
-    again = R.build_tools(*found)
+    again = native.build_replay_tool(b)
     assert again == replay_tool and again.stat().st_mtime_ns == before
-    assert json.loads((again.parent / "build.json").read_text())["key"] == R.tool_cache_key(*found)
+    stamp = again.parent / "build.json"
+    rec = json.loads(stamp.read_text())
+    assert rec["key"] == native.replay_tool_key(b)
+    assert b.record["replay_tool"]["sha256"] == rec["file"]["sha256"]
+    # a record that does not describe its binary is not trusted: the tool is built again
+    stamp.write_text(json.dumps({**rec, "file": {"sha256": "0" * 64, "size": 1}}))
+    rebuilt = native.build_replay_tool(b)
+    assert rebuilt == replay_tool and rebuilt.stat().st_mtime_ns != before
+    assert json.loads(stamp.read_text())["file"] == rec["file"]
 
 
 # ------------------------------------------------------------------------------ admission
@@ -343,22 +352,41 @@ def test_admission_cpu(replay_tool):
 
 def test_admission_false_only_on_refusal():
     """A refusal by the chosen backend gives 'false' and the reason; the CPU fallback is observed."""
-    def node(i, name, op, ne, src=(), sup=True, backend="Vulkan0"):
-        return {"id": i, "name": name, "op": op, "type": "f32", "ne": ne, "src": list(src),
-                "supports_op": {"Vulkan0": sup, "CPU": True}, "backend": backend}
 
-    ev = {"layout": "qb", "nodes": [
-        node(0, "k", "VIEW", [64, 96, 2, 1]), node(1, "q_qb", "VIEW", [64, 1, 8, 2]),
-        node(2, "kq", "MUL_MAT", [96, 1, 8, 2], (0, 1), sup=False, backend="CPU"),
-        node(3, "kq_soft_max", "SOFT_MAX", [96, 1, 8, 2], (2,)),
-        node(4, "kqv", "MUL_MAT", [64, 1, 8, 2], (0, 3), sup=False, backend="CPU"),
-        node(5, "kqv_out", "CONT", [512, 2, 1, 1], (4,)),
-    ], "roles": {"kq": [2], "kq_soft_max": [3], "kqv": [4], "out": 5}}
-    report = {"backend": {"requested": "Vulkan0", "device": "Vulkan0", "name": "Vulkan0"},
-              "sched_backends": ["Vulkan0", "CPU"]}
+    def node(i, name, op, ne, src=(), sup=True, backend="Vulkan0"):
+        return {
+            "id": i,
+            "name": name,
+            "op": op,
+            "type": "f32",
+            "ne": ne,
+            "src": list(src),
+            "supports_op": {"Vulkan0": sup, "CPU": True},
+            "backend": backend,
+        }
+
+    ev = {
+        "layout": "qb",
+        "nodes": [
+            node(0, "k", "VIEW", [64, 96, 2, 1]),
+            node(1, "q_qb", "VIEW", [64, 1, 8, 2]),
+            node(2, "kq", "MUL_MAT", [96, 1, 8, 2], (0, 1), sup=False, backend="CPU"),
+            node(3, "kq_soft_max", "SOFT_MAX", [96, 1, 8, 2], (2,)),
+            node(4, "kqv", "MUL_MAT", [64, 1, 8, 2], (0, 3), sup=False, backend="CPU"),
+            node(5, "kqv_out", "CONT", [512, 2, 1, 1], (4,)),
+        ],
+        "roles": {"kq": [2], "kq_soft_max": [3], "kqv": [4], "out": 5},
+    }
+    report = {
+        "backend": {"requested": "Vulkan0", "device": "Vulkan0", "name": "Vulkan0"},
+        "sched_backends": ["Vulkan0", "CPU"],
+    }
     rows = {r["op"]: r for r in AD.evaluation_rows(report, AD.AttentionShape(8, 2, 64, 96), 2, ev)}
     assert rows["qk_mul_mat"]["verdict"] == "false" and rows["qk_mul_mat"]["fallback"]
-    assert "src0 ne=[64, 96, 2, 1]" in rows["qk_mul_mat"]["reason"] and "src1 ne=[64, 1, 8, 2]" in rows["qk_mul_mat"]["reason"]
+    assert (
+        "src0 ne=[64, 96, 2, 1]" in rows["qk_mul_mat"]["reason"]
+        and "src1 ne=[64, 1, 8, 2]" in rows["qk_mul_mat"]["reason"]
+    )
     assert rows["soft_max"]["verdict"] == "unknown" and not rows["soft_max"]["fallback"]
     assert rows["cont"]["verdict"] == "unknown" and rows["cont"]["reason"] == ""
 

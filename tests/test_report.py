@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 
 from conftest_report import EVIL, make_results
-from refspec import report
-from refspec import tables as T
 from refspec.cli import main as cli_main
-from refspec.paths import REPO_ROOT
+from refspec.core import tables as T
+from refspec.core.paths import REPO_ROOT
+from refspec.report import render as report
 
 ARTIFACTS = REPO_ROOT / "tests" / "artifacts"
 CHROMIUM = Path("/usr/bin/chromium")
@@ -69,15 +69,31 @@ def test_every_number_is_shown_with_its_source(rendered):
     for tag, a in sp.tags:
         if tag == "table" and a.get("data-table") != "provenance":
             assert a.get("data-src", "").endswith((".csv", "ledger.jsonl")), a
-    sections = {"qual|", "ratio|", "est|", "contrast|", "session|", "replay|", "audit|", "mask|", "accept|",
-                "status|", "ledger|", "qfail|"}
+    sections = {
+        "qual|",
+        "ratio|",
+        "est|",
+        "contrast|",
+        "session|",
+        "replay|",
+        "audit|",
+        "mask|",
+        "accept|",
+        "status|",
+        "ledger|",
+        "qfail|",
+    }
     assert all(any(k.startswith(s) for k in nums) for s in sections)
 
 
 def test_paper_table_shapes(rendered):
     nums = numbers(rendered)
     # Table 3: matching / required per arm and family
-    assert nums["qual|confirmation|smollm2-135m|M3|matching"]["value"] == nums["qual|confirmation|smollm2-135m|M3|required"]["value"] == 24
+    assert (
+        nums["qual|confirmation|smollm2-135m|M3|matching"]["value"]
+        == nums["qual|confirmation|smollm2-135m|M3|required"]["value"]
+        == 24
+    )
     assert nums["qual|confirmation|smollm2-135m|M0|matching"]["value"] == 16
     assert nums["qual|confirmation|smollm2-135m|M0|tasks_failed"]["value"] == 2
     # Table S5: estimate with interval
@@ -98,7 +114,7 @@ def test_failed_qualification_is_a_dash_with_reason(rendered):
     for r in bad:
         nid = f"ratio|{r['campaign']}|{r['family']}|{r['cap']}|{r['numerator']}|{r['denominator']}|ratio"
         assert nid not in nums, "an unqualified comparison got a ratio"
-        table = html[html.index('data-table="ratios-' + r['campaign'] + '"'):]
+        table = html[html.index('data-table="ratios-' + r["campaign"] + '"') :]
         table = table[: table.index("</table>")]
         label = f">{r['numerator']}/{r['denominator']}<"
         rows = [tr for tr in table.split("<tr>") if label in tr and f">{r['family']}<" in tr]
@@ -130,7 +146,8 @@ def test_self_contained_and_deterministic(rendered, tmp_path):
     # the same inputs give the same bytes (links are relative to the output folder)
     again = (out / "numbers.json").read_text()
     assert json.loads(again)["numbers"] == [
-        dict(n, source=os.path.relpath(rendered / n["source"], out)) for n in json.loads((rendered / "numbers.json").read_text())["numbers"]
+        dict(n, source=os.path.relpath(rendered / n["source"], out))
+        for n in json.loads((rendered / "numbers.json").read_text())["numbers"]
     ]
     report.render(rendered, pdf=False)
     assert (rendered / "report.html").read_text() == html
@@ -169,33 +186,63 @@ def _artifacts() -> Path:
     return ARTIFACTS
 
 
-@pytest.mark.skipif(not CHROMIUM.exists(), reason="headless browser test needs /usr/bin/chromium "
-                    "(Debian package 'chromium'); not installed here")
+@pytest.mark.skipif(
+    not CHROMIUM.exists(),
+    reason="headless browser test needs /usr/bin/chromium (Debian package 'chromium'); not installed here",
+)
 def test_browser_renders_without_console_errors(rendered, tmp_path):
     art = _artifacts()
     url = (rendered / "report.html").resolve().as_uri()
-    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-             "--disable-component-update", "--disable-sync", "--no-first-run", "--hide-scrollbars",
-             "--enable-logging=stderr", "--v=0"]
+    flags = [
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--no-first-run",
+        "--hide-scrollbars",
+        "--enable-logging=stderr",
+        "--v=0",
+    ]
     logs = []
     for name, size in (("report-desktop.png", "1280,3000"), ("report-phone.png", "390,2400")):
         shot = art / name
         if shot.exists():
             shot.unlink()
-        r = subprocess.run([str(CHROMIUM), *flags, f"--user-data-dir={tmp_path / ('ud-' + name)}",
-                            f"--window-size={size}", f"--screenshot={shot}", url],
-                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120)
+        r = subprocess.run(
+            [
+                str(CHROMIUM),
+                *flags,
+                f"--user-data-dir={tmp_path / ('ud-' + name)}",
+                f"--window-size={size}",
+                f"--screenshot={shot}",
+                url,
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            timeout=120,
+        )
         logs.append(r.stdout)
         assert r.returncode == 0, r.stdout[-2000:]
         data = shot.read_bytes()
         assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 20_000
-    r = subprocess.run([str(CHROMIUM), *flags, f"--user-data-dir={tmp_path / 'ud-dom'}", "--dump-dom", url],
-                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=120)
+    r = subprocess.run(
+        [str(CHROMIUM), *flags, f"--user-data-dir={tmp_path / 'ud-dom'}", "--dump-dom", url],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     logs.append(r.stderr)
     dom = r.stdout
     assert 'id="replication"' in dom and "<svg" in dom and 'data-num="est|' in dom
-    console = [l for log in logs for l in log.splitlines()
-               if "CONSOLE" in l or "Uncaught" in l or "Refused to" in l or "Failed to load resource" in l]
+    console = [
+        l
+        for log in logs
+        for l in log.splitlines()
+        if "CONSOLE" in l or "Uncaught" in l or "Refused to" in l or "Failed to load resource" in l
+    ]
     assert not console, console
     (art / "browser.log").write_text("\n".join(logs))
 
@@ -217,22 +264,24 @@ def _ppm(path: Path) -> tuple[int, int, bytes]:
         pos = m.end()
     assert fields[0] == b"P6" and fields[3] == b"255", fields
     w, h = int(fields[1]), int(fields[2])
-    return w, h, data[pos + 1: pos + 1 + 3 * w * h]
+    return w, h, data[pos + 1 : pos + 1 + 3 * w * h]
 
 
 # The test set-up (./run test, as root with apt) installs these Debian packages; elsewhere this skips.
-@pytest.mark.skipif(shutil.which("pdflatex") is None or shutil.which("pdftoppm") is None
-                    or shutil.which("pdftotext") is None,
-                    reason="LaTeX test needs pdflatex (Debian texlive-latex-base, texlive-latex-recommended, "
-                    "texlive-pictures) and poppler-utils (pdftoppm, pdftotext); not installed here")
+@pytest.mark.skipif(
+    shutil.which("pdflatex") is None or shutil.which("pdftoppm") is None or shutil.which("pdftotext") is None,
+    reason="LaTeX test needs pdflatex (Debian texlive-latex-base, texlive-latex-recommended, "
+    "texlive-pictures) and poppler-utils (pdftoppm, pdftotext); not installed here",
+)
 def test_latex_report_shows_every_table_and_figure(rendered, tmp_path):
     out = tmp_path / "out"
     paths = report.render(rendered, out, pdf=True)  # what the report stage runs
     pdf = paths.get("pdf")
     assert pdf is not None and pdf.read_bytes()[:5] == b"%PDF-"
     shutil.copy(pdf, _artifacts() / "report.pdf")
-    text = subprocess.run(["pdftotext", "-layout", str(pdf), "-"], stdout=subprocess.PIPE, check=True,
-                          timeout=120).stdout.decode("utf-8", "replace")
+    text = subprocess.run(
+        ["pdftotext", "-layout", str(pdf), "-"], stdout=subprocess.PIPE, check=True, timeout=120
+    ).stdout.decode("utf-8", "replace")
     pages = [_words(t) for t in text.split("\f")]
     lines = [{_words(line) for line in t.splitlines()} for t in text.split("\f")]  # a title is a line of its own
     subprocess.run(["pdftoppm", "-r", "36", str(pdf), str(tmp_path / "page")], check=True, timeout=120)
@@ -257,7 +306,7 @@ def test_latex_report_shows_every_table_and_figure(rendered, tmp_path):
         title = _words(it.title)
         at = next((i for i, page in enumerate(lines) if title in page), None)
         assert at is not None, f"{it.title!r} is not in report.pdf"
-        near = pages[at] + "".join(pages[at + 1:at + 2])  # a table or drawing may start on the next page
+        near = pages[at] + "".join(pages[at + 1 : at + 2])  # a table or drawing may start on the next page
         if isinstance(it, report.Table):
             missing = [h for h in it.header if _words(h) not in near]
             assert not missing, f"table {it.title!r}: header {missing} not in report.pdf"
@@ -265,7 +314,7 @@ def test_latex_report_shows_every_table_and_figure(rendered, tmp_path):
             labels = [_words(x.args[2]) for x in it.canvas.items if x.kind == "text"]
             labels = [x for x in labels if x]
             assert labels and any(x in near for x in labels), f"figure {it.title!r}: no label in report.pdf"
-            assert any(colour[at:at + 2]), f"figure {it.title!r}: nothing drawn on page {at + 1}"
+            assert any(colour[at : at + 2]), f"figure {it.title!r}: nothing drawn on page {at + 1}"
 
 
 # --------------------------------------------------------------------------- headline, diagnostics, prediction
@@ -279,13 +328,20 @@ def test_report_opens_with_the_headline(rendered):
     assert first == "summary"
     head = doc["headline"]
     findings = {h["finding"] for h in head}
-    assert {"preservation: matching / required", "first divergence", "qualified ratios", "E2 estimate",
-            "E1: PQ = QB bitwise (contexts)", "prediction vs reference", "data seal (sha256 of SEAL.dsse.json)",
-            "signing key fingerprint"} <= findings
+    assert {
+        "preservation: matching / required",
+        "first divergence",
+        "qualified ratios",
+        "E2 estimate",
+        "E1: PQ = QB bitwise (contexts)",
+        "prediction vs reference",
+        "data seal (sha256 of SEAL.dsse.json)",
+        "signing key fingerprint",
+    } <= findings
     ids = [p["num"] for h in head for p in h["parts"] if isinstance(p, dict)]
     assert ids and all(i in nums for i in ids)
     # the summary table shows exactly the headline's numbers, in order
-    table = html[html.index('data-table="summary"'):]
+    table = html[html.index('data-table="summary"') :]
     table = table[: table.index("</table>")]
     assert re.findall(r'data-num="([^"]+)"', table) == ids
     # 6 sessions: real decisions, never "too few sessions"
@@ -293,13 +349,16 @@ def test_report_opens_with_the_headline(rendered):
     assert len(est) == 4 and all(h["decision"] in ("exceeds", "inconclusive", "below") for h in est)
     assert "too few sessions" not in table
     # a refused arm is named as refused, its first divergence is not invented
-    assert any("C_qb8" in "".join(p for p in h["parts"] if isinstance(p, str)) and "refused" in str(h["parts"])
-               for h in head if h["finding"].startswith("preservation"))
+    assert any(
+        "C_qb8" in "".join(p for p in h["parts"] if isinstance(p, str)) and "refused" in str(h["parts"])
+        for h in head
+        if h["finding"].startswith("preservation")
+    )
     assert not any(h["scope"].endswith(" C_qb8") for h in head if h["finding"] == "first divergence")
 
 
 def test_main_prints_the_same_headline(rendered):
-    from refspec.mainjob import headline_text
+    from refspec.pipeline.main import headline_text
 
     doc = json.loads((rendered / "numbers.json").read_text())
     nums = {n["id"]: n["text"] for n in doc["numbers"]}
@@ -314,15 +373,20 @@ def test_main_prints_the_same_headline(rendered):
 def test_fewer_than_five_sessions_say_too_few_sessions(tmp_path):
     results = make_results(tmp_path / "few", n_sessions=3, draws=300)
     est = T.read_records("estimates", results)
-    assert est and all(r["decision"] == "too_few_sessions" and r["n_sessions"] == 3 and r["lo"] is not None
-                       and "at least 5" in r["reason"] for r in est)
+    assert est and all(
+        r["decision"] == "too_few_sessions"
+        and r["n_sessions"] == 3
+        and r["lo"] is not None
+        and "at least 5" in r["reason"]
+        for r in est
+    )
     report.render(results, pdf=False)
     doc = json.loads((results / "numbers.json").read_text())
     heads = [h for h in doc["headline"] if h["finding"] == "E2 estimate"]
     assert len(heads) == 4 and all(h["decision"] == "too_few_sessions" for h in heads)
     assert all("too few sessions" in "".join(p for p in h["parts"] if isinstance(p, str)) for h in heads)
     html = (results / "report.html").read_text()
-    table = html[html.index('data-table="estimates"'):]
+    table = html[html.index('data-table="estimates"') :]
     table = table[: table.index("</table>")]
     assert table.count(">too few sessions<") == 4
     assert not re.search(r">(exceeds|inconclusive|below)<", table)
@@ -333,16 +397,23 @@ def test_diagnostic_timings_have_their_own_labelled_table(rendered):
     diag = T.read_records("diagnostics", rendered)
     pairs = {(r["family"], r["numerator"], r["denominator"]) for r in diag}
     # M0 and C0 fail on two tasks per family; R_prod fails on llama31-8b only
-    assert pairs == {(f, "M3", "M0") for f in ("smollm2-135m", "llama31-8b")} | \
-        {(f, "C3", "C0") for f in ("smollm2-135m", "llama31-8b")} | {("llama31-8b", "R_prod", "M3")}
+    assert pairs == {(f, "M3", "M0") for f in ("smollm2-135m", "llama31-8b")} | {
+        (f, "C3", "C0") for f in ("smollm2-135m", "llama31-8b")
+    } | {("llama31-8b", "R_prod", "M3")}
     html = (rendered / "report.html").read_text()
-    table = html[html.index('data-table="diagnostics"'):]
+    table = html[html.index('data-table="diagnostics"') :]
     table = table[: table.index("</table>")]
     for r in diag:
-        assert r["label"] == ("diagnostic: numerator not qualified" if r["numerator"] == "R_prod"
-                              else "diagnostic: denominator not qualified")
-        row = [tr for tr in table.split("<tr>") if f">{r['numerator']}/{r['denominator']}<" in tr
-               and f">{r['family']}<" in tr]
+        assert r["label"] == (
+            "diagnostic: numerator not qualified"
+            if r["numerator"] == "R_prod"
+            else "diagnostic: denominator not qualified"
+        )
+        row = [
+            tr
+            for tr in table.split("<tr>")
+            if f">{r['numerator']}/{r['denominator']}<" in tr and f">{r['family']}<" in tr
+        ]
         assert len(row) == 1 and r["label"] in row[0]
         base = f"diag|confirmation|{r['family']}|{r['cap']}|{r['numerator']}|{r['denominator']}"
         assert nums[base + "|ratio"]["value"] == pytest.approx(r["ratio"])
@@ -351,7 +422,7 @@ def test_diagnostic_timings_have_their_own_labelled_table(rendered):
         for a, b in ((r["numerator"], r["denominator"]), (r["denominator"], r["numerator"])):
             assert f"ratio|confirmation|{r['family']}|{r['cap']}|{a}|{b}|ratio" not in nums
     assert 'id="fig-diagnostics"' in html
-    ratios_html = html[html.index('<section id="ratios">'):html.index('<section id="diagnostics">')]
+    ratios_html = html[html.index('<section id="ratios">') : html.index('<section id="diagnostics">')]
     assert "diagnostic:" not in ratios_html
 
 
@@ -362,18 +433,24 @@ def test_prediction_shows_predicted_next_to_reference(rendered):
     assert nums["predsum|smollm2-135m|live_runs"]["value"] == 12
     assert nums["predsum|smollm2-135m|divergent_tasks"]["value"] == 2
     html = (rendered / "report.html").read_text()
-    sec = html[html.index('<section id="prediction">'):]
+    sec = html[html.index('<section id="prediction">') :]
     sec = sec[: sec.index("</section>")]
-    for words in ("capped sequence", "repeat-stable", "reference-divergent", "frozen", "predicted vs live",
-                  "reference vs live"):
+    for words in (
+        "capped sequence",
+        "repeat-stable",
+        "reference-divergent",
+        "frozen",
+        "predicted vs live",
+        "reference vs live",
+    ):
         assert words in sec
     assert "seeds/" not in html and ".txt" not in sec
 
 
 def test_prediction_refuses_the_reference_as_a_candidate():
-    from refspec.arms import load_arms
     from refspec.campaigns import load_definition, prediction
-    from refspec.errors import ConfigError
+    from refspec.core.arms import load_arms
+    from refspec.core.errors import ConfigError
 
     catalog = load_arms()
     defn, _ = load_definition("prediction")
@@ -387,25 +464,30 @@ def test_prediction_refuses_the_reference_as_a_candidate():
 
 def test_refused_arm_shows_the_refusal(rendered):
     html = (rendered / "report.html").read_text()
-    table = html[html.index('data-table="qualification-implementation"'):]
+    table = html[html.index('data-table="qualification-implementation"') :]
     table = table[: table.index("</table>")]
     row = [tr for tr in table.split("<tr>") if ">C_qb8<" in tr]
     assert len(row) == 1
-    assert "refused: worker w-refused (arm C_qb8) exited with status 3 before it was ready: admission: occupied " \
-           "queries 8 &gt; 4" in row[0]
+    assert (
+        "refused: worker w-refused (arm C_qb8) exited with status 3 before it was ready: admission: occupied "
+        "queries 8 &gt; 4" in row[0]
+    )
 
 
 def test_figure_labels_fit_their_margin(rendered):
     """Right-aligned labels end at the axis; their estimated width must fit left of it (DejaVu Sans, 0.62 em)."""
-    from refspec.report import Canvas
+    from refspec.report.svg import Canvas
 
     html = (rendered / "report.html").read_text()
     svgs = re.findall(r"<svg .*?</svg>", html, re.S)
     assert len(svgs) >= 4
     longest = 0
     for svg in svgs:
-        for x, size, text in re.findall(r'<text x="([0-9.]+)" y="[0-9.]+" text-anchor="end" font-size="(\d+)"[^>]*>'
-                                        r'([^<]*)</text>', svg):
+        for x, size, text in re.findall(
+            r'<text x="([0-9.]+)" y="[0-9.]+" text-anchor="end" font-size="(\d+)"[^>]*>'
+            r"([^<]*)</text>",
+            svg,
+        ):
             label = __import__("html").unescape(text)
             longest = max(longest, len(label))
             assert float(x) - len(label) * int(size) * 0.6 >= 0, (label, x)
@@ -428,9 +510,22 @@ def test_page_fits_1280_pixels(rendered, tmp_path):
     probe = rendered / "measure-1280.html"
     probe.write_text(html.replace("</body>", js))
     try:
-        r = subprocess.run([str(CHROMIUM), "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-                            f"--user-data-dir={tmp_path / 'ud'}", "--window-size=1280,2000", "--dump-dom",
-                            probe.as_uri()], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=120)
+        r = subprocess.run(
+            [
+                str(CHROMIUM),
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--hide-scrollbars",
+                f"--user-data-dir={tmp_path / 'ud'}",
+                "--window-size=1280,2000",
+                "--dump-dom",
+                probe.as_uri(),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
     finally:
         probe.unlink()
     m = re.search(r'<pre id="measure">(.*?)</pre>', r.stdout, re.S)

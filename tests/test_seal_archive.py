@@ -14,12 +14,12 @@ import pyarrow.parquet as pq
 import pytest
 
 from refspec.cli import main
-from refspec.errors import IntegrityError, UsageError
-from refspec.hashing import sha256_file
-from refspec.keys import KeyFileError, load_private_key
-from refspec.ledger import Ledger
-from refspec.seal import ARCHIVE_ID_KEY, CAMPAIGN_KEY, SEAL_NAME, seal, seal_sha256_of
-from refspec.verify import verify_archive
+from refspec.core.errors import IntegrityError, UsageError
+from refspec.core.hashing import sha256_file
+from refspec.provenance.keys import KeyFileError, load_private_key
+from refspec.provenance.ledger import Ledger
+from refspec.provenance.seal import ARCHIVE_ID_KEY, CAMPAIGN_KEY, SEAL_NAME, seal, seal_sha256_of
+from refspec.provenance.verify import verify_archive
 from test_seal_util import make_results, seal_env  # noqa: F401  (fixture)
 
 
@@ -90,7 +90,7 @@ def test_csv_copy_round_trips_with_the_standard_library(seal_env):
 
 
 def _endpoint_rows():
-    from refspec.tables import endpoint_sha256
+    from refspec.core.tables import endpoint_sha256
 
     rows = []
     for i, (toks, eog) in enumerate((([5, 17, 2], True), ([5, 17, 9, 11], False), ([], True))):
@@ -116,8 +116,8 @@ def _endpoint_rows():
 
 
 def test_project_tables_keep_their_csv_copy(tmp_path, seal_env):
-    """Tables written by refspec.tables (Parquet + CSV) are carried, checked and stamped."""
-    from refspec import tables
+    """Tables written by refspec.core.tables (Parquet + CSV) are carried, checked and stamped."""
+    from refspec.core import tables
 
     res = make_results(tmp_path / "r")
     paths = tables.write_table(_endpoint_rows(), "endpoints", res / "tables")
@@ -137,7 +137,7 @@ def test_project_tables_keep_their_csv_copy(tmp_path, seal_env):
 
 
 def test_a_csv_copy_that_disagrees_with_its_table_is_refused(tmp_path, seal_env):
-    from refspec import tables
+    from refspec.core import tables
 
     res = make_results(tmp_path / "r")
     paths = tables.write_table(_endpoint_rows(), "endpoints", res / "tables")
@@ -273,9 +273,25 @@ def _leaks(seal_env) -> dict:
     }
 
 
-LEAK_FORMS = ["pem", "hex", "hex-upper", "raw", "gzipped-pem", "gzip-second-member", "openssl-text", "colon-hex",
-              "c-array", "json-int-list", "der-int-list", "base64-offset-1", "base64-offset-2",
-              "base64-url-offset-1", "base64-wrapped", "parquet-string-cell", "zip-member"]
+LEAK_FORMS = [
+    "pem",
+    "hex",
+    "hex-upper",
+    "raw",
+    "gzipped-pem",
+    "gzip-second-member",
+    "openssl-text",
+    "colon-hex",
+    "c-array",
+    "json-int-list",
+    "der-int-list",
+    "base64-offset-1",
+    "base64-offset-2",
+    "base64-url-offset-1",
+    "base64-wrapped",
+    "parquet-string-cell",
+    "zip-member",
+]
 
 
 @pytest.mark.parametrize("form", LEAK_FORMS)
@@ -327,8 +343,10 @@ def test_cli_seal_and_verify(tmp_path, seal_env, capsys):
     pub = str(seal_env["a"].public_path)
     pred = _statement(out)[1]["predicate"]
     prev = pred["previous_seal_sha256"]
-    tail = (f"({n} files) key {seal_env['a'].fingerprint} archive {pred['archive_id']} created {pred['created']} "
-            f"seal {seal_sha256_of(out)} previous {prev}\n")
+    tail = (
+        f"({n} files) key {seal_env['a'].fingerprint} archive {pred['archive_id']} created {pred['created']} "
+        f"seal {seal_sha256_of(out)} previous {prev}\n"
+    )
     assert main(["verify", str(out), "--pubkey", pub]) == 0
     assert capsys.readouterr().out == f"OK: {out} {tail}"
     assert main(["verify", str(out) + ".tar", "--pubkey", pub, "--expect-keyid", seal_env["a"].fingerprint]) == 0
@@ -355,6 +373,17 @@ def test_cli_verify_usage_errors(tmp_path, seal_env, capsys):
     assert main(["verify", d, "--pubkey", pub, "--expect-previous", "none"]) == 0
     assert main(["verify", d, "--pubkey", pub, "--expect-keyid", "abc"]) == 2
     assert main(["verify", d, "--pubkey", pub, "--expect-keyid", "SHA256:" + "0" * 63]) == 2
-    assert main(["verify", d, "--pubkey", pub, "--expect-keyid", seal_env["a"].fingerprint.upper()[:7] +
-                 seal_env["a"].fingerprint[7:].upper()]) == 0
+    assert (
+        main(
+            [
+                "verify",
+                d,
+                "--pubkey",
+                pub,
+                "--expect-keyid",
+                seal_env["a"].fingerprint.upper()[:7] + seal_env["a"].fingerprint[7:].upper(),
+            ]
+        )
+        == 0
+    )
     assert main(["verify", d, "--pubkey", pub, "--expect-keyid", seal_env["b"].fingerprint]) == 1

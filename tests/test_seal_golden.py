@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from refspec import keys
 from refspec.cli import main
-from refspec.restore import restore
-from refspec.seal import seal_sha256_of
-from refspec.verify import verify_archive
+from refspec.provenance import keys
+from refspec.provenance.restore import restore
+from refspec.provenance.seal import seal_sha256_of
+from refspec.provenance.verify import verify_archive
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
 VERSIONS = sorted(p.name for p in GOLDEN.iterdir() if (p / "expected.json").is_file())

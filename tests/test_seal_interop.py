@@ -48,8 +48,10 @@ def test_securesystemslib_verifies_the_seal_and_the_subjects_match(seal_env):
     st = _verify_independently(seal_env["clean"], seal_env["a"].public_path)
     assert st["predicate"]["archive_id"] == "archive-0"
     st = _verify_independently(seal_env["next"], seal_env["a"].public_path)
-    assert st["predicate"]["previous_seal_sha256"] == hashlib.sha256(
-        (seal_env["clean"] / "SEAL.dsse.json").read_bytes()).hexdigest()
+    assert (
+        st["predicate"]["previous_seal_sha256"]
+        == hashlib.sha256((seal_env["clean"] / "SEAL.dsse.json").read_bytes()).hexdigest()
+    )
 
 
 def test_golden_archive_verifies_with_securesystemslib():

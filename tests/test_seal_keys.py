@@ -8,10 +8,10 @@ import stat
 import pytest
 from cryptography.hazmat.primitives import serialization
 
-from refspec import keys
 from refspec.cli import main
-from refspec.hashing import sha256_bytes
-from refspec.keys import KeyFileError
+from refspec.core.hashing import sha256_bytes
+from refspec.provenance import keys
+from refspec.provenance.keys import KeyFileError
 
 
 def _mode(p):
@@ -130,7 +130,9 @@ def test_refuses_non_ed25519_keys(tmp_path):
     with pytest.raises(KeyFileError, match="not an Ed25519"):
         keys.load_private_key(p)
     q = tmp_path / "ec.pub"
-    q.write_bytes(k.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
+    q.write_bytes(
+        k.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+    )
     with pytest.raises(KeyFileError, match="not an Ed25519"):
         keys.load_public_key(q)
 

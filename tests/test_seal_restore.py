@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from refspec.cli import main
-from refspec.errors import UsageError
-from refspec.restore import restore
-from refspec.verify import verify_archive
+from refspec.core.errors import UsageError
+from refspec.provenance.restore import restore
+from refspec.provenance.verify import verify_archive
 from test_seal_tamper import CANONICAL_CASES, TAR_CASES, _tar_with
 from test_seal_util import seal_env  # noqa: F401  (fixture)
 
@@ -82,12 +82,15 @@ def test_restore_of_tampered_tar_leaves_nothing(seal_env, tmp_path):
     assert list(work.iterdir()) == []
 
 
-@pytest.mark.parametrize("mode,suffix,expected", [
-    ("w:gz", ".tar.gz", "gzip-compressed tar refused"),
-    ("w:bz2", ".tar.bz2", "bzip2-compressed tar refused"),
-    ("w:xz", ".tar.xz", "xz-compressed tar refused"),
-    ("w", ".tar", "not in canonical form"),
-])
+@pytest.mark.parametrize(
+    "mode,suffix,expected",
+    [
+        ("w:gz", ".tar.gz", "gzip-compressed tar refused"),
+        ("w:bz2", ".tar.bz2", "bzip2-compressed tar refused"),
+        ("w:xz", ".tar.xz", "xz-compressed tar refused"),
+        ("w", ".tar", "not in canonical form"),
+    ],
+)
 def test_restore_refuses_a_tar_written_by_another_tool(mode, suffix, expected, seal_env, tmp_path):
     """Only the canonical tar `seal --tar` writes restores: another tool's tar (compressed,
     with a "./" root and folder entries, its own modes and times) is refused, nothing written."""
@@ -122,11 +125,12 @@ def test_restore_writes_nothing_unlisted_before_authenticating(seal_env, tmp_pat
 
 
 def test_restore_pins_the_signer_and_the_previous_seal(seal_env, tmp_path):
-    from refspec.keys import public_fingerprint
+    from refspec.provenance.keys import public_fingerprint
 
     good, other = public_fingerprint(seal_env["a"].public_path), public_fingerprint(seal_env["b"].public_path)
-    r = restore(seal_env["clean_tar"], tmp_path / "d1", seal_env["a"].public_path, expect_keyid=good,
-                expect_previous="none")
+    r = restore(
+        seal_env["clean_tar"], tmp_path / "d1", seal_env["a"].public_path, expect_keyid=good, expect_previous="none"
+    )
     assert r.ok, r.verify.problems
     work = tmp_path / "work"
     work.mkdir()
@@ -144,8 +148,10 @@ def test_restore_cli(seal_env, tmp_path, capsys):
     assert rc == 0
     n = seal_env["clean_result"].files
     r0 = seal_env["clean_result"]
-    assert (f"OK: {dest} ({n} files) key {r0.keyid} archive {r0.archive_id} created 2026-01-02T00:00:00Z "
-            f"seal {r0.seal_sha256} previous none") in out
+    assert (
+        f"OK: {dest} ({n} files) key {r0.keyid} archive {r0.archive_id} created 2026-01-02T00:00:00Z "
+        f"seal {r0.seal_sha256} previous none"
+    ) in out
     assert f"restored {n + 1} members into {dest}" in out
 
 

@@ -17,10 +17,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from refspec.hashing import canonical_json, sha256_bytes
-from refspec.keys import load_private_key
-from refspec.seal import PAYLOAD_TYPE, SEAL_NAME, envelope_bytes, pae, seal_sha256_of
-from refspec.verify import verify_archive
+from refspec.core.hashing import canonical_json, sha256_bytes
+from refspec.provenance.keys import load_private_key
+from refspec.provenance.seal import PAYLOAD_TYPE, SEAL_NAME, envelope_bytes, pae, seal_sha256_of
+from refspec.provenance.verify import verify_archive
 from test_seal_util import copy_archive, seal_env  # noqa: F401  (fixture)
 
 MEMBERS = [
@@ -201,7 +201,7 @@ def ledger_edit_line(d, env):
 
 
 def ledger_append_line(d, env):
-    from refspec.ledger import Ledger
+    from refspec.provenance.ledger import Ledger
 
     Ledger(d / "ledger.jsonl").append({"event": "attempt", "reason": "added after sealing"})
 
@@ -411,9 +411,11 @@ def test_random_byte_mutations_never_pass(data, mutable, seal_env):
 
 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(kind=st.sampled_from(["flip", "truncate", "insert", "delete", "append"]),
-       where=st.floats(min_value=0, max_value=1, exclude_max=True),
-       value=st.integers(min_value=1, max_value=255))
+@given(
+    kind=st.sampled_from(["flip", "truncate", "insert", "delete", "append"]),
+    where=st.floats(min_value=0, max_value=1, exclude_max=True),
+    value=st.integers(min_value=1, max_value=255),
+)
 def test_random_byte_mutations_of_the_tar_never_pass(kind, where, value, mutable, seal_env):
     _d, t, _names = mutable
     orig = t.read_bytes()
@@ -490,7 +492,7 @@ def _oldgnu_with_prefix(data: bytearray, off: int) -> None:
     """OLDGNU magic on a ustar header that carries a prefix (GNU tar and Python read the name differently)."""
     hdr = data[off : off + 512]
     hdr[257:265] = b"ustar  \x00"
-    hdr[345:345 + 16] = b"campaigns/c1\x00\x00\x00\x00"
+    hdr[345 : 345 + 16] = b"campaigns/c1\x00\x00\x00\x00"
     hdr[148:156] = b"        "
     hdr[148:156] = b"%06o\x00 " % sum(hdr)
     data[off : off + 512] = hdr
@@ -526,29 +528,57 @@ CANONICAL_CASES = [
     ("junk-after-end-blocks", lambda p, s: _patch_bytes(p, s, lambda d: d.extend(b"junk")), "expected"),
     ("zero-record-after-end", lambda p, s: _patch_bytes(p, s, lambda d: d.extend(bytes(10240))), "expected"),
     ("member-after-end-marker", _append_member_after_end, "non-zero bytes after the last member"),
-    ("pax-comment-hidden-data", lambda p, s: _retar(p, s, edit=lambda ti: ti.pax_headers.update(
-        comment="hidden " * 50)), "PAX keys ['comment']"),
-    ("schily-xattr", lambda p, s: _retar(p, s, edit=lambda ti: ti.pax_headers.update(
-        {"SCHILY.xattr.user.note": "x"})), "PAX keys ['SCHILY.xattr.user.note']"),
+    (
+        "pax-comment-hidden-data",
+        lambda p, s: _retar(p, s, edit=lambda ti: ti.pax_headers.update(comment="hidden " * 50)),
+        "PAX keys ['comment']",
+    ),
+    (
+        "schily-xattr",
+        lambda p, s: _retar(p, s, edit=lambda ti: ti.pax_headers.update({"SCHILY.xattr.user.note": "x"})),
+        "PAX keys ['SCHILY.xattr.user.note']",
+    ),
     ("mode-4777", lambda p, s: _retar(p, s, edit=lambda ti: setattr(ti, "mode", 0o4777)), "mode 4777"),
     ("owner-names", lambda p, s: _retar(p, s, edit=lambda ti: setattr(ti, "uname", "root")), "owner"),
     ("gnu-format", lambda p, s: _retar(p, s, fmt=tarfile.GNU_FORMAT), "header bytes differ"),
-    ("oldgnu-magic-with-prefix", lambda p, s: _patch_bytes(p, s, lambda d: _oldgnu_with_prefix(
-        d, _first_offset(s, "ledger.jsonl"))), "ledger.jsonl': header is not the canonical one"),
-    ("other-mtime", lambda p, s: _retar(p, s, edit=lambda ti: setattr(ti, "mtime", ti.mtime + 1)),
-     "is not the seal's creation time"),
-    ("two-mtimes", lambda p, s: _retar(p, s, edit=lambda ti: setattr(ti, "mtime", ti.mtime + (
-        ti.name == "plan.json"))), "different mtimes"),
+    (
+        "oldgnu-magic-with-prefix",
+        lambda p, s: _patch_bytes(p, s, lambda d: _oldgnu_with_prefix(d, _first_offset(s, "ledger.jsonl"))),
+        "ledger.jsonl': header is not the canonical one",
+    ),
+    (
+        "other-mtime",
+        lambda p, s: _retar(p, s, edit=lambda ti: setattr(ti, "mtime", ti.mtime + 1)),
+        "is not the seal's creation time",
+    ),
+    (
+        "two-mtimes",
+        lambda p, s: _retar(p, s, edit=lambda ti: setattr(ti, "mtime", ti.mtime + (ti.name == "plan.json"))),
+        "different mtimes",
+    ),
     ("unsorted-members", lambda p, s: _retar(p, s, order=lambda items: items[::-1]), "out of order"),
-    ("dot-slash-names", lambda p, s: _retar(p, s, edit=lambda ti: setattr(ti, "name", "./" + ti.name)),
-     "name not in canonical form"),
-    ("folder-entry", lambda p, s: _retar(p, s, extra=lambda tf: _add_bytes(tf, "zzz", type_=tarfile.DIRTYPE)),
-     "folder entry"),
-    ("global-pax-header", lambda p, s: _patch_bytes(p, s, lambda d: d.__setitem__(
-        slice(0, 0), tarfile.TarInfo._create_pax_generic_header({"comment": "g"}, tarfile.XGLTYPE, "utf-8"))),
-     "starts at byte"),
-    ("truncated-end-blocks", lambda p, s: _patch_bytes(p, s, lambda d: d.__delitem__(slice(-10240, None))),
-     "expected"),
+    (
+        "dot-slash-names",
+        lambda p, s: _retar(p, s, edit=lambda ti: setattr(ti, "name", "./" + ti.name)),
+        "name not in canonical form",
+    ),
+    (
+        "folder-entry",
+        lambda p, s: _retar(p, s, extra=lambda tf: _add_bytes(tf, "zzz", type_=tarfile.DIRTYPE)),
+        "folder entry",
+    ),
+    (
+        "global-pax-header",
+        lambda p, s: _patch_bytes(
+            p,
+            s,
+            lambda d: d.__setitem__(
+                slice(0, 0), tarfile.TarInfo._create_pax_generic_header({"comment": "g"}, tarfile.XGLTYPE, "utf-8")
+            ),
+        ),
+        "starts at byte",
+    ),
+    ("truncated-end-blocks", lambda p, s: _patch_bytes(p, s, lambda d: d.__delitem__(slice(-10240, None))), "expected"),
     ("gzip", lambda p, s: _gzip(p, s), "gzip-compressed tar refused"),
     ("gzip-second-member", lambda p, s: _gzip(p, s, members=2), "gzip-compressed tar refused"),
     ("gzip-trailing-junk", lambda p, s: _gzip(p, s, extra=b"junk"), "gzip-compressed tar refused"),
@@ -593,8 +623,11 @@ def test_every_single_bit_flip_of_a_gzipped_tar_is_refused(seal_env, tmp_path):
 
 
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(member=st.integers(min_value=0, max_value=100), at=st.integers(min_value=0, max_value=511),
-       value=st.integers(min_value=1, max_value=255))
+@given(
+    member=st.integers(min_value=0, max_value=100),
+    at=st.integers(min_value=0, max_value=511),
+    value=st.integers(min_value=1, max_value=255),
+)
 def test_fuzz_tar_header_bytes_never_pass(member, at, value, mutable, seal_env):
     """Any change of any byte of any member header (checksum updated or not) is refused."""
     _d, t, _names = mutable
@@ -620,15 +653,21 @@ def test_fuzz_tar_header_bytes_never_pass(member, at, value, mutable, seal_env):
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(fmt=st.sampled_from([tarfile.PAX_FORMAT, tarfile.USTAR_FORMAT, tarfile.GNU_FORMAT]),
-       mode=st.sampled_from([0o644, 0o600, 0o755, 0o4777]), uid=st.sampled_from([0, 1000]),
-       uname=st.sampled_from(["", "root"]), dmtime=st.sampled_from([0, 1]),
-       pax=st.sampled_from([None, "comment", "SCHILY.xattr.user.a", "mtime", "uname"]),
-       reverse=st.booleans())
-def test_fuzz_rewritten_tars_pass_only_in_the_canonical_form(fmt, mode, uid, uname, dmtime, pax, reverse,
-                                                             seal_env, tmp_path_factory):
+@given(
+    fmt=st.sampled_from([tarfile.PAX_FORMAT, tarfile.USTAR_FORMAT, tarfile.GNU_FORMAT]),
+    mode=st.sampled_from([0o644, 0o600, 0o755, 0o4777]),
+    uid=st.sampled_from([0, 1000]),
+    uname=st.sampled_from(["", "root"]),
+    dmtime=st.sampled_from([0, 1]),
+    pax=st.sampled_from([None, "comment", "SCHILY.xattr.user.a", "mtime", "uname"]),
+    reverse=st.booleans(),
+)
+def test_fuzz_rewritten_tars_pass_only_in_the_canonical_form(
+    fmt, mode, uid, uname, dmtime, pax, reverse, seal_env, tmp_path_factory
+):
     """Rewritten with random header choices, a tar verifies exactly when every choice is the
     canonical one (ustar and PAX write the same bytes when no PAX record is needed)."""
+
     def edit(ti):
         ti.mode, ti.uid, ti.uname, ti.mtime = mode, uid, uname, ti.mtime + dmtime
         if pax is not None:
@@ -636,9 +675,21 @@ def test_fuzz_rewritten_tars_pass_only_in_the_canonical_form(fmt, mode, uid, una
 
     if pax is not None and fmt != tarfile.PAX_FORMAT:
         return  # other formats drop PAX records
-    t = _retar(tmp_path_factory.mktemp("fuzz") / "t.tar", seal_env["clean_tar"], fmt=fmt, edit=edit,
-               order=(lambda items: items[::-1]) if reverse else None)
-    canonical = (fmt != tarfile.GNU_FORMAT and mode == 0o644 and uid == 0 and uname == "" and dmtime == 0
-                 and pax is None and not reverse)
+    t = _retar(
+        tmp_path_factory.mktemp("fuzz") / "t.tar",
+        seal_env["clean_tar"],
+        fmt=fmt,
+        edit=edit,
+        order=(lambda items: items[::-1]) if reverse else None,
+    )
+    canonical = (
+        fmt != tarfile.GNU_FORMAT
+        and mode == 0o644
+        and uid == 0
+        and uname == ""
+        and dmtime == 0
+        and pax is None
+        and not reverse
+    )
     res = verify_archive(t, seal_env["a"].public_path, workers=1)
     assert res.ok == canonical, res.problems

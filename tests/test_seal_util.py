@@ -12,10 +12,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from refspec import keys
-from refspec.ledger import Ledger
-from refspec.manifest import Artifact, build_manifest
-from refspec.seal import b64decode_strict, pae, parent_dirs, seal, unsafe_name
+from refspec.provenance import keys
+from refspec.provenance.ledger import Ledger
+from refspec.provenance.manifest import Artifact, build_manifest
+from refspec.provenance.seal import b64decode_strict, pae, parent_dirs, seal, unsafe_name
 
 # --------------------------------------------------------------------------- helpers
 

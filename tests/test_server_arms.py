@@ -27,7 +27,7 @@ ARM_BASE = {"ub": 4, "cap": 128, "threads": 2, "kv_type": "f16", "n_ctx": 2048, 
 
 @pytest.fixture(scope="module")
 def server_builds(native_build):
-    from refspec import native
+    from refspec.native import build as native
 
     opts = native.BuildOptions()
     return {v: native.build_server(opts, v) for v in native.SERVER_VARIANTS}
@@ -42,13 +42,37 @@ def _campaign(tmp: Path, arms: dict, names: list[str], *, tasks: str = "0-1", ca
     cfg = yaml.safe_load((REPO / "config" / "servers.example.yaml").read_text())
     cfg.update(arms_file=str(arms_file), results=str(tmp / "results"))
     (tmp / "config.yaml").write_text(yaml.safe_dump(cfg))
-    defn = {"campaign": "servers", "arms": names, "panel": {"source": "humaneval", "tasks": tasks}, "cap": cap,
-            "repeats": 1, "sessions": 1, "warmup_cap": 2, "retries": 1}
+    defn = {
+        "campaign": "servers",
+        "arms": names,
+        "panel": {"source": "humaneval", "tasks": tasks},
+        "cap": cap,
+        "repeats": 1,
+        "sessions": 1,
+        "warmup_cap": 2,
+        "retries": 1,
+    }
     (tmp / "servers.yaml").write_text(yaml.safe_dump(defn))
     env = {k: v for k, v in os.environ.items() if k != "LLAMA_ATTN_LAYOUT"}
-    p = subprocess.run([sys.executable, "-m", "refspec.cli", "campaign", "servers", "--config", str(tmp / "config.yaml"),
-                        "--definition", str(tmp / "servers.yaml"), "--no-progress"], cwd=REPO, env=env,
-                       capture_output=True, text=True, timeout=timeout)
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "refspec.cli",
+            "campaign",
+            "servers",
+            "--config",
+            str(tmp / "config.yaml"),
+            "--definition",
+            str(tmp / "servers.yaml"),
+            "--no-progress",
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     return p, tmp / "results" / "campaigns" / "servers"
 
 
@@ -75,15 +99,18 @@ def _assert_refused(p, cdir: Path, arm: str, needle: str) -> None:
 
 @pytest.mark.server_build  # builds llama-server twice (stock and patched): ./run test -m server_build
 def test_servers_campaign_qualifies_and_times(tmp_path, server_builds):
-    from refspec.arms import load_arms
+    from refspec.core.arms import load_arms
 
     cat = yaml.safe_load((REPO / "config" / "arms.yaml").read_text())["arms"]
     names = ["R", "S_stock", "S_qb", "S_qb_spec", "C3"]
     p, cdir = _campaign(tmp_path, {n: cat[n] for n in names if n.startswith("S_")}, names, cap=32)
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-3000:]
     assert set(load_arms(tmp_path / "arms.yaml")) >= set(names)
-    rows = [json.loads(line) for line in (cdir / "qualification.jsonl").read_text().splitlines()] \
-        if (cdir / "qualification.jsonl").exists() else None
+    rows = (
+        [json.loads(line) for line in (cdir / "qualification.jsonl").read_text().splitlines()]
+        if (cdir / "qualification.jsonl").exists()
+        else None
+    )
     import pandas as pd
 
     q = pd.read_parquet(cdir / "qualification.parquet") if rows is None else pd.DataFrame(rows)
@@ -117,8 +144,14 @@ def test_servers_campaign_qualifies_and_times(tmp_path, server_builds):
 
 @pytest.mark.server_build  # builds llama-server twice (stock and patched): ./run test -m server_build
 def test_unknown_layout_in_the_variable_is_refused(tmp_path, server_builds):
-    arm = {"kind": "server", "mode": "target", "layout": "qb", "ub": 4, "mask": 15,
-           "server": {"build": "patched", "attn_layout": "xx", "ready_timeout_s": 60}}
+    arm = {
+        "kind": "server",
+        "mode": "target",
+        "layout": "qb",
+        "ub": 4,
+        "mask": 15,
+        "server": {"build": "patched", "attn_layout": "xx", "ready_timeout_s": 60},
+    }
     p, cdir = _campaign(tmp_path, {"S_bad": arm}, ["R", "S_bad"], tasks="0", cap=4)
     _assert_refused(p, cdir, "S_bad", "before it answered /health")
     assert "LLAMA_ATTN_LAYOUT refused, context not created: malformed LLAMA_ATTN_LAYOUT='xx'" in p.stderr
@@ -126,15 +159,27 @@ def test_unknown_layout_in_the_variable_is_refused(tmp_path, server_builds):
 
 @pytest.mark.server_build  # builds llama-server twice (stock and patched): ./run test -m server_build
 def test_server_that_does_not_start_is_refused(tmp_path, server_builds):
-    arm = {"kind": "server", "mode": "target", "layout": "mq", "ub": 4, "mask": 0,
-           "server": {"build": "stock", "args": ["--no-such-option"], "ready_timeout_s": 60}}
+    arm = {
+        "kind": "server",
+        "mode": "target",
+        "layout": "mq",
+        "ub": 4,
+        "mask": 0,
+        "server": {"build": "stock", "args": ["--no-such-option"], "ready_timeout_s": 60},
+    }
     p, cdir = _campaign(tmp_path, {"S_bad": arm}, ["R", "S_bad"], tasks="0", cap=4)
     _assert_refused(p, cdir, "S_bad", "before it answered /health")
 
 
 def test_non_loopback_url_is_refused(tmp_path, native_build):
-    arm = {"kind": "server", "mode": "target", "layout": "mq", "ub": 4, "mask": 0,
-           "server": {"url": "http://192.0.2.1:8080"}}
+    arm = {
+        "kind": "server",
+        "mode": "target",
+        "layout": "mq",
+        "ub": 4,
+        "mask": 0,
+        "server": {"url": "http://192.0.2.1:8080"},
+    }
     p, cdir = _campaign(tmp_path, {"S_remote": arm}, ["R", "S_remote"], tasks="0", cap=4)
     _assert_refused(p, cdir, "S_remote", "is not on a loopback address")
 
@@ -145,21 +190,50 @@ def test_server_silent_on_health_is_refused(tmp_path, native_build):
         s.bind(("127.0.0.1", 0))
         s.listen(16)
         port = s.getsockname()[1]
-        arm = {"kind": "server", "mode": "target", "layout": "mq", "ub": 4, "mask": 0,
-               "server": {"url": f"http://127.0.0.1:{port}", "ready_timeout_s": 3}}
+        arm = {
+            "kind": "server",
+            "mode": "target",
+            "layout": "mq",
+            "ub": 4,
+            "mask": 0,
+            "server": {"url": f"http://127.0.0.1:{port}", "ready_timeout_s": 3},
+        }
         p, cdir = _campaign(tmp_path, {"S_silent": arm}, ["R", "S_silent"], tasks="0", cap=4)
     _assert_refused(p, cdir, "S_silent", "does not answer /health")
 
 
 def _start_server(binary: Path, model: Path, *, env_extra: dict | None = None):
-    from refspec.driver import worker_env
-    from refspec.server import free_port
+    from refspec.engine.driver import worker_env
+    from refspec.engine.server import free_port
 
     port = free_port()
     env = worker_env(binary.parent, 2, extra=env_extra)
-    proc = subprocess.Popen([str(binary), "-m", str(model), "--host", "127.0.0.1", "--port", str(port), "-np", "1",
-                             "-t", "2", "-c", "512", "-fa", "off", "-fit", "off", "--no-ui"], env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    proc = subprocess.Popen(
+        [
+            str(binary),
+            "-m",
+            str(model),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "-np",
+            "1",
+            "-t",
+            "2",
+            "-c",
+            "512",
+            "-fa",
+            "off",
+            "-fit",
+            "off",
+            "--no-ui",
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 120
     while True:
@@ -195,14 +269,19 @@ def test_server_of_another_vocabulary_is_refused(tmp_path, server_builds):
 @pytest.mark.server_build  # builds llama-server twice (stock and patched): ./run test -m server_build
 def test_response_without_token_ids_is_refused(server_builds, family_files):
     """A real llama-server answer that leaves the token IDs out cannot give an endpoint."""
-    from refspec.server import ResponseRefused, endpoint_from_response
+    from refspec.engine.server import ResponseRefused, endpoint_from_response
 
     proc, url = _start_server(server_builds["stock"].tool("llama-server"), family_files.target.path)
     try:
+
         def post(extra):
             body = {"prompt": [1, 2, 3], "n_predict": 4, "temperature": 0, "top_k": 1, "cache_prompt": False, **extra}
-            req = urllib.request.Request(url + "/completion", data=json.dumps(body).encode(), method="POST",
-                                         headers={"Content-Type": "application/json"})
+            req = urllib.request.Request(
+                url + "/completion",
+                data=json.dumps(body).encode(),
+                method="POST",
+                headers={"Content-Type": "application/json"},
+            )
             with urllib.request.urlopen(req, timeout=120) as r:
                 return json.loads(r.read())
 
@@ -219,8 +298,9 @@ def test_response_without_token_ids_is_refused(server_builds, family_files):
 
 @pytest.mark.server_build  # builds llama-server twice (stock and patched): ./run test -m server_build
 def test_server_builds_are_cached_and_pinned(native_build, server_builds):
-    from refspec import archive, native
-    from refspec.hashing import file_digest
+    from refspec.core.hashing import file_digest
+    from refspec.native import build as native
+    from refspec.pipeline import stages as archive
 
     stock, patched = server_builds["stock"], server_builds["patched"]
     assert len({stock.key, patched.key, native_build.key}) == 3

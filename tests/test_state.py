@@ -15,10 +15,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from refspec import kvstate as kv
-from refspec import runtime, state
-from refspec.errors import IntegrityError
-from refspec.runtime import Context, ContextSpec
+from refspec.core.errors import IntegrityError
+from refspec.engine import kvstate as kv
+from refspec.experiments import state
+from refspec.native import runtime
+from refspec.native.runtime import Context, ContextSpec
 
 CAP = 8
 N_CTX = 256
@@ -53,8 +54,12 @@ def _natural(model, msha, prompt, chunks, ub=512):
         logits = state.prefill(ctx, prompt, chunks)
         raw = kv.export_state(ctx)
         ep, _ = state.continue_greedy(ctx, model, logits, len(prompt), CAP)
-    return {"logits": logits, "kv": kv.kv_payload(raw, model_sha256=msha, n_ctx=N_CTX),
-            "lg": kv.logits_payload(logits, model_sha256=msha), "endpoint": ep}
+    return {
+        "logits": logits,
+        "kv": kv.kv_payload(raw, model_sha256=msha, n_ctx=N_CTX),
+        "lg": kv.logits_payload(logits, model_sha256=msha),
+        "endpoint": ep,
+    }
 
 
 @pytest.fixture(scope="module")
@@ -96,12 +101,17 @@ def test_wrong_model_payload_is_refused(models, states):
     draft_pl = states["q2_k"]["kv"]
     # same architecture and shape: the raw states are interchangeable as far as llama.cpp can tell
     a, d = kv.parse_state(states["A"]["kv"].body), kv.parse_state(draft_pl.body)
-    assert (a.cell_count, a.n_layer, [r.size for r in a.k + a.v]) == (d.cell_count, d.n_layer, [r.size for r in d.k + d.v])
+    assert (a.cell_count, a.n_layer, [r.size for r in a.k + a.v]) == (
+        d.cell_count,
+        d.n_layer,
+        [r.size for r in d.k + d.v],
+    )
     assert draft_pl.body != states["A"]["kv"].body
     with Context(models["target"], _spec()) as ctx:
         ctx.begin_request()
-        with pytest.raises(IntegrityError, match="wrong model: payload exported from model sha256 "
-                                                 + models["q2_k_sha"]):
+        with pytest.raises(
+            IntegrityError, match="wrong model: payload exported from model sha256 " + models["q2_k_sha"]
+        ):
             kv.import_state(ctx, draft_pl, model_sha256=models["target_sha"])
         assert ctx.pos_max() == -1  # nothing was restored
 
@@ -154,8 +164,11 @@ def test_splice_takes_exactly_the_selected_regions(models, states, prompt):
     l0k, facts = kv.splice(rec, don, kv.make_selector("L0_K", layout.n_layer, b))
     k0 = layout.k[0]
     assert facts["selected_bytes"] == k0.size
-    assert l0k.body[:k0.offset] == rec.body[:k0.offset] and l0k.body[k0.offset + k0.size:] == rec.body[k0.offset + k0.size:]
-    assert l0k.body[k0.offset:k0.offset + k0.size] == don.body[k0.offset:k0.offset + k0.size]
+    assert (
+        l0k.body[: k0.offset] == rec.body[: k0.offset]
+        and l0k.body[k0.offset + k0.size :] == rec.body[k0.offset + k0.size :]
+    )
+    assert l0k.body[k0.offset : k0.offset + k0.size] == don.body[k0.offset : k0.offset + k0.size]
     empty, facts = kv.splice(rec, don, kv.make_selector("EMPTY", layout.n_layer, b))
     assert empty.body == rec.body and facts["changed_bytes"] == 0
     full, facts = kv.splice(rec, don, kv.make_selector("ALL", layout.n_layer, b))
@@ -165,14 +178,37 @@ def test_splice_takes_exactly_the_selected_regions(models, states, prompt):
 def test_two_processes_give_identical_outcomes(models, states, tmp_path, lib_path):
     paths = {}
     for arm in ("A", "U1"):
-        paths[arm] = (str(states[arm]["kv"].write(tmp_path / f"{arm}.kv")),
-                      str(states[arm]["lg"].write(tmp_path / f"{arm}.logits")))
-    dirs = [{"direction": f"{d}->{r}", "donor": d, "recipient": r, "donor_kv": paths[d][0],
-             "recipient_kv": paths[r][0], "recipient_logits": paths[r][1]} for d, r in (("U1", "A"), ("A", "U1"))]
-    job = {"lib_dir": str(lib_path),
-           "model_path": str(models["target"].path), "model_sha256": models["target_sha"], "n_ctx": N_CTX,
-           "n_batch": 512, "ub": 512, "threads": 1, "cap": CAP, "task_id": "t", "repeat": 1, "boundary": 8,
-           "selectors": ["EMPTY", "LATE"], "directions": dirs, "frontier": False}
+        paths[arm] = (
+            str(states[arm]["kv"].write(tmp_path / f"{arm}.kv")),
+            str(states[arm]["lg"].write(tmp_path / f"{arm}.logits")),
+        )
+    dirs = [
+        {
+            "direction": f"{d}->{r}",
+            "donor": d,
+            "recipient": r,
+            "donor_kv": paths[d][0],
+            "recipient_kv": paths[r][0],
+            "recipient_logits": paths[r][1],
+        }
+        for d, r in (("U1", "A"), ("A", "U1"))
+    ]
+    job = {
+        "lib_dir": str(lib_path),
+        "model_path": str(models["target"].path),
+        "model_sha256": models["target_sha"],
+        "n_ctx": N_CTX,
+        "n_batch": 512,
+        "ub": 512,
+        "threads": 1,
+        "cap": CAP,
+        "task_id": "t",
+        "repeat": 1,
+        "boundary": 8,
+        "selectors": ["EMPTY", "LATE"],
+        "directions": dirs,
+        "frontier": False,
+    }
     r1 = state.spawn_worker(job, tmp_path / "work", "r1")
     r2 = state.spawn_worker({**job, "repeat": 2}, tmp_path / "work", "r2")
     assert r1["pid"] != r2["pid"]

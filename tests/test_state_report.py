@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from refspec.paths import REPO_ROOT
+from refspec.core.paths import REPO_ROOT
 
 CHECK = REPO_ROOT / "report" / "check.py"
 
@@ -27,8 +27,14 @@ CHECK = REPO_ROOT / "report" / "check.py"
 def _cli(*args: str) -> subprocess.CompletedProcess:
     env = dict(os.environ)
     env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '')}"
-    r = subprocess.run([sys.executable, "-m", "refspec.cli", *args], cwd=REPO_ROOT, env=env, capture_output=True,
-                       text=True, timeout=900)
+    r = subprocess.run(
+        [sys.executable, "-m", "refspec.cli", *args],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
     return r
 
@@ -45,17 +51,50 @@ def archive(tmp_path_factory, native_build, family_files, replay_tool) -> Path:
     res = tmp / "res"
     claims = [
         _stage(res, "partition", "state", "partition", "--tasks", "2", "--cap", "34", "--splits=-1", "--ub-sweep", "1"),
-        _stage(res, "crosses", "state", "crosses", "--partition", str(res / "campaigns" / "partition"), "--pair",
-               "A,U1", "--tasks", "2", "--selectors", "L0_K,L0_V,L0_KV,K_ALL,V_ALL", "--repeats", "2"),
-        _stage(res, "admission", "admission", "--family", "smollm2-135m", "--backend", "CPU", "--n-kv", "64",
-               "--queries", "1-2"),
+        _stage(
+            res,
+            "crosses",
+            "state",
+            "crosses",
+            "--partition",
+            str(res / "campaigns" / "partition"),
+            "--pair",
+            "A,U1",
+            "--tasks",
+            "2",
+            "--selectors",
+            "L0_K,L0_V,L0_KV,K_ALL,V_ALL",
+            "--repeats",
+            "2",
+        ),
+        _stage(
+            res,
+            "admission",
+            "admission",
+            "--family",
+            "smollm2-135m",
+            "--backend",
+            "CPU",
+            "--n-kv",
+            "64",
+            "--queries",
+            "1-2",
+        ),
     ]
     assert [c["status"] for c in claims] == ["supported"] * 3, claims
     manifest = tmp / "manifest.json"
     manifest.write_text("{}\n")
     stage = tmp / "stage"
-    _cli("assemble", "--results", str(res), "--manifest", str(manifest), "--out", str(stage),
-         *[x for n in ("partition", "crosses", "admission") for x in ("--campaign", str(res / "campaigns" / n))])
+    _cli(
+        "assemble",
+        "--results",
+        str(res),
+        "--manifest",
+        str(manifest),
+        "--out",
+        str(stage),
+        *[x for n in ("partition", "crosses", "admission") for x in ("--campaign", str(res / "campaigns" / n))],
+    )
     _cli("report", str(stage), "--no-pdf")
     return stage
 
@@ -85,10 +124,15 @@ def test_tables_and_claims_are_assembled(archive):
 
 def test_report_shows_the_state_sections(archive):
     html = (archive / "report.html").read_text()
-    for title in ("Partition classes per input", "First-layer K/V differences from A (Table S10 shape)",
-                  "Subset matrix (Table S11 shape)", "Full-KV differences from A and the natural endpoint (Table S12 shape)",
-                  "Frontier contrasts (Table S13 shape)", "Admission of the lifted shapes",
-                  "Claims of the controlled stages"):
+    for title in (
+        "Partition classes per input",
+        "First-layer K/V differences from A (Table S10 shape)",
+        "Subset matrix (Table S11 shape)",
+        "Full-KV differences from A and the natural endpoint (Table S12 shape)",
+        "Frontier contrasts (Table S13 shape)",
+        "Admission of the lifted shapes",
+        "Claims of the controlled stages",
+    ):
         assert title in html, title
     nums = {n["id"]: n for n in json.loads((archive / "numbers.json").read_text())["numbers"]}
     assert nums["partition|HumanEval/2|U1|first_diff_vs_A"]["value"] == 32

@@ -1,4 +1,4 @@
-"""Statistics (refspec.stats), table I/O (refspec.tables) and their agreement with report/check.py."""
+"""Statistics (refspec.core.stats), table I/O (refspec.core.tables) and their agreement with report/check.py."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ import re
 import numpy as np
 import pytest
 
-from refspec import stats as S
-from refspec import tables as T
-from refspec.paths import REPO_ROOT
+from refspec.core import stats as S
+from refspec.core import tables as T
+from refspec.core.paths import REPO_ROOT
 
 
 def load_checker():
@@ -147,7 +147,7 @@ def test_decision(lo, hi, decision):
 
 
 def test_pipeline_and_checker_agree_on_random_data():
-    """refspec.stats and report/check.py agree to 1e-12 on ratios, contrasts and intervals."""
+    """refspec.core.stats and report/check.py agree to 1e-12 on ratios, contrasts and intervals."""
     for trial in range(12):
         rng = random.Random(1000 + trial)
         tasks = [f"T/{i}" for i in range(rng.randint(2, 9))]
@@ -184,21 +184,44 @@ def test_fewer_than_five_sessions_get_no_decision():
 
 def _ep(camp, fam, task, arm, session, repeat, tokens, eog=True, cap=32):
     stop = "eog" if eog else "cap"
-    return dict(campaign=camp, family=fam, task_id=task, arm=arm, cap=cap, session=session, repeat=repeat,
-                endpoint_sha256=T.endpoint_sha256(tokens, eog, stop), tokens=tokens, n=len(tokens), eog=eog,
-                last_token=tokens[-1] if tokens else None, stop_reason=stop)
+    return dict(
+        campaign=camp,
+        family=fam,
+        task_id=task,
+        arm=arm,
+        cap=cap,
+        session=session,
+        repeat=repeat,
+        endpoint_sha256=T.endpoint_sha256(tokens, eog, stop),
+        tokens=tokens,
+        n=len(tokens),
+        eog=eog,
+        last_token=tokens[-1] if tokens else None,
+        stop_reason=stop,
+    )
 
 
 def _rq(ep, status="ok", attempt=1):
-    return dict(campaign=ep["campaign"], family=ep["family"], task_id=ep["task_id"], arm=ep["arm"], cap=ep["cap"],
-                session=ep["session"], repeat=ep["repeat"], status=status, attempt=attempt)
+    return dict(
+        campaign=ep["campaign"],
+        family=ep["family"],
+        task_id=ep["task_id"],
+        arm=ep["arm"],
+        cap=ep["cap"],
+        session=ep["session"],
+        repeat=ep["repeat"],
+        status=status,
+        attempt=attempt,
+    )
 
 
-def test_first_difference():
-    assert S.first_difference([1, 2, 3], True, "eog", [1, 2, 3], True, "eog") is None
-    assert S.first_difference([1, 2, 3], True, "eog", [1, 5, 3], True, "eog") == 1
-    assert S.first_difference([1, 2, 3], True, "eog", [1, 2], True, "eog") == 2
-    assert S.first_difference([1, 2], True, "eog", [1, 2], False, "cap") == 2
+def test_first_divergence():
+    from refspec.core.endpoint import first_divergence
+
+    assert first_divergence([1, 2, 3], True, "eog", [1, 2, 3], True, "eog") is None
+    assert first_divergence([1, 2, 3], True, "eog", [1, 5, 3], True, "eog") == 1
+    assert first_divergence([1, 2, 3], True, "eog", [1, 2], True, "eog") == 2
+    assert first_divergence([1, 2], True, "eog", [1, 2], False, "cap") == 2
 
 
 def test_qualify_by_hand():
@@ -216,7 +239,10 @@ def test_qualify_by_hand():
     reqs = [_rq(e) for e in eps]
     # M3 on t1 repeat 2: a failed attempt that was never completed
     reqs.append(dict(_rq(eps[4]), repeat=2, status="failed"))
-    q = {(r["task_id"], r["arm"]): r for r in S.qualify(reqs, eps, margins={("confirmation", "f", "t1", 32): [0.5, 0.4, 0.25, 0.1]})}
+    q = {
+        (r["task_id"], r["arm"]): r
+        for r in S.qualify(reqs, eps, margins={("confirmation", "f", "t1", 32): [0.5, 0.4, 0.25, 0.1]})
+    }
     assert q[("t1", "R")]["qualified"] and q[("t1", "R")]["ref_stable"]
     m0 = q[("t1", "M0")]
     assert not m0["qualified"] and m0["n_matching"] == 1 and m0["n_required"] == 2
@@ -231,8 +257,17 @@ def test_qualify_by_hand():
     rq = CHECK.recompute_qualification(reqs, eps)
     for (task, arm), row in q.items():
         other = rq[("confirmation", "f", task, 32, arm)]
-        for k in ("n_required", "n_requests", "n_matching", "qualified", "first_diff_index", "ref_token",
-                  "arm_token", "ref_stable", "ref_endpoint_sha256"):
+        for k in (
+            "n_required",
+            "n_requests",
+            "n_matching",
+            "qualified",
+            "first_diff_index",
+            "ref_token",
+            "arm_token",
+            "ref_stable",
+            "ref_endpoint_sha256",
+        ):
             assert row[k] == other[k], (task, arm, k)
 
 
@@ -266,12 +301,44 @@ def test_phase_mask_minimality():
 
 def _req_row(**kw):
     base = dict(
-        campaign="implementation", session="s1", block=0, worker="w0", family="f", task_id="MBPP/1", arm="M_qb",
-        mode="target", layout="qb", draft=None, k=0, ub=4, mask=3, cap=64, repeat=1, order_index=0, attempt=1,
-        status="ok", reason=None, t_ns=123456789, n_generated=3, stop_reason="eog", eog=True, last_token=7,
-        endpoint_sha256=T.endpoint_sha256([1, 2, 7], True, "eog"), proposals=0, accepted=0, rollbacks=0, cycles=0,
-        callers=4, micrographs=4, rows=40, graph_rebuilds=2, graph_reuses=2,
-        device="CUDA0", device_description="NVIDIA H200", gpu_layers=31, draft_gpu_layers=None,
+        campaign="implementation",
+        session="s1",
+        block=0,
+        worker="w0",
+        family="f",
+        task_id="MBPP/1",
+        arm="M_qb",
+        mode="target",
+        layout="qb",
+        draft=None,
+        k=0,
+        ub=4,
+        mask=3,
+        cap=64,
+        repeat=1,
+        order_index=0,
+        attempt=1,
+        status="ok",
+        reason=None,
+        t_ns=123456789,
+        n_generated=3,
+        stop_reason="eog",
+        eog=True,
+        last_token=7,
+        endpoint_sha256=T.endpoint_sha256([1, 2, 7], True, "eog"),
+        proposals=0,
+        accepted=0,
+        rollbacks=0,
+        cycles=0,
+        callers=4,
+        micrographs=4,
+        rows=40,
+        graph_rebuilds=2,
+        graph_reuses=2,
+        device="CUDA0",
+        device_description="NVIDIA H200",
+        gpu_layers=31,
+        draft_gpu_layers=None,
     )
     base.update(kw)
     return base
@@ -280,8 +347,20 @@ def _req_row(**kw):
 def test_write_read_round_trip(tmp_path):
     import pandas as pd
 
-    rows = [_req_row(), _req_row(order_index=1, status="failed", reason="worker died", t_ns=None, n_generated=None,
-                                 stop_reason=None, eog=None, last_token=None, endpoint_sha256=None)]
+    rows = [
+        _req_row(),
+        _req_row(
+            order_index=1,
+            status="failed",
+            reason="worker died",
+            t_ns=None,
+            n_generated=None,
+            stop_reason=None,
+            eog=None,
+            last_token=None,
+            endpoint_sha256=None,
+        ),
+    ]
     paths = T.write_table(pd.DataFrame(rows), "requests", tmp_path)
     assert paths["parquet"].is_file() and paths["csv"].is_file()
     back = T.read_records("requests", tmp_path)
@@ -304,9 +383,23 @@ def test_csv_encodings(tmp_path):
     T.write_table([e], "endpoints", tmp_path)
     line = (tmp_path / "endpoints.csv").read_text().splitlines()[1]
     assert "0 1 2147483647 -5" in line
-    est = dict(family="f", path="spec", comparison="PQ/QB", estimate=0.1 + 0.2, lo=1 / 3, hi=1e-300, n_sessions=6,
-               n_tasks=12, n_regressions=0, regressed_tasks="", draws=10000, seed=20261014, threshold=1.02,
-               decision="exceeds", reason=None)
+    est = dict(
+        family="f",
+        path="spec",
+        comparison="PQ/QB",
+        estimate=0.1 + 0.2,
+        lo=1 / 3,
+        hi=1e-300,
+        n_sessions=6,
+        n_tasks=12,
+        n_regressions=0,
+        regressed_tasks="",
+        draws=10000,
+        seed=20261014,
+        threshold=1.02,
+        decision="exceeds",
+        reason=None,
+    )
     T.write_table([est], "estimates", tmp_path)
     rec = T.read_csv_records("estimates", tmp_path)[0]
     assert rec["estimate"] == 0.1 + 0.2 and rec["lo"] == 1 / 3 and rec["hi"] == 1e-300  # exact round trip
@@ -348,9 +441,26 @@ def test_validation_of_columns_and_keys(tmp_path):
 
 def test_schemas_are_documented():
     doc = (REPO_ROOT / "anc" / "tables.md").read_text(encoding="utf-8")
-    assert set(T.TABLES) == {"requests", "endpoints", "qualification", "sessions", "contrasts", "estimates", "ratios",
-                             "replay", "audit", "phase_masks", "partition", "kv_diff", "crosses", "frontier",
-                             "diagnostics", "prediction", "admission", "claims"}
+    assert set(T.TABLES) == {
+        "requests",
+        "endpoints",
+        "qualification",
+        "sessions",
+        "contrasts",
+        "estimates",
+        "ratios",
+        "replay",
+        "audit",
+        "phase_masks",
+        "partition",
+        "kv_diff",
+        "crosses",
+        "frontier",
+        "diagnostics",
+        "prediction",
+        "admission",
+        "claims",
+    }
     for name, sp in T.TABLES.items():
         raw = json.loads(sp.path.read_text())
         assert raw["title"] == name and raw["key"]
@@ -359,4 +469,5 @@ def test_schemas_are_documented():
         for col in sp.columns:
             assert col.description, (name, col.name)
             assert re.search(rf"^\| `{re.escape(col.name)}` \| {re.escape(col.type)} \|", m.group(1), re.M), (
-                f"anc/tables.md does not document {name}.{col.name} ({col.type})")
+                f"anc/tables.md does not document {name}.{col.name} ({col.type})"
+            )

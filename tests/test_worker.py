@@ -20,9 +20,9 @@ import time
 
 import pytest
 
-from refspec.driver import ENV_GPU_PASSTHROUGH, Worker, WorkerSpec, worker_env
-from refspec.arms import load_arms
-from refspec.hashing import sha256_json
+from refspec.core.arms import load_arms
+from refspec.core.hashing import sha256_json
+from refspec.engine.driver import ENV_GPU_PASSTHROUGH, Worker, WorkerSpec, worker_env
 from test_driver import one_thread_arms
 
 CAP = 6
@@ -33,8 +33,17 @@ def worker(tmp_path_factory, lib_path, family_files):
     d = tmp_path_factory.mktemp("worker")
     arms_file = one_thread_arms(d / "arms.yaml")
     arm = load_arms(arms_file)["C3"]
-    spec = WorkerSpec(family="smollm2-135m", arm=arm, files=family_files, lib_dir=lib_path, worker_id="t-C3",
-                      run_dir=d, draft="q2_k", arms_file=arms_file, warmup_cap=4)
+    spec = WorkerSpec(
+        family="smollm2-135m",
+        arm=arm,
+        files=family_files,
+        lib_dir=lib_path,
+        worker_id="t-C3",
+        run_dir=d,
+        draft="q2_k",
+        arms_file=arms_file,
+        warmup_cap=4,
+    )
     w = Worker.start(spec, ready_timeout=600)
     yield w
     w.stop(timeout=30)
@@ -74,13 +83,17 @@ def test_health_reports_identity(worker, family_files):
 
 
 def test_completion_is_openai_shaped_with_refspec_extra(worker):
-    status, tok = call(worker, "POST", "/refspec/tokenize", {"text": "Write a function that adds two numbers.",
-                                                              "chat": True})
+    status, tok = call(
+        worker, "POST", "/refspec/tokenize", {"text": "Write a function that adds two numbers.", "chat": True}
+    )
     assert status == 200
     ids = tok["tokens"]
-    status, out = call(worker, "POST", "/v1/completions",
-                       {"model": "C3", "prompt": ids, "max_tokens": CAP, "temperature": 0,
-                        "refspec": {"request_id": "t1"}})
+    status, out = call(
+        worker,
+        "POST",
+        "/v1/completions",
+        {"model": "C3", "prompt": ids, "max_tokens": CAP, "temperature": 0, "refspec": {"request_id": "t1"}},
+    )
     assert status == 200
     assert out["object"] == "text_completion" and out["id"].startswith("cmpl-")
     assert isinstance(out["created"], int) and out["model"] == "smollm2-135m/C3+q2_k"
@@ -90,8 +103,7 @@ def test_completion_is_openai_shaped_with_refspec_extra(worker):
     assert ep["tokens"] == ext["tokens"] and ep["n"] == len(ext["tokens"]) <= CAP
     assert choice["finish_reason"] == ("stop" if ep["eog"] else "length")
     assert isinstance(choice["text"], str)
-    assert out["usage"] == {"prompt_tokens": len(ids), "completion_tokens": ep["n"],
-                            "total_tokens": len(ids) + ep["n"]}
+    assert out["usage"] == {"prompt_tokens": len(ids), "completion_tokens": ep["n"], "total_tokens": len(ids) + ep["n"]}
     assert ext["request_id"] == "t1" and ext["pid"] == worker.pid and ext["arm"]["name"] == "C3"
     assert ext["prompt_sha256"] == sha256_json(ids)
     assert len(ext["margins"]) == ep["n"] and all(m >= 0 for m in ext["margins"])
@@ -100,35 +112,70 @@ def test_completion_is_openai_shaped_with_refspec_extra(worker):
     ev = ext["evidence"]
     assert ev is not None and sum(p for p, _ in ev["cycles"]) == c["proposals"]
     # the same prompt as chat text gives the same endpoint (prompt caching is off: each request starts cleared)
-    status, out2 = call(worker, "POST", "/v1/completions",
-                        {"prompt": "Write a function that adds two numbers.", "max_tokens": CAP,
-                         "refspec": {"chat": True}})
+    status, out2 = call(
+        worker,
+        "POST",
+        "/v1/completions",
+        {"prompt": "Write a function that adds two numbers.", "max_tokens": CAP, "refspec": {"chat": True}},
+    )
     assert status == 200 and out2["refspec"]["endpoint"] == ep
     assert out2["refspec"]["request_index"] == ext["request_index"] + 1
 
 
-@pytest.mark.parametrize("case", [
-    "malformed_json", "not_an_object", "oversized_body", "oversized_header_only", "temperature", "n", "stream",
-    "unknown_field", "prompt_too_long", "empty_prompt", "token_out_of_vocab", "batch_of_prompts",
-    "bad_max_tokens", "unknown_path", "wrong_method",
-])
+@pytest.mark.parametrize(
+    "case",
+    [
+        "malformed_json",
+        "not_an_object",
+        "oversized_body",
+        "oversized_header_only",
+        "temperature",
+        "n",
+        "stream",
+        "unknown_field",
+        "prompt_too_long",
+        "empty_prompt",
+        "token_out_of_vocab",
+        "batch_of_prompts",
+        "bad_max_tokens",
+        "unknown_path",
+        "wrong_method",
+    ],
+)
 def test_bad_requests_get_clear_errors_and_the_worker_keeps_serving(worker, case):
     big = 2 * (1 << 20)
     cases = {
         "malformed_json": (400, "POST", "/v1/completions", None, b'{"prompt": [1, 2', "malformed JSON"),
         "not_an_object": (400, "POST", "/v1/completions", [1, 2], None, "JSON object"),
-        "oversized_body": (413, "POST", "/v1/completions", None,
-                           json.dumps({"prompt": "x" * big}).encode(), "exceeds the limit"),
-        "temperature": (422, "POST", "/v1/completions", {"prompt": [1, 2], "temperature": 0.7}, None,
-                        "temperature 0"),
+        "oversized_body": (
+            413,
+            "POST",
+            "/v1/completions",
+            None,
+            json.dumps({"prompt": "x" * big}).encode(),
+            "exceeds the limit",
+        ),
+        "temperature": (422, "POST", "/v1/completions", {"prompt": [1, 2], "temperature": 0.7}, None, "temperature 0"),
         "n": (422, "POST", "/v1/completions", {"prompt": [1, 2], "n": 2}, None, "n = 1"),
         "stream": (422, "POST", "/v1/completions", {"prompt": [1, 2], "stream": True}, None, "streaming"),
-        "unknown_field": (422, "POST", "/v1/completions", {"prompt": [1, 2], "grammar": "x"}, None,
-                          "unsupported field 'grammar'"),
-        "prompt_too_long": (400, "POST", "/v1/completions", {"prompt": [198] * 2100, "max_tokens": 8}, None,
-                            "the context holds 2048"),
+        "unknown_field": (
+            422,
+            "POST",
+            "/v1/completions",
+            {"prompt": [1, 2], "grammar": "x"},
+            None,
+            "unsupported field 'grammar'",
+        ),
+        "prompt_too_long": (
+            400,
+            "POST",
+            "/v1/completions",
+            {"prompt": [198] * 2100, "max_tokens": 8},
+            None,
+            "the context holds 2048",
+        ),
         "empty_prompt": (400, "POST", "/v1/completions", {"prompt": []}, None, "empty"),
-        "token_out_of_vocab": (400, "POST", "/v1/completions", {"prompt": [1, 10 ** 7]}, None, "vocabulary"),
+        "token_out_of_vocab": (400, "POST", "/v1/completions", {"prompt": [1, 10**7]}, None, "vocabulary"),
         "batch_of_prompts": (422, "POST", "/v1/completions", {"prompt": ["a", "b"]}, None, "batches"),
         "bad_max_tokens": (400, "POST", "/v1/completions", {"prompt": [1, 2], "max_tokens": 0}, None, "max_tokens"),
         "unknown_path": (404, "GET", "/v2/whatever", None, None, "no such path"),
@@ -178,8 +225,12 @@ def test_sigterm_finishes_the_request_in_flight_and_exits_0(worker):
     got = {}
 
     def client():
-        got["resp"] = call(worker, "POST", "/v1/completions",
-                           {"prompt": "Write a quicksort in Python.", "max_tokens": 24, "refspec": {"chat": True}})
+        got["resp"] = call(
+            worker,
+            "POST",
+            "/v1/completions",
+            {"prompt": "Write a quicksort in Python.", "max_tokens": 24, "refspec": {"chat": True}},
+        )
 
     t = threading.Thread(target=client)
     t.start()
@@ -197,9 +248,26 @@ def test_sigterm_finishes_the_request_in_flight_and_exits_0(worker):
 def test_non_loopback_bind_needs_the_explicit_flag(tmp_path, lib_path, host):
     ready = tmp_path / "ready.json"
     proc = subprocess.run(
-        [sys.executable, "-m", "refspec.worker", "--family", "smollm2-135m", "--arm", "R", "--host", host,
-         "--port", "0", "--ready-file", str(ready)],
-        env=worker_env(lib_path, 1), capture_output=True, text=True, timeout=120)
+        [
+            sys.executable,
+            "-m",
+            "refspec.engine.worker",
+            "--family",
+            "smollm2-135m",
+            "--arm",
+            "R",
+            "--host",
+            host,
+            "--port",
+            "0",
+            "--ready-file",
+            str(ready),
+        ],
+        env=worker_env(lib_path, 1),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 2
     assert "not a loopback address" in proc.stderr and "--allow-non-loopback" in proc.stderr
     assert not ready.exists()
@@ -208,21 +276,63 @@ def test_non_loopback_bind_needs_the_explicit_flag(tmp_path, lib_path, host):
 def test_with_the_flag_a_non_loopback_host_is_tried(tmp_path, lib_path):
     # 192.0.2.1 (TEST-NET-1) is not an address of this machine: the bind itself fails, before any model load
     proc = subprocess.run(
-        [sys.executable, "-m", "refspec.worker", "--family", "smollm2-135m", "--arm", "R", "--host", "192.0.2.1",
-         "--allow-non-loopback", "--port", "0"],
-        env=worker_env(lib_path, 1), capture_output=True, text=True, timeout=120)
+        [
+            sys.executable,
+            "-m",
+            "refspec.engine.worker",
+            "--family",
+            "smollm2-135m",
+            "--arm",
+            "R",
+            "--host",
+            "192.0.2.1",
+            "--allow-non-loopback",
+            "--port",
+            "0",
+        ],
+        env=worker_env(lib_path, 1),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 2 and "cannot bind 192.0.2.1" in proc.stderr
 
 
 def test_worker_environment_is_scrubbed(lib_path):
-    env = worker_env(lib_path, 2, base={"PATH": "/bin", "HOME": "/root", "SECRET_TOKEN": "x", "PYTHONPATH": "/evil",
-                                         "LD_PRELOAD": "/evil.so", "OMP_NUM_THREADS": "64"})
+    env = worker_env(
+        lib_path,
+        2,
+        base={
+            "PATH": "/bin",
+            "HOME": "/root",
+            "SECRET_TOKEN": "x",
+            "PYTHONPATH": "/evil",
+            "LD_PRELOAD": "/evil.so",
+            "OMP_NUM_THREADS": "64",
+        },
+    )
     assert "SECRET_TOKEN" not in env
     assert env["LD_PRELOAD"] == "/evil.so"  # on the GPU allowlist (hosts whose C++/CUDA runtime needs it)
     assert env["PYTHONHASHSEED"] == "0" and env["LANG"] == env["LC_ALL"] == "C"
     assert env["OMP_NUM_THREADS"] == "2" and env["LLAMA_CPP_LIB_PATH"] == str(lib_path)
     assert env["PYTHONPATH"] != "/evil"
-    assert set(env) <= {"PATH", "HOME", "VIRTUAL_ENV", "TMPDIR", "LANG", "LC_ALL", "PYTHONHASHSEED", "PYTHONPATH",
-                        "PYTHONUNBUFFERED", "PYTHONDONTWRITEBYTECODE", "LLAMA_CPP_LIB_PATH", "REFSPEC_CACHE",
-                        "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "VECLIB_MAXIMUM_THREADS",
-                        "NUMEXPR_NUM_THREADS", *ENV_GPU_PASSTHROUGH}
+    assert set(env) <= {
+        "PATH",
+        "HOME",
+        "VIRTUAL_ENV",
+        "TMPDIR",
+        "LANG",
+        "LC_ALL",
+        "PYTHONHASHSEED",
+        "PYTHONPATH",
+        "PYTHONUNBUFFERED",
+        "PYTHONDONTWRITEBYTECODE",
+        "LLAMA_CPP_LIB_PATH",
+        "REFSPEC_CACHE",
+        "OMP_NUM_THREADS",
+        "OPENBLAS_NUM_THREADS",
+        "MKL_NUM_THREADS",
+        "VECLIB_MAXIMUM_THREADS",
+        "NUMEXPR_NUM_THREADS",
+        *ENV_GPU_PASSTHROUGH,
+    }

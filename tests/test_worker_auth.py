@@ -22,10 +22,10 @@ import time
 
 import pytest
 
-from refspec.arms import load_arms
-from refspec.driver import Journal, Planned, RunContext, Worker, WorkerSpec, run_block
-from refspec.ledger import Ledger, verify_chain
-from refspec.worker import HEADER_DEADLINE_S
+from refspec.core.arms import load_arms
+from refspec.engine.driver import Journal, Planned, RunContext, Worker, WorkerSpec, run_block
+from refspec.engine.worker import HEADER_DEADLINE_S
+from refspec.provenance.ledger import Ledger, verify_chain
 from test_driver import one_thread_arms
 
 FAMILY = "smollm2-135m"
@@ -37,8 +37,16 @@ def worker(tmp_path_factory, lib_path, family_files):
     d = tmp_path_factory.mktemp("auth")
     arms_file = one_thread_arms(d / "arms.yaml")
     arm = load_arms(arms_file)["R"]
-    spec = WorkerSpec(family=FAMILY, arm=arm, files=family_files, lib_dir=lib_path, worker_id="t-auth-R",
-                      run_dir=d, arms_file=arms_file, warmup_cap=2)
+    spec = WorkerSpec(
+        family=FAMILY,
+        arm=arm,
+        files=family_files,
+        lib_dir=lib_path,
+        worker_id="t-auth-R",
+        run_dir=d,
+        arms_file=arms_file,
+        warmup_cap=2,
+    )
     w = Worker.start(spec, ready_timeout=600)
     yield w
     w.stop(timeout=30)
@@ -88,10 +96,19 @@ def test_ready_file_is_owner_only_and_holds_the_secret(worker):
     assert h["auth"] == "bearer" and worker.secret not in json.dumps(h)
 
 
-@pytest.mark.parametrize("auth", [None, "Bearer wrong-secret", "Basic {secret}", "Bearer {secret}x", "{secret}",
-                                  "Bearer "])
-@pytest.mark.parametrize("method,path", [("GET", "/health"), ("GET", "/v1/models"), ("POST", "/v1/completions"),
-                                         ("POST", "/refspec/tokenize"), ("GET", "/no/such/path")])
+@pytest.mark.parametrize(
+    "auth", [None, "Bearer wrong-secret", "Basic {secret}", "Bearer {secret}x", "{secret}", "Bearer "]
+)
+@pytest.mark.parametrize(
+    "method,path",
+    [
+        ("GET", "/health"),
+        ("GET", "/v1/models"),
+        ("POST", "/v1/completions"),
+        ("POST", "/refspec/tokenize"),
+        ("GET", "/no/such/path"),
+    ],
+)
 def test_requests_without_the_secret_get_401(worker, auth, method, path):
     before = served(worker)
     headers = {"Content-Type": "application/json"}
@@ -106,8 +123,17 @@ def test_requests_without_the_secret_get_401(worker, auth, method, path):
     assert served(worker) == before  # nothing was computed
 
 
-@pytest.mark.parametrize("ctype", [None, "text/plain", "application/x-www-form-urlencoded", "application/jsonp",
-                                   "application/json; charset=latin-1", "multipart/form-data; boundary=x"])
+@pytest.mark.parametrize(
+    "ctype",
+    [
+        None,
+        "text/plain",
+        "application/x-www-form-urlencoded",
+        "application/jsonp",
+        "application/json; charset=latin-1",
+        "multipart/form-data; boundary=x",
+    ],
+)
 def test_posts_need_a_json_content_type(worker, ctype):
     before = served(worker)
     headers = {"Authorization": f"Bearer {worker.secret}"}
@@ -120,17 +146,25 @@ def test_posts_need_a_json_content_type(worker, ctype):
 
 
 def test_json_with_a_utf8_charset_is_accepted(worker):
-    status, _, out = exchange(worker, "POST", "/refspec/tokenize",
-                              headers=good(worker, **{"Content-Type": "application/json; charset=utf-8"}),
-                              body=json.dumps({"text": "hello", "chat": False}).encode())
+    status, _, out = exchange(
+        worker,
+        "POST",
+        "/refspec/tokenize",
+        headers=good(worker, **{"Content-Type": "application/json; charset=utf-8"}),
+        body=json.dumps({"text": "hello", "chat": False}).encode(),
+    )
     assert status == 200 and out["n"] > 0
 
 
 @pytest.mark.parametrize("case", ["localhost", "other_name", "other_port", "no_port", "missing", "two"])
 def test_host_must_be_the_bound_address(worker, case):
     h, port = host_port(worker)
-    hosts = {"localhost": f"localhost:{port}", "other_name": f"rebound.example:{port}",
-             "other_port": f"{h}:{port + 1}", "no_port": h}
+    hosts = {
+        "localhost": f"localhost:{port}",
+        "other_name": f"rebound.example:{port}",
+        "other_port": f"{h}:{port + 1}",
+        "no_port": h,
+    }
     before = served(worker)
     if case == "missing":
         status, _, out = exchange(worker, "GET", "/health", headers=good(worker), host=False)
@@ -139,16 +173,18 @@ def test_host_must_be_the_bound_address(worker, case):
         status, _, out = exchange(worker, "GET", "/health", headers={**good(worker), "host": "rebound.example"})
         assert status == 400
     else:
-        status, _, out = exchange(worker, "POST", "/v1/completions", headers=good(worker), body=completion_body(),
-                                  host=hosts[case])
+        status, _, out = exchange(
+            worker, "POST", "/v1/completions", headers=good(worker), body=completion_body(), host=hosts[case]
+        )
         assert status == 421
     assert out["error"]["type"] == "invalid_host" and f"{h}:{port}" in out["error"]["message"]
     assert served(worker) == before
 
 
 def test_requests_from_web_pages_are_refused(worker):
-    status, _, out = exchange(worker, "POST", "/v1/completions",
-                              headers=good(worker, Origin="http://rebound.example"), body=completion_body())
+    status, _, out = exchange(
+        worker, "POST", "/v1/completions", headers=good(worker, Origin="http://rebound.example"), body=completion_body()
+    )
     assert status == 403 and out["error"]["code"] == 403
 
 
@@ -159,12 +195,16 @@ def test_a_trickling_client_does_not_stall_health(worker):
     got = {}
 
     def trickle():
-        data = (f"GET /health HTTP/1.1\r\nHost: {h}:{port}\r\nAuthorization: Bearer {worker.secret}\r\n"
-                + "X-Pad: " + "a" * 200 + "\r\n\r\n").encode()
+        data = (
+            f"GET /health HTTP/1.1\r\nHost: {h}:{port}\r\nAuthorization: Bearer {worker.secret}\r\n"
+            + "X-Pad: "
+            + "a" * 200
+            + "\r\n\r\n"
+        ).encode()
         t0 = time.monotonic()
         try:
             for i in range(len(data)):  # bounded: at most ~60 s of bytes, and the server cuts it off long before
-                slow.sendall(data[i:i + 1])
+                slow.sendall(data[i : i + 1])
                 time.sleep(0.25)
         except OSError:
             pass
@@ -200,8 +240,10 @@ def test_a_trickling_client_does_not_stall_health(worker):
     tr.join(HEADER_DEADLINE_S + 25)
     slow.close()
     tt.join(10)
-    print(f"/health latency under a trickling client: max {max(latencies) * 1000:.1f} ms, "
-          f"slow client cut off after {got.get('answer_s', -1):.1f} s")
+    print(
+        f"/health latency under a trickling client: max {max(latencies) * 1000:.1f} ms, "
+        f"slow client cut off after {got.get('answer_s', -1):.1f} s"
+    )
     assert max(latencies) < 2.0, latencies
     # the slow client got a 408 when its header deadline passed, not later
     assert got["answer"].startswith(b"HTTP/1.0 408"), got["answer"][:200]
@@ -236,9 +278,18 @@ def test_the_openai_client_works_with_the_secret(worker):
 def test_a_foreign_request_between_timed_ones_fails_the_block(tmp_path, lib_path, family_files):
     arms_file = one_thread_arms(tmp_path / "arms.yaml")
     arm = load_arms(arms_file)["R"]
-    ctx = RunContext(campaign="confirmation", family=FAMILY, session="s-gap", files=family_files, lib_dir=lib_path,
-                     out_dir=tmp_path, journal=Journal(tmp_path / "journal.jsonl"),
-                     ledger=Ledger(tmp_path / "ledger.jsonl"), arms_file=arms_file, warmup_cap=2)
+    ctx = RunContext(
+        campaign="confirmation",
+        family=FAMILY,
+        session="s-gap",
+        files=family_files,
+        lib_dir=lib_path,
+        out_dir=tmp_path,
+        journal=Journal(tmp_path / "journal.jsonl"),
+        ledger=Ledger(tmp_path / "ledger.jsonl"),
+        arms_file=arms_file,
+        warmup_cap=2,
+    )
     foreign = {}
 
     def on_submit(w, planned, order):
@@ -253,8 +304,12 @@ def test_a_foreign_request_between_timed_ones_fails_the_block(tmp_path, lib_path
     rows = [r["row"] for r in recs]
     assert foreign["status"] == 200
     assert [(r["task_id"], r["order_index"], r["status"]) for r in rows] == [
-        ("warmup", 0, "excluded_warmup"), ("t0", 1, "ok"), ("t1", 2, "failed"), ("t2", 3, "failed"),
-        ("t3", 4, "failed")]
+        ("warmup", 0, "excluded_warmup"),
+        ("t0", 1, "ok"),
+        ("t1", 2, "failed"),
+        ("t2", 3, "failed"),
+        ("t3", 4, "failed"),
+    ]
     gap = rows[2]
     assert "request_index gap" in gap["reason"] and "request_index 2 where 1 was due" in gap["reason"]
     assert "1 request(s) the driver did not send" in gap["reason"] and gap["t_ns"] is None

@@ -10,14 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from refspec.paths import REPO_ROOT
+from refspec.core.paths import REPO_ROOT
 
 
 def _snakemake(*args: str, cwd: Path = REPO_ROOT, timeout: int = 600) -> subprocess.CompletedProcess:
     env = dict(os.environ)
     env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '')}"
-    return subprocess.run([sys.executable, "-m", "snakemake", *args], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "snakemake", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
+    )
 
 
 def _planned(out: str) -> dict[str, int]:
@@ -43,16 +44,33 @@ def test_dry_run_plans_every_stage(configfile, tmp_path):
     r = _snakemake("-n", "--configfile", configfile, "--config", f"results={tmp_path}/res")
     assert r.returncode == 0, r.stdout + r.stderr
     jobs = _planned(r.stdout)
-    for rule in ("native_build", "models", "panel", "manifest", "keys", "assemble", "seal_data", "report",
-                 "seal_archive", "check", "all", "state_partition", "state_crosses", "admission"):
+    for rule in (
+        "native_build",
+        "models",
+        "panel",
+        "manifest",
+        "keys",
+        "assemble",
+        "seal_data",
+        "report",
+        "seal_archive",
+        "check",
+        "all",
+        "state_partition",
+        "state_crosses",
+        "admission",
+    ):
         assert jobs.get(rule) == 1, f"{rule} not planned once for {configfile}: {jobs}"
 
 
-@pytest.mark.parametrize("text,needle", [
-    ("family: smollm2-135m\nnative: {backend: opencl}\n", "opencl"),
-    ("family: smollm2-135m\nthreads: zero\n", "zero"),
-    ("threads: 2\n", None),
-])
+@pytest.mark.parametrize(
+    "text,needle",
+    [
+        ("family: smollm2-135m\nnative: {backend: opencl}\n", "opencl"),
+        ("family: smollm2-135m\nthreads: zero\n", "zero"),
+        ("threads: 2\n", None),
+    ],
+)
 def test_bad_config_is_refused_by_schema(tmp_path, text, needle):
     bad = tmp_path / "bad.yaml"
     bad.write_text(text)

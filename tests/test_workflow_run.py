@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from refspec.paths import REPO_ROOT
+from refspec.core.paths import REPO_ROOT
 
 
 def _env(tmp: Path) -> dict:
@@ -33,11 +33,21 @@ def _tiny(tmp: Path, name: str = "confirmation") -> Path:
     defs = tmp / "defs"
     defs.mkdir(parents=True, exist_ok=True)
     d = yaml.safe_load((REPO_ROOT / "config" / "campaigns" / f"{name}.yaml").read_text())
-    d.update({"arms": ["R", "M3", "C3"], "panel": {"source": "humaneval", "tasks": "0-1"}, "cap": 12,
-              "repeats": 1, "sessions": 1, "warmup_cap": 2})
+    d.update(
+        {
+            "arms": ["R", "M3", "C3"],
+            "panel": {"source": "humaneval", "tasks": "0-1"},
+            "cap": 12,
+            "repeats": 1,
+            "sessions": 1,
+            "warmup_cap": 2,
+        }
+    )
     (defs / f"{name}.yaml").write_text(yaml.safe_dump(d))
     cfg = {
-        "family": "smollm2-135m", "threads": 1, "results": str(tmp / "res"),
+        "family": "smollm2-135m",
+        "threads": 1,
+        "results": str(tmp / "res"),
         "panel": {"source": "humaneval", "tasks": "0-1"},
         "campaigns": {"run": [name], "preset": "default", "definitions": str(defs)},
         "stages": {"audit": False, "replay": False, "partition": False, "crosses": False, "admission": False},
@@ -48,23 +58,41 @@ def _tiny(tmp: Path, name: str = "confirmation") -> Path:
 
 
 def _smk_cmd(cfg: Path, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "snakemake", "--snakefile", str(REPO_ROOT / "Snakefile"), "--configfile",
-            str(cfg), "--cores", "2", "--rerun-incomplete", *extra]
+    return [
+        sys.executable,
+        "-m",
+        "snakemake",
+        "--snakefile",
+        str(REPO_ROOT / "Snakefile"),
+        "--configfile",
+        str(cfg),
+        "--cores",
+        "2",
+        "--rerun-incomplete",
+        *extra,
+    ]
 
 
 def _run(cfg: Path, tmp: Path, *extra: str, timeout: int = 1200) -> subprocess.CompletedProcess:
-    return subprocess.run(_smk_cmd(cfg, *extra), cwd=REPO_ROOT, env=_env(tmp), capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run(
+        _smk_cmd(cfg, *extra), cwd=REPO_ROOT, env=_env(tmp), capture_output=True, text=True, timeout=timeout
+    )
 
 
 def _check_archive(res: Path, tmp: Path, arm: str = "C3") -> None:
     archive = res / "archive"
     pub = res / "provenance" / "signer.pub"
-    v = subprocess.run([sys.executable, "-m", "refspec.cli", "verify", str(archive), "--pubkey", str(pub)],
-                       cwd=REPO_ROOT, env=_env(tmp), capture_output=True, text=True)
+    v = subprocess.run(
+        [sys.executable, "-m", "refspec.cli", "verify", str(archive), "--pubkey", str(pub)],
+        cwd=REPO_ROOT,
+        env=_env(tmp),
+        capture_output=True,
+        text=True,
+    )
     assert v.returncode == 0 and v.stdout.startswith("OK: "), v.stdout + v.stderr
-    c = subprocess.run(["python3", "-I", "-S", str(REPO_ROOT / "report" / "check.py"), str(archive)],
-                       capture_output=True, text=True)
+    c = subprocess.run(
+        ["python3", "-I", "-S", str(REPO_ROOT / "report" / "check.py"), str(archive)], capture_output=True, text=True
+    )
     assert c.returncode == 0, c.stdout + c.stderr
     assert (archive / "report.html").is_file() and (archive / "numbers.json").is_file()
     # the report stage makes report.pdf wherever pdflatex is (./run test installs it as root)
@@ -81,8 +109,17 @@ def test_small_workflow_end_to_end_and_rerun_is_a_no_op(tmp_path):
     _check_archive(res, tmp_path)
     assert "OK:" in (res / "checked.txt").read_text()
     # every rule kept a log
-    for rule in ("native_build", "models", "manifest", "campaign_confirmation", "assemble", "seal_data", "report",
-                 "seal_archive", "check"):
+    for rule in (
+        "native_build",
+        "models",
+        "manifest",
+        "campaign_confirmation",
+        "assemble",
+        "seal_data",
+        "report",
+        "seal_archive",
+        "check",
+    ):
         assert (res / "logs" / f"{rule}.log").is_file(), rule
     # a repeated run executes nothing
     again = _run(cfg, tmp_path, "-n")
@@ -94,8 +131,14 @@ def test_killed_run_resumes_without_recomputing(tmp_path):
     cfg = _tiny(tmp_path)
     res = tmp_path / "res"
     journal = res / "campaigns" / "confirmation" / "journal.jsonl"
-    proc = subprocess.Popen(_smk_cmd(cfg), cwd=REPO_ROOT, env=_env(tmp_path), stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, start_new_session=True)
+    proc = subprocess.Popen(
+        _smk_cmd(cfg),
+        cwd=REPO_ROOT,
+        env=_env(tmp_path),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     deadline = time.monotonic() + 600
     try:
         # kill the whole run (snakemake, the campaign, its workers) once a request has completed
@@ -116,24 +159,33 @@ def test_killed_run_resumes_without_recomputing(tmp_path):
     completed = [json.loads(line) for line in before.decode().splitlines() if line.strip()]
     time.sleep(1)
     # rerun as a user would: the main command releases the lock the killed run left behind
-    r = subprocess.run([sys.executable, "-m", "refspec.cli", "main", "--configfile", str(cfg), "--cores", "2"],
-                       cwd=REPO_ROOT, env=_env(tmp_path), capture_output=True, text=True, timeout=1200)
+    r = subprocess.run(
+        [sys.executable, "-m", "refspec.cli", "main", "--configfile", str(cfg), "--cores", "2"],
+        cwd=REPO_ROOT,
+        env=_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
     assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
     assert "releasing the lock an interrupted run left behind" in r.stderr
     pdf = res / "archive" / "report.pdf"
-    assert (f"report: {pdf}" if shutil.which("pdflatex") else "report.pdf: not made: pdflatex was not found") in r.stdout
+    assert (
+        f"report: {pdf}" if shutil.which("pdflatex") else "report.pdf: not made: pdflatex was not found"
+    ) in r.stdout
     after = journal.read_bytes()
     assert after.startswith(before), "completed journal lines were rewritten"
     _check_archive(res, tmp_path)
     ledger = (res / "campaigns" / "confirmation" / "ledger.jsonl").read_text()
     assert "interrupt" in ledger
+
     # nothing that had completed ran again
     def key(rec: dict) -> tuple:
         row = rec.get("row") or {}
         return row.get("arm"), row.get("task_id"), row.get("repeat"), row.get("session")
 
     done_before = {key(c) for c in completed if (c.get("row") or {}).get("status") == "ok"}
-    rerun = [json.loads(line) for line in after[len(before):].decode().splitlines() if line.strip()]
+    rerun = [json.loads(line) for line in after[len(before) :].decode().splitlines() if line.strip()]
     again = {key(c) for c in rerun if (c.get("row") or {}).get("status") == "ok"}
     assert done_before and not (done_before & again)
 

@@ -39,8 +39,16 @@ def _vocab(w, rename_token: tuple[int, str] | None = None) -> None:
     w.add_unk_token_id(0)
 
 
-def write_tiny(path: str | Path, *, arch: str = "llama", n_head: int = 4, n_head_kv: int = 2,
-               qkv_bias: bool = False, seed: int = 0, rename_token: tuple[int, str] | None = None) -> Path:
+def write_tiny(
+    path: str | Path,
+    *,
+    arch: str = "llama",
+    n_head: int = 4,
+    n_head_kv: int = 2,
+    qkv_bias: bool = False,
+    seed: int = 0,
+    rename_token: tuple[int, str] | None = None,
+) -> Path:
     import gguf
 
     rng = np.random.default_rng(seed)
@@ -130,8 +138,16 @@ def _copy_tokenizer(w, source: str | Path) -> int:
     return n_vocab
 
 
-def write_geometry(path: str | Path, geo: Geometry, *, n_layer: int, tokenizer_from: str | Path, seed: int = 0,
-                   n_embd: int = GEO_EMBD, n_ff: int = GEO_FF) -> Path:
+def write_geometry(
+    path: str | Path,
+    geo: Geometry,
+    *,
+    n_layer: int,
+    tokenizer_from: str | Path,
+    seed: int = 0,
+    n_embd: int = GEO_EMBD,
+    n_ff: int = GEO_FF,
+) -> Path:
     """A random-weight Q8_0 model of ``geo`` with ``n_layer`` layers (norm weights F32).
 
     Projections are scaled by 1/sqrt(fan-in), so every layer's contribution is of the

@@ -20,10 +20,11 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from refspec import __version__, keys
-from refspec.ledger import Ledger
-from refspec.manifest import Artifact, build_manifest
-from refspec.seal import seal
+from refspec import __version__
+from refspec.provenance import keys
+from refspec.provenance.ledger import Ledger
+from refspec.provenance.manifest import Artifact, build_manifest
+from refspec.provenance.seal import seal
 
 HERE = Path(__file__).resolve().parent
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "workflow"))
 
-from refspec import tables as T  # noqa: E402
+from refspec.core import tables as T
 
 
 def _rows(name: str, root: Path) -> list[dict]:
@@ -42,14 +42,17 @@ def main(argv: list[str] | None = None) -> int:
     placed = defaultdict(set)
     for r in req:
         if r["status"] in ("ok", "excluded_warmup"):
-            placed[(r["campaign"], r["arm"])].add((r.get("device"), r.get("device_description"), r.get("gpu_layers"),
-                                                   r.get("draft_gpu_layers")))
+            placed[(r["campaign"], r["arm"])].add(
+                (r.get("device"), r.get("device_description"), r.get("gpu_layers"), r.get("draft_gpu_layers"))
+            )
     devices = sorted({(d, desc, g, dg) for s in placed.values() for (d, desc, g, dg) in s}, key=str)
     out.append(f"requests: {len(req)} attempts, {len(ok)} ok, {sum(r['status'] == 'failed' for r in req)} failed")
     for d, desc, g, dg in devices:
         arms = sorted({f"{c}/{a}" for (c, a), s in placed.items() if (d, desc, g, dg) in s})
-        out.append(f"device {d} ({desc}): target layers offloaded {g}, draft {dg if dg is not None else '-'}: "
-                   f"{len(arms)} campaign arms")
+        out.append(
+            f"device {d} ({desc}): target layers offloaded {g}, draft {dg if dg is not None else '-'}: "
+            f"{len(arms)} campaign arms"
+        )
     med = defaultdict(list)
     for r in ok:
         med[(r["campaign"], r["arm"])].append(r["t_ns"])
@@ -58,11 +61,16 @@ def main(argv: list[str] | None = None) -> int:
     for r in q:
         by[(r["campaign"], r["arm"])].append(r)
     out.append("")
-    out.append(f"{'campaign':15s} {'arm':7s} {'tasks matching R':>17s} {'median ms':>10s}  first divergences (task@index)")
+    out.append(
+        f"{'campaign':15s} {'arm':7s} {'tasks matching R':>17s} {'median ms':>10s}  first divergences (task@index)"
+    )
     for (camp, arm), rs in sorted(by.items()):
         n_ok = sum(bool(r["qualified"]) for r in rs)
-        div = ", ".join(f"{r['task_id'].split('/')[-1]}@{r['first_diff_index']}" for r in rs
-                        if not r["qualified"] and r["first_diff_index"] is not None)
+        div = ", ".join(
+            f"{r['task_id'].split('/')[-1]}@{r['first_diff_index']}"
+            for r in rs
+            if not r["qualified"] and r["first_diff_index"] is not None
+        )
         m = med.get((camp, arm))
         ms = f"{statistics.median(m) / 1e6:.1f}" if m else "-"
         out.append(f"{camp:15s} {arm:7s} {n_ok:>8d}/{len(rs):<8d} {ms:>10s}  {div or '-'}")
@@ -72,8 +80,10 @@ def main(argv: list[str] | None = None) -> int:
         out.append("qualified ratios (numerator/denominator, median over tasks; > 1: numerator faster):")
         for r in rat:
             v = f"{r['ratio']:.3f}" if r["ratio"] is not None else "withheld"
-            out.append(f"  {r['campaign']:15s} {r['numerator']:>6s}/{r['denominator']:<6s} {v:>9s}  "
-                       f"{r.get('reason') or ''}".rstrip())
+            out.append(
+                f"  {r['campaign']:15s} {r['numerator']:>6s}/{r['denominator']:<6s} {v:>9s}  "
+                f"{r.get('reason') or ''}".rstrip()
+            )
     est = _rows("estimates", root)
     if est:
         out.append("")
@@ -81,8 +91,9 @@ def main(argv: list[str] | None = None) -> int:
         for r in est:
             ci = f"[{r['lo']:.3f}, {r['hi']:.3f}]" if r["lo"] is not None else "[-]"
             e = f"{r['estimate']:.3f}" if r["estimate"] is not None else "-"
-            out.append(f"  {r['path']:7s} {r['comparison']:10s} {e} {ci} over {r['n_sessions']} sessions: "
-                       f"{r['decision']}")
+            out.append(
+                f"  {r['path']:7s} {r['comparison']:10s} {e} {ci} over {r['n_sessions']} sessions: {r['decision']}"
+            )
     rp = _rows("replay", root)
     if rp:
         out.append("")
@@ -90,9 +101,11 @@ def main(argv: list[str] | None = None) -> int:
         mq = sum(bool(r["mq_eq_pq"]) for r in rp)
         ctl = sum(bool(r["control_ok"]) for r in rp)
         q1 = [r for r in rp if r["q"] == 1]
-        out.append(f"E1 replay: {len(rp)} stage comparisons; PQ = QB bitwise {pq_qb}/{len(rp)}; "
-                   f"MQ = PQ {mq}/{len(rp)} (q=1: {sum(bool(r['mq_eq_pq']) for r in q1)}/{len(q1)}); "
-                   f"controls ok {ctl}/{len(rp)}")
+        out.append(
+            f"E1 replay: {len(rp)} stage comparisons; PQ = QB bitwise {pq_qb}/{len(rp)}; "
+            f"MQ = PQ {mq}/{len(rp)} (q=1: {sum(bool(r['mq_eq_pq']) for r in q1)}/{len(q1)}); "
+            f"controls ok {ctl}/{len(rp)}"
+        )
     if args.total_seconds:
         out.append("")
         out.append(f"total: {args.total_seconds} s")

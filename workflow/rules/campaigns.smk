@@ -19,16 +19,18 @@ rule campaign:
         f"{BENCH}/campaign_{{name}}.tsv"
     wildcard_constraints:
         name="|".join(SLOTS),
+    conda:
+        "../../envs/refspec.yaml"
+    # timed campaigns run alone on the machine: nothing else shares its cores
+    threads: workflow.cores
     params:
         results=lambda wildcards, output: results_of(output[0], wildcards.name),
         campaign=lambda wildcards: slot_name(wildcards.name),
-        family=lambda wildcards: f"--family {slot_family(wildcards.name)}" if MULTI else "",
+        family=lambda wildcards: (
+            f"--family {slot_family(wildcards.name)}" if MULTI else ""
+        ),
         preset=config["campaigns"]["preset"],
         threads=THREADS,
-    # timed campaigns run alone on the machine: nothing else shares its cores
-    threads: workflow.cores
-    conda:
-        "../../envs/refspec.yaml"
     shell:
         "refspec campaign {params.campaign} {params.family} --config {input.cfg}"
         " --definition {input.definition}"
@@ -40,19 +42,20 @@ rule campaign:
 rule audit:
     # the marker beside campaigns/audit is the output: a failed control keeps the folder
     input:
-        f"{PROV}/BUILD.json",
+        build=f"{PROV}/BUILD.json",
+        cfg=CONFIGFILE,
     output:
         f"{RESULTS}/campaigns/audit.done",
     log:
         f"{LOGS}/audit.log",
     benchmark:
         f"{BENCH}/audit.tsv"
+    conda:
+        "../../envs/refspec.yaml"
+    threads: 1
     params:
         out=lambda wildcards, output: output[0][: -len(".done")],
         results=lambda wildcards, output: Path(output[0]).parent.parent,
-    threads: 1
-    conda:
-        "../../envs/refspec.yaml"
     shell:
         "refspec stage audit --dir {params.out} --done {output} --results {params.results}"
-        " -- audit --out {params.out} --threads {threads} > {log} 2>&1"
+        " -- audit --config {input.cfg} --out {params.out} --threads {threads} > {log} 2>&1"

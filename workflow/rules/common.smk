@@ -11,7 +11,11 @@ CHECKED = f"{RESULTS}/checked.txt"
 THREADS = config["threads"]
 
 # the config file the CLI reads (the same one Snakemake validated)
-CONFIGFILE = workflow.overwrite_configfiles[-1] if workflow.overwrite_configfiles else "config/config.yaml"
+CONFIGFILE = (
+    workflow.overwrite_configfiles[-1]
+    if workflow.overwrite_configfiles
+    else "config/config.yaml"
+)
 PATCHES = sorted(str(p) for p in Path("native/patches").glob("*.patch"))
 PANEL = f"{RESULTS}/panels/{config['panel']['source']}.jsonl"
 CAMPAIGNS = list(config["campaigns"]["run"])
@@ -20,7 +24,11 @@ CAMPAIGNS = list(config["campaigns"]["run"])
 FAMILIES = list(config.get("families") or [config["family"]])
 MULTI = len(FAMILIES) > 1
 SLOTS = [f"{f}/{c}" if MULTI else c for f in FAMILIES for c in CAMPAIGNS]
-REPLAY_SLOTS = [f"{f}/replay" if MULTI else "replay" for f in FAMILIES] if config["stages"]["replay"] else []
+REPLAY_SLOTS = (
+    [f"{f}/replay" if MULTI else "replay" for f in FAMILIES]
+    if config["stages"]["replay"]
+    else []
+)
 
 
 def slot_family(slot):
@@ -39,15 +47,24 @@ def results_of(done, slot):
 
 # directories assembled into the archive: each campaign's folder (ready once its marker is)
 # controlled stages (`refspec stage`): folder campaigns/<slot>, completion marker <slot>.done
-STAGE_SLOTS = ["audit"] * bool(config["stages"]["audit"]) + REPLAY_SLOTS + [
-    s for s in ("partition", "crosses", "admission") if config["stages"][s]
-]
+STAGE_SLOTS = (
+    ["audit"] * bool(config["stages"]["audit"])
+    + REPLAY_SLOTS
+    + [s for s in ("partition", "crosses", "admission") if config["stages"][s]]
+)
 CAMPAIGN_DONE = [f"{RESULTS}/campaigns/{s}.done" for s in SLOTS + STAGE_SLOTS]
 CAMPAIGN_DIRS = []
 DEFINITIONS = config["campaigns"]["definitions"]
 # the code the manifest pins: a change to any of it makes a new manifest (and the
 # freeze check then refuses to resume a campaign begun under the old one)
 SOURCES = sorted(
-    str(p) for pattern in ("workflow/refspec/**/*.py", "report/**/*", "native/**/*", "config/**/*.yaml")
-    for p in Path(".").glob(pattern) if p.is_file()
+    str(p)
+    for pattern in (
+        "workflow/refspec/**/*.py",
+        "report/**/*",
+        "native/**/*",
+        "config/**/*.yaml",
+    )
+    for p in Path(".").glob(pattern)
+    if p.is_file()
 )

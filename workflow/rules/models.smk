@@ -5,13 +5,13 @@ rule models:
         f"{PROV}/models.txt",
     log:
         f"{LOGS}/models.log",
+    conda:
+        "../../envs/refspec.yaml"
     params:
         families=" ".join(FAMILIES),
         models_dir=config["models_dir"] or "",
         families_file=config["families_file"],
         cfg=CONFIGFILE,
-    conda:
-        "../../envs/refspec.yaml"
     shell:
         "(for f in {params.families}; do refspec models --config {params.cfg} --family $f"
         " --models-dir '{params.models_dir}' --families-file '{params.families_file}' || exit $?; done)"
@@ -23,9 +23,9 @@ rule panel:
         f"{RESULTS}/panels/{{source}}.jsonl",
     log:
         f"{LOGS}/panel_{{source}}.log",
-    params:
-        tasks=config["panel"]["tasks"],
     conda:
         "../../envs/refspec.yaml"
+    params:
+        tasks=config["panel"]["tasks"],
     shell:
         "refspec panel --source {wildcards.source} --tasks {params.tasks} --out {output} > {log} 2>&1"

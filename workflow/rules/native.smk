@@ -7,12 +7,12 @@ rule native_build:
         f"{LOGS}/native_build.log",
     benchmark:
         f"{BENCH}/native_build.tsv"
+    conda:
+        "../../envs/refspec.yaml"
     threads: workflow.cores
     params:
         backend=config["native"]["backend"],
         cuda_arch=config["native"]["cuda_arch"],
-    conda:
-        "../../envs/refspec.yaml"
     shell:
         "refspec build --backend {params.backend} --cuda-arch {params.cuda_arch} --record {output} --jobs {threads}"
         " > {log} 2>&1"

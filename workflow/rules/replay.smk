@@ -17,13 +17,13 @@ rule replay:
         f"{BENCH}/{{rslot}}.tsv"
     wildcard_constraints:
         rslot="|".join(REPLAY_SLOTS) or "replay",
+    conda:
+        "../../envs/refspec.yaml"
+    threads: 1
     params:
         family=lambda wildcards: slot_family(wildcards.rslot),
         out=lambda wildcards, output: output[0][: -len(".done")],
         results=lambda wildcards, output: results_of(output[0], wildcards.rslot),
-    threads: 1
-    conda:
-        "../../envs/refspec.yaml"
     shell:
         "refspec stage replay --dir {params.out} --done {output} --results {params.results}"
         " -- replay --config {input.cfg} --family {params.family} --out {params.out} --threads {threads}"

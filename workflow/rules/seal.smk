@@ -22,13 +22,14 @@ rule assemble:
         directory(STAGE),
     log:
         f"{LOGS}/assemble.log",
+    conda:
+        "../../envs/refspec.yaml"
     params:
         results=lambda wildcards, input: Path(input.manifest).parent.parent,
         campaigns=lambda wildcards, input: " ".join(
-            f"--campaign {c}" for c in [*input.campaigns, *(d[: -len(".done")] for d in input.done)]
+            f"--campaign {c}"
+            for c in [*input.campaigns, *(d[: -len(".done")] for d in input.done)]
         ),
-    conda:
-        "../../envs/refspec.yaml"
     shell:
         "refspec assemble --results {params.results} --manifest {input.manifest} --out {output}"
         " {params.campaigns} > {log} 2>&1"

@@ -18,6 +18,9 @@ rule state_partition:
         f"{LOGS}/state_partition.log",
     benchmark:
         f"{BENCH}/state_partition.tsv"
+    conda:
+        "../../envs/refspec.yaml"
+    threads: 1
     params:
         results=lambda wildcards, output: Path(output[0]).parent.parent,
         tasks=_ST["tasks"],
@@ -25,9 +28,6 @@ rule state_partition:
         splits=",".join(str(s) for s in _ST["splits"]),
         ub_sweep=",".join(str(u) for u in _ST["ub_sweep"]),
         repeats=_ST["repeats"],
-    threads: 1
-    conda:
-        "../../envs/refspec.yaml"
     shell:
         "refspec stage partition --dir {params.results}/campaigns/partition --done {output} --results {params.results}"
         " -- state partition --config {input.cfg} --tasks {params.tasks} --cap {params.cap}"
@@ -44,16 +44,16 @@ rule state_crosses:
         f"{LOGS}/state_crosses.log",
     benchmark:
         f"{BENCH}/state_crosses.tsv"
+    conda:
+        "../../envs/refspec.yaml"
+    # independent worker processes, one per core (each single-threaded)
+    threads: 2
     params:
         results=lambda wildcards, output: Path(output[0]).parent.parent,
         pair=",".join(_ST["pair"]),
         divergent=_ST["divergent"],
         stable=_ST["stable"],
         repeats=_ST["cross_repeats"],
-    # independent worker processes, one per core (each single-threaded)
-    threads: 2
-    conda:
-        "../../envs/refspec.yaml"
     shell:
         "refspec stage crosses --dir {params.results}/campaigns/crosses --done {output} --results {params.results}"
         " -- state crosses --partition {params.results}/campaigns/partition --pair {params.pair}"
@@ -72,14 +72,14 @@ rule admission:
         f"{LOGS}/admission.log",
     benchmark:
         f"{BENCH}/admission.tsv"
+    conda:
+        "../../envs/refspec.yaml"
+    threads: 1
     params:
         results=lambda wildcards, output: Path(output[0]).parent.parent,
         backend=_ADM["backend"],
         n_kv=_ADM["n_kv"],
         queries=_ADM["queries"],
-    threads: 1
-    conda:
-        "../../envs/refspec.yaml"
     shell:
         "refspec stage admission --dir {params.results}/campaigns/admission --done {output} --results {params.results}"
         " -- admission --config {input.cfg} --backend {params.backend} --n-kv {params.n_kv} --queries {params.queries}"

@@ -14,12 +14,12 @@ threads, results folder, models_dir).
 
 Everything goes into ``DIR/campaigns/NAME/`` (DIR: ``--out``, default the
 config's ``results``): ``plan.json`` (frozen before the first session,
-:mod:`refspec.plan`), ``ledger.jsonl`` (every attempt, hash-chained),
+:mod:`refspec.provenance.plan`), ``ledger.jsonl`` (every attempt, hash-chained),
 ``journal.jsonl`` (one line per attempt with its endpoint), ``arms.yaml`` (the
 arms the workers load), ``panel-*.jsonl``, ``workers/`` (ready files and logs),
 the result tables (Parquet + CSV, ``anc/tables.md``), ``timed_audit.json`` and
 ``summary.txt`` (the paper-shaped summary, also printed). A killed campaign is
-continued with ``--resume`` (only requests without a completed attempt run);
+continued with ``--resume`` (only requests without a final attempt run);
 ``--analyze`` only re-checks the plan and rewrites the tables. The campaigns
 and their outputs are documented in ``anc/campaigns.md``.
 
@@ -38,22 +38,22 @@ import json
 import os
 import signal
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-from ..errors import EXIT_OK, EXIT_RUNTIME, ConfigError, UsageError
-from ..fsutil import atomic_write_text
-from ..hashing import sha256_file, sha256_json
-from ..paths import REPO_ROOT
-from .. import plan as planmod
+from ..core.errors import EXIT_OK, EXIT_RUNTIME, ConfigError, IntegrityError, UsageError
+from ..core.fsutil import atomic_write_text
+from ..core.hashing import sha256_file, sha256_json
+from ..core.paths import REPO_ROOT
+from ..provenance import plan as planmod
+from .evidence import COMPARED_COUNTERS, arm_evidence, audit_text, timed_audit
 
 NAMES = ("phase_mask", "confirmation", "implementation", "replication", "width", "prediction", "servers")
 PLAN_FORMAT = 1
 # The analysis code as it was when this process imported it (stats.py, plan.py, campaigns/*.py).
 ANALYSIS_CODE = planmod.analysis_code_digest()
-COUNTER_KEYS = ("proposals", "accepted", "rollbacks", "cycles", "callers", "rows", "micrographs")
-LOGICAL_KEYS = ("proposals", "accepted", "rollbacks", "cycles", "callers", "rows")
 
 
 def module_for(name: str):
@@ -62,8 +62,7 @@ def module_for(name: str):
 
 def normalize_name(name: str) -> str:
     n = name.strip().lower().replace("-", "_")
-    aliases = {"phase_masks": "phase_mask", "phasemask": "phase_mask", "e2": "replication",
-               "predict": "prediction"}
+    aliases = {"phase_masks": "phase_mask", "phasemask": "phase_mask", "e2": "replication", "predict": "prediction"}
     n = aliases.get(n, n)
     if n not in NAMES:
         raise UsageError(f"unknown campaign {name!r} (one of {', '.join(NAMES)})")
@@ -84,14 +83,14 @@ def deep_merge(base: Any, over: Any) -> Any:
 
 
 def definition_path(name: str) -> Path:
-    from ..paths import config_dir
+    from ..core.paths import config_dir
 
     return config_dir() / "campaigns" / f"{name}.yaml"
 
 
 def load_definition(name: str, preset: str = "default", path: str | Path | None = None) -> tuple[dict, Path]:
     """The validated definition of campaign ``name`` with ``preset`` applied (defaults filled)."""
-    from ..config import read_yaml, validate
+    from ..core.config import read_yaml, validate
 
     p = Path(path) if path else definition_path(name)
     raw = read_yaml(p)
@@ -111,21 +110,6 @@ def load_definition(name: str, preset: str = "default", path: str | Path | None 
     defn = validate(raw, "campaign.schema.yaml", f"{p} (preset {preset or 'default'})")
     defn.pop("presets", None)
     return defn, p
-
-
-def resolve_panel(spec: dict, base_dir: Path):
-    """Tasks of a panel spec and its plan record."""
-    from ..panels import humaneval_tasks, parse_range, read_panel, tasks_sha256
-
-    if spec["source"] == "humaneval":
-        tasks = humaneval_tasks(parse_range(spec["tasks"]))
-    else:
-        fp = Path(spec["file"]).expanduser()
-        if not fp.is_absolute():
-            fp = base_dir / fp
-        tasks = read_panel(fp)
-    rec = {"source": spec["source"], "tasks": [t.task_id for t in tasks], "sha256": tasks_sha256(tasks)}
-    return tasks, rec
 
 
 # --------------------------------------------------------------------------- context
@@ -159,10 +143,9 @@ def write_arms_file(arms: dict, path: Path) -> None:
     """The campaign's arms as an arms file (validated by reading it back)."""
     import yaml
 
-    from ..arms import load_arms
+    from ..core.arms import load_arms
 
-    doc = {"arms": {n: {k: v for k, v in a.record().items() if k != "name" and v is not None}
-                    for n, a in arms.items()}}
+    doc = {"arms": {n: {k: v for k, v in a.record().items() if k != "name" and v is not None} for n, a in arms.items()}}
     text = "# The arms of this campaign, exactly as its workers run them (written by refspec campaign).\n"
     text += yaml.safe_dump(doc, sort_keys=True)
     if not path.exists() or path.read_text(encoding="utf-8") != text:
@@ -199,133 +182,6 @@ def table_text(header: list[str], rows: list[list[Any]]) -> str:
     return "\n".join(lines)
 
 
-# --------------------------------------------------------------------------- audit
-
-
-def compare_counters(requests: list[dict], pairs: list[tuple], keys=COUNTER_KEYS) -> list[dict]:
-    """Per (label, task, cap, session): do the two arms' recorded counters agree?
-
-    ``pairs`` holds (label, arm_a, arm_b) or (label, arm_a, arm_b, keys). The ok
-    rows of each arm on a task and session give a sorted list of counter tuples
-    (one per repeat); the pair agrees when both lists are equal.
-    """
-    out = []
-    for pair in pairs:
-        label, a, b = pair[:3]
-        pkeys = tuple(pair[3]) if len(pair) > 3 else tuple(keys)
-        by: dict[tuple, list] = {}
-        for r in requests:
-            if r["status"] == "ok" and r["arm"] in (a, b):
-                by.setdefault((r["arm"], r["task_id"], r["cap"], r["session"]), []).append(
-                    tuple(r[k] for k in pkeys))
-        keys_ = pkeys
-        cells = sorted({(t, c, s) for (arm, t, c, s) in by if arm in (a, b)})
-        for t, c, s in cells:
-            va = sorted(by.get((a, t, c, s), []))
-            vb = sorted(by.get((b, t, c, s), []))
-            diff = [k for i, k in enumerate(keys_) if [x[i] for x in va] != [x[i] for x in vb]]
-            out.append({"comparison": label, "arms": [a, b], "keys": list(keys_), "task_id": t, "cap": c,
-                        "session": s, "agree": bool(va) and bool(vb) and not diff, "differing": diff,
-                        "a": [dict(zip(keys_, x)) for x in va], "b": [dict(zip(keys_, x)) for x in vb]})
-    return out
-
-
-def timed_audit(base: dict, counter_pairs: list[tuple] | None = None, keys=COUNTER_KEYS) -> dict:
-    """Every completed request compared with its reference; failures; counter agreement."""
-    from ..stats import first_difference
-
-    records = base["_records"]
-    refs: dict[tuple[str, int], dict] = {}
-    for r in sorted((r for r in records if r["row"]["arm"] == "R" and r["endpoint"] is not None),
-                    key=lambda r: (r["row"]["session"], r["row"]["repeat"])):
-        refs.setdefault((r["row"]["task_id"], r["row"]["cap"]), r["endpoint"])
-    compared = 0
-    mismatches = []
-    for r in records:
-        row, ep = r["row"], r["endpoint"]
-        if ep is None:
-            continue
-        ref = refs.get((row["task_id"], row["cap"]))
-        if ref is None:
-            continue
-        compared += 1
-        if ep["endpoint_sha256"] != ref["endpoint_sha256"]:
-            i = first_difference(ref["tokens"], ref["eog"], ref["stop_reason"], ep["tokens"], ep["eog"],
-                                 ep["stop_reason"])
-            mismatches.append({k: row[k] for k in ("session", "block", "worker", "arm", "task_id", "cap", "repeat",
-                                                   "order_index", "attempt")} | {"first_diff_index": i})
-    status: dict[str, int] = {}
-    for row in base["requests"]:
-        status[row["status"]] = status.get(row["status"], 0) + 1
-    failures = [{k: row[k] for k in ("session", "worker", "arm", "task_id", "repeat", "attempt", "reason")}
-                for row in base["requests"] if row["status"] == "failed"]
-    disq = sorted({(q["arm"], q["task_id"], q["cap"]) for q in base["qualification"] if not q["qualified"]})
-    out = {"requests_compared": compared, "mismatches": mismatches, "status_counts": status,
-           "failures": failures,
-           "disqualified_pairs": [{"arm": a, "task_id": t, "cap": c} for a, t, c in disq]}
-    if counter_pairs:
-        cmp = compare_counters(base["requests"], counter_pairs, keys)
-        summary = {}
-        for c in cmp:
-            s = summary.setdefault(c["comparison"], {"pairs": 0, "agree": 0, "keys": c["keys"]})
-            s["pairs"] += 1
-            s["agree"] += 1 if c["agree"] else 0
-        out["counters"] = summary
-        out["counter_pairs"] = cmp
-    return out
-
-
-def arm_evidence(ctx: Context, base: dict) -> str:
-    """Per arm: acceptance, median request time and the non-vacuity checks of ``refspec.qualify``."""
-    import statistics
-
-    try:
-        from ..qualify import nonvacuity
-    except ImportError:  # pragma: no cover
-        nonvacuity = None
-    lines = []
-    ok = [r for r in base["_records"] if r["row"]["status"] == "ok"]
-    for name, arm in ctx.arms.items():
-        mine = [r for r in ok if r["row"]["arm"] == name]
-        if not mine:
-            continue
-        parts = [f"median {statistics.median(r['row']['t_ns'] for r in mine) / 1e6:.1f} ms"]
-        prop = sum(r["row"]["proposals"] or 0 for r in mine)
-        if arm.speculative and prop:
-            parts.append(f"acceptance {sum(r['row']['accepted'] or 0 for r in mine) / prop:.3f}")
-        if nonvacuity is not None and name != "R" and getattr(arm, "kind", "worker") != "server":
-            try:
-                ev = nonvacuity(arm, mine)
-                checks = ev.get("checks") or {}
-                parts.append("non-vacuity: " + ", ".join(f"{k.replace('_', ' ')} {'yes' if v else 'NO'}"
-                                                         for k, v in checks.items()))
-            except Exception:  # evidence missing from older records: say nothing
-                pass
-        if getattr(arm, "kind", "worker") == "server":  # a black box: no engine counters to check
-            parts.append("server: draft counts only (no engine counters)")
-        lines.append(f"  {name:8s} " + "; ".join(parts))
-    return "per arm (completed requests):\n" + "\n".join(lines)
-
-
-def audit_text(audit: dict) -> str:
-    lines = [f"audit: {audit['requests_compared']} completed requests compared with the reference endpoint; "
-             f"{len(audit['mismatches'])} mismatch(es)"]
-    for m in audit["mismatches"][:20]:
-        lines.append(f"  mismatch: {m['session']} {m['arm']} {m['task_id']} repeat {m['repeat']} "
-                     f"(worker {m['worker']}): first difference at index {m['first_diff_index']}")
-    if len(audit["mismatches"]) > 20:
-        lines.append(f"  ... {len(audit['mismatches']) - 20} more in timed_audit.json")
-    st = audit["status_counts"]
-    lines.append("requests by status: " + ", ".join(f"{k} {v}" for k, v in sorted(st.items())))
-    for f in audit["failures"][:10]:
-        lines.append(f"  failed: {f['session']} {f['arm']} {f['task_id']} repeat {f['repeat']} attempt "
-                     f"{f['attempt']}: {f['reason']}")
-    for label, s in (audit.get("counters") or {}).items():
-        lines.append(f"recorded counters ({', '.join(s['keys'])}) {label}: "
-                     f"{s['agree']}/{s['pairs']} task/session pairs agree")
-    return "\n".join(lines)
-
-
 # --------------------------------------------------------------------------- the command
 
 
@@ -334,27 +190,36 @@ def _lib_dir(config: dict | None = None) -> Path:
     env = os.environ.get("LLAMA_CPP_LIB_PATH")
     if env:
         return Path(env)
-    from .. import native
+    from ..native import build as native
 
     return Path(native.current(config).lib_dir)
 
 
-def prepare(name: str, *, preset: str = "default", definition: str | Path | None = None,
-            config: str | Path | None = None, out: str | Path | None = None, threads: int | None = None,
-            family: str | None = None, manifest: str | Path | None = None, resume: bool = False,
-            progress: bool = True):
+def prepare(
+    name: str,
+    *,
+    preset: str = "default",
+    definition: str | Path | None = None,
+    config: str | Path | None = None,
+    out: str | Path | None = None,
+    threads: int | None = None,
+    family: str | None = None,
+    manifest: str | Path | None = None,
+    resume: bool = False,
+    progress: bool = True,
+):
     """Resolve everything a campaign needs; return (Context, CampaignRun, computed plan)."""
-    from ..arms import load_arms
-    from ..config import load_config
-    from ..models import config_families_file, ensure_family
-    from ..panels import write_panel
+    from ..core.arms import load_arms
+    from ..core.config import load_config
+    from ..core.panels import resolve_panel, write_panel
+    from ..native.models import config_families_file, ensure_family
     from .scheduler import CampaignRun, RunSettings, schedule_record
 
     name = normalize_name(name)
     cfg = load_config(config)
     defn, dpath = load_definition(name, preset or "default", definition)
     mod = module_for(name)
-    from ..config import campaign_dir, study_families
+    from ..core.config import campaign_dir, study_families
 
     out_root = Path(out or cfg.get("results", "results/default")).resolve()
     fam0 = family or defn.get("family") or cfg["family"]
@@ -365,14 +230,18 @@ def prepare(name: str, *, preset: str = "default", definition: str | Path | None
     if resume and (cdir / planmod.PLAN_NAME).is_file():  # a resumed or re-analysed campaign keeps its settings
         try:
             frozen = json.loads((cdir / planmod.PLAN_NAME).read_text(encoding="utf-8"))
-        except ValueError:
-            frozen = {}
+        except ValueError as e:
+            raise IntegrityError(
+                f"{cdir / planmod.PLAN_NAME}: not a readable plan ({e}); the campaign cannot be resumed from it"
+            ) from None
     fam = family or defn.get("family") or frozen.get("family") or cfg["family"]
     nthreads = int(threads or frozen.get("threads") or cfg.get("threads", 2))
     if nthreads < 1:
         raise UsageError("--threads must be at least 1")
     cdir.mkdir(parents=True, exist_ok=True)
 
+    if "panel" not in defn and name != "prediction":  # the run's panel (config.yaml: panel) unless the design names one
+        defn["panel"] = dict(cfg["panel"])
     panels, precs = {}, {}
     for role, spec in mod.panels(defn).items():
         panels[role], precs[role] = resolve_panel(spec, dpath.parent)
@@ -405,8 +274,19 @@ def prepare(name: str, *, preset: str = "default", definition: str | Path | None
     if draft:
         models[f"draft:{draft}"] = files.draft(draft).sha256
 
-    ctx = Context(name=name, preset=preset or "default", defn=defn, panels=panels, panel_records=precs,
-                  arms=arms, family=fam, draft=draft, threads=nthreads, out=cdir, results=out_root)
+    ctx = Context(
+        name=name,
+        preset=preset or "default",
+        defn=defn,
+        panels=panels,
+        panel_records=precs,
+        arms=arms,
+        family=fam,
+        draft=draft,
+        threads=nthreads,
+        out=cdir,
+        results=out_root,
+    )
     sessions = mod.schedule(ctx)
     ctx.sessions = sessions
     man = Path(manifest) if manifest else None
@@ -446,12 +326,27 @@ def prepare(name: str, *, preset: str = "default", definition: str | Path | None
         "schedule_sha256": sha256_json(schedule_record(sessions)),
         "analysis_code": ANALYSIS_CODE,
         "manifest_sha256": sha256_file(man) if man is not None else None,
-        "executor": {"driver": "refspec.driver", "worker": "refspec.worker", "fresh_worker_per_block": True},
+        "executor": {
+            "driver": "refspec.engine.driver",
+            "worker": "refspec.engine.worker",
+            "fresh_worker_per_block": True,
+        },
     }
-    settings = RunSettings(campaign=name, out_dir=cdir, family=fam, files=files, draft=draft, arms=arms,
-                           arms_file=arms_file, lib_dir=_lib_dir(cfg), tasks={t.task_id: t for ts in panels.values()
-                                                                         for t in ts},
-                           definition=defn, manifest=man, progress=progress, resume=resume)
+    settings = RunSettings(
+        campaign=name,
+        out_dir=cdir,
+        family=fam,
+        files=files,
+        draft=draft,
+        arms=arms,
+        arms_file=arms_file,
+        lib_dir=_lib_dir(cfg),
+        tasks={t.task_id: t for ts in panels.values() for t in ts},
+        definition=defn,
+        manifest=man,
+        progress=progress,
+        resume=resume,
+    )
     run = CampaignRun(settings)
     ctx.run = run
     return ctx, run, computed
@@ -478,17 +373,20 @@ def execute(ctx: Context, run, computed: dict, *, analyze_only: bool = False) ->
         except BaseException as e:
             run.close_progress()
             what = "interrupted" if isinstance(e, KeyboardInterrupt) else f"stopped by {type(e).__name__}: {e}"
-            run.note("interruption" if isinstance(e, KeyboardInterrupt) else "failure",
-                     f"campaign run {run.run_no} {what}; resume with --resume", run=run.run_no)
+            run.note(
+                "interruption" if isinstance(e, KeyboardInterrupt) else "failure",
+                f"campaign run {run.run_no} {what}; resume with --resume",
+                run=run.run_no,
+            )
             run.end_run(f"ended early ({what})")
-            link_run_ledger(ctx, "ended early")
+            link_run_ledger(ctx, "ended early", failing=True)
             raise
         finally:
             signal.signal(signal.SIGTERM, old)
             run.close_progress()
         left = run.remaining(ctx.sessions)
         complete = left == 0
-        run.end_run("all sessions run" if complete else f"{left} planned request(s) without a completed attempt")
+        run.end_run("all sessions run" if complete else f"{left} planned request(s) without a final attempt")
         link_run_ledger(ctx, "complete" if complete else "incomplete")
         ctx.plan = planmod.check(run.out, run.ledger, computed)
     result = analyze(ctx)
@@ -496,22 +394,36 @@ def execute(ctx: Context, run, computed: dict, *, analyze_only: bool = False) ->
     return result
 
 
-def link_run_ledger(ctx: Context, outcome: str) -> None:
-    """One line in the run's ledger (``<results>/ledger.jsonl``) pinning the campaign ledger's head."""
-    from ..ledger import Ledger
+def link_run_ledger(ctx: Context, outcome: str, *, failing: bool = False) -> None:
+    """One line in the run's ledger (``<results>/ledger.jsonl``) pinning the campaign ledger's head.
+
+    A failure to append is recorded in the campaign's own ledger and raised, unless the
+    campaign is already failing (``failing``): then its own error is the one that propagates."""
+    from ..provenance.ledger import Ledger
 
     run = ctx.run
     count, head = run.ledger.head()
     try:
         root = ctx.results or ctx.out.parent.parent
-        Ledger(root / "ledger.jsonl").append({
-            "kind": "campaign_run", "reason": f"campaign {ctx.name} run {run.run_no}: {outcome}",
-            "campaign": ctx.name, "family": ctx.family, "outcome": outcome, "run": run.run_no,
-            "ledger": (ctx.out / "ledger.jsonl").relative_to(root).as_posix(), "ledger_records": count,
-            "ledger_head_sha256": head,
-            "plan_sha256": sha256_file(run.out / planmod.PLAN_NAME)})
-    except Exception as e:  # the campaign's own ledger stays authoritative
+        Ledger(root / "ledger.jsonl").append(
+            {
+                "kind": "campaign_run",
+                "reason": f"campaign {ctx.name} run {run.run_no}: {outcome}",
+                "campaign": ctx.name,
+                "family": ctx.family,
+                "outcome": outcome,
+                "run": run.run_no,
+                "ledger": (ctx.out / "ledger.jsonl").relative_to(root).as_posix(),
+                "ledger_records": count,
+                "ledger_head_sha256": head,
+                "plan_sha256": sha256_file(run.out / planmod.PLAN_NAME),
+            }
+        )
+    except Exception as e:
+        run.note("failure", f"could not append to the run ledger: {type(e).__name__}: {e}", run=run.run_no)
         print(f"refspec campaign {ctx.name}: could not append to the run ledger: {e}", file=sys.stderr)
+        if not failing:
+            raise
 
 
 def default_execute(ctx: Context) -> None:
@@ -523,7 +435,7 @@ def default_execute(ctx: Context) -> None:
 
 def analyze(ctx: Context) -> dict:
     """Write every table, timed_audit.json and summary.txt; return them."""
-    from ..tables import write_table
+    from ..core.tables import write_table
 
     run = ctx.run
     mod = module_for(ctx.name)
@@ -531,43 +443,44 @@ def analyze(ctx: Context) -> dict:
     res = mod.analyze(ctx, base)
     tables = {k: base[k] for k in ("requests", "endpoints", "qualification", "sessions")}
     tables.update(res.get("tables", {}))
+    refused = [t for t in tables if not t.startswith("_") and not table_accepts_campaign(t, ctx.name)]
+    if refused:
+        raise IntegrityError(
+            f"campaign {ctx.name}: the contract of table(s) {', '.join(refused)} does not list "
+            f"this campaign in its campaign column (anc/tables.md); nothing was written"
+        )
     written = {}
-    fallback = []
     for tname, rows in tables.items():
-        if tname.startswith("_"):
-            continue
-        if table_accepts_campaign(tname, ctx.name):
-            paths = write_table(rows, tname, run.out)
-            written[tname] = sha256_file(paths["parquet"])
-        else:  # the table contract does not list this campaign yet: keep the rows as JSON lines
-            p = run.out / f"{tname}.jsonl"
-            atomic_write_text(p, "".join(json.dumps(r, sort_keys=True, allow_nan=False) + "\n" for r in rows),
-                              mode=0o644)
-            written[tname] = sha256_file(p)
-            fallback.append(tname)
-    audit = timed_audit(base, res.get("counter_pairs"), res.get("counter_keys", COUNTER_KEYS))
-    atomic_write_text(run.out / "timed_audit.json",
-                      json.dumps(audit, indent=1, sort_keys=True, allow_nan=False) + "\n", mode=0o644)
+        if not tname.startswith("_"):
+            written[tname] = sha256_file(write_table(rows, tname, run.out)["parquet"])
+    audit = timed_audit(base, res.get("counter_pairs"), res.get("counter_keys", COMPARED_COUNTERS))
+    atomic_write_text(
+        run.out / "timed_audit.json", json.dumps(audit, indent=1, sort_keys=True, allow_nan=False) + "\n", mode=0o644
+    )
     extra = res.get("json") or {}
     for fname, doc in extra.items():
-        atomic_write_text(run.out / fname, json.dumps(doc, indent=1, sort_keys=True, allow_nan=False) + "\n",
-                          mode=0o644)
-    header = (f"campaign {ctx.name} (preset {ctx.preset}), family {ctx.family}, {ctx.threads} thread(s); "
-              f"plan sha256 {sha256_file(run.out / planmod.PLAN_NAME)[:16]}")
-    parts = [header, res["text"], arm_evidence(ctx, base), audit_text(audit)]
-    if fallback:
-        parts.append(f"tables {', '.join(fallback)} written as JSON lines: their campaign column does not list "
-                     f"{ctx.name!r}")
+        atomic_write_text(
+            run.out / fname, json.dumps(doc, indent=1, sort_keys=True, allow_nan=False) + "\n", mode=0o644
+        )
+    header = (
+        f"campaign {ctx.name} (preset {ctx.preset}), family {ctx.family}, {ctx.threads} thread(s); "
+        f"plan sha256 {sha256_file(run.out / planmod.PLAN_NAME)[:16]}"
+    )
+    parts = [header, res["text"], arm_evidence(ctx.arms, base), audit_text(audit)]
     text = "\n\n".join(parts) + "\n"
     atomic_write_text(run.out / "summary.txt", text, mode=0o644)
-    run.note("analysis", "tables written from the journal under the frozen plan",
-             tables=written, mismatches=len(audit["mismatches"]),
-             requests_compared=audit["requests_compared"])
+    run.note(
+        "analysis",
+        "tables written from the journal under the frozen plan",
+        tables=written,
+        mismatches=len(audit["mismatches"]),
+        requests_compared=audit["requests_compared"],
+    )
     return {"tables": tables, "audit": audit, "text": text, "extra": res}
 
 
 def table_accepts_campaign(table: str, campaign: str) -> bool:
-    from ..tables import spec
+    from ..core.tables import spec
 
     sp = spec(table)
     if "campaign" not in sp.names:
@@ -581,7 +494,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--preset", default="default", help="default (embedded size) or paper (the paper's sizes)")
     p.add_argument("--config", help="workflow config (default config/config.yaml)")
     p.add_argument("--definition", help="campaign definition file (default config/campaigns/NAME.yaml)")
-    p.add_argument("--out", help="results folder (default: the config's results); the campaign writes DIR/campaigns/NAME")
+    p.add_argument(
+        "--out", help="results folder (default: the config's results); the campaign writes DIR/campaigns/NAME"
+    )
     p.add_argument("--threads", type=int, help="threads per worker (default: the config's threads)")
     p.add_argument("--family", help="model family (default: the definition's, else the config's)")
     p.add_argument("--manifest", help="source manifest: freeze-checked before every session")
@@ -591,14 +506,26 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    ctx, crun, computed = prepare(args.name, preset=args.preset, definition=args.definition, config=args.config,
-                                  out=args.out, threads=args.threads, family=args.family, manifest=args.manifest,
-                                  resume=args.resume or args.analyze, progress=not args.no_progress)
+    ctx, crun, computed = prepare(
+        args.name,
+        preset=args.preset,
+        definition=args.definition,
+        config=args.config,
+        out=args.out,
+        threads=args.threads,
+        family=args.family,
+        manifest=args.manifest,
+        resume=args.resume or args.analyze,
+        progress=not args.no_progress,
+    )
     result = execute(ctx, crun, computed, analyze_only=args.analyze)
     sys.stdout.write(result["text"])
     sys.stdout.flush()
     if not result["complete"]:
-        print(f"refspec campaign {ctx.name}: some planned requests are left to run; continue with --resume "
-              "(see timed_audit.json and the ledger)", file=sys.stderr)
+        print(
+            f"refspec campaign {ctx.name}: some planned requests are left to run; continue with --resume "
+            "(see timed_audit.json and the ledger)",
+            file=sys.stderr,
+        )
         return EXIT_RUNTIME
     return EXIT_OK

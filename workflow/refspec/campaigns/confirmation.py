@@ -19,7 +19,7 @@ def panels(defn: dict) -> dict:
 
 
 def named_arms(defn: dict, catalog: dict) -> list:
-    from ..errors import ConfigError
+    from ..core.errors import ConfigError
 
     names = list(defn["arms"])
     missing = [n for n in names if n not in catalog]
@@ -38,8 +38,15 @@ def arms(defn: dict, catalog: dict) -> list:
 def round_sessions(ctx, role: str) -> list:
     d = ctx.defn
     others = [n for n in ctx.arms if n != "R"]
-    return round_schedule(session_ids(d["sessions"]), others, ctx.task_ids(role), caps=[d["cap"]],
-                          repeats=d["repeats"], block_by=d["block_by"], seed=d["seed"])
+    return round_schedule(
+        session_ids(d["sessions"]),
+        others,
+        ctx.task_ids(role),
+        caps=[d["cap"]],
+        repeats=d["repeats"],
+        block_by=d["block_by"],
+        seed=d["seed"],
+    )
 
 
 def schedule(ctx) -> list:
@@ -47,25 +54,39 @@ def schedule(ctx) -> list:
 
 
 def counts_text(ctx, base: dict, title: str) -> str:
-    from ..stats import qualification_counts
+    from ..core.stats import qualification_counts
     from . import table_text
 
     order = list(ctx.arms)
-    counts = sorted(qualification_counts(base["qualification"]),
-                    key=lambda c: order.index(c["arm"]) if c["arm"] in order else len(order))
+    counts = sorted(
+        qualification_counts(base["qualification"]),
+        key=lambda c: order.index(c["arm"]) if c["arm"] in order else len(order),
+    )
     by_arm_fail: dict[str, list[str]] = {}
     for q in base["qualification"]:
         if not q["qualified"]:
             by_arm_fail.setdefault(q["arm"], []).append(
-                f"{q['task_id']}" + (f"@{q['first_diff_index']}" if q["first_diff_index"] is not None else ""))
+                f"{q['task_id']}" + (f"@{q['first_diff_index']}" if q["first_diff_index"] is not None else "")
+            )
     rows = []
     for c in counts:
         fails = by_arm_fail.get(c["arm"], [])
-        rows.append([c["arm"], ctx.arms[c["arm"]].mode, ctx.arms[c["arm"]].layout, f"UB{ctx.arms[c['arm']].ub}",
-                     f"{c['matching']}/{c['required']}", f"{c['tasks_qualified']}/{c['tasks']}",
-                     " ".join(fails[:8]) + (" ..." if len(fails) > 8 else "")])
-    return title + "\n" + table_text(["arm", "mode", "layout", "U", "matching", "tasks ok", "failing tasks@first diff"],
-                                     rows)
+        rows.append(
+            [
+                c["arm"],
+                ctx.arms[c["arm"]].mode,
+                ctx.arms[c["arm"]].layout,
+                f"UB{ctx.arms[c['arm']].ub}",
+                f"{c['matching']}/{c['required']}",
+                f"{c['tasks_qualified']}/{c['tasks']}",
+                " ".join(fails[:8]) + (" ..." if len(fails) > 8 else ""),
+            ]
+        )
+    return (
+        title
+        + "\n"
+        + table_text(["arm", "mode", "layout", "U", "matching", "tasks ok", "failing tasks@first diff"], rows)
+    )
 
 
 def ratios_text(rows: list[dict]) -> str:
@@ -73,36 +94,55 @@ def ratios_text(rows: list[dict]) -> str:
 
     body = []
     for r in rows:
-        body.append([f"{r['numerator']}/{r['denominator']}", r["path"], fmt_ratio(r["ratio"]),
-                     f"{r['n_regressions']}/{r['n_tasks']}" if r["qualified"] else "-",
-                     (r["regressed_tasks"] or "") if r["qualified"] else (r["reason"] or "")])
+        body.append(
+            [
+                f"{r['numerator']}/{r['denominator']}",
+                r["path"],
+                fmt_ratio(r["ratio"]),
+                f"{r['n_regressions']}/{r['n_tasks']}" if r["qualified"] else "-",
+                (r["regressed_tasks"] or "") if r["qualified"] else (r["reason"] or ""),
+            ]
+        )
     return table_text(["comparison", "path", "ratio", "regressions", "regressed tasks / reason"], body)
 
 
 def diagnostics_text(rows: list[dict]) -> str:
     from . import fmt_ratio, table_text
 
-    body = [[f"{r['numerator']}/{r['denominator']}", r["label"], fmt_ratio(r["ratio"]),
-             "-" if r["median_numerator_ns"] is None else f"{r['median_numerator_ns'] / 1e6:.1f}",
-             "-" if r["median_denominator_ns"] is None else f"{r['median_denominator_ns'] / 1e6:.1f}"] for r in rows]
+    body = [
+        [
+            f"{r['numerator']}/{r['denominator']}",
+            r["label"],
+            fmt_ratio(r["ratio"]),
+            "-" if r["median_numerator_ns"] is None else f"{r['median_numerator_ns'] / 1e6:.1f}",
+            "-" if r["median_denominator_ns"] is None else f"{r['median_denominator_ns'] / 1e6:.1f}",
+        ]
+        for r in rows
+    ]
     return table_text(["comparison", "label", "ratio", "median num (ms)", "median den (ms)"], body)
 
 
 def analyze(ctx, base: dict) -> dict:
-    from ..stats import diagnostics_table, ratios_table
+    from ..core.stats import diagnostics_table, ratios_table
 
     ratios = ratios_table(base["requests"], base["qualification"], ctx.name)
     diag = diagnostics_table(base["requests"], base["qualification"], ctx.name)
     d = ctx.defn
-    text = "\n".join([
-        counts_text(ctx, base, f"Output confirmation (Table 3 shape): {len(ctx.task_ids('confirm'))} task(s), "
-                               f"cap {d['cap']}, {d['sessions']} session(s) x {d['repeats']} repeat(s); "
-                               "matching complete endpoints per arm"),
-        "",
-        "Qualified ratios (numerator time / denominator time; Table S2 shape):",
-        ratios_text(ratios),
-        "",
-        "Diagnostic timings (not qualified; never mixed with the qualified ratios):",
-        diagnostics_text(diag) if diag else "none: every registered pair qualified or was not run",
-    ])
+    text = "\n".join(
+        [
+            counts_text(
+                ctx,
+                base,
+                f"Output confirmation (Table 3 shape): {len(ctx.task_ids('confirm'))} task(s), "
+                f"cap {d['cap']}, {d['sessions']} session(s) x {d['repeats']} repeat(s); "
+                "matching complete endpoints per arm",
+            ),
+            "",
+            "Qualified ratios (numerator time / denominator time; Table S2 shape):",
+            ratios_text(ratios),
+            "",
+            "Diagnostic timings (not qualified; never mixed with the qualified ratios):",
+            diagnostics_text(diag) if diag else "none: every registered pair qualified or was not run",
+        ]
+    )
     return {"tables": {"ratios": ratios, "diagnostics": diag}, "text": text}

@@ -31,15 +31,15 @@ def arm_by(ctx, mode: str, layout: str) -> str | None:
 
 
 def counter_pairs(ctx) -> list[tuple]:
-    from . import COUNTER_KEYS, LOGICAL_KEYS
+    from .evidence import COMPARED_COUNTERS, LOGICAL_COUNTERS
 
     out = []
     for mode, label in (("target", "target-only"), ("spec", "speculative")):
         pq, qb, gs = (arm_by(ctx, mode, x) for x in ("pq", "qb", "gs"))
         if pq and qb:
-            out.append((f"{label} PQ vs QB", pq, qb, COUNTER_KEYS))
+            out.append((f"{label} PQ vs QB", pq, qb, COMPARED_COUNTERS))
         if gs and qb:
-            out.append((f"{label} GS vs QB (logical)", gs, qb, LOGICAL_KEYS))
+            out.append((f"{label} GS vs QB (logical)", gs, qb, LOGICAL_COUNTERS))
     return out
 
 
@@ -65,19 +65,25 @@ def highlights(ctx, ratios: list[dict]) -> str:
 
 
 def analyze(ctx, base: dict) -> dict:
-    from ..stats import ratios_table
+    from ..core.stats import ratios_table
 
     ratios = ratios_table(base["requests"], base["qualification"], ctx.name)
     d = ctx.defn
-    text = "\n".join([
-        counts_text(ctx, base, f"Repair comparison: {len(ctx.task_ids('implementation'))} task(s), cap {d['cap']}, "
-                               f"{d['sessions']} session(s) x {d['repeats']} repeat(s); matching endpoints per arm"),
-        "",
-        "Paper comparisons (paper: speculative GS/QB 2.144, 1.463, 2.176; PQ/QB 1.044, 1.068, 1.022):",
-        highlights(ctx, ratios),
-        "",
-        f"All {len(ratios)} pairwise comparisons (Table S3 shape; regressions: tasks on which the denominator "
-        "is slower):",
-        ratios_text(ratios),
-    ])
+    text = "\n".join(
+        [
+            counts_text(
+                ctx,
+                base,
+                f"Repair comparison: {len(ctx.task_ids('implementation'))} task(s), cap {d['cap']}, "
+                f"{d['sessions']} session(s) x {d['repeats']} repeat(s); matching endpoints per arm",
+            ),
+            "",
+            "Paper comparisons (paper: speculative GS/QB 2.144, 1.463, 2.176; PQ/QB 1.044, 1.068, 1.022):",
+            highlights(ctx, ratios),
+            "",
+            f"All {len(ratios)} pairwise comparisons (Table S3 shape; regressions: tasks on which the denominator "
+            "is slower):",
+            ratios_text(ratios),
+        ]
+    )
     return {"tables": {"ratios": ratios}, "text": text, "counter_pairs": counter_pairs(ctx)}

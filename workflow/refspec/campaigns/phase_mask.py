@@ -6,7 +6,7 @@ Every phase mask of the base arm (bits: target prefill 1, target continuation
 task, next to the reference R. A mask *passes* when every probe matched the
 reference's complete endpoint in every repeat; a passing mask is
 *inclusion-minimal* when no proper sub-mask passes
-(:func:`refspec.stats.phase_mask_table`). Output table: ``phase_masks``.
+(:func:`refspec.core.stats.phase_mask_table`). Output table: ``phase_masks``.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ def mask_arm_name(base, mask: int) -> str:
 
 
 def arms(defn: dict, catalog: dict) -> list:
-    from ..errors import ConfigError
+    from ..core.errors import ConfigError
 
     if defn["base_arm"] not in catalog:
         raise ConfigError(f"phase_mask: unknown base arm {defn['base_arm']!r}")
@@ -34,42 +34,65 @@ def arms(defn: dict, catalog: dict) -> list:
         raise ConfigError("phase_mask: every mask needs at least 2 repeats")
     out = [catalog["R"]]
     for m in defn["masks"]:
-        out.append(base.with_(name=mask_arm_name(base, m), mask=int(m),
-                              description=f"{base.name} ({base.mode}, {base.layout}, UB{base.ub}, k={base.k}) "
-                                          f"with phase mask {m}"))
+        out.append(
+            base.with_(
+                name=mask_arm_name(base, m),
+                mask=int(m),
+                description=f"{base.name} ({base.mode}, {base.layout}, UB{base.ub}, k={base.k}) with phase mask {m}",
+            )
+        )
     return out
 
 
 def schedule(ctx) -> list:
     d = ctx.defn
     others = [n for n in ctx.arms if n != "R"]
-    return round_schedule(session_ids(d["sessions"]), others, ctx.task_ids("probe"), caps=[d["cap"]],
-                          repeats=d["repeats"], block_by=d["block_by"], seed=d["seed"])
+    return round_schedule(
+        session_ids(d["sessions"]),
+        others,
+        ctx.task_ids("probe"),
+        caps=[d["cap"]],
+        repeats=d["repeats"],
+        block_by=d["block_by"],
+        seed=d["seed"],
+    )
 
 
 def analyze(ctx, base: dict) -> dict:
-    from ..stats import phase_mask_table
+    from ..core.stats import phase_mask_table
     from . import table_text
 
     rows = phase_mask_table(base["requests"], base["qualification"], campaign="phase_mask")
     body = []
     for r in rows:
         bits = ["Y" if r["mask"] & b else "." for b, _n in BITS]
-        body.append([r["mask"], *bits, f"{r['matches']}/{r['n_tasks'] * r['repeats']}",
-                     "pass" if r["passes"] else "fail", "minimal" if r["minimal"] else ""])
+        body.append(
+            [
+                r["mask"],
+                *bits,
+                f"{r['matches']}/{r['n_tasks'] * r['repeats']}",
+                "pass" if r["passes"] else "fail",
+                "minimal" if r["minimal"] else "",
+            ]
+        )
     passing = [r["mask"] for r in rows if r["passes"]]
     minimal = [r["mask"] for r in rows if r["minimal"]]
     per_task = _per_task(base)
-    text = "\n".join([
-        f"Phase-mask sweep (Table S1 shape): {len(ctx.task_ids('probe'))} probe task(s), cap {ctx.defn['cap']}, "
-        f"{ctx.defn['repeats']} repeats, base arm {ctx.defn['base_arm']}",
-        table_text(["mask", *[n for _b, n in BITS], "matches", "result", ""], body),
-        f"passing masks: {' '.join(map(str, passing)) or 'none'}",
-        f"inclusion-minimal passing mask(s): {' '.join(map(str, minimal)) or 'none'}",
-        per_task,
-    ])
-    return {"tables": {"phase_masks": rows}, "text": text,
-            "json": {"phase_mask_summary.json": {"passing": passing, "minimal": minimal, "rows": rows}}}
+    text = "\n".join(
+        [
+            f"Phase-mask sweep (Table S1 shape): {len(ctx.task_ids('probe'))} probe task(s), cap {ctx.defn['cap']}, "
+            f"{ctx.defn['repeats']} repeats, base arm {ctx.defn['base_arm']}",
+            table_text(["mask", *[n for _b, n in BITS], "matches", "result", ""], body),
+            f"passing masks: {' '.join(map(str, passing)) or 'none'}",
+            f"inclusion-minimal passing mask(s): {' '.join(map(str, minimal)) or 'none'}",
+            per_task,
+        ]
+    )
+    return {
+        "tables": {"phase_masks": rows},
+        "text": text,
+        "json": {"phase_mask_summary.json": {"passing": passing, "minimal": minimal, "rows": rows}},
+    }
 
 
 def _per_task(base: dict) -> str:
@@ -83,10 +106,14 @@ def _per_task(base: dict) -> str:
         cells = []
         for t in tasks:
             r = by.get((a, t))
-            cells.append("Y" if r and r["qualified"] else (f"@{r['first_diff_index']}" if r and
-                                                           r["first_diff_index"] is not None else "n"))
+            cells.append(
+                "Y"
+                if r and r["qualified"]
+                else (f"@{r['first_diff_index']}" if r and r["first_diff_index"] is not None else "n")
+            )
         rows.append([a, *cells])
     from . import table_text
 
-    return "per probe (Y: full-reference match in every repeat; @i: first difference):\n" + \
-        table_text(["arm", *tasks], rows)
+    return "per probe (Y: full-reference match in every repeat; @i: first difference):\n" + table_text(
+        ["arm", *tasks], rows
+    )

@@ -30,8 +30,8 @@ plan, never from the journal.
 
 from __future__ import annotations
 
-from ..errors import ConfigError, RefspecError
-from .. import plan as planmod
+from ..core.errors import ConfigError, RefspecError
+from ..provenance import plan as planmod
 from .scheduler import BlockPlan, Req, SessionPlan, derive_rng, round_schedule, session_ids
 
 SESSIONS = ("discovery", "prediction", "live")
@@ -51,12 +51,16 @@ def arms(defn: dict, catalog: dict) -> list:
         raise ConfigError(f"prediction: the live arm {live.name} must be speculative")
     spec = [n for n in defn["candidates"] if catalog[n].speculative]
     if spec:
-        raise ConfigError(f"prediction: candidate predictor(s) {', '.join(spec)} use a draft; predictors are draft-free")
+        raise ConfigError(
+            f"prediction: candidate predictor(s) {', '.join(spec)} use a draft; predictors are draft-free"
+        )
     ref = [n for n in defn["candidates"] if is_reference_recipe(catalog[n], catalog["R"])]
     if ref:
-        raise ConfigError(f"prediction: candidate(s) {', '.join(ref)} run the reference recipe (target-only at physical "
-                          "micro-batch 1); a predictor must be a fast arm, otherwise predicted vs live equals "
-                          "reference vs live by construction")
+        raise ConfigError(
+            f"prediction: candidate(s) {', '.join(ref)} run the reference recipe (target-only at physical "
+            "micro-batch 1); a predictor must be a fast arm, otherwise predicted vs live equals "
+            "reference vs live by construction"
+        )
     out = [catalog["R"]]
     for n in names:
         if n != "R" and n not in [a.name for a in out]:
@@ -75,13 +79,30 @@ def schedule(ctx) -> list:
     ids = session_ids(3, SESSIONS)
     live = d["live_arm"]
     cands = list(d["candidates"])
-    disc = round_schedule([ids[0]], [live, *cands], ctx.task_ids("discovery"), caps=[d["cap"]],
-                          repeats=d["discovery_repeats"], block_by=d["block_by"], seed=d["seed"])[0]
+    disc = round_schedule(
+        [ids[0]],
+        [live, *cands],
+        ctx.task_ids("discovery"),
+        caps=[d["cap"]],
+        repeats=d["discovery_repeats"],
+        block_by=d["block_by"],
+        seed=d["seed"],
+    )[0]
     disc.note = "live arm and draft-free candidates on the discovery panel"
-    pred = SessionPlan(ids[1], [], note="the selected predictor on the reserved panel (blocks fixed by the "
-                                        "amendment prediction_selection)")
-    live_s = round_schedule([ids[2]], [live], ctx.task_ids("reserved"), caps=[d["cap"]], repeats=d["live_repeats"],
-                            block_by=d["block_by"], seed=d["seed"])[0]
+    pred = SessionPlan(
+        ids[1],
+        [],
+        note="the selected predictor on the reserved panel (blocks fixed by the amendment prediction_selection)",
+    )
+    live_s = round_schedule(
+        [ids[2]],
+        [live],
+        ctx.task_ids("reserved"),
+        caps=[d["cap"]],
+        repeats=d["live_repeats"],
+        block_by=d["block_by"],
+        seed=d["seed"],
+    )[0]
     live_s.note = "live speculation and the reference on the reserved panel, after the predictions are frozen"
     return [disc, pred, live_s]
 
@@ -89,8 +110,9 @@ def schedule(ctx) -> list:
 def _first_endpoints(records: list[dict], session: str | None = None) -> dict[tuple[str, str], list[dict]]:
     """(arm, task) -> endpoint rows in (session, repeat) order."""
     out: dict[tuple[str, str], list[dict]] = {}
-    for r in sorted((r for r in records if r["endpoint"] is not None),
-                    key=lambda r: (r["row"]["session"], r["row"]["repeat"])):
+    for r in sorted(
+        (r for r in records if r["endpoint"] is not None), key=lambda r: (r["row"]["session"], r["row"]["repeat"])
+    ):
         if session is not None and r["row"]["session"] != session:
             continue
         out.setdefault((r["row"]["arm"], r["row"]["task_id"]), []).append(r["endpoint"])
@@ -119,8 +141,15 @@ def selection(ctx, records: list[dict]) -> dict:
             for e in le:
                 total += 1
                 matches += 1 if e["endpoint_sha256"] == ce[0]["endpoint_sha256"] else 0
-        scores.append({"candidate": c, "matches": matches, "live_runs": total, "unstable_tasks": unstable,
-                       "missing_tasks": missing})
+        scores.append(
+            {
+                "candidate": c,
+                "matches": matches,
+                "live_runs": total,
+                "unstable_tasks": unstable,
+                "missing_tasks": missing,
+            }
+        )
     usable = [s for s in scores if not s["missing_tasks"]]
     if not usable:
         raise RefspecError("prediction: no candidate has complete discovery endpoints; cannot select a predictor")
@@ -129,10 +158,19 @@ def selection(ctx, records: list[dict]) -> dict:
     rng = derive_rng(d["seed"], "tasks", ctx.sessions[1].id, 0)
     order = list(ctx.task_ids("reserved"))
     rng.shuffle(order)
-    block = {"index": 0, "arm": best["candidate"], "role": "predictor",
-             "requests": [[t, d["cap"], r] for r in reps for t in order]}
-    return {"predictor": best["candidate"], "rule": "most live discovery endpoints matched; ties: first listed",
-            "live_arm": live, "scores": scores, "schedule": {"session": ctx.sessions[1].id, "blocks": [block]}}
+    block = {
+        "index": 0,
+        "arm": best["candidate"],
+        "role": "predictor",
+        "requests": [[t, d["cap"], r] for r in reps for t in order],
+    }
+    return {
+        "predictor": best["candidate"],
+        "rule": "most live discovery endpoints matched; ties: first listed",
+        "live_arm": live,
+        "scores": scores,
+        "schedule": {"session": ctx.sessions[1].id, "blocks": [block]},
+    }
 
 
 def _fill(ctx, sel: dict) -> None:
@@ -140,8 +178,9 @@ def _fill(ctx, sel: dict) -> None:
     if sp.blocks:
         return
     for b in sel["schedule"]["blocks"]:
-        sp.blocks.append(BlockPlan(sp.id, b["index"], b["arm"], [Req(t, int(c), int(r)) for t, c, r in b["requests"]],
-                                   b["role"]))
+        sp.blocks.append(
+            BlockPlan(sp.id, b["index"], b["arm"], [Req(t, int(c), int(r)) for t, c, r in b["requests"]], b["role"])
+        )
 
 
 def execute(ctx) -> None:
@@ -152,8 +191,13 @@ def execute(ctx) -> None:
     sel = plan.get("prediction_selection")
     if sel is None:
         sel = selection(ctx, run.journal_records())
-        plan = planmod.amend(run.out, run.ledger, "prediction_selection", sel,
-                             f"predictor selected on the discovery panel: {sel['predictor']}")
+        plan = planmod.amend(
+            run.out,
+            run.ledger,
+            "prediction_selection",
+            sel,
+            f"predictor selected on the discovery panel: {sel['predictor']}",
+        )
     _fill(ctx, sel)
     run.run_session(s2, s1.id)
     pred = plan.get("predictions")
@@ -163,12 +207,19 @@ def execute(ctx) -> None:
         for t in ctx.task_ids("reserved"):
             e = eps.get((sel["predictor"], t))
             if not e:
-                raise RefspecError(f"prediction: the predictor has no completed endpoint for {t}; "
-                                   "resume to complete the prediction session")
+                raise RefspecError(
+                    f"prediction: the predictor has no completed endpoint for {t}; "
+                    "resume to complete the prediction session"
+                )
             frozen[t] = {k: e[0][k] for k in ("tokens", "eog", "stop_reason", "n", "last_token", "endpoint_sha256")}
         pred = {"predictor": sel["predictor"], "cap": ctx.defn["cap"], "endpoints": frozen}
-        plan = planmod.amend(run.out, run.ledger, "predictions", pred,
-                             "complete generated IDs of the predictor frozen before live speculation")
+        plan = planmod.amend(
+            run.out,
+            run.ledger,
+            "predictions",
+            pred,
+            "complete generated IDs of the predictor frozen before live speculation",
+        )
     ctx.plan = plan
     run.run_session(s3, s2.id)
 
@@ -195,17 +246,31 @@ def score(ctx, records: list[dict]) -> dict:
         n += len(runs)
         pm += pmatch
         rm += rmatch
-        tasks.append({"task_id": t, "live_runs": len(runs), "live_stable": len(set(runs)) == 1 if runs else None,
-                      "predicted_matches": pmatch, "reference_matches": rmatch,
-                      "reference_divergent": bool(runs) and rmatch < len(runs)})
+        tasks.append(
+            {
+                "task_id": t,
+                "live_runs": len(runs),
+                "live_stable": len(set(runs)) == 1 if runs else None,
+                "predicted_matches": pmatch,
+                "reference_matches": rmatch,
+                "reference_divergent": bool(runs) and rmatch < len(runs),
+            }
+        )
     div = [x for x in tasks if x["reference_divergent"]]
-    return {"predictor": sel.get("predictor"), "live_arm": live, "selection": sel.get("scores"),
-            "predicted_matches": pm, "reference_matches": rm, "live_runs": n,
-            "stable_tasks": sum(1 for x in tasks if x["live_stable"]),
-            "reference_divergent_tasks": [x["task_id"] for x in div],
-            "divergent_runs": sum(x["live_runs"] for x in div),
-            "divergent_runs_predicted": sum(x["predicted_matches"] for x in div),
-            "frozen": pred is not None, "tasks": tasks}
+    return {
+        "predictor": sel.get("predictor"),
+        "live_arm": live,
+        "selection": sel.get("scores"),
+        "predicted_matches": pm,
+        "reference_matches": rm,
+        "live_runs": n,
+        "stable_tasks": sum(1 for x in tasks if x["live_stable"]),
+        "reference_divergent_tasks": [x["task_id"] for x in div],
+        "divergent_runs": sum(x["live_runs"] for x in div),
+        "divergent_runs_predicted": sum(x["predicted_matches"] for x in div),
+        "frozen": pred is not None,
+        "tasks": tasks,
+    }
 
 
 def table_rows(ctx, sc: dict, records: list[dict]) -> list[dict]:
@@ -218,13 +283,23 @@ def table_rows(ctx, sc: dict, records: list[dict]) -> list[dict]:
     for x in sc["tasks"]:
         t = x["task_id"]
         ref = eps.get(("R", t), [])
-        rows.append({"family": ctx.family, "task_id": t, "live_arm": sc["live_arm"],
-                     "predictor": sc["predictor"] or "", "session": s3, "cap": int(ctx.defn["cap"]),
-                     "predicted_sha256": (pred.get(t) or {}).get("endpoint_sha256"),
-                     "reference_sha256": ref[0]["endpoint_sha256"] if ref else None,
-                     "live_runs": x["live_runs"], "live_stable": x["live_stable"],
-                     "predicted_matches": x["predicted_matches"], "reference_matches": x["reference_matches"],
-                     "reference_divergent": x["reference_divergent"]})
+        rows.append(
+            {
+                "family": ctx.family,
+                "task_id": t,
+                "live_arm": sc["live_arm"],
+                "predictor": sc["predictor"] or "",
+                "session": s3,
+                "cap": int(ctx.defn["cap"]),
+                "predicted_sha256": (pred.get(t) or {}).get("endpoint_sha256"),
+                "reference_sha256": ref[0]["endpoint_sha256"] if ref else None,
+                "live_runs": x["live_runs"],
+                "live_stable": x["live_stable"],
+                "predicted_matches": x["predicted_matches"],
+                "reference_matches": x["reference_matches"],
+                "reference_divergent": x["reference_divergent"],
+            }
+        )
     return rows
 
 
@@ -232,27 +307,38 @@ def analyze(ctx, base: dict) -> dict:
     from . import table_text
 
     sc = score(ctx, base["_records"])
-    sel_rows = [[s["candidate"], f"{s['matches']}/{s['live_runs']}", " ".join(s["unstable_tasks"]) or "-"]
-                for s in sc["selection"] or []]
-    task_rows = [[x["task_id"], x["live_runs"], "yes" if x["live_stable"] else "no",
-                  f"{x['predicted_matches']}/{x['live_runs']}", f"{x['reference_matches']}/{x['live_runs']}"]
-                 for x in sc["tasks"]]
-    text = "\n".join([
-        f"Prospective prediction of {sc['live_arm']} (companion study): discovery "
-        f"{len(ctx.task_ids('discovery'))} task(s), reserved {len(ctx.task_ids('reserved'))} task(s), "
-        f"{ctx.defn['live_repeats']} live run(s) per task, cap {ctx.defn['cap']}",
-        "discovery (candidate endpoints matching live endpoints):",
-        table_text(["candidate", "matches", "unstable tasks"], sel_rows),
-        f"selected predictor: {sc['predictor']} (frozen in plan.json before the live session: "
-        f"{'yes' if sc['frozen'] else 'no'})",
-        f"predicted vs live: {sc['predicted_matches']}/{sc['live_runs']} complete endpoints match; "
-        f"same-set reference vs live: {sc['reference_matches']}/{sc['live_runs']}",
-        f"reference-divergent tasks: {len(sc['reference_divergent_tasks'])} "
-        f"({' '.join(sc['reference_divergent_tasks']) or 'none'}); predicted on "
-        f"{sc['divergent_runs_predicted']}/{sc['divergent_runs']} of their runs; "
-        f"{sc['stable_tasks']}/{len(sc['tasks'])} tasks repeat-stable",
-        "(companion study: 72/72 predicted, 60/72 reference, all 12 runs of four reference-divergent prompts)",
-        table_text(["task", "live runs", "stable", "predicted", "reference"], task_rows),
-    ])
+    sel_rows = [
+        [s["candidate"], f"{s['matches']}/{s['live_runs']}", " ".join(s["unstable_tasks"]) or "-"]
+        for s in sc["selection"] or []
+    ]
+    task_rows = [
+        [
+            x["task_id"],
+            x["live_runs"],
+            "yes" if x["live_stable"] else "no",
+            f"{x['predicted_matches']}/{x['live_runs']}",
+            f"{x['reference_matches']}/{x['live_runs']}",
+        ]
+        for x in sc["tasks"]
+    ]
+    text = "\n".join(
+        [
+            f"Prospective prediction of {sc['live_arm']} (companion study): discovery "
+            f"{len(ctx.task_ids('discovery'))} task(s), reserved {len(ctx.task_ids('reserved'))} task(s), "
+            f"{ctx.defn['live_repeats']} live run(s) per task, cap {ctx.defn['cap']}",
+            "discovery (candidate endpoints matching live endpoints):",
+            table_text(["candidate", "matches", "unstable tasks"], sel_rows),
+            f"selected predictor: {sc['predictor']} (frozen in plan.json before the live session: "
+            f"{'yes' if sc['frozen'] else 'no'})",
+            f"predicted vs live: {sc['predicted_matches']}/{sc['live_runs']} complete endpoints match; "
+            f"same-set reference vs live: {sc['reference_matches']}/{sc['live_runs']}",
+            f"reference-divergent tasks: {len(sc['reference_divergent_tasks'])} "
+            f"({' '.join(sc['reference_divergent_tasks']) or 'none'}); predicted on "
+            f"{sc['divergent_runs_predicted']}/{sc['divergent_runs']} of their runs; "
+            f"{sc['stable_tasks']}/{len(sc['tasks'])} tasks repeat-stable",
+            "(companion study: 72/72 predicted, 60/72 reference, all 12 runs of four reference-divergent prompts)",
+            table_text(["task", "live runs", "stable", "predicted", "reference"], task_rows),
+        ]
+    )
     tables = {"prediction": table_rows(ctx, sc, base["_records"])} if sc["predictor"] else {}
     return {"tables": tables, "text": text, "json": {"prediction.json": sc}}

@@ -22,7 +22,7 @@ def panels(defn: dict) -> dict:
 
 
 def arms(defn: dict, catalog: dict) -> list:
-    from ..errors import ConfigError
+    from ..core.errors import ConfigError
     from .confirmation import named_arms
 
     out = named_arms(defn, catalog)
@@ -30,8 +30,10 @@ def arms(defn: dict, catalog: dict) -> list:
         for lay in defn["layouts"]:
             found = [a.name for a in out if a.name != "R" and a.mode == path and a.layout == lay]
             if len(found) != 1:
-                raise ConfigError(f"replication: need exactly one {path} arm with layout {lay} among "
-                                  f"{', '.join(a.name for a in out)} (found {found or 'none'})")
+                raise ConfigError(
+                    f"replication: need exactly one {path} arm with layout {lay} among "
+                    f"{', '.join(a.name for a in out)} (found {found or 'none'})"
+                )
     used = {a.name for a in out if a.name != "R" and a.mode in defn["paths"] and a.layout in defn["layouts"]}
     extra = [a.name for a in out if a.name != "R" and a.name not in used]
     if extra:
@@ -45,18 +47,29 @@ def arm_for(ctx_arms: dict, path: str, layout: str) -> str:
 
 def schedule(ctx) -> list:
     d = ctx.defn
-    return abba_schedule(session_ids(d["sessions"]), ctx.task_ids("panel"), paths=d["paths"], layouts=d["layouts"],
-                         arm_for=lambda p, lay: arm_for(ctx.arms, p, lay), block_tasks=d["block_tasks"],
-                         cap=d["cap"], repeats=d["repeats"], references=d["references_per_session"], seed=d["seed"])
+    return abba_schedule(
+        session_ids(d["sessions"]),
+        ctx.task_ids("panel"),
+        paths=d["paths"],
+        layouts=d["layouts"],
+        arm_for=lambda p, lay: arm_for(ctx.arms, p, lay),
+        block_tasks=d["block_tasks"],
+        cap=d["cap"],
+        repeats=d["repeats"],
+        references=d["references_per_session"],
+        seed=d["seed"],
+    )
 
 
 def counter_pairs(ctx) -> list[tuple]:
-    from . import COUNTER_KEYS
+    from .evidence import COMPARED_COUNTERS
 
     x, y = ctx.defn["layouts"]
     label = {"target": "target-only", "spec": "speculative"}
-    return [(f"{label[p]} {x.upper()}/{y.upper()}", arm_for(ctx.arms, p, x), arm_for(ctx.arms, p, y), COUNTER_KEYS)
-            for p in ctx.defn["paths"]]
+    return [
+        (f"{label[p]} {x.upper()}/{y.upper()}", arm_for(ctx.arms, p, x), arm_for(ctx.arms, p, y), COMPARED_COUNTERS)
+        for p in ctx.defn["paths"]
+    ]
 
 
 def reference_check(ctx, base: dict) -> str:
@@ -72,34 +85,53 @@ def reference_check(ctx, base: dict) -> str:
     cells = [(s.id, t) for s in ctx.sessions for t in ctx.task_ids("panel")]
     full = sum(1 for c in cells if n.get(c, 0) >= need)
     stable = sum(1 for c in cells if len(eps.get(c, ())) == 1)
-    return (f"serial references: {full}/{len(cells)} task/session cells have {need} reference endpoint(s); "
-            f"{stable}/{len(cells)} cells agree")
+    return (
+        f"serial references: {full}/{len(cells)} task/session cells have {need} reference endpoint(s); "
+        f"{stable}/{len(cells)} cells agree"
+    )
 
 
 def analyze(ctx, base: dict) -> dict:
-    from ..stats import replication_tables
+    from ..core.stats import replication_tables
     from . import fmt_ratio, table_text
 
     boot = ctx.plan.get("bootstrap") or ctx.defn["bootstrap"]
     x, y = ctx.defn["layouts"]
     contrasts, estimates = replication_tables(
-        base["requests"], base["qualification"], campaign="replication", comparisons=[(x, y)],
-        paths=ctx.defn["paths"], draws=int(boot["draws"]), seed=int(boot["seed"]),
-        threshold=float(boot["threshold"]))
+        base["requests"],
+        base["qualification"],
+        campaign="replication",
+        comparisons=[(x, y)],
+        paths=ctx.defn["paths"],
+        draws=int(boot["draws"]),
+        seed=int(boot["seed"]),
+        threshold=float(boot["threshold"]),
+    )
     rows = []
     arm_label = {"target": "M", "spec": "C"}
     for e in estimates:
         num, den = (f"{arm_label[e['path']]}_{v}" for v in e["comparison"].split("/"))
         interval = f"[{e['lo']:.6f}, {e['hi']:.6f}]" if e["lo"] is not None else "-"
-        rows.append([e["path"], f"{num}/{den}", fmt_ratio(e["estimate"]), interval, e["decision"], e["n_sessions"],
-                     f"{e['n_regressions']}/{e['n_tasks']}" if e["n_regressions"] is not None else "-",
-                     e["regressed_tasks"] or e["reason"] or ""])
+        rows.append(
+            [
+                e["path"],
+                f"{num}/{den}",
+                fmt_ratio(e["estimate"]),
+                interval,
+                e["decision"],
+                e["n_sessions"],
+                f"{e['n_regressions']}/{e['n_tasks']}" if e["n_regressions"] is not None else "-",
+                e["regressed_tasks"] or e["reason"] or "",
+            ]
+        )
     crow = []
     import math
 
     for c in contrasts:
-        crow.append([c["path"], c["comparison"], c["session"], f"{math.exp(c['c_s']):.6f}", f"{c['c_s']:+.6f}",
-                     c["n_tasks"]])
+        crow.append(
+            [c["path"], c["comparison"], c["session"], f"{math.exp(c['c_s']):.6f}", f"{c['c_s']:+.6f}", c["n_tasks"]]
+        )
+
     def _gap(s: dict) -> str:
         return "first" if s["gap_before_s"] is None else f"gap {s['gap_before_s']:.1f} s"
 
@@ -108,21 +140,37 @@ def analyze(ctx, base: dict) -> dict:
     warm = sum(1 for r in base["requests"] if r["status"] == "excluded_warmup")
     timed = sum(1 for r in base["requests"] if r["status"] == "ok" and r["arm"] != "R")
     refs = sum(1 for r in base["requests"] if r["status"] == "ok" and r["arm"] == "R")
-    text = "\n".join([
-        f"Replication E2 (Table S5 shape): {len(ctx.task_ids('panel'))} task(s), {len(ctx.sessions)} session(s), "
-        f"blocks of {ctx.defn['block_tasks']} task(s), cap {ctx.defn['cap']}; bootstrap seed {boot['seed']}, "
-        f"{boot['draws']} draws, threshold {boot['threshold']}",
-        f"{timed} {x.upper()}/{y.upper()} requests and {refs} serial references in {workers} fresh workers "
-        f"({warm} registered warmups)",
-        reference_check(ctx, base),
-        "sessions: " + gap_text,
-        table_text(["path", "comparison", "estimate", "95% interval", "decision", "sessions", "regressions",
-                    "regressed tasks / reason"], rows),
-        "(paper, speculative C_PQ/C_QB: 1.031614 [1.025393, 1.037926], 1.065803 [1.063387, 1.068399], "
-        "1.029114 [1.020126, 1.039149])",
-        "",
-        "session contrasts exp(c_s):",
-        table_text(["path", "comparison", "session", "exp(c_s)", "c_s", "tasks"], crow),
-    ])
-    return {"tables": {"contrasts": contrasts, "estimates": estimates}, "text": text,
-            "counter_pairs": counter_pairs(ctx)}
+    text = "\n".join(
+        [
+            f"Replication E2 (Table S5 shape): {len(ctx.task_ids('panel'))} task(s), {len(ctx.sessions)} session(s), "
+            f"blocks of {ctx.defn['block_tasks']} task(s), cap {ctx.defn['cap']}; bootstrap seed {boot['seed']}, "
+            f"{boot['draws']} draws, threshold {boot['threshold']}",
+            f"{timed} {x.upper()}/{y.upper()} requests and {refs} serial references in {workers} fresh workers "
+            f"({warm} registered warmups)",
+            reference_check(ctx, base),
+            "sessions: " + gap_text,
+            table_text(
+                [
+                    "path",
+                    "comparison",
+                    "estimate",
+                    "95% interval",
+                    "decision",
+                    "sessions",
+                    "regressions",
+                    "regressed tasks / reason",
+                ],
+                rows,
+            ),
+            "(paper, speculative C_PQ/C_QB: 1.031614 [1.025393, 1.037926], 1.065803 [1.063387, 1.068399], "
+            "1.029114 [1.020126, 1.039149])",
+            "",
+            "session contrasts exp(c_s):",
+            table_text(["path", "comparison", "session", "exp(c_s)", "c_s", "tasks"], crow),
+        ]
+    )
+    return {
+        "tables": {"contrasts": contrasts, "estimates": estimates},
+        "text": text,
+        "counter_pairs": counter_pairs(ctx),
+    }

@@ -10,13 +10,13 @@ Schedules
     (it is frozen into the plan before the first session).
 
 Execution (:class:`CampaignRun`)
-    Before the first session the plan is frozen (:mod:`refspec.plan`); every
+    Before the first session the plan is frozen (:mod:`refspec.provenance.plan`); every
     later start recomputes it and refuses on any difference. Sessions run in
     order; before a session starts the engine waits until ``gap_s`` seconds
     have passed since the previous session's end (the end is read from the
     ledger, so the gap also holds across a resume), runs the manifest freeze
     check when a manifest is given, and records ``session_start``. Blocks go to
-    :func:`refspec.driver.run_block`, which journals and ledgers every attempt
+    :func:`refspec.engine.driver.run_block`, which journals and ledgers every attempt
     as it ends. Just before each timed request the engine appends a ``submit``
     line to the ledger (outside the timed interval).
 
@@ -26,7 +26,7 @@ Resume
     recorded as an ``interruption``; a ``submit`` without a journaled outcome
     becomes a failed attempt ("interrupted: ...", a ``requests`` row and an
     ``interruption`` ledger line); workers the killed process left running are
-    stopped (only processes whose command line names ``refspec.worker`` and the
+    stopped (only processes whose command line names ``refspec.engine.worker`` and the
     recorded worker id); then only the planned requests without a completed
     attempt are run, on fresh workers, as new attempts. Completed requests are
     never re-run and their journal lines are never rewritten.
@@ -48,15 +48,16 @@ import random
 import signal
 import sys
 import time
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any
 
-from ..arms import Arm
-from ..errors import IntegrityError, UsageError
-from ..ledger import Ledger
-from .. import plan as planmod
+from ..core.arms import Arm
+from ..core.errors import IntegrityError, UsageError
+from ..provenance import plan as planmod
+from ..provenance.ledger import Ledger
 
 REFERENCE = "R"
 
@@ -83,8 +84,12 @@ class BlockPlan:
     role: str = ""  # what the block is in the design: "reference", "A", "B", "round 2", ...
 
     def record(self) -> dict:
-        return {"index": self.index, "arm": self.arm, "role": self.role,
-                "requests": [r.record() for r in self.requests]}
+        return {
+            "index": self.index,
+            "arm": self.arm,
+            "role": self.role,
+            "requests": [r.record() for r in self.requests],
+        }
 
 
 @dataclass
@@ -148,9 +153,18 @@ def _shuffled(items: Sequence, rng: random.Random) -> list:
     return out
 
 
-def round_schedule(sessions: Sequence[str], others: Sequence[str], task_ids: Sequence[str], *, caps: Sequence[int],
-                   repeats: int, block_by: str, seed: int, reference: str = REFERENCE,
-                   reference_repeats: int | None = None) -> list[SessionPlan]:
+def round_schedule(
+    sessions: Sequence[str],
+    others: Sequence[str],
+    task_ids: Sequence[str],
+    *,
+    caps: Sequence[int],
+    repeats: int,
+    block_by: str,
+    seed: int,
+    reference: str = REFERENCE,
+    reference_repeats: int | None = None,
+) -> list[SessionPlan]:
     """Blocks of whole arms, counterbalanced by reversing the arm order.
 
     The arm order (without the reference) is drawn once from the seed; session
@@ -201,9 +215,20 @@ def round_schedule(sessions: Sequence[str], others: Sequence[str], task_ids: Seq
     return out
 
 
-def abba_schedule(sessions: Sequence[str], task_ids: Sequence[str], *, paths: Sequence[str],
-                  layouts: Sequence[str], arm_for: Callable[[str, str], str], block_tasks: int, cap: int,
-                  repeats: int, references: int, seed: int, reference: str = REFERENCE) -> list[SessionPlan]:
+def abba_schedule(
+    sessions: Sequence[str],
+    task_ids: Sequence[str],
+    *,
+    paths: Sequence[str],
+    layouts: Sequence[str],
+    arm_for: Callable[[str, str], str],
+    block_tasks: int,
+    cap: int,
+    repeats: int,
+    references: int,
+    seed: int,
+    reference: str = REFERENCE,
+) -> list[SessionPlan]:
     """Short counterbalanced blocks (replication E2).
 
     Per session, the tasks are put in a seeded order and cut into groups of
@@ -227,7 +252,7 @@ def abba_schedule(sessions: Sequence[str], task_ids: Sequence[str], *, paths: Se
     for si, sid in enumerate(sessions):
         rng = derive_rng(seed, "abba", sid)
         tasks = _shuffled(task_ids, rng)
-        groups = [tasks[i:i + block_tasks] for i in range(0, len(tasks), block_tasks)]
+        groups = [tasks[i : i + block_tasks] for i in range(0, len(tasks), block_tasks)]
         combos = factorial_orders(len(groups), rng, si)
         lay_first = [o for o, _p in combos]
         path_first = [p for _o, p in combos]
@@ -236,8 +261,7 @@ def abba_schedule(sessions: Sequence[str], task_ids: Sequence[str], *, paths: Se
         def add(arm: str, gtasks: list[str], reps: Iterable[int], role: str) -> None:
             reps = list(reps)
             if reps:
-                blocks.append(BlockPlan(sid, len(blocks), arm,
-                                        [Req(t, cap, r) for r in reps for t in gtasks], role))
+                blocks.append(BlockPlan(sid, len(blocks), arm, [Req(t, cap, r) for r in reps for t in gtasks], role))
 
         for g, gtasks in enumerate(groups):
             add(reference, gtasks, range(1, first_refs + 1), f"group {g}: reference")
@@ -261,7 +285,7 @@ def schedule_record(sessions: Sequence[SessionPlan]) -> list[dict]:
 
 
 def utc_now() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def parse_utc(s: str) -> _dt.datetime:
@@ -279,10 +303,10 @@ def _proc_cmdline(pid: int) -> str:
 def stop_leftover_worker(pid: int, worker_id: str) -> bool:
     """SIGKILL a worker process the interrupted campaign left running; True if one was stopped.
 
-    Only a process whose command line runs ``refspec.worker`` with this worker id is touched.
+    Only a process whose command line runs ``refspec.engine.worker`` with this worker id is touched.
     """
     cmd = _proc_cmdline(pid)
-    if "refspec.worker" not in cmd or f"--worker-id {worker_id}" not in cmd:
+    if "refspec.engine.worker" not in cmd or f"--worker-id {worker_id}" not in cmd:
         return False
     try:
         os.kill(int(pid), signal.SIGKILL)
@@ -312,12 +336,12 @@ class RunSettings:
     campaign: str
     out_dir: Path
     family: str
-    files: Any  # refspec.models.FamilyFiles
+    files: Any  # refspec.native.models.FamilyFiles
     draft: str | None
     arms: dict[str, Arm]
     arms_file: Path
     lib_dir: Path
-    tasks: dict[str, Any]  # task_id -> refspec.panels.Task (all panels of the campaign)
+    tasks: dict[str, Any]  # task_id -> refspec.core.panels.Task (all panels of the campaign)
     definition: dict
     manifest: Path | None = None
     progress: bool = True
@@ -328,7 +352,7 @@ class CampaignRun:
     """One campaign folder: its ledger, journal, frozen plan, and the sessions run into it."""
 
     def __init__(self, settings: RunSettings):
-        from ..driver import Journal
+        from ..engine.driver import Journal
 
         self.s = settings
         self.out = Path(settings.out_dir)
@@ -371,12 +395,15 @@ class CampaignRun:
                 raise UsageError(f"{self.out}: no frozen plan; nothing to analyse")
             if self.journal.path.exists() and self.journal.records():
                 raise IntegrityError(f"{self.out}: a journal exists but the ledger holds no frozen plan")
-            digest = planmod.freeze(self.out, computed, self.ledger,
-                                    reason="preregistration: the plan is frozen before the first session")
+            planmod.freeze(
+                self.out, computed, self.ledger, reason="preregistration: the plan is frozen before the first session"
+            )
             return planmod.read_plan(self.out)
         if not (self.s.resume or analyze_only):
-            raise UsageError(f"{self.out} already holds a frozen plan and its ledger: pass --resume to continue "
-                             "that campaign, or choose another --out")
+            raise UsageError(
+                f"{self.out} already holds a frozen plan and its ledger: pass --resume to continue "
+                "that campaign, or choose another --out"
+            )
         stored = planmod.check(self.out, self.ledger, computed)
         return stored
 
@@ -388,20 +415,32 @@ class CampaignRun:
         self.run_no = len(starts) + 1
         if starts and starts[-1].get("run") not in ends:
             last = starts[-1]
-            self.note("interruption", f"campaign run {last.get('run')} (pid {last.get('pid')}) ended without "
-                      f"closing: the process was interrupted after ledger line {recs[-1]['seq']}; resuming",
-                      run=last.get("run"), pid=last.get("pid"), last_seq=recs[-1]["seq"])
+            self.note(
+                "interruption",
+                f"campaign run {last.get('run')} (pid {last.get('pid')}) ended without "
+                f"closing: the process was interrupted after ledger line {recs[-1]['seq']}; resuming",
+                run=last.get("run"),
+                pid=last.get("pid"),
+                last_seq=recs[-1]["seq"],
+            )
         if self.run_no > 1:
             self._recover(recs)
-        self.note("run_start", "resume: only planned requests without a completed attempt run" if self.run_no > 1
-                  else "first run of the campaign", run=self.run_no, pid=os.getpid(), planned_remaining=planned_total)
+        self.note(
+            "run_start",
+            "resume: only planned requests without a final attempt run"
+            if self.run_no > 1
+            else "first run of the campaign",
+            run=self.run_no,
+            pid=os.getpid(),
+            planned_remaining=planned_total,
+        )
 
     def end_run(self, reason: str) -> None:
         self.note("run_end", reason, run=self.run_no, pid=os.getpid())
 
     def _recover(self, recs: list[dict]) -> None:
         """Interrupted requests become failed attempts; leftover workers are stopped."""
-        from ..driver import request_row
+        from ..engine.driver import request_row
 
         journal = self.journal_records()
         seen = {(r["row"]["session"], r["row"]["worker"], r["row"]["order_index"]) for r in journal}
@@ -422,19 +461,51 @@ class CampaignRun:
             sk = (r["session"], r["block"], r["arm"], r["task_id"], r["repeat"])
             attempt = attempts.get(sk, 0) + 1
             attempts[sk] = attempt
-            reason = (f"interrupted: the campaign process ended while this request was in flight on worker "
-                      f"{r['worker']} (submitted at ledger line {r['seq']}); no response was recorded")
-            ctx = SimpleNamespace(campaign=self.campaign, session=r["session"], family=self.s.family,
-                                  draft=self.s.draft)
-            row = request_row(ctx, arm, block=r["block"], worker=r["worker"], task_id=r["task_id"], cap=r["cap"],
-                              repeat=r["repeat"], order_index=r["order_index"], attempt=attempt, status="failed",
-                              reason=reason)
-            led = self.note("interruption", reason, session=r["session"], worker=r["worker"], arm=r["arm"],
-                            block=r["block"], task_id=r["task_id"], repeat=r["repeat"], attempt=attempt,
-                            outcome="failed", submit_seq=r["seq"])
-            self.journal.append({"type": "request", "row": row, "endpoint": None, "margins": None,
-                                 "evidence": None, "counters": None, "prompt_sha256": None,
-                                 "ledger_seq": led["seq"]})
+            reason = (
+                f"interrupted: the campaign process ended while this request was in flight on worker "
+                f"{r['worker']} (submitted at ledger line {r['seq']}); no response was recorded"
+            )
+            ctx = SimpleNamespace(
+                campaign=self.campaign, session=r["session"], family=self.s.family, draft=self.s.draft
+            )
+            row = request_row(
+                ctx,
+                arm,
+                block=r["block"],
+                worker=r["worker"],
+                task_id=r["task_id"],
+                cap=r["cap"],
+                repeat=r["repeat"],
+                order_index=r["order_index"],
+                attempt=attempt,
+                status="failed",
+                reason=reason,
+            )
+            led = self.note(
+                "interruption",
+                reason,
+                session=r["session"],
+                worker=r["worker"],
+                arm=r["arm"],
+                block=r["block"],
+                task_id=r["task_id"],
+                repeat=r["repeat"],
+                attempt=attempt,
+                outcome="failed",
+                submit_seq=r["seq"],
+            )
+            self.journal.append(
+                {
+                    "type": "request",
+                    "row": row,
+                    "endpoint": None,
+                    "margins": None,
+                    "evidence": None,
+                    "counters": None,
+                    "prompt_sha256": None,
+                    "ledger_seq": led["seq"],
+                }
+            )
         # workers the killed process left running: recorded starts, and ready files of starts it never recorded
         candidates: dict[str, tuple[str | None, int]] = {}
         for r in recs:
@@ -455,8 +526,14 @@ class CampaignRun:
             if wid in exited:
                 continue
             if stop_leftover_worker(pid, wid):
-                self.note("worker_stopped", f"worker {wid} (pid {pid}) was left running by the interrupted "
-                          "campaign process; stopped with SIGKILL", session=sess, worker=wid, pid=pid)
+                self.note(
+                    "worker_stopped",
+                    f"worker {wid} (pid {pid}) was left running by the interrupted "
+                    "campaign process; stopped with SIGKILL",
+                    session=sess,
+                    worker=wid,
+                    pid=pid,
+                )
 
     # ------------------------------------------------------------------ state
     def workers_used(self) -> int:
@@ -545,8 +622,7 @@ class CampaignRun:
     def _on_record(self, rec: dict) -> None:
         row = rec["row"]
         if self._bar is not None and row["status"] in ("ok", "failed"):
-            self._bar.set_postfix_str(f"{row['session']} {row['arm']} {row['task_id']} {row['status']}",
-                                      refresh=False)
+            self._bar.set_postfix_str(f"{row['session']} {row['arm']} {row['task_id']} {row['status']}", refresh=False)
             self._bar.update(1)
 
     def _log(self, text: str) -> None:
@@ -557,7 +633,7 @@ class CampaignRun:
 
     # ------------------------------------------------------------------ sessions
     def run_session(self, sp: SessionPlan, previous: str | None) -> None:
-        from ..driver import Planned, PromptBook, RunContext, run_block
+        from ..engine.driver import Planned, PromptBook, RunContext, run_block
 
         marks = self.session_marks()
         done, last, _ = self.slot_state()
@@ -569,47 +645,84 @@ class CampaignRun:
         mine = marks.get(sp.id, {})
         if not todo:
             if "end" not in mine and "start" in mine:
-                self.note("session_end", "every planned request of the session has a completed attempt",
-                          session=sp.id)
+                self.note(
+                    "session_end",
+                    "every planned request of the session has a final attempt (completed, or failed as often as the retry rule allows)",
+                    session=sp.id,
+                )
             return
         started = "start" in mine
         if not started:
             self._wait_gap(sp.id, previous, marks)
         self._freeze_check(sp.id)
-        self.note("session_start", ("resumed: " if started else "") + f"{len(todo)} block(s), "
-                  f"{sum(len(r) for _b, r in todo)} request(s) to run on fresh workers", session=sp.id,
-                  resumed=started)
+        self.note(
+            "session_start",
+            ("resumed: " if started else "") + f"{len(todo)} block(s), "
+            f"{sum(len(r) for _b, r in todo)} request(s) to run on fresh workers",
+            session=sp.id,
+            resumed=started,
+        )
         if self.prompts is None:
             self.prompts = PromptBook(self.s.tasks.values(), chat=True)
         n_workers = self.workers_used()
-        ctx = RunContext(campaign=self.campaign, family=self.s.family, session=sp.id, files=self.s.files,
-                         lib_dir=self.s.lib_dir, out_dir=self.out, journal=self.journal, ledger=self.ledger,
-                         prompts=self.prompts, draft=self.s.draft, arms_file=str(self.s.arms_file),
-                         retries=int(self.defn.get("retries", 1)),
-                         request_timeout=float(self.defn.get("request_timeout_s", 600)),
-                         warmup_cap=int(self.defn.get("warmup_cap", 16)), n_workers=n_workers)
+        ctx = RunContext(
+            campaign=self.campaign,
+            family=self.s.family,
+            session=sp.id,
+            files=self.s.files,
+            lib_dir=self.s.lib_dir,
+            out_dir=self.out,
+            journal=self.journal,
+            ledger=self.ledger,
+            prompts=self.prompts,
+            draft=self.s.draft,
+            arms_file=str(self.s.arms_file),
+            retries=int(self.defn.get("retries", 1)),
+            request_timeout=float(self.defn.get("request_timeout_s", 600)),
+            warmup_cap=int(self.defn.get("warmup_cap", 16)),
+            n_workers=n_workers,
+        )
         ctx.on_record = self._on_record
         for b, reqs in todo:
             arm = self.s.arms[b.arm]
             planned = [Planned(q.task_id, q.cap, q.repeat) for q in reqs]
-            attempts = {(q.task_id, q.repeat): last.get((sp.id, b.index, b.arm, q.task_id, q.cap, q.repeat), 0)
-                        for q in reqs}
+            attempts = {
+                (q.task_id, q.repeat): last.get((sp.id, b.index, b.arm, q.task_id, q.cap, q.repeat), 0) for q in reqs
+            }
 
             def on_submit(worker, p, order, _b=b):
-                self.note("submit", "timed request submitted to the worker", session=sp.id, block=_b.index,
-                          worker=worker.worker_id, arm=_b.arm, task_id=p.task_id, cap=p.cap, repeat=p.repeat,
-                          order_index=order)
+                self.note(
+                    "submit",
+                    "timed request submitted to the worker",
+                    session=sp.id,
+                    block=_b.index,
+                    worker=worker.worker_id,
+                    arm=_b.arm,
+                    task_id=p.task_id,
+                    cap=p.cap,
+                    repeat=p.repeat,
+                    order_index=order,
+                )
 
             ctx.on_submit = on_submit
             self._log(f"{sp.id} block {b.index}: {b.arm} ({b.role}), {len(reqs)} request(s)")
             run_block(ctx, arm, planned, block=b.index, attempts_before=attempts)
         self.audit_session(sp.id)
         done, _, _ = self.slot_state()
-        left = [(b.index, q) for b in sp.blocks for q in b.requests
-                if (sp.id, b.index, b.arm, q.task_id, q.cap, q.repeat) not in done]
-        self.note("session_end", "every planned request of the session has a completed attempt" if not left
-                  else f"{len(left)} planned request(s) without a completed attempt", session=sp.id,
-                  incomplete=len(left))
+        left = [
+            (b.index, q)
+            for b in sp.blocks
+            for q in b.requests
+            if (sp.id, b.index, b.arm, q.task_id, q.cap, q.repeat) not in done
+        ]
+        self.note(
+            "session_end",
+            "every planned request of the session has a final attempt (completed, or failed as often as the retry rule allows)"
+            if not left
+            else f"{len(left)} planned request(s) without a final attempt",
+            session=sp.id,
+            incomplete=len(left),
+        )
 
     def _wait_gap(self, sid: str, previous: str | None, marks: dict) -> None:
         gap = float(self.defn.get("gap_s", 0) or 0)
@@ -619,37 +732,53 @@ class CampaignRun:
         if end is None:
             return
         ready_at = parse_utc(end["time"]) + _dt.timedelta(seconds=gap)
-        wait = (ready_at - _dt.datetime.now(_dt.timezone.utc)).total_seconds()
+        wait = (ready_at - _dt.datetime.now(_dt.UTC)).total_seconds()
         if wait > 0:
-            self.note("gap_wait", f"waiting {wait:.1f} s so that at least {gap:g} s separate the end of session "
-                      f"{previous} and the start of session {sid}", session=sid, wait_s=round(wait, 3),
-                      gap_s=gap, not_before=ready_at.strftime("%Y-%m-%dT%H:%M:%S.%fZ"))
+            self.note(
+                "gap_wait",
+                f"waiting {wait:.1f} s so that at least {gap:g} s separate the end of session "
+                f"{previous} and the start of session {sid}",
+                session=sid,
+                wait_s=round(wait, 3),
+                gap_s=gap,
+                not_before=ready_at.strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+            )
             self._log(f"waiting {wait:.0f} s before session {sid} (gap {gap:g} s)")
             time.sleep(wait)
-            while _dt.datetime.now(_dt.timezone.utc) < ready_at:
+            while _dt.datetime.now(_dt.UTC) < ready_at:
                 time.sleep(0.05)
 
     def _freeze_check(self, sid: str) -> None:
         if self.s.manifest is None:
             return
-        from ..manifest import FreezeCheckError, freeze_check
+        from ..provenance.manifest import FreezeCheckError, freeze_check
 
         try:
             freeze_check(self.s.manifest)
         except FreezeCheckError as e:
             diffs = list(getattr(e, "differences", [str(e)]))
-            self.note("failure", "freeze check failed before the session: " + "; ".join(diffs[:10]), session=sid,
-                      outcome="refused")
+            self.note(
+                "failure",
+                "freeze check failed before the session: " + "; ".join(diffs[:10]),
+                session=sid,
+                outcome="refused",
+            )
             raise
-        self.note("freeze_check", f"the source manifest {self.s.manifest.name} recomputes unchanged", session=sid,
-                  outcome="ok")
+        self.note(
+            "freeze_check",
+            f"the source manifest {self.s.manifest.name} recomputes unchanged",
+            session=sid,
+            outcome="ok",
+        )
 
     # ------------------------------------------------------------------ audit
     def reference_endpoints(self, records: list[dict] | None = None) -> dict[tuple[str, int], dict]:
         """(task_id, cap) -> the first completed R endpoint row in (session, repeat) order."""
         records = self.journal_records() if records is None else records
-        refs = sorted((r for r in records if r["row"]["arm"] == REFERENCE and r["endpoint"] is not None),
-                      key=lambda r: (r["row"]["session"], r["row"]["repeat"]))
+        refs = sorted(
+            (r for r in records if r["row"]["arm"] == REFERENCE and r["endpoint"] is not None),
+            key=lambda r: (r["row"]["session"], r["row"]["repeat"]),
+        )
         out: dict[tuple[str, int], dict] = {}
         for r in refs:
             out.setdefault((r["row"]["task_id"], r["row"]["cap"]), r["endpoint"])
@@ -657,13 +786,12 @@ class CampaignRun:
 
     def audit_session(self, sid: str) -> None:
         """A ``mismatch`` ledger line for every completed request of the session that differs from R."""
-        from ..stats import first_difference
+        from ..core.endpoint import first_divergence
 
         if not self._mismatch_seen:
             for r in self.ledger_records():
                 if r.get("kind") == "mismatch":
-                    self._mismatch_seen.add((r.get("session"), r.get("worker"), r.get("order_index"),
-                                             r.get("attempt")))
+                    self._mismatch_seen.add((r.get("session"), r.get("worker"), r.get("order_index"), r.get("attempt")))
         records = self.journal_records()
         refs = self.reference_endpoints(records)
         for r in records:
@@ -674,27 +802,40 @@ class CampaignRun:
             ref = refs.get((row["task_id"], row["cap"]))
             if ref is None or ep["endpoint_sha256"] == ref["endpoint_sha256"] or key in self._mismatch_seen:
                 continue
-            i = first_difference(ref["tokens"], ref["eog"], ref["stop_reason"], ep["tokens"], ep["eog"],
-                                 ep["stop_reason"])
+            i = first_divergence(
+                ref["tokens"], ref["eog"], ref["stop_reason"], ep["tokens"], ep["eog"], ep["stop_reason"]
+            )
             what = "the reference R" if row["arm"] != REFERENCE else "the first reference endpoint (R unstable)"
-            self.note("mismatch", f"endpoint differs from {what} at generated index {i}: the pair "
-                      f"({row['arm']}, {row['task_id']}) is disqualified (kept, not re-run)", session=sid,
-                      worker=row["worker"], order_index=row["order_index"], attempt=row["attempt"], arm=row["arm"],
-                      task_id=row["task_id"], repeat=row["repeat"], first_diff_index=i,
-                      endpoint_sha256=ep["endpoint_sha256"], ref_endpoint_sha256=ref["endpoint_sha256"])
+            self.note(
+                "mismatch",
+                f"endpoint differs from {what} at generated index {i}: the pair "
+                f"({row['arm']}, {row['task_id']}) is disqualified (kept, not re-run)",
+                session=sid,
+                worker=row["worker"],
+                order_index=row["order_index"],
+                attempt=row["attempt"],
+                arm=row["arm"],
+                task_id=row["task_id"],
+                repeat=row["repeat"],
+                first_diff_index=i,
+                endpoint_sha256=ep["endpoint_sha256"],
+                ref_endpoint_sha256=ref["endpoint_sha256"],
+            )
             self._mismatch_seen.add(key)
 
     # ------------------------------------------------------------------ tables
     def base_tables(self) -> dict[str, list[dict]]:
         """requests, endpoints, qualification and sessions from the journal and the ledger."""
-        from ..stats import qualify, session_gaps
+        from ..core.stats import qualify, session_gaps
 
         records = self.journal_records()
         requests = [r["row"] for r in records]
         endpoints = [r["endpoint"] for r in records if r["endpoint"] is not None]
         margins: dict = {}
-        for r in sorted((r for r in records if r["row"]["arm"] == REFERENCE and r["endpoint"] is not None),
-                        key=lambda r: (r["row"]["session"], r["row"]["repeat"])):
+        for r in sorted(
+            (r for r in records if r["row"]["arm"] == REFERENCE and r["endpoint"] is not None),
+            key=lambda r: (r["row"]["session"], r["row"]["repeat"]),
+        ):
             row = r["row"]
             if r.get("margins") is not None:
                 margins.setdefault((row["campaign"], row["family"], row["task_id"], row["cap"]), r["margins"])
@@ -717,9 +858,23 @@ class CampaignRun:
             end = last.get(sess)
             if start is None or end is None:
                 continue
-            rows.append(dict(campaign=self.campaign, family=self.s.family, session=sess, started_utc=start,
-                             ended_utc=end, gap_before_s=None, n_requests=len(srows),
-                             n_workers=len({q["worker"] for q in srows})))
+            rows.append(
+                dict(
+                    campaign=self.campaign,
+                    family=self.s.family,
+                    session=sess,
+                    started_utc=start,
+                    ended_utc=end,
+                    gap_before_s=None,
+                    n_requests=len(srows),
+                    n_workers=len({q["worker"] for q in srows}),
+                )
+            )
         sessions = session_gaps(rows)
-        return {"requests": requests, "endpoints": endpoints, "qualification": qual, "sessions": sessions,
-                "_records": records}
+        return {
+            "requests": requests,
+            "endpoints": endpoints,
+            "qualification": qual,
+            "sessions": sessions,
+            "_records": records,
+        }

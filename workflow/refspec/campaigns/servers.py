@@ -34,7 +34,7 @@ def schedule(ctx) -> list:
 
 def pairs(ctx) -> list:
     """The qualified-ratio pairs over the campaign's arms, numerator first (diagnostics: the
-    registered pairs :data:`refspec.stats.DIAGNOSTIC_PAIRS`, which the checker knows)."""
+    registered pairs :data:`refspec.core.stats.DIAGNOSTIC_PAIRS`, which the checker knows)."""
     names = list(ctx.arms)
     servers = [n for n in names if ctx.arms[n].kind == "server"]
     workers = [n for n in names if n != "R" and ctx.arms[n].kind != "server"]
@@ -66,17 +66,18 @@ def freshness_text(ctx) -> str:
         if a.kind != "server":
             continue
         s = a.server
-        where = (f"existing server at {s.url}: NOT started by refspec, fresh processes per block cannot be "
-                 "guaranteed" if s.url else f"{s.build} llama-server started by refspec on a loopback port, "
-                 "fresh per block")
+        where = (
+            f"existing server at {s.url}: NOT started by refspec, fresh processes per block cannot be guaranteed"
+            if s.url
+            else f"{s.build} llama-server started by refspec on a loopback port, fresh per block"
+        )
         env = f", LLAMA_ATTN_LAYOUT={s.attn_layout}" if s.attn_layout else ""
-        lines.append(f"  {n:14s} {a.mode:6s} {where}{env}; -ub {a.ub}"
-                     + (f", draft k={a.k}" if a.speculative else ""))
-    return "server arms (threads {}):\n".format(ctx.threads) + "\n".join(lines)
+        lines.append(f"  {n:14s} {a.mode:6s} {where}{env}; -ub {a.ub}" + (f", draft k={a.k}" if a.speculative else ""))
+    return f"server arms (threads {ctx.threads}):\n" + "\n".join(lines)
 
 
 def execute(ctx) -> None:
-    from .. import native
+    from ..native import build as native
 
     variants = sorted({a.server.build for a in ctx.arms.values() if a.kind == "server" and a.server.build})
     if variants:  # build the servers before the first session (outside every timed interval)
@@ -93,22 +94,28 @@ def execute(ctx) -> None:
 
 
 def analyze(ctx, base: dict) -> dict:
-    from ..stats import diagnostics_table, ratios_table
+    from ..core.stats import diagnostics_table, ratios_table
 
     ratios = ratios_table(base["requests"], base["qualification"], ctx.name, pairs=pairs(ctx))
     diag = diagnostics_table(base["requests"], base["qualification"], ctx.name)
     d = ctx.defn
-    text = "\n".join([
-        counts_text(ctx, base, f"Servers: {len(ctx.task_ids('confirm'))} task(s), cap {d['cap']}, "
-                               f"{d['sessions']} session(s) x {d['repeats']} repeat(s); matching complete "
-                               "endpoints per arm against refspec's reference R"),
-        "",
-        freshness_text(ctx),
-        "",
-        "Qualified ratios (numerator time / denominator time; complete HTTP requests):",
-        ratios_text(ratios),
-        "",
-        "Diagnostic timings (not qualified; never mixed with the qualified ratios):",
-        diagnostics_text(diag) if diag else "none: every registered pair qualified",
-    ])
+    text = "\n".join(
+        [
+            counts_text(
+                ctx,
+                base,
+                f"Servers: {len(ctx.task_ids('confirm'))} task(s), cap {d['cap']}, "
+                f"{d['sessions']} session(s) x {d['repeats']} repeat(s); matching complete "
+                "endpoints per arm against refspec's reference R",
+            ),
+            "",
+            freshness_text(ctx),
+            "",
+            "Qualified ratios (numerator time / denominator time; complete HTTP requests):",
+            ratios_text(ratios),
+            "",
+            "Diagnostic timings (not qualified; never mixed with the qualified ratios):",
+            diagnostics_text(diag) if diag else "none: every registered pair qualified",
+        ]
+    )
     return {"tables": {"ratios": ratios, "diagnostics": diag}, "text": text}

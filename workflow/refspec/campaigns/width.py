@@ -23,7 +23,7 @@ def geometry_name(base, k: int, ub: int) -> str:
 
 
 def arms(defn: dict, catalog: dict) -> list:
-    from ..errors import ConfigError
+    from ..core.errors import ConfigError
 
     if defn["base_arm"] not in catalog:
         raise ConfigError(f"width: unknown base arm {defn['base_arm']!r}")
@@ -34,21 +34,30 @@ def arms(defn: dict, catalog: dict) -> list:
     b = (defn["baseline"]["k"], defn["baseline"]["ub"])
     if b not in geos:
         raise ConfigError(f"width: the baseline geometry {b} is not among the geometries")
-    return [catalog["R"]] + [base.with_(name=geometry_name(base, k, ub), k=int(k), ub=int(ub),
-                                        description=f"{base.name} at k={k}, U={ub}") for k, ub in geos]
+    return [catalog["R"]] + [
+        base.with_(name=geometry_name(base, k, ub), k=int(k), ub=int(ub), description=f"{base.name} at k={k}, U={ub}")
+        for k, ub in geos
+    ]
 
 
 def schedule(ctx) -> list:
     d = ctx.defn
     others = [n for n in ctx.arms if n != "R"]
-    return round_schedule(session_ids(d["sessions"]), others, ctx.task_ids("panel"), caps=sorted(d["caps"]),
-                          repeats=d["repeats"], block_by=d["block_by"], seed=d["seed"])
+    return round_schedule(
+        session_ids(d["sessions"]),
+        others,
+        ctx.task_ids("panel"),
+        caps=sorted(d["caps"]),
+        repeats=d["repeats"],
+        block_by=d["block_by"],
+        seed=d["seed"],
+    )
 
 
 def analyze(ctx, base: dict) -> dict:
     import statistics
 
-    from ..stats import ratios_table
+    from ..core.stats import ratios_table
     from . import fmt_ratio, table_text
 
     d = ctx.defn
@@ -63,7 +72,9 @@ def analyze(ctx, base: dict) -> dict:
         for g in geos:
             a = ctx.arms[g]
             q = [x for x in base["qualification"] if x["arm"] == g and x["cap"] == cap]
-            reqs = [r for r in base["requests"] if r["arm"] == g and r["cap"] == cap and r["status"] != "excluded_warmup"]
+            reqs = [
+                r for r in base["requests"] if r["arm"] == g and r["cap"] == cap and r["status"] != "excluded_warmup"
+            ]
             ok = [r for r in reqs if r["status"] == "ok"]
             failed = [r for r in reqs if r["status"] == "failed"]
             prop = sum(r["proposals"] or 0 for r in ok)
@@ -71,25 +82,48 @@ def analyze(ctx, base: dict) -> dict:
             note = ""
             if failed and not ok:
                 starts = ctx.run.start_failures().get(g)
-                note = (starts[-1] if starts else str(failed[-1]["reason"]))
+                note = starts[-1] if starts else str(failed[-1]["reason"])
                 note = note.split("error: ", 1)[-1][:110]
             vs_b = rat.get((g, b, cap))
             vs_r = rat.get(("R", g, cap))
-            rows.append([f"k={a.k} U={a.ub}", cap, f"{sum(x['n_matching'] for x in q)}/{sum(x['n_required'] for x in q)}",
-                         f"{sum(1 for x in q if x['qualified'])}/{len(q)}",
-                         f"{acc / prop:.3f}" if prop else "-",
-                         f"{statistics.mean(r['callers'] for r in ok):.1f}" if ok else "-",
-                         f"{statistics.mean(r['micrographs'] for r in ok):.1f}" if ok else "-",
-                         f"{statistics.median(r['t_ns'] for r in ok) / 1e6:.1f}" if ok else "-",
-                         fmt_ratio(vs_b["ratio"]) if vs_b else ("1 (baseline)" if g == b else "-"),
-                         fmt_ratio(vs_r["ratio"]) if vs_r else "-", note])
-    text = "\n".join([
-        f"Width sweep: base {d['base_arm']}"
-        + (f" ({ref_base.layout}, mask {ref_base.mask})" if ref_base else "")
-        + f", {len(ctx.task_ids('panel'))} task(s), caps {', '.join(map(str, sorted(d['caps'])))}, "
-          f"baseline k={d['baseline']['k']} U={d['baseline']['ub']}",
-        table_text(["geometry", "cap", "matching", "tasks ok", "acceptance", "callers", "micrographs",
-                    "median ms", f"time / baseline", "R / geometry", "note"], rows),
-        "(paper, fixed UB4: k=7 preserved endpoints at 0.890 of the k=3 request speed)",
-    ])
+            rows.append(
+                [
+                    f"k={a.k} U={a.ub}",
+                    cap,
+                    f"{sum(x['n_matching'] for x in q)}/{sum(x['n_required'] for x in q)}",
+                    f"{sum(1 for x in q if x['qualified'])}/{len(q)}",
+                    f"{acc / prop:.3f}" if prop else "-",
+                    f"{statistics.mean(r['callers'] for r in ok):.1f}" if ok else "-",
+                    f"{statistics.mean(r['micrographs'] for r in ok):.1f}" if ok else "-",
+                    f"{statistics.median(r['t_ns'] for r in ok) / 1e6:.1f}" if ok else "-",
+                    fmt_ratio(vs_b["ratio"]) if vs_b else ("1 (baseline)" if g == b else "-"),
+                    fmt_ratio(vs_r["ratio"]) if vs_r else "-",
+                    note,
+                ]
+            )
+    text = "\n".join(
+        [
+            f"Width sweep: base {d['base_arm']}"
+            + (f" ({ref_base.layout}, mask {ref_base.mask})" if ref_base else "")
+            + f", {len(ctx.task_ids('panel'))} task(s), caps {', '.join(map(str, sorted(d['caps'])))}, "
+            f"baseline k={d['baseline']['k']} U={d['baseline']['ub']}",
+            table_text(
+                [
+                    "geometry",
+                    "cap",
+                    "matching",
+                    "tasks ok",
+                    "acceptance",
+                    "callers",
+                    "micrographs",
+                    "median ms",
+                    "time / baseline",
+                    "R / geometry",
+                    "note",
+                ],
+                rows,
+            ),
+            "(paper, fixed UB4: k=7 preserved endpoints at 0.890 of the k=3 request speed)",
+        ]
+    )
     return {"tables": {"ratios": ratios}, "text": text}

@@ -1,0 +1,454 @@
+"""``refspec qualify``: complete-endpoint qualification of arms against the reference R.
+
+    refspec qualify --family F --panel P --arms R,M0,M3,C3 --repeats N
+                    [--draft D] [--cap C] [--out DIR] [--resume] [--config CFG] [--threads T]
+
+A preset of the confirmation campaign (:mod:`refspec.campaigns.confirmation`):
+the definition ``config/campaigns/confirmation.yaml`` with ``--arms``,
+``--panel``, ``--cap``, ``--repeats``, ``--draft`` and ``--family`` put in its
+place and one session. That definition is written to
+``DIR/campaigns/confirmation/qualify.yaml`` and run by the campaign engine
+(:func:`refspec.campaigns.prepare`, :func:`refspec.campaigns.execute`) exactly
+as ``refspec campaign confirmation --definition that-file --out DIR`` runs it:
+the plan frozen before the first request, every attempt in the journal and
+the hash-chained ledger, fresh workers per block, the engine's retry rule and
+``--resume`` (only requests without a final attempt run).
+
+``--panel`` is a panel file (``refspec panel``) or ``humaneval:0-11`` (built
+from the pinned HumanEval wheel). The reference R runs ``max(2, N)`` times per
+task in separate blocks on fresh workers (serial reference runs); a task whose
+reference runs differ is reported as an unstable reference and qualifies no
+arm. An arm qualifies on a task when every required request completed with the
+reference endpoint (:func:`refspec.core.stats.qualify`).
+
+Beside the campaign's own outputs (tables, ``summary.txt``,
+``timed_audit.json``; anc/campaigns.md) the campaign folder gets
+``summary.json``: per-arm counts, acceptance, median request time, first
+divergences and non-vacuity evidence (:func:`refspec.campaigns.evidence.nonvacuity`;
+anc/worker.md).
+
+Exit status: 0 when every planned request has a completed attempt (whether or
+not arms qualify), 5 when some did not complete, 2 for usage errors.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import statistics
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..core.errors import EXIT_OK, EXIT_RUNTIME, UsageError
+from ..core.fsutil import atomic_write_text
+from ..core.stats import natural_key, qualification_counts
+from .evidence import nonvacuity
+
+REFERENCE = "R"
+CAMPAIGN = "confirmation"
+DEFINITION_NAME = "qualify.yaml"
+SUMMARY_NAME = "summary.json"
+
+
+def panel_definition(spec: str) -> dict:
+    """``humaneval:0-11`` or a panel file as a campaign definition's ``panel:``
+    (:func:`refspec.core.panels.panel_spec`), checked before anything is written."""
+    from ..core.panels import panel_spec, parse_range
+
+    sp = panel_spec(spec)
+    if sp["source"] == "humaneval":
+        try:
+            ok = bool(parse_range(sp["tasks"]))
+        except ValueError:
+            ok = False
+        if not ok:
+            raise UsageError(f"--panel {spec}: not a HumanEval index range such as humaneval:0-11 or humaneval:0,4,7-9")
+        return sp
+    p = Path(sp["file"]).expanduser()
+    if not p.is_file():
+        raise UsageError(f"--panel {spec}: no such panel file (a panel file, or humaneval:0-11)")
+    return {"source": "file", "file": str(p.resolve())}
+
+
+def qualify_definition(
+    *,
+    panel: str,
+    arms: str | list[str],
+    repeats: int,
+    family: str,
+    cap: int | None = None,
+    draft: str | None = None,
+    retries: int | None = None,
+    request_timeout: float | None = None,
+) -> dict:
+    """The confirmation definition with the qualification's values in place (validated, defaults filled)."""
+    from ..core.config import validate
+    from . import load_definition
+
+    names = [n.strip() for n in arms.split(",")] if isinstance(arms, str) else [str(n).strip() for n in arms]
+    names = [n for n in names if n]
+    if not names:
+        raise UsageError("--arms names no arm")
+    if len(set(names)) != len(names):
+        raise UsageError("an arm is named twice")
+    if repeats < 1:
+        raise UsageError("--repeats must be at least 1")
+    if cap is not None and cap < 1:
+        raise UsageError("--cap must be positive")
+    if retries is not None and retries < 0:
+        raise UsageError("--retries must be 0 or more")
+    if request_timeout is not None and request_timeout <= 0:
+        raise UsageError("--request-timeout must be positive")
+    others = [n for n in names if n != REFERENCE]
+    defn, _ = load_definition(CAMPAIGN)
+    defn.update(
+        {
+            "description": f"refspec qualify: {', '.join(others) or 'no arm'} against the reference R on {panel}",
+            "family": family,
+            "arms": [REFERENCE, *others],
+            "panel": panel_definition(panel),
+            "repeats": int(repeats),
+            "sessions": 1,
+        }
+    )
+    for key, value in (("cap", cap), ("draft", draft), ("retries", retries), ("request_timeout_s", request_timeout)):
+        if value is not None:
+            defn[key] = value
+    defn = validate(defn, "campaign.schema.yaml", "refspec qualify")
+    defn.pop("presets", None)
+    return defn
+
+
+def definition_text(defn: dict) -> str:
+    import yaml
+
+    return (
+        "# refspec qualify: a confirmation campaign (config/campaigns/confirmation.yaml) with the values\n"
+        "# given to refspec qualify. The same run: refspec campaign confirmation --definition THIS_FILE\n"
+        "#   --out <the folder holding campaigns/> [--resume]\n" + yaml.safe_dump(defn, sort_keys=True)
+    )
+
+
+@dataclass
+class QualifyResult:
+    out_dir: Path  # the campaign folder (DIR/campaigns/confirmation)
+    root: Path  # DIR: the results folder given as --out
+    session: str
+    records: list[dict]  # journal request records (every attempt of every run of the campaign)
+    requests: list[dict]
+    endpoints: list[dict]
+    qualification: list[dict]
+    summary: dict
+    complete: bool
+
+
+def run_qualify(
+    *,
+    panel: str,
+    arms: str | list[str] = "R,M0,M3,C3",
+    repeats: int = 1,
+    family: str | None = None,
+    cap: int | None = None,
+    draft: str | None = None,
+    out: str | Path | None = None,
+    resume: bool = False,
+    config: str | Path | None = None,
+    threads: int | None = None,
+    retries: int | None = None,
+    request_timeout: float | None = None,
+    progress: bool = True,
+) -> QualifyResult:
+    """Run (or resume) the qualification as a confirmation campaign in ``out``; write ``summary.json``."""
+    from ..core.config import load_config, read_yaml
+    from ..core.hashing import sha256_file
+    from ..provenance.plan import PLAN_NAME
+    from . import execute, prepare
+
+    if out is None:
+        if resume:
+            raise UsageError("--resume continues the run in --out: name it")
+        out = Path("results") / "qualify" / _dt.datetime.now(_dt.UTC).strftime("%Y%m%dT%H%M%SZ")
+    root = Path(out).resolve()
+    cfg = load_config(config)
+    defn = qualify_definition(
+        panel=panel,
+        arms=arms,
+        repeats=repeats,
+        family=family or cfg["family"],
+        cap=cap,
+        draft=draft,
+        retries=retries,
+        request_timeout=request_timeout,
+    )
+    text = definition_text(defn)
+    with tempfile.TemporaryDirectory(prefix="refspec-qualify-") as tmp:
+        tmp_defn = Path(tmp) / DEFINITION_NAME
+        tmp_defn.write_text(text, encoding="utf-8")
+        ctx, crun, computed = prepare(
+            CAMPAIGN, definition=tmp_defn, config=config, out=root, threads=threads, resume=resume, progress=progress
+        )
+    dfile = ctx.out / DEFINITION_NAME
+    if (ctx.out / PLAN_NAME).is_file():
+        if not dfile.is_file():
+            raise UsageError(
+                f"{ctx.out} holds a confirmation campaign not started by refspec qualify; choose another --out"
+            )
+        if read_yaml(dfile) != ctx.defn:
+            raise UsageError(
+                f"{dfile} holds another qualification (family, panel, arms, repeats, cap, draft, "
+                "retries or request timeout differ); refusing to mix runs: choose another --out"
+            )
+    elif not dfile.is_file() or dfile.read_text(encoding="utf-8") != text:
+        atomic_write_text(dfile, text, mode=0o644)
+
+    result = execute(ctx, crun, computed)
+    tables = result["tables"]
+    records = crun.journal_records()
+    summary = build_summary(ctx, tables, records, panel_spec=panel)
+    summary["plan_sha256"] = sha256_file(ctx.out / PLAN_NAME)
+    atomic_write_text(
+        ctx.out / SUMMARY_NAME, json.dumps(summary, indent=1, sort_keys=True, allow_nan=False) + "\n", mode=0o644
+    )
+    return QualifyResult(
+        ctx.out,
+        root,
+        summary["session"],
+        records,
+        tables["requests"],
+        tables["endpoints"],
+        tables["qualification"],
+        summary,
+        summary["complete"],
+    )
+
+
+# --------------------------------------------------------------------------- results
+
+
+def build_summary(ctx, tables: dict, records: list[dict], *, panel_spec: str) -> dict:
+    """``summary.json`` from the campaign's tables and journal records."""
+    arms = list(ctx.arms.values())
+    tasks = ctx.task_ids("confirm")
+    requests = tables["requests"]
+    qual = tables["qualification"]
+    by_arm_task = {(q["arm"], q["task_id"]): q for q in qual}
+    counts = {c["arm"]: c for c in qualification_counts(qual)}
+    ok = [r for r in records if r["row"]["status"] == "ok"]
+    arms_out = []
+    vacuous = []
+    for a in arms:
+        mine = [r for r in ok if r["row"]["arm"] == a.name]
+        qualified_tasks = [t for t in tasks if by_arm_task.get((a.name, t), {}).get("qualified")]
+        times = [r["row"]["t_ns"] for r in mine]
+        engine = [r["engine_ns"] for r in mine if r.get("engine_ns")]
+        prop = sum(r["row"]["proposals"] or 0 for r in mine)
+        acc = sum(r["row"]["accepted"] or 0 for r in mine)
+        c = counts.get(a.name, {})
+        entry = {
+            "arm": a.name,
+            "mode": a.mode,
+            "layout": a.layout,
+            "ub": a.ub,
+            "mask": a.mask,
+            "k": a.k if a.speculative else 0,
+            "matching": c.get("matching", 0),
+            "required": c.get("required", 0),
+            "tasks": len(tasks),
+            "tasks_qualified": len(qualified_tasks),
+            "completed": len(mine),
+            "acceptance": (acc / prop) if (a.speculative and prop) else None,
+            "proposals": prop if a.speculative else None,
+            "accepted": acc if a.speculative else None,
+            "median_t_ns": int(statistics.median(times)) if times else None,
+            "median_engine_ns": int(statistics.median(engine)) if engine else None,
+        }
+        if a.name != REFERENCE:
+            ev = nonvacuity(a, [r for r in mine if r["row"]["task_id"] in qualified_tasks])
+            ev["all_requests"] = nonvacuity(a, mine)
+            entry["nonvacuity"] = ev
+            entry["vacuous"] = (ev["nonvacuous"] is False) if qualified_tasks else None
+            if entry["vacuous"]:
+                vacuous.append(a.name)
+        arms_out.append(entry)
+    arm_pos = {a.name: i for i, a in enumerate(arms)}
+    divergences = [
+        {
+            k: q[k]
+            for k in (
+                "arm",
+                "task_id",
+                "first_diff_index",
+                "ref_token",
+                "arm_token",
+                "ref_margin",
+                "n_matching",
+                "n_required",
+                "reason",
+            )
+        }
+        for q in sorted(qual, key=lambda q: (arm_pos.get(q["arm"], len(arm_pos)), natural_key(q["task_id"])))
+        if q["arm"] != REFERENCE and not q["qualified"]
+    ]
+    ref_q = {q["task_id"]: q for q in qual if q["arm"] == REFERENCE}
+    # every planned (arm, task, repeat) of the frozen schedule must have a completed attempt
+    planned = {(b.arm, q.task_id, q.repeat) for s in ctx.sessions for b in s.blocks for q in b.requests}
+    have = {(r["row"]["arm"], r["row"]["task_id"], r["row"]["repeat"]) for r in ok}
+    incomplete = sorted(planned - have, key=lambda x: (arm_pos.get(x[0], len(arm_pos)), natural_key(x[1]), x[2]))
+    status: dict[str, int] = {}
+    for r in requests:
+        status[r["status"]] = status.get(r["status"], 0) + 1
+    failures = [
+        {
+            "arm": r["arm"],
+            "task_id": r["task_id"],
+            "repeat": r["repeat"],
+            "attempt": r["attempt"],
+            "worker": r["worker"],
+            "reason": r["reason"],
+        }
+        for r in requests
+        if r["status"] == "failed"
+    ]
+    prompts: dict[str, str] = {}
+    for r in records:
+        if r["row"]["status"] != "excluded_warmup" and r.get("prompt_sha256"):
+            prompts.setdefault(r["row"]["task_id"], r["prompt_sha256"])
+    d = ctx.defn
+    return {
+        "campaign": ctx.name,
+        "family": ctx.family,
+        "session": ", ".join(s.id for s in ctx.sessions),
+        "cap": d["cap"],
+        "repeats": d["repeats"],
+        "draft": ctx.draft,
+        "threads": ctx.threads,
+        "panel": {"spec": panel_spec, "sha256": ctx.panel_records["confirm"]["sha256"], "tasks": len(tasks)},
+        "prompt_sha256": {t: prompts[t] for t in sorted(prompts, key=natural_key)},
+        "reference": {
+            "runs_per_task": len({k[2] for k in planned if k[0] == REFERENCE}),
+            "stable_tasks": sum(1 for q in ref_q.values() if q["ref_stable"]),
+            "unstable_tasks": sorted({t for t, q in ref_q.items() if not q["ref_stable"]}, key=natural_key),
+            "missing_tasks": sorted(set(tasks) - set(ref_q), key=natural_key),
+        },
+        "arms": arms_out,
+        "divergences": divergences,
+        "vacuous_arms": vacuous,
+        "status_counts": status,
+        "failures": failures,
+        "incomplete": [list(x) for x in incomplete],
+        "complete": not incomplete,
+    }
+
+
+def format_summary(s: dict) -> str:
+    lines = [
+        f"refspec qualify: {s['family']}, panel {s['panel'].get('spec')} ({s['panel']['tasks']} tasks), "
+        f"cap {s['cap']}, repeats {s['repeats']}, draft {s['draft'] or '-'}, session {s['session']}"
+    ]
+    ref = s["reference"]
+    lines.append(
+        f"reference R: {ref['runs_per_task']} serial runs per task; stable on {ref['stable_tasks']} of "
+        f"{s['panel']['tasks']} tasks"
+        + (f"; UNSTABLE (not used): {' '.join(ref['unstable_tasks'])}" if ref["unstable_tasks"] else "")
+    )
+    hdr = f"{'arm':8s} {'mode':6s} {'layout':6s} {'matches':>9s} {'tasks':>7s} {'accept':>7s} {'median ms':>10s}  non-vacuity"
+    lines.append(hdr)
+    for a in s["arms"]:
+        acc = f"{a['acceptance']:.3f}" if a["acceptance"] is not None else "-"
+        med = f"{a['median_t_ns'] / 1e6:.1f}" if a["median_t_ns"] is not None else "-"
+        nv = "-"
+        ev = a.get("nonvacuity")
+        if ev is not None:
+            if a["vacuous"] is None:
+                nv = "n/a (qualified on no task)"
+            else:
+                lay = f"micrographs_{a['layout']}"
+                if a["mode"] == "spec":
+                    rpc = ev["rows_per_verify_caller"]
+                    detail = (
+                        f"rows/verify caller {rpc:.2f}" if rpc is not None else "rows/verify caller -"
+                    ) + f", partial accepts {ev['partial_accepts']}, rollbacks {ev['rollbacks']}, {lay} {ev[lay]}"
+                else:
+                    rpm = ev["rows_per_micrograph"]
+                    detail = (
+                        f"rows/micrograph {rpm:.2f}" if rpm is not None else "rows/micrograph -"
+                    ) + f", {lay} {ev[lay]}"
+                nv = ("VACUOUS: " if a["vacuous"] else "ok: ") + detail
+        lines.append(
+            f"{a['arm']:8s} {a['mode']:6s} {a['layout']:6s} {a['matching']:>4d}/{a['required']:<4d} "
+            f"{a['tasks_qualified']:>3d}/{a['tasks']:<3d} {acc:>7s} {med:>10s}  {nv}"
+        )
+    if s["divergences"]:
+        lines.append("first divergences from R (arm, task, index, R token, arm token, R top-2 margin):")
+        for d in s["divergences"]:
+            if d["first_diff_index"] is None:
+                lines.append(f"  {d['arm']:8s} {d['task_id']:14s} {d['reason']}")
+                continue
+            m = f"{d['ref_margin']:.4f}" if d["ref_margin"] is not None else "-"
+            lines.append(
+                f"  {d['arm']:8s} {d['task_id']:14s} index {d['first_diff_index']:>4d}  R {d['ref_token']}  "
+                f"arm {d['arm_token']}  margin {m}  ({d['n_matching']}/{d['n_required']} match)"
+            )
+    if s["vacuous_arms"]:
+        lines.append(f"VACUOUS qualification (no evidence of the exercised path): {', '.join(s['vacuous_arms'])}")
+    if s["failures"]:
+        lines.append(f"failed attempts ({len(s['failures'])}):")
+        for f in s["failures"]:
+            lines.append(f"  {f['arm']} {f['task_id']} repeat {f['repeat']} attempt {f['attempt']}: {f['reason']}")
+    if not s["complete"]:
+        lines.append(f"INCOMPLETE: {len(s['incomplete'])} planned requests have no completed attempt")
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- CLI
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--family", help="model family (default: the config's family)")
+    p.add_argument("--config", help="workflow config (default config/config.yaml); its arms_file names the arms")
+    p.add_argument("--panel", required=True, help="panel file, or humaneval:0-11 (from the pinned wheel)")
+    p.add_argument("--arms", default="R,M0,M3,C3", help="comma-separated arm names (R is added when missing)")
+    p.add_argument("--repeats", type=int, default=1, help="repeats per task for arms other than R (R: max(2, N))")
+    p.add_argument("--draft", help="draft model name (default: the family's default draft)")
+    p.add_argument("--cap", type=int, help="max new tokens (default: the confirmation definition's cap)")
+    p.add_argument(
+        "--out", help="results folder (default results/qualify/<UTC time>); the run is in DIR/campaigns/confirmation"
+    )
+    p.add_argument("--resume", action="store_true", help="continue the qualification recorded in --out")
+    p.add_argument("--threads", type=int, help="threads per worker (default: the config's threads)")
+    p.add_argument("--retries", type=int, help="re-runs of a request whose worker died (default: the definition's, 1)")
+    p.add_argument("--request-timeout", type=float, help="seconds per request (default: the definition's, 600)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def run(args: argparse.Namespace) -> int:
+    res = run_qualify(
+        panel=args.panel,
+        arms=args.arms,
+        repeats=args.repeats,
+        family=args.family,
+        cap=args.cap,
+        draft=args.draft,
+        out=args.out,
+        resume=args.resume,
+        config=args.config,
+        threads=args.threads,
+        retries=args.retries,
+        request_timeout=args.request_timeout,
+        progress=not args.no_progress,
+    )
+    print(format_summary(res.summary))
+    print(
+        f"results: {res.out_dir} ({SUMMARY_NAME}, summary.txt, tables, journal.jsonl, ledger.jsonl, {DEFINITION_NAME})"
+    )
+    if not res.complete:
+        print(
+            f"refspec qualify: {len(res.summary['incomplete'])} planned request(s) have no completed attempt; "
+            "--resume runs those the retry rule still allows",
+            file=sys.stderr,
+        )
+        return EXIT_RUNTIME
+    return EXIT_OK

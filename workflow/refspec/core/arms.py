@@ -1,0 +1,136 @@
+"""Arms: complete execution recipes, as data (``config/arms.yaml``)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+from .config import read_yaml, validate
+from .errors import ConfigError
+from .paths import config_dir
+
+SERVER_BUILDS = ("stock", "patched")
+
+
+@dataclass(frozen=True)
+class ServerSpec:
+    """A black-box arm's server (``kind: server``): one that refspec starts or an existing loopback URL.
+
+    ``build``: ``stock`` (the pinned source, no patches) or ``patched`` ``llama-server`` of the
+    native build, started by refspec on a loopback port, fresh per block; ``url``: a server that
+    is already running on a loopback address (refspec cannot make it fresh: the report says so).
+    ``attn_layout`` is the ``LLAMA_ATTN_LAYOUT`` value a patched server is started with; ``args``
+    are extra command-line arguments; ``ready_timeout_s`` bounds the wait for ``/health``.
+    """
+
+    build: str | None = None
+    url: str | None = None
+    attn_layout: str | None = None
+    args: tuple[str, ...] = ()
+    ready_timeout_s: float = 120.0
+
+    def record(self) -> dict:
+        d = asdict(self)
+        d["args"] = list(self.args)
+        return {k: v for k, v in d.items() if v is not None and v != []}
+
+    @classmethod
+    def from_record(cls, rec: dict | ServerSpec) -> ServerSpec:
+        if isinstance(rec, ServerSpec):
+            return rec
+        rec = dict(rec or {})
+        rec["args"] = tuple(str(a) for a in rec.get("args") or ())
+        if "ready_timeout_s" in rec:
+            rec["ready_timeout_s"] = float(rec["ready_timeout_s"])
+        return cls(**rec)
+
+
+@dataclass(frozen=True)
+class Arm:
+    name: str
+    mode: str  # target | spec
+    layout: str  # mq | pq | qb | gs
+    ub: int  # target micro-batch capacity U
+    mask: int  # phase mask
+    k: int = 3
+    draft_ub: int = 512
+    cap: int = 128
+    threads: int = 2
+    kv_type: str = "f16"
+    n_ctx: int = 2048
+    description: str = ""
+    gpu_layers: int | None = None  # n_gpu_layers (-1 every layer); None: the run's setting
+    kind: str = "worker"  # worker (refspec's own) | server (a black-box llama.cpp server, see ServerSpec)
+    server: ServerSpec | None = None
+
+    def __post_init__(self):
+        if self.server is not None and not isinstance(self.server, ServerSpec):
+            object.__setattr__(self, "server", ServerSpec.from_record(self.server))
+        if self.kind not in ("worker", "server"):
+            raise ConfigError(f"arm {self.name}: kind {self.kind!r} is not worker or server")
+        if self.kind == "server":
+            s = self.server
+            if s is None or (s.build is None) == (s.url is None):
+                raise ConfigError(f"arm {self.name}: a server arm names exactly one of server.build and server.url")
+            if s.build is not None and s.build not in SERVER_BUILDS:
+                raise ConfigError(f"arm {self.name}: server.build {s.build!r} is not one of {', '.join(SERVER_BUILDS)}")
+            if s.attn_layout is not None and s.build != "patched":
+                raise ConfigError(
+                    f"arm {self.name}: server.attn_layout needs a server refspec starts from the "
+                    "patched build (build: patched)"
+                )
+            name, _, mask = (s.attn_layout or "").partition(":")
+            if name in ("mq", "pq", "qb", "gs") and (mask.isdigit() or not mask):  # a malformed value reaches
+                want = (name, int(mask) if mask else 15)  # the server, which refuses it
+                if (self.layout, self.mask) != want:
+                    raise ConfigError(
+                        f"arm {self.name}: layout {self.layout} mask {self.mask} disagree with "
+                        f"server.attn_layout {s.attn_layout!r} ({want[0]}, mask {want[1]})"
+                    )
+        elif self.server is not None:
+            raise ConfigError(f"arm {self.name}: server settings need kind: server")
+
+    def placed(self, config: dict | None) -> Arm:
+        """This arm with the run's GPU setting (:func:`refspec.core.config.gpu_layers`) unless it has its own."""
+        from .config import gpu_layers
+
+        return self if self.gpu_layers is not None else replace(self, gpu_layers=gpu_layers(config))
+
+    @property
+    def speculative(self) -> bool:
+        return self.mode == "spec"
+
+    def with_(self, **kw) -> Arm:
+        return replace(self, **kw)
+
+    @property
+    def is_server(self) -> bool:
+        return self.kind == "server"
+
+    def record(self) -> dict:
+        d = asdict(self)
+        if self.kind == "worker":  # refspec's own arms keep their record as it always was
+            d.pop("kind")
+            d.pop("server")
+        else:
+            d["server"] = self.server.record()
+        return d
+
+
+def load_arms(path: str | Path | None = None) -> dict[str, Arm]:
+    path = Path(path) if path else config_dir() / "arms.yaml"
+    data = validate(read_yaml(path) or {}, "arms.schema.yaml", str(path))
+    defaults = data.get("defaults", {}) or {}
+    return {name: Arm(name=name, **{**defaults, **spec}) for name, spec in data["arms"].items()}
+
+
+def select(names: str | list[str], arms: dict[str, Arm] | None = None) -> list[Arm]:
+    arms = arms or load_arms()
+    if isinstance(names, str):
+        names = [n.strip() for n in names.split(",") if n.strip()]
+    out = []
+    for n in names:
+        if n not in arms:
+            raise ConfigError(f"unknown arm {n!r} (known: {', '.join(arms)})")
+        out.append(arms[n])
+    return out

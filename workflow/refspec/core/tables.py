@@ -1,0 +1,544 @@
+"""The result tables: schemas, validation, Parquet + CSV writing and reading.
+
+Every table a campaign writes has a column contract in
+``workflow/schemas/tables/<name>.json`` (documented column by column in
+``anc/tables.md``). :func:`write_table` validates rows against it and writes
+
+* ``<name>.parquet`` (zstd-compressed, columns in schema order, Arrow types
+  from the schema) -- the table the pipeline reads back, and
+* ``<name>.csv`` -- the copy that the standard-library checker
+  (``report/check.py``) reads.
+
+CSV encoding (one contract, also implemented by the checker):
+
+* header line = column names in schema order; ``\\n`` line ends; UTF-8;
+  ``csv`` module quoting (minimal);
+* null = empty cell. A nullable string column therefore cannot carry the empty
+  string: :func:`write_table` stores ``""`` in a nullable string column as null
+  so that the two copies never disagree;
+* ``bool`` = ``true`` / ``false``;
+* integers in decimal; ``float64`` as Python's ``repr`` (the shortest text
+  that reads back to the identical double);
+* ``list<int32>`` = the integers separated by single spaces (empty list =
+  empty cell; list columns are never nullable).
+
+Column types: ``string``, ``int32``, ``int64``, ``float64`` (finite),
+``bool``, ``list<int32>``. A column may carry ``enum`` (allowed values) and
+``minimum``. Each table has a ``key`` (columns that identify a row); duplicate
+keys are refused.
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime as _dt
+import decimal
+import io
+import json
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import RefspecError
+from .fsutil import atomic_write_bytes
+from .hashing import canonical_json
+from .paths import schemas_dir
+
+TYPES = ("string", "int32", "int64", "float64", "bool", "list<int32>")
+_INT_RANGE = {"int32": (-(2**31), 2**31 - 1), "int64": (-(2**63), 2**63 - 1)}
+_MAX_ERRORS = 12
+
+
+class TableError(RefspecError):
+    """Rows that do not fit a table's column contract, or an unreadable table."""
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    type: str
+    nullable: bool
+    description: str
+    enum: tuple[str, ...] | None = None
+    minimum: float | None = None
+
+
+@dataclass(frozen=True)
+class TableSpec:
+    name: str
+    description: str
+    key: tuple[str, ...]
+    columns: tuple[Column, ...]
+    path: Path | None = field(default=None, compare=False)
+
+    @property
+    def names(self) -> list[str]:
+        return [c.name for c in self.columns]
+
+    def column(self, name: str) -> Column:
+        for c in self.columns:
+            if c.name == name:
+                return c
+        raise KeyError(name)
+
+
+def load_spec(path: str | Path) -> TableSpec:
+    """Read one column spec file (``workflow/schemas/tables/<name>.json``)."""
+    p = Path(path)
+    doc = json.loads(p.read_text(encoding="utf-8"))
+    cols = []
+    for c in doc["columns"]:
+        if c["type"] not in TYPES:
+            raise TableError(f"{p}: column {c['name']!r} has unknown type {c['type']!r}")
+        if c["type"] == "list<int32>" and c.get("nullable"):
+            raise TableError(f"{p}: list column {c['name']!r} cannot be nullable")
+        cols.append(
+            Column(
+                name=c["name"],
+                type=c["type"],
+                nullable=bool(c.get("nullable", False)),
+                description=c.get("description", ""),
+                enum=tuple(c["enum"]) if "enum" in c else None,
+                minimum=c.get("minimum"),
+            )
+        )
+    names = [c.name for c in cols]
+    if len(set(names)) != len(names):
+        raise TableError(f"{p}: duplicate column names")
+    key = tuple(doc.get("key", ()))
+    missing = [k for k in key if k not in names]
+    if missing:
+        raise TableError(f"{p}: key column(s) {missing} are not columns")
+    return TableSpec(name=doc["title"], description=doc.get("description", ""), key=key, columns=tuple(cols), path=p)
+
+
+def _load_all() -> dict[str, TableSpec]:
+    out: dict[str, TableSpec] = {}
+    d = schemas_dir() / "tables"
+    for p in sorted(d.glob("*.json")):
+        spec = load_spec(p)
+        if spec.name != p.stem:
+            raise TableError(f"{p}: title {spec.name!r} differs from the file name")
+        out[spec.name] = spec
+    return out
+
+
+#: name -> TableSpec for every table in ``workflow/schemas/tables``.
+TABLES: dict[str, TableSpec] = _load_all()
+
+
+def spec(name: str) -> TableSpec:
+    try:
+        return TABLES[name]
+    except KeyError:
+        raise TableError(f"unknown table {name!r} (known: {', '.join(sorted(TABLES))})") from None
+
+
+# --------------------------------------------------------------------------- values
+
+
+def is_null(v: Any) -> bool:
+    """None, NaN, pandas NA/NaT."""
+    if v is None:
+        return True
+    if isinstance(v, float) and math.isnan(v):
+        return True
+    try:  # numpy floating NaN
+        import numpy as np
+
+        if isinstance(v, np.floating) and np.isnan(v):
+            return True
+    except ImportError:  # pragma: no cover
+        pass
+    try:
+        import pandas as pd
+
+        if v is pd.NA or v is pd.NaT:
+            return True
+    except ImportError:  # pragma: no cover
+        pass
+    return False
+
+
+def _as_int(v: Any) -> int | None:
+    if isinstance(v, bool):
+        return None
+    try:
+        import numpy as np
+
+        if isinstance(v, np.bool_):
+            return None
+        if isinstance(v, np.integer):
+            return int(v)
+        if isinstance(v, np.floating):
+            v = float(v)
+    except ImportError:  # pragma: no cover
+        pass
+    if isinstance(v, int):
+        return int(v)
+    if isinstance(v, float) and math.isfinite(v) and v.is_integer():
+        return int(v)
+    return None
+
+
+def _coerce(col: Column, v: Any) -> tuple[Any, str | None]:
+    """Return (python value, error message or None)."""
+    if col.type == "list<int32>":
+        if isinstance(v, (str, bytes)) or not hasattr(v, "__iter__"):
+            return None, f"expected a list of int32, got {type(v).__name__}"
+        out = []
+        for x in v:
+            i = _as_int(x)
+            if i is None or not (_INT_RANGE["int32"][0] <= i <= _INT_RANGE["int32"][1]):
+                return None, f"list element {x!r} is not an int32"
+            out.append(i)
+        return out, None
+    if is_null(v):
+        if col.nullable:
+            return None, None
+        return None, "null in a non-nullable column"
+    if col.type == "string":
+        if not isinstance(v, str):
+            return None, f"expected string, got {type(v).__name__} {v!r}"
+        v = str(v)
+        if v == "" and col.nullable:
+            return None, None
+    elif col.type in ("int32", "int64"):
+        i = _as_int(v)
+        if i is None:
+            return None, f"expected {col.type}, got {type(v).__name__} {v!r}"
+        lo, hi = _INT_RANGE[col.type]
+        if not lo <= i <= hi:
+            return None, f"{i} is out of the {col.type} range"
+        v = i
+    elif col.type == "float64":
+        if isinstance(v, bool) or _as_int(v) is None and not _is_float(v):
+            return None, f"expected float64, got {type(v).__name__} {v!r}"
+        v = float(v)
+        if not math.isfinite(v):
+            return None, f"{v!r} is not a finite float64"
+    elif col.type == "bool":
+        try:
+            import numpy as np
+
+            if isinstance(v, np.bool_):
+                v = bool(v)
+        except ImportError:  # pragma: no cover
+            pass
+        if not isinstance(v, bool):
+            return None, f"expected bool, got {type(v).__name__} {v!r}"
+    if col.enum is not None and v not in col.enum:
+        return None, f"{v!r} is not one of {list(col.enum)}"
+    if col.minimum is not None and col.type in ("int32", "int64", "float64") and v < col.minimum:
+        return None, f"{v!r} is below the minimum {col.minimum}"
+    return v, None
+
+
+def _is_float(v: Any) -> bool:
+    if isinstance(v, float):
+        return True
+    try:
+        import numpy as np
+
+        return isinstance(v, np.floating)
+    except ImportError:  # pragma: no cover
+        return False
+
+
+def records(data: Any) -> list[dict[str, Any]]:
+    """Rows of a DataFrame, a list of mappings or a mapping of columns, as plain dicts.
+
+    Pandas missing values become None; numpy scalars become Python scalars.
+    """
+    if data is None:
+        return []
+    if hasattr(data, "to_dict") and hasattr(data, "columns"):  # DataFrame
+        rows = data.to_dict(orient="records")
+    elif isinstance(data, Mapping):
+        cols = list(data)
+        n = {len(data[c]) for c in cols}
+        if len(n) > 1:
+            raise TableError("columns of unequal length")
+        rows = [{c: data[c][i] for c in cols} for i in range(n.pop() if n else 0)]
+    else:
+        rows = [dict(r) for r in data]
+    out = []
+    for r in rows:
+        d = {}
+        for k, v in r.items():
+            if hasattr(v, "tolist") and not isinstance(v, (str, bytes)):
+                v = v.tolist()
+            elif not isinstance(v, (list, tuple)) and is_null(v):
+                v = None
+            d[k] = v
+        out.append(d)
+    return out
+
+
+def validate(data: Any, name: str) -> list[dict[str, Any]]:
+    """Check rows against table ``name``; return them normalized, in schema column order.
+
+    Raises TableError listing (up to 12) problems: missing or unknown columns,
+    wrong types, nulls in non-nullable columns, values outside an enum or
+    below a minimum, duplicate keys.
+    """
+    sp = spec(name)
+    rows = records(data)
+    names = sp.names
+    errors: list[str] = []
+    if hasattr(data, "columns"):
+        cols_seen = [{str(c) for c in data.columns}]
+    else:
+        cols_seen = [set(r) for r in rows]
+    for i, cols in enumerate(cols_seen):
+        missing = [c for c in names if c not in cols]
+        extra = sorted(c for c in cols if c not in names)
+        if missing or extra:
+            where = "columns" if hasattr(data, "columns") else f"row {i}"
+            msg = f"table {name}: {where}:"
+            if missing:
+                msg += f" missing column(s) {missing}"
+            if extra:
+                msg += f" unknown column(s) {extra}"
+            raise TableError(msg + f" (schema {sp.path})")
+    out = []
+    seen_keys: dict[tuple, int] = {}
+    for i, r in enumerate(rows):
+        norm = {}
+        for col in sp.columns:
+            v, err = _coerce(col, r.get(col.name))
+            if err is not None:
+                if len(errors) < _MAX_ERRORS:
+                    errors.append(f"row {i}, column {col.name!r} ({col.type}): {err}")
+                else:
+                    errors.append("...")
+                    break
+            norm[col.name] = v
+        if sp.key and not errors:
+            k = tuple(norm[c] for c in sp.key)
+            if k in seen_keys:
+                errors.append(f"rows {seen_keys[k]} and {i} share the key {dict(zip(sp.key, k))}")
+            else:
+                seen_keys[k] = i
+        if errors and errors[-1] == "...":
+            break
+        out.append(norm)
+    if errors:
+        raise TableError(f"table {name}: {len(errors)} problem(s) against {sp.path}:\n  " + "\n  ".join(errors))
+    return out
+
+
+# --------------------------------------------------------------------------- CSV
+
+
+def csv_text(v: Any) -> str:
+    """CSV text of one value, the one encoding of every CSV cell (tables and sealed archives).
+
+    null = empty cell; bool = ``true``/``false``; integers in decimal; floats as
+    Python's ``repr`` (shortest round-trip text; ``nan``, ``inf``, ``-inf``);
+    a list of integers = the integers separated by single spaces; other lists
+    and structs = canonical JSON; bytes = hex; dates and times = ISO 8601.
+    """
+    if v is None:
+        return ""
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, float):
+        if math.isnan(v):
+            return "nan"
+        if math.isinf(v):
+            return "inf" if v > 0 else "-inf"
+        return repr(v)
+    if isinstance(v, (int, str, decimal.Decimal)):
+        return str(v)
+    if isinstance(v, list) and all(isinstance(x, int) and not isinstance(x, bool) for x in v):
+        return " ".join(str(x) for x in v)
+    if isinstance(v, bytes):
+        return v.hex()
+    if isinstance(v, (_dt.datetime, _dt.date, _dt.time)):
+        return v.isoformat()
+    if isinstance(v, _dt.timedelta):
+        return repr(v.total_seconds())
+    return json.dumps(v, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str)
+
+
+_CELL_TYPES = {"float64": float, "int32": int, "int64": int, "bool": bool, "string": str}
+
+
+def csv_cell(col_type: str, v: Any) -> str:
+    """The CSV text (:func:`csv_text`) of one value of a column of type ``col_type``."""
+    if v is None:
+        return ""
+    if col_type == "list<int32>":
+        return csv_text([int(x) for x in v])
+    return csv_text(_CELL_TYPES.get(col_type, lambda x: x)(v))
+
+
+def parse_cell(col_type: str, nullable: bool, text: str) -> Any:
+    """Inverse of :func:`csv_cell`."""
+    if col_type == "list<int32>":
+        return [int(x) for x in text.split(" ")] if text else []
+    if text == "":
+        return None if nullable else ("" if col_type == "string" else None)
+    if col_type == "string":
+        return text
+    if col_type in ("int32", "int64"):
+        return int(text)
+    if col_type == "float64":
+        return float(text)
+    if col_type == "bool":
+        if text not in ("true", "false"):
+            raise ValueError(f"bad bool {text!r}")
+        return text == "true"
+    raise ValueError(col_type)
+
+
+def to_csv_bytes(rows: Sequence[Mapping[str, Any]], name: str) -> bytes:
+    sp = spec(name)
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(sp.names)
+    for r in rows:
+        w.writerow([csv_cell(c.type, r[c.name]) for c in sp.columns])
+    return buf.getvalue().encode("utf-8")
+
+
+# --------------------------------------------------------------------------- Parquet
+
+
+def _arrow_schema(sp: TableSpec):
+    import pyarrow as pa
+
+    m = {
+        "string": pa.string(),
+        "int32": pa.int32(),
+        "int64": pa.int64(),
+        "float64": pa.float64(),
+        "bool": pa.bool_(),
+        "list<int32>": pa.list_(pa.int32()),
+    }
+    fields = [pa.field(c.name, m[c.type], nullable=c.nullable) for c in sp.columns]
+    meta = {b"refspec.table": sp.name.encode(), b"refspec.columns": canonical_json(sp.names)}
+    return pa.schema(fields, metadata=meta)
+
+
+def to_parquet_bytes(rows: Sequence[Mapping[str, Any]], name: str) -> bytes:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    sp = spec(name)
+    schema = _arrow_schema(sp)
+    arrays = [pa.array([r[c.name] for r in rows], type=schema.field(c.name).type) for c in sp.columns]
+    table = pa.Table.from_arrays(arrays, schema=schema)
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink, compression="zstd")
+    return sink.getvalue().to_pybytes()
+
+
+def write_table(data: Any, name: str, out_dir: str | Path) -> dict[str, Path]:
+    """Validate ``data`` against table ``name`` and write ``<name>.parquet`` and ``<name>.csv``.
+
+    ``data`` is a DataFrame, a list of mappings or a mapping of columns; its
+    columns must be exactly the schema's (any order). Rows keep their order.
+    Both files are written atomically. Returns ``{"parquet": path, "csv": path}``.
+    """
+    rows = validate(data, name)
+    out = Path(out_dir)
+    paths = {"parquet": out / f"{name}.parquet", "csv": out / f"{name}.csv"}
+    atomic_write_bytes(paths["parquet"], to_parquet_bytes(rows, name), mode=0o644)
+    atomic_write_bytes(paths["csv"], to_csv_bytes(rows, name), mode=0o644)
+    return paths
+
+
+def find_table(name: str, directory: str | Path, ext: str = "parquet") -> Path | None:
+    """``DIR/<name>.<ext>`` or ``DIR/tables/<name>.<ext>``, whichever exists."""
+    d = Path(directory)
+    for p in (d / f"{name}.{ext}", d / "tables" / f"{name}.{ext}"):
+        if p.is_file():
+            return p
+    return None
+
+
+def read_table(name: str, directory: str | Path):
+    """Read ``<name>.parquet`` from ``directory`` (or its ``tables/``) as a pandas DataFrame.
+
+    Integer and boolean columns use pandas' nullable dtypes; the columns are
+    checked against the schema. Raises TableError when the file is missing or
+    its columns differ.
+    """
+    import pandas as pd
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    sp = spec(name)
+    p = find_table(name, directory)
+    if p is None:
+        raise TableError(f"table {name}: no {name}.parquet in {directory}")
+    try:
+        table = pq.read_table(p)
+    except (OSError, pa.ArrowException) as e:
+        raise TableError(f"table {name}: cannot read {p}: {e}") from e
+    if table.column_names != sp.names:
+        raise TableError(f"table {name}: {p} has columns {table.column_names}, schema has {sp.names}")
+    mapping = {
+        pa.int32(): pd.Int32Dtype(),
+        pa.int64(): pd.Int64Dtype(),
+        pa.bool_(): pd.BooleanDtype(),
+        pa.float64(): pd.Float64Dtype(),
+    }
+    return table.to_pandas(types_mapper=mapping.get)
+
+
+def read_records(name: str, directory: str | Path) -> list[dict[str, Any]]:
+    """Rows of ``<name>.parquet`` as plain dicts (None for nulls, lists for list columns)."""
+    import pyarrow.parquet as pq
+
+    sp = spec(name)
+    p = find_table(name, directory)
+    if p is None:
+        raise TableError(f"table {name}: no {name}.parquet in {directory}")
+    table = pq.read_table(p)
+    if table.column_names != sp.names:
+        raise TableError(f"table {name}: {p} has columns {table.column_names}, schema has {sp.names}")
+    return table.to_pylist()
+
+
+def read_csv_records(name: str, directory: str | Path) -> list[dict[str, Any]]:
+    """Rows of the CSV copy, typed by the schema (the checker's reading, for cross-checks)."""
+    sp = spec(name)
+    p = find_table(name, directory, ext="csv")
+    if p is None:
+        raise TableError(f"table {name}: no {name}.csv in {directory}")
+    with open(p, newline="", encoding="utf-8") as f:
+        rd = csv.reader(f)
+        header = next(rd, None)
+        if header != sp.names:
+            raise TableError(f"table {name}: {p} header {header} differs from the schema {sp.names}")
+        return [{c.name: parse_cell(c.type, c.nullable, t) for c, t in zip(sp.columns, row)} for row in rd]
+
+
+def available(directory: str | Path) -> dict[str, Path]:
+    """name -> parquet path of every known table present in ``directory``."""
+    out = {}
+    for name in TABLES:
+        p = find_table(name, directory)
+        if p is not None:
+            out[name] = p
+    return out
+
+
+# --------------------------------------------------------------------------- endpoints
+
+
+def endpoint_sha256(tokens: Iterable[int], eog: bool, stop_reason: str) -> str:
+    """The endpoint digest used in ``requests``, ``endpoints`` and ``qualification``.
+
+    The one definition is :attr:`refspec.core.endpoint.Endpoint.sha256`: SHA-256 of
+    the canonical JSON (sorted keys, no whitespace, UTF-8) of
+    ``{"eog": bool, "last_token": int|null, "n": len(tokens), "stop_reason": str, "tokens": [int, ...]}``.
+    """
+    from .endpoint import Endpoint
+
+    return Endpoint(tuple(int(t) for t in tokens), bool(eog), str(stop_reason)).sha256

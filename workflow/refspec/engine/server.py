@@ -1,0 +1,595 @@
+"""Black-box llama.cpp servers as arms (``kind: server``, see ``anc/servers.md``).
+
+A server arm is qualified and timed like refspec's own arms: :func:`start_server` is what
+:func:`refspec.engine.driver.start_worker` runs for it, and the :class:`ServerWorker` it returns has
+the worker's interface (``complete``, ``alive``, ``stop``, ``kill``, ...), so
+:func:`refspec.engine.driver.run_block` journals, ledgers and retries its requests the same way.
+
+- ``server.build: stock | patched``: refspec starts ``llama-server`` of the pinned source
+  (:func:`refspec.native.build.build_server`) on a free loopback port, fresh for every block, with
+  the scrubbed worker environment (:func:`refspec.engine.driver.worker_env`) plus
+  ``LLAMA_ATTN_LAYOUT`` when the arm names one; it waits for ``/health`` (``ready_timeout_s``)
+  and keeps the server's log in ``workers/<id>.log``.
+- ``server.url``: an existing server on a loopback address. refspec neither starts nor stops
+  it, so fresh processes cannot be guaranteed; the ledger and the summary say so.
+
+Before a server is timed: the URL must be loopback, ``/props`` must report one slot (and,
+for a started server, the target file refspec gave it), and its vocabulary must be the
+reference model's (``/v1/models`` size and type, and ``/detokenize`` of a sample of token
+IDs spread over the whole vocabulary plus every prompt ID of the panel must equal the
+reference model's pieces). A registered warmup request follows (an excluded row).
+
+Requests go to llama.cpp's native ``/completion``: prompt as token IDs, ``n_predict`` = cap,
+greedy (``temperature`` 0, ``top_k`` 1), ``cache_prompt`` false, ``return_tokens`` true. The
+endpoint (IDs, EOG flag, length, stop reason) is built from ``tokens`` and ``stop_type``
+exactly as for refspec's own arms (:class:`refspec.core.endpoint.Endpoint`). A response without
+token IDs, with a stop other than EOG or the cap, or inconsistent with its own counts, is
+refused (:class:`ServerRefused`, exit 5): the attempt is recorded as failed and nothing is
+scored from it. Time is the complete HTTP request (submit to parsed, validated response).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ipaddress
+import json
+import socket
+import subprocess
+import time
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..core.arms import Arm
+from ..core.endpoint import Endpoint
+from ..core.errors import EXIT_RUNTIME, RefspecError
+from ..core.hashing import sha256_json
+from .driver import InvalidResponse, open_request
+
+ENV_LAYOUT = "LLAMA_ATTN_LAYOUT"
+_VOCAB_SAMPLE = 2048
+
+
+def _driver():
+    from . import driver
+
+    return driver
+
+
+class ServerRefused(RefspecError):
+    """A server arm refused before timing: not loopback, no health in time, another vocabulary (exit 5).
+
+    Deterministic, so never retried: :func:`start_server` ledgers it as a failed attempt and the
+    campaign stops with this message.
+    """
+
+    exit_code = EXIT_RUNTIME
+
+
+class ResponseRefused(InvalidResponse):
+    """A server response that cannot give a complete endpoint: no token IDs, odd stop, wrong counts (exit 5)."""
+
+    exit_code = EXIT_RUNTIME
+
+
+# --------------------------------------------------------------------------- small helpers
+
+
+def check_loopback(url: str) -> str:
+    """The URL without a trailing slash; refused unless its host is a loopback address."""
+    u = urllib.parse.urlparse(url)
+    if u.scheme not in ("http", "https") or not u.hostname:
+        raise ServerRefused(f"server URL {url!r} is not an http(s) URL")
+    host = u.hostname
+    ok = host == "localhost"
+    if not ok:
+        try:
+            ok = ipaddress.ip_address(host).is_loopback
+        except ValueError:
+            ok = False
+    if not ok:
+        raise ServerRefused(
+            f"server URL {url!r} is not on a loopback address (127.0.0.0/8, ::1 or localhost): "
+            "refspec times requests on this host only"
+        )
+    return url.rstrip("/")
+
+
+def parse_layout(value: str) -> tuple[str, int] | None:
+    """``qb`` / ``qb:15`` -> (layout, mask); None when malformed (the patched library refuses it)."""
+    name, _, mask = value.partition(":")
+    if name not in ("mq", "pq", "qb", "gs"):
+        return None
+    if ":" in value:
+        if not mask.isdigit() or len(mask) > 2 or int(mask) > 15:
+            return None
+        return name, int(mask)
+    return name, 15
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def _http(method: str, url: str, body: dict | None = None, timeout: float = 30.0) -> tuple[int, bytes]:
+    data = None if body is None else json.dumps(body, separators=(",", ":")).encode("utf-8")
+    req = urllib.request.Request(
+        url, data=data, method=method, headers={"Content-Type": "application/json", "Connection": "close"}
+    )
+    return open_request(req, timeout)
+
+
+def _get_json(url: str, timeout: float = 30.0) -> dict:
+    _, raw = _http("GET", url, timeout=timeout)
+    return json.loads(raw)
+
+
+# --------------------------------------------------------------------------- the reference vocabulary
+
+
+@dataclass
+class Vocabulary:
+    """What a server's tokenizer must agree with: the reference target's vocabulary."""
+
+    n_vocab: int
+    vocab_type: int
+    eog: frozenset
+    pieces: dict  # token ID -> piece bytes (special tokens rendered), for the probe
+
+    def probe_ids(self, extra: list[int] | None = None) -> list[int]:
+        step = max(1, self.n_vocab // _VOCAB_SAMPLE)
+        ids = set(range(0, self.n_vocab, step)) | {self.n_vocab - 1} | set(extra or [])
+        return [i for i in sorted(ids) if 0 <= i < self.n_vocab and self.piece(i) is not None]
+
+    def piece(self, i: int) -> str | None:
+        raw = self.pieces.get(i)
+        try:
+            return None if raw is None else raw.decode("utf-8")
+        except UnicodeDecodeError:  # partial byte tokens cannot travel in JSON text: not probed
+            return None
+
+
+_VOCABS: dict[str, Vocabulary] = {}
+
+
+def reference_vocabulary(target_path: Path, sha256: str, lib_dir: Path) -> Vocabulary:
+    """The reference target's vocabulary, read with the native build (once per process and file)."""
+    if sha256 in _VOCABS:
+        return _VOCABS[sha256]
+    from ..native.runtime import Model
+
+    m = Model(target_path, sha256=sha256, lib_dir=lib_dir)
+    try:
+        lib = m._l
+        buf = ctypes.create_string_buffer(256)
+        pieces = {}
+        for i in range(m.n_vocab):
+            n = lib.llama_token_to_piece(m.vocab, i, buf, len(buf), 0, True)
+            if n >= 0:
+                pieces[i] = buf.raw[:n]
+        eog = frozenset(i for i in range(m.n_vocab) if m.is_eog(i))
+        v = Vocabulary(n_vocab=int(m.n_vocab), vocab_type=int(lib.llama_vocab_type(m.vocab)), eog=eog, pieces=pieces)
+    finally:
+        m.close()
+    _VOCABS[sha256] = v
+    return v
+
+
+def vocabulary_problems(base_url: str, ref: Vocabulary, prompt_ids: list[int]) -> list[str]:
+    """How the server's tokenizer differs from the reference (empty: the same vocabulary)."""
+    problems = []
+    models = _get_json(base_url + "/v1/models")
+    metas = [m.get("meta") or {} for m in models.get("data") or [] if isinstance(m, dict)]
+    if not metas:
+        return ["/v1/models lists no model"]
+    meta = metas[0]
+    if meta.get("n_vocab") != ref.n_vocab:
+        problems.append(f"vocabulary size {meta.get('n_vocab')} != the reference's {ref.n_vocab}")
+    if meta.get("vocab_type") != ref.vocab_type:
+        problems.append(f"vocabulary type {meta.get('vocab_type')} != the reference's {ref.vocab_type}")
+    if problems:
+        return problems
+    ids = ref.probe_ids(prompt_ids)
+    _, raw = _http("POST", base_url + "/detokenize", {"tokens": ids})
+    got = json.loads(raw).get("content")
+    want = "".join(ref.piece(i) for i in ids)
+    if got != want:
+        # name the first token whose piece differs
+        for i in ids:
+            _, r1 = _http("POST", base_url + "/detokenize", {"tokens": [i]})
+            if json.loads(r1).get("content") != ref.piece(i):
+                problems.append(
+                    f"token {i} is {json.loads(r1).get('content')!r} on the server, {ref.piece(i)!r} in the reference"
+                )
+                break
+        else:
+            problems.append("the detokenized probe of the vocabulary differs from the reference")
+    return problems
+
+
+# --------------------------------------------------------------------------- the worker-shaped server
+
+
+def server_command(binary: Path, arm: Arm, target: Path, draft: Path | None, port: int) -> list[str]:
+    """``llama-server`` started as the arm says: one slot, greedy-ready, prompt cache off, flash attention off."""
+    gl = str(int(arm.gpu_layers or 0))
+    cmd = [
+        str(binary),
+        "-m",
+        str(target),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "-t",
+        str(arm.threads),
+        "-tb",
+        str(arm.threads),
+        "-c",
+        str(arm.n_ctx),
+        "-ub",
+        str(arm.ub),
+        "-np",
+        "1",
+        "-fa",
+        "off",
+        "-fit",
+        "off",
+        "-ctk",
+        arm.kv_type,
+        "-ctv",
+        arm.kv_type,
+        "-ngl",
+        gl,
+        "-cram",
+        "0",
+        "--no-ui",
+        "--seed",
+        "0",
+    ]
+    if draft is not None:
+        cmd += [
+            "-md",
+            str(draft),
+            "-ngld",
+            gl,
+            "--spec-type",
+            "draft-simple",
+            "--spec-draft-n-max",
+            str(arm.k),
+            "--spec-draft-n-min",
+            "0",
+            "--spec-draft-p-min",
+            "0",
+        ]
+    return cmd + list(arm.server.args)
+
+
+class ServerWorker:
+    """A server arm's server, with the driver's worker interface."""
+
+    def __init__(
+        self,
+        worker_id: str,
+        arm: Arm,
+        url: str,
+        proc: subprocess.Popen | None,
+        log_path: Path | None,
+        ready: dict,
+        vocab: Vocabulary,
+    ):
+        self.worker_id = worker_id
+        self.arm = arm
+        self.url = url
+        self.proc = proc
+        self.pid = proc.pid if proc is not None else None
+        self.log_path = log_path
+        self.ready = ready
+        self.vocab = vocab
+        self.next_index = 0
+
+    @property
+    def fresh(self) -> bool:
+        return self.proc is not None
+
+    # ---------------------------------------------------------------- lifecycle
+    def alive(self) -> bool:
+        if self.proc is not None:
+            return self.proc.poll() is None
+        try:
+            _get_json(self.url + "/health", timeout=5.0)
+            return True
+        except Exception:
+            return False
+
+    def wait_exit(self, timeout: float) -> int | None:
+        if self.proc is None:
+            return None
+        try:
+            return self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def stop(self, timeout: float = 30.0) -> int | None:
+        if self.proc is None:
+            return None  # an existing server is not ours to stop
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            if self.wait_exit(timeout) is None:
+                self.proc.kill()
+        return self.proc.wait()
+
+    def kill(self) -> int | None:
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            self.proc.kill()
+        return self.proc.wait()
+
+    def describe_exit(self) -> str:
+        if self.proc is None:
+            return "an existing server (not started by refspec)"
+        return _driver().describe_exit(self.proc.poll())
+
+    def tokenize(self, text: str, chat: bool = True, timeout: float = 60.0) -> list[int]:
+        raise ServerRefused(
+            "prompt token IDs come from refspec's own reference worker, never from a server "
+            "arm: run R first in every session"
+        )
+
+    # ---------------------------------------------------------------- requests
+    def request_body(self, prompt_ids: list[int], cap: int) -> dict:
+        return {
+            "prompt": [int(t) for t in prompt_ids],
+            "n_predict": int(cap),
+            "temperature": 0,
+            "top_k": 1,
+            "cache_prompt": False,
+            "return_tokens": True,
+            "stream": False,
+            "seed": 0,
+            "n_probs": 0,
+        }
+
+    def complete(self, prompt_ids: list[int], cap: int, *, request_id: str | None = None, timeout: float = 600.0):
+        """One timed request: submit -> parsed, validated response with a complete endpoint."""
+        data = self.request_body(prompt_ids, cap)
+        t0 = time.perf_counter_ns()
+        _status, raw = _http("POST", self.url + "/completion", data, timeout=timeout)
+        try:
+            obj = json.loads(raw)
+        except ValueError as e:
+            raise ResponseRefused(f"response is not JSON: {e}") from None
+        ep, counters = endpoint_from_response(
+            obj, n_prompt=len(prompt_ids), cap=cap, eog=self.vocab.eog, speculative=self.arm.speculative
+        )
+        t1 = time.perf_counter_ns()
+        self.next_index += 1
+        acc = (counters["accepted"] / counters["proposals"]) if counters.get("proposals") else None
+        extra = {
+            "engine_ns": None,
+            "acceptance": acc,
+            "request_id": request_id,
+            "server": {"url": self.url, "pid": self.pid, "timings": obj.get("timings")},
+        }
+        return _driver().Completion(t1 - t0, ep, None, counters, None, {"refspec": extra, "server": obj})
+
+
+def endpoint_from_response(obj, *, n_prompt: int, cap: int, eog: frozenset, speculative: bool):
+    """The complete endpoint of a ``/completion`` response and its counters; refused when incomplete."""
+
+    def need(cond, what):
+        if not cond:
+            raise ResponseRefused(f"server response refused: {what}")
+
+    need(isinstance(obj, dict), "not a JSON object")
+    toks = obj.get("tokens")
+    need(
+        isinstance(toks, list) and len(toks) > 0 and all(type(t) is int for t in toks),
+        "no generated token IDs ('tokens' missing or empty: the server must support return_tokens)",
+    )
+    need(
+        obj.get("tokens_predicted") == len(toks),
+        f"tokens_predicted {obj.get('tokens_predicted')} != {len(toks)} token IDs",
+    )
+    need(
+        obj.get("tokens_evaluated") == n_prompt,
+        f"tokens_evaluated {obj.get('tokens_evaluated')} != the prompt's {n_prompt} tokens",
+    )
+    stop = obj.get("stop_type")
+    need(stop in ("eos", "limit"), f"stop_type {stop!r} (only EOG or the cap end a greedy request)")
+    need(len(toks) <= cap, f"{len(toks)} tokens exceed the cap {cap}")
+    need(not any(t in eog for t in toks[:-1]), "an EOG token before the last generated token")
+    if stop == "eos":
+        need(toks[-1] in eog, f"stop_type eos but the last token {toks[-1]} is not an EOG token")
+        ep = Endpoint(tuple(toks), True, "eog")
+    else:
+        need(len(toks) == cap and toks[-1] not in eog, "stop_type limit before the cap")
+        ep = Endpoint(tuple(toks), False, "cap")
+    tm = obj.get("timings") or {}
+    counters = {}
+    if speculative:
+        counters["proposals"] = int(tm.get("draft_n") or 0)
+        counters["accepted"] = int(tm.get("draft_n_accepted") or 0)
+    return ep, counters
+
+
+# --------------------------------------------------------------------------- start (driver dispatch)
+
+
+def _server_build(ctx, variant: str):
+    from ..native import build as native
+
+    rec = json.loads((Path(ctx.lib_dir).parent.parent / native.BUILD_RECORD).read_text())
+    opts = native.BuildOptions(**rec["options"])
+    return native.build_server(opts, variant, quiet=True)
+
+
+def _wait_health(url: str, proc: subprocess.Popen, timeout: float, log_path: Path, wid: str) -> None:
+    d = _driver()
+    deadline = time.monotonic() + timeout
+    last = "no answer"
+    while True:
+        code = proc.poll()
+        if code is not None:
+            raise ServerRefused(
+                f"server {wid} {d.describe_exit(code)} before it answered /health; last log lines:\n"
+                f"{d._tail(log_path, 40)}"
+            )
+        try:
+            st, raw = _http("GET", url + "/health", timeout=2.0)
+            if st == 200 and json.loads(raw).get("status") == "ok":
+                return
+            last = raw.decode("utf-8", "replace")[:200]
+        except Exception as e:  # not listening yet, or loading (503)
+            last = str(e)
+        if time.monotonic() > deadline:
+            proc.kill()
+            proc.wait()
+            raise ServerRefused(f"server {wid} did not answer /health within {timeout:g} s ({last}); log {log_path}")
+        time.sleep(0.1)
+
+
+def open_server(ctx, arm: Arm, wid: str) -> ServerWorker:
+    """Start (or attach to) the arm's server and check it; :class:`ServerRefused` when it cannot be timed."""
+    d = _driver()
+    s = arm.server
+    ref = reference_vocabulary(ctx.files.target.path, ctx.files.target.sha256, Path(ctx.lib_dir))
+    prompt_ids = sorted({t for ids in (ctx.prompts.ids.values() if ctx.prompts else []) for t in ids})
+    wdir = Path(ctx.out_dir).resolve() / "workers"
+    wdir.mkdir(parents=True, exist_ok=True)
+    proc = None
+    log_path = None
+    ready: dict = {"arm": arm.name, "arm_record": arm.record(), "prompt_cache": False, "placement": None}
+    if s.url is not None:
+        url = check_loopback(s.url)
+        try:
+            _get_json(url + "/health", timeout=min(10.0, s.ready_timeout_s))
+        except Exception as e:
+            raise ServerRefused(f"server {wid} at {url} does not answer /health: {e}") from None
+        ready.update({"url": url, "fresh": False, "command": None})
+    else:
+        build = _server_build(ctx, s.build)
+        binary = build.tool("llama-server")
+        draft = ctx.files.draft(ctx.draft).path if arm.speculative else None
+        port = free_port()
+        url = f"http://127.0.0.1:{port}"
+        cmd = server_command(binary, arm, ctx.files.target.path, draft, port)
+        extra = {ENV_LAYOUT: s.attn_layout} if s.attn_layout is not None else None
+        log_path = wdir / f"{wid}.log"
+        with open(log_path, "ab") as log:
+            log.write(f"$ {' '.join(cmd)}\n".encode())
+            if extra:
+                log.write(f"  with {ENV_LAYOUT}={s.attn_layout}\n".encode())
+        proc = d.spawn(cmd, build.lib_dir, arm.threads, log_path=log_path, cwd=wdir, extra=extra)
+        _wait_health(url, proc, s.ready_timeout_s, log_path, wid)
+        ready.update(
+            {
+                "url": url,
+                "fresh": True,
+                "command": cmd,
+                "env": extra or {},
+                "build_key": build.key,
+                "binary_sha256": build.record["files"]["llama-server"]["sha256"],
+            }
+        )
+    try:
+        props = _get_json(url + "/props")
+        problems = []
+        if props.get("total_slots") != 1:
+            problems.append(f"the server has {props.get('total_slots')} slots, not 1 (start it with -np 1)")
+        if proc is not None and props.get("model_path") != str(ctx.files.target.path):
+            problems.append(f"the server loaded {props.get('model_path')}, not {ctx.files.target.path}")
+        problems += vocabulary_problems(url, ref, prompt_ids)
+        if problems:
+            raise ServerRefused(f"server {wid} ({url}) refused: " + "; ".join(problems))
+    except BaseException:
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        raise
+    ready["props"] = {k: props.get(k) for k in ("model_path", "total_slots", "build_info")}
+    ready["vocabulary"] = {"n_vocab": ref.n_vocab, "vocab_type": ref.vocab_type, "checked": True}
+    return ServerWorker(wid, arm, url, proc, log_path, ready, ref)
+
+
+def start_server(ctx, arm: Arm, block: int):
+    """What :func:`refspec.engine.driver.start_worker` does for a server arm: start, check, warm up, record."""
+    d = _driver()
+    wid = ctx.next_worker_id(arm.name)
+    try:
+        w = open_server(ctx, arm, wid)
+    except ServerRefused as e:
+        d._ledger(ctx, "failure", f"server refused: {e}", worker=wid, arm=arm.name, block=block, outcome="failed")
+        raise
+    d._ledger(
+        ctx,
+        "worker_start",
+        "fresh server for a block"
+        if w.fresh
+        else "existing server at a loopback URL: not started by refspec, fresh process not guaranteed",
+        worker=wid,
+        arm=arm.name,
+        block=block,
+        pid=w.pid,
+        url=w.url,
+        identity_sha256=sha256_json({k: w.ready.get(k) for k in ("arm_record", "command", "env", "props")}),
+    )
+    # registered warmup (excluded, not timed): the first prompt of the panel, cut short
+    ids = next(iter(ctx.prompts.ids.values()))[:16] if ctx.prompts and ctx.prompts.ids else [0]
+    cap = int(ctx.warmup_cap or 4)
+    try:
+        c = w.complete(ids, cap, request_id=f"{ctx.session}/{wid}/warmup")
+    except Exception as e:
+        w.kill()
+        d._ledger(
+            ctx,
+            "failure",
+            f"server refused: warmup request failed: {e}",
+            worker=wid,
+            arm=arm.name,
+            block=block,
+            outcome="failed",
+        )
+        raise ServerRefused(f"server {wid}: warmup request failed: {e}") from None
+    w.next_index = 0
+    psha = sha256_json(list(ids))
+    row = d.request_row(
+        ctx,
+        arm,
+        block=block,
+        worker=wid,
+        task_id=d.WARMUP_TASK,
+        cap=cap,
+        repeat=0,
+        order_index=0,
+        attempt=1,
+        status="excluded_warmup",
+        reason=f"registered warmup (prompt sha256 {psha[:16]}, not timed)",
+        endpoint=c.endpoint,
+        counters=c.counters,
+    )
+    d._ledger(
+        ctx, "excluded_warmup", row["reason"], worker=wid, arm=arm.name, task_id=d.WARMUP_TASK, outcome="excluded"
+    )
+    rec = d._record(
+        ctx,
+        {
+            "type": "request",
+            "row": row,
+            "endpoint": None,
+            "margins": None,
+            "evidence": None,
+            "counters": c.counters,
+            "prompt_sha256": psha,
+        },
+    )
+    w.ready["warmup"] = {"done": True, "cap": cap, "prompt_sha256": psha, "endpoint": c.endpoint.record()}
+    ready_path = Path(ctx.out_dir).resolve() / "workers" / f"{wid}.ready.json"
+    from ..core.fsutil import atomic_write_text
+
+    atomic_write_text(ready_path, json.dumps(w.ready, indent=1, sort_keys=True, default=str) + "\n", mode=0o644)
+    return w, rec

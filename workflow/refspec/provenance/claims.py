@@ -1,0 +1,230 @@
+"""Controlled stages and their claims: ``refspec stage``.
+
+The numerical replay (E1), the representation audit, the prefill partition, the state
+crosses and the backend admission each run controls before their results may be read as
+claims. A failed control is a result, not a crash: the command writes its complete record
+and exits 1. ``refspec stage NAME --dir DIR --done FILE -- COMMAND ...`` runs the stage's
+command and then
+
+* on exit 0 or 1, derives the stage's ``claims`` row from the tables the command wrote in
+  ``DIR`` (``supported``, or ``withheld`` with the failed controls as the reason), writes it
+  there (``claims.parquet/.csv``, ``claim.json``), appends a ``stage_claim`` record to the
+  run's ledger and writes ``FILE`` (the workflow's completion marker); it exits 0, so the
+  run goes on to seal and report the record with the claim withheld;
+* on any other exit status (an error: no complete record), exits with that status and
+  writes no marker.
+
+The workflow declares only the marker as the rule's output, never ``DIR`` itself, so a
+failed control can never make Snakemake delete the record (anc/workflow.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from ..core.errors import EXIT_FAILED, EXIT_OK, UsageError
+from ..core.fsutil import atomic_write_text
+
+STAGES = ("replay", "audit", "partition", "crosses", "admission")
+CLAIMS = {
+    "replay": "PQ and QB give bitwise equal stage outputs on every captured context; MQ differences as tabled",
+    "audit": "every clean fixture agrees with the address oracle and every injected fault is detected",
+    "partition": "the partition arms' endpoints, KV bytes and initial logits fall into the tabled classes",
+    "crosses": "the subset interventions give the tabled outcome classes and frontier contrasts",
+    "admission": "the tabled supports_op verdicts and observed placements of the lifted shapes",
+}
+DONOR_KEYS = ("tokens", "eog", "stop_reason")
+
+
+def _reason(parts: list[str], limit: int = 8) -> str | None:
+    if not parts:
+        return None
+    more = f"; ... ({len(parts) - limit} more)" if len(parts) > limit else ""
+    return "; ".join(parts[:limit]) + more
+
+
+def derive_replay(d: Path) -> tuple[int, list[str]]:
+    from ..core import tables as T
+
+    rows = T.read_records("replay", d)
+    ctx: dict[tuple, list[dict]] = {}
+    for r in rows:
+        ctx.setdefault((r["family"], r["layer"], r["phase"], r["q"]), []).append(r)
+    failed = []
+    for (fam, layer, phase, q), rs in sorted(ctx.items()):
+        bad = [r for r in rs if not r["control_ok"]]
+        if bad:
+            reasons = sorted({r["reason"] or "no reason recorded" for r in bad})
+            failed.append(f"{fam} layer {layer} {phase} q={q}: {', '.join(reasons)}")
+    return len(ctx), failed
+
+
+def derive_audit(d: Path) -> tuple[int, list[str]]:
+    from ..core import tables as T
+
+    rows = T.read_records("audit", d)
+    failed = []
+    for r in rows:
+        if r["fault"] is None and not r["oracle_ok"]:
+            failed.append(f"{r['fixture']} {r['layout']} {r['stage']}: disagrees with the oracle")
+        elif r["fault"] is not None and not r["detected"]:
+            failed.append(f"{r['fixture']} {r['layout']} {r['stage']}: injected fault {r['fault']} not detected")
+    return len(rows), failed
+
+
+def natural_endpoints(prows: list[dict]) -> dict[tuple[str, str], str]:
+    return {(r["task_id"], r["arm"]): r["endpoint_sha256"] for r in prows if r["repeat"] == 1}
+
+
+def derive_partition(d: Path) -> tuple[int, list[str]]:
+    from ..core import tables as T
+
+    rows = T.read_records("partition", d)
+    first = {(r["task_id"], r["arm"]): r for r in rows if r["repeat"] == 1}
+    n, failed = 0, []
+    for r in rows:
+        if r["repeat"] == 1:
+            continue
+        n += 1
+        f = first.get((r["task_id"], r["arm"]))
+        if f is None or any(r[k] != f[k] for k in ("endpoint_sha256", "kv_sha256", "logits_sha256")):
+            failed.append(f"{r['task_id']} {r['arm']}: repeat {r['repeat']} differs from repeat 1")
+    return n, failed
+
+
+def crosses_controls(rows: list[dict], natural: dict[tuple[str, str], str]) -> tuple[int, list[str]]:
+    """Own-path shams (EMPTY must give the recipient's natural endpoint, no byte changed) and
+    repeat agreement of every subset coordinate; shared with the checker's definition."""
+    n, failed = 0, []
+    coords: dict[tuple, set] = {}
+    for r in rows:
+        if r["selector"] == "EMPTY":
+            n += 1
+            nat = natural.get((r["task_id"], r["recipient_arm"]))
+            if nat is None or r["endpoint_sha256"] != nat or r["changed_bytes"] != 0:
+                failed.append(f"{r['task_id']} {r['direction']} repeat {r['repeat']}: own-path sham failed")
+        elif r["kind"] == "subset":
+            coords.setdefault((r["task_id"], r["direction"], r["selector"]), set()).add(
+                (r["endpoint_sha256"], r["spliced_kv_sha256"])
+            )
+    for (tid, direction, sel), seen in sorted(coords.items()):
+        n += 1
+        if len(seen) != 1:
+            failed.append(f"{tid} {direction} {sel}: repeats disagree")
+    return n, failed
+
+
+def derive_crosses(d: Path) -> tuple[int, list[str]]:
+    from ..core import tables as T
+
+    meta = json.loads((d / "crosses.json").read_text(encoding="utf-8"))
+    prows = T.read_records("partition", meta["partition"])
+    return crosses_controls(T.read_records("crosses", d), natural_endpoints(prows))
+
+
+def derive_admission(d: Path) -> tuple[int, list[str]]:
+    doc = json.loads((d / "admission.json").read_text(encoding="utf-8"))
+    layouts = doc.get("layouts") or sorted({r["layout"] for r in doc["rows"]})
+    n = len(doc["queries"]) * len(layouts)
+    return n, list(doc.get("errors") or [])
+
+
+DERIVE = {
+    "replay": derive_replay,
+    "audit": derive_audit,
+    "partition": derive_partition,
+    "crosses": derive_crosses,
+    "admission": derive_admission,
+}
+
+
+def claim_row(stage: str, d: Path, exit_code: int, record: str | None = None) -> dict:
+    if stage not in DERIVE:
+        raise UsageError(f"unknown stage {stage!r} (known: {', '.join(STAGES)})")
+    n, failed = DERIVE[stage](d)
+    reason = _reason(failed)
+    if exit_code != EXIT_OK and reason is None:
+        reason = f"the stage's command exited {exit_code} (see its log)"
+    return {
+        "stage": stage,
+        "record": record or d.name,
+        "claim": CLAIMS[stage],
+        "status": "supported" if exit_code == EXIT_OK and not failed else "withheld",
+        "exit_code": exit_code,
+        "controls": n,
+        "controls_failed": len(failed),
+        "reason": reason,
+    }
+
+
+def record_claim(stage: str, d: Path, exit_code: int, results: Path | None = None) -> dict:
+    """Write the stage's ``claims`` table and ``claim.json`` into ``d``; note it in the run's ledger."""
+    from ..core import tables as T
+    from .ledger import Ledger
+
+    rel = None
+    if results is not None and d.resolve().is_relative_to(results.resolve()):
+        rel = d.resolve().relative_to(results.resolve()).as_posix()
+    row = claim_row(stage, d, exit_code, rel)
+    T.write_table([row], "claims", d)
+    atomic_write_text(d / "claim.json", json.dumps(row, indent=2, sort_keys=True) + "\n")
+    if results is not None:
+        Ledger(results / "ledger.jsonl").append(
+            {
+                "kind": "stage_claim",
+                "reason": f"stage {stage}: claim {row['status']}" + (f" ({row['reason']})" if row["reason"] else ""),
+                "stage": stage,
+                "status": row["status"],
+                "exit_code": exit_code,
+                "controls": row["controls"],
+                "controls_failed": row["controls_failed"],
+                "record": row["record"],
+            }
+        )
+    return row
+
+
+# --------------------------------------------------------------------------- CLI
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("stage", choices=STAGES)
+    p.add_argument("--dir", required=True, help="the folder the stage's command writes its tables to")
+    p.add_argument("--done", required=True, help="completion marker to write (the claim as JSON)")
+    p.add_argument("--results", help="the run's results folder (its ledger.jsonl records the claim)")
+    p.epilog = "After --: the refspec command of the stage and its arguments."
+
+
+# everything after `--` is the stage's own command line (refspec.cli hands it over as args.extra)
+PASSTHROUGH = ("stage",)
+
+
+def run(args: argparse.Namespace) -> int:
+    cmd = list(getattr(args, "extra", []))
+    if cmd and cmd[0] == "--":
+        cmd = cmd[1:]
+    if not cmd:
+        raise UsageError("give the stage's refspec command after --")
+    done = Path(args.done)
+    if done.exists():
+        done.unlink()
+    rc = subprocess.run([sys.executable, "-m", "refspec.cli", *cmd]).returncode
+    if rc not in (EXIT_OK, EXIT_FAILED):
+        print(
+            f"refspec stage {args.stage}: the command failed with exit status {rc}; no claim recorded", file=sys.stderr
+        )
+        return rc
+    d = Path(args.dir)
+    row = record_claim(args.stage, d, rc, Path(args.results) if args.results else None)
+    atomic_write_text(done, json.dumps(row, indent=2, sort_keys=True) + "\n")
+    word = "supported" if row["status"] == "supported" else "WITHHELD"
+    print(
+        f"refspec stage {args.stage}: claim {word}; {row['controls_failed']} of {row['controls']} controls failed"
+        + (f": {row['reason']}" if row["reason"] else ""),
+        file=sys.stderr,
+    )
+    return EXIT_OK

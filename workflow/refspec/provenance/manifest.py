@@ -1,0 +1,708 @@
+"""The source manifest: everything a run depends on, with SHA-256 and size.
+
+The manifest is a JSON object shaped like SLSA provenance v1
+(``buildDefinition.resolvedDependencies`` is a list of in-toto resource
+descriptors: ``name``, ``uri``, ``digest``, ``annotations``). It pins
+
+- the artifacts the pipeline was given (roles ``sdist``, ``patch``,
+  ``library``, ``tool``, ``model``, ``panel``), each with sha256 and size;
+- the project source (``source:refspec``: a digest over the package, the rules,
+  the report templates, the environment files and the native sources);
+- the interpreter (the executable's sha256 and its version);
+- every installed distribution (name, version and the sha256 of its
+  ``RECORD`` file, or of ``METADATA`` where there is no ``RECORD``);
+- the config and its canonical-JSON sha256;
+- host facts: CPU model, SIMD flags, cores, memory, GPUs and driver, OS.
+
+The freeze check (:func:`freeze_check`) recomputes the manifest before a session
+and refuses to start on any difference, listing every one. Only
+``runDetails.metadata`` (creation time, git commit of the clone) is ignored: it
+says when and from which checkout the manifest was written, not what runs. Every
+field is documented in ``anc/manifest.md``.
+
+The native build and model code is not imported here: callers pass artifacts
+(:class:`Artifact`) in; the CLI reads them from a JSON/YAML listing or from
+``--artifact ROLE=NAME=PATH`` flags.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import importlib.metadata as _md
+import json
+import os
+import platform
+import re
+import subprocess
+import sys
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote, urlparse
+
+from .. import __version__
+from ..core.config import read_config_file
+from ..core.errors import EXIT_FAILED, EXIT_OK, ConfigError, IntegrityError, RefspecError, UsageError
+from ..core.fsutil import atomic_write_text
+from ..core.hashing import canonical_json, file_digest, sha256_bytes, sha256_json
+from ..core.paths import REPO_ROOT
+
+MANIFEST_TYPE = "https://refspec.dev/manifest/v1"
+BUILD_TYPE = "https://refspec.dev/pipeline/v1"
+BUILDER_ID = "https://refspec.dev/refspec"
+ROLES = ("sdist", "patch", "library", "tool", "model", "panel")
+# Parts of the manifest the freeze check ignores (dotted prefixes). Documented in anc/manifest.md.
+IGNORED = ("runDetails.metadata",)
+# Roots of the project source digest, relative to the repository root.
+SOURCE_ROOTS = ("Snakefile", "workflow", "report", "envs", "native", "run", "pyproject.toml")
+_SOURCE_SKIP_DIRS = {
+    "__pycache__",
+    ".git",
+    "build",
+    ".snakemake",
+    "results",
+    ".pytest_cache",
+    ".hypothesis",
+    ".mypy_cache",
+}
+_SOURCE_SKIP_SUFFIXES = (".pyc", ".pyo", ".swp", "~")
+_SIMD_FLAGS = (
+    "sse3", "ssse3", "sse4_1", "sse4_2", "avx", "avx2", "fma", "f16c", "avx_vnni",
+    "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx512_bf16", "amx_tile",
+    "fp", "asimd", "asimddp", "sve", "sve2", "i8mm", "bf16",
+)  # fmt: skip
+
+
+class FreezeCheckError(RefspecError):
+    """The recomputed manifest differs from the stored one."""
+
+    exit_code = EXIT_FAILED
+
+    def __init__(self, differences: list[str]):
+        self.differences = differences
+        super().__init__(f"{len(differences)} difference(s) from the frozen manifest:\n  " + "\n  ".join(differences))
+
+
+@dataclass(frozen=True)
+class Artifact:
+    """A file the run depends on: ``role`` is one of :data:`ROLES`."""
+
+    name: str
+    role: str
+    path: Path
+
+    def __post_init__(self) -> None:
+        if self.role not in ROLES:
+            raise UsageError(f"artifact {self.name!r}: role {self.role!r} is not one of {', '.join(ROLES)}")
+        if not self.name or any(c in self.name for c in "\n\r\t"):
+            raise UsageError(f"bad artifact name {self.name!r}")
+        object.__setattr__(self, "path", Path(self.path))
+
+    @property
+    def key(self) -> str:
+        return f"{self.role}:{self.name}"
+
+
+# --------------------------------------------------------------------------- parts
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _file_uri(path: Path) -> str:
+    return Path(os.path.abspath(path)).as_uri()
+
+
+def artifact_entry(a: Artifact) -> dict[str, Any]:
+    p = Path(a.path)
+    if not p.is_file():
+        raise IntegrityError(f"artifact {a.key}: {p} is not a file")
+    d = file_digest(p)
+    return {
+        "name": a.key,
+        "uri": _file_uri(p),
+        "digest": {"sha256": d["sha256"]},
+        "annotations": {"role": a.role, "size": d["size"]},
+    }
+
+
+def _source_files(repo_root: Path, roots: Iterable[str]) -> list[tuple[str, Path]]:
+    out: list[tuple[str, Path]] = []
+    for r in roots:
+        top = repo_root / r
+        if top.is_file():
+            out.append((r, top))
+            continue
+        if not top.is_dir():
+            continue
+        for dirpath, dirnames, filenames in os.walk(top):
+            dirnames[:] = sorted(d for d in dirnames if d not in _SOURCE_SKIP_DIRS and not d.startswith("."))
+            for fn in sorted(filenames):
+                if fn.endswith(_SOURCE_SKIP_SUFFIXES) or fn.startswith("."):
+                    continue
+                full = Path(dirpath) / fn
+                if full.is_symlink() or not full.is_file():
+                    continue
+                out.append((full.relative_to(repo_root).as_posix(), full))
+    return sorted(out)
+
+
+def source_entry(repo_root: Path = REPO_ROOT, roots: Iterable[str] = SOURCE_ROOTS) -> dict[str, Any] | None:
+    """A digest over the project's own source: sha256 of the canonical JSON of {path: [sha256, size]}."""
+    files = _source_files(repo_root, roots)
+    if not files:
+        return None
+    table = {}
+    total = 0
+    for rel, full in files:
+        d = file_digest(full)
+        table[rel] = [d["sha256"], d["size"]]
+        total += d["size"]
+    return {
+        "name": "source:refspec",
+        "uri": _file_uri(repo_root),
+        "digest": {"sha256": sha256_json(table)},
+        "annotations": {"role": "source", "files": len(table), "size": total, "version": __version__},
+    }
+
+
+def interpreter_entry() -> dict[str, Any]:
+    exe = Path(os.path.realpath(sys.executable))
+    d = file_digest(exe)
+    impl = sys.implementation.name
+    ver = platform.python_version()
+    return {
+        "name": f"interpreter:{impl}",
+        "uri": _file_uri(exe),
+        "digest": {"sha256": d["sha256"]},
+        "annotations": {
+            "role": "interpreter",
+            "size": d["size"],
+            "version": ver,
+            "implementation": impl,
+            "compiler": platform.python_compiler(),
+            "prefix": sys.prefix,
+            "base_prefix": sys.base_prefix,
+        },
+    }
+
+
+def _normalize(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _dist_file(dist: _md.Distribution, filename: str) -> Path | None:
+    base = getattr(dist, "_path", None)  # PathDistribution: the .dist-info / .egg-info folder
+    if base is not None:
+        p = Path(base) / filename
+        return p if p.is_file() else None
+    for f in dist.files or ():
+        if f.name == filename and f.parent.name.endswith((".dist-info", ".egg-info")):
+            p = Path(f.locate())
+            return p if p.is_file() else None
+    return None
+
+
+def distribution_entries(path: list[str] | None = None) -> list[dict[str, Any]]:
+    """Every installed distribution visible on ``path`` (default ``sys.path``), first one wins."""
+    seen: dict[str, dict[str, Any]] = {}
+    for dist in _md.distributions(path=path if path is not None else sys.path):
+        name = dist.metadata.get("Name") if dist.metadata is not None else None
+        if not name:
+            continue
+        key = _normalize(name)
+        if key in seen:
+            continue
+        version = dist.version
+        entry: dict[str, Any] = {
+            "name": f"pkg:pypi/{key}",
+            "uri": f"pkg:pypi/{key}@{version}",
+            "digest": {},
+            "annotations": {"role": "distribution", "version": version},
+        }
+        for digest_of in ("RECORD", "METADATA", "PKG-INFO"):
+            f = _dist_file(dist, digest_of)
+            if f is not None:
+                d = file_digest(f)
+                entry["digest"] = {"sha256": d["sha256"]}
+                entry["annotations"].update(digest_of=digest_of, size=d["size"])
+                break
+        else:
+            entry["annotations"].update(digest_of=None, size=None)
+        seen[key] = entry
+    return [seen[k] for k in sorted(seen)]
+
+
+def _read(path: str) -> str | None:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return f.read()
+    except OSError:
+        return None
+
+
+def cpu_facts() -> dict[str, Any]:
+    model = None
+    flags: list[str] = []
+    physical: set[tuple[str, str]] = set()
+    info = _read("/proc/cpuinfo")
+    if info:
+        phys_id = core_id = None
+        for line in info.splitlines():
+            k, _, v = line.partition(":")
+            k, v = k.strip().lower(), v.strip()
+            if model is None and k in ("model name", "hardware", "cpu model", "processor") and v and not v.isdigit():
+                model = v
+            elif not flags and k in ("flags", "features"):
+                flags = v.split()
+            elif k == "physical id":
+                phys_id = v
+            elif k == "core id":
+                core_id = v
+            elif not line.strip():
+                if phys_id is not None and core_id is not None:
+                    physical.add((phys_id, core_id))
+                phys_id = core_id = None
+        if phys_id is not None and core_id is not None:
+            physical.add((phys_id, core_id))
+    if model is None:
+        model = platform.processor() or None
+    try:
+        usable = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        usable = os.cpu_count()
+    flagset = sorted(set(flags))
+    return {
+        "model": model,
+        "logical_cores": os.cpu_count(),
+        "physical_cores": len(physical) or None,
+        "usable_cores": usable,
+        "simd": [f for f in _SIMD_FLAGS if f in flagset],
+        "flags_sha256": sha256_bytes(" ".join(flagset).encode()) if flagset else None,
+    }
+
+
+def memory_bytes() -> int | None:
+    info = _read("/proc/meminfo")
+    if info:
+        m = re.search(r"^MemTotal:\s+(\d+)\s*kB", info, re.M)
+        if m:
+            return int(m.group(1)) * 1024
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def gpu_facts(timeout: float = 20.0) -> dict[str, Any]:
+    """GPUs and driver from ``nvidia-smi``; ``{"query": "absent", "devices": []}`` without one."""
+    cmd = [
+        "nvidia-smi",
+        "--query-gpu=name,driver_version,memory.total,uuid,compute_cap",
+        "--format=csv,noheader,nounits",
+    ]
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
+    except FileNotFoundError:
+        return {"query": "absent", "devices": []}
+    except (OSError, subprocess.TimeoutExpired):
+        return {"query": "error", "devices": []}
+    if r.returncode != 0:
+        return {"query": "error", "devices": []}
+    devices = []
+    for line in r.stdout.splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) < 4:
+            continue
+        mem = parts[2]
+        devices.append(
+            {
+                "name": parts[0],
+                "driver_version": parts[1],
+                "memory_mib": int(mem) if mem.isdigit() else mem,
+                "uuid": parts[3],
+                "compute_capability": parts[4] if len(parts) > 4 else None,
+            }
+        )
+    out: dict[str, Any] = {"query": "ok", "devices": devices}
+    out.update(cuda_versions(timeout))
+    return out
+
+
+def cuda_versions(timeout: float = 20.0) -> dict[str, Any]:
+    """The CUDA version the driver supports (``nvidia-smi``'s header) and the CUDA runtime
+    that the build's ``libggml-cuda.so`` links (``cudaRuntimeGetVersion``), when present."""
+    out: dict[str, Any] = {"cuda_driver_version": None, "cuda_runtime_version": None, "cuda_runtime_library": None}
+    try:
+        r = subprocess.run(["nvidia-smi"], capture_output=True, text=True, timeout=timeout, check=False)
+        m = re.search(r"CUDA Version:\s*([0-9.]+)", r.stdout or "")
+        out["cuda_driver_version"] = m.group(1) if m else None
+    except (OSError, subprocess.TimeoutExpired):
+        pass
+    lib_dir = os.environ.get("LLAMA_CPP_LIB_PATH")
+    cuda_lib = Path(lib_dir) / "libggml-cuda.so" if lib_dir else None
+    if cuda_lib is None or not cuda_lib.is_file():
+        return out
+    try:
+        r = subprocess.run(["ldd", str(cuda_lib)], capture_output=True, text=True, timeout=timeout, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return out
+    m = re.search(r"libcudart\.so\S*\s+=>\s+(\S+)", r.stdout or "")
+    if not m:
+        return out
+    out["cuda_runtime_library"] = m.group(1)
+    try:
+        import ctypes
+
+        cudart = ctypes.CDLL(m.group(1))
+        v = ctypes.c_int(0)
+        if cudart.cudaRuntimeGetVersion(ctypes.byref(v)) == 0:
+            out["cuda_runtime_version"] = f"{v.value // 1000}.{(v.value % 1000) // 10}"
+    except (OSError, AttributeError):
+        pass
+    return out
+
+
+def os_facts() -> dict[str, Any]:
+    distro = None
+    rel = _read("/etc/os-release")
+    if rel:
+        m = re.search(r'^PRETTY_NAME="?([^"\n]*)"?', rel, re.M)
+        distro = m.group(1) if m else None
+    libc = platform.libc_ver()
+    return {
+        "system": platform.system(),
+        "release": platform.release(),
+        "version": platform.version(),
+        "machine": platform.machine(),
+        "distribution": distro,
+        "libc": " ".join(x for x in libc if x) or None,
+    }
+
+
+def host_facts(gpu: bool = True) -> dict[str, Any]:
+    return {
+        "cpu": cpu_facts(),
+        "memory_bytes": memory_bytes(),
+        "gpu": gpu_facts() if gpu else {"query": "skipped", "devices": []},
+        "os": os_facts(),
+    }
+
+
+def _git_commit(repo_root: Path) -> str | None:
+    if not (repo_root / ".git").exists():
+        return None
+    try:
+        r = subprocess.run(
+            ["git", "-C", str(repo_root), "rev-parse", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    out = r.stdout.strip()
+    return out if r.returncode == 0 and re.fullmatch(r"[0-9a-f]{40,64}", out) else None
+
+
+# --------------------------------------------------------------------------- manifest
+
+
+def build_manifest(
+    artifacts: Iterable[Artifact],
+    config: Mapping[str, Any],
+    *,
+    config_path: str | Path | None = None,
+    include_source: bool = True,
+    include_environment: bool = True,
+    include_host: bool = True,
+    include_gpu: bool = True,
+    repo_root: Path = REPO_ROOT,
+    created: str | None = None,
+) -> dict[str, Any]:
+    """The source manifest of a run (see the module docstring and ``anc/manifest.md``).
+
+    ``include_*`` switches exist for small fixtures; a run's manifest includes everything.
+    """
+    arts = list(artifacts)
+    keys = [a.key for a in arts]
+    dup = sorted({k for k in keys if keys.count(k) > 1})
+    if dup:
+        raise UsageError(f"duplicate artifact(s): {', '.join(dup)}")
+    try:
+        config_json = json.loads(canonical_json(config))
+    except (TypeError, ValueError) as e:
+        raise ConfigError(f"config is not JSON-serialisable: {e}") from e
+    deps: list[dict[str, Any]] = [artifact_entry(a) for a in sorted(arts, key=lambda a: a.key)]
+    if include_source:
+        src = source_entry(repo_root)
+        if src is not None:
+            deps.append(src)
+    if include_environment:
+        deps.append(interpreter_entry())
+        deps.extend(distribution_entries())
+    external: dict[str, Any] = {"config": config_json, "config_sha256": sha256_json(config_json)}
+    if config_path is not None:
+        cp = Path(config_path)
+        d = file_digest(cp)
+        external["config_file"] = {"uri": _file_uri(cp), "sha256": d["sha256"], "size": d["size"]}
+    internal: dict[str, Any] = {}
+    if include_host:
+        internal["host"] = host_facts(gpu=include_gpu)
+    return {
+        "_type": MANIFEST_TYPE,
+        "buildDefinition": {
+            "buildType": BUILD_TYPE,
+            "externalParameters": external,
+            "internalParameters": internal,
+            "resolvedDependencies": deps,
+        },
+        "runDetails": {
+            "builder": {"id": BUILDER_ID, "version": {"refspec": __version__}},
+            "metadata": {"created": created or _now(), "git_commit": _git_commit(repo_root)},
+        },
+    }
+
+
+def artifacts_of(manifest: Mapping[str, Any]) -> list[Artifact]:
+    """The artifacts a stored manifest was built from (to recompute it)."""
+    out = []
+    for dep in manifest.get("buildDefinition", {}).get("resolvedDependencies", []):
+        role = dep.get("annotations", {}).get("role")
+        if role in ROLES:
+            name = dep["name"].split(":", 1)[1]
+            uri = dep.get("uri", "")
+            if not uri.startswith("file://"):
+                raise IntegrityError(f"manifest artifact {dep['name']} has no file uri")
+            out.append(Artifact(name, role, Path(unquote(urlparse(uri).path))))
+    return out
+
+
+def _options_of(manifest: Mapping[str, Any]) -> dict[str, Any]:
+    """The include_* switches a stored manifest was built with."""
+    deps = manifest.get("buildDefinition", {}).get("resolvedDependencies", [])
+    roles = {d.get("annotations", {}).get("role") for d in deps}
+    host = manifest.get("buildDefinition", {}).get("internalParameters", {}).get("host")
+    return {
+        "include_source": "source" in roles,
+        "include_environment": "interpreter" in roles,
+        "include_host": host is not None,
+        "include_gpu": host is not None and host.get("gpu", {}).get("query") != "skipped",
+    }
+
+
+# --------------------------------------------------------------------------- diff
+
+
+def _flatten(obj: Any, prefix: str, out: dict[str, Any]) -> None:
+    if isinstance(obj, dict):
+        if not obj:
+            out[prefix] = {}
+        for k, v in obj.items():
+            _flatten(v, f"{prefix}.{k}" if prefix else str(k), out)
+    elif isinstance(obj, list):
+        if prefix.endswith("resolvedDependencies") and all(isinstance(d, dict) and "name" in d for d in obj):
+            for d in obj:
+                rest = {k: v for k, v in d.items() if k != "name"}
+                _flatten(rest, f"{prefix}[{d['name']}]", out)
+            if not obj:
+                out[prefix] = []
+            return
+        if not obj:
+            out[prefix] = []
+        for i, v in enumerate(obj):
+            _flatten(v, f"{prefix}[{i}]", out)
+    else:
+        out[prefix] = obj
+
+
+def _ignored(path: str, ignored: Iterable[str]) -> bool:
+    return any(path == p or path.startswith(p + ".") or path.startswith(p + "[") for p in ignored)
+
+
+def _short(v: Any, n: int = 80) -> str:
+    s = json.dumps(v, ensure_ascii=False, sort_keys=True)
+    return s if len(s) <= n else s[: n - 3] + "..."
+
+
+def diff_manifests(
+    stored: Mapping[str, Any], current: Mapping[str, Any], ignored: Iterable[str] = IGNORED
+) -> list[str]:
+    """Every difference between two manifests, one line each, ignoring ``ignored`` prefixes."""
+    a: dict[str, Any] = {}
+    b: dict[str, Any] = {}
+    _flatten(stored, "", a)
+    _flatten(current, "", b)
+    ign = tuple(ignored)
+    out = []
+    for k in sorted(set(a) | set(b)):
+        if _ignored(k, ign):
+            continue
+        if k not in b:
+            out.append(f"removed {k} (was {_short(a[k])})")
+        elif k not in a:
+            out.append(f"added {k} = {_short(b[k])}")
+        elif a[k] != b[k] or type(a[k]) is not type(b[k]):
+            out.append(f"changed {k}: {_short(a[k])} -> {_short(b[k])}")
+    return out
+
+
+def load_manifest(path: str | Path) -> dict[str, Any]:
+    p = Path(path)
+    try:
+        m = json.loads(p.read_bytes())
+    except FileNotFoundError:
+        raise UsageError(f"manifest {p} not found") from None
+    except ValueError as e:
+        raise IntegrityError(f"manifest {p} is not JSON: {e}") from None
+    if not isinstance(m, dict) or m.get("_type") != MANIFEST_TYPE:
+        raise IntegrityError(
+            f"{p} is not a refspec manifest (_type {m.get('_type') if isinstance(m, dict) else None!r})"
+        )
+    return m
+
+
+def write_manifest(manifest: Mapping[str, Any], path: str | Path) -> str:
+    """Write the manifest (indented, sorted keys) atomically; return its file sha256."""
+    text = json.dumps(manifest, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+    atomic_write_text(path, text)
+    return sha256_bytes(text.encode("utf-8"))
+
+
+def freeze_check(
+    stored: Mapping[str, Any] | str | Path,
+    config: Mapping[str, Any] | None = None,
+    artifacts: Iterable[Artifact] | None = None,
+    *,
+    config_path: str | Path | None = None,
+    repo_root: Path = REPO_ROOT,
+) -> dict[str, Any]:
+    """Recompute the manifest and raise :class:`FreezeCheckError` listing every difference.
+
+    Artifacts and the include switches default to those of the stored manifest;
+    ``config`` defaults to the stored config (pass the config the session will run
+    with). Returns the recomputed manifest when nothing differs.
+    """
+    if not isinstance(stored, Mapping):
+        stored = load_manifest(stored)
+    ext = stored.get("buildDefinition", {}).get("externalParameters", {})
+    if config is None:
+        config = ext.get("config", {})
+    if config_path is None and "config_file" in ext:
+        config_path = Path(unquote(urlparse(ext["config_file"]["uri"]).path))
+    arts = list(artifacts) if artifacts is not None else artifacts_of(stored)
+    missing = [f"missing {a.key}: {a.path}" for a in arts if not Path(a.path).is_file()]
+    if config_path is not None and not Path(config_path).is_file():
+        missing.append(f"missing config file {config_path}")
+    if missing:
+        raise FreezeCheckError(missing)
+    current = build_manifest(arts, config, config_path=config_path, repo_root=repo_root, **_options_of(stored))
+    diffs = diff_manifests(stored, current)
+    if diffs:
+        raise FreezeCheckError(diffs)
+    return current
+
+
+# --------------------------------------------------------------------------- CLI
+
+
+def parse_artifact_flag(text: str) -> Artifact:
+    parts = text.split("=", 2)
+    if len(parts) != 3 or not all(parts):
+        raise UsageError(f"--artifact {text!r}: expected ROLE=NAME=PATH")
+    role, name, path = parts
+    return Artifact(name, role, Path(path))
+
+
+def load_listing(path: str | Path) -> list[Artifact]:
+    """Artifacts from a JSON or YAML listing: ``{"artifacts": [{role, name, path}]}`` or a list.
+
+    Relative paths are relative to the listing's folder.
+    """
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise UsageError(f"artifact listing {p} not found") from None
+    if p.suffix.lower() in (".yaml", ".yml"):
+        import yaml
+
+        data = yaml.safe_load(text)
+    else:
+        try:
+            data = json.loads(text)
+        except ValueError as e:
+            raise UsageError(f"artifact listing {p} is not JSON: {e}") from None
+    if isinstance(data, dict):
+        data = data.get("artifacts")
+    if not isinstance(data, list):
+        raise UsageError(f"artifact listing {p}: expected a list of {{role, name, path}}")
+    out = []
+    for i, item in enumerate(data):
+        if not isinstance(item, dict) or not {"role", "name", "path"} <= set(item):
+            raise UsageError(f"artifact listing {p}: entry {i} needs role, name and path")
+        ap = Path(str(item["path"])).expanduser()
+        if not ap.is_absolute():
+            ap = p.parent / ap
+        out.append(Artifact(str(item["name"]), str(item["role"]), ap))
+    return out
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--artifacts",
+        type=Path,
+        action="append",
+        default=[],
+        metavar="LISTING",
+        help="JSON/YAML listing of artifacts (repeatable)",
+    )
+    parser.add_argument(
+        "--artifact",
+        action="append",
+        default=[],
+        metavar="ROLE=NAME=PATH",
+        help=f"one artifact; ROLE is one of {', '.join(ROLES)} (repeatable)",
+    )
+    parser.add_argument("--config", type=Path, default=None, help="the run's config file (YAML or JSON)")
+    parser.add_argument("-o", "--output", type=Path, default=None, help="write the manifest here (default stdout)")
+    parser.add_argument(
+        "--check",
+        type=Path,
+        default=None,
+        metavar="STORED",
+        help="freeze check: recompute and compare with STORED; exit 1 on any difference",
+    )
+    parser.add_argument("--no-gpu", action="store_true", help="do not query nvidia-smi")
+
+
+def run(args: argparse.Namespace) -> int:
+    arts: list[Artifact] = []
+    for listing in args.artifacts:
+        arts.extend(load_listing(listing))
+    arts.extend(parse_artifact_flag(t) for t in args.artifact)
+    config = read_config_file(args.config) if args.config is not None else None
+    if args.check is not None:
+        stored = load_manifest(args.check)
+        try:
+            current = freeze_check(stored, config=config, artifacts=arts or None, config_path=args.config)
+        except FreezeCheckError as e:
+            for d in e.differences:
+                print(f"DIFF: {d}")
+            print(f"FAIL: {len(e.differences)} difference(s) from {args.check}", file=sys.stderr)
+            return EXIT_FAILED
+        n = len(current["buildDefinition"]["resolvedDependencies"])
+        print(f"OK: {args.check} ({n} dependencies unchanged)")
+        return EXIT_OK
+    m = build_manifest(arts, config or {}, config_path=args.config, include_gpu=not args.no_gpu)
+    if args.output is not None:
+        digest = write_manifest(m, args.output)
+        n = len(m["buildDefinition"]["resolvedDependencies"])
+        print(f"wrote {args.output}: {n} dependencies, sha256 {digest}")
+    else:
+        sys.stdout.write(json.dumps(m, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
+    return EXIT_OK

@@ -1,0 +1,198 @@
+"""The report's data model: the archive it reads and the items it shows.
+
+:class:`Archive` (the result tables and files of a results folder, :func:`load_archive`),
+:class:`Numbers` (the registry of every number shown, written as ``numbers.json``) with
+its :class:`Num` entries, and the items sections hold: :class:`Cell`, :class:`Table`,
+:class:`Figure` and :class:`Section`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..core import tables as T
+from ..core.errors import UsageError
+
+DASH = "\u2014"
+
+
+@dataclass
+class Num:
+    """One number shown in the report."""
+
+    id: str
+    value: float | int
+    fmt: str
+    source: str
+    table: str
+    row: dict[str, Any]
+    column: str
+
+    @property
+    def text(self) -> str:
+        return format(self.value, self.fmt)
+
+
+@dataclass
+class Cell:
+    parts: list[Any]  # str or Num
+    cls: str = ""
+    title: str = ""
+
+
+@dataclass
+class Table:
+    id: str
+    title: str
+    sources: list[str]
+    header: list[str]
+    rows: list[list[Cell]]
+    caption: str = ""
+    numeric: list[bool] = field(default_factory=list)
+
+
+@dataclass
+class Figure:
+    """A figure; ``canvas`` is a :class:`refspec.report.svg.Canvas`, drawn as inline SVG and as TikZ."""
+
+    id: str
+    title: str
+    sources: list[str]
+    canvas: Any
+    caption: str = ""
+
+
+@dataclass
+class Section:
+    id: str
+    title: str
+    intro: str = ""
+    items: list[Any] = field(default_factory=list)  # Table | Figure
+    notes: list[str] = field(default_factory=list)  # "not run" and similar visible notes
+
+
+class Numbers:
+    """Collects every number shown; one id, one value."""
+
+    def __init__(self) -> None:
+        self.items: dict[str, Num] = {}
+
+    def add(self, id_parts: Sequence[Any], value, fmt: str, source: str, table: str, row: dict, column: str) -> Num:
+        nid = "|".join(str(p) for p in id_parts)
+        if isinstance(value, bool):
+            value = int(value)
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ValueError(f"number {nid} is not finite")
+        n = Num(nid, value, fmt, source, table, row, column)
+        old = self.items.get(nid)
+        if old is not None:
+            if old.value != value:
+                raise ValueError(f"number {nid} shown with two values {old.value!r} and {value!r}")
+            return old
+        self.items[nid] = n
+        return n
+
+    def as_json(self) -> list[dict[str, Any]]:
+        return [
+            dict(
+                id=n.id,
+                table=n.table,
+                row=n.row,
+                column=n.column,
+                value=n.value,
+                fmt=n.fmt,
+                text=n.text,
+                source=n.source,
+            )
+            for n in self.items.values()
+        ]
+
+
+def _n(numbers: Numbers, a: Archive, table_name: str, tid: str, parts, value, fmt, row, column) -> Num:
+    return numbers.add(parts, value, fmt, a.src(table_name), tid, row, column)
+
+
+# =========================================================================== archive
+
+
+@dataclass
+class Archive:
+    root: Path
+    out: Path
+    data: dict[str, list[dict[str, Any]]]
+    csv: dict[str, str]  # table -> CSV path relative to out
+    notes: list[str]
+    files: dict[str, Path]  # manifest/plan/ledger/seal -> path when present
+
+    def has(self, name: str) -> bool:
+        return name in self.data
+
+    def rows(self, name: str) -> list[dict[str, Any]]:
+        return self.data.get(name, [])
+
+    def src(self, name: str) -> str:
+        return self.csv[name]
+
+
+def _rel(path: Path, out: Path) -> str:
+    return Path(os.path.relpath(path, out)).as_posix()
+
+
+def load_archive(results_dir: str | Path, out_dir: str | Path | None = None) -> Archive:
+    root = Path(results_dir)
+    if not root.is_dir():
+        raise UsageError(f"results folder {root} not found")
+    out = Path(out_dir) if out_dir is not None else root
+    data, csv, notes, files = {}, {}, [], {}
+    for name in T.TABLES:
+        pq = T.find_table(name, root)
+        cp = T.find_table(name, root, ext="csv")
+        if pq is None and cp is None:
+            continue
+        if pq is None:
+            notes.append(f"{cp.name} has no Parquet table next to it; not used")
+            continue
+        if cp is None:
+            notes.append(f"{pq.name} has no CSV copy; not used (the checker reads the CSV)")
+            continue
+        data[name] = T.read_records(name, root)
+        csv[name] = _rel(cp, out)
+    for key, fname in (
+        ("manifest", "manifest.json"),
+        ("plan", "plan.json"),
+        ("ledger", "ledger.jsonl"),
+        ("seal", "SEAL.dsse.json"),
+    ):
+        p = root / fname
+        if p.is_file():
+            files[key] = p
+    if not data:
+        raise UsageError(f"{root}: no result table found (looked for <table>.parquet + .csv in it and in tables/)")
+    return Archive(root=root, out=out, data=data, csv=csv, notes=notes, files=files)
+
+
+def _read_json(p: Path) -> Any:
+    try:
+        return json.loads(p.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def bootstrap_settings(plan: Any) -> dict[str, Any]:
+    """seed/draws/threshold from plan.json: ``bootstrap: {seed, draws, threshold}`` or top-level keys."""
+    out: dict[str, Any] = {}
+    if not isinstance(plan, dict):
+        return out
+    b = plan.get("bootstrap")
+    for k in ("seed", "draws", "threshold"):
+        if isinstance(b, dict) and k in b:
+            out[k] = b[k]
+        elif f"bootstrap_{k}" in plan:
+            out[k] = plan[f"bootstrap_{k}"]
+    return out

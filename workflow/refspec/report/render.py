@@ -1,0 +1,296 @@
+"""Render the report of a results folder or archive: HTML, LaTeX (+ PDF) and numbers.json.
+
+``refspec report RESULTS_DIR [--out DIR] [--pubkey KEY.pub] [--no-pdf]``
+
+Inputs (all optional except that at least one table must be present): the
+tables of :mod:`refspec.core.tables` (``<name>.parquet`` with its ``<name>.csv``
+copy, in RESULTS_DIR or RESULTS_DIR/tables), ``manifest.json``, ``plan.json``,
+``ledger.jsonl`` and ``SEAL.dsse.json``. A missing input gives a visible
+"not run" note in its section; no number is ever invented.
+
+Outputs in DIR (default RESULTS_DIR):
+
+``report.html``
+    one self-contained file: inline CSS and inline SVG figures, no script, no
+    network. Every number sits in an element with ``data-num`` (its id in
+    numbers.json) and ``data-src`` (the CSV it comes from, relative to the
+    report); every table links its CSV.
+``report.tex`` / ``report.pdf``
+    the same tables and figures (TikZ); the PDF when ``pdflatex`` is present.
+``numbers.json``
+    every number shown: id, table, row key, column, value, format, source.
+
+The checker ``report/check.py`` recomputes every number from the CSVs with the
+standard library. The id scheme and every aggregate are documented in
+``anc/report.md``; change them only together with the checker.
+
+Sections come from :mod:`.sections` and :mod:`.state` over the data model of
+:mod:`.model`; figures are drawn by :mod:`.svg` and TeX text is escaped by :mod:`.tex`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from ..core.errors import RenderError
+from ..core.fsutil import atomic_write_bytes, atomic_write_text
+from ..core.paths import REPO_ROOT
+from .model import Archive, Cell, Figure, Num, Numbers, Section, Table, _read_json, bootstrap_settings, load_archive
+from .sections import (
+    section_acceptance,
+    section_audit,
+    section_diagnostics,
+    section_ledger,
+    section_masks,
+    section_prediction,
+    section_provenance,
+    section_qualification,
+    section_ratios,
+    section_replay,
+    section_replication,
+    section_summary,
+)
+from .state import state_sections
+from .svg import _COLORS
+from .tex import TexRaw, _tex_cell, _tex_finalize
+
+NUMBERS_FORMAT = "refspec-numbers/1"
+TEMPLATE_DIR = REPO_ROOT / "report" / "templates"
+
+
+def build(
+    a: Archive, pubkey_fingerprint: str | None = None, data_seal: str | Path | None = None
+) -> tuple[list[Section], Numbers, dict[str, Any]]:
+    N = Numbers()
+    plan = _read_json(a.files["plan"]) if "plan" in a.files else None
+    boot = bootstrap_settings(plan)
+    prov_sec, prov = section_provenance(a, pubkey_fingerprint, data_seal)
+    sections = [
+        prov_sec,
+        section_qualification(a, N),
+        section_ratios(a, N),
+        section_diagnostics(a, N),
+        section_replication(a, N, boot),
+        section_replay(a, N),
+        section_audit(a, N),
+        *state_sections(a, N),  # partition, KV differences, crosses, frontier, admission, claims
+        section_masks(a, N),
+        section_prediction(a, N),
+        section_acceptance(a, N),
+        section_ledger(a, N),
+    ]
+    summary, prov["headline"] = section_summary(a, N, prov)
+    sections.insert(0, summary)
+    if a.notes:
+        prov_sec.notes.extend(a.notes)
+    ran_on = device_summary(a)
+    if ran_on:
+        prov["devices"] = ran_on
+        prov_sec.items[0].rows.append(
+            [
+                Cell(["devices"]),
+                Cell([ran_on], cls="mono"),
+                Cell(["where the timed arms ran (requests: device, gpu_layers)"]),
+            ]
+        )
+        for sec in sections:
+            if sec.id in DEVICE_CAPTION_SECTIONS:
+                for item in sec.items:
+                    if isinstance(item, Table):
+                        item.caption = (item.caption + " " if item.caption else "") + ran_on
+    return sections, N, prov
+
+
+# sections whose tables come from timed requests (their captions say which device ran the arms)
+DEVICE_CAPTION_SECTIONS = ("qualification", "ratios", "replication", "masks", "acceptance")
+
+
+def device_summary(a: Archive) -> str:
+    """Which device ran which arms, from the ``requests`` table's placement columns."""
+    if not a.has("requests"):
+        return ""
+    by: dict[tuple, set] = {}
+    for r in a.rows("requests"):
+        if r.get("status") not in ("ok", "excluded_warmup"):
+            continue
+        key = (
+            r.get("device") or "CPU",
+            r.get("device_description") or "",
+            r.get("gpu_layers"),
+            r.get("draft_gpu_layers"),
+        )
+        by.setdefault(key, set()).add(r["arm"])
+    if not by:
+        return ""
+
+    def where(key) -> str:
+        dev, desc, g, dg = key
+        what = f"{dev} ({desc})" if desc else dev
+        if not g:
+            return f"{what}, no layer offloaded"
+        return f"{what}, {g} target layers offloaded" + (f" ({dg} draft layers)" if dg else "")
+
+    if len(by) == 1:
+        return f"Device: every arm ran on {where(next(iter(by)))}."
+    return (
+        "Devices: "
+        + "; ".join(
+            f"{', '.join(sorted(arms))} on {where(k)}" for k, arms in sorted(by.items(), key=lambda kv: str(kv[0]))
+        )
+        + "."
+    )
+
+
+def _env_html():
+    import jinja2
+
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(TEMPLATE_DIR)),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+    )
+    return env
+
+
+def _env_tex():
+    import jinja2
+
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(TEMPLATE_DIR)),
+        autoescape=False,
+        undefined=jinja2.StrictUndefined,
+        block_start_string="((*",
+        block_end_string="*))",
+        variable_start_string="(((",
+        variable_end_string=")))",
+        comment_start_string="((=",
+        comment_end_string="=))",
+        line_statement_prefix=None,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        finalize=_tex_finalize,
+        keep_trailing_newline=True,
+    )
+
+
+def render(
+    results_dir: str | Path,
+    out_dir: str | Path | None = None,
+    pdf: bool = True,
+    pubkey: str | Path | None = None,
+    data_seal: str | Path | None = None,
+) -> dict[str, Path]:
+    """Render report.html, report.tex, numbers.json (and report.pdf) into ``out_dir`` (default results_dir)."""
+    fp = None
+    if pubkey is not None:
+        from ..provenance.keys import fingerprint, load_public_key
+
+        fp = fingerprint(load_public_key(pubkey))
+    out = Path(out_dir) if out_dir is not None else Path(results_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    a = load_archive(results_dir, out)
+    sections, N, prov = build(a, fp, data_seal)
+    title = "refspec report"
+    html = (
+        _env_html()
+        .get_template("report.html.j2")
+        .render(
+            title=title,
+            sections=sections,
+            Num=Num,
+            Table=Table,
+            Figure=Figure,
+            prov=prov,
+            isnum=lambda p: isinstance(p, Num),
+            svg=lambda fig: __import__("markupsafe").Markup(fig.canvas.to_svg()),
+            is_table=lambda it: isinstance(it, Table),
+        )
+    )
+    paths = {"html": out / "report.html", "tex": out / "report.tex", "numbers": out / "numbers.json"}
+    atomic_write_text(paths["html"], html, mode=0o644)
+    tex = (
+        _env_tex()
+        .get_template("report.tex.j2")
+        .render(
+            title=title,
+            sections=sections,
+            prov=prov,
+            is_table=lambda it: isinstance(it, Table),
+            tikz=lambda fig: TexRaw(fig.canvas.to_tikz()),
+            cell=_tex_cell,
+            colspec=lambda t: TexRaw(
+                "".join("r" if (t.numeric[i] if i < len(t.numeric) else False) else "l" for i in range(len(t.header)))
+            ),
+            colors=TexRaw("\n".join(rf"\definecolor{{rs{k}}}{{HTML}}{{{v[1:].upper()}}}" for k, v in _COLORS.items())),
+        )
+    )
+    atomic_write_text(paths["tex"], tex, mode=0o644)
+    headline = prov.pop("headline", [])
+    doc = {"format": NUMBERS_FORMAT, "provenance": prov, "headline": headline, "numbers": N.as_json()}
+    atomic_write_bytes(
+        paths["numbers"], json.dumps(doc, indent=1, sort_keys=False, ensure_ascii=False).encode() + b"\n", mode=0o644
+    )
+    if pdf:
+        p = compile_pdf(paths["tex"])
+        if p is not None:
+            paths["pdf"] = p
+    return paths
+
+
+def compile_pdf(tex_path: Path, timeout: int = 300) -> Path | None:
+    """Compile ``report.tex`` with pdflatex when present; return the PDF path or None when TeX is absent.
+
+    Raises :class:`refspec.core.errors.RenderError` (exit code 5) with the log tail when pdflatex fails.
+    """
+    exe = shutil.which("pdflatex")
+    if exe is None:
+        return None
+    with tempfile.TemporaryDirectory(prefix="refspec-tex-") as td:
+        shutil.copyfile(tex_path, Path(td) / "report.tex")
+        env = dict(os.environ, SOURCE_DATE_EPOCH="0", FORCE_SOURCE_DATE="1")
+        cmd = [exe, "-interaction=nonstopmode", "-halt-on-error", "-no-shell-escape", "report.tex"]
+        for _ in range(2):
+            r = subprocess.run(
+                cmd,
+                cwd=td,
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                timeout=timeout,
+                stdin=subprocess.DEVNULL,
+            )
+            if r.returncode != 0:
+                log = r.stdout.decode("utf-8", "replace")
+                raise RenderError(f"pdflatex failed on {tex_path}:\n{log[-3000:]}")
+        dst = tex_path.with_suffix(".pdf")
+        atomic_write_bytes(dst, (Path(td) / "report.pdf").read_bytes(), mode=0o644)
+        return dst
+
+
+# =========================================================================== CLI
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("results_dir", type=Path, help="results folder or archive with the tables (and tables/)")
+    parser.add_argument("--out", type=Path, default=None, help="output folder (default: RESULTS_DIR)")
+    parser.add_argument("--pubkey", type=Path, default=None, help="public key whose fingerprint the report shows")
+    parser.add_argument("--no-pdf", action="store_true", help="do not run pdflatex even when present")
+
+
+def run(args: argparse.Namespace) -> int:
+    paths = render(args.results_dir, args.out, pdf=not args.no_pdf, pubkey=args.pubkey)
+    for k in ("html", "tex", "pdf", "numbers"):
+        if k in paths:
+            print(paths[k])
+    if "pdf" not in paths and not args.no_pdf:
+        print("refspec report: pdflatex not found; report.pdf not written", file=sys.stderr)
+    return 0

@@ -1,0 +1,593 @@
+"""Report sections of the state studies, the backend admission and the stages' claims.
+
+Shapes follow the paper's supplementary tables: partition classes (S8/S9), first-layer
+K/V differences (S10), the subset matrix (S11), full-KV differences (S12), the frontier
+contrasts (S13) and the admission table (S6.3); every number is registered in
+``numbers.json`` and recomputed by ``report/check.py`` from the sealed CSV tables.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+from .model import DASH, Archive, Cell, Numbers, Section, Table, _n
+
+SELECTOR_ORDER = ("L0_K", "L0_V", "L0_KV", "K_ALL", "V_ALL", "EARLY", "MIDDLE", "LATE", "PREFIX", "TAIL")
+OUTCOME_CODE = {"recipient": "=", "donor": "D", "third": "3"}
+
+
+def _arms(prows: list[dict]) -> list[str]:
+    return list(dict.fromkeys(r["arm"] for r in prows))
+
+
+def _tasks(rows: list[dict]) -> list[str]:
+    return list(dict.fromkeys(r["task_id"] for r in rows))
+
+
+def section_claims(a: Archive, N: Numbers) -> Section:
+    sec = Section(
+        "claims",
+        "Controlled stages and their claims",
+        "Each controlled stage runs its controls before its tables may be read as claims. A failed control "
+        "keeps the stage's complete record in this archive; the claim is then withheld, never dropped.",
+    )
+    if not a.has("claims"):
+        sec.notes.append("claims.csv not present: no controlled stage was run")
+        return sec
+    src, tid = a.src("claims"), "claims"
+    rows = []
+    for r in sorted(a.rows("claims"), key=lambda r: (r["stage"], r["record"])):
+        key = dict(stage=r["stage"], record=r["record"])
+        base = ("claim", r["stage"], r["record"])
+        ok = r["status"] == "supported"
+        rows.append(
+            [
+                Cell([r["stage"]], cls="mono"),
+                Cell([r["record"]], cls="mono small"),
+                Cell([r["status"] if ok else "WITHHELD"], cls="ok" if ok else "bad"),
+                Cell(
+                    [
+                        _n(
+                            N,
+                            a,
+                            "claims",
+                            tid,
+                            base + ("controls_failed",),
+                            r["controls_failed"],
+                            "d",
+                            key,
+                            "controls_failed",
+                        ),
+                        " / ",
+                        _n(N, a, "claims", tid, base + ("controls",), r["controls"], "d", key, "controls"),
+                    ]
+                ),
+                Cell([r["claim"]], cls="small"),
+                Cell([r["reason"] or ""], cls="reason"),
+            ]
+        )
+    sec.items.append(
+        Table(
+            tid,
+            "Claims of the controlled stages",
+            [src],
+            ["stage", "record", "claim status", "controls failed / run", "claim", "why withheld"],
+            rows,
+            numeric=[False, False, False, True, False, False],
+        )
+    )
+    withheld = [r for r in a.rows("claims") if r["status"] != "supported"]
+    if withheld:
+        sec.notes.append("withheld: " + "; ".join(f"{r['stage']} ({r['record']}): {r['reason']}" for r in withheld))
+    return sec
+
+
+def section_partition(a: Archive, N: Numbers) -> Section:
+    sec = Section(
+        "state-partition",
+        "State formation: prefill partitions",
+        "Each arm prefills the same prompt partitioned differently (A: one caller, micro-batch 512; B: an "
+        "external split; C: micro-batch 128; Sn-1: all but the last token, then one; U1: physical "
+        "micro-batch 1) and continues by natural greedy decoding (paper §6.1, Tables S8-S9). Per cell: "
+        "endpoint / KV / initial-logits class (0 = A's class) and the first generated index that differs "
+        "from A.",
+    )
+    if not a.has("partition"):
+        sec.notes.append("partition.csv not present: prefill partition campaign not run")
+        return sec
+    src, tid = a.src("partition"), "state-partition"
+    prows = [r for r in a.rows("partition") if r["repeat"] == 1]
+    arms = _arms(prows)
+    by = {(r["task_id"], r["arm"]): r for r in prows}
+    rows = []
+    for t in _tasks(prows):
+        r0 = by[(t, arms[0])]
+        cells = [
+            Cell([t]),
+            Cell(
+                [
+                    _n(
+                        N,
+                        a,
+                        "partition",
+                        tid,
+                        ("partition", t, "prompt_len"),
+                        r0["prompt_len"],
+                        "d",
+                        dict(task_id=t),
+                        "prompt_len",
+                    )
+                ]
+            ),
+        ]
+        for arm in arms:
+            r = by.get((t, arm))
+            if r is None:
+                cells.append(Cell([DASH]))
+                continue
+            key = dict(task_id=t, arm=arm, repeat=1)
+            parts: list[Any] = []
+            for col in ("endpoint_class", "kv_class", "logits_class"):
+                if parts:
+                    parts.append("/")
+                parts.append(_n(N, a, "partition", tid, ("partition", t, arm, col), r[col], "d", key, col))
+            if r["first_diff_vs_A"] is not None:
+                parts += [
+                    " @",
+                    _n(
+                        N,
+                        a,
+                        "partition",
+                        tid,
+                        ("partition", t, arm, "first_diff_vs_A"),
+                        r["first_diff_vs_A"],
+                        "d",
+                        key,
+                        "first_diff_vs_A",
+                    ),
+                ]
+            if r["degenerate"]:
+                parts.append(" (one caller)")
+            differs = r["endpoint_class"] or r["kv_class"] or r["logits_class"]
+            cells.append(Cell(parts, cls="mono" + (" bad" if r["endpoint_class"] else " warn" if differs else "")))
+        rows.append(cells)
+    sec.items.append(
+        Table(
+            tid,
+            "Partition classes per input",
+            [src],
+            ["task", "prompt tokens", *arms],
+            rows,
+            numeric=[False, True] + [False] * len(arms),
+        )
+    )
+    tid2 = "state-partition-counts"
+    n_in = len(_tasks(prows))
+    rows2 = []
+    for arm in arms[1:]:
+        rs = [r for r in prows if r["arm"] == arm]
+        key = dict(arm=arm)
+        vals = {c: sum(1 for r in rs if r[c] != 0) for c in ("endpoint_class", "kv_class", "logits_class")}
+        rows2.append(
+            [Cell([arm], cls="mono")]
+            + [
+                Cell(
+                    [
+                        _n(N, a, "partition", tid2, ("partition", arm, c, "differs"), v, "d", key, c),
+                        " of ",
+                        _n(N, a, "partition", tid2, ("partition", "inputs"), n_in, "d", {}, "task_id"),
+                    ]
+                )
+                for c, v in vals.items()
+            ]
+        )
+    sec.items.append(
+        Table(
+            tid2,
+            "Inputs on which an arm differs from A",
+            [src],
+            ["arm", "endpoint differs", "sequence KV differs", "initial logits differ"],
+            rows2,
+            numeric=[False, True, True, True],
+        )
+    )
+    problems = [
+        r
+        for r in a.rows("partition")
+        if r["repeat"] > 1 and (by.get((r["task_id"], r["arm"])) or {}).get("endpoint_sha256") != r["endpoint_sha256"]
+    ]
+    if problems:
+        sec.notes.append(f"{len(problems)} repeat(s) differ from repeat 1")
+    return sec
+
+
+def section_kv(a: Archive, N: Numbers) -> Section:
+    sec = Section(
+        "state-kv",
+        "Where the states differ",
+        "Per-layer differences of the stored F16 sequence KV against A's (paper Tables S10 and S12; taken "
+        "from the KV state at prefill completion, not from native projection captures).",
+    )
+    if not a.has("kv_diff"):
+        sec.notes.append("kv_diff.csv not present: no arm's KV differs from A's, or the partition campaign was not run")
+        return sec
+    src, tid = a.src("kv_diff"), "state-kv-first"
+    groups: dict[tuple[str, str], list[dict]] = defaultdict(list)
+    for r in a.rows("kv_diff"):
+        groups[(r["task_id"], r["arm_b"])].append(r)
+    pby = {(r["task_id"], r["arm"]): r for r in a.rows("partition") if r["repeat"] == 1}
+    rows, rows2 = [], []
+    for (t, arm), g in groups.items():
+        key = dict(task_id=t, arm_b=arm)
+        base = ("kv", t, arm)
+        lay = {(r["layer"], r["part"]): r for r in g}
+        changed = sorted({r["layer"] for r in g if r["bytes_differing"] > 0})
+        l0 = [
+            _n(
+                N,
+                a,
+                "kv_diff",
+                tid,
+                base + ("L0", p, "max_abs"),
+                lay[(0, p)]["max_abs"] if (0, p) in lay else 0.0,
+                ".6g",
+                dict(key, layer=0, part=p),
+                "max_abs",
+            )
+            for p in ("K", "V")
+        ]
+        if changed:
+            fl = changed[0]
+            first = [Cell([_n(N, a, "kv_diff", tid, base + ("first_layer",), fl, "d", key, "layer")])] + [
+                Cell(
+                    [
+                        _n(
+                            N,
+                            a,
+                            "kv_diff",
+                            tid,
+                            base + ("first", p, "max_abs"),
+                            lay[(fl, p)]["max_abs"],
+                            ".6g",
+                            dict(key, layer=fl, part=p),
+                            "max_abs",
+                        )
+                    ]
+                )
+                for p in ("K", "V")
+            ]
+        else:
+            first = [Cell([DASH]), Cell([DASH]), Cell([DASH])]
+        rows.append([Cell([t]), Cell([arm], cls="mono"), Cell([l0[0]]), Cell([l0[1]]), *first])
+        tid2 = "state-kv-full"
+        pr = pby.get((t, arm))
+        label: list[Any] = ["equal endpoint"]
+        if pr is not None and pr["first_diff_vs_A"] is not None:
+            label = [
+                "diverges @",
+                _n(
+                    N,
+                    a,
+                    "partition",
+                    tid2,
+                    ("partition", t, arm, "first_diff_vs_A"),
+                    pr["first_diff_vs_A"],
+                    "d",
+                    dict(task_id=t, arm=arm, repeat=1),
+                    "first_diff_vs_A",
+                ),
+            ]
+        rows2.append(
+            [
+                Cell([t]),
+                Cell([arm], cls="mono"),
+                Cell(
+                    [
+                        _n(
+                            N,
+                            a,
+                            "kv_diff",
+                            tid2,
+                            base + ("bytes",),
+                            sum(r["bytes_differing"] for r in g),
+                            "d",
+                            key,
+                            "bytes_differing",
+                        )
+                    ]
+                ),
+                Cell([_n(N, a, "kv_diff", tid2, base + ("layers",), len(changed), "d", key, "layer")]),
+                Cell(
+                    [
+                        _n(
+                            N,
+                            a,
+                            "kv_diff",
+                            tid2,
+                            base + ("max_abs",),
+                            max(r["max_abs"] for r in g),
+                            ".6g",
+                            key,
+                            "max_abs",
+                        )
+                    ]
+                ),
+                Cell(
+                    [
+                        _n(
+                            N,
+                            a,
+                            "kv_diff",
+                            tid2,
+                            base + ("max_rel_frobenius",),
+                            max(r["rel_frobenius"] for r in g),
+                            ".6g",
+                            key,
+                            "rel_frobenius",
+                        )
+                    ]
+                ),
+                Cell(label),
+            ]
+        )
+    sec.items.append(
+        Table(
+            tid,
+            "First-layer K/V differences from A (Table S10 shape)",
+            [src],
+            [
+                "task",
+                "arm",
+                "layer-0 K max |d|",
+                "layer-0 V max |d|",
+                "first differing layer",
+                "its K max |d|",
+                "its V max |d|",
+            ],
+            rows,
+            numeric=[False, False] + [True] * 5,
+        )
+    )
+    sec.items.append(
+        Table(
+            "state-kv-full",
+            "Full-KV differences from A and the natural endpoint (Table S12 shape)",
+            [src, a.src("partition")] if a.has("partition") else [src],
+            [
+                "task",
+                "arm",
+                "bytes differing",
+                "layers differing",
+                "max |d|",
+                "max per-layer relative Frobenius",
+                "endpoint vs A",
+            ],
+            rows2,
+            numeric=[False, False, True, True, True, True, False],
+        )
+    )
+    return sec
+
+
+def section_crosses(a: Archive, N: Numbers) -> Section:
+    sec = Section(
+        "state-crosses",
+        "State transfer: crosses and subset splices",
+        "A fresh receiver restores the recipient's KV with the donor's regions spliced in, samples the "
+        "recipient's stored initial logits and continues greedily (paper §6.2, Table S11). '=' the "
+        "recipient's natural endpoint, 'D' the donor's (distinguishable), '3' a third trajectory; '.' no "
+        "byte changed; '!' the process repeats disagree.",
+    )
+    if not a.has("crosses"):
+        sec.notes.append("crosses.csv not present: state crosses not run")
+        return sec
+    src, tid = a.src("crosses"), "state-crosses"
+    rows_all = a.rows("crosses")
+    cols = list(dict.fromkeys((r["task_id"], r["direction"]) for r in rows_all))
+    cell: dict[tuple, list[dict]] = defaultdict(list)
+    for r in rows_all:
+        cell[(r["selector"], r["task_id"], r["direction"])].append(r)
+    sels = ["EMPTY", "ALL"] + [s for s in SELECTOR_ORDER if any(r["selector"] == s for r in rows_all)]
+    mrows = []
+    for s in sels:
+        out = [Cell([s], cls="mono")]
+        for t, d in cols:
+            rs = cell.get((s, t, d), [])
+            if not rs:
+                out.append(Cell([DASH]))
+                continue
+            code = OUTCOME_CODE[rs[0]["outcome"]]
+            if not rs[0]["bytes_changed"] and s != "EMPTY":
+                code += "."
+            if len({(x["endpoint_sha256"], x["spliced_kv_sha256"]) for x in rs}) > 1:
+                code += "!"
+            out.append(Cell([code], cls="mono " + ("warn" if code[0] == "3" else "ok" if code[0] == "D" else "")))
+        mrows.append(out)
+    sec.items.append(
+        Table(
+            tid,
+            "Subset matrix (Table S11 shape)",
+            [src],
+            ["selector", *[f"{t} {d}" for t, d in cols]],
+            mrows,
+            numeric=[False] * (1 + len(cols)),
+        )
+    )
+    tid2 = "state-crosses-counts"
+    subs = [r for r in rows_all if r["kind"] == "subset"]
+    shams = [r for r in rows_all if r["selector"] == "EMPTY"]
+    coords = {(r["task_id"], r["direction"], r["selector"]) for r in subs}
+    vals = [
+        ("subset requests", "requests", len(subs)),
+        ("processes", "processes", len({r["process"] for r in rows_all})),
+        ("donor endpoint", "donor", sum(r["outcome"] == "donor" for r in subs)),
+        ("third trajectory", "third", sum(r["outcome"] == "third" for r in subs)),
+        (
+            "recipient endpoint, bytes changed",
+            "recipient_changed",
+            sum(r["outcome"] == "recipient" and r["bytes_changed"] for r in subs),
+        ),
+        (
+            "recipient endpoint, no byte changed",
+            "recipient_unchanged",
+            sum(r["outcome"] == "recipient" and not r["bytes_changed"] for r in subs),
+        ),
+        ("subset coordinates", "coordinates", len(coords)),
+        ("own-path shams", "shams", len(shams)),
+        (
+            "own-path shams reproducing the recipient",
+            "shams_ok",
+            sum(r["outcome"] == "recipient" and r["changed_bytes"] == 0 for r in shams),
+        ),
+    ]
+    rows2 = [[Cell([label]), Cell([_n(N, a, "crosses", tid2, ("crosses", k), v, "d", {}, k)])] for label, k, v in vals]
+    sec.items.append(
+        Table(tid2, "Crosses: outcome counts and controls", [src], ["count", "value"], rows2, numeric=[False, True])
+    )
+    return sec
+
+
+def section_frontier(a: Archive, N: Numbers) -> Section:
+    sec = Section(
+        "state-frontier",
+        "Frontier contrasts",
+        "At the first output t* where a panel's four trajectories (EMPTY, first, second, joint) cease to "
+        "agree, the pair score logit[a] - logit[b] of each arm: the additive prediction d_first + d_second "
+        "against the actual joint change (paper S5.2, Table S13). Repeat 1; both repeats must agree.",
+    )
+    if not a.has("frontier"):
+        sec.notes.append("frontier.csv not present: state crosses not run")
+        return sec
+    src, tid = a.src("frontier"), "state-frontier"
+    rows = []
+    for r in a.rows("frontier"):
+        if r["repeat"] != 1:
+            continue
+        key = dict(task_id=r["task_id"], direction=r["direction"], panel=r["panel"], repeat=1)
+        base = ("frontier", r["task_id"], r["direction"], r["panel"])
+        head = [Cell([r["task_id"]]), Cell([r["direction"]], cls="mono"), Cell([r["panel"]], cls="mono")]
+        if r["frontier"] is None:
+            rows.append(head + [Cell([DASH])] * 6 + [Cell([r["note"] or ""], cls="small")])
+            continue
+        fr = Cell([_n(N, a, "frontier", tid, base + ("frontier",), r["frontier"], "d", key, "frontier")])
+        am = Cell(["/".join(str(x) for x in r["argmax"])], cls="mono small")
+        pair = Cell([f"{r['token_a']}/{r['token_b']}" if r["token_b"] is not None else DASH], cls="mono small")
+        nums = [
+            Cell([_n(N, a, "frontier", tid, base + (c,), r[c], ".6f", key, c)]) if r[c] is not None else Cell([DASH])
+            for c in ("additive", "actual", "interaction", "max_abs_interaction")
+        ]
+        rows.append(
+            head
+            + [fr, am, pair, *nums]
+            + [Cell([r["note"] or ("" if r["repeats_agree"] else "repeats disagree")], cls="small")]
+        )
+    sec.items.append(
+        Table(
+            tid,
+            "Frontier contrasts (Table S13 shape)",
+            [src],
+            [
+                "task",
+                "direction",
+                "panel",
+                "t*",
+                "argmax (panel order)",
+                "pair a/b",
+                "additive",
+                "actual",
+                "interaction",
+                "max |interaction|",
+                "note",
+            ],
+            rows,
+            numeric=[False] * 3 + [True, False, False, True, True, True, True, False],
+        )
+    )
+    return sec
+
+
+def section_admission(a: Archive, N: Numbers) -> Section:
+    sec = Section(
+        "admission",
+        "Backend admission",
+        "The family's attention shape lifted to q = 1..4 occupied queries: per layout, the chosen backend's "
+        "supports_op for every node and where the nodes ran (paper §6.3, S6.3). 'false' is a proven "
+        "violation of a necessary condition; 'unknown' is never a certificate of support.",
+    )
+    if not a.has("admission"):
+        sec.notes.append("admission.csv not present: backend admission not run")
+        return sec
+    src, tid = a.src("admission"), "admission"
+    groups: dict[tuple, list[dict]] = defaultdict(list)
+    for r in a.rows("admission"):
+        groups[(r["family"], r["backend"], r["n_kv"], r["layout"], r["q"])].append(r)
+    rows = []
+    for (fam, be, n_kv, lay, q), g in sorted(groups.items()):
+        key = dict(family=fam, backend=be, n_kv=n_kv, layout=lay, q=q)
+        base = ("admission", fam, be, n_kv, lay, q)
+        nf = sum(r["verdict"] == "false" for r in g)
+        refused = [r for r in g if r["verdict"] == "false"]
+        verdict = Cell([f"refused: {refused[0]['reason']}"], cls="bad") if refused else Cell(["unknown"])
+        rows.append(
+            [
+                Cell([fam]),
+                Cell([be], cls="mono"),
+                Cell([f"h={g[0]['n_head']}/{g[0]['n_head_kv']} d={g[0]['head_dim']} n_kv={n_kv}"], cls="small"),
+                Cell([lay], cls="mono"),
+                Cell([_n(N, a, "admission", tid, base + ("q",), q, "d", key, "q")]),
+                Cell([_n(N, a, "admission", tid, base + ("ops",), len(g), "d", key, "op")]),
+                Cell([_n(N, a, "admission", tid, base + ("false",), nf, "d", key, "verdict")], cls="bad" if nf else ""),
+                Cell(
+                    [
+                        _n(
+                            N,
+                            a,
+                            "admission",
+                            tid,
+                            base + ("fallback",),
+                            sum(bool(r["fallback"]) for r in g),
+                            "d",
+                            key,
+                            "fallback",
+                        )
+                    ]
+                ),
+                Cell([",".join(sorted({x for r in g for x in r["observed"].split(",")}))], cls="mono small"),
+                verdict,
+            ]
+        )
+    sec.items.append(
+        Table(
+            tid,
+            "Admission of the lifted shapes",
+            [src],
+            [
+                "family",
+                "backend",
+                "shape",
+                "layout",
+                "q",
+                "operators",
+                "refused (false)",
+                "with fallback",
+                "observed placement",
+                "verdict",
+            ],
+            rows,
+            numeric=[False] * 4 + [True] * 4 + [False, False],
+        )
+    )
+    return sec
+
+
+def state_sections(a: Archive, N: Numbers) -> list[Section]:
+    """The state, admission and claims sections, in report order."""
+    return [
+        section_partition(a, N),
+        section_kv(a, N),
+        section_crosses(a, N),
+        section_frontier(a, N),
+        section_admission(a, N),
+        section_claims(a, N),
+    ]
