@@ -12,6 +12,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -175,7 +177,7 @@ def test_splice_takes_exactly_the_selected_regions(models, states, prompt):
     assert full.body == don.body and facts["changed_bytes"] > 0
 
 
-def test_two_processes_give_identical_outcomes(models, states, tmp_path, lib_path):
+def test_two_processes_give_identical_outcomes(models, states, tmp_path, lib_path, monkeypatch):
     paths = {}
     for arm in ("A", "U1"):
         paths[arm] = (
@@ -209,8 +211,9 @@ def test_two_processes_give_identical_outcomes(models, states, tmp_path, lib_pat
         "directions": dirs,
         "frontier": False,
     }
-    r1 = state.spawn_worker(job, tmp_path / "work", "r1")
-    r2 = state.spawn_worker({**job, "repeat": 2}, tmp_path / "work", "r2")
+    monkeypatch.chdir(tmp_path)  # a work folder given relative to the caller's folder, as the workflow gives it
+    r1 = state.spawn_worker(job, Path("work"), "r1")
+    r2 = state.spawn_worker({**job, "repeat": 2}, Path("work"), "r2")
     assert r1["pid"] != r2["pid"]
     assert r1["results"] == r2["results"]
     got = {(x["direction"], x["selector"]): x for x in r1["results"]}

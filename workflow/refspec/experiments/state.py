@@ -628,7 +628,7 @@ def worker_main(job_path: str, out_path: str) -> int:
 
 def spawn_worker(job: dict, workdir: str | Path, tag: str, *, timeout: float | None = None) -> dict:
     """Run one job in a fresh Python process; return its result (raise on failure)."""
-    wd = Path(workdir)
+    wd = Path(workdir).resolve()  # the job runs in it: its paths must not depend on our cwd
     wd.mkdir(parents=True, exist_ok=True)
     jp, op = wd / f"{tag}.job.json", wd / f"{tag}.out.json"
     atomic_write_text(jp, json.dumps(job, sort_keys=True, indent=1) + "\n")
