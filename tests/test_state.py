@@ -178,12 +178,13 @@ def test_splice_takes_exactly_the_selected_regions(models, states, prompt):
 
 
 def test_two_processes_give_identical_outcomes(models, states, tmp_path, lib_path, monkeypatch):
+    # the job's files and the work folder relative to the caller's folder, as the workflow gives them
+    monkeypatch.chdir(tmp_path)
     paths = {}
     for arm in ("A", "U1"):
-        paths[arm] = (
-            str(states[arm]["kv"].write(tmp_path / f"{arm}.kv")),
-            str(states[arm]["lg"].write(tmp_path / f"{arm}.logits")),
-        )
+        states[arm]["kv"].write(tmp_path / f"{arm}.kv")
+        states[arm]["lg"].write(tmp_path / f"{arm}.logits")
+        paths[arm] = (f"{arm}.kv", f"{arm}.logits")
     dirs = [
         {
             "direction": f"{d}->{r}",
@@ -211,7 +212,6 @@ def test_two_processes_give_identical_outcomes(models, states, tmp_path, lib_pat
         "directions": dirs,
         "frontier": False,
     }
-    monkeypatch.chdir(tmp_path)  # a work folder given relative to the caller's folder, as the workflow gives it
     r1 = state.spawn_worker(job, Path("work"), "r1")
     r2 = state.spawn_worker({**job, "repeat": 2}, Path("work"), "r2")
     assert r1["pid"] != r2["pid"]

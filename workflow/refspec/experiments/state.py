@@ -628,7 +628,7 @@ def worker_main(job_path: str, out_path: str) -> int:
 
 def spawn_worker(job: dict, workdir: str | Path, tag: str, *, timeout: float | None = None) -> dict:
     """Run one job in a fresh Python process; return its result (raise on failure)."""
-    wd = Path(workdir).resolve()  # the job runs in it: its paths must not depend on our cwd
+    wd = Path(workdir)
     wd.mkdir(parents=True, exist_ok=True)
     jp, op = wd / f"{tag}.job.json", wd / f"{tag}.out.json"
     atomic_write_text(jp, json.dumps(job, sort_keys=True, indent=1) + "\n")
@@ -646,8 +646,13 @@ def spawn_worker(job: dict, workdir: str | Path, tag: str, *, timeout: float | N
     )
     log_path = wd / f"{tag}.log"
     log_path.write_bytes(b"")
+    # the job's paths are the caller's: the worker runs in the caller's folder
     proc = spawn(
-        [sys.executable, "-c", code, str(jp), str(op)], lib_dir, int(job.get("threads", 1)), log_path=log_path, cwd=wd
+        [sys.executable, "-c", code, str(jp), str(op)],
+        lib_dir,
+        int(job.get("threads", 1)),
+        log_path=log_path,
+        cwd=Path.cwd(),
     )
     try:
         rc = proc.wait(timeout=timeout)
