@@ -141,3 +141,32 @@ def test_derived_family_files_match_pins(fam):
     for f in fam.all():
         assert sha256_file(f.path) == f.sha256
     assert set(fam.drafts) == {"q4_1", "q2_k"}
+
+
+@pytest.mark.parametrize("key", ["target", "q2_k"])
+def test_library_quantization_reproduces_the_pinned_files(fam, key, tmp_path):
+    """The derived files come from the patched library's ``llama_model_quantize`` with the
+    parameters of ``llama-quantize --allow-requantize``: re-deriving them gives the pinned
+    bytes (a changed ftype, thread split or requantize flag gives other bytes)."""
+    from refspec.core.hashing import sha256_file
+
+    want = fam.target if key == "target" else fam.drafts[key]
+    qtype = {"target": "Q8_0", "q2_k": "Q2_K"}[key]
+    out = tmp_path / f"{key}.gguf"
+    models._quantize(fam.drafts["q4_1"].path, out, qtype)
+    assert sha256_file(out) == want.sha256
+    # a wrong type gives other bytes, so the pin check above can fail
+    other = tmp_path / "other.gguf"
+    models._quantize(fam.drafts["q4_1"].path, other, "Q4_1" if qtype == "Q8_0" else "Q8_0")
+    assert sha256_file(other) != want.sha256
+
+
+def test_library_quantization_refuses_an_unknown_type_and_leaves_nothing(fam, tmp_path):
+    from refspec.core.errors import ConfigError
+
+    out = tmp_path / "x.gguf"
+    with pytest.raises(ConfigError, match="unknown quantization type"):
+        models._quantize(fam.drafts["q4_1"].path, out, "Q9_9")
+    with pytest.raises(IntegrityError, match="llama_model_quantize"):
+        models._quantize(tmp_path / "missing.gguf", out, "Q8_0")
+    assert list(tmp_path.iterdir()) == []

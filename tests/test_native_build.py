@@ -25,15 +25,33 @@ def test_second_build_is_a_no_op(build):
     assert again.key == build.key and again.lib_dir == build.lib_dir
     after = {p.name: (p.stat().st_mtime_ns, p.stat().st_size) for p in libs}
     assert after == before
-    # the record names every library and tool with the hash of the file on disk
+    # the record names every library with the hash of the file on disk, and no upstream tool
     files = again.record["files"]
-    for name in ("libllama.so", "libggml-base.so", "libggml-cpu.so", "llama-quantize", "llama-speculative-simple"):
+    assert not set(files) & set(native.UPSTREAM_TOOLS)
+    for name in ("libllama.so", "libggml-base.so", "libggml-cpu.so"):
         match = [n for n in files if n == name or n.startswith(name + ".")]
         assert match, f"{name} not recorded"
         for n in match:
             assert file_digest(build.lib_dir / n) == files[n]
     assert again.record["sdist"]["sha256"] == native.SDIST_SHA256
     assert [p["name"] for p in again.record["patches"]] == [p.name for p in native.patch_files()]
+
+
+def test_upstream_tool_is_built_on_first_use_in_the_same_tree(build):
+    """llama-speculative-simple is compiled into the build's own tree on first use, recorded in
+    TOOLS.json with its digest, and leaves the recorded libraries as they were."""
+    import json
+
+    libs = {n: file_digest(build.lib_dir / n) for n in build.record["files"]}
+    exe = build.tool("llama-speculative-simple")
+    assert exe == build.lib_dir / "llama-speculative-simple" and exe.is_file()
+    tools = json.loads((build.root / native.TOOLS_RECORD).read_text())
+    assert tools["llama-speculative-simple"] == file_digest(exe)
+    assert {n: file_digest(build.lib_dir / n) for n in build.record["files"]} == libs
+    mtime = exe.stat().st_mtime_ns
+    assert build.tool("llama-speculative-simple") == exe and exe.stat().st_mtime_ns == mtime  # once
+    with pytest.raises(BuildError, match="no program 'llama-cli'"):
+        build.tool("llama-cli")
 
 
 def test_record_mismatch_is_detected(build, tmp_path):

@@ -308,7 +308,7 @@ def test_server_builds_are_cached_and_pinned(native_build, server_builds):
     assert [p["name"] for p in patched.record["patches"]] == [p.name for p in native.patch_files()]
     assert "-DLLAMA_BUILD_SERVER=ON" in stock.record["cmake_flags"]
     assert "-DLLAMA_BUILD_SERVER=OFF" in native_build.record["cmake_flags"]  # the default build has no server
-    assert not native_build.tool("llama-server").exists()
+    assert not (native_build.lib_dir / "llama-server").exists()
     for b in (stock, patched):
         assert file_digest(b.tool("llama-server")) == b.record["files"]["llama-server"]
         again = native.build_server(native.BuildOptions(), b.record["variant"], quiet=True)

@@ -6,11 +6,17 @@ Steps (each checked, none skipped):
    and verify its sha256 against the pin;
 2. unpack it and apply ``native/patches/*.patch`` in name order to the vendored
    llama.cpp (``git apply --check`` first: a hunk that does not apply is an error);
-3. configure and build the shared libraries and ``llama-quantize`` (plus
-   ``llama-speculative-simple`` for the benchmark) with CMake/Ninja; CPU by default,
-   ``-DGGML_CUDA=ON`` for ``backend: cuda``;
+3. configure and build the shared libraries (``llama``, ``ggml``) with CMake/Ninja; CPU by
+   default, ``-DGGML_CUDA=ON`` for ``backend: cuda``;
 4. record ``BUILD.json``: the build key, the inputs' hashes and the sha256 of every
-   built library and tool.
+   built library;
+5. build ``refspec-replay`` (``native/tools``) against those libraries, recorded in
+   ``BUILD.json`` as ``replay_tool``.
+
+Upstream ``llama-quantize`` and ``llama-speculative-simple`` link ``llama-common`` (about half
+of the compile time); nothing in the workflow runs them (models are quantized through the
+library's ``llama_model_quantize``), so they are compiled in the same build tree on first use
+(``BuildResult.tool``) and recorded in ``TOOLS.json``.
 
 The build lives in ``$REFSPEC_CACHE/native/<key>`` where the key hashes
 (sdist sha256, patch hashes, build options). A second call with the same key
@@ -46,10 +52,13 @@ SDIST_FILE = f"llama_cpp_python-{SDIST_VERSION}.tar.gz"
 UPSTREAM_COMMIT = "0c1e57098bba43ac29e6e3b677cdceebdd22334f"
 PATCH_DIR = REPO_ROOT / "native" / "patches"
 
-# targets every build provides
+# targets every build provides: the libraries only (everything refspec runs loads them)
 LIB_TARGETS = ["llama", "ggml"]
-TOOL_TARGETS = ["llama-quantize", "llama-speculative-simple"]
+# upstream programs of the same build tree, compiled on first use (BuildResult.tool): they link
+# llama-common, which is half of the build's compile time and nothing else needs
+UPSTREAM_TOOLS = ("llama-quantize", "llama-speculative-simple")
 BUILD_RECORD = "BUILD.json"
+TOOLS_RECORD = "TOOLS.json"
 # optional: llama-server from the same pinned source, stock (no patches) or patched (build_server)
 SERVER_TARGET = "llama-server"
 # refspec's own native tool (native/tools), built against the patched ggml of every build
@@ -107,8 +116,19 @@ class BuildResult:
     def src_dir(self) -> Path:
         return self.root / "src" / "vendor" / "llama.cpp"
 
-    def tool(self, name: str) -> Path:
-        return self.lib_dir / name
+    def tool(self, name: str, *, jobs: int | None = None) -> Path:
+        """A program of this build: ``refspec-replay``, one the build made (``llama-server`` of a
+        server build), or an upstream tool of :data:`UPSTREAM_TOOLS`, compiled into the same build
+        tree on first use (the libraries must come out unchanged)."""
+        if name == REPLAY_TOOL:
+            if self.replay_tool is None:
+                raise BuildError(f"{REPLAY_TOOL} is built by build(), not for this build ({self.root})")
+            return self.replay_tool
+        if name in self.record.get("files", {}):
+            return self.lib_dir / name
+        if name in UPSTREAM_TOOLS and "variant" not in self.record:
+            return build_upstream_tool(self, name, jobs=jobs)
+        raise BuildError(f"build {self.root} has no program {name!r}")
 
     def env(self) -> dict[str, str]:
         """Environment entries that make the bindings load the patched libraries."""
@@ -126,7 +146,7 @@ def build_key(options: BuildOptions, sdist_sha256: str = SDIST_SHA256) -> str:
             "patches": [{"name": p.name, "sha256": sha256_file(p)} for p in patch_files()],
             "options": asdict(options),
             "flags": options.cmake_flags(),
-            "targets": LIB_TARGETS + TOOL_TARGETS,
+            "targets": LIB_TARGETS,
             **({"cuda_host": cuda_host_variant()} if options.backend == "cuda" else {}),
         }
     )
@@ -187,7 +207,7 @@ def _run_logged(cmd: list[str], cwd: Path, log, what: str, progress=None) -> Non
         raise BuildError(f"{what} failed (exit {rc}); last lines:\n{''.join(tail)}")
 
 
-def _built_files(lib_dir: Path, tools: list[str] = TOOL_TARGETS) -> dict[str, dict]:
+def _built_files(lib_dir: Path, tools: list[str] = ()) -> dict[str, dict]:
     files = {}
     for p in sorted(lib_dir.iterdir()):
         if p.is_symlink() or not p.is_file():
@@ -473,6 +493,40 @@ def build_replay_tool(result: BuildResult, *, jobs: int = 1) -> Path:
     return exe
 
 
+def build_upstream_tool(result: BuildResult, name: str, *, jobs: int | None = None) -> Path:
+    """Compile upstream ``name`` (:data:`UPSTREAM_TOOLS`) in the build's own tree, once.
+
+    Recorded with its digest in ``TOOLS.json`` beside ``BUILD.json``; the libraries of
+    ``BUILD.json`` are checked afterwards, so a tool build that relinked one is an error, not a
+    silently different build.
+    """
+    if name not in UPSTREAM_TOOLS:
+        raise BuildError(f"{name!r} is not an upstream tool refspec builds ({', '.join(UPSTREAM_TOOLS)})")
+    build_dir = result.lib_dir.parent
+    if not (build_dir / "build.ninja").is_file():
+        raise BuildError(f"{name}: the build tree of {result.root} is not here (an installed bundle ships bin/ only)")
+    record_path = result.root / TOOLS_RECORD
+    exe = result.lib_dir / name
+    with open(result.root / ".lock", "w") as lockf:
+        fcntl.flock(lockf, fcntl.LOCK_EX)
+        tools = json.loads(record_path.read_text()) if record_path.exists() else {}
+        if name in tools and exe.is_file() and file_digest(exe) == tools[name]:
+            return exe
+        with open(result.root / f"build-{name}.log", "w") as log:
+            _run_logged(
+                ["cmake", "--build", str(build_dir), "-j", str(jobs or os.cpu_count() or 2), "--target", name],
+                result.root,
+                log,
+                f"{name} build",
+            )
+        problems = check_record(result)
+        if problems:
+            raise BuildError(f"building {name} changed the libraries of {result.root}: {'; '.join(problems)}")
+        tools[name] = file_digest(exe)
+        atomic_write_text(record_path, json.dumps(tools, indent=2, sort_keys=True) + "\n")
+    return exe
+
+
 def _cached(key: str, make, *, quiet: bool) -> BuildResult:
     root = cache_dir() / "native" / key[:16]
     lib_dir = root / "build" / "bin"
@@ -506,7 +560,7 @@ def _build_into(
     patches: list[Path] | None = None,
     flags: list[str] | None = None,
     targets: list[str] | None = None,
-    tools: list[str] = TOOL_TARGETS,
+    tools: list[str] = (),
     variant: str | None = None,
 ) -> BuildResult:
     t0 = time.monotonic()
@@ -523,7 +577,7 @@ def _build_into(
     build_dir = root / "build"
     log_path = root / "build.log"
     flags = options.cmake_flags() if flags is None else flags
-    targets = LIB_TARGETS + TOOL_TARGETS if targets is None else targets
+    targets = LIB_TARGETS if targets is None else targets
     host: dict = {}
     if options.backend == "cuda":
         extra, host = cuda_host_setup()

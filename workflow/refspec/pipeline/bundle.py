@@ -359,6 +359,8 @@ def pack_native(backend: str, out: Path, work: Path) -> dict:
     relocated = {}
     for p in sorted(res.lib_dir.iterdir()):
         if p.is_symlink():
+            if p.resolve().name not in record["files"]:
+                continue  # a name of an upstream tool's library (TOOLS.json), not of the build
             target = os.readlink(p)
             if "/" in target:
                 raise RefspecError(f"{p}: symlink out of the build folder ({target})")

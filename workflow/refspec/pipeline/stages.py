@@ -141,9 +141,7 @@ def artifacts(config_path: str | None, build_record: Path, panels: list[Path]) -
         raise UsageError(f"{build_record} records build {rec['key'][:16]}, the config selects {b.key[:16]}")
     out = [{"role": "sdist", "name": native.SDIST_FILE, "path": str(native.fetch_sdist())}]
     out += [{"role": "patch", "name": p.name, "path": str(p)} for p in native.patch_files()]
-    for name in sorted(rec["files"]):
-        role = "tool" if name in native.TOOL_TARGETS else "library"
-        out.append({"role": role, "name": name, "path": str(b.lib_dir / name)})
+    out += [{"role": "library", "name": name, "path": str(b.lib_dir / name)} for name in sorted(rec["files"])]
     if rec.get("replay_tool", {}).get("sha256") != (b.record.get("replay_tool") or {}).get("sha256"):
         raise UsageError(f"{build_record} records another {native.REPLAY_TOOL} than the build's {b.replay_tool}")
     out.append({"role": "tool", "name": native.REPLAY_TOOL, "path": str(b.replay_tool)})
