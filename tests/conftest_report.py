@@ -12,6 +12,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import random
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -288,64 +289,15 @@ def make_results(
                             div = 4
                         if arm == "R_prod" and t in prod_fail:
                             div = 9
+                        add = partial(
+                            g.add, "confirmation", sess, ai, worker, fam, t, arm, mode, lay, k, ub, mask, cap, rep, f
+                        )
                         if arm == "M3" and t == conf_tasks[fam][0] and sess == "c1" and rep == 1:
                             # a failed attempt, kept, then re-run (attempt 2)
-                            g.add(
-                                "confirmation",
-                                sess,
-                                ai,
-                                worker,
-                                fam,
-                                t,
-                                arm,
-                                mode,
-                                lay,
-                                k,
-                                ub,
-                                mask,
-                                cap,
-                                rep,
-                                f,
-                                status="failed",
-                                reason=EVIL if evil else "worker exited with status 137",
-                            )
-                            g.add(
-                                "confirmation",
-                                sess,
-                                ai,
-                                worker,
-                                fam,
-                                t,
-                                arm,
-                                mode,
-                                lay,
-                                k,
-                                ub,
-                                mask,
-                                cap,
-                                rep,
-                                f,
-                                attempt=2,
-                            )
+                            add(status="failed", reason=EVIL if evil else "worker exited with status 137")
+                            add(attempt=2)
                             continue
-                        g.add(
-                            "confirmation",
-                            sess,
-                            ai,
-                            worker,
-                            fam,
-                            t,
-                            arm,
-                            mode,
-                            lay,
-                            k,
-                            ub,
-                            mask,
-                            cap,
-                            rep,
-                            f,
-                            diverge_at=div,
-                        )
+                        add(diverge_at=div)
 
     # --- implementation: 2 families x 7 arms x 5 tasks x 2 sessions x 2 repeats
     impl_tasks = {f: _tasks(5, rng) for f in FAMILIES}

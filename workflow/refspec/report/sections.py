@@ -174,38 +174,14 @@ def section_qualification(a: Archive, N: Numbers) -> Section:
                     cells.append(Cell([DASH], title="arm not run for this family"))
                     continue
                 key = dict(campaign=camp, family=fam, arm=arm)
-                m = _n(
-                    N,
-                    a,
-                    "qualification",
-                    tid,
-                    ("qual", camp, fam, arm, "matching"),
-                    r["matching"],
-                    "d",
-                    key,
-                    "matching",
-                )
-                q = _n(
-                    N,
-                    a,
-                    "qualification",
-                    tid,
-                    ("qual", camp, fam, arm, "required"),
-                    r["required"],
-                    "d",
-                    key,
-                    "required",
-                )
-                f = _n(
-                    N,
-                    a,
-                    "qualification",
-                    tid,
-                    ("qual", camp, fam, arm, "tasks_failed"),
-                    r["tasks"] - r["tasks_qualified"],
-                    "d",
-                    key,
-                    "tasks_failed",
+                values = {
+                    "matching": r["matching"],
+                    "required": r["required"],
+                    "tasks_failed": r["tasks"] - r["tasks_qualified"],
+                }
+                m, q, f = (
+                    _n(N, a, "qualification", tid, ("qual", camp, fam, arm, col), v, "d", key, col)
+                    for col, v in values.items()
                 )
                 cls = "ok" if r["tasks"] == r["tasks_qualified"] else "bad"
                 why = refused.get((fam, arm))
