@@ -297,7 +297,9 @@ def test_response_without_token_ids_is_refused(server_builds, family_files):
 
 
 @pytest.mark.server_build  # builds llama-server twice (stock and patched): ./run test -m server_build
-def test_server_builds_are_cached_and_pinned(native_build, server_builds):
+def test_server_builds_are_cached_and_pinned(native_build, server_builds, tmp_path):
+    import json
+
     from refspec.core.hashing import file_digest
     from refspec.native import build as native
     from refspec.pipeline import stages as archive
@@ -313,9 +315,12 @@ def test_server_builds_are_cached_and_pinned(native_build, server_builds):
         assert file_digest(b.tool("llama-server")) == b.record["files"]["llama-server"]
         again = native.build_server(native.BuildOptions(), b.record["variant"], quiet=True)
         assert not again.built and again.key == b.key  # cached: nothing compiled
-    items = archive.artifacts(str(REPO / "config" / "servers.example.yaml"), native_build.root / "BUILD.json", [])
+    # the record the workflow keeps (refspec build --record): the libraries and refspec-replay
+    record = tmp_path / "BUILD.json"
+    record.write_text(json.dumps(native_build.record))
+    items = archive.artifacts(str(REPO / "config" / "servers.example.yaml"), record, [])
     names = {(i["role"], i["name"]): i["path"] for i in items}
     assert names[("tool", "stock/llama-server")] == str(stock.tool("llama-server"))
     assert names[("tool", "patched/llama-server")] == str(patched.tool("llama-server"))
-    plain = archive.artifacts(str(REPO / "config" / "config.yaml"), native_build.root / "BUILD.json", [])
+    plain = archive.artifacts(str(REPO / "config" / "config.yaml"), record, [])
     assert not any("llama-server" in i["name"] for i in plain)  # off by default: not pinned
