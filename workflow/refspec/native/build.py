@@ -433,6 +433,19 @@ def replay_tool_key(result: BuildResult) -> str:
     )
 
 
+def _rpath_link_flags(result: BuildResult) -> list[str]:
+    """Where the linker finds what the backend libraries need (``libggml-cuda`` needs cuBLAS and
+    cudart of the toolkit the build used, which need not be on the linker's path: the cached
+    toolkit copy with cuBLAS merged in never is). Link-time only; nothing is embedded."""
+    flags = result.record.get("cmake_flags", [])
+    roots = [f.split("=", 1)[1] for f in flags if f.startswith("-DCUDAToolkit_ROOT=")]
+    roots += [t for t in [result.record.get("host_setup", {}).get("toolkit")] if t]
+    dirs = [
+        str(Path(r) / d) for r in roots for d in ("lib64", "lib", "targets/x86_64-linux/lib") if (Path(r) / d).is_dir()
+    ]
+    return [f"-DCMAKE_EXE_LINKER_FLAGS={' '.join(f'-Wl,-rpath-link,{d}' for d in dirs)}"] if dirs else []
+
+
 def build_replay_tool(result: BuildResult, *, jobs: int = 1) -> Path:
     """Configure and build ``native/tools`` (``refspec-replay``) against a built llama.cpp.
 
@@ -468,6 +481,7 @@ def build_replay_tool(result: BuildResult, *, jobs: int = 1) -> Path:
                     f"-DLLAMA_SRC={src}",
                     f"-DLLAMA_BUILD={lib_build}",
                     "-DCMAKE_BUILD_TYPE=Release",
+                    *_rpath_link_flags(result),
                 ],
                 work,
                 log,
