@@ -36,7 +36,6 @@ import urllib.request
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -943,20 +942,32 @@ def run_block(
             rid = f"{ctx.session}/{worker.worker_id}/{order}"
             if ctx.on_submit is not None:
                 ctx.on_submit(worker, p, order)
-            # the failed record of this request, with the reason only left to say
-            failed = partial(
-                _failed, ctx, arm, block, worker.worker_id, p, order, attempt, prompt_sha256=sha256_json(ids)
-            )
+
+            def failed(reason: str) -> dict:
+                """The failed record of this request (its prompt hashed only when it fails)."""
+                return _failed(
+                    ctx,
+                    arm,
+                    block,
+                    worker.worker_id,
+                    p,
+                    order,
+                    attempt,
+                    reason,
+                    retry_of,
+                    prompt_sha256=sha256_json(ids),
+                )
+
             try:
                 c = worker.complete(ids, p.cap, request_id=rid, timeout=ctx.request_timeout)
             except RequestError as e:
-                out.append(failed(f"worker answered {e}", retry_of))
+                out.append(failed(f"worker answered {e}"))
                 order += 1
                 continue
             except SequenceGap as e:
                 # foreign requests were served between timed ones: nothing more is timed in this block
                 reason = f"request_index gap on worker {worker.worker_id} (pid {worker.pid}): {e}; the block is failed"
-                rec = failed(reason, retry_of)
+                rec = failed(reason)
                 out.append(rec)
                 code = worker.kill()
                 _ledger(
@@ -985,7 +996,7 @@ def run_block(
                     )
                 else:
                     reason = f"{type(e).__name__} from worker {worker.worker_id}: {e}; the worker was stopped"
-                rec = failed(reason, retry_of)
+                rec = failed(reason)
                 out.append(rec)
                 if code is None:
                     worker.kill()

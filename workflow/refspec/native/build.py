@@ -116,7 +116,7 @@ class BuildResult:
     def src_dir(self) -> Path:
         return self.root / "src" / "vendor" / "llama.cpp"
 
-    def tool(self, name: str, *, jobs: int | None = None) -> Path:
+    def tool(self, name: str) -> Path:
         """A program of this build: ``refspec-replay``, one the build made (``llama-server`` of a
         server build), or an upstream tool of :data:`UPSTREAM_TOOLS`, compiled into the same build
         tree on first use (the libraries must come out unchanged)."""
@@ -127,7 +127,7 @@ class BuildResult:
         if name in self.record.get("files", {}):
             return self.lib_dir / name
         if name in UPSTREAM_TOOLS and "variant" not in self.record:
-            return build_upstream_tool(self, name, jobs=jobs)
+            return build_upstream_tool(self, name)
         raise BuildError(f"build {self.root} has no program {name!r}")
 
     def env(self) -> dict[str, str]:
@@ -207,7 +207,7 @@ def _run_logged(cmd: list[str], cwd: Path, log, what: str, progress=None) -> Non
         raise BuildError(f"{what} failed (exit {rc}); last lines:\n{''.join(tail)}")
 
 
-def _built_files(lib_dir: Path, tools: list[str] = ()) -> dict[str, dict]:
+def _built_files(lib_dir: Path, tools: tuple[str, ...] | list[str] = ()) -> dict[str, dict]:
     files = {}
     for p in sorted(lib_dir.iterdir()):
         if p.is_symlink() or not p.is_file():
@@ -507,7 +507,7 @@ def build_replay_tool(result: BuildResult, *, jobs: int = 1) -> Path:
     return exe
 
 
-def build_upstream_tool(result: BuildResult, name: str, *, jobs: int | None = None) -> Path:
+def build_upstream_tool(result: BuildResult, name: str) -> Path:
     """Compile upstream ``name`` (:data:`UPSTREAM_TOOLS`) in the build's own tree, once.
 
     Recorded with its digest in ``TOOLS.json`` beside ``BUILD.json``; the libraries of
@@ -528,7 +528,7 @@ def build_upstream_tool(result: BuildResult, name: str, *, jobs: int | None = No
             return exe
         with open(result.root / f"build-{name}.log", "w") as log:
             _run_logged(
-                ["cmake", "--build", str(build_dir), "-j", str(jobs or os.cpu_count() or 2), "--target", name],
+                ["cmake", "--build", str(build_dir), "-j", str(os.cpu_count() or 2), "--target", name],
                 result.root,
                 log,
                 f"{name} build",
@@ -574,7 +574,7 @@ def _build_into(
     patches: list[Path] | None = None,
     flags: list[str] | None = None,
     targets: list[str] | None = None,
-    tools: list[str] = (),
+    tools: tuple[str, ...] | list[str] = (),
     variant: str | None = None,
 ) -> BuildResult:
     t0 = time.monotonic()

@@ -312,7 +312,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--out and --force go with --pin")
     name = args.family or cfg["family"]
     if cfg.get("native") and _family(name, path=ffile).get("source") is not None:
-        # derive with the configured build's tool (a CUDA host builds no CPU copy); placed files need none
+        # derive with the configured build's library (a CUDA host builds no CPU copy); placed files need none
         from . import build as native
 
         os.environ.setdefault("LLAMA_CPP_LIB_PATH", str(native.current(cfg).lib_dir))
