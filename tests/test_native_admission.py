@@ -147,7 +147,7 @@ def test_derived_family_files_match_pins(fam):
 def test_library_quantization_reproduces_the_pinned_files(fam, key, tmp_path):
     """The derived files come from the patched library's ``llama_model_quantize`` with the
     parameters of ``llama-quantize --allow-requantize``: re-deriving them gives the pinned
-    bytes (a changed ftype, thread split or requantize flag gives other bytes)."""
+    bytes, and another type gives other bytes."""
     from refspec.core.hashing import sha256_file
 
     want = fam.target if key == "target" else fam.drafts[key]
