@@ -1,11 +1,15 @@
 #!/usr/bin/env python3
 """Independent checker of a refspec archive, Python standard library only.
 
-    python3 -I -S report/check.py ARCHIVE [--quiet] [--unsealed]
+    python3 -I -S report/check.py ARCHIVE --pubkey KEY.pub [--expect-keyid SHA256:HEX]
+                                  [--expect-previous SHA|none] [--quiet] [--unsealed]
 
 ``--quiet`` prints only the summary lines. An archive without ``SEAL.dsse.json``
 is a mismatch unless ``--unsealed`` is given (a results folder checked before
-it is sealed).
+it is sealed). ``--pubkey`` is the signer's Ed25519 public key (PEM or OpenSSH),
+taken from outside the archive; without it a sealed archive's signature cannot be
+checked, which is a mismatch. ``--expect-keyid`` pins that key's fingerprint and
+``--expect-previous`` the seal this archive must follow, as for ``refspec verify``.
 
 It imports nothing from refspec. From the CSV copies of the result tables it
 recomputes, with its own code:
@@ -37,11 +41,15 @@ displayed in report.html (parsed with html.parser; each number's element has
 ``data-num`` and ``data-src``). It also checks cross-table identities (paired
 ratio transitivity, counts that must add up), that every link and source names
 an existing archive file, the manifest/plan digests shown in the report, and
-every file digest listed in SEAL.dsse.json's statement (sha256 and size; the
-signature itself is checked by ``refspec verify``).
+the seal: its envelope in canonical form, its Ed25519 signature (RFC 8032, checked
+here with integer arithmetic and hashlib.sha512; see ``ed25519_problem`` for the strict
+rules), its key id against ``--pubkey``, its chain against ``--expect-previous``, and
+every file digest listed in its statement (sha256 and size); a symbolic link anywhere
+in the archive is a mismatch.
 
 Exit status: 0 all consistent, 1 mismatches (each printed with its location),
-2 unreadable input (no archive, no report/numbers.json, malformed files).
+2 unreadable input (no archive, no report/numbers.json, malformed files, a
+public key file that is not an Ed25519 key) or bad usage.
 """
 
 from __future__ import annotations
@@ -55,6 +63,7 @@ import math
 import os
 import random
 import re
+import stat
 import sys
 from collections import defaultdict
 from html.parser import HTMLParser
@@ -347,6 +356,7 @@ class Checker:
         self.matched = 0
         self.identities = 0
         self.files: set[str] = set()
+        self.tree: set[str] = set()  # regular files of the archive, relative, '/'-separated
 
     def bad(self, where: str, msg: str) -> None:
         self.problems.append(f"{where}: {msg}")
@@ -811,12 +821,14 @@ def arm_facts(reqs: list) -> dict:
     return facts
 
 
-def check(archive: str, quiet: bool = False, unsealed: bool = False) -> tuple[int, Checker]:
+def check(archive: str, quiet: bool = False, unsealed: bool = False, trust: Trust | None = None) -> tuple[int, Checker]:
     """Recompute every section of the archive's report from its tables; (exit status, Checker)."""
     c = Checker(archive, quiet)
+    trust = trust or Trust()
     if not os.path.isdir(archive):
         c.unread(archive, "not a directory")
         return EXIT_UNREADABLE, c
+    check_tree(c)
     rep = read_report(c)
     if rep is None:
         return EXIT_UNREADABLE, c
@@ -850,7 +862,7 @@ def check(archive: str, quiet: bool = False, unsealed: bool = False) -> tuple[in
     check_data_seal(c, rep, prov, head)
     sp = os.path.join(c.archive, "SEAL.dsse.json")
     if os.path.isfile(sp):
-        check_seal(c, sp)
+        check_seal(c, sp, trust)
     elif not unsealed:
         c.bad(
             "SEAL.dsse.json",
@@ -2189,10 +2201,224 @@ def _inside(path: str, root: str) -> bool:
     return rp == rr or rp.startswith(rr + os.sep)
 
 
-def check_seal(c: Checker, sp: str) -> None:
+# =========================================================================== Ed25519 (RFC 8032), standard library only
+
+# Verification as RFC 8032 section 5.1.7 specifies it, with the strict rules of this checker:
+# the public key and R must be 32 bytes that decode to a curve point (y < p; x = 0 with the sign
+# bit set is refused) and must not have small order ([8]P is not the identity); S must be
+# canonical (S < L); the signature must be 64 bytes; the group equation is the cofactorless
+# [S]B = R + [k]A (k = SHA-512(R || A || M) mod L), as OpenSSL and the ``cryptography`` package
+# check it. The strictness only refuses more: a signature that passes here passes there.
+_P = 2**255 - 19
+_L = 2**252 + 27742317777372353535851937790883648493
+_D = -121665 * pow(121666, _P - 2, _P) % _P
+_SQRT_M1 = pow(2, (_P - 1) // 4, _P)
+_IDENTITY = (0, 1, 1, 0)
+
+
+def _ed_add(p1: tuple, p2: tuple) -> tuple:
+    """Sum of two points in extended coordinates (X, Y, Z, T) of the twisted Edwards curve."""
+    x1, y1, z1, t1 = p1
+    x2, y2, z2, t2 = p2
+    a = (y1 - x1) * (y2 - x2) % _P
+    b = (y1 + x1) * (y2 + x2) % _P
+    c = 2 * t1 * t2 * _D % _P
+    d = 2 * z1 * z2 % _P
+    e, f, g, h = b - a, d - c, d + c, b + a
+    return (e * f % _P, g * h % _P, f * g % _P, e * h % _P)
+
+
+def _ed_mul(s: int, p: tuple) -> tuple:
+    q = _IDENTITY
+    while s > 0:
+        if s & 1:
+            q = _ed_add(q, p)
+        p = _ed_add(p, p)
+        s >>= 1
+    return q
+
+
+def _ed_equal(p1: tuple, p2: tuple) -> bool:
+    return (p1[0] * p2[2] - p2[0] * p1[2]) % _P == 0 and (p1[1] * p2[2] - p2[1] * p1[2]) % _P == 0
+
+
+def _ed_decode(b: bytes) -> tuple | None:
+    """The point a 32-byte encoding names, or None (RFC 8032 5.1.3, non-canonical y refused)."""
+    if len(b) != 32:
+        return None
+    n = int.from_bytes(b, "little")
+    sign, y = n >> 255, n & ((1 << 255) - 1)
+    if y >= _P:
+        return None
+    u, v = (y * y - 1) % _P, (_D * y * y + 1) % _P
+    x = u * pow(v, 3, _P) * pow(u * pow(v, 7, _P), (_P - 5) // 8, _P) % _P
+    if (v * x * x - u) % _P != 0:
+        x = x * _SQRT_M1 % _P
+        if (v * x * x - u) % _P != 0:
+            return None
+    if x == 0 and sign:
+        return None
+    if x & 1 != sign:
+        x = _P - x
+    return (x, y, 1, x * y % _P)
+
+
+_BASE = _ed_decode((4 * pow(5, _P - 2, _P) % _P).to_bytes(32, "little"))
+
+
+def ed25519_problem(public: bytes, message: bytes, signature: bytes) -> str | None:
+    """Why ``signature`` is not a valid Ed25519 signature of ``message`` by ``public``, or None."""
+    if len(public) != 32:
+        return f"public key is {len(public)} bytes, not 32"
+    if len(signature) != 64:
+        return f"signature is {len(signature)} bytes, not 64"
+    a = _ed_decode(public)
+    if a is None:
+        return "public key is not the encoding of a curve point"
+    if _ed_equal(_ed_mul(8, a), _IDENTITY):
+        return "public key is a point of small order"
+    r = _ed_decode(signature[:32])
+    if r is None:
+        return "signature's R is not the encoding of a curve point"
+    if _ed_equal(_ed_mul(8, r), _IDENTITY):
+        return "signature's R is a point of small order"
+    s = int.from_bytes(signature[32:], "little")
+    if s >= _L:
+        return "signature's S is not reduced modulo the group order (S >= L)"
+    k = int.from_bytes(hashlib.sha512(signature[:32] + public + message).digest(), "little") % _L
+    if not _ed_equal(_ed_mul(s, _BASE), _ed_add(r, _ed_mul(k, a))):
+        return "signature does not verify"
+    return None
+
+
+# SubjectPublicKeyInfo of an Ed25519 key (RFC 8410): this DER prefix, then the 32 key bytes.
+_SPKI_ED25519 = bytes.fromhex("302a300506032b6570032100")
+
+
+def read_public_key(path: str) -> bytes:
+    """The 32 raw bytes of an Ed25519 public key file: PEM SubjectPublicKeyInfo or OpenSSH one-line
+    ``ssh-ed25519 BASE64 [comment]`` (the formats ``refspec keygen`` and ssh-keygen write)."""
+    with open(path, "rb") as f:
+        data = f.read(64 * 1024)
+    text = data.decode("ascii", "strict").strip()
+    if text.startswith("ssh-ed25519 "):
+        blob = base64.b64decode(text.split()[1], validate=True)
+        parts, pos = [], 0
+        while pos < len(blob):
+            n = int.from_bytes(blob[pos : pos + 4], "big")
+            parts.append(blob[pos + 4 : pos + 4 + n])
+            pos += 4 + n
+        if pos != len(blob) or len(parts) != 2 or parts[0] != b"ssh-ed25519" or len(parts[1]) != 32:
+            raise ValueError("not an OpenSSH Ed25519 public key")
+        return parts[1]
+    lines = text.splitlines()
+    if not lines or lines[0].strip() != "-----BEGIN PUBLIC KEY-----" or lines[-1].strip() != "-----END PUBLIC KEY-----":
+        raise ValueError("not a PEM public key (BEGIN/END PUBLIC KEY) or an OpenSSH ssh-ed25519 line")
+    der = base64.b64decode("".join(l.strip() for l in lines[1:-1]), validate=True)
+    if len(der) != 44 or not der.startswith(_SPKI_ED25519):
+        raise ValueError("not an Ed25519 SubjectPublicKeyInfo")
+    return der[12:]
+
+
+def key_fingerprint(public: bytes) -> str:
+    """``SHA256:`` + hex sha256 of the raw 32-byte public key (the seal's keyid)."""
+    return "SHA256:" + hashlib.sha256(public).hexdigest()
+
+
+def dsse_pae(payload_type: str, payload: bytes) -> bytes:
+    """DSSE v1 pre-authentication encoding, the bytes the seal's signature covers."""
+    t = payload_type.encode("utf-8")
+    return b"DSSEv1 %d %s %d %s" % (len(t), t, len(payload), payload)
+
+
+PAYLOAD_TYPE = "application/vnd.in-toto+json"
+_KEYID_RE = re.compile(r"SHA256:[0-9a-f]{64}")
+_HEX64_RE = re.compile(r"[0-9a-f]{64}")
+
+
+class Trust:
+    """What the auditor brings from outside the archive: the signer's public key (``--pubkey``), its key
+    id (``--expect-keyid``) and the seal this archive must follow (``--expect-previous``)."""
+
+    def __init__(self, pubkey: str | None = None, expect_keyid: str | None = None, expect_previous: str | None = None):
+        self.pubkey, self.expect_keyid, self.expect_previous = pubkey, expect_keyid, expect_previous
+        self.public: bytes | None = None
+
+
+def b64_strict(text) -> bytes:
+    """Standard padded base64 in canonical form only (it re-encodes to the same text)."""
+    if not isinstance(text, str):
+        raise ValueError("not a string")
     try:
-        with open(sp, encoding="utf-8") as f:
-            env = json.load(f)
+        raw = base64.b64decode(text.encode("ascii"), validate=True)
+    except (ValueError, UnicodeEncodeError) as e:
+        raise ValueError(f"invalid base64 ({e})") from None
+    if base64.b64encode(raw).decode("ascii") != text:
+        raise ValueError("non-canonical base64")
+    return raw
+
+
+def check_signature(c: Checker, data: bytes, env, trust: Trust) -> None:
+    """The envelope as ``refspec verify`` checks it: canonical JSON of exactly ``payload``,
+    ``payloadType`` and one signature ``{keyid, sig}``, canonical base64, the in-toto payload type,
+    the keyid equal to the fingerprint of ``--pubkey`` (itself equal to ``--expect-keyid`` when
+    given), and the Ed25519 signature over the DSSE pre-authentication encoding (``ed25519_problem``).
+    Without ``--pubkey`` the signature cannot be checked, which is a mismatch."""
+    w = "SEAL.dsse.json"
+    if not isinstance(env, dict):
+        c.bad(w, "not a DSSE envelope (not a JSON object)")
+        return
+    if set(env) != {"payload", "payloadType", "signatures"}:
+        c.bad(w, f"envelope fields {sorted(env)} are not payload, payloadType, signatures")
+    elif canonical(env) + b"\n" != data:
+        c.bad(w, "envelope is not in canonical form (modified)")
+    ptype = env.get("payloadType")
+    if ptype != PAYLOAD_TYPE:
+        c.bad(w, f"payload type {ptype!r} is not {PAYLOAD_TYPE!r}")
+    try:
+        payload = b64_strict(env.get("payload"))
+    except ValueError as e:
+        c.bad(w, f"payload: {e}")
+        return
+    sigs = env.get("signatures")
+    if not isinstance(sigs, list) or len(sigs) != 1 or not isinstance(sigs[0], dict):
+        c.bad(w, "expected exactly one signature")
+        return
+    s = sigs[0]
+    if set(s) != {"keyid", "sig"}:
+        c.bad(w, f"signature fields {sorted(s)} are not keyid, sig")
+    if trust.public is None:
+        c.bad(w, "signature not checked: give the signer's public key with --pubkey KEY.pub (from outside the archive)")
+        return
+    fp = key_fingerprint(trust.public)
+    if trust.expect_keyid is not None and fp != trust.expect_keyid:
+        c.bad(
+            w,
+            f"public key {fp} is not the pinned signer {trust.expect_keyid} (take the key id from outside the archive)",
+        )
+    if s.get("keyid") != fp:
+        c.bad(w, f"signed by {s.get('keyid')!r}, expected {fp}")
+    try:
+        sig = b64_strict(s.get("sig"))
+    except ValueError as e:
+        c.bad(w, f"signature: {e}")
+        return
+    c.compared += 1
+    why = ed25519_problem(trust.public, dsse_pae(ptype if isinstance(ptype, str) else "", payload), sig)
+    if why is None:
+        c.matched += 1
+    else:
+        c.bad(w, f"Ed25519 signature refused with key {fp}: {why}")
+
+
+def check_seal(c: Checker, sp: str, trust: Trust) -> None:
+    """The seal: its signature (``check_signature``), the chain (``--expect-previous``), every
+    statement subject's sha256 and size, and the closed world (every archive file is a subject)."""
+    try:
+        with open(sp, "rb") as f:
+            data = f.read()
+        env = json.loads(data)
+        check_signature(c, data, env, trust)
         statement = json.loads(base64.b64decode(env["payload"], validate=True))
         subjects = statement["subject"]
         if not isinstance(subjects, list):
@@ -2203,6 +2429,15 @@ def check_seal(c: Checker, sp: str) -> None:
     except RecursionError:
         c.unread("SEAL.dsse.json", "not a DSSE envelope over a statement (JSON nested too deeply)")
         return
+    if trust.expect_previous is not None:
+        pred = statement.get("predicate") if isinstance(statement, dict) else None
+        prev = pred.get("previous_seal_sha256") if isinstance(pred, dict) else None
+        want = None if trust.expect_previous == "none" else trust.expect_previous
+        if prev != want:
+            c.bad(
+                "SEAL.dsse.json",
+                f"previous seal is {prev or 'none'}, expected {want or 'none'} (an older or unrelated seal?)",
+            )
     listed = set()
     for j, s in enumerate(subjects):
         try:
@@ -2232,24 +2467,66 @@ def check_seal(c: Checker, sp: str) -> None:
             c.matched += 1
         if size is not None and os.path.getsize(p) != size:
             c.bad(where, f"size {os.path.getsize(p)} != sealed {size}")
-    for dirpath, _dirs, files in os.walk(c.archive):
-        for fn in files:
-            rel = os.path.relpath(os.path.join(dirpath, fn), c.archive).replace(os.sep, "/")
-            if rel != "SEAL.dsse.json" and rel not in listed:
-                c.bad("SEAL.dsse.json", f"{rel} is in the archive but not covered by the seal")
+    for rel in sorted(c.tree):
+        if rel != "SEAL.dsse.json" and rel not in listed:
+            c.bad("SEAL.dsse.json", f"{rel} is in the archive but not covered by the seal")
+
+
+def check_tree(c: Checker) -> None:
+    """Walk the whole archive (never following a link): a symbolic link anywhere (to a file or a
+    folder, inside or outside the archive) and anything but regular files and folders are
+    mismatches; the regular files are recorded in ``c.tree`` for the seal's closed world."""
+    for dirpath, dirs, files in os.walk(c.archive, followlinks=False):
+        for name in sorted(dirs + files):
+            full = os.path.join(dirpath, name)
+            rel = posix_rel(full, c.archive)
+            st = os.lstat(full)
+            if stat.S_ISLNK(st.st_mode):
+                c.bad(rel, f"symbolic link (to {os.readlink(full)!r}) in the archive")
+            elif stat.S_ISREG(st.st_mode):
+                c.tree.add(rel)
+            elif not stat.S_ISDIR(st.st_mode):
+                c.bad(rel, "not a regular file or folder")
+
+
+def parse_args(argv: list[str]):
+    import argparse
+
+    ap = argparse.ArgumentParser(
+        prog="check.py", description="Recompute and check every number of a refspec archive (standard library only)."
+    )
+    ap.add_argument("archive", metavar="ARCHIVE")
+    ap.add_argument("--quiet", action="store_true", help="print only the summary lines")
+    ap.add_argument("--unsealed", action="store_true", help="check a results folder before it is sealed")
+    ap.add_argument("--pubkey", metavar="KEY.pub", help="the signer's Ed25519 public key (PEM or OpenSSH)")
+    ap.add_argument("--expect-keyid", metavar="SHA256:HEX", help="the signer's key id; the public key must have it")
+    ap.add_argument("--expect-previous", metavar="SHA", help="sha256 of the seal this archive follows ('none': first)")
+    a = ap.parse_args(argv)
+    if a.expect_keyid is not None:
+        k = a.expect_keyid
+        k = "SHA256:" + k[7:].lower() if k[:7].upper() == "SHA256:" else k
+        if not _KEYID_RE.fullmatch(k):
+            ap.error(f"--expect-keyid {a.expect_keyid!r} is not of the form SHA256:<64 hex digits>")
+        a.expect_keyid = k
+    if a.expect_previous is not None:
+        a.expect_previous = a.expect_previous.lower()
+        if a.expect_previous != "none" and not _HEX64_RE.fullmatch(a.expect_previous):
+            ap.error(f"--expect-previous {a.expect_previous!r} is not a sha256 or 'none'")
+    return a
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    quiet = "--quiet" in argv
-    unsealed = "--unsealed" in argv
-    args = [a for a in argv if a not in ("--quiet", "--unsealed")]
-    if len(args) != 1 or args[0] in ("-h", "--help"):
-        print(__doc__.strip().splitlines()[2].strip(), file=sys.stderr)
-        return EXIT_UNREADABLE if not (args and args[0] in ("-h", "--help")) else EXIT_OK
-    archive = args[0]
-    code, c = check(archive, quiet, unsealed)
-    if not quiet:
+    a = parse_args(list(sys.argv[1:] if argv is None else argv))
+    trust = Trust(a.pubkey, a.expect_keyid, a.expect_previous)
+    if a.pubkey is not None:
+        try:
+            trust.public = read_public_key(a.pubkey)
+        except (OSError, ValueError) as e:
+            print(f"UNREADABLE {a.pubkey}: not an Ed25519 public key ({e})")
+            print("FAIL: " + a.archive)
+            return EXIT_UNREADABLE
+    code, c = check(a.archive, a.quiet, a.unsealed, trust)
+    if not a.quiet:
         for p in c.unreadable:
             print(f"UNREADABLE {p}")
         for p in c.problems:
@@ -2259,7 +2536,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{c.identities} identities; {len(c.files)} files checked; {len(c.problems)} mismatches; "
         f"{len(c.unreadable)} unreadable"
     )
-    print(("OK: " if code == EXIT_OK else "FAIL: ") + archive)
+    print(("OK: " if code == EXIT_OK else "FAIL: ") + a.archive)
     return code
 
 

@@ -10,8 +10,11 @@ endpoints are token lists, some arms diverge from the reference.
 from __future__ import annotations
 
 import datetime as dt
+import functools
+import hashlib
 import json
 import random
+import tempfile
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -578,11 +581,31 @@ def make_results(
     return out
 
 
-def seal_archive(results: Path, archive: Path) -> Path:
-    """Seal ``results`` into ``archive`` with a throw-away key (the CSV copies are carried and checked)."""
+SIGNER_SEED = b"refspec synthetic archive signer"
+
+
+def signer():
+    """The fixed Ed25519 key that signs the synthetic archives (a test key, derived from ``SIGNER_SEED``)."""
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+    return Ed25519PrivateKey.from_private_bytes(hashlib.sha256(SIGNER_SEED).digest())
+
+
+@functools.cache
+def signer_pubkey() -> Path:
+    """The signer's public key as a PEM file outside every archive (what an auditor passes as --pubkey)."""
+    from cryptography.hazmat.primitives import serialization
+
+    path = Path(tempfile.mkdtemp(prefix="refspec-signer-")) / "signer.pub"
+    path.write_bytes(
+        signer().public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+    )
+    return path
+
+
+def seal_archive(results: Path, archive: Path) -> Path:
+    """Seal ``results`` into ``archive`` with the test signer (the CSV copies are carried and checked)."""
     from refspec.provenance.seal import seal
 
-    seal(results, archive, key=Ed25519PrivateKey.generate(), archive_id="synthetic", created="2026-10-20T00:00:00Z")
+    seal(results, archive, key=signer(), archive_id="synthetic", created="2026-10-20T00:00:00Z")
     return archive

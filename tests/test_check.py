@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import hashlib
 import json
 import re
 import shutil
@@ -13,17 +14,18 @@ from pathlib import Path
 
 import pytest
 
-from conftest_report import make_results, seal_archive
+from conftest_report import make_results, seal_archive, signer, signer_pubkey
 from refspec.core.paths import REPO_ROOT
 from refspec.report import render as report
 
 CHECK = REPO_ROOT / "report" / "check.py"
 
 
-def run_check(archive: Path, *extra: str) -> tuple[int, str]:
-    """Run the checker as an auditor would: isolated, without site-packages."""
+def run_check(archive: Path, *extra: str, pubkey: Path | None = None) -> tuple[int, str]:
+    """Run the checker as an auditor would: isolated, without site-packages, with the signer's public
+    key from outside the archive (the synthetic archives' test signer unless ``pubkey`` is given)."""
     r = subprocess.run(
-        [sys.executable, "-I", "-S", str(CHECK), str(archive), *extra],
+        [sys.executable, "-I", "-S", str(CHECK), str(archive), "--pubkey", str(pubkey or signer_pubkey()), *extra],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -334,7 +336,7 @@ def test_data_seal_and_key_in_the_headline_are_the_archives(tmp_path):
     from refspec.provenance.keys import fingerprint
     from refspec.provenance.seal import seal
 
-    key = Ed25519PrivateKey.generate()
+    key = signer()
     results = make_results(tmp_path / "results", draws=300)
     data = tmp_path / "sealed-data"
     seal(results, data, key=key, archive_id="data", created="2026-10-20T00:00:00Z")
@@ -350,6 +352,13 @@ def test_data_seal_and_key_in_the_headline_are_the_archives(tmp_path):
     seal(stage, archive, key=key, archive_id="final", created="2026-10-20T00:00:01Z", previous=data)
     code, out = run_check(archive)
     assert code == 0, out
+    # the chain, as `refspec verify --expect-previous` checks it
+    prev = hashlib.sha256((data / "SEAL.dsse.json").read_bytes()).hexdigest()
+    assert run_check(archive, "--expect-previous", prev)[0] == 0
+    code, out = run_check(archive, "--expect-previous", "none")
+    assert code == 1 and f"previous seal is {prev}, expected none" in out, out
+    code, out = run_check(archive, "--expect-previous", "ab" * 32)
+    assert code == 1 and "expected " + "ab" * 32 in out, out
     # a report naming another data seal than the one the archive follows is caught
     other = tmp_path / "other"
     seal(

@@ -174,7 +174,17 @@ def test_workflow_seals_and_reports_the_withheld_claim(sabotaged_tool, tmp_path)
     assert "WITHHELD" in html and "not detected" in html
     # sealed, and the independent checker agrees with the withheld status it recomputes
     c = subprocess.run(
-        ["python3", "-I", "-S", str(REPO_ROOT / "report" / "check.py"), str(archive)], capture_output=True, text=True
+        [
+            "python3",
+            "-I",
+            "-S",
+            str(REPO_ROOT / "report" / "check.py"),
+            str(archive),
+            "--pubkey",
+            str(res / "provenance" / "signer.pub"),
+        ],
+        capture_output=True,
+        text=True,
     )
     assert c.returncode == 0, c.stdout + c.stderr
 

@@ -91,7 +91,9 @@ def _check_archive(res: Path, tmp: Path, arm: str = "C3") -> None:
     )
     assert v.returncode == 0 and v.stdout.startswith("OK: "), v.stdout + v.stderr
     c = subprocess.run(
-        ["python3", "-I", "-S", str(REPO_ROOT / "report" / "check.py"), str(archive)], capture_output=True, text=True
+        ["python3", "-I", "-S", str(REPO_ROOT / "report" / "check.py"), str(archive), "--pubkey", str(pub)],
+        capture_output=True,
+        text=True,
     )
     assert c.returncode == 0, c.stdout + c.stderr
     assert (archive / "report.html").is_file() and (archive / "numbers.json").is_file()

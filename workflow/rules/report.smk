@@ -47,4 +47,5 @@ rule check:
         "(keyid=$(refspec key-id) && prev=$(sha256sum {input.previous}/SEAL.dsse.json | cut -d' ' -f1)"
         " && refspec verify {input.previous} --pubkey {input.pub} --expect-keyid $keyid --expect-previous none"
         " && refspec verify {input.archive} --pubkey {input.pub} --expect-keyid $keyid --expect-previous $prev"
-        " && python3 -I -S report/check.py {input.archive}) > {log} 2>&1 && cp {log} {output}"
+        " && python3 -I -S report/check.py {input.archive} --pubkey {input.pub} --expect-keyid $keyid"
+        " --expect-previous $prev) > {log} 2>&1 && cp {log} {output}"
