@@ -15,7 +15,12 @@ name the bound address in ``Host`` and, for a POST, be ``application/json``.
 
 Each connection is read on its own thread, under one deadline for the request
 line and headers and one for the body, so a slow client cannot hold up
-``/health`` for the others. Completions (and tokenization) are computed one at
+``/health`` for the others. The secret is checked as soon as the headers are
+in, before any body is read; a refused connection is answered and closed at
+once. A connection that has not yet shown the secret may hold at most
+:data:`HEADER_DEADLINE_S` seconds and :data:`MAX_HEADER_BYTES` bytes, and at most
+:data:`MAX_UNAUTHENTICATED` such connections are kept (a new one closes the
+oldest), so clients without the secret cannot delay the driver's requests. Completions (and tokenization) are computed one at
 a time, in the order their requests were read (a ticket queue): a completion
 that arrives while another is computed waits; it is never answered 503 and
 never runs concurrently. There is no prompt cache: every request starts from
@@ -37,6 +42,7 @@ import ipaddress
 import json
 import math
 import os
+import re
 import secrets
 import signal
 import socket
@@ -52,10 +58,14 @@ from ..core.fsutil import atomic_write_text
 from ..core.hashing import sha256_json
 
 DEFAULT_MAX_BODY = 1 << 20  # bytes
-DRAIN_LIMIT = 8 << 20  # an oversized body up to this size is read and discarded before the 413 answer
+DRAIN_LIMIT = 8 << 20  # authenticated: an oversized body up to this size is read and discarded before the 413
 READ_TIMEOUT_S = 30.0  # the whole body must arrive within this many seconds after the headers
 HEADER_DEADLINE_S = 10.0  # the request line and every header must arrive within this many seconds
-MAX_CONNECTIONS = 64  # connections read at once; more wait in the listen backlog
+MAX_HEADER_BYTES = 32 << 10  # request line and headers together
+MAX_UNAUTHENTICATED = 128  # connections not yet admitted; a new one beyond this closes the oldest
+REFUSED_WRITE_S = 2.0  # the answer to a refused connection is written within this time, or dropped
+_CONTENT_LENGTH = re.compile(r"[0-9]{1,18}")
+_REQUEST_LINE = re.compile(rb"([A-Z]{1,16}) ([\x21-\x7e]{1,8192}) HTTP/(\d+)\.(\d+)\r?\n")
 
 # The registered warmup: a fixed user turn, chat-templated with the family's
 # template, decoded with the worker's arm before the worker reports ready.
@@ -481,10 +491,17 @@ class Handler(http.server.BaseHTTPRequestHandler):
         super().setup()
         self.requestline, self.request_version, self.command = "", "HTTP/1.0", None  # until a request line is read
         self._answered = False
+        self._admitted = False
         self._phase = "headers"
         self._reader = _DeadlineReader(self.connection, time.monotonic() + HEADER_DEADLINE_S)
         old, self.rfile = self.rfile, io.BufferedReader(self._reader, 1 << 16)
         old.close()
+
+    def finish(self):
+        try:
+            super().finish()
+        finally:
+            self.app.forget(self.connection)
 
     def log_message(self, fmt, *args):  # to the worker's log (stderr), with a UTC time
         sys.stderr.write(f"{_utc()} {self.address_string()} {fmt % args}\n")
@@ -492,7 +509,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
     def _send_json(self, status: int, obj: dict, headers: dict | None = None) -> None:
         data = json.dumps(obj, allow_nan=False, separators=(",", ":")).encode("utf-8")
         self._answered = True
-        self.connection.settimeout(READ_TIMEOUT_S)  # the answer is written whatever is left of a read deadline
+        # the answer is written whatever is left of a read deadline; to a client without the secret only briefly
+        self.connection.settimeout(READ_TIMEOUT_S if self._admitted else REFUSED_WRITE_S)
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
@@ -518,24 +536,28 @@ class Handler(http.server.BaseHTTPRequestHandler):
 
     # ------------------------------------------------------------ one request
     def handle_one_request(self):
-        """The standard library's loop body, with the deadlines, the admission checks and JSON errors."""
+        """The standard library's loop body, with the deadlines, the admission checks and JSON errors.
+
+        Until the secret is checked the connection may send at most :data:`MAX_HEADER_BYTES`
+        within :data:`HEADER_DEADLINE_S`; a refused request is answered and the connection
+        closed at once, its body (if any) never read.
+        """
+        self.close_connection = True  # one request per connection
         try:
-            self.raw_requestline = self.rfile.readline(65537)
-            if len(self.raw_requestline) > 65536:
-                self.requestline = self.request_version = self.command = ""
-                self.send_error(414)
+            head = self._read_head()
+            if head is None:
                 return
-            if not self.raw_requestline:
-                self.close_connection = True
+            refused = self._parse_head(head)
+            if self._answered:  # a malformed header, answered by parse_request
                 return
-            if not self.parse_request():
-                return
+            if refused is None:
+                refused = self._admit()
+            if refused is not None:
+                return self._error(refused)  # no body is read: the connection is closed after the answer
+            self._admitted = True
+            self.app.forget(self.connection)
             self._phase = "body"
             self._reader.deadline = time.monotonic() + READ_TIMEOUT_S
-            refused = self._admit()
-            if refused is not None:
-                self._drain_body()
-                return self._error(refused)
             method = getattr(self, "do_" + self.command, None)
             if method is None:
                 self._drain_body()
@@ -543,7 +565,6 @@ class Handler(http.server.BaseHTTPRequestHandler):
             method()
             self.wfile.flush()
         except TimeoutError:
-            self.close_connection = True
             if not self._answered:
                 what = (
                     f"the request line and headers did not arrive within {HEADER_DEADLINE_S:g} s"
@@ -555,6 +576,53 @@ class Handler(http.server.BaseHTTPRequestHandler):
                     self._error(HTTPError(408, what, type_="timeout"))
                 except OSError:
                     pass
+
+    def _read_head(self) -> list[bytes] | None:
+        """The request line and header lines (to the empty line), at most :data:`MAX_HEADER_BYTES`.
+
+        None when the connection ended first or the head was too large (then answered).
+        """
+        lines: list[bytes] = []
+        left = MAX_HEADER_BYTES
+        while True:
+            line = self.rfile.readline(left + 1)
+            if not line:
+                return None  # the client closed (or the connection was closed to make room)
+            left -= len(line)
+            if left < 0:
+                self._error(
+                    HTTPError(431, f"request line and headers exceed {MAX_HEADER_BYTES} bytes", type_="too_large")
+                )
+                return None
+            if not line.endswith(b"\n"):
+                return None  # closed in the middle of a line
+            lines.append(line)
+            if len(lines) == 1 and not _REQUEST_LINE.fullmatch(line):
+                return lines  # refused from the request line alone (an HTTP/0.9 request has no headers)
+            if len(lines) > 1 and line in (b"\r\n", b"\n"):
+                return lines
+
+    def _parse_head(self, head: list[bytes]) -> HTTPError | None:
+        """A strict request line (``METHOD TARGET HTTP/1.0`` or ``HTTP/1.1``), then the headers."""
+        self.raw_requestline = head[0]
+        m = _REQUEST_LINE.fullmatch(head[0])
+        if m is None:
+            self.requestline = head[0].decode("latin-1").rstrip("\r\n")[:200]
+            if len(head[0].split()) == 2:
+                return HTTPError(400, "HTTP/0.9 requests are not supported: send HTTP/1.0 or HTTP/1.1")
+            return HTTPError(400, "malformed request line")
+        if (m.group(3), m.group(4)) not in ((b"1", b"0"), (b"1", b"1")):
+            return HTTPError(505, "only HTTP/1.0 and HTTP/1.1 are supported", type_="http_version_not_supported")
+        self.rfile, real = io.BytesIO(b"".join(head[1:])), self.rfile
+        try:
+            ok = self.parse_request()
+        finally:
+            self.rfile = real
+        self.request_version = "HTTP/1.0"  # what the answer says (one request per connection)
+        self.close_connection = True
+        if not ok and not self._answered:
+            return HTTPError(400, "malformed request")
+        return None
 
     def _admit(self) -> HTTPError | None:
         """Host, Origin and the bearer secret: every request, before anything else is looked at."""
@@ -640,16 +708,15 @@ class Handler(http.server.BaseHTTPRequestHandler):
     def _content_length(self) -> int:
         if self.headers.get("Transfer-Encoding"):
             raise HTTPError(411, "chunked bodies are not supported: send Content-Length")
-        cl = self.headers.get("Content-Length")
-        if cl is None:
+        cls = self.headers.get_all("Content-Length") or []
+        if not cls:
             raise HTTPError(411, "Content-Length is required")
-        try:
-            n = int(cl)
-        except ValueError:
-            raise HTTPError(400, f"bad Content-Length {cl!r}") from None
-        if n < 0:
-            raise HTTPError(400, f"bad Content-Length {cl!r}")
-        return n
+        if len(cls) > 1:
+            raise HTTPError(400, f"exactly one Content-Length header is allowed (got {len(cls)})")
+        cl = cls[0].strip(" \t")
+        if not _CONTENT_LENGTH.fullmatch(cl):
+            raise HTTPError(400, f"bad Content-Length {cls[0][:40]!r}: decimal digits only")
+        return int(cl)
 
     def _drain_body(self) -> None:
         try:
@@ -740,7 +807,7 @@ class WorkerServer(socketserver.ThreadingMixIn, http.server.HTTPServer):
     """
 
     allow_reuse_address = False
-    request_queue_size = 64
+    request_queue_size = 128
     daemon_threads = False
     block_on_close = True
 
@@ -754,6 +821,7 @@ class WorkerServer(socketserver.ThreadingMixIn, http.server.HTTPServer):
         self.engine_turn = TicketLock()
         self._active = 0
         self._active_lock = threading.Lock()
+        self._unadmitted: dict[int, socket.socket] = {}  # id -> connection not yet admitted, oldest first
         super().__init__(addr, Handler, bind_and_activate=True)
 
     @property
@@ -766,8 +834,26 @@ class WorkerServer(socketserver.ThreadingMixIn, http.server.HTTPServer):
         with self._active_lock:
             return self._active
 
+    def forget(self, conn: socket.socket) -> None:
+        """``conn`` is admitted (or finished): it no longer counts against :data:`MAX_UNAUTHENTICATED`."""
+        with self._active_lock:
+            if self._unadmitted.get(id(conn)) is conn:
+                del self._unadmitted[id(conn)]
+
+    def unadmitted_connections(self) -> int:
+        with self._active_lock:
+            return len(self._unadmitted)
+
     def process_request(self, request, client_address):
         with self._active_lock:
+            while len(self._unadmitted) >= MAX_UNAUTHENTICATED:  # room for the new one: close the oldest
+                _k, oldest = next(iter(self._unadmitted.items()))
+                del self._unadmitted[_k]
+                try:
+                    oldest.shutdown(socket.SHUT_RDWR)  # its reader sees the end at once and its thread ends
+                except OSError:
+                    pass
+            self._unadmitted[id(request)] = request
             self._active += 1
         try:
             super().process_request(request, client_address)
@@ -930,10 +1016,7 @@ def serve(args: argparse.Namespace) -> int:
             f"arm {arm.name}, load {engine.load_s:.2f} s, warmup {engine.warmup['engine_ns'] / 1e9:.2f} s\n"
         )
         while not stop["flag"]:
-            if server.active_connections() >= MAX_CONNECTIONS:
-                time.sleep(0.05)  # further connections wait in the listen backlog
-            else:
-                server.handle_request()
+            server.handle_request()  # never blocked by connections without the secret (see process_request)
             if args.exit_with_parent and os.getppid() != args.exit_with_parent:
                 sys.stderr.write(f"{_utc()} parent {args.exit_with_parent} is gone: exiting\n")
                 break
