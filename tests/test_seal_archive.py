@@ -148,6 +148,10 @@ def test_a_csv_copy_that_disagrees_with_its_table_is_refused(tmp_path, seal_env)
     r = seal(res, tmp_path / "out", key=seal_env["a"].private_path, check_csv=False)
     entry = next(t for t in r.tables if t["path"] == "tables/endpoints.parquet")
     assert entry["csv_checked"] is False
+    # carried unchecked, it is compared all the same when the archive is verified
+    v = verify_archive(tmp_path / "out", seal_env["a"].public_path)
+    assert not v.ok and v.csv_checked["tables/endpoints.parquet"] is False
+    assert any(p.startswith("tables/endpoints.csv: line ") and "differs from its table" in p for p in v.problems)
 
 
 def test_csv_selection(tmp_path, seal_env):
@@ -252,7 +256,28 @@ def _leaks(seal_env) -> dict:
         enc = base64.urlsafe_b64encode if url else base64.b64encode
         return enc(prefix + secret + b"tail")
 
+    key_zip = zbuf.getvalue()
+    harmless = b"harmless text\n" * 50
+    wrapped = pa.list_(pa.field("item", pa.int32(), metadata={"note": "k=" + hx}))
+    field_md = io.BytesIO()
+    pq.write_table(
+        pa.table({"x": pa.array([1, 2])}).cast(pa.schema([pa.field("x", pa.int64(), metadata={"n": hx})])), field_md
+    )
+    nested_md = io.BytesIO()
+    pq.write_table(pa.table({"x": pa.array([[1], [2]], type=wrapped)}), nested_md)
     return {
+        "zip-with-prefix": ("tool.sh", b"#!/bin/sh\nexit 0\n" * 20 + key_zip),
+        "zip-after-encrypted-member": (
+            "bundle.zip",
+            patch_first_zip_member(zip_of(("a.bin", harmless, 0), ("k.txt", hx.encode(), 8)), flags=0x1),
+        ),
+        "zip-after-unsupported-method": (
+            "bundle.zip",
+            patch_first_zip_member(zip_of(("a.bin", harmless, 0), ("k.txt", hx.encode(), 8)), method=93),
+        ),
+        "zip-local-entry-without-directory": ("data.bin", b"\0" * 64 + key_zip[: key_zip.find(b"PK\x01\x02")]),
+        "arrow-field-metadata": ("extra.parquet", field_md.getvalue()),
+        "arrow-nested-field-metadata": ("extra.parquet", nested_md.getvalue()),
         "pem": ("log.txt", pem),
         "hex": ("log.txt", b"debug: key=" + hx.encode()),
         "hex-upper": ("log.txt", hx.upper().encode()),
@@ -273,7 +298,39 @@ def _leaks(seal_env) -> dict:
     }
 
 
+def zip_of(*members: tuple[str, bytes, int]) -> bytes:
+    """A zip of (name, data, compression method) members."""
+    import io
+    import zipfile
+
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as z:
+        for name, data, method in members:
+            z.writestr(zipfile.ZipInfo(name, (2026, 1, 1, 0, 0, 0)), data, compress_type=method)
+    return buf.getvalue()
+
+
+def patch_first_zip_member(data: bytes, *, flags: int = 0, method: int | None = None) -> bytes:
+    """Mark the first member encrypted (flag bit 0) or of another compression method, in
+    its local header and its central directory entry alike."""
+    import struct
+
+    d = bytearray(data)
+    for at in (0, d.find(b"PK\x01\x02") + 2):  # the central entry has its fields 2 bytes later
+        (f,) = struct.unpack("<H", d[at + 6 : at + 8])
+        d[at + 6 : at + 8] = struct.pack("<H", f | flags)
+        if method is not None:
+            d[at + 8 : at + 10] = struct.pack("<H", method)
+    return bytes(d)
+
+
 LEAK_FORMS = [
+    "zip-with-prefix",
+    "zip-after-encrypted-member",
+    "zip-after-unsupported-method",
+    "zip-local-entry-without-directory",
+    "arrow-field-metadata",
+    "arrow-nested-field-metadata",
     "pem",
     "hex",
     "hex-upper",
@@ -305,6 +362,63 @@ def test_private_key_material_never_enters_an_archive(tmp_path, seal_env, form):
     assert not [p for p in tmp_path.iterdir() if "sealing" in p.name]  # staging removed
 
 
+def _unscannable() -> dict:
+    import gzip
+
+    harmless = b"harmless text\n" * 200
+    gz = gzip.compress(harmless, mtime=0)
+    z = zip_of(("a.txt", harmless, 8), ("b.txt", harmless, 0))
+    return {
+        "zip-encrypted-member": ("bundle.zip", patch_first_zip_member(z, flags=0x1), "is encrypted"),
+        "zip-unsupported-method": ("bundle.zip", patch_first_zip_member(z, method=93), "compression method 93"),
+        "zip-damaged-member": ("bundle.zip", z.replace(b"harmless", b"harmlesS", 1), "unreadable"),
+        "zip-central-directory-cut": ("bundle.zip", z[:-30], "central directory unreadable"),
+        "gzip-truncated": ("log.gz", gz[:-12], "gzip stream"),
+        "gzip-trailing-bytes": ("log.gz", gz + b"not a gzip member", "gzip stream damaged"),
+        "xz-truncated": ("log.xz", __import__("lzma").compress(harmless)[:-8], "xz stream"),
+    }
+
+
+@pytest.mark.parametrize("case", list(_unscannable()))
+def test_a_file_the_scan_cannot_read_completely_refuses_the_seal(tmp_path, seal_env, case):
+    res = make_results(tmp_path / "r")
+    name, data, why = _unscannable()[case]
+    (res / "report" / name).write_bytes(data)
+    with pytest.raises(IntegrityError, match=f"cannot scan every part of report/{name} .*{why}"):
+        seal(res, tmp_path / "out", key=seal_env["a"].private_path, csv_tables="none")
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_deeper_scan_has_no_false_alarm_on_clean_files(tmp_path, seal_env):
+    """Zips (also after a prefix, stored and deflated), multi-member gzip and xz, Parquet with
+    field metadata and stray zip signatures, all without the key: sealed and verified."""
+    import gzip
+    import io
+    import lzma
+
+    import pyarrow as pa
+
+    res = make_results(tmp_path / "r")
+    harmless = b"harmless text\n" * 200
+    z = zip_of(("a.txt", harmless, 8), ("b.txt", harmless, 0), ("c.txt", harmless, 12), ("d.txt", harmless, 14))
+    files = {
+        "plain.zip": z,
+        "prefixed.sh": b"#!/bin/sh\n" * 30 + z,
+        "two.gz": gzip.compress(b"one\n", mtime=0) + gzip.compress(b"two\n", mtime=0),
+        "log.xz": lzma.compress(harmless),
+        "stray.bin": b"data PK\x03\x04" + bytes(range(256)) * 4 + b"PK\x03\x04\x14\x00\x00\x00\x08\x00",
+        "empty.gz": b"",
+    }
+    for name, data in files.items():
+        (res / "report" / name).write_bytes(data)
+    buf = io.BytesIO()
+    schema = pa.schema([pa.field("x", pa.int64(), metadata={"unit": "tokens"})], metadata={"k": "v"})
+    pq.write_table(pa.table({"x": [1, 2]}).cast(schema), buf)
+    (res / "tables" / "extra.parquet").write_bytes(buf.getvalue())
+    r = seal(res, tmp_path / "out", key=seal_env["a"].private_path)
+    assert r.files > 10 and verify_archive(tmp_path / "out", seal_env["a"].public_path).ok
+
+
 def test_key_scan_has_no_false_alarm_on_another_keys_material(tmp_path, seal_env):
     """Key B's seed in every form is not key A's: sealing with A succeeds."""
     import copy
@@ -313,7 +427,9 @@ def test_key_scan_has_no_false_alarm_on_another_keys_material(tmp_path, seal_env
     env_b["a"] = seal_env["b"]
     res = make_results(tmp_path / "r")
     for form, (name, data) in _leaks(env_b).items():
-        if form not in ("pem", "gzipped-pem"):  # any PEM private key block is refused, whoever's it is
+        # any PEM private key block is refused, whoever's it is; an encrypted zip member or one of
+        # an unknown compression method is refused whatever it holds
+        if form not in ("pem", "gzipped-pem", "zip-after-encrypted-member", "zip-after-unsupported-method"):
             (res / "report" / f"{form}-{name}").write_bytes(data)
     assert seal(res, tmp_path / "out", key=seal_env["a"].private_path).files > 10
 

@@ -167,3 +167,25 @@ def test_restore_cli_refuses_evil_tar(seal_env, tmp_path, capsys):
     assert rc == 1
     assert "FAIL: tar member '../escape.txt': '..' in path" in out
     assert not (tmp_path / "escape.txt").exists() and not (tmp_path / "d").exists()
+
+
+@pytest.mark.parametrize(
+    "extra,expected",
+    [
+        ({"x": b"1", "x/y": b"2"}, "FAIL: statement: subject 'x' is both a file and the folder of 'x/y'"),
+        ({"report/" + "n" * 300: b"long"}, "path component longer than 255 bytes"),
+    ],
+    ids=["file-and-folder", "long-name"],
+)
+def test_restore_cli_refuses_signed_names_it_cannot_write_with_a_fail_line(extra, expected, seal_env, tmp_path, capsys):
+    """Signed by the real key, yet not restorable: a FAIL line and exit 1, no traceback, nothing written."""
+    from test_seal_tamper import _signed_tar
+
+    t = _signed_tar(tmp_path / "signed.tar", seal_env["clean"], seal_env, extra)
+    work = tmp_path / "work"
+    work.mkdir()
+    rc = main(["restore", str(t), str(work / "d"), "--pubkey", str(seal_env["a"].public_path)])
+    captured = capsys.readouterr()
+    assert rc == 1 and expected in captured.out, captured.out
+    assert all(line.startswith("FAIL: ") for line in captured.out.splitlines())
+    assert "Traceback" not in captured.err and list(work.iterdir()) == []

@@ -693,3 +693,248 @@ def test_fuzz_rewritten_tars_pass_only_in_the_canonical_form(
     )
     res = verify_archive(t, seal_env["a"].public_path, workers=1)
     assert res.ok == canonical, res.problems
+
+
+# --------------------------------------------------------------------------- re-signed with the real key
+#
+# Each change below is made after sealing and the archive is then signed again with the
+# signer's own key (subjects recomputed), so the signature, the digests and the closed
+# world all hold: what must catch it is the content check itself.
+
+
+def _subjects_of(files: dict[str, bytes]) -> list[dict]:
+    return [
+        {"annotations": {"size": len(data)}, "digest": {"sha256": sha256_bytes(data)}, "name": n}
+        for n, data in sorted(files.items())
+    ]
+
+
+def _folder_files(d: Path) -> dict[str, bytes]:
+    return {p.relative_to(d).as_posix(): p.read_bytes() for p in d.rglob("*") if p.is_file() and p.name != SEAL_NAME}
+
+
+def _signed_statement(stmt: dict, files: dict[str, bytes], edit=None) -> dict:
+    stmt["subject"] = _subjects_of(files)
+    stmt["predicate"]["files"] = len(files)
+    stmt["predicate"]["total_bytes"] = sum(len(v) for v in files.values())
+    if edit is not None:
+        edit(stmt)
+    return stmt
+
+
+def _resign(d: Path, env: dict, edit=None) -> None:
+    stmt = _signed_statement(_statement(d), _folder_files(d), edit)
+    (d / SEAL_NAME).write_bytes(envelope_bytes(stmt, load_private_key(env["a"].private_path)))
+
+
+def _signed_tar(path: Path, d: Path, env: dict, extra: dict[str, bytes]) -> Path:
+    """A canonical tar of the folder ``d`` plus ``extra`` members, every one of them signed by the real key."""
+    import io
+
+    from refspec.provenance.seal import canonical_tarinfo, created_mtime
+
+    files = {**_folder_files(d), **extra}
+    stmt = _signed_statement(_statement(d), files)
+    seal = envelope_bytes(stmt, load_private_key(env["a"].private_path))
+    mtime = created_mtime(stmt["predicate"]["created"])
+    with tarfile.open(path, "w", format=tarfile.PAX_FORMAT, encoding="utf-8") as tf:
+        for n, data in sorted({**files, SEAL_NAME: seal}.items()):
+            tf.addfile(canonical_tarinfo(n, len(data), mtime), io.BytesIO(data))
+    return path
+
+
+def _edit(path: Path, old: bytes, new: bytes) -> None:
+    data = path.read_bytes()
+    assert old in data, (old, data[:300])
+    path.write_bytes(data.replace(old, new, 1))
+
+
+def csv_cell_changed(d, env):
+    _edit(d / "tables/qualification.csv", b",0.1\n", b",0.2\n")
+    _resign(d, env)
+
+
+def csv_row_dropped(d, env):
+    p = d / "tables/timings.csv"
+    p.write_bytes(b"".join(p.read_bytes().splitlines(keepends=True)[:-1]))
+    _resign(d, env)
+
+
+def csv_row_added(d, env):
+    p = d / "tables/timings.csv"
+    p.write_bytes(p.read_bytes() + b"2,0.5\n")
+    _resign(d, env)
+
+
+def csv_header_renamed(d, env):
+    _edit(d / "tables/timings.csv", b"session,t\n", b"session,t_ms\n")
+    _resign(d, env)
+
+
+def csv_float_respelled(d, env):
+    """The same number in another spelling: the CSV encoding is one text per value."""
+    _edit(d / "tables/timings.csv", b",0.0015\n", b",1.5e-3\n")
+    _resign(d, env)
+
+
+def parquet_value_changed(d, env):
+    p = d / "tables/timings.parquet"
+    t = pq.read_table(p)
+    import pyarrow as pa
+
+    t2 = t.set_column(1, "t", pa.array([9.0] + t.column("t").to_pylist()[1:])).replace_schema_metadata(
+        t.schema.metadata
+    )
+    pq.write_table(t2, p, compression="zstd")
+    _resign(d, env)
+
+
+def csv_checked_claimed_for_a_differing_copy(d, env):
+    """The signed table index says the copy was checked; the copy differs all the same."""
+    _edit(d / "tables/qualification.csv", b"HumanEval/1", b"HumanEval/9")
+
+    def claim(stmt):
+        for t in stmt["predicate"]["tables"]:
+            t["csv_checked"] = True
+
+    _resign(d, env, claim)
+
+
+RESIGNED_CASES = [
+    ("csv-cell-changed", csv_cell_changed, "tables/qualification.csv: line 2 differs from its table"),
+    ("csv-row-dropped", csv_row_dropped, "tables/timings.csv: ends after line 4"),
+    ("csv-row-added", csv_row_added, "tables/timings.csv: has more lines than its table"),
+    ("csv-header-renamed", csv_header_renamed, "tables/timings.csv: line 1 differs"),
+    ("csv-float-respelled", csv_float_respelled, "tables/timings.csv: line 2 differs"),
+    ("parquet-value-changed", parquet_value_changed, "tables/timings.csv: line 2 differs from its table"),
+    ("csv-checked-claimed", csv_checked_claimed_for_a_differing_copy, "tables/qualification.csv: line 3 differs"),
+]
+
+
+@pytest.mark.parametrize("case,mutate,expected", RESIGNED_CASES, ids=[c[0] for c in RESIGNED_CASES])
+def test_a_csv_copy_that_differs_from_its_table_fails_even_when_signed(case, mutate, expected, seal_env, tmp_path):
+    d = copy_archive(seal_env["clean"], tmp_path / "archive")
+    mutate(d, seal_env)
+    res = verify_archive(d, seal_env["a"].public_path)
+    assert not res.ok, f"{case}: not detected"
+    assert any(expected in p for p in res.problems), res.problems
+    assert all(not p.startswith(SEAL_NAME) for p in res.problems)  # the signature itself is good
+
+
+def test_csv_checked_is_computed_not_read_from_the_seal(seal_env, tmp_path):
+    res = verify_archive(seal_env["clean"], seal_env["a"].public_path)
+    assert res.ok and res.csv_checked == {"tables/qualification.parquet": True, "tables/timings.parquet": True}
+    d = copy_archive(seal_env["clean"], tmp_path / "a")
+
+    def deny(stmt):  # the seal claims no copy was checked: verify compares them anyway
+        for t in stmt["predicate"]["tables"]:
+            t["csv_checked"] = False
+
+    _resign(d, seal_env, deny)
+    res = verify_archive(d, seal_env["a"].public_path)
+    assert res.ok and all(res.csv_checked.values()) and res.notes == []
+    (d / "tables/timings.csv").unlink()
+    _resign(d, seal_env)
+    res = verify_archive(d, seal_env["a"].public_path)
+    assert res.ok and "tables/timings.parquet" not in res.csv_checked
+    assert res.notes == ["tables/timings.parquet: no CSV copy (report/check.py cannot read this table)"]
+
+
+@pytest.mark.parametrize(
+    "extra,expected",
+    [
+        ({"x": b"1", "x/y": b"2"}, "subject 'x' is both a file and the folder of 'x/y'"),
+        ({"report/" + "n" * 300: b"long"}, "path component longer than 255 bytes"),
+        ({"/".join(["d" * 200] * 6): b"deep"}, "path longer than 1024 bytes"),
+    ],
+    ids=["file-and-folder", "long-component", "long-path"],
+)
+def test_signed_names_that_cannot_be_restored_fail_verification(extra, expected, seal_env, tmp_path):
+    t = _signed_tar(tmp_path / "signed.tar", seal_env["clean"], seal_env, extra)
+    res = verify_archive(t, seal_env["a"].public_path)
+    assert not res.ok and any(expected in p for p in res.problems), res.problems
+    assert all(not p.startswith(SEAL_NAME) for p in res.problems)
+
+
+def test_the_resigning_helpers_make_a_valid_archive(seal_env, tmp_path):
+    """No false alarm: re-signing an unchanged archive, or a tar of it, verifies."""
+    d = copy_archive(seal_env["clean"], tmp_path / "a")
+    _resign(d, seal_env)
+    assert verify_archive(d, seal_env["a"].public_path).ok
+    t = _signed_tar(tmp_path / "same.tar", seal_env["clean"], seal_env, {})
+    res = verify_archive(t, seal_env["a"].public_path)
+    assert res.ok, res.problems
+
+
+@pytest.mark.parametrize(
+    "field,value",
+    [
+        ("created", "2026-01-02T00:00:00Z\r\x1b[2KOK: all good\x1b[0m"),
+        ("archive_id", "archive-0\u202eOK\u2028line"),
+    ],
+)
+def test_signed_strings_are_printed_escaped(field, value, seal_env, tmp_path, capsys):
+    """A signer's control characters cannot move the cursor or rewrite the OK line."""
+    from refspec.cli import main
+
+    d = copy_archive(seal_env["clean"], tmp_path / "a")
+    if field == "archive_id":
+        for p in d.rglob("*.parquet"):  # the tables' stamps follow the archive id
+            t = pq.read_table(p)
+            md = dict(t.schema.metadata)
+            md[b"refspec.archive_id"] = value.encode()
+            pq.write_table(t.replace_schema_metadata(md), p, compression="zstd")
+    _resign(d, seal_env, lambda stmt: stmt["predicate"].__setitem__(field, value))
+    rc = main(["verify", str(d), "--pubkey", str(seal_env["a"].public_path)])
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert rc == 0 and len(lines) == 1 and lines[0].startswith("OK: "), repr(out)
+    assert lines[0].isprintable() and out.endswith("\n"), repr(out)
+    want = "".join(
+        ch if ch.isprintable() else f"\\x{ord(ch):02x}" if ord(ch) < 256 else f"\\u{ord(ch):04x}" for ch in value
+    )
+    assert want in lines[0], (want, lines[0])
+
+
+def test_every_printed_problem_is_escaped(seal_env, tmp_path, capsys):
+    from refspec.cli import main
+
+    d = copy_archive(seal_env["clean"], tmp_path / "a")
+    (d / "evil\x1b[2Kname.txt").write_text("x")
+    rc = main(["verify", str(d), "--pubkey", str(seal_env["a"].public_path)])
+    out = capsys.readouterr().out
+    assert rc == 1 and "\x1b" not in out and "\\x1b" in out
+
+
+# --------------------------------------------------------------------------- seal --previous
+
+
+def test_seal_previous_verifies_the_previous_archive(seal_env, tmp_path):
+    from refspec.core.errors import IntegrityError
+    from refspec.provenance.seal import seal
+
+    key = seal_env["a"].private_path
+    ok = seal(seal_env["results"], tmp_path / "ok", key=key, previous=seal_env["clean_tar"])
+    assert ok.previous_seal_sha256 == seal_sha256_of(seal_env["clean"])
+    assert seal(seal_env["results"], tmp_path / "ok2", key=key, previous=seal_env["clean"] / SEAL_NAME)
+    bad = copy_archive(seal_env["clean"], tmp_path / "bad")
+    _flip(bad / "plan.json")
+    other = tmp_path / "other-key"
+    seal(seal_env["results"], other, key=seal_env["b"].private_path)
+    lone = tmp_path / "lone" / SEAL_NAME
+    lone.parent.mkdir()
+    env = _envelope(seal_env["clean"])
+    env["signatures"][0]["sig"] = base64.b64encode(b"\0" * 64).decode()
+    _write_env(lone.parent, env)
+    cases = {
+        "tampered": (bad, "plan.json: sha256"),
+        "other-key": (other, "signed by"),
+        "gzip-tar": (_gzip(tmp_path / "prev.tar.gz", seal_env["clean_tar"]), "gzip-compressed tar refused"),
+        "lone-seal-bad-signature": (lone, "signature does not verify"),
+    }
+    for case, (prev, expected) in cases.items():
+        out = tmp_path / f"out-{case}"
+        with pytest.raises(IntegrityError, match="does not verify under the signing key") as e:
+            seal(seal_env["results"], out, key=key, previous=prev)
+        assert expected in str(e.value), (case, str(e.value))
+        assert not out.exists()

@@ -364,6 +364,27 @@ def csv_text(v: Any) -> str:
     return json.dumps(v, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str)
 
 
+def csv_rows(table: Any) -> Iterable[tuple[str, ...]]:
+    """The CSV cells (:func:`csv_text`) of every row of an Arrow table, column by column."""
+    cols = [list(map(csv_text, c.to_pylist())) for c in table.columns]
+    return zip(*cols) if cols else iter(())
+
+
+def parquet_csv_text(pf: Any) -> Iterable[str]:
+    """The CSV copy of an opened Parquet file (``pyarrow.parquet.ParquetFile``), line by line:
+    the header of column names, then each row (:func:`csv_rows`), as ``csv.writer`` with
+    ``\\n`` line ends writes them. Sealing writes this text; ``refspec verify`` compares it."""
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(pf.schema_arrow.names)
+    for i in range(pf.num_row_groups):
+        yield buf.getvalue()
+        buf.seek(0)
+        buf.truncate()
+        w.writerows(csv_rows(pf.read_row_group(i)))
+    yield buf.getvalue()
+
+
 _CELL_TYPES = {"float64": float, "int32": int, "int64": int, "bool": bool, "string": str}
 
 

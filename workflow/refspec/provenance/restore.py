@@ -34,6 +34,7 @@ from .verify import (
     add_trust_arguments,
     parse_expect_previous,
     parse_keyid,
+    printable,
     verify_source,
 )
 
@@ -107,9 +108,11 @@ def restore(
         assert res.statement is not None and res.seal_sha256 is not None
         signed = {s["name"]: (s["annotations"]["size"], s["digest"]["sha256"]) for s in res.statement["subject"]}
         signed[SEAL_NAME] = (src.files[SEAL_NAME], res.seal_sha256)
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        stage = Path(tempfile.mkdtemp(prefix=f".{dest.name}.restoring-", dir=dest.parent))
+        stage: Path | None = None
+        name = "(staging folder)"
         try:
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            stage = Path(tempfile.mkdtemp(prefix=f".{dest.name}.restoring-", dir=dest.parent))
             os.chmod(stage, 0o755)
             changed = []
             for name in sorted(signed):
@@ -119,11 +122,18 @@ def restore(
             if changed:
                 shutil.rmtree(stage, ignore_errors=True)
                 return RestoreResult(tar, dest, members, VerifyResult(path=tar, problems=changed))
+            name = str(dest)
             if dest.exists():
                 dest.rmdir()
             os.rename(stage, dest)
+        except OSError as e:  # a name the file system refuses, no room, DEST taken meanwhile: nothing is left
+            if stage is not None:
+                shutil.rmtree(stage, ignore_errors=True)
+            why = f"{name}: cannot be written under {dest} ({e.strerror or e}); nothing was restored"
+            return RestoreResult(tar, dest, members, VerifyResult(path=tar, problems=[why]))
         except BaseException:
-            shutil.rmtree(stage, ignore_errors=True)
+            if stage is not None:
+                shutil.rmtree(stage, ignore_errors=True)
             raise
     finally:
         src.close()
@@ -150,7 +160,7 @@ def run(args: argparse.Namespace) -> int:
     for line in r.verify.lines(args.dest if r.ok else args.tar):
         print(line, file=sys.stdout)
     if r.ok:
-        print(f"restored {r.members} members into {args.dest}")
+        print(printable(f"restored {r.members} members into {args.dest}"))
         return EXIT_OK
-    print(f"refused: {args.tar} was not restored ({r.members} members)", file=sys.stderr)
+    print(printable(f"refused: {args.tar} was not restored ({r.members} members)"), file=sys.stderr)
     return EXIT_FAILED

@@ -18,8 +18,11 @@ in :mod:`refspec.provenance.verify`, safe extraction in :mod:`refspec.provenance
 The private key never enters the archive: the key file must lie outside RESULTS
 and OUT, and sealing fails if any archived file contains the key or any PEM
 private key block, in its bytes, in the decompressed members of a gzip, bzip2,
-xz or zip file, or in a Parquet table's cells (the forms searched are listed in
-:class:`refspec.provenance.keys.KeyLeakScanner` and ``anc/seal.md``).
+xz or zip file (also a zip after a prefix), or in a Parquet table's metadata,
+Arrow schema or cells (the forms searched are listed in
+:class:`refspec.provenance.keys.KeyLeakScanner` and ``anc/seal.md``); a file the
+scan cannot read completely (an encrypted zip member, a damaged stream) is
+refused too.
 """
 
 from __future__ import annotations
@@ -50,7 +53,7 @@ from .. import __version__
 from ..core.errors import IntegrityError, UsageError
 from ..core.fsutil import atomic_output
 from ..core.hashing import canonical_json, sha256_bytes
-from ..core.tables import csv_text
+from ..core.tables import csv_rows, csv_text
 from .keys import (
     KeyLeakScanner,
     check_private_location,
@@ -72,6 +75,8 @@ PLAN_NAME = "plan.json"
 LEDGER_NAME = "ledger.jsonl"
 REQUIRED = (MANIFEST_NAME, PLAN_NAME, LEDGER_NAME)
 MAX_SEAL_BYTES = 256 * 1024 * 1024
+MAX_COMPONENT_BYTES = 255  # NAME_MAX of common file systems
+MAX_NAME_BYTES = 1024
 ZSTD_LEVEL = 9
 _CHUNK = 1 << 20
 _HEX64 = re.compile(r"[0-9a-f]{64}")
@@ -123,7 +128,9 @@ def unsafe_name(name: str) -> str | None:
     """Why ``name`` cannot be an archive member path, or None if it can.
 
     A member path is relative, uses ``/``, has no empty, ``.`` or ``..``
-    component, no backslash, no control character, and is valid UTF-8.
+    component, no backslash, no control character, is valid UTF-8, and fits
+    every common file system (components of at most 255 bytes, the whole path
+    at most 1024).
     """
     if not isinstance(name, str) or not name:
         return "empty name"
@@ -142,6 +149,10 @@ def unsafe_name(name: str) -> str | None:
         return "'..' in path"
     if any(p in ("", ".") for p in parts):
         return "empty or '.' path component"
+    if len(name.encode("utf-8")) > MAX_NAME_BYTES:
+        return f"path longer than {MAX_NAME_BYTES} bytes"
+    if any(len(p.encode("utf-8")) > MAX_COMPONENT_BYTES for p in parts):
+        return f"path component longer than {MAX_COMPONENT_BYTES} bytes"
     return None
 
 
@@ -184,9 +195,15 @@ def _read_chunks(f: Any, h: Any = None) -> Iterable[bytes]:
         yield block
 
 
-def _decompressed(path: Path, kind: str) -> Iterable[bytes]:
-    """The decompressed bytes of every member of a gzip, bzip2 or xz file (to the
-    first error: a damaged stream is scanned as far as it decodes)."""
+class Unscannable(Exception):
+    """A file, or a part of it, that the key-leak scan cannot read completely (the seal is refused)."""
+
+
+def _decompressed(path: Path, kind: str, offset: int = 0) -> Iterable[bytes]:
+    """The decompressed bytes of every member of a gzip, bzip2 or xz stream that starts
+    at ``offset`` and runs to the end of the file; a stream that does not decode to its
+    end (damaged, truncated, trailing bytes that are not a further member) is
+    :class:`Unscannable`."""
     import bz2
     import lzma
     import zlib
@@ -198,73 +215,192 @@ def _decompressed(path: Path, kind: str) -> Iterable[bytes]:
             "xz": lzma.LZMADecompressor,
         }[kind]()
 
-    d = new()
+    d, fed, pos = new(), False, offset
     with open(path, "rb") as f:
+        f.seek(offset)
         for block in _read_chunks(f):
+            pos += len(block)
             while block:
+                fed = True
                 try:
                     out = d.decompress(block)
-                except (zlib.error, OSError, EOFError, lzma.LZMAError, ValueError):
-                    return
+                except (zlib.error, OSError, EOFError, lzma.LZMAError, ValueError) as e:
+                    raise Unscannable(f"{kind} stream damaged before byte {pos} ({type(e).__name__})") from None
                 if out:
                     yield out
-                if getattr(d, "eof", False):  # a further member follows
-                    block = d.unused_data
-                    d = new()
+                if d.eof:  # a further member may follow
+                    block, d, fed = d.unused_data, new(), False
                 else:
                     block = b""
+    if fed:
+        raise Unscannable(f"{kind} stream truncated")
+
+
+# zipfile reads these methods; any other (or an encrypted member) cannot be scanned
+_ZIP_METHODS = {0: "stored", 8: "deflate", 12: "bzip2", 14: "lzma"}
+_ZIP_ERRORS: tuple[type[BaseException], ...] = (OSError, EOFError, RuntimeError, NotImplementedError, ValueError)
 
 
 def _zip_members(path: Path) -> Iterable[bytes]:
+    """Every member of a zip (found by its central directory, also after a prefix such as a
+    stub or other bytes), decompressed; an encrypted member, one of another compression
+    method or one that does not read to its end makes the file :class:`Unscannable`."""
     import zipfile
 
     try:
-        with zipfile.ZipFile(path) as z:
-            for info in z.infolist():
+        z = zipfile.ZipFile(path)
+    except (zipfile.BadZipFile, *_ZIP_ERRORS) as e:
+        raise Unscannable(f"zip central directory unreadable ({type(e).__name__}: {e})") from None
+    with z:
+        for info in z.infolist():
+            if info.flag_bits & 0x1:
+                raise Unscannable(f"zip member {info.filename!r} is encrypted")
+            if info.compress_type not in _ZIP_METHODS:
+                raise Unscannable(
+                    f"zip member {info.filename!r}: compression method {info.compress_type} not supported"
+                )
+            try:
                 with z.open(info) as f:
                     yield from _read_chunks(f)
-                yield b"\n"
-    except (zipfile.BadZipFile, OSError, NotImplementedError, RuntimeError, EOFError):
-        return
+            except (zipfile.BadZipFile, *_ZIP_ERRORS) as e:
+                raise Unscannable(f"zip member {info.filename!r} unreadable ({type(e).__name__}: {e})") from None
+            yield b"\n"
+
+
+_LOCAL_HEADER = b"PK\x03\x04"
+_MAX_LOCAL_HEADERS = 4096
+
+
+def _local_entries(path: Path, offsets: list[int]) -> Iterable[bytes]:
+    """Deflate data after every zip local header signature in the file, wherever it is
+    (members the central directory does not list, a zip inside other bytes), decoded as
+    far as it decodes: a best-effort addition to :func:`_zip_members`, which is strict."""
+    import struct
+    import zlib
+
+    with open(path, "rb") as f:
+        for off in offsets[:_MAX_LOCAL_HEADERS]:
+            f.seek(off)
+            hdr = f.read(30)
+            if len(hdr) < 30:
+                continue
+            flags, method = struct.unpack("<HH", hdr[6:10])
+            nlen, xlen = struct.unpack("<HH", hdr[26:30])
+            if method != 8 or flags & 0x1:
+                continue
+            f.seek(off + 30 + nlen + xlen)
+            d = zlib.decompressobj(-15)
+            try:
+                for block in _read_chunks(f):
+                    out = d.decompress(block)
+                    if out:
+                        yield out
+                    if d.eof:
+                        break
+            except zlib.error:
+                pass
+            yield b"\n"
+
+
+def _arrow_fields(fields: Iterable[Any]) -> Iterable[bytes]:
+    """Names and metadata of Arrow fields and of their children (struct, list, map ...)."""
+    for fld in fields:
+        yield fld.name.encode("utf-8", "surrogatepass") + b"\n"
+        for k, v in (fld.metadata or {}).items():
+            yield k + b"\n" + v + b"\n"
+        t = fld.type
+        yield from _arrow_fields(t.field(i) for i in range(t.num_fields))
 
 
 def _parquet_cells(path: Path) -> Iterable[bytes]:
-    """The key-value metadata and every cell of a Parquet table, as CSV cell text."""
+    """A Parquet table's key-value metadata (the Arrow schema it holds also decoded), the
+    Arrow schema's fields (names and field metadata, nested ones too) and every cell, as
+    CSV cell text; a table that does not read completely is :class:`Unscannable`."""
     import pyarrow.parquet as pq
 
     try:
         pf = pq.ParquetFile(path)
-        for k, v in (pf.schema_arrow.metadata or {}).items():
+        for k, v in (pf.metadata.metadata or {}).items():
             yield k + b"\n" + v + b"\n"
+            if k == b"ARROW:schema":
+                yield base64.b64decode(v) + b"\n"
+        schema = pf.schema_arrow
+        for k, v in (schema.metadata or {}).items():
+            yield k + b"\n" + v + b"\n"
+        yield from _arrow_fields(schema)
         for i in range(pf.num_row_groups):
             t = pf.read_row_group(i)
             for col in t.columns:
                 yield "\n".join(csv_text(v) for v in col.to_pylist()).encode("utf-8", "surrogatepass") + b"\n"
-    except Exception:  # pyarrow raises ArrowInvalid, OSError, ...: an unreadable table was refused earlier
-        return
+    except Exception as e:  # pyarrow raises ArrowInvalid, OSError, binascii.Error, ...
+        raise Unscannable(f"Parquet table unreadable ({type(e).__name__}: {e})") from None
 
 
-_MAGIC = ((b"\x1f\x8b", "gzip"), (b"BZh", "bzip2"), (b"\xfd7zXZ\x00", "xz"), (b"PK\x03\x04", "zip"))
+_MAGIC = (
+    (b"\x1f\x8b", "gzip"),
+    (b"BZh", "bzip2"),
+    (b"\xfd7zXZ\x00", "xz"),
+    (b"PK\x03\x04", "zip"),
+    (b"PK\x05\x06", "zip"),
+)
 
 
-def _hash_and_scan(path: Path, scanner: KeyLeakScanner) -> tuple[str, int, list[str]]:
-    """SHA-256, size and the private-key forms found in the file: in its bytes, in
-    the decompressed members of a gzip, bzip2, xz or zip file, and in the cells of
-    a Parquet table."""
+class _Offsets:
+    """Where a byte signature occurs in a stream of chunks (it may straddle two chunks)."""
+
+    def __init__(self, chunks: Iterable[bytes], needle: bytes):
+        self.chunks, self.needle, self.found = chunks, needle, []
+
+    def __iter__(self) -> Any:
+        pos, tail, n = 0, b"", len(self.needle)
+        for chunk in self.chunks:
+            window = tail + chunk
+            base = pos - len(tail)
+            i = window.find(self.needle)
+            while i >= 0:
+                self.found.append(base + i)
+                i = window.find(self.needle, i + 1)
+            pos += len(chunk)
+            tail = window[-(n - 1) :]
+            yield chunk
+
+
+def _hash_and_scan(path: Path, scanner: KeyLeakScanner) -> tuple[str, int, list[str], list[str]]:
+    """SHA-256, size, the private-key forms found in the file and what could not be scanned.
+
+    Looked at: the file's bytes; the decompressed members of a gzip, bzip2 or xz file;
+    every member of a zip (also one after a prefix) and the deflate data after every zip
+    local header anywhere in the file; a Parquet table's metadata, Arrow schema and cells.
+    """
+    import zipfile
+
     h = hashlib.sha256()
     with open(path, "rb") as f:
         head = f.read(8)
         f.seek(0)
-        found = scanner.scan(_read_chunks(f, h))
+        locals_ = _Offsets(_read_chunks(f, h), _LOCAL_HEADER)
+        found = scanner.scan(locals_)
         size = f.tell()
+    unscannable: list[str] = []
+
+    def scan(what: str, chunks: Iterable[bytes]) -> None:
+        try:
+            found.update(f"{w} ({what})" for w in scanner.scan(chunks))
+        except Unscannable as e:
+            unscannable.append(str(e))
+
     kind = next((k for m, k in _MAGIC if head.startswith(m)), None)
+    if kind is None and zipfile.is_zipfile(path):
+        kind = "zip"  # a zip after a prefix: found by its end-of-central-directory record
     if kind == "zip":
-        found |= {f"{w} (in a zip member)" for w in scanner.scan(_zip_members(path))}
+        scan("in a zip member", _zip_members(path))
     elif kind is not None:
-        found |= {f"{w} (after {kind} decompression)" for w in scanner.scan(_decompressed(path, kind))}
+        scan(f"after {kind} decompression", _decompressed(path, kind))
+    if locals_.found:
+        scan("in zip data", _local_entries(path, locals_.found))
     if path.name.endswith(".parquet"):
-        found |= {f"{w} (in a Parquet cell)" for w in scanner.scan(_parquet_cells(path))}
-    return h.hexdigest(), size, sorted(found)
+        scan("in a Parquet table", _parquet_cells(path))
+    return h.hexdigest(), size, sorted(found), unscannable
 
 
 def default_workers() -> int:
@@ -332,9 +468,7 @@ def rewrite_parquet(
                 w.write_table(t)
                 rows += t.num_rows
                 if writer_csv is not None:
-                    cols = [c.to_pylist() for c in t.columns]
-                    for r in range(t.num_rows):
-                        writer_csv.writerow([csv_text(c[r]) for c in cols])
+                    writer_csv.writerows(csv_rows(t))
     finally:
         if csv_path is not None:
             cf.close()
@@ -386,6 +520,36 @@ def seal_sha256_of(path: str | Path) -> str:
                 raise UsageError(f"{path}: {SEAL_NAME} is not a regular member")
             return sha256_bytes(f.read())
     return sha256_bytes(p.read_bytes())
+
+
+def verified_previous(previous: str | Path, public_key: Any) -> str:
+    """The seal sha256 of the archive this one follows, once it verifies under the signing key.
+
+    A folder or tar is verified completely (``refspec verify`` with this key pinned; a
+    compressed tar is refused like everywhere else); a lone ``SEAL.dsse.json`` has its
+    envelope and signature checked. Anything else is an :class:`IntegrityError`.
+    """
+    from .verify import check_envelope, verify_archive
+
+    p = Path(previous)
+    if not p.exists():
+        raise UsageError(f"previous archive {previous} not found")
+    if p.is_dir() or p.name != SEAL_NAME:
+        res = verify_archive(p, public_key, expect_keyid=fingerprint(public_key))
+        if not res.ok or res.seal_sha256 is None:
+            raise IntegrityError(
+                f"the previous archive {previous} does not verify under the signing key "
+                f"{fingerprint(public_key)}:\n  " + "\n  ".join(res.problems)
+            )
+        return res.seal_sha256
+    data = p.read_bytes()
+    _payload, problems = check_envelope(data, public_key)
+    if problems:
+        raise IntegrityError(
+            f"the previous seal {previous} does not verify under the signing key "
+            f"{fingerprint(public_key)}:\n  " + "\n  ".join(problems)
+        )
+    return sha256_bytes(data)
 
 
 def _scan_results(results: Path) -> tuple[list[str], list[str]]:
@@ -476,7 +640,7 @@ def seal(
     if previous is not None and previous_sha256 is not None:
         raise UsageError("give either a previous archive or its seal sha256, not both")
     if previous is not None:
-        previous_sha256 = seal_sha256_of(previous)
+        previous_sha256 = verified_previous(previous, skey.public_key())
     if previous_sha256 is not None:
         previous_sha256 = previous_sha256.lower()
         if not _HEX64.fullmatch(previous_sha256):
@@ -569,12 +733,18 @@ def seal(
         scanner = KeyLeakScanner(skey)
         with ThreadPoolExecutor(max_workers=workers or default_workers()) as ex:
             hashed = list(ex.map(lambda n: _hash_and_scan(stage / n, scanner), names))
-        leaks = [f"{n} ({'; '.join(found)})" for n, (_d, _s, found) in zip(names, hashed) if found]
+        leaks = [f"{n} ({'; '.join(found)})" for n, (_d, _s, found, _u) in zip(names, hashed) if found]
+        blind = [f"{n} ({'; '.join(u)})" for n, (_d, _s, _f, u) in zip(names, hashed) if u]
+        refusals = []
         if leaks:
-            raise IntegrityError("refusing to seal: private key material found in " + ", ".join(leaks))
+            refusals.append("private key material found in " + ", ".join(leaks))
+        if blind:
+            refusals.append("cannot scan every part of " + ", ".join(blind) + " for private key material (anc/seal.md)")
+        if refusals:
+            raise IntegrityError("refusing to seal: " + "; ".join(refusals))
         subjects = [
             {"annotations": {"size": size}, "digest": {"sha256": digest}, "name": n}
-            for n, (digest, size, _f) in zip(names, hashed)
+            for n, (digest, size, _f, _u) in zip(names, hashed)
         ]
         total = sum(s["annotations"]["size"] for s in subjects)
         statement = {

@@ -23,10 +23,17 @@ Order of checks, all problems collected rather than stopping at the first
    (or empty folder) exists besides ``SEAL.dsse.json``;
 5. every Parquet file carries the archive id and campaign in its key-value
    metadata;
-6. the ledger's hash chain, its line count and its last line's sha256.
+6. the ledger's hash chain, its line count and its last line's sha256;
+7. every CSV copy (``x.csv`` next to ``x.parquet``) equals, byte for byte, the CSV
+   its table gives under the one CSV encoding (:func:`refspec.core.tables.parquet_csv_text`);
+   whether a copy was compared is computed here, never taken from the seal.
+
+Everything printed is passed through :func:`printable`: a signed string (an
+archive id, a creation time, a member name) cannot move the cursor or rewrite
+a line on the terminal.
 
 ``refspec verify`` prints ``OK: PATH (N files) key K archive A created T seal S
-previous P`` (and a ``NOTE:`` line per table whose CSV copy is not checked) or
+previous P`` (and a ``NOTE:`` line per table without a CSV copy) or
 one ``FAIL:`` line per problem; it exits 0 when verified, 1 when not, 2 on a
 usage error (:mod:`refspec.core.errors`).
 """
@@ -86,6 +93,7 @@ class VerifyResult:
     seal_sha256: str | None = None
     keyid: str | None = None
     notes: list[str] = field(default_factory=list)
+    csv_checked: dict[str, bool] = field(default_factory=dict)  # table -> its CSV copy was compared equal
 
     @property
     def ok(self) -> bool:
@@ -93,15 +101,38 @@ class VerifyResult:
 
     def lines(self, shown: str | Path | None = None) -> list[str]:
         """``OK: PATH (N files) key K archive A created T seal S previous P`` and any
-        ``NOTE:`` lines, or one ``FAIL:`` line per problem."""
+        ``NOTE:`` lines, or one ``FAIL:`` line per problem; every line :func:`printable`."""
         where = shown if shown is not None else self.path
         if not self.ok:
-            return [f"FAIL: {p}" for p in self.problems]
+            return [printable(f"FAIL: {p}") for p in self.problems]
         pred = (self.statement or {}).get("predicate") or {}
         return [
-            f"OK: {where} ({self.files} files) key {self.keyid} archive {pred.get('archive_id')} "
-            f"created {pred.get('created')} seal {self.seal_sha256} previous {pred.get('previous_seal_sha256') or 'none'}"
-        ] + [f"NOTE: {n}" for n in self.notes]
+            printable(
+                f"OK: {where} ({self.files} files) key {self.keyid} archive {pred.get('archive_id')} "
+                f"created {pred.get('created')} seal {self.seal_sha256} "
+                f"previous {pred.get('previous_seal_sha256') or 'none'}"
+            )
+        ] + [printable(f"NOTE: {n}") for n in self.notes]
+
+
+def printable(text: str) -> str:
+    """``text`` with every character that is not printable (terminal controls such as ESC
+    and CR, other C0/C1 controls, Unicode format characters such as bidirectional
+    overrides, line and paragraph separators) and the backslash escaped as in Python's
+    string literals (``\\x1b``, ``\\u202e``, ``\\\\``), so a signed string cannot
+    rewrite what a terminal shows."""
+    if text.isprintable() and "\\" not in text:
+        return text
+    out = []
+    for ch in text:
+        if ch == "\\":
+            out.append("\\\\")
+        elif ch.isprintable():
+            out.append(ch)
+        else:
+            o = ord(ch)
+            out.append(f"\\x{o:02x}" if o < 0x100 else f"\\u{o:04x}" if o < 0x10000 else f"\\U{o:08x}")
+    return "".join(out)
 
 
 _KEYID = re.compile(r"SHA256:[0-9a-f]{64}")
@@ -565,24 +596,57 @@ def _subjects(st: dict[str, Any]) -> tuple[dict[str, tuple[int, str]], list[str]
             problems.append(f"statement: subject {name!r} listed twice")
             continue
         out[name] = (size, digest)
+    for name in sorted(set(out) & parent_dirs(out)):
+        inner = next(n for n in sorted(out) if n.startswith(name + "/"))
+        problems.append(f"statement: subject {name!r} is both a file and the folder of {inner!r}")
     return out, problems
 
 
-def _table_notes(pred: dict[str, Any]) -> list[str]:
-    """Tables whose CSV copy the standard-library checker cannot trust (``csv_checked: false``)."""
-    notes = []
-    tables = pred.get("tables")
-    for t in tables if isinstance(tables, list) else []:
-        if not isinstance(t, dict) or t.get("csv_checked") is not False:
-            continue
-        if t.get("csv"):
-            notes.append(
-                f"{t.get('path')}: csv_checked false: its CSV copy {t.get('csv')} was carried without "
-                "a comparison with the table (sealed with --no-csv-check)"
-            )
-        else:
-            notes.append(f"{t.get('path')}: csv_checked false: no CSV copy (report/check.py cannot read this table)")
-    return notes
+def _csv_twins(subjects: dict[str, Any]) -> dict[str, str | None]:
+    """Each Parquet subject and its CSV copy (``x.parquet`` -> ``x.csv``), or None without one."""
+    out: dict[str, str | None] = {}
+    for name in sorted(n for n in subjects if n.endswith(".parquet")):
+        twin = name[: -len(".parquet")] + ".csv"
+        out[name] = twin if twin in subjects else None
+    return out
+
+
+def _lines(text: str) -> list[str]:
+    parts = text.split("\n")
+    return [p + "\n" for p in parts[:-1]] + ([parts[-1]] if parts[-1] else [])
+
+
+def _check_csv(src: _Source, table: str, copy: str, digest: str) -> str | None:
+    """Compare a CSV copy with the CSV its Parquet table gives (:func:`refspec.core.tables.parquet_csv_text`,
+    the one CSV encoding); the copy's bytes have already been checked against ``digest``."""
+    import hashlib
+    import itertools
+
+    import pyarrow.parquet as pq
+
+    from ..core.tables import parquet_csv_text
+
+    try:
+        with src.open(table) as f:
+            pf = pq.ParquetFile(f)
+            h = hashlib.sha256()
+            for text in parquet_csv_text(pf):
+                h.update(text.encode("utf-8"))
+            if h.hexdigest() == digest:
+                return None
+            want = _lines("".join(parquet_csv_text(pf)))
+    except Exception as e:  # pyarrow raises ArrowInvalid, OSError, ...; a cell that is not UTF-8
+        return f"{copy}: its table {table} cannot be read to compare with it ({type(e).__name__}: {e})"
+    with src.open(copy) as f:
+        for n, (a, b) in enumerate(itertools.zip_longest(want, f), 1):
+            got = b.decode("utf-8", "replace") if b is not None else None
+            if a != got:
+                if got is None:
+                    return f"{copy}: ends after line {n - 1}; its table {table} gives {len(want)} lines"
+                if a is None:
+                    return f"{copy}: has more lines than its table {table} gives ({len(want)})"
+                return f"{copy}: line {n} differs from its table {table}: {got[:120]!r}, the table gives {a[:120]!r}"
+    return f"{copy}: differs from the CSV its table {table} gives"
 
 
 def _check_parquet(src: _Source, name: str, archive_id: str, campaign: str) -> list[str]:
@@ -689,7 +753,6 @@ def _verify(src: _Source, key: Ed25519PublicKey, expect_previous: str | None, wo
     subjects, subj_problems = _subjects(st)
     problems.extend(subj_problems)
     res.files = len(st["subject"])
-    res.notes.extend(_table_notes(pred))
 
     if expect_previous is not None:
         prev = pred.get("previous_seal_sha256")
@@ -726,6 +789,19 @@ def _verify(src: _Source, key: Ed25519PublicKey, expect_previous: str | None, wo
             problems.append(f"{name}: unreadable ({got})")
         elif got != subjects[name][1]:
             problems.append(f"{name}: sha256 {got[:16]}... != sealed {subjects[name][1][:16]}...")
+
+    # CSV copies: each compared with its table (csv_checked is computed here, never read from the seal).
+    hashed_ok = {n for n in to_hash if hashes[n] == subjects[n][1]}
+    pairs = [(t, c) for t, c in _csv_twins(subjects).items() if c is not None and {t, c} <= hashed_ok]
+    with ThreadPoolExecutor(max_workers=workers) as ex:
+        compared = list(ex.map(lambda tc: _check_csv(src, tc[0], tc[1], subjects[tc[1]][1]), pairs))
+    for (table, _copy), problem in zip(pairs, compared):
+        res.csv_checked[table] = problem is None
+        if problem is not None:
+            problems.append(problem)
+    for table, copy in _csv_twins(subjects).items():
+        if copy is None:
+            res.notes.append(f"{table}: no CSV copy (report/check.py cannot read this table)")
 
     # Parquet stamps.
     aid, camp = pred.get("archive_id"), pred.get("campaign")
