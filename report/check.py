@@ -356,6 +356,7 @@ class Checker:
         self.matched = 0
         self.identities = 0
         self.files: set[str] = set()
+        self.tables: dict = {}  # name -> CsvTable, as read
         self.tree: set[str] = set()  # regular files of the archive, relative, '/'-separated
 
     def bad(self, where: str, msg: str) -> None:
@@ -669,43 +670,248 @@ def find_report(archive: str) -> tuple[str, str]:
     raise Unreadable(f"{archive}: no report.html with numbers.json (looked in the archive and in report/)")
 
 
-class _HTML(HTMLParser):
+# =========================================================================== the report's strict HTML subset (anc/report.md)
+
+# Elements and their attributes: exactly what the renderer writes. Anything else (another element,
+# attribute or value, an inline ``style``, ``hidden``, an event handler, a comment, a second
+# stylesheet) is refused with its line.
+_NUM_ATTRS = frozenset({"data-num", "data-src"})
+HTML_ELEMENTS = {
+    "html": {"lang"},
+    "head": set(),
+    "meta": {"charset", "name", "content"},
+    "title": set(),
+    "style": set(),
+    "body": set(),
+    "main": set(),
+    "nav": set(),
+    "section": {"id"},
+    "h1": set(),
+    "h2": set(),
+    "h3": {"id"},
+    "p": {"class"},
+    "code": set(),
+    "a": {"href", "data-src"},
+    "div": {"class"},
+    "table": {"data-table", "data-src"},
+    "thead": set(),
+    "tbody": set(),
+    "tr": set(),
+    "th": {"scope", "class"},
+    "td": {"class", "title"},
+    "span": set(_NUM_ATTRS),
+    "figure": {"id"},
+    "figcaption": set(),
+    "footer": set(),
+}
+SVG_ELEMENTS = {
+    "svg": {"xmlns", "viewbox", "role", "aria-label", "class"},
+    "title": set(),
+    "line": {"x1", "y1", "x2", "y2", "stroke", "stroke-width", "stroke-dasharray"},
+    "rect": {"x", "y", "width", "height", "fill"},
+    "circle": {"cx", "cy", "r", "fill"},
+    "text": {"x", "y", "text-anchor", "font-size", "fill"},
+}
+VOID_ELEMENTS = {"meta"}
+SVG_LEAVES = {"line", "rect", "circle"}
+# the colours of the figures (svg.py's palette)
+SVG_COLOURS = {
+    "#7a4e9c",
+    "#2c6db0",
+    "#d2691e",
+    "#6a8a3a",
+    "#7f7f7f",
+    "#b22222",
+    "#d9d9d9",
+    "#333333",
+    "#4a7fb5",
+    "#222",
+}
+_DECIMAL = r"-?\d+(?:\.\d+)?"
+ATTR_VALUES = {
+    "lang": re.compile(r"en"),
+    "charset": re.compile(r"utf-8"),
+    "scope": re.compile(r"col"),
+    "class": re.compile(r"[A-Za-z_][A-Za-z0-9_-]*(?: [A-Za-z_][A-Za-z0-9_-]*)*"),
+    "id": re.compile(r"[A-Za-z][A-Za-z0-9_-]*"),
+    "data-table": re.compile(r"[A-Za-z][A-Za-z0-9_-]*"),
+    "xmlns": re.compile(r"http://www\.w3\.org/2000/svg"),
+    "viewbox": re.compile(r"0 0 \d+ \d+"),
+    "role": re.compile(r"img"),
+    "text-anchor": re.compile(r"start|middle|end"),
+    "font-size": re.compile(r"\d+"),
+    "stroke-dasharray": re.compile(r"4 3"),
+    **{k: re.compile(_DECIMAL) for k in ("x", "y", "x1", "y1", "x2", "y2", "width", "height", "cx", "cy", "r")},
+    "stroke-width": re.compile(_DECIMAL),
+}
+# the two meta elements the renderer writes (no refresh, no other http-equiv)
+META_ALLOWED = ({"charset": "utf-8"}, {"name": "viewport", "content": "width=device-width, initial-scale=1"})
+# sha256 of the one stylesheet (the <style> element of report/templates/report.html.j2); a report
+# with any other CSS is refused (tests/test_report_strict.py keeps the two in step)
+STYLESHEET_SHA256 = "040b07b2b2be422ab3b84cb66bab81f860cc1594ecc0aeaa3812072b2c304d0a"
+# Digits in visible text outside a checked number (data-num) are refused unless the word holding
+# them is one of these labels, or a name the archive's own tables hold (see visible_digit_problem).
+LABEL_RE = re.compile(
+    r"(?:E[12]|S\d+(?:\.\d+)?(?:-S\d+)?|§\d+(?:\.\d+)*"  # experiment, table and section labels
+    r"|FP64|F16|F32|sha256|SHA-256|Ed25519|UTF-8"  # formats named in the text
+    r"|U1|Sn-1"  # the state study's arm names
+    r"|95%|2\.5/97\.5)"  # the level of the bootstrap interval
+)
+# integer columns whose values are row keys a table shows as text (a cap, a mask, a layer ...)
+KEY_COLUMNS = ("cap", "mask", "layer", "q", "k", "ub", "n_kv", "repeat")
+_WORD_STRIP = "()[]{},;:.!?'\"“”‘’"
+
+
+class StrictHTML(HTMLParser):
+    """Parse report.html against the subset, recording problems (line, what), the checked numbers
+    (``nums``), the links, ids, the stylesheet and the visible text outside checked numbers."""
+
     def __init__(self):
         super().__init__(convert_charrefs=True)
+        self.problems: list[tuple[int, str]] = []
         self.nums: list[tuple[str, str, str | None, int]] = []  # id, text, data-src, line
-        self.links: list[tuple[str, str, int]] = []  # attr, value, line
-        self.scripts: list[int] = []
-        self.table_of: list[str | None] = []  # data-table of the table holding each number (parallel to nums)
-        self._table = None
-        self._cur = None
+        self.table_of: list[str | None] = []
+        self.links: list[tuple[str, str, int]] = []
+        self.ids: dict[str, int] = {}
+        self.hrefs: list[tuple[str, int]] = []
+        self.styles: list[str] = []
+        self.text: list[tuple[str, int, str]] = []  # visible text outside checked numbers: (text, line, context)
+        self.stack: list[tuple[str, int]] = []
+        self._table: str | None = None
+        self._num: tuple | None = None
         self._buf: list[str] = []
+        self._seen_doctype = False
 
-    def handle_starttag(self, tag, attrs):
-        a = dict(attrs)
+    def bad(self, msg: str) -> None:
+        self.problems.append((self.getpos()[0], msg))
+
+    def _in(self, tag: str) -> bool:
+        return any(t == tag for t, _l in self.stack)
+
+    def handle_decl(self, decl):
+        if decl.lower() != "doctype html" or self._seen_doctype or self.stack:
+            self.bad(f"declaration <!{decl}> (only <!DOCTYPE html>, first)")
+        self._seen_doctype = True
+
+    def unknown_decl(self, data):
+        self.bad(f"declaration <![{data[:30]}...]> is not in the report format")
+
+    def handle_pi(self, data):
+        self.bad("processing instruction is not in the report format")
+
+    def handle_comment(self, data):
+        self.bad("comment is not in the report format")
+
+    def handle_startendtag(self, tag, attrs):
+        self.handle_starttag(tag, attrs, closed=True)
+
+    def handle_starttag(self, tag, attrs, closed=False):
         line = self.getpos()[0]
-        if tag in ("script", "iframe", "object", "embed"):
-            self.scripts.append(line)
+        if not self._seen_doctype:
+            self.bad("no <!DOCTYPE html> before the first element")
+            self._seen_doctype = True
+        if self._num is not None:
+            self.bad(f"<{tag}> inside a checked number (data-num {self._num[0]!r}): a number has no nested element")
+        in_svg = self._in("svg")
+        allowed = SVG_ELEMENTS if (in_svg or tag == "svg") else HTML_ELEMENTS
+        if tag == "title" and not in_svg and not (self.stack and self.stack[-1][0] == "head"):
+            allowed = {}
+        if tag not in allowed:
+            self.bad(f"element <{tag}> is not in the report format")
+        names = [k for k, _v in attrs]
+        if len(set(names)) != len(names):
+            self.bad(f"<{tag}> repeats an attribute")
+        a = dict(attrs)
+        for k, v in attrs:
+            if k not in allowed.get(tag, ()):
+                self.bad(f"attribute {k}= on <{tag}> is not in the report format")
+                continue
+            if v is None:
+                self.bad(f"attribute {k} on <{tag}> has no value")
+                continue
+            pat = ATTR_VALUES.get(k)
+            if pat is not None and not pat.fullmatch(v):
+                self.bad(f"{k}={v[:60]!r} on <{tag}> is not a value of the report format")
+            if k in ("fill", "stroke") and v not in SVG_COLOURS:
+                self.bad(f"{k}={v[:60]!r} on <{tag}> is not a colour of the figures")
+        if tag == "meta" and a not in META_ALLOWED:
+            self.bad(f"<meta {' '.join(f'{k}={v!r}' for k, v in attrs)}> is not in the report format")
+        if tag == "style" and not (self.stack and self.stack[-1][0] == "head"):
+            self.bad("<style> outside <head>")
+        if "id" in a and a["id"] is not None:
+            if a["id"] in self.ids:
+                self.bad(f"duplicate id {a['id']!r} (first on line {self.ids[a['id']]})")
+            else:
+                self.ids[a["id"]] = line
         for k in ("href", "src", "data-src"):
             if a.get(k) is not None:
                 self.links.append((k, a[k], line))
+        if tag == "a" and a.get("href") is not None:
+            self.hrefs.append((a["href"], line))
         if tag == "table":
             self._table = a.get("data-table")
         if "data-num" in a:
-            self._cur = (a["data-num"], a.get("data-src"), line, tag)
+            if tag != "span" or set(a) != _NUM_ATTRS:
+                self.bad(f"a checked number is a <span> with data-num and data-src only, not <{tag} {sorted(a)}>")
+            if not self._in("td") and not self._in("p"):
+                self.bad(f"checked number {a['data-num']!r} outside a table cell or paragraph")
+            self._num = (a["data-num"], a.get("data-src"), line)
             self._buf = []
+        elif tag == "span":
+            self.bad("<span> without data-num")
+        if closed or tag in VOID_ELEMENTS:
+            if tag not in VOID_ELEMENTS and tag not in SVG_LEAVES:
+                self.bad(f"<{tag}/> self-closed")
+            if tag == "span" and self._num is not None:
+                self.handle_endtag("span")
+            return
+        if tag in SVG_LEAVES:
+            self.bad(f"<{tag}> must be self-closed")
+        self.stack.append((tag, line))
 
     def handle_endtag(self, tag):
-        if self._cur is not None and tag == self._cur[3]:
-            nid, src, line, _t = self._cur
-            self.nums.append((nid, "".join(self._buf).strip(), src, line))
+        if tag in VOID_ELEMENTS or (tag in SVG_LEAVES and not (self.stack and self.stack[-1][0] == tag)):
+            self.bad(f"end tag </{tag}> of an element that has none")
+            return
+        if not self.stack or self.stack[-1][0] != tag:
+            open_ = self.stack[-1][0] if self.stack else "nothing"
+            self.bad(f"</{tag}> closes <{open_}> (elements nest strictly in the report format)")
+            if any(t == tag for t, _l in self.stack):
+                while self.stack and self.stack[-1][0] != tag:
+                    self.stack.pop()
+            else:
+                return
+        self.stack.pop()
+        if tag == "span" and self._num is not None:
+            nid, src, line = self._num
+            text = "".join(self._buf)
+            if text != text.strip() or not text:
+                self.problems.append((line, f"checked number {nid!r} has surrounding space or no text"))
+            self.nums.append((nid, text.strip(), src, line))
             self.table_of.append(self._table)
-            self._cur = None
+            self._num = None
         elif tag == "table":
             self._table = None
 
     def handle_data(self, data):
-        if self._cur is not None:
+        if self._num is not None:
             self._buf.append(data)
+            return
+        if self.stack and self.stack[-1][0] == "style":
+            self.styles.append(data)
+            return
+        if data.strip():
+            if not self.stack or self.stack[-1][0] in ("html", "head", "tr", "thead", "tbody", "table", "svg"):
+                self.bad(f"text {data.strip()[:40]!r} where the report format has none")
+            ctx = "svg" if self._in("svg") else self.stack[-1][0] if self.stack else ""
+            self.text.append((data, self.getpos()[0], ctx))
+
+    def close(self):
+        super().close()
+        for tag, line in self.stack:
+            self.problems.append((line, f"<{tag}> is never closed"))
+        if self._num is not None:
+            self.problems.append((self._num[2], f"checked number {self._num[0]!r} is never closed"))
 
 
 _NUM_RE = re.compile(r"^(-?)(\d+)(?:\.(\d*))?(?:[eE]([+-]?\d+))?$")
@@ -751,7 +957,9 @@ def posix_rel(path: str, start: str) -> str:
 class Report:
     """The rendered report of an archive: numbers.json, report.html (parsed) and the folder holding them."""
 
-    def __init__(self, archive: str, html_path: str, numbers_path: str, numbers_doc: dict, html_text: str, hp: _HTML):
+    def __init__(
+        self, archive: str, html_path: str, numbers_path: str, numbers_doc: dict, html_text: str, hp: StrictHTML
+    ):
         self.html_path, self.numbers_path = html_path, numbers_path
         self.numbers_doc, self.html_text, self.hp = numbers_doc, html_text, hp
         self.dir = os.path.dirname(html_path)
@@ -776,7 +984,7 @@ def read_report(c: Checker) -> Report | None:
     try:
         with open(html_path, encoding="utf-8") as f:
             html_text = f.read()
-        hp = _HTML()
+        hp = StrictHTML()
         hp.feed(html_text)
         hp.close()
     except (OSError, UnicodeDecodeError) as e:
@@ -797,6 +1005,7 @@ def read_tables(c: Checker) -> dict[str, CsvTable]:
                     tables[name] = t
                 break
     c.files.update(t.path for t in tables.values())
+    c.tables = tables
     return tables
 
 
@@ -1736,11 +1945,18 @@ def check_html(c: Checker, E: Expected, rep: Report, stated: dict) -> None:
             c.bad(where, f"data-src {dsrc!r}, expected {exp[1]!r}")
     for nid in sorted(set(stated) - shown):
         c.bad(f"{rep.html_rel}", f"number {nid} of numbers.json is not shown")
-    for line in rep.hp.scripts:
-        c.bad(f"{rep.html_rel}:{line}", "active content (script/iframe/object/embed) in the report")
+    for line, msg in rep.hp.problems:
+        c.bad(f"{rep.html_rel}:{line}", msg)
+    css = "".join(rep.hp.styles)
+    if len([1 for _t in rep.hp.styles]) and hashlib.sha256(css.encode("utf-8")).hexdigest() != STYLESHEET_SHA256:
+        c.bad(rep.html_rel, "the stylesheet is not the report format's (sha256 differs from STYLESHEET_SHA256)")
+    for href, line in rep.hp.hrefs:
+        if href.startswith("#") and href[1:] not in rep.hp.ids:
+            c.bad(f"{rep.html_rel}:{line} href={href!r}", "link to an id the report does not have")
+    check_visible_digits(c, rep)
     for attr, val, line in rep.hp.links:
         where = f"{rep.html_rel}:{line} {attr}={val!r}"
-        if val.startswith("#") or val.startswith("data:"):
+        if val.startswith("#"):
             continue
         if re.match(r"^[a-zA-Z][a-zA-Z0-9+.-]*:", val) or val.startswith("//"):
             c.bad(where, "external link in a self-contained report")
@@ -1751,6 +1967,54 @@ def check_html(c: Checker, E: Expected, rep: Report, stated: dict) -> None:
             c.bad(where, "link leaves the archive")
         elif not os.path.isfile(p):
             c.bad(where, "linked file is missing")
+
+
+def archive_names(c: Checker) -> set[str]:
+    """Every string cell of the tables read (and its '/'- and space-separated parts): the names
+    (tasks, arms, families, sessions, drafts, digests, times, reasons) a report may show as text."""
+    names: set[str] = set()
+    for t in c.tables.values():
+        cols = [k for k, kind in COLUMNS[t.name].items() if kind == S or k in KEY_COLUMNS]
+        for r in t.rows:
+            for k in cols:
+                v = r.get(k)
+                if isinstance(v, str):
+                    names.add(v)
+                    names.update(v.split())
+                elif isinstance(v, int) and not isinstance(v, bool):
+                    names.add(str(v))
+    return names
+
+
+def visible_digits_problem(word: str, names: set[str]) -> bool:
+    """Whether a word of visible text holding a digit is outside the report format's allowlist."""
+    w = word.strip(_WORD_STRIP)
+    if not any(ch.isdigit() for ch in w):
+        return False
+    if w in names or LABEL_RE.fullmatch(w):
+        return False
+    parts = re.split(r"[/,]", w)
+    return not all(p in names or LABEL_RE.fullmatch(p) or not any(ch.isdigit() for ch in p) for p in parts)
+
+
+def check_visible_digits(c: Checker, rep: Report) -> None:
+    """Every digit a reader sees outside a checked number (data-num) must be part of a word the
+    archive names (a string cell or a key column of its tables, a provenance digest, key id or
+    host that ``check_provenance`` and ``check_data_seal`` check) or a label of ``LABEL_RE``;
+    numbers themselves are only ever shown as checked numbers. The text of the figures (axis
+    ticks, counts and labels drawn in SVG) is the exception: see anc/report.md."""
+    names = archive_names(c)
+    prov = rep.numbers_doc.get("provenance") if isinstance(rep.numbers_doc.get("provenance"), dict) else {}
+    for v in prov.values():
+        if isinstance(v, str):
+            names.add(v)
+            names.update(x.strip(_WORD_STRIP) for x in v.split())
+    for text, line, ctx in rep.hp.text:
+        if ctx == "svg":
+            continue
+        for word in text.split():
+            if visible_digits_problem(word, names):
+                c.bad(f"{rep.html_rel}:{line}", f"digits {word!r} in visible text ({ctx}) outside a checked number")
 
 
 def check_provenance(c: Checker, rep: Report) -> dict:

@@ -67,11 +67,19 @@ def _apt_install(packages: list[str]) -> None:
 def _prepare(config: str | None) -> None:
     from ..core.config import load_config
     from ..native import build as native
+    from ..native import vulkan
     from ..native.models import config_families_file, ensure_family
 
     cfg = load_config(config)
     native.current(cfg)
     ensure_family(cfg["family"], models_dir=cfg.get("models_dir"), families_file=config_families_file(cfg))
+    # the Vulkan backend (lavapipe on a machine without a GPU) for the `vulkan` tests, where this
+    # machine can have it; elsewhere those tests skip and say why
+    why = vulkan.unavailable()
+    if why is None:
+        native.build(native.BuildOptions(backend="vulkan"))
+    else:
+        print(f"refspec test: the Vulkan tests will skip: {why}", file=sys.stderr)
 
 
 def _add_test(p: argparse.ArgumentParser) -> None:
@@ -173,7 +181,8 @@ def _run_main(args: argparse.Namespace) -> int:
         else:
             print(
                 "report.pdf: not made: pdflatex was not found (Debian: apt-get install --no-install-recommends "
-                f"{TEX_PACKAGES}, then remove {results / 'report-stage'} and run again)"
+                f"{TEX_PACKAGES}, then run `./run main --forcerun report`: Snakemake reruns the report and "
+                "everything after it, the archive's seal and the check)"
             )
         print()
         print(headline_text(numbers, archive / "SEAL.dsse.json"))

@@ -66,6 +66,11 @@ def _host_text(h: dict) -> str | None:
     return "; ".join(parts) or None
 
 
+def _tasks_fail(n: int) -> str:
+    """The words after a count of failed tasks (and the closing parenthesis)."""
+    return " task fails)" if n == 1 else " tasks fail)"
+
+
 def _campaigns_in(rows: Iterable[dict]) -> list[str]:
     present = {r["campaign"] for r in rows}
     return [c for c in CAMPAIGN_ORDER if c in present] + sorted(present - set(CAMPAIGN_ORDER))
@@ -116,11 +121,22 @@ def section_provenance(
             for s in env.get("signatures") or []:
                 if isinstance(s, dict) and isinstance(s.get("keyid"), str):
                     keyids.append(s["keyid"])
-    kv(
-        "SEAL.dsse.json sha256",
-        prov.get("seal_sha256"),
-        "seal present when this report was rendered" if seal else "not sealed when this report was rendered",
-    )
+    if seal:
+        kv("SEAL.dsse.json sha256", prov["seal_sha256"], "seal present when this report was rendered")
+    else:
+        # the archive's own seal covers this report, so the report cannot hold that seal's digest
+        rows.append(
+            [
+                Cell(["archive seal (SEAL.dsse.json)"]),
+                Cell(["in the sealed archive, beside this report"], cls="descriptive"),
+                Cell(
+                    [
+                        "the seal covers this report, so the report cannot contain the seal's own digest: "
+                        "`refspec verify ARCHIVE` and `./run main` print it"
+                    ]
+                ),
+            ]
+        )
     if data_seal is not None and Path(data_seal).is_file():
         # the seal of the data this report was rendered from; the archive's own seal (which covers
         # this report) names it as its previous seal
@@ -187,10 +203,13 @@ def section_qualification(a: Archive, N: Numbers) -> Section:
                 why = refused.get((fam, arm))
                 if why is not None:  # admission refused the arm: say so, not only "0/2 (2 tasks fail)"
                     cells.append(
-                        Cell(["refused: ", why, " (", m, "/", q, " endpoints; ", f, " tasks fail)"], cls="bad refused")
+                        Cell(
+                            ["refused: ", why, " (", m, "/", q, " endpoints; ", f, _tasks_fail(values["tasks_failed"])],
+                            cls="bad refused",
+                        )
                     )
                 else:
-                    cells.append(Cell([m, "/", q, " (", f, " tasks fail)"], cls=cls))
+                    cells.append(Cell([m, "/", q, " (", f, _tasks_fail(values["tasks_failed"])], cls=cls))
             rows.append(cells)
         sec.items.append(
             Table(
@@ -449,7 +468,8 @@ def section_replication(a: Archive, N: Numbers, boot: dict[str, Any]) -> Section
                 )
             )
     if boot:
-        sec.notes.append("plan.json bootstrap settings: " + ", ".join(f"{k}={v}" for k, v in sorted(boot.items())))
+        # the values themselves are the table's checked draws, seed and threshold numbers
+        sec.notes.append("plan.json freezes the bootstrap settings: " + ", ".join(sorted(boot)) + " (as in the table)")
     if a.has("contrasts"):
         src = a.src("contrasts")
         tid = "contrasts"
@@ -940,7 +960,7 @@ def section_prediction(a: Archive, N: Numbers) -> Section:
         "equals the frozen prediction; reference vs live counts live runs equal to the same-set reference "
         "(the first R endpoint of the live session); a task is repeat-stable when all its live runs share one "
         "endpoint, and reference-divergent when some live run differs from the reference. The companion study "
-        "reports 72/72 predicted against 60/72 for the reference, including all 12 runs of four "
+        "reports every live run predicted against fewer for the reference, including every run of its "
         "reference-divergent prompts. A prediction neither restores qualification nor identifies a numerical cause.",
     )
     if not a.has("prediction"):
@@ -1151,7 +1171,7 @@ def section_summary(a: Archive, N: Numbers, prov: dict[str, Any]) -> tuple[Secti
                             key,
                             "tasks_failed",
                         )
-                        g += [" (", f, " tasks fail)"]
+                        g += [" (", f, _tasks_fail(c["tasks"] - c["tasks_qualified"])]
                     groups.append(g)
                 add("preservation: matching / required", f"{camp} {fam}", _join(groups))
         # first divergences of the failing arms (a refused arm has none: it never ran)

@@ -87,11 +87,11 @@ def section_partition(a: Archive, N: Numbers) -> Section:
     sec = Section(
         "state-partition",
         "State formation: prefill partitions",
-        "Each arm prefills the same prompt partitioned differently (A: one caller, micro-batch 512; B: an "
-        "external split; C: micro-batch 128; Sn-1: all but the last token, then one; U1: physical "
-        "micro-batch 1) and continues by natural greedy decoding (paper §6.1, Tables S8-S9). Per cell: "
-        "endpoint / KV / initial-logits class (0 = A's class) and the first generated index that differs "
-        "from A.",
+        "Each arm prefills the same prompt partitioned differently (A: one caller, the full micro-batch; B: an "
+        "external split; C: a quarter of that micro-batch; Sn-1: all but the last token, then one; U1: "
+        "physical micro-batch one) and continues by natural greedy decoding (paper §6.1, Tables S8-S9). Per "
+        "cell: endpoint / KV / initial-logits class (class zero is A's) and the first generated index that "
+        "differs from A.",
     )
     if not a.has("partition"):
         sec.notes.append("partition.csv not present: prefill partition campaign not run")
@@ -511,7 +511,7 @@ def section_admission(a: Archive, N: Numbers) -> Section:
     sec = Section(
         "admission",
         "Backend admission",
-        "The family's attention shape lifted to q = 1..4 occupied queries: per layout, the chosen backend's "
+        "The family's attention shape lifted to one to four occupied queries (q): per layout, the chosen backend's "
         "supports_op for every node and where the nodes ran (paper §6.3, S6.3). 'false' is a proven "
         "violation of a necessary condition; 'unknown' is never a certificate of support.",
     )

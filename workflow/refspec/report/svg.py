@@ -164,29 +164,36 @@ def _fmt_tick(v: float) -> str:
 
 
 def interval_figure(title: str, rows: list[dict], ref_lines: Sequence[tuple[float, str, str]]) -> Canvas:
-    """Horizontal point-and-interval chart. rows: label, value, lo, hi (lo/hi may be None), cls, note."""
-    right, top, row_h = 20, 28, 26
-    label_w = label_width(r["label"] for r in rows)
-    width = label_w + PLOT_W + right
-    height = top + row_h * max(len(rows), 1) + 42
-    c = Canvas(width, height, title)
+    """Horizontal point-and-interval chart. rows: label, value, lo, hi (lo/hi may be None), cls, note.
+
+    A reference line is labelled above the plot, each label on its own line (so that a threshold
+    close to 1 never overlaps another label), unless its label is the axis tick drawn at its value."""
     vals = [v for r in rows for v in (r.get("value"), r.get("lo"), r.get("hi")) if v is not None]
     vals += [v for v, _c, _l in ref_lines]
     lo, hi = (min(vals), max(vals)) if vals else (0.9, 1.1)
     pad = (hi - lo) * 0.08 or 0.02
     lo, hi = lo - pad, hi + pad
+    ticks = nice_ticks(lo, hi, 6)
+    tick_text = {_fmt_tick(t) for t in ticks}
+    labelled = [(v, cls, lab) for v, cls, lab in ref_lines if not (lab == _fmt_tick(v) and lab in tick_text)]
+    right, top, row_h = 20, 16 + 13 * len(labelled), 26
+    label_w = label_width(r["label"] for r in rows)
+    width = label_w + PLOT_W + right
+    height = top + row_h * max(len(rows), 1) + 42
+    c = Canvas(width, height, title)
     x0, x1 = label_w, width - right
 
     def sx(v):
         return x0 + (v - lo) / (hi - lo) * (x1 - x0)
 
     ybot = top + row_h * max(len(rows), 1)
-    for t in nice_ticks(lo, hi, 6):
+    for t in ticks:
         c.line(sx(t), top - 6, sx(t), ybot, cls="grid")
         c.text(sx(t), ybot + 16, _fmt_tick(t), anchor="middle", size=10)
-    for v, cls, lab in ref_lines:
-        c.line(sx(v), top - 10, sx(v), ybot, cls=cls, dash=(cls == "thr"), width=1.2)
-        c.text(sx(v), top - 13, lab, anchor="middle", cls=cls, size=10)
+    for v, cls, _lab in ref_lines:
+        c.line(sx(v), top - 4, sx(v), ybot, cls=cls, dash=(cls == "thr"), width=1.2)
+    for j, (v, cls, lab) in enumerate(labelled):
+        c.text(sx(v), 12 + 13 * j, lab, anchor="middle", cls=cls, size=10)
     c.line(x0, ybot, x1, ybot)
     for i, r in enumerate(rows):
         y = top + row_h * i + row_h / 2

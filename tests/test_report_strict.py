@@ -1,0 +1,287 @@
+"""The report is a strict, checkable format: report/check.py refuses every HTML edit outside it,
+naming the line, and what Chromium shows a reader is what check.py checked.
+
+Each edit below is made to report.html of a synthetic archive, which is then sealed again with the
+signer's own key (the data untouched, the signature valid): check.py must refuse it. The edits that
+stay inside the format (a colour class swapped) are shown to change no number a reader sees in
+headless Chromium."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest_report import make_results, signer, signer_pubkey
+from refspec.core.paths import REPO_ROOT
+from refspec.provenance.seal import seal
+from refspec.report import render as report
+
+CHECK_PATH = REPO_ROOT / "report" / "check.py"
+_spec = importlib.util.spec_from_file_location("refspec_report_check_strict", CHECK_PATH)
+CHECK = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(CHECK)
+CHROMIUM = Path("/usr/bin/chromium")
+
+
+def run_check(archive: Path) -> tuple[int, str]:
+    r = subprocess.run(
+        [sys.executable, "-I", "-S", str(CHECK_PATH), str(archive), "--pubkey", str(signer_pubkey())],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=120,
+    )
+    return r.returncode, r.stdout
+
+
+@pytest.fixture(scope="module")
+def stage(tmp_path_factory) -> Path:
+    base = tmp_path_factory.mktemp("strict")
+    results = make_results(base / "results", evil=True, draws=300)
+    report.render(results, pdf=False)
+    return results
+
+
+def sealed(stage: Path, dst: Path, edit=None) -> Path:
+    """``stage`` with ``edit(html) -> html`` applied to report.html, sealed by the signer into ``dst``."""
+    work = dst.with_name(dst.name + "-stage")
+    shutil.copytree(stage, work)
+    for p in work.rglob("*"):
+        p.chmod(0o755 if p.is_dir() else 0o644)
+    if edit is not None:
+        h = work / "report.html"
+        before = h.read_text()
+        after = edit(before)
+        assert after != before, "the edit changed nothing"
+        h.write_text(after)
+    seal(work, dst, key=signer(), archive_id="synthetic", created="2026-10-20T00:00:00Z")
+    return dst
+
+
+def _first_num(html: str) -> re.Match:
+    return re.search(r'<span data-num="(ratio\|[^"]+\|ratio)" data-src="([^"]+)">([^<]+)</span>', html)
+
+
+def _fake_twin(html: str) -> str:
+    m = _first_num(html)
+    return html.replace(
+        m.group(0), m.group(0)[:-7].replace("<span ", "<span hidden ", 1) + "</span><span>9.999999</span>", 1
+    )
+
+
+def _nested(html: str) -> str:
+    m = _first_num(html)
+    t = m.group(3)
+    return html.replace(m.group(0), m.group(0).replace(f">{t}<", f">{t}<span>0</span><", 1), 1)
+
+
+def _style(html: str, rule: str) -> str:
+    return html.replace("</style>", rule + "\n</style>", 1)
+
+
+# (class of edit, edit, a word the refusal must contain)
+EDITS = [
+    ("CSS repaints a checked number", lambda h: _style(h, "span[data-num] { color: #fff; }"), "stylesheet"),
+    ("CSS hides the number cells", lambda h: _style(h, "td.num { visibility: hidden; }"), "stylesheet"),
+    ("CSS writes a number", lambda h: _style(h, 'td.num::after { content: "2.5"; }'), "stylesheet"),
+    ("remote stylesheet by @import", lambda h: _style(h, "@import url(https://example.org/x.css);"), "stylesheet"),
+    (
+        "remote stylesheet by <link>",
+        lambda h: h.replace("</head>", '<link rel="stylesheet" href="https://example.org/x.css">\n</head>', 1),
+        "<link>",
+    ),
+    ("second <style> element", lambda h: h.replace("</head>", "<style>p{}</style>\n</head>", 1), "stylesheet"),
+    (
+        "inline style on a number",
+        lambda h: h.replace('<span data-num="', '<span style="display:none" data-num="', 1),
+        "style=",
+    ),
+    ("nested element ends the capture", _nested, "inside a checked number"),
+    ("hidden number with a fake visible twin", _fake_twin, "hidden="),
+    (
+        "number in plain text outside a checked cell",
+        lambda h: h.replace("</h1>", "</h1>\n<p>The speed-up is 2.50x.</p>", 1),
+        "digits",
+    ),
+    (
+        "number in a table cell outside a checked span",
+        lambda h: h.replace(_first_num(h).group(0), "1.234567", 1),
+        "digits",
+    ),
+    (
+        "meta refresh",
+        lambda h: h.replace("</head>", '<meta http-equiv="refresh" content="0; url=https://example.org/">\n</head>', 1),
+        "http-equiv",
+    ),
+    (
+        "external xlink:href",
+        lambda h: h.replace("</svg>", '<image xlink:href="https://example.org/x.png" width="9" height="9"/></svg>', 1),
+        "<image>",
+    ),
+    (
+        "url() in a figure's fill",
+        lambda h: h.replace('fill="#4a7fb5"', 'fill="url(https://example.org/p)"', 1),
+        "fill=",
+    ),
+    ("duplicate id", lambda h: h.replace("<h1>", '<h1 id="summary">', 1), "duplicate id"),
+    ("script", lambda h: h.replace("</main>", "<script>document.title='x'</script></main>", 1), "<script>"),
+    ("event handler", lambda h: h.replace("<body>", '<body onload="x()">', 1), "onload="),
+    ("iframe", lambda h: h.replace("</main>", '<iframe src="numbers.json"></iframe></main>', 1), "<iframe>"),
+    ("base href", lambda h: h.replace("</head>", '<base href="https://example.org/">\n</head>', 1), "<base>"),
+    ("comment", lambda h: h.replace("</main>", "<!-- 1.5x --></main>", 1), "comment"),
+    ("link to a missing id", lambda h: h.replace('href="#summary"', 'href="#nowhere"', 1), "does not have"),
+    ("svg opacity on a figure", lambda h: h.replace('class="fig">', 'class="fig" opacity="0">', 1), "opacity="),
+]
+# edits inside the format: they change no number a reader sees (shown in Chromium below)
+INSIDE = [
+    ("a cell's colour class swapped", lambda h: h.replace('<td class="ok">', '<td class="bad">', 1)),
+]
+
+
+def test_clean_archive_passes_and_is_fast(stage, tmp_path):
+    a = sealed(stage, tmp_path / "clean")
+    t0 = time.perf_counter()
+    code, out = run_check(a)
+    elapsed = time.perf_counter() - t0
+    assert code == 0, out
+    print(f"check.py on the synthetic archive: {elapsed:.2f} s")
+    assert elapsed < 5
+
+
+def test_every_edit_outside_the_format_is_refused_with_its_line(stage, tmp_path):
+    refused = []
+    for i, (name, edit, word) in enumerate(EDITS):
+        a = sealed(stage, tmp_path / f"e{i}", edit)
+        code, out = run_check(a)
+        lines = [l for l in out.splitlines() if l.startswith("MISMATCH report.html")]
+        assert code == 1 and lines, (name, out[-3000:])
+        assert any(word in l for l in lines), (name, lines[:5])
+        if word != "stylesheet":
+            assert any(re.match(r"MISMATCH report\.html:\d+", l) for l in lines), (name, lines[:5])
+        refused.append(name)
+    for name, edit in INSIDE:
+        a = sealed(stage, tmp_path / f"in-{len(refused)}", edit)
+        code, out = run_check(a)
+        assert code == 0, (name, out[-2000:])
+    print(f"{len(refused)} of {len(EDITS)} edits outside the format refused; {len(INSIDE)} inside accepted")
+
+
+def test_the_stylesheet_is_the_formats():
+    """check.py pins the renderer's stylesheet: a change to one needs the other."""
+    tpl = (REPO_ROOT / "report" / "templates" / "report.html.j2").read_text()
+    css = re.search(r"<style>(.*?)</style>", tpl, re.S).group(1)
+    assert hashlib.sha256(css.encode()).hexdigest() == CHECK.STYLESHEET_SHA256
+
+
+# --------------------------------------------------------------------------- what Chromium shows
+
+_PROBE = """<script>window.addEventListener('load', function () {
+  function shown(el) {
+    for (var e = el; e && e.nodeType === 1; e = e.parentElement) {
+      var s = getComputedStyle(e);
+      if (s.display === 'none' || s.visibility !== 'visible' || parseFloat(s.opacity) === 0) return false;
+    }
+    var r = el.getClientRects();
+    return r.length > 0 && Array.prototype.some.call(r, function (x) { return x.width > 0 && x.height > 0; });
+  }
+  var out = [], w = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+  while (w.nextNode()) {
+    var n = w.currentNode, p = n.parentElement;
+    if (!n.textContent.trim() || p.closest('script') || !shown(p)) continue;
+    var num = p.closest('[data-num]');
+    var s = getComputedStyle(p);
+    out.push({text: n.textContent, num: num ? num.getAttribute('data-num') : null,
+              svg: !!p.closest('svg'), color: s.color, fill: s.fill});
+  }
+  var pre = document.createElement('pre'); pre.id = 'visible-text'; pre.textContent = JSON.stringify(out);
+  document.body.appendChild(pre); });</script></body>"""
+
+
+def visible_text(html_path: Path, tmp: Path) -> list[dict]:
+    """The text nodes Chromium renders visibly (display, visibility, opacity and layout box), in order."""
+    probe = html_path.with_name("visible-probe.html")
+    probe.write_text(html_path.read_text().replace("</body>", _PROBE, 1))
+    try:
+        r = subprocess.run(
+            [
+                str(CHROMIUM),
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                f"--user-data-dir={tmp / 'ud'}",
+                "--window-size=1280,2000",
+                "--dump-dom",
+                probe.as_uri(),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    finally:
+        probe.unlink()
+    m = re.search(r'<pre id="visible-text">(.*?)</pre>', r.stdout, re.S)
+    assert m, r.stderr[-2000:]
+    return json.loads(__import__("html").unescape(m.group(1)))
+
+
+def compare_with_numbers(archive: Path, nodes: list[dict]) -> tuple[int, list[str]]:
+    """(numbers compared, problems): every visible checked number shows numbers.json's text for its
+    id, every number of numbers.json is visible, and no other visible text outside the figures holds
+    a digit that check.py's rule refuses."""
+    doc = json.loads((archive / "numbers.json").read_text())
+    text = {n["id"]: n["text"] for n in doc["numbers"]}
+    c = CHECK.Checker(str(archive))
+    CHECK.read_tables(c)
+    names = CHECK.archive_names(c)
+    for v in doc.get("provenance", {}).values():
+        if isinstance(v, str):
+            names.add(v)
+            names.update(x.strip(CHECK._WORD_STRIP) for x in v.split())
+    problems, seen, compared = [], set(), 0
+    for n in nodes:
+        if n["num"] is not None:
+            compared += 1
+            seen.add(n["num"])
+            if n["text"].strip() != text.get(n["num"]):
+                problems.append(f"{n['num']}: shows {n['text']!r}, numbers.json {text.get(n['num'])!r}")
+            if n["color"] in ("rgb(255, 255, 255)", "rgba(0, 0, 0, 0)"):
+                problems.append(f"{n['num']}: drawn in {n['color']}")
+        elif not n["svg"]:
+            bad = [w for w in n["text"].split() if CHECK.visible_digits_problem(w, names)]
+            if bad:
+                problems.append(f"digits {bad} outside a checked number: {n['text'][:80]!r}")
+    problems += [f"{nid}: not visible" for nid in sorted(set(text) - seen)]
+    return compared, problems
+
+
+@pytest.mark.skipif(not CHROMIUM.exists(), reason="headless browser test needs /usr/bin/chromium")
+def test_chromium_shows_the_checked_numbers(stage, tmp_path):
+    a = sealed(stage, tmp_path / "clean")
+    assert run_check(a)[0] == 0
+    nodes = visible_text(a / "report.html", tmp_path)
+    compared, problems = compare_with_numbers(a, nodes)
+    n_numbers = len(json.loads((a / "numbers.json").read_text())["numbers"])
+    print(f"Chromium: {compared} visible checked numbers ({n_numbers} ids), {len(problems)} differences")
+    assert compared >= n_numbers > 500 and not problems, problems[:10]
+    # the edits the format admits change no number a reader sees
+    for i, (name, edit) in enumerate(INSIDE):
+        b = sealed(stage, tmp_path / f"inside{i}", edit)
+        assert run_check(b)[0] == 0
+        nb = visible_text(b / "report.html", tmp_path)
+        assert [(n["text"], n["num"]) for n in nb] == [(n["text"], n["num"]) for n in nodes], name
+    # the comparison itself sees the edits check.py refuses: a hidden number with a fake twin, and a
+    # number in plain text, make it fail
+    for name, edit, _w in EDITS:
+        if name in ("hidden number with a fake visible twin", "number in plain text outside a checked cell"):
+            b = sealed(stage, tmp_path / ("seen-" + str(len(name))), edit)
+            _c, pb = compare_with_numbers(b, visible_text(b / "report.html", tmp_path))
+            assert pb, name
