@@ -32,6 +32,19 @@ def family_files(native_build):
 
 
 @pytest.fixture(scope="session")
+def vulkan_build():
+    """The patched build with the Vulkan backend (``./run test`` prepares it); the tests that need
+    it skip only where this machine cannot have it (no Vulkan runtime and no root with apt)."""
+    from refspec.native import build as native
+    from refspec.native import vulkan
+
+    why = vulkan.unavailable()
+    if why:
+        pytest.skip(f"Vulkan backend unavailable: {why}")
+    return native.build(native.BuildOptions(backend="vulkan"), quiet=True)
+
+
+@pytest.fixture(scope="session")
 def replay_tool():
     """``refspec-replay`` of the default (CPU) native build, or ``$REFSPEC_REPLAY_TOOL``."""
     import os

@@ -378,13 +378,23 @@ Stage build_layout(ggml_context * ctx, const std::string & layout, const std::st
 // ---------------------------------------------------------------------------------------------
 // reporting
 
+// The graph as built, indexed before the scheduler sees it: when a node runs on another backend
+// than its input, ggml_backend_sched_alloc_graph reroutes the node's src to a copy it makes in
+// its own context, so the built nodes are no longer reachable from the output afterwards. The
+// sources are therefore recorded here, and node_json reports a rerouted input as a copy.
 struct NodeIndex {
     std::map<const ggml_tensor *, int> id;
     std::vector<ggml_tensor *> order;
+    std::map<const ggml_tensor *, std::vector<ggml_tensor *>> src;
     void visit(ggml_tensor * t) {
         if (!t || id.count(t)) return;
-        for (int i = 0; i < GGML_MAX_SRC; i++) visit(t->src[i]);
+        std::vector<ggml_tensor *> s(GGML_MAX_SRC, nullptr);
+        for (int i = 0; i < GGML_MAX_SRC; i++) {
+            s[i] = t->src[i];
+            visit(t->src[i]);
+        }
         if (t->view_src) visit(t->view_src);
+        src[t] = s;
         id[t] = int(order.size());
         order.push_back(t);
     }
@@ -423,13 +433,18 @@ json node_json(const ggml_tensor * t, const NodeIndex & ix, const Backends & B, 
     n["view_src"] = t->view_src ? json(ix.id.at(t->view_src)) : json(nullptr);
     n["view_offs"] = t->view_offs;
     json src = json::array();
+    json copied = json::array();
+    const auto & built = ix.src.at(t);
     for (int i = 0; i < GGML_MAX_SRC; i++) {
-        if (t->src[i]) {
+        if (built[i]) {
             while (src.size() < size_t(i)) src.push_back(nullptr);
-            src.push_back(ix.id.at(t->src[i]));
+            src.push_back(ix.id.at(built[i]));
+            // the scheduler copied this input to the node's backend (a cross-backend split)
+            if (t->src[i] != built[i]) copied.push_back(i);
         }
     }
     n["src"] = src;
+    n["src_copied"] = copied;
     n["op_params"] = op_params_json(t);
     auto op_it = operand.find(t);
     n["operand"] = op_it == operand.end() ? json(nullptr) : json(op_it->second);
@@ -550,6 +565,11 @@ json evaluate(const Backends & B, ggml_backend_sched_t sched, const Operands & o
             refused.push_back(ggml_get_name(node));
         }
     }
+    NodeIndex ix;  // before the scheduler reroutes inputs (see NodeIndex)
+    ix.visit(st.out);
+    for (const auto * group : {&st.kq, &st.sm, &st.kqv})
+        for (auto * t : *group) ix.visit(t);
+    ix.visit(q);
     if (!ggml_backend_sched_alloc_graph(sched, gf)) fail("ggml_backend_sched_alloc_graph failed");
     auto t0 = std::chrono::steady_clock::now();
     ggml_status status = ggml_backend_sched_graph_compute(sched, gf);
@@ -561,8 +581,6 @@ json evaluate(const Backends & B, ggml_backend_sched_t sched, const Operands & o
     ev["n_copies"] = ggml_backend_sched_get_n_copies(sched);
     ev["refused_by_main"] = refused;
 
-    NodeIndex ix;
-    ix.visit(st.out);
     std::map<const ggml_tensor *, std::string> operand = {
         {bases.q, "q"}, {bases.k, "k"}, {bases.v, "v"}, {bases.mask, "mask"}};
     json nodes = json::array();

@@ -63,6 +63,11 @@ class AdmissionError(RefspecError):
     exit_code = EXIT_RUNTIME
 
 
+class PlacementError(RefspecError):
+    """Fewer layers are on the device than the configuration asked for (exit 5): a run that
+    asked for an accelerator never times or records the CPU in its place."""
+
+
 class DecodeError(RefspecError):
     exit_code = EXIT_RUNTIME
 

@@ -41,11 +41,11 @@ def decode_panel(
     arms = select(arm_names)
     if arms[0].name != "R":
         raise ConfigError("the first arm must be the reference R")
-    target = Model(files.target.path, sha256=files.target.sha256, n_gpu_layers=gpu_layers)
+    target = Model(files.target.path, sha256=files.target.sha256, n_gpu_layers=gpu_layers, require_placement=True)
     draft_model = None
     if any(a.speculative for a in arms):
         d = files.draft(draft)
-        draft_model = Model(d.path, sha256=d.sha256, n_gpu_layers=gpu_layers)
+        draft_model = Model(d.path, sha256=d.sha256, n_gpu_layers=gpu_layers, require_placement=True)
     print(
         f"decode: target on {target.placement['device']} ({target.placement['offloaded']}/"
         f"{target.placement['offloadable']} layers offloaded)",

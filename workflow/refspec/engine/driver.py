@@ -41,11 +41,12 @@ from typing import Any
 
 from ..core.arms import Arm
 from ..core.endpoint import Endpoint
-from ..core.errors import RefspecError
+from ..core.errors import PlacementError, RefspecError
 from ..core.fsutil import atomic_write_text
 from ..core.hashing import canonical_json, sha256_json
 from ..core.paths import cache_dir
 from ..native.models import FamilyFiles
+from ..native.runtime import placement_shortfall
 from ..provenance.ledger import Ledger
 from .transaction import COUNTER_KEYS
 
@@ -96,10 +97,6 @@ class RequestError(RefspecError):
         self.message = message
 
 
-class PlacementError(RefspecError):
-    """A worker holds fewer layers on the device than the configuration asked for (exit 5)."""
-
-
 def placement_problems(arm: Arm, placement: dict) -> list[str]:
     """What the worker's reported placement lacks compared with the arm's ``gpu_layers``."""
     want = 0 if arm.gpu_layers is None else int(arm.gpu_layers)
@@ -112,13 +109,9 @@ def placement_problems(arm: Arm, placement: dict) -> list[str]:
             continue
         if int(p.get("requested", 0)) != want:
             problems.append(f"{role}: the worker loaded with gpu_layers {p.get('requested')}, not {want}")
-        expected = int(p.get("expected", 0))
-        if int(p.get("offloaded", 0)) < expected:
-            present = [d["name"] for d in placement.get("devices", []) if d.get("type") in ("gpu", "igpu")]
-            problems.append(
-                f"{role}: {p.get('offloaded')} of {expected} layers asked for are on a device "
-                f"(devices present: {', '.join(present) or 'no GPU'})"
-            )
+        short = placement_shortfall({**p, "devices": placement.get("devices", [])})
+        if short:
+            problems.append(f"{role}: {short}")
     return problems
 
 

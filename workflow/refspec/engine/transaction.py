@@ -28,8 +28,8 @@ from typing import Any
 
 from ..core.arms import Arm
 from ..core.endpoint import Endpoint
-from ..core.errors import DecodeError
-from ..native.runtime import Capture, Context, ContextSpec, Model, greedy, top2_margin
+from ..core.errors import AdmissionError, DecodeError
+from ..native.runtime import Capture, Context, ContextSpec, Model, greedy, layout_refusal, top2_margin
 
 COUNTER_KEYS = (
     "callers",
@@ -151,6 +151,15 @@ class ArmRunner:
                     mask=arm.mask,
                 ),
             )
+
+        # a layout the device refuses is refused here, before any request (never run elsewhere)
+        for model, ctx in ((target, self.tctx), (self.draft_model, self.dctx)):
+            why = layout_refusal(model, ctx.spec) if ctx is not None else None
+            if why:
+                self.close()
+                raise AdmissionError(
+                    f"arm {arm.name}: layout {arm.layout} refused on {model.placement['device']}: {why}"
+                )
 
     def close(self) -> None:
         self.tctx.close()

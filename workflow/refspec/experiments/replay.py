@@ -22,6 +22,15 @@ Controls (``anc/e1.md``), each of which must pass before the context's numbers a
 Comparisons are made on identical operands, those captured from the native QB graph: PQ vs QB
 (bitwise), MQ vs the repaired layouts (bitwise, largest finite absolute difference, largest ULP
 distance, first differing element). The ``replay`` table has one row per context and stage.
+
+A device that refuses a layout (the patched library refuses a graph whose layout nodes the
+device does not support, e.g. QB's lifted query axis on ggml-vulkan at q >= 2) has no live
+observation of that layout in that context: the refusal is recorded (``device_refused`` of the
+context), the capture on/off and own-path controls of that layout do not apply, and the
+comparisons use the PQ capture's operands instead (``comparison_layout``). The replay tool still
+rebuilds all three layouts on those operands, and where it places a node the device refuses on
+another backend, that fallback is observed and recorded (``fallback``). The continuation
+history is prefilled with ``history_layout`` unless the device refuses it, then with PQ.
 """
 
 from __future__ import annotations
@@ -32,17 +41,17 @@ import shutil
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from ..core.endpoint import Endpoint, first_difference
-from ..core.errors import EXIT_FAILED, EXIT_OK, RefspecError, UsageError
+from ..core.errors import EXIT_FAILED, EXIT_OK, AdmissionError, RefspecError, UsageError
 from ..core.fsutil import atomic_write_text
 from ..engine.transaction import greedy_continuation
-from ..native.runtime import Context, ContextSpec
+from ..native.runtime import Context, ContextSpec, layout_refusal
 from . import operands as R
 from .capture import STAGES, OperandCapture, operands_from_capture
 
@@ -238,6 +247,12 @@ class CapturedContext:
     observations: dict[str, Observation]  # capture on
     controls_off: dict[str, Observation]  # capture off
     problems: list[str] = field(default_factory=list)  # observation control failures
+    refused: dict[str, str] = field(default_factory=dict)  # layout -> the device's refusal (no observation)
+
+    @property
+    def comparison_layout(self) -> str:
+        """The capture whose operands every layout is compared on: QB's, or PQ's where the device refused QB."""
+        return "pq" if COMPARISON_LAYOUT in self.refused else COMPARISON_LAYOUT
 
 
 def capture_context(model, ctx: E1Context, prompt: Prompt, settings: Settings, workdir: str | Path) -> CapturedContext:
@@ -247,8 +262,13 @@ def capture_context(model, ctx: E1Context, prompt: Prompt, settings: Settings, w
     on: dict[str, Observation] = {}
     off: dict[str, Observation] = {}
     problems: list[str] = []
+    refused: dict[str, str] = {}
     for layout in LAYOUTS:
-        obs = observe(model, ctx, layout, prompt, settings, capture=True)
+        try:
+            obs = observe(model, ctx, layout, prompt, settings, capture=True)
+        except AdmissionError as e:  # the device refuses this layout here: recorded, never run elsewhere
+            refused[layout] = str(e)
+            continue
         on[layout] = obs
         off[layout] = observe(model, ctx, layout, prompt, settings, capture=False)
         if obs.active_layout != layout:
@@ -269,7 +289,9 @@ def capture_context(model, ctx: E1Context, prompt: Prompt, settings: Settings, w
             problems.append(f"observation {layout}: operands refused: {e}")
             continue
         files[layout] = path
-    return CapturedContext(ctx, files, on, off, problems)
+    if len(refused) == len(LAYOUTS) or "pq" in refused and COMPARISON_LAYOUT in refused:
+        problems.append("observation: the device refused every repaired layout: " + "; ".join(refused.values()))
+    return CapturedContext(ctx, files, on, off, problems, refused)
 
 
 # ------------------------------------------------------------------------------------------
@@ -299,10 +321,12 @@ def evaluate_context(
     wd = Path(workdir)
     problems = list(cc.problems)
     detail: dict[str, Any] = {"context": ctx.id, **asdict(ctx)}
+    detail["device_refused"] = dict(cc.refused)
+    detail["comparison_layout"] = cc.comparison_layout
 
-    # capture on/off endpoints
+    # capture on/off endpoints (of the layouts the device ran)
     endpoints = {}
-    for layout in LAYOUTS:
+    for layout in cc.observations:
         a, b = cc.observations[layout], cc.controls_off[layout]
         diff = first_difference(a.endpoint, b.endpoint)
         endpoints[layout] = {
@@ -401,7 +425,7 @@ def evaluate_context(
         )
 
     # comparisons on the operands of the comparison capture
-    base = COMPARISON_LAYOUT
+    base = cc.comparison_layout
     cmp_ops = ops_by.get(base)
     vis = _visible(cmp_ops.logical_mask()) if cmp_ops is not None else []
     detail["visible_keys"] = vis
@@ -431,7 +455,7 @@ def evaluate_context(
             mq, pq, qb = (stages[(base, lay, 1)][s] for lay in LAYOUTS)
             c_pq_qb, c_mq_pq, c_mq_qb = R.compare(pq, qb), R.compare(mq, pq), R.compare(mq, qb)
             rec = {"pq_qb": c_pq_qb.as_dict(), "mq_pq": c_mq_pq.as_dict(), "mq_qb": c_mq_qb.as_dict()}
-            for other in ("mq", "pq"):  # the same relations on the other captures' operands
+            for other in (lay for lay in LAYOUTS if lay != base):  # the same relations on the other captures' operands
                 if all((other, lay, 1) in stages for lay in LAYOUTS):
                     o = {lay: stages[(other, lay, 1)][s] for lay in LAYOUTS}
                     rec[f"on_{other}_operands"] = {
@@ -592,12 +616,17 @@ def run_e1(
 
     t0 = time.monotonic()
     files = models.ensure_family(family, models_dir=models_dir, families_file=families_file)
-    model = runtime.Model(files.target.path, sha256=files.target.sha256, n_gpu_layers=settings.n_gpu_layers)
+    model = runtime.Model(
+        files.target.path, sha256=files.target.sha256, n_gpu_layers=settings.n_gpu_layers, require_placement=True
+    )
     try:
         ctxs = contexts(family, model.n_layer, layers=layers, phases=phases, qs=qs)
         prompt = make_prompt(model)
         if len(prompt.prefix) + max(qs) + settings.n_continue > settings.n_ctx:
             raise UsageError(f"the prompt ({len(prompt.prefix)} tokens) does not fit n_ctx {settings.n_ctx}")
+        history_refused = layout_refusal(model, settings.spec(settings.history_layout), prompt.prefix)
+        if history_refused:  # e.g. QB at n_ubatch 4 on ggml-vulkan: the history is prefilled with PQ
+            settings = replace(settings, history_layout="pq")
         work = Path(out_dir) / "e1"
         work.mkdir(parents=True, exist_ok=True)
         rows: list[dict] = []
@@ -632,6 +661,8 @@ def run_e1(
         summary["placement"] = {k: v for k, v in model.placement.items() if k != "devices"}
         summary["model"] = {"file": files.target.path.name, "sha256": files.target.sha256}
         summary["settings"] = asdict(settings)
+        summary["history_layout_refused"] = history_refused
+        summary["device_refused"] = {d["context"]: d["device_refused"] for d in details if d.get("device_refused")}
         return E1Result(rows, details, summary)
     finally:
         model.close()
@@ -660,6 +691,20 @@ def format_summary(s: dict[str, Any]) -> str:
         f"  controls (observation, own-path mq/pq/qb, repeatability, capture on/off): {ok}/{n} contexts pass; "
         f"capture on/off endpoints equal {s['capture_on_off_endpoints_equal']}/{n}",
     ]
+    refused = s.get("device_refused") or {}
+    if refused:
+        by_layout: dict[str, int] = {}
+        for layouts in refused.values():
+            for lay in layouts:
+                by_layout[lay] = by_layout.get(lay, 0) + 1
+        lines.append(
+            "  refused by the device (no live observation; compared on the PQ capture's operands): "
+            + ", ".join(f"{lay} in {n} contexts" for lay, n in sorted(by_layout.items()))
+        )
+    if s.get("history_layout_refused"):
+        lines.append(f"  continuation history prefilled with pq: {s['history_layout_refused']}")
+    if s.get("fallback_evaluations"):
+        lines.append(f"  replay evaluations with a node on another backend (fallback): {s['fallback_evaluations']}")
     st = s["stages"]
     lines.append(
         "  PQ = QB bitwise:   "

@@ -66,6 +66,7 @@ from ..core.errors import ConfigError, DecodeError, IntegrityError, RefspecError
 from ..core.fsutil import atomic_write_text
 from ..core.hashing import sha256_bytes
 from ..engine import kvstate as kv
+from . import projection
 
 DEFAULT_SPLITS = (32, 64, 96, 128, -1)
 DEFAULT_UB_SWEEP = (1,)
@@ -213,7 +214,7 @@ def run_partition(
     out = Path(out)
     (out / "payloads").mkdir(parents=True, exist_ok=True)
     files = ensure_family(family, models_dir=models_dir, families_file=families_file)
-    model = Model(files.target.path, sha256=files.target.sha256, n_gpu_layers=gpu_layers)
+    model = Model(files.target.path, sha256=files.target.sha256, n_gpu_layers=gpu_layers, require_placement=True)
     msha = files.target.sha256
     load()
     n_batch = max(max(a.ub for a in arms), 512)
@@ -534,7 +535,9 @@ def run_worker_job(job: dict) -> dict:
     from ..native.runtime import Context, ContextSpec, Model, load
 
     load(job.get("lib_dir"))
-    model = Model(job["model_path"], sha256=job["model_sha256"], n_gpu_layers=int(job.get("gpu_layers", 0)))
+    model = Model(
+        job["model_path"], sha256=job["model_sha256"], n_gpu_layers=int(job.get("gpu_layers", 0)), require_placement=True
+    )
     msha = job["model_sha256"]
     spec = ContextSpec(n_ctx=job["n_ctx"], n_batch=job["n_batch"], n_ubatch=job["ub"], threads=job["threads"])
     cap = int(job["cap"])
@@ -1097,6 +1100,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="prefix/tail boundary (default: the pair's split point, else 128, else half a shorter prompt)",
     )
     sc.add_argument("--out", required=True)
+    projection.add_parser(sub)
     ss = sub.add_parser("summary", help="print the summaries of finished campaigns")
     ss.add_argument("--partition", help="partition output folder")
     ss.add_argument("--crosses", help="crosses output folder")
@@ -1112,7 +1116,7 @@ def run(args: argparse.Namespace) -> int:
 
     cmd = getattr(args, "state_command", None)
     if cmd is None:
-        raise UsageError("refspec state needs a step: partition, crosses, summary or inspect")
+        raise UsageError("refspec state needs a step: partition, crosses, projection, summary or inspect")
     if cmd == "partition":
         from ..core.config import load_config
         from ..native import build as native
@@ -1177,6 +1181,8 @@ def run(args: argparse.Namespace) -> int:
         )
         print(crosses_summary(T.read_records("crosses", args.out), T.read_records("frontier", args.out)))
         return 0 if summ["controls_ok"] and summ["repeats_agree"] else 1
+    if cmd == "projection":
+        return projection.run(args)
     if cmd == "summary":
         if not args.partition and not args.crosses:
             raise UsageError("give --partition and/or --crosses")

@@ -7,7 +7,8 @@ Steps (each checked, none skipped):
 2. unpack it and apply ``native/patches/*.patch`` in name order to the vendored
    llama.cpp (``git apply --check`` first: a hunk that does not apply is an error);
 3. configure and build the shared libraries (``llama``, ``ggml``) with CMake/Ninja; CPU by
-   default, ``-DGGML_CUDA=ON`` for ``backend: cuda``;
+   default, ``-DGGML_CUDA=ON`` for ``backend: cuda``, ``-DGGML_VULKAN=ON`` for ``backend: vulkan``
+   with the pinned Vulkan headers (:mod:`refspec.native.vulkan`);
 4. record ``BUILD.json``: the build key, the inputs' hashes and the sha256 of every
    built library;
 5. build ``refspec-replay`` (``native/tools``) against those libraries, recorded in
@@ -44,6 +45,7 @@ from ..core.fetch import fetch_package
 from ..core.fsutil import atomic_write_text
 from ..core.hashing import file_digest, sha256_file, sha256_json
 from ..core.paths import REPO_ROOT, cache_dir
+from . import vulkan
 
 SDIST_NAME = "llama-cpp-python"
 SDIST_VERSION = "0.3.36"
@@ -147,9 +149,18 @@ def build_key(options: BuildOptions, sdist_sha256: str = SDIST_SHA256) -> str:
             "options": asdict(options),
             "flags": options.cmake_flags(),
             "targets": LIB_TARGETS,
-            **({"cuda_host": cuda_host_variant()} if options.backend == "cuda" else {}),
+            **_host_variant(options),
         }
     )
+
+
+def _host_variant(options: BuildOptions) -> dict:
+    """What of the host enters a build's key: the CUDA toolkit's variant, the pinned Vulkan headers."""
+    if options.backend == "cuda":
+        return {"cuda_host": cuda_host_variant()}
+    if options.backend == "vulkan":
+        return {"vulkan_host": vulkan.host_variant()}
+    return {}
 
 
 def cuda_host_variant() -> dict:
@@ -361,7 +372,7 @@ def server_key(options: BuildOptions, variant: str, sdist_sha256: str = SDIST_SH
             "flags": server_flags(options),
             "targets": [SERVER_TARGET],
             "variant": variant,
-            **({"cuda_host": cuda_host_variant()} if options.backend == "cuda" else {}),
+            **_host_variant(options),
         }
     )
 
@@ -596,6 +607,9 @@ def _build_into(
     if options.backend == "cuda":
         extra, host = cuda_host_setup()
         flags = flags + extra
+    elif options.backend == "vulkan":
+        extra, host = vulkan.host_setup()
+        flags = flags + extra
     jobs = jobs or os.cpu_count() or 2
     bar = None
     if not quiet:
@@ -692,5 +706,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def current(config: dict | None = None) -> BuildResult:
-    """The build for a config, building it if needed (quietly when already cached)."""
+    """The build for a config, building it if needed (quietly when already cached); on
+    ``vulkan`` the config's device is selected for this process and the ones it starts."""
+    vulkan.select_device(config)
     return build(BuildOptions.from_config(config), quiet=False)

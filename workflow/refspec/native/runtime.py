@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..core.errors import AdmissionError, DecodeError, IntegrityError, RefspecError
+from ..core.errors import AdmissionError, DecodeError, IntegrityError, PlacementError, RefspecError
 from ..core.fetch import verify_sha256
 
 LAYOUTS = {"mq": 0, "pq": 1, "qb": 2, "gs": 3}
@@ -301,6 +301,21 @@ def placement_from_log(text: str, *, requested: int, n_layer: int) -> dict:
     }
 
 
+def placement_shortfall(placement: dict) -> str | None:
+    """Why a model's placement falls short of what was asked (None when it does not): fewer
+    layers on a device than ``expected``. The one rule for workers (the driver refuses to time
+    them) and for the commands that decode in their own process (:class:`Model` with
+    ``require_placement``)."""
+    expected = int(placement.get("expected", 0))
+    if int(placement.get("offloaded", 0)) >= expected:
+        return None
+    present = [d["name"] for d in placement.get("devices", []) if d.get("type") in ("gpu", "igpu")]
+    return (
+        f"{placement.get('offloaded')} of {expected} layers asked for are on a device "
+        f"(devices present: {', '.join(present) or 'no GPU'})"
+    )
+
+
 def expected_offload(requested: int, n_layer: int) -> int:
     """Layers llama.cpp offloads for ``n_gpu_layers = requested`` when a GPU is present."""
     return n_layer + 1 if requested < 0 else min(int(requested), n_layer + 1)
@@ -313,7 +328,13 @@ class Model:
     """A loaded GGUF model (weights on the CPU unless ``n_gpu_layers`` says otherwise)."""
 
     def __init__(
-        self, path: str | Path, *, sha256: str | None = None, n_gpu_layers: int = 0, lib_dir: str | Path | None = None
+        self,
+        path: str | Path,
+        *,
+        sha256: str | None = None,
+        n_gpu_layers: int = 0,
+        lib_dir: str | Path | None = None,
+        require_placement: bool = False,
     ):
         llama_cpp = load(lib_dir)
         self.path = Path(path)
@@ -335,6 +356,10 @@ class Model:
         self.n_ctx_train = llama_cpp.llama_model_n_ctx_train(self._ptr)
         self._l = llama_cpp
         self.placement = placement_from_log("".join(window), requested=int(n_gpu_layers), n_layer=self.n_layer)
+        short = placement_shortfall(self.placement) if require_placement else None
+        if short:
+            self.close()
+            raise PlacementError(f"{self.path.name}: {short}; refusing to run it on the CPU in its place")
 
     def close(self) -> None:
         if getattr(self, "_ptr", None):
@@ -619,12 +644,44 @@ class Context:
         rc = self._l.llama_decode(self._ptr, b)
         if rc != 0:
             err = self._lib.llama_attn_last_error(self._ptr).decode()
+            if err and rc == -3:  # the layout refused at graph build (admission), e.g. a node the device lacks
+                raise AdmissionError(f"llama_decode returned {rc}: {err}")
             raise DecodeError(f"llama_decode returned {rc}" + (f": {err}" if err else f": {last_log_errors()}"))
         out = np.empty((len(want), self.n_vocab), dtype=np.float32)
         for j, i in enumerate(want):
             ptr = self._l.llama_get_logits_ith(self._ptr, i)
             out[j] = np.ctypeslib.as_array(ptr, shape=(self.n_vocab,))
         return out
+
+
+ROLE_BITS = {"target": (1, 2), "draft": (4, 8)}  # (prefill, continuation) bits of the phase mask
+
+
+def layout_refusal(model: Model, spec: ContextSpec, tokens: Sequence[int] | None = None) -> str | None:
+    """The device's refusal of ``spec``'s layout, observed on a scratch context (None when it runs).
+
+    The patched library refuses a graph whose layout nodes the model's device does not support
+    (rather than let the scheduler run them on another backend); that happens at the first
+    decode with the layout active, so a context creation alone does not show it. This probe
+    decodes one full micro-batch (``tokens``, default ``n_ubatch`` copies of token 0, at most 4,
+    the layouts' limit) with the layout active in the first phase the mask activates for the
+    role, in a context of its own that is freed afterwards. Only layouts with their own graph
+    (``pq``, ``qb``) on a model with layers on a device can be refused this way."""
+    if spec.layout not in ("pq", "qb") or not model.placement.get("offloaded"):
+        return None
+    prefill_bit, cont_bit = ROLE_BITS[spec.role]
+    if not spec.mask & (prefill_bit | cont_bit):
+        return None
+    probe = list(tokens) if tokens is not None else [0] * max(1, min(int(spec.n_ubatch), 4))
+    with Context(model, spec) as c:
+        c.begin_request()
+        if not spec.mask & prefill_bit:
+            c.set_phase("continuation")
+        try:
+            c.decode(probe, 0)
+        except AdmissionError as e:
+            return str(e)
+    return None
 
 
 def greedy(logits_row: np.ndarray) -> int:

@@ -48,6 +48,7 @@ from ..core.errors import EXIT_FAILED, EXIT_OK, ConfigError, IntegrityError, Ref
 from ..core.fsutil import atomic_write_text
 from ..core.hashing import canonical_json, file_digest, sha256_bytes, sha256_json
 from ..core.paths import REPO_ROOT
+from ..native import vulkan
 
 MANIFEST_TYPE = "https://refspec.dev/manifest/v1"
 BUILD_TYPE = "https://refspec.dev/pipeline/v1"
@@ -453,6 +454,9 @@ def build_manifest(
     internal: dict[str, Any] = {}
     if include_host:
         internal["host"] = host_facts(gpu=include_gpu)
+        if include_gpu and ((config.get("native") or {}).get("backend")) == "vulkan":
+            # the Vulkan device the run selected, its driver and API versions, the pinned headers
+            internal["vulkan"] = vulkan.facts(dict(config))
     return {
         "_type": MANIFEST_TYPE,
         "buildDefinition": {
