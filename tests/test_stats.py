@@ -460,6 +460,7 @@ def test_schemas_are_documented():
         "prediction",
         "admission",
         "claims",
+        "projection",
     }
     for name, sp in T.TABLES.items():
         raw = json.loads(sp.path.read_text())

@@ -50,7 +50,11 @@ def results_of(done, slot):
 STAGE_SLOTS = (
     ["audit"] * bool(config["stages"]["audit"])
     + REPLAY_SLOTS
-    + [s for s in ("partition", "crosses", "admission") if config["stages"][s]]
+    + [
+        s
+        for s in ("partition", "crosses", "admission", "projection")
+        if config["stages"][s]
+    ]
 )
 CAMPAIGN_DONE = [f"{RESULTS}/campaigns/{s}.done" for s in SLOTS + STAGE_SLOTS]
 CAMPAIGN_DIRS = []

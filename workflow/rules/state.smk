@@ -61,6 +61,29 @@ rule state_crosses:
         " --out {params.results}/campaigns/crosses > {log} 2>&1"
 
 
+rule state_projection:
+    input:
+        cfg=CONFIGFILE,
+        partition=f"{RESULTS}/campaigns/partition.done",
+    output:
+        f"{RESULTS}/campaigns/projection.done",
+    log:
+        f"{LOGS}/state_projection.log",
+    benchmark:
+        f"{BENCH}/state_projection.tsv"
+    conda:
+        "../../envs/refspec.yaml"
+    threads: 1
+    params:
+        results=lambda wildcards, output: Path(output[0]).parent.parent,
+        pair=",".join(_ST["pair"]),
+        layers=",".join(str(la) for la in _ST["projection_layers"]),
+    shell:
+        "refspec stage projection --dir {params.results}/campaigns/projection --done {output} --results {params.results}"
+        " -- state projection --config {input.cfg} --partition {params.results}/campaigns/partition --pair {params.pair}"
+        " --layers {params.layers} --out {params.results}/campaigns/projection > {log} 2>&1"
+
+
 rule admission:
     input:
         cfg=CONFIGFILE,

@@ -40,6 +40,7 @@ CAMPAIGN_RECORDS = (
     "partition.json",
     "crosses.json",
     "admission.json",
+    "projection.json",
 )
 
 

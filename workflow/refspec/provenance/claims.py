@@ -29,13 +29,14 @@ from pathlib import Path
 from ..core.errors import EXIT_FAILED, EXIT_OK, UsageError
 from ..core.fsutil import atomic_write_text
 
-STAGES = ("replay", "audit", "partition", "crosses", "admission")
+STAGES = ("replay", "audit", "partition", "crosses", "admission", "projection")
 CLAIMS = {
     "replay": "PQ and QB give bitwise equal stage outputs on every captured context; MQ differences as tabled",
     "audit": "every clean fixture agrees with the address oracle and every injected fault is detected",
     "partition": "the partition arms' endpoints, KV bytes and initial logits fall into the tabled classes",
     "crosses": "the subset interventions give the tabled outcome classes and frontier contrasts",
     "admission": "the tabled supports_op verdicts and observed placements of the lifted shapes",
+    "projection": "the captured first-layer norm and projection calls replay bitwise on fixed operands; exclusions as tabled",
 }
 DONOR_KEYS = ("tokens", "eog", "stop_reason")
 
@@ -133,12 +134,27 @@ def derive_admission(d: Path) -> tuple[int, list[str]]:
     return n, list(doc.get("errors") or [])
 
 
+def derive_projection(d: Path) -> tuple[int, list[str]]:
+    """Controls: every captured prefill reproduced the partition's KV bytes and every replayed call
+    reproduced its captured output (a mismatch on fixed operands is a failed control)."""
+    from ..core import tables as T
+
+    doc = json.loads((d / "projection.json").read_text(encoding="utf-8"))
+    rows = T.read_records("projection", d)
+    failed = list(doc.get("problems") or [])
+    failed += [
+        f"{r['task_id']} {r['arm']} {r['node']} call {r['call']}: mismatch" for r in rows if r["status"] == "mismatch"
+    ]
+    return sum(r["status"] != "excluded" for r in rows), failed
+
+
 DERIVE = {
     "replay": derive_replay,
     "audit": derive_audit,
     "partition": derive_partition,
     "crosses": derive_crosses,
     "admission": derive_admission,
+    "projection": derive_projection,
 }
 
 
