@@ -53,7 +53,7 @@ from .. import __version__
 from ..core.errors import IntegrityError, UsageError
 from ..core.fsutil import atomic_output
 from ..core.hashing import canonical_json, sha256_bytes
-from ..core.tables import csv_rows, csv_text
+from ..core.tables import csv_body, csv_text
 from .keys import (
     KeyLeakScanner,
     check_private_location,
@@ -467,8 +467,8 @@ def rewrite_parquet(
                 t = pf.read_row_group(i).replace_schema_metadata(schema.metadata)
                 w.write_table(t)
                 rows += t.num_rows
-                if writer_csv is not None:
-                    writer_csv.writerows(csv_rows(t))
+                if cf is not None:
+                    cf.write(csv_body(t))
     finally:
         if csv_path is not None:
             cf.close()
