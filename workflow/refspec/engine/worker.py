@@ -576,6 +576,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
                     self._error(HTTPError(408, what, type_="timeout"))
                 except OSError:
                     pass
+        except ConnectionError as e:  # the client went away (or its connection was closed to make room)
+            self.log_message("connection ended: %s", type(e).__name__)
 
     def _read_head(self) -> list[bytes] | None:
         """The request line and header lines (to the empty line), at most :data:`MAX_HEADER_BYTES`.
@@ -860,6 +862,7 @@ class WorkerServer(socketserver.ThreadingMixIn, http.server.HTTPServer):
         except BaseException:
             with self._active_lock:
                 self._active -= 1
+                self._unadmitted.pop(id(request), None)
             raise
 
     def process_request_thread(self, request, client_address):

@@ -876,7 +876,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=Path,
         default=None,
         metavar="ARCHIVE",
-        help="the previous archive (folder, tar or seal file) this one follows",
+        help="the previous archive (folder, uncompressed tar or seal file) this one follows; "
+        "it must verify under the signing key",
     )
     g.add_argument(
         "--previous-sha256", default=None, metavar="SHA", help="sha256 of the previous seal this one follows"
