@@ -134,6 +134,7 @@ def test_build_record_pins_the_headers(vulkan_build):
 
 def _ctx(tmp_path, lib_dir, family_files, session):
     tasks = humaneval_tasks([0])
+    tmp_path.mkdir(parents=True, exist_ok=True)
     arms_file = one_thread_arms(tmp_path / "arms.yaml")
     ctx = RunContext(
         campaign="confirmation",
@@ -211,10 +212,11 @@ def test_qb_is_refused_on_the_device_and_pq_reproduces_r(tmp_path, vulkan_build,
     assert by["M_pq"]["device"] == "Vulkan0" and by["M_pq"]["gpu_layers"] == OFFLOADABLE
     assert by["M_pq"]["qualified"] is True and by["R"]["n"] == 6
 
-    r = _refspec(["decode", "--config", str(cfg), "--panel", "humaneval:2-2", "--arms", "M3", "--cap", "6"])
+    # refused before any request of the arm: the worker's probe meets the graph-build guard
+    r = _refspec(["decode", "--config", str(cfg), "--panel", "humaneval:2-2", "--arms", "R,M3", "--cap", "1"])
     assert r.returncode == EXIT_RUNTIME, r.stderr[-3000:]
+    assert "arm M3: layout qb refused on Vulkan0" in r.stderr
     assert "attention layout qb: device Vulkan0 does not support MUL_MAT kq-0" in r.stderr
-    assert "refused" in r.stderr
 
 
 def test_admission_on_the_device_observes_the_fallback(tmp_path, vulkan_build, family_files):

@@ -58,6 +58,7 @@ from .sections import (
     section_replication,
     section_summary,
 )
+from .device import device_caption, device_facts, provenance_values, section_device
 from .state import state_sections
 from .svg import _COLORS
 from .tex import TexRaw, _tex_cell, _tex_finalize
@@ -87,7 +88,12 @@ def build(
         section_acceptance(a, N),
         section_ledger(a, N),
     ]
-    summary, prov["headline"] = section_summary(a, N, prov)
+    dev = device_facts(a)
+    dev_sec = section_device(dev)
+    if dev_sec is not None:
+        sections.insert(1, dev_sec)
+    prov.update(provenance_values(dev))
+    summary, prov["headline"] = section_summary(a, N, prov, software_device=bool(dev and dev.get("software")))
     sections.insert(0, summary)
     if a.notes:
         prov_sec.notes.extend(a.notes)
@@ -106,6 +112,13 @@ def build(
                 for item in sec.items:
                     if isinstance(item, Table):
                         item.caption = (item.caption + " " if item.caption else "") + ran_on
+    # a run on another backend than the CPU names its device under every table
+    dev_caption = device_caption(dev)
+    if dev_caption:
+        for sec in sections:
+            for item in sec.items:
+                if isinstance(item, Table) and dev_caption not in item.caption:
+                    item.caption = (item.caption + " " if item.caption else "") + dev_caption
     return sections, N, prov
 
 

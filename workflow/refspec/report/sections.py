@@ -282,7 +282,7 @@ def section_ratios(a: Archive, N: Numbers) -> Section:
         "ratios",
         "Qualified latency ratios",
         "Numerator time / denominator time: exp of the mean over panel tasks of the paired log-time difference "
-        "(paper Tables S2, S3). A regression is a task on which the denominator is slower (task ratio below 1). "
+        "(paper Tables S2, S3). A regression is a task on which the denominator is slower (task ratio below one). "
         "Comparisons with a failed qualification are shown as a dash with the reason.",
     )
     if not a.has("ratios"):
@@ -343,7 +343,7 @@ def section_ratios(a: Archive, N: Numbers) -> Section:
                 "Repair cost per family: GS and PQ relative to QB",
                 [src],
                 interval_figure("Repair cost per family: GS and PQ relative to QB", pts, [(1.0, "ref", "1")]),
-                "Implementation-campaign ratios; above 1 the alternative is slower than QB. "
+                "Implementation-campaign ratios; above one the alternative is slower than QB. "
                 "Blue: target-only arms; orange: speculative arms.",
             )
         )
@@ -363,10 +363,10 @@ def section_replication(a: Archive, N: Numbers, boot: dict[str, Any]) -> Section
         "Replication estimates (E2)",
         "Session contrast c_s = mean over tasks of (mean log t_NUM - mean log t_DEN) within session s; "
         "estimate = exp(mean_s c_s); percentile bootstrap over sessions (random.Random(seed), draws x n "
-        "randrange(n) indices, linear 2.5/97.5 percentiles, exponentiated). Above 1 favours QB "
+        "randrange(n) indices, linear 2.5/97.5 percentiles, exponentiated). Above one favours QB "
         "(paper Table S5). Decision: exceeds when the lower bound is above the threshold, below when the "
         "upper bound is below it, inconclusive otherwise. An interval from fewer than "
-        f"{S.MIN_SESSIONS} sessions is descriptive only and shown as \u201ctoo few sessions\u201d instead of a decision.",
+        f"{_WORDS.get(S.MIN_SESSIONS, S.MIN_SESSIONS)} sessions is descriptive only and shown as \u201ctoo few sessions\u201d instead of a decision.",
     )
     if not a.has("estimates"):
         sec.notes.append("estimates.csv not present: replication not run")
@@ -682,10 +682,14 @@ def section_audit(a: Archive, N: Numbers) -> Section:
     missed = [r for r in a.rows("audit") if r["fault"] is not None and not r["detected"]]
     if missed:
         sec.notes.append(
-            f"{len(missed)} injected fault(s) NOT detected: "
+            "injected faults NOT detected: "
             + "; ".join(f"{r['fixture']} {r['layout']} {r['stage']} ({r['fault']})" for r in missed[:10])
         )
     return sec
+
+
+# small constants of the prose in words (digits in visible text are checked numbers or names)
+_WORDS = {1: "one", 2: "two", 3: "three", 4: "four", 5: "five", 6: "six", 8: "eight", 10: "ten"}
 
 
 def _mask_bits(m: int) -> str:
@@ -696,7 +700,8 @@ def section_masks(a: Archive, N: Numbers) -> Section:
     sec = Section(
         "phase-masks",
         "Phase-mask sweep",
-        "Target prefill = 1, target continuation = 2, draft prefill = 4, draft continuation = 8 (paper Table S1). "
+        "Mask bits: target prefill one, target continuation two, draft prefill four, draft continuation eight "
+        "(paper Table S1). "
         "A mask passes when every probe matched the reference in every repeat; minimal = no passing proper sub-mask.",
     )
     if not a.has("phase_masks"):
@@ -927,7 +932,7 @@ def section_diagnostics(a: Archive, N: Numbers) -> Section:
                 [src],
                 interval_figure("Diagnostic (unqualified) timing ratios", pts, [(1.0, "ref", "1")]),
                 "Diagnostic, not qualified: at least one arm of each pair differs from the reference "
-                "on some task. Above 1 the numerator is slower.",
+                "on some task. Above one the numerator is slower.",
             )
         )
     return sec
@@ -1102,8 +1107,14 @@ def _join(groups: list[list[Any]], sep: str = " \u00b7 ") -> list[Any]:
 HEADLINE_DIVERGENCES = 6  # first divergences listed per failing arm
 
 
-def section_summary(a: Archive, N: Numbers, prov: dict[str, Any]) -> tuple[Section, list[dict[str, Any]]]:
-    """The headline block: the same rows ``./run main`` prints; every number is one of the report's own."""
+def section_summary(
+    a: Archive, N: Numbers, prov: dict[str, Any], *, software_device: bool = False
+) -> tuple[Section, list[dict[str, Any]]]:
+    """The headline block: the same rows ``./run main`` prints; every number is one of the report's own.
+
+    On a software device (lavapipe: Vulkan on the CPU) the timing rows say that they are CPU
+    timings of that device, not a speed: no such ratio reads as a GPU speed claim."""
+    timing = " (software Vulkan device: CPU timing, not a GPU speed)" if software_device else ""
     sec = Section(
         "summary",
         "Summary",
@@ -1244,7 +1255,7 @@ def section_summary(a: Archive, N: Numbers, prov: dict[str, Any]) -> tuple[Secti
         for camp, fam, cap in sorted(
             by, key=lambda k: (CAMPAIGN_ORDER.index(k[0]) if k[0] in CAMPAIGN_ORDER else 99, k[1], k[2])
         ):
-            add("qualified ratios", f"{camp} {fam} cap {cap}", _join(by[(camp, fam, cap)]))
+            add("qualified ratios" + timing, f"{camp} {fam} cap {cap}", _join(by[(camp, fam, cap)]))
     # E2 estimates with decisions
     for r in a.rows("estimates"):
         key = dict(family=r["family"], path=r["path"], comparison=r["comparison"])
@@ -1259,7 +1270,7 @@ def section_summary(a: Archive, N: Numbers, prov: dict[str, Any]) -> tuple[Secti
             parts = [e, " [", lo, ", ", hi, "] ", decision_text(r["decision"])]
         parts += [" (", ns, " sessions)"]
         add(
-            "E2 estimate",
+            "E2 estimate" + timing,
             f"{r['family']} {r['path']} {r['comparison']}",
             parts,
             cls=r["decision"],
