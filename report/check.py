@@ -322,6 +322,9 @@ STATE_COLUMNS = {
         repeat=I,
         arms=S,
         frontier=I,
+        argmax=L,
+        token_a=I,
+        token_b=I,
         d_first=F,
         d_second=F,
         additive=F,
@@ -330,7 +333,19 @@ STATE_COLUMNS = {
         max_abs_interaction=F,
     ),
     "admission": dict(
-        family=S, backend=S, n_kv=I, layout=S, q=I, op=S, supports_main=B, verdict=S, fallback=B, reason=S
+        family=S,
+        backend=S,
+        n_head=I,
+        n_head_kv=I,
+        head_dim=I,
+        n_kv=I,
+        layout=S,
+        q=I,
+        op=S,
+        supports_main=B,
+        verdict=S,
+        fallback=B,
+        reason=S,
     ),
     "claims": dict(stage=S, record=S, status=S, exit_code=I, controls=I, controls_failed=I, reason=S),
 }
@@ -754,11 +769,27 @@ STYLESHEET_SHA256 = "040b07b2b2be422ab3b84cb66bab81f860cc1594ecc0aeaa3812072b2c3
 LABEL_RE = re.compile(
     r"(?:E[12]|S\d+(?:\.\d+)?(?:-S\d+)?|§\d+(?:\.\d+)*"  # experiment, table and section labels
     r"|FP64|F16|F32|sha256|SHA-256|Ed25519|UTF-8"  # formats named in the text
-    r"|U1|Sn-1"  # the state study's arm names
+    r"|U1|Sn-1|layer-0"  # the state study's arm names and its first layer
     r"|95%|2\.5/97\.5)"  # the level of the bootstrap interval
 )
-# integer columns whose values are row keys a table shows as text (a cap, a mask, a layer ...)
-KEY_COLUMNS = ("cap", "mask", "layer", "q", "k", "ub", "n_kv", "repeat")
+# integer columns whose values are row keys or identifiers a table shows as text (a cap, a mask, a
+# layer, a token id, the attention shape of a family ...)
+KEY_COLUMNS = (
+    "cap",
+    "mask",
+    "layer",
+    "q",
+    "k",
+    "ub",
+    "n_kv",
+    "repeat",
+    "argmax",
+    "token_a",
+    "token_b",
+    "n_head",
+    "n_head_kv",
+    "head_dim",
+)
 _WORD_STRIP = "()[]{},;:.!?'\"“”‘’"
 
 
@@ -775,7 +806,11 @@ class StrictHTML(HTMLParser):
         self.ids: dict[str, int] = {}
         self.hrefs: list[tuple[str, int]] = []
         self.styles: list[str] = []
-        self.text: list[tuple[str, int, str]] = []  # visible text outside checked numbers: (text, line, context)
+        # visible text outside checked numbers, one entry per run of text between tags (a checked
+        # number inside the run reads as "#"): (text, line, context)
+        self.text: list[tuple[str, int, str]] = []
+        self._run: list[str] = []
+        self._run_at: tuple[int, str] = (0, "")
         self.stack: list[tuple[str, int]] = []
         self._table: str | None = None
         self._num: tuple | None = None
@@ -805,8 +840,15 @@ class StrictHTML(HTMLParser):
     def handle_startendtag(self, tag, attrs):
         self.handle_starttag(tag, attrs, closed=True)
 
+    def _flush(self) -> None:
+        if self._run:
+            self.text.append(("".join(self._run), *self._run_at))
+            self._run = []
+
     def handle_starttag(self, tag, attrs, closed=False):
         line = self.getpos()[0]
+        if not any(k == "data-num" for k, _v in attrs):
+            self._flush()
         if not self._seen_doctype:
             self.bad("no <!DOCTYPE html> before the first element")
             self._seen_doctype = True
@@ -870,6 +912,8 @@ class StrictHTML(HTMLParser):
         self.stack.append((tag, line))
 
     def handle_endtag(self, tag):
+        if not (tag == "span" and self._num is not None):
+            self._flush()
         if tag in VOID_ELEMENTS or (tag in SVG_LEAVES and not (self.stack and self.stack[-1][0] == tag)):
             self.bad(f"end tag </{tag}> of an element that has none")
             return
@@ -888,6 +932,9 @@ class StrictHTML(HTMLParser):
             if text != text.strip() or not text:
                 self.problems.append((line, f"checked number {nid!r} has surrounding space or no text"))
             self.nums.append((nid, text.strip(), src, line))
+            if not self._run:
+                self._run_at = (line, self.stack[-1][0] if self.stack else "")
+            self._run.append("#")
             self.table_of.append(self._table)
             self._num = None
         elif tag == "table":
@@ -903,15 +950,297 @@ class StrictHTML(HTMLParser):
         if data.strip():
             if not self.stack or self.stack[-1][0] in ("html", "head", "tr", "thead", "tbody", "table", "svg"):
                 self.bad(f"text {data.strip()[:40]!r} where the report format has none")
+        if not self._run:
             ctx = "svg" if self._in("svg") else self.stack[-1][0] if self.stack else ""
-            self.text.append((data, self.getpos()[0], ctx))
+            self._run_at = (self.getpos()[0], ctx)
+        self._run.append(data)
 
     def close(self):
         super().close()
+        self._flush()
         for tag, line in self.stack:
             self.problems.append((line, f"<{tag}> is never closed"))
         if self._num is not None:
             self.problems.append((self._num[2], f"checked number {self._num[0]!r} is never closed"))
+
+
+# =========================================================================== the report's strict LaTeX subset (anc/report.md)
+
+# sha256 of report.tex up to and including its "\begin{document}" line: the renderer's preamble
+# (its packages, the figures' colours and the one macro \rsnum). Any other preamble (\rsnum
+# redefined, a \catcode, \input, another package) is refused; tests/test_report_strict.py keeps
+# this equal to the template's.
+TEX_PREAMBLE_SHA256 = "2a9a8944e891c09edb3581f723aa254cf4cb659ca6e6a72dc451025659b48f6a"
+TEX_BEGIN, TEX_END = "\\begin{document}", "\\end{document}"
+# control words of the body (sectioning, sizes, tables, the note box); every other control word
+# (\input, \include, \write, \immediate, \openin, \def, \let, \newcommand, \catcode, \csname,
+# \url, \includegraphics, \special, \color, \phantom, ...) is refused with its line
+TEX_WORDS = frozenset(
+    {
+        "maketitle",
+        "section",
+        "subsection",
+        "footnotesize",
+        "scriptsize",
+        "small",
+        "texttt",
+        "toprule",
+        "midrule",
+        "bottomrule",
+        "endhead",
+        "raggedright",
+        "fbox",
+    }
+)
+# the text macros of the escaping (refspec.report.tex.tex_escape), each written with "{}"
+TEX_TEXT_MACROS = {
+    "textbackslash": "\\",
+    "textasciicircum": "^",
+    "textasciitilde": "~",
+    "textless": "<",
+    "textgreater": ">",
+    "textbar": "|",
+    "textquotedbl": '"',
+    "textperiodcentered": "\u00b7",
+    "S": "\u00a7",
+}
+TEX_SYMBOLS = {"{": "{", "}": "}", "$": "$", "&": "&", "#": "#", "%": "%", "_": "_"}
+TEX_MATH = {"$\\times$": "\u00d7", "$\\le$": "\u2264", "$\\ge$": "\u2265"}
+TEX_ENVS = ("longtable", "center", "tikzpicture")
+_TEX_WORD_RE = re.compile(r"\\([A-Za-z]+)")
+_TEX_ENV_RE = re.compile(r"\\(begin|end)\{([A-Za-z*]*)\}")
+# \rsnum{ID}{TEXT}: ID in the characters refspec.report.tex.tex_id writes (others as !HEX;)
+_TEX_NUM_RE = re.compile(r"\\rsnum\{([A-Za-z0-9 ._:/+=,|@!;-]*)\}\{([^{}\\]*)\}")
+_TEX_ID_ESC_RE = re.compile(r"!([0-9a-f]{1,6});")
+# the renderer's box widths: table cells (4.2cm, 11cm) and the note box
+_TEX_PARBOX_RE = re.compile(r"\\parbox(?:\[t\]\{(?:4\.2|11)cm\}|\{0\.95\\linewidth\})")
+_TEX_COLSPEC_RE = re.compile(r"\\begin\{longtable\}\{[lr]+\}")
+# the figures (refspec.report.svg.Canvas.to_tikz): one drawing command per line, numeric coordinates
+# inside the picture's bounding box, colours of the palette, nothing else
+_TN = r"(-?\d+\.\d{3})"
+_TCOL = r"rs(?:diag|target|spec|mixed|ref|thr|grid|axis|fail|bar)"
+TIKZ_BEGIN = "\\begin{tikzpicture}[font=\\sffamily]"
+TIKZ_RES = (
+    re.compile(rf"\\useasboundingbox \(0,0\) rectangle \({_TN},{_TN}\);"),
+    re.compile(rf"\\draw\[draw={_TCOL},line width=\d+\.\d\dpt(?:,dashed)?\] \({_TN},{_TN}\) -- \({_TN},{_TN}\);"),
+    re.compile(rf"\\fill\[{_TCOL}\] \({_TN},{_TN}\) rectangle \({_TN},{_TN}\);"),
+    re.compile(rf"\\fill\[{_TCOL}\] \({_TN},{_TN}\) circle \((\d+\.\d{{3}})\);"),
+    re.compile(
+        r"\\node\[anchor=(?:base west|base|base east),inner sep=0pt,scale=(?:0\.\d{3}|1\.000)\] "
+        rf"at \({_TN},{_TN}\) \{{\\(?:scriptsize|footnotesize) (.*)\}};"
+    ),
+)
+
+
+def tex_id_decode(s: str) -> str:
+    """The number id written by refspec.report.tex.tex_id (``!HEX;`` for other characters)."""
+    return _TEX_ID_ESC_RE.sub(lambda m: chr(int(m.group(1), 16)), s)
+
+
+class StrictTeX:
+    """Parse report.tex against the report's LaTeX subset, recording problems (line, what), the
+    checked numbers ``\\rsnum{ID}{TEXT}`` (``nums``), the visible text of each line outside checked
+    numbers (a checked number stands there as ``#``) and the text of the figures' labels."""
+
+    def __init__(self, text: str):
+        self.problems: list[tuple[int, str]] = []
+        self.nums: list[tuple[str, str, int]] = []  # id, text, line
+        self.text: list[tuple[str, int]] = []  # visible text outside the figures, per line
+        self.figure_text: list[tuple[str, int]] = []
+        self.envs: list[tuple[str, int]] = []
+        self.depth = 0
+        self.parse(text)
+
+    def bad(self, line: int, msg: str) -> None:
+        self.problems.append((line, msg))
+
+    def parse(self, text: str) -> None:
+        lines = text.split("\n")
+        try:
+            start = lines.index(TEX_BEGIN)
+        except ValueError:
+            self.bad(1, f"no {TEX_BEGIN} line")
+            return
+        pre = "\n".join(lines[: start + 1]) + "\n"
+        if hashlib.sha256(pre.encode("utf-8")).hexdigest() != TEX_PREAMBLE_SHA256:
+            self.bad(1, "the preamble is not the report format's (sha256 differs from TEX_PREAMBLE_SHA256)")
+        body = lines[start + 1 :]
+        while body and body[-1] == "":
+            body.pop()
+        if not body or body[-1] != TEX_END:
+            self.bad(start + 1 + len(body), f"the document does not end with {TEX_END} on the last line")
+        else:
+            body.pop()
+        box = None  # the figure being read: its bounding box (width, height), or () before it is known
+        for i, line in enumerate(body):
+            no = start + 2 + i
+            if box is not None:
+                if line == "\\end{tikzpicture}":
+                    box = None
+                    continue
+                box = self.tikz_line(line, no, box)
+                continue
+            if line == TIKZ_BEGIN:
+                box = ()
+                continue
+            vis = self.scan(line, no)
+            self.text.append(("".join(vis), no))
+        if box is not None:
+            self.bad(start + 1 + len(body), "a figure is never closed")
+        for env, no in self.envs:
+            self.bad(no, f"\\begin{{{env}}} is never closed")
+        if self.depth:
+            self.bad(start + 1 + len(body), f"{self.depth} unclosed brace(s)")
+
+    def tikz_line(self, line: str, no: int, box: tuple) -> tuple:
+        for k, pat in enumerate(TIKZ_RES):
+            m = pat.fullmatch(line)
+            if m is None:
+                continue
+            vals = [float(v) for v in m.groups()[: (4 if k in (1, 2) else 3 if k == 3 else 2)]]
+            if k == 0:
+                if box != ():
+                    self.bad(no, "a second bounding box in one figure")
+                return (vals[0], vals[1])
+            if box == ():
+                self.bad(no, "a figure draws before its bounding box")
+                return box
+            w, h = box
+            xs, ys = vals[0::2], vals[1::2]
+            if k == 3:
+                xs, ys = [vals[0]], [vals[1]]
+            if any(not (-0.001 <= x <= w + 0.001) for x in xs) or any(not (-0.001 <= y <= h + 0.001) for y in ys):
+                self.bad(no, "a figure draws outside its bounding box")
+            if k == 4:
+                vis = self.scan(m.group(3), no, label=True)
+                self.figure_text.append(("".join(vis), no))
+            return box
+        self.bad(no, f"figure line {line[:60]!r} is not in the report format")
+        return box
+
+    def scan(self, line: str, no: int, label: bool = False) -> list[str]:
+        """The visible text of one line (a checked number as ``#``), recording what is outside the
+        subset; ``label``: a figure's label (text and the escaping's macros only)."""
+        vis: list[str] = []
+        i, n = 0, len(line)
+        while i < n:
+            ch = line[i]
+            if ch == "\\":
+                m = _TEX_WORD_RE.match(line, i)
+                if m is None:
+                    sym = line[i + 1 : i + 2]
+                    if sym == "\\" and not label:
+                        rest = line[i + 2 :].lstrip(" ")
+                        if rest[:1] in ("[", "*"):
+                            self.bad(no, "\\\\ with an argument is not in the report format")
+                        vis.append(" ")
+                    elif sym in TEX_SYMBOLS:
+                        vis.append(TEX_SYMBOLS[sym])
+                    else:
+                        self.bad(no, f"control symbol \\{sym} is not in the report format")
+                    i += 2
+                    continue
+                word = m.group(1)
+                if word in TEX_TEXT_MACROS:
+                    if line[m.end() : m.end() + 2] != "{}":
+                        self.bad(no, f"\\{word} without its {{}}")
+                        i = m.end()
+                    else:
+                        i = m.end() + 2
+                    vis.append(TEX_TEXT_MACROS[word])
+                    continue
+                if label:
+                    self.bad(no, f"control sequence \\{word} in a figure label")
+                    i = m.end()
+                    continue
+                if word == "rsnum":
+                    mm = _TEX_NUM_RE.match(line, i)
+                    if mm is None:
+                        self.bad(no, "\\rsnum not of the form \\rsnum{ID}{NUMBER}")
+                        i = m.end()
+                        continue
+                    self.nums.append((tex_id_decode(mm.group(1)), mm.group(2), no))
+                    vis.append("#")
+                    i = mm.end()
+                    continue
+                if word == "parbox":
+                    mm = _TEX_PARBOX_RE.match(line, i)
+                    if mm is None:
+                        self.bad(no, "\\parbox of a width the report format does not use")
+                        i = m.end()
+                    else:
+                        i = mm.end()
+                    vis.append(" ")
+                    continue
+                if word in ("begin", "end"):
+                    i = self.env(line, i, no)
+                    vis.append(" ")
+                    continue
+                if word in TEX_WORDS:
+                    i = m.end()
+                    if word in ("section", "subsection") and line[i : i + 1] == "*":
+                        i += 1
+                    vis.append(" ")
+                    continue
+                self.bad(no, f"control sequence \\{word} is not in the report format")
+                i = m.end()
+                continue
+            if ch == "$":
+                for k, v in TEX_MATH.items():
+                    if line.startswith(k, i):
+                        vis.append(v)
+                        i += len(k)
+                        break
+                else:
+                    self.bad(no, "math mode other than $\\times$, $\\le$, $\\ge$")
+                    i += 1
+                continue
+            if ch in "{}":
+                if label:
+                    self.bad(no, "a brace in a figure label")
+                elif ch == "{":
+                    self.depth += 1
+                elif self.depth == 0:
+                    self.bad(no, "a closing brace without its opening one")
+                else:
+                    self.depth -= 1
+                i += 1
+                continue
+            if ch in "%#^_~" or (ch == "&" and label):
+                what = {"%": "a comment", "#": "a macro parameter", "~": "an active character"}.get(ch, "math")
+                self.bad(no, f"character {ch!r} ({what}) is not in the report format")
+            elif ch == "&":
+                vis.append(" ")
+            elif ord(ch) < 32 or ord(ch) > 126:
+                self.bad(no, f"character {ch!r} (the report's LaTeX is printable ASCII)")
+            else:
+                vis.append(ch)
+            i += 1
+        return vis
+
+    def env(self, line: str, i: int, no: int) -> int:
+        m = _TEX_ENV_RE.match(line, i)
+        if m is None or m.group(2) not in TEX_ENVS:
+            self.bad(no, f"environment {line[i : i + 30]!r}... is not in the report format")
+            return i + 6
+        kind, env = m.groups()
+        if kind == "begin":
+            if env == "tikzpicture":
+                self.bad(no, f"a figure starts on its own line: {TIKZ_BEGIN}")
+            if env == "longtable":
+                mm = _TEX_COLSPEC_RE.match(line, i)
+                if mm is None:
+                    self.bad(no, "longtable columns other than l and r")
+                    return m.end()
+                self.envs.append((env, no))
+                return mm.end()
+            self.envs.append((env, no))
+            return m.end()
+        if not self.envs or self.envs[-1][0] != env:
+            self.bad(no, f"\\end{{{env}}} closes {self.envs[-1][0] if self.envs else 'nothing'}")
+        else:
+            self.envs.pop()
+        return m.end()
 
 
 _NUM_RE = re.compile(r"^(-?)(\d+)(?:\.(\d*))?(?:[eE]([+-]?\d+))?$")
@@ -964,6 +1293,8 @@ class Report:
         self.numbers_doc, self.html_text, self.hp = numbers_doc, html_text, hp
         self.dir = os.path.dirname(html_path)
         self.html_rel = posix_rel(html_path, archive)
+        self.tex: StrictTeX | None = None  # report.tex beside report.html, parsed, when present
+        self.tex_rel = posix_rel(os.path.join(self.dir, "report.tex"), archive)
 
 
 def read_report(c: Checker) -> Report | None:
@@ -990,7 +1321,16 @@ def read_report(c: Checker) -> Report | None:
     except (OSError, UnicodeDecodeError) as e:
         c.unread(posix_rel(html_path, c.archive), f"cannot read ({e})")
         return None
-    return Report(c.archive, html_path, numbers_path, numbers_doc, html_text, hp)
+    rep = Report(c.archive, html_path, numbers_path, numbers_doc, html_text, hp)
+    tex_path = os.path.join(rep.dir, "report.tex")
+    if os.path.isfile(tex_path):
+        try:
+            with open(tex_path, encoding="utf-8") as f:
+                rep.tex = StrictTeX(f.read())
+        except (OSError, UnicodeDecodeError) as e:
+            c.unread(rep.tex_rel, f"cannot read ({e})")
+            return None
+    return rep
 
 
 def read_tables(c: Checker) -> dict[str, CsvTable]:
@@ -1066,6 +1406,7 @@ def check(archive: str, quiet: bool = False, unsealed: bool = False, trust: Trus
     check_state(c, E, tables, src)  # partition, KV, crosses, frontier, admission, claims
     stated = check_numbers(c, E, rep)
     check_html(c, E, rep, stated)
+    check_tex(c, E, rep, stated)
     prov = check_provenance(c, rep)
     head = check_headline(c, E, rep, stated, est_dec)
     check_data_seal(c, rep, prov, head)
@@ -1981,9 +2322,22 @@ def archive_names(c: Checker) -> set[str]:
                 if isinstance(v, str):
                     names.add(v)
                     names.update(v.split())
+                    names.update(x.strip(_WORD_STRIP) for x in v.split())
                 elif isinstance(v, int) and not isinstance(v, bool):
                     names.add(str(v))
+                elif isinstance(v, list):
+                    names.update(str(x) for x in v)
+    names.update(arm for pair in DIAGNOSTIC_PAIRS for arm in pair)  # the registered pairs the text names
     return names
+
+
+# the paper's table numbers ("Table 3"): the one place a label's digits stand as a word of their own
+TABLE_REF_RE = re.compile(r"\bTables? \d+\b")
+
+
+def visible_words(text: str) -> list[str]:
+    """The words of visible text (split on white space), a table reference ``Table N`` taken out."""
+    return TABLE_REF_RE.sub(" ", text).split()
 
 
 def visible_digits_problem(word: str, names: set[str]) -> bool:
@@ -1993,28 +2347,87 @@ def visible_digits_problem(word: str, names: set[str]) -> bool:
         return False
     if w in names or LABEL_RE.fullmatch(w):
         return False
-    parts = re.split(r"[/,]", w)
+    parts = re.split(r"[/,=]", w)
     return not all(p in names or LABEL_RE.fullmatch(p) or not any(ch.isdigit() for ch in p) for p in parts)
 
 
-def check_visible_digits(c: Checker, rep: Report) -> None:
-    """Every digit a reader sees outside a checked number (data-num) must be part of a word the
-    archive names (a string cell or a key column of its tables, a provenance digest, key id or
-    host that ``check_provenance`` and ``check_data_seal`` check) or a label of ``LABEL_RE``;
-    numbers themselves are only ever shown as checked numbers. The text of the figures (axis
-    ticks, counts and labels drawn in SVG) is the exception: see anc/report.md."""
+def visible_names(c: Checker, rep: Report) -> set[str]:
+    """The names a report may show with digits in them: ``archive_names`` and the provenance
+    values of numbers.json (digests, key id, host) with their words."""
     names = archive_names(c)
     prov = rep.numbers_doc.get("provenance") if isinstance(rep.numbers_doc.get("provenance"), dict) else {}
     for v in prov.values():
         if isinstance(v, str):
             names.add(v)
             names.update(x.strip(_WORD_STRIP) for x in v.split())
+    return names
+
+
+def check_visible_digits(c: Checker, rep: Report) -> None:
+    """Every digit a reader sees outside a checked number (data-num) must be part of a word the
+    archive names (a string cell or a key column of its tables, a provenance digest, key id or
+    host that ``check_provenance`` and ``check_data_seal`` check) or a label of ``LABEL_RE``;
+    numbers themselves are only ever shown as checked numbers (a checked number reads as ``#``
+    in the text around it, so a digit written against it is refused). The text of the figures
+    (axis ticks, counts and labels drawn in SVG) is the exception: see anc/report.md."""
+    names = visible_names(c, rep)
     for text, line, ctx in rep.hp.text:
         if ctx == "svg":
             continue
-        for word in text.split():
+        for word in visible_words(text):
             if visible_digits_problem(word, names):
                 c.bad(f"{rep.html_rel}:{line}", f"digits {word!r} in visible text ({ctx}) outside a checked number")
+
+
+def tex_visible(name: str) -> str:
+    """A name as report.tex shows it (refspec.report.tex.tex_escape: other characters than
+    printable ASCII become '?' or a space, dashes '---' and '--')."""
+    out = []
+    for ch in name:
+        if ch in "\u2014\u2013":
+            out.append("---" if ch == "\u2014" else "--")
+        elif ch in "\u00a7\u00b7\u00d7\u2264\u2265" or 32 <= ord(ch) <= 126:
+            out.append(ch)
+        else:
+            out.append(" " if ord(ch) < 32 else "?")
+    return "".join(out)
+
+
+def check_tex(c: Checker, E: Expected, rep: Report, stated: dict) -> None:
+    """report.tex, when the archive holds it, against the report's LaTeX subset (``StrictTeX``)
+    and the recomputed numbers: every checked number ``\\rsnum{ID}{TEXT}`` shows its recomputed
+    value rounded to the digits shown, every number of numbers.json is shown, and digits in
+    visible text outside checked numbers follow the HTML rule (``check_visible_digits``). A
+    report.pdf without its report.tex is a mismatch (the PDF is read through its source)."""
+    tp = rep.tex
+    if tp is None:
+        if os.path.isfile(os.path.join(rep.dir, "report.pdf")):
+            c.bad(posix_rel(os.path.join(rep.dir, "report.pdf"), c.archive), "report.pdf without its report.tex")
+        return
+    c.files.add(os.path.join(rep.dir, "report.tex"))
+    shown = set()
+    for nid, text, line in tp.nums:
+        where = f"{rep.tex_rel}:{line} rsnum={nid!r}"
+        shown.add(nid)
+        exp = E.items.get(nid)
+        if exp is None:
+            c.bad(where, f"shows {text!r} but the number is not recomputable from the archive")
+            continue
+        c.compared += 1
+        if displayed_matches(text, exp[0]):
+            c.matched += 1
+        else:
+            c.bad(where, f"shows {text!r}, recomputed {fmt(exp[0])}")
+    for nid in sorted(set(stated) - shown):
+        c.bad(rep.tex_rel, f"number {nid} of numbers.json is not shown")
+    for line, msg in tp.problems:
+        c.bad(f"{rep.tex_rel}:{line}", msg)
+    names = visible_names(c, rep)
+    names |= {tex_visible(n) for n in names}
+    for text, line in tp.text:
+        for word in visible_words(text):
+            if visible_digits_problem(word, names):
+                c.bad(f"{rep.tex_rel}:{line}", f"digits {word!r} in visible text outside a checked number")
 
 
 def check_provenance(c: Checker, rep: Report) -> dict:

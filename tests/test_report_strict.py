@@ -1,9 +1,10 @@
-"""The report is a strict, checkable format: report/check.py refuses every HTML edit outside it,
-naming the line, and what Chromium shows a reader is what check.py checked.
+"""The report is a strict, checkable format: report/check.py refuses every edit of report.html or
+report.tex outside it, naming the line, and what Chromium shows a reader is what check.py checked.
 
-Each edit below is made to report.html of a synthetic archive, which is then sealed again with the
-signer's own key (the data untouched, the signature valid): check.py must refuse it. The edits that
-stay inside the format (a colour class swapped) are shown to change no number a reader sees in
+This is the report's tamper matrix: each edit below is made to report.html or report.tex of a
+synthetic archive, which is then sealed again with the signer's own key (the data untouched, the
+signature valid): check.py must refuse it. The edits that stay inside the format (a colour class
+swapped, another font size) pass, and the HTML one is shown to change no number a reader sees in
 headless Chromium."""
 
 from __future__ import annotations
@@ -51,14 +52,17 @@ def stage(tmp_path_factory) -> Path:
     return results
 
 
-def sealed(stage: Path, dst: Path, edit=None) -> Path:
-    """``stage`` with ``edit(html) -> html`` applied to report.html, sealed by the signer into ``dst``."""
+def sealed(stage: Path, dst: Path, edit=None, name: str = "report.html") -> Path:
+    """``stage`` with ``edit(text) -> text`` applied to ``name`` (report.html or report.tex), sealed by
+    the signer into ``dst``; ``edit`` may also take the stage folder (``edit.files``)."""
     work = dst.with_name(dst.name + "-stage")
     shutil.copytree(stage, work)
     for p in work.rglob("*"):
         p.chmod(0o755 if p.is_dir() else 0o644)
-    if edit is not None:
-        h = work / "report.html"
+    if edit is not None and hasattr(edit, "files"):
+        edit.files(work)
+    elif edit is not None:
+        h = work / name
         before = h.read_text()
         after = edit(before)
         assert after != before, "the edit changed nothing"
@@ -140,10 +144,105 @@ EDITS = [
     ("comment", lambda h: h.replace("</main>", "<!-- 1.5x --></main>", 1), "comment"),
     ("link to a missing id", lambda h: h.replace('href="#summary"', 'href="#nowhere"', 1), "does not have"),
     ("svg opacity on a figure", lambda h: h.replace('class="fig">', 'class="fig" opacity="0">', 1), "opacity="),
+    (
+        "a digit written against a checked number",
+        lambda h: h.replace(_first_num(h).group(0), _first_num(h).group(0) + "0", 1),
+        "digits '#0'",
+    ),
+]
+
+
+def _first_tex_num(tex: str) -> re.Match:
+    return re.search(r"\\rsnum\{(ratio\|[^{}]+\|ratio)\}\{([^{}]+)\}", tex)
+
+
+def _before_document(line: str):
+    return lambda t: t.replace("\\begin{document}", line + "\n\\begin{document}", 1)
+
+
+def _after_title(line: str):
+    return lambda t: t.replace("\\maketitle\n", "\\maketitle\n" + line + "\n", 1)
+
+
+def _tex_sub(pattern: str, repl: str):
+    def edit(t: str) -> str:
+        out, n = re.subn(pattern, repl, t, count=1)
+        assert n == 1, pattern
+        return out
+
+    return edit
+
+
+class _PdfWithoutTex:
+    """report.tex removed, a report.pdf put in its place (the PDF is read through its source)."""
+
+    @staticmethod
+    def files(work: Path) -> None:
+        (work / "report.tex").unlink()
+        (work / "report.pdf").write_bytes(b"%PDF-1.5\n% a PDF whose numbers nothing checks\n%%EOF\n")
+
+
+# the same classes of edit made to report.tex: (class, edit, a word the refusal must contain)
+TEX_EDITS = [
+    (
+        "a number changed outside a checked macro",
+        lambda t: t.replace(_first_tex_num(t).group(0), "1.234567", 1),
+        "digits",
+    ),
+    (
+        "a checked number showing another value",
+        lambda t: t.replace(_first_tex_num(t).group(0), _first_tex_num(t).group(0)[:-9] + "9.999999}", 1),
+        "recomputed",
+    ),
+    ("\\input of another file", _after_title("\\input{numbers.json}"), "\\input"),
+    ("\\include of another file", _after_title("\\include{other}"), "\\include"),
+    ("\\write18 (shell escape)", _after_title("\\immediate\\write18{cat /etc/passwd}"), "\\immediate"),
+    ("\\url to a remote page", _after_title("\\url{https://example.org/x}"), "\\url"),
+    (
+        "\\includegraphics of a file outside the report",
+        _after_title("\\includegraphics{/tmp/x.png}"),
+        "\\includegraphics",
+    ),
+    ("the number macro redefined in the body", _after_title("\\renewcommand{\\rsnum}[2]{9.99}"), "\\renewcommand"),
+    ("the number macro redefined by \\def", _after_title("\\def\\rsnum#1#2{9.99}"), "\\def"),
+    ("the number macro redefined in the preamble", _before_document("\\renewcommand{\\rsnum}[2]{9.99}"), "preamble"),
+    ("a catcode change", _after_title("\\catcode`\\!=0"), "\\catcode"),
+    ("a ^^ character code", _after_title("^^5cinput{numbers.json}"), "'^'"),
+    ("a comment hiding a table row", _tex_sub(r"\n(R & )", r"\n% \1"), "comment"),
+    ("the document ended early", _after_title("\\end{document}"), "environment"),
+    ("a number painted white", _after_title("\\color{white}"), "\\color"),
+    ("a number kept out of sight by \\phantom", _tex_sub(r"(\\rsnum\{ratio)", r"\\phantom{}\1"), "\\phantom"),
+    ("a box of another width", _tex_sub(r"\\parbox\[t\]\{11cm\}", r"\\parbox[t]{0cm}"), "width"),
+    ("a math-mode digit", _after_title("$2.5$"), "math mode"),
+    (
+        "a figure drawing outside its box",
+        _tex_sub(r"\\fill\[rsbar\] \(([\d.]+),([\d.]+)\) rectangle", r"\\fill[rsbar] (\1,-30.000) rectangle"),
+        "outside its bounding box",
+    ),
+    (
+        "a figure line with other options",
+        _tex_sub(r"\\draw\[draw=rsaxis,", r"\\draw[draw=rsaxis,opacity=0,"),
+        "figure line",
+    ),
+    (
+        "a label with a macro",
+        _tex_sub(r"(\\node\[[^]]*\] at \([\d.]+,[\d.]+\) \{\\scriptsize )", r"\1\\input{x}"),
+        "figure label",
+    ),
+    (
+        "a digit written against a checked number",
+        lambda t: t.replace(_first_tex_num(t).group(0), _first_tex_num(t).group(0) + "0", 1),
+        "digits '#0'",
+    ),
+    ("a table row deleted", _tex_sub(r"\nR & [^\n]*\n", "\n"), "is not shown"),
+    ("report.pdf without its report.tex", _PdfWithoutTex(), "report.pdf without its report.tex"),
 ]
 # edits inside the format: they change no number a reader sees (shown in Chromium below)
 INSIDE = [
     ("a cell's colour class swapped", lambda h: h.replace('<td class="ok">', '<td class="bad">', 1)),
+]
+TEX_INSIDE = [
+    ("a cell in another font size", lambda t: t.replace("{\\scriptsize ", "{\\footnotesize ", 1)),
 ]
 
 
@@ -157,22 +256,65 @@ def test_clean_archive_passes_and_is_fast(stage, tmp_path):
     assert elapsed < 5
 
 
-def test_every_edit_outside_the_format_is_refused_with_its_line(stage, tmp_path):
-    refused = []
-    for i, (name, edit, word) in enumerate(EDITS):
-        a = sealed(stage, tmp_path / f"e{i}", edit)
-        code, out = run_check(a)
-        lines = [l for l in out.splitlines() if l.startswith("MISMATCH report.html")]
-        assert code == 1 and lines, (name, out[-3000:])
-        assert any(word in l for l in lines), (name, lines[:5])
-        if word != "stylesheet":
-            assert any(re.match(r"MISMATCH report\.html:\d+", l) for l in lines), (name, lines[:5])
-        refused.append(name)
-    for name, edit in INSIDE:
-        a = sealed(stage, tmp_path / f"in-{len(refused)}", edit)
-        code, out = run_check(a)
-        assert code == 0, (name, out[-2000:])
-    print(f"{len(refused)} of {len(EDITS)} edits outside the format refused; {len(INSIDE)} inside accepted")
+MATRIX = [("report.html", *e) for e in EDITS] + [("report.tex", *e) for e in TEX_EDITS]
+
+
+@pytest.mark.parametrize("name,what,edit,word", MATRIX, ids=[f"{m[0]}: {m[1]}" for m in MATRIX])
+def test_every_edit_outside_the_format_is_refused_with_its_line(stage, tmp_path, name, what, edit, word):
+    a = sealed(stage, tmp_path / "edited", edit, name)
+    code, out = run_check(a)
+    target = "report.pdf" if isinstance(edit, _PdfWithoutTex) else name
+    lines = [line for line in out.splitlines() if line.startswith(f"MISMATCH {target}")]
+    assert code == 1 and lines, (what, out[-3000:])
+    assert any(word in line for line in lines), (what, lines[:5])
+    if word not in ("stylesheet", "preamble", "is not shown") and target == name:
+        assert any(re.match(rf"MISMATCH {re.escape(name)}:\d+", line) for line in lines), (what, lines[:5])
+
+
+@pytest.mark.parametrize(
+    "name,what,edit",
+    [("report.html", *e) for e in INSIDE] + [("report.tex", *e) for e in TEX_INSIDE],
+    ids=[e[0] for e in INSIDE + TEX_INSIDE],
+)
+def test_an_edit_inside_the_format_passes(stage, tmp_path, name, what, edit):
+    code, out = run_check(sealed(stage, tmp_path / "inside", edit, name))
+    assert code == 0, (what, out[-2000:])
+
+
+def test_the_tex_preamble_is_the_formats(stage):
+    """check.py pins the renderer's LaTeX preamble (with the one number macro): a change to one
+    needs the other; every number of numbers.json is in report.tex in its checked form."""
+    tex = (stage / "report.tex").read_text()
+    pre = tex[: tex.index("\\begin{document}\n") + len("\\begin{document}\n")]
+    assert hashlib.sha256(pre.encode()).hexdigest() == CHECK.TEX_PREAMBLE_SHA256
+    assert "\\newcommand{\\rsnum}[2]" in pre
+    ids = {CHECK.tex_id_decode(m.group(1)) for m in CHECK._TEX_NUM_RE.finditer(tex[len(pre) :])}
+    doc = json.loads((stage / "numbers.json").read_text())
+    assert ids == {n["id"] for n in doc["numbers"]}
+
+
+@pytest.mark.skipif(
+    shutil.which("pdftotext") is None or shutil.which("pdflatex") is None, reason="needs TeX and poppler"
+)
+def test_the_pdf_shows_the_checked_numbers(stage, tmp_path):
+    """report.tex compiles, and the PDF's text holds every checked number's text where report.tex
+    puts it (in order)."""
+    work = tmp_path / "pdf"
+    shutil.copytree(stage, work)
+    pdf = report.compile_pdf(work / "report.tex")
+    text = subprocess.run(["pdftotext", "-raw", str(pdf), "-"], capture_output=True, text=True, check=True).stdout
+    tex = (work / "report.tex").read_text()
+    body = tex[tex.index("\\begin{document}") :]
+    shown = [m.group(2) for m in CHECK._TEX_NUM_RE.finditer(body)]
+    pos, missing = 0, []
+    for t in shown:
+        i = text.find(t, pos)
+        if i < 0:
+            missing.append(t)
+        else:
+            pos = i + len(t)
+    print(f"PDF: {len(shown) - len(missing)} of {len(shown)} checked numbers found in order")
+    assert len(shown) > 500 and not missing, missing[:10]
 
 
 def test_the_stylesheet_is_the_formats():

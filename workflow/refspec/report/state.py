@@ -14,7 +14,7 @@ from typing import Any
 from .model import DASH, Archive, Cell, Numbers, Section, Table, _n
 
 SELECTOR_ORDER = ("L0_K", "L0_V", "L0_KV", "K_ALL", "V_ALL", "EARLY", "MIDDLE", "LATE", "PREFIX", "TAIL")
-OUTCOME_CODE = {"recipient": "=", "donor": "D", "third": "3"}
+OUTCOME_CODE = {"recipient": "=", "donor": "D", "third": "T"}
 
 
 def _arms(prows: list[dict]) -> list[str]:
@@ -376,7 +376,7 @@ def section_crosses(a: Archive, N: Numbers) -> Section:
         "State transfer: crosses and subset splices",
         "A fresh receiver restores the recipient's KV with the donor's regions spliced in, samples the "
         "recipient's stored initial logits and continues greedily (paper §6.2, Table S11). '=' the "
-        "recipient's natural endpoint, 'D' the donor's (distinguishable), '3' a third trajectory; '.' no "
+        "recipient's natural endpoint, 'D' the donor's (distinguishable), 'T' a third trajectory; '.' no "
         "byte changed; '!' the process repeats disagree.",
     )
     if not a.has("crosses"):
@@ -454,7 +454,7 @@ def section_frontier(a: Archive, N: Numbers) -> Section:
         "Frontier contrasts",
         "At the first output t* where a panel's four trajectories (EMPTY, first, second, joint) cease to "
         "agree, the pair score logit[a] - logit[b] of each arm: the additive prediction d_first + d_second "
-        "against the actual joint change (paper S5.2, Table S13). Repeat 1; both repeats must agree.",
+        "against the actual joint change (paper S5.2, Table S13). The first repeat is shown; both repeats must agree.",
     )
     if not a.has("frontier"):
         sec.notes.append("frontier.csv not present: state crosses not run")

@@ -1,6 +1,8 @@
 """TeX text for the report: escaping of every string written into ``report.tex``
-(:func:`tex_escape`), :class:`TexRaw` for LaTeX that must pass unescaped, and the
-LaTeX of one table cell."""
+(:func:`tex_escape`), :class:`TexRaw` for LaTeX that must pass unescaped, the checked form
+of a number (:func:`tex_num`: ``\\rsnum{ID}{TEXT}``, the id written by :func:`tex_id`) and the
+LaTeX of one table cell. ``report/check.py`` parses report.tex against this subset
+(anc/report.md)."""
 
 from __future__ import annotations
 
@@ -26,6 +28,7 @@ _TEX_MAP = {
     DASH: "---",
     "\u2013": "--",
     "\u00b7": r"\textperiodcentered{}",
+    "\u00a7": r"\S{}",
     "\u00d7": r"$\times$",
     "\u2264": r"$\le$",
     "\u2265": r"$\ge$",
@@ -46,6 +49,21 @@ def tex_escape(s: Any) -> str:
     return "".join(out)
 
 
+# characters of a number id written as they are inside ``\\rsnum{...}``; any other character is
+# written ``!HEX;`` (its code point in hex), so the argument holds no TeX special character
+_ID_PLAIN = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789 ._:/+=,|@-")
+
+
+def tex_id(nid: str) -> str:
+    """A number id as the first argument of ``\\rsnum`` (never typeset; check.py decodes it)."""
+    return "".join(ch if ch in _ID_PLAIN else f"!{ord(ch):x};" for ch in nid)
+
+
+def tex_num(n: Num) -> str:
+    """A number in its checked form: ``\\rsnum{ID}{TEXT}`` (the preamble defines it to typeset TEXT)."""
+    return "\\rsnum{" + tex_id(n.id) + "}{" + tex_escape(n.text) + "}"
+
+
 class TexRaw(str):
     """LaTeX that the TeX template must not escape."""
 
@@ -61,7 +79,7 @@ def _tex_finalize(v: Any) -> str:
 def _tex_cell(cell: Cell) -> TexRaw:
     out = []
     for p in cell.parts:
-        out.append(tex_escape(p.text) if isinstance(p, Num) else tex_escape(p))
+        out.append(tex_num(p) if isinstance(p, Num) else tex_escape(p))
     s = "".join(out)
     if cell.cls and "reason" in cell.cls:
         s = r"\parbox[t]{4.2cm}{\raggedright\scriptsize " + s + "}"
