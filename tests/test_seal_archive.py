@@ -408,6 +408,7 @@ def test_the_deeper_scan_has_no_false_alarm_on_clean_files(tmp_path, seal_env):
         "log.xz": lzma.compress(harmless),
         "stray.bin": b"data PK\x03\x04" + bytes(range(256)) * 4 + b"PK\x03\x04\x14\x00\x00\x00\x08\x00",
         "empty.gz": b"",
+        "tail-signature.bin": b"x" * 1000 + b"PK\x05\x06" + bytes([0, 0, 0, 0, 5, 0, 5, 0]) + b"\xff" * 10,
     }
     for name, data in files.items():
         (res / "report" / name).write_bytes(data)
