@@ -189,3 +189,13 @@ def test_restore_cli_refuses_signed_names_it_cannot_write_with_a_fail_line(extra
     assert rc == 1 and expected in captured.out, captured.out
     assert all(line.startswith("FAIL: ") for line in captured.out.splitlines())
     assert "Traceback" not in captured.err and list(work.iterdir()) == []
+
+
+def test_restore_cli_answers_a_destination_it_cannot_create_with_a_fail_line(seal_env, tmp_path, capsys):
+    """DEST under a regular file: the file system refuses; a FAIL line, exit 1, nothing left behind."""
+    (tmp_path / "a-file").write_text("x")
+    dest = tmp_path / "a-file" / "dest"
+    rc = main(["restore", str(seal_env["clean_tar"]), str(dest), "--pubkey", str(seal_env["a"].public_path)])
+    captured = capsys.readouterr()
+    assert rc == 1 and captured.out.startswith("FAIL: ") and "cannot be written under" in captured.out, captured
+    assert "Traceback" not in captured.err and sorted(p.name for p in tmp_path.iterdir()) == ["a-file"]
