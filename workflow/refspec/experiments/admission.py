@@ -199,13 +199,17 @@ def run_admission(
     shape.check()
     rows: list[dict[str, Any]] = []
     errors: list[str] = []
+    # one fresh tool process per query width: on Mesa's lavapipe a process that has run the q = 1
+    # graphs and then q = 2 and 3 (with qb's refused nodes on the CPU) crashes inside the driver's
+    # queue thread; a process per shape keeps every observation independent of the ones before it
+    reports = []
     with tempfile.TemporaryDirectory(prefix="refspec-admission-") as td:
-        jobs = []
         for q in queries:
             p = Path(td) / f"q{q}.rsop"
             R.write_operands(p, admission_operands(shape, q))
-            jobs.append(R.ReplayJob(p, tuple(layouts), "none", Path(td) / f"q{q}", write_stages=False))
-        report = R.run_replay(tool, jobs, backend=backend, threads=threads, workdir=td)
+            job = R.ReplayJob(p, tuple(layouts), "none", Path(td) / f"q{q}", write_stages=False)
+            reports.append(R.run_replay(tool, [job], backend=backend, threads=threads, workdir=Path(td) / f"w{q}"))
+    report = {**reports[0], "jobs": [j for r in reports for j in r["jobs"]]}
     for q, job in zip(queries, report["jobs"]):
         if job.get("error"):
             errors.append(f"q={q}: {job['error']}")
