@@ -20,11 +20,12 @@ in, before any body is read; a refused connection is answered and closed at
 once. A connection that has not yet shown the secret may hold at most
 :data:`HEADER_DEADLINE_S` seconds and :data:`MAX_HEADER_BYTES` bytes, and at most
 :data:`MAX_UNAUTHENTICATED` such connections are kept (a new one closes the
-oldest), so clients without the secret cannot delay the driver's requests. Completions (and tokenization) are computed one at
-a time, in the order their requests were read (a ticket queue): a completion
-that arrives while another is computed waits; it is never answered 503 and
-never runs concurrently. There is no prompt cache: every request starts from
-cleared KV caches (``Context.begin_request``).
+oldest), so clients without the secret cannot delay the driver's requests.
+Completions (and tokenization) are computed one at a time, in the order their
+requests were read (a ticket queue): a completion that arrives while another is
+computed waits; it is never answered 503 and never runs concurrently. There is
+no prompt cache: every request starts from cleared KV caches
+(``Context.begin_request``).
 
 SIGTERM (or SIGINT) lets the in-flight request finish and its response go out,
 then closes the listening socket and exits 0. The HTTP API, its errors, the
