@@ -37,15 +37,16 @@ recomputes, with its own code:
   summaries, draft acceptance, request status counts, ledger records);
 
 and compares them with the CSV tables, with numbers.json and with the numbers
-displayed in report.html (parsed with html.parser; each number's element has
-``data-num`` and ``data-src``). It also checks cross-table identities (paired
-ratio transitivity, counts that must add up), that every link and source names
-an existing archive file, the manifest/plan digests shown in the report, and
-the seal: its envelope in canonical form, its Ed25519 signature (RFC 8032, checked
-here with integer arithmetic and hashlib.sha512; see ``ed25519_problem`` for the strict
-rules), its key id against ``--pubkey``, its chain against ``--expect-previous``, and
-every file digest listed in its statement (sha256 and size); a symbolic link anywhere
-in the archive is a mismatch.
+displayed in report.html (parsed with html.parser against the report's strict HTML
+subset; each number's element has ``data-num`` and ``data-src``) and, when present, in
+report.tex (parsed against its LaTeX subset; each number is ``\\rsnum{ID}{TEXT}``). It
+also checks cross-table identities (paired ratio transitivity, counts that must add up),
+that every link and source names an existing archive file, the manifest/plan digests
+shown in the report, and the seal: its envelope in canonical form, its Ed25519 signature
+(RFC 8032, checked here with integer arithmetic and hashlib.sha512; see
+``ed25519_problem`` for the strict rules), its key id against ``--pubkey``, its chain
+against ``--expect-previous``, and every file digest listed in its statement (sha256 and
+size); a symbolic link anywhere in the archive is a mismatch.
 
 Exit status: 0 all consistent, 1 mismatches (each printed with its location),
 2 unreadable input (no archive, no report/numbers.json, malformed files, a
@@ -348,6 +349,27 @@ STATE_COLUMNS = {
         reason=S,
     ),
     "claims": dict(stage=S, record=S, status=S, exit_code=I, controls=I, controls_failed=I, reason=S),
+    "projection": dict(
+        family=S,
+        task_id=S,
+        arm=S,
+        call=I,
+        node=S,
+        op=S,
+        layer=I,
+        p0=I,
+        p1=I,
+        src0_name=S,
+        out_ne=L,
+        weight_sha256=S,
+        captured_sha256=S,
+        row_sha256=S,
+        replayed_sha256=S,
+        elements_differing=I,
+        first_differing=I,
+        status=S,
+        reason=S,
+    ),
 }
 COLUMNS.update(STATE_COLUMNS)
 TABLE_NAMES = TABLE_NAMES + tuple(STATE_COLUMNS)
@@ -469,6 +491,8 @@ class CsvTable:
                 "q",
                 "layout",
                 "fixture",
+                "node",
+                "call",
             )
             if k in r
         ]
@@ -2567,6 +2591,7 @@ def check_state(c: Checker, E: Expected, tables: dict, src) -> None:
     traj = check_crosses(c, E, tables, src, nat)
     check_frontier(c, E, tables, src, traj)
     check_admission(c, E, tables, src)
+    check_projection(c, E, tables, src)
     check_claims(c, E, tables, src, nat)
 
 
@@ -2780,6 +2805,91 @@ def check_admission(c: Checker, E: Expected, tables: dict, src) -> None:
         E.add(base + ("fallback",), sum(bool(r["fallback"]) for r in g), s_a)
 
 
+PROJECTION_STATUSES = ("qualified", "mismatch", "excluded", "error")
+
+
+def projection_positions(rows: list) -> dict:
+    """Prompt position -> digest of the captured output row there, over one arm's calls of a node."""
+    return {r["p0"] + j: h for r in rows for j, h in enumerate((r["row_sha256"] or "").split())}
+
+
+def check_projection(c: Checker, E: Expected, tables: dict, src) -> None:
+    """Projection replay (projection.csv). Per row: one row digest per position p0..p1-1 (p1 - p0 =
+    out_ne[1]); qualified exactly when the replayed digest equals the captured one with no element
+    differing; mismatch: replayed, and the digests or elements differ; excluded: not replayed, with a reason;
+    error: not replayed, with a reason; a weight digest for MUL_MAT only. Per (task, arm, node): calls
+    and calls per status. Totals: calls and calls per status. Per (task, node) of a task with two arms
+    whose calls cover the same positions: positions, positions whose row digests differ and the first
+    of them."""
+    pr = tables.get("projection")
+    if pr is None:
+        return
+    s_j = src("projection")
+    groups = defaultdict(list)
+    for i, r in enumerate(pr.rows):
+        groups[(r["task_id"], r["arm"], r["node"])].append(r)
+        c.identities += 4
+        n_rows = len((r["row_sha256"] or "").split())
+        ne = r["out_ne"] or []
+        if n_rows != r["p1"] - r["p0"] or len(ne) < 2 or ne[1] != n_rows:
+            c.bad(pr.where(i, "row_sha256"), f"{n_rows} row digests for positions {r['p0']}..{r['p1']} (out_ne {ne})")
+        st, rep, cap = r["status"], r["replayed_sha256"], r["captured_sha256"]
+        if rep is not None:  # replayed: equal digests and no element differing, or a mismatch
+            expect = "qualified" if rep == cap and r["elements_differing"] == 0 else "mismatch"
+        else:
+            expect = st if st in ("excluded", "error") else "excluded or error (not replayed)"
+        c.recomputed += 1
+        c.same(pr.where(i, "status"), st, expect)
+        if st != "qualified" and not r["reason"]:
+            c.bad(pr.where(i, "reason"), f"a {st} call needs its reason")
+        if st == "qualified" and r["reason"]:
+            c.bad(pr.where(i, "reason"), "a qualified call has no reason")
+        if (r["weight_sha256"] is not None) != (r["op"] == "MUL_MAT"):
+            c.bad(pr.where(i, "weight_sha256"), "a weight digest is given exactly for MUL_MAT calls")
+    for (t, arm, node), g in groups.items():
+        base = ("projection", t, arm, node)
+        E.add(base + ("calls",), len(g), s_j)
+        for s in PROJECTION_STATUSES:
+            E.add(base + (s,), sum(r["status"] == s for r in g), s_j)
+    E.add(("projection", "total", "calls"), len(pr.rows), s_j)
+    for s in PROJECTION_STATUSES:
+        E.add(("projection", "total", s), sum(r["status"] == s for r in pr.rows), s_j)
+    for t in dict.fromkeys(r["task_id"] for r in pr.rows):
+        arms = list(dict.fromkeys(r["arm"] for r in pr.rows if r["task_id"] == t))
+        if len(arms) != 2:
+            continue
+        for node in dict.fromkeys(r["node"] for r in pr.rows if r["task_id"] == t):
+            x, y = (projection_positions(groups.get((t, arm, node), [])) for arm in arms)
+            if not x or set(x) != set(y):
+                continue
+            differ = sorted(p for p in x if x[p] != y[p])
+            base = ("projection", t, node)
+            E.add(base + ("positions",), len(x), s_j)
+            E.add(base + ("positions_differing",), len(differ), s_j)
+            if differ:
+                E.add(base + ("first_position",), differ[0], s_j)
+
+
+def check_projection_claim(c: Checker, cl: CsvTable, i: int, tables: dict) -> None:
+    """The projection stage's claim: controls = the calls replayed (not excluded) in projection.csv;
+    controls_failed counts at least its mismatched and failed calls (the captured prefills' KV controls
+    are recorded in the stage's projection.json, not in the table)."""
+    r = cl.rows[i]
+    pr = tables.get("projection")
+    if pr is None:
+        c.bad(cl.where(i), "the projection stage's table is not in the archive: its claim cannot be checked")
+        return
+    c.recomputed += 1
+    c.same(cl.where(i, "controls"), r["controls"], sum(x["status"] != "excluded" for x in pr.rows))
+    failed = sum(x["status"] in ("mismatch", "error") for x in pr.rows)
+    c.identities += 1
+    if r["controls_failed"] < failed:
+        c.bad(
+            cl.where(i, "controls_failed"),
+            f"{r['controls_failed']} failed control(s), but {failed} call(s) of projection.csv mismatched or failed",
+        )
+
+
 def claim_controls(tables: dict, nat: dict, stage: str, record: str):
     """(controls, controls failed) of a controlled stage's claim, recomputed from its table, or None.
 
@@ -2832,8 +2942,8 @@ def check_claims(c: Checker, E: Expected, tables: dict, src, nat: dict) -> None:
     """The claims of the controlled stages (claims.csv).
 
     controls and controls_failed as recomputed by ``claim_controls``; for admission, controls -
-    controls_failed = the (backend, layout, q) evaluations with rows in admission.csv. A claim with a
-    failed control is withheld; supported exactly when the exit code is 0 and no control failed; a
+    controls_failed = the (backend, layout, q) evaluations with rows in admission.csv; for projection,
+    ``check_projection_claim``. A claim with a failed control is withheld; supported exactly when the exit code is 0 and no control failed; a
     withheld claim has a reason."""
     cl = tables.get("claims")
     if cl is None:
@@ -2851,6 +2961,8 @@ def check_claims(c: Checker, E: Expected, tables: dict, src, nat: dict) -> None:
                     f"{r['controls']} evaluations less {r['controls_failed']} failed "
                     f"!= {evals} evaluations with rows in admission.csv",
                 )
+        elif st == "projection":
+            check_projection_claim(c, cl, i, tables)
         else:
             exp = claim_controls(tables, nat, st, rec)
             if exp is None and st in ("replay", "audit", "partition", "crosses"):

@@ -181,12 +181,22 @@ def _run_main(args: argparse.Namespace) -> int:
         else:
             print(
                 "report.pdf: not made: pdflatex was not found (Debian: apt-get install --no-install-recommends "
-                f"{TEX_PACKAGES}, then run `./run main --forcerun report`: Snakemake reruns the report and "
-                "everything after it, the archive's seal and the check)"
+                f"{TEX_PACKAGES}, then run `./run main {rerun_report_args(args.configfile)}`: Snakemake reruns "
+                "the report and everything after it, the archive's seal and the check)"
             )
         print()
         print(headline_text(numbers, archive / "SEAL.dsse.json"))
     return 0
+
+
+def rerun_report_args(configfile: str) -> str:
+    """The arguments of ``./run main`` that render the report again (with report.pdf once TeX is
+    installed), seal the archive again and check it, without rerunning any campaign
+    (tests/test_workflow_run.py follows this advice)."""
+    import shlex
+
+    conf = "" if configfile == "config/config.yaml" else f"--configfile {shlex.quote(configfile)} "
+    return conf + "--forcerun report"
 
 
 def headline_text(numbers_json: Path, seal: Path | None = None) -> str:
