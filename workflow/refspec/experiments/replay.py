@@ -766,9 +766,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="model layers on the GPU (default: all for a GPU build, 0 for a CPU build)",
     )
     p.add_argument("--threads", type=int, default=1, help="CPU threads of the model and the tool (default 1)")
-    p.add_argument("--layers", help="comma-separated layers (default 0, L/2, L-1)")
+    p.add_argument("--layers", help="comma-separated layers (default: the config's e1.layers, else 0, L/2, L-1)")
     p.add_argument("--phases", default=",".join(PHASES))
-    p.add_argument("--q", default="1,2,3,4", help="query widths (default 1,2,3,4)")
+    p.add_argument("--q", help="query widths (default: the config's e1.q, else 1,2,3,4)")
     p.add_argument(
         "--continue-tokens",
         type=int,
@@ -808,9 +808,11 @@ def run(args: argparse.Namespace) -> int:
         backend=backend,
         replay_threads=args.threads,
     )
-    layers = [int(x) for x in args.layers.split(",")] if args.layers else None
+    sizes = (config or {}).get("e1") or {}
+    layers_s = args.layers if args.layers is not None else sizes.get("layers")
+    layers = [int(x) for x in str(layers_s).split(",")] if layers_s else None
     phases = [x.strip() for x in args.phases.split(",") if x.strip()]
-    qs = [int(x) for x in args.q.split(",")]
+    qs = [int(x) for x in str(args.q if args.q is not None else sizes.get("q", "1,2,3,4")).split(",")]
     res = run_e1(
         args.family,
         args.out,
