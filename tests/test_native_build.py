@@ -54,6 +54,20 @@ def test_upstream_tool_is_built_on_first_use_in_the_same_tree(build):
         build.tool("llama-cli")
 
 
+def test_native_tools_are_recorded(build):
+    """refspec-replay and refspec-opreplay (native/tools) are programs of the build, each recorded in
+    BUILD.json with the tools' key and its digest; a result the build did not make has neither."""
+    key = native.replay_tool_key(build)
+    for name, field in native.NATIVE_TOOLS.items():
+        exe = build.tool(name)
+        assert exe.is_file() and exe.parent == build.tool(native.REPLAY_TOOL).parent
+        assert build.record[field] == {"name": name, "key": key, **file_digest(exe)}
+        bare = native.BuildResult(key=build.key, root=build.root, lib_dir=build.lib_dir, record=build.record)
+        with pytest.raises(BuildError, match=f"{name} is built by build"):
+            bare.tool(name)
+    assert set(native.NATIVE_TOOLS) == {"refspec-replay", "refspec-opreplay"}
+
+
 def test_record_mismatch_is_detected(build, tmp_path):
     fake = native.BuildResult(
         key=build.key,

@@ -11,8 +11,8 @@ Steps (each checked, none skipped):
    with the pinned Vulkan headers (:mod:`refspec.native.vulkan`);
 4. record ``BUILD.json``: the build key, the inputs' hashes and the sha256 of every
    built library;
-5. build ``refspec-replay`` (``native/tools``) against those libraries, recorded in
-   ``BUILD.json`` as ``replay_tool``.
+5. build ``native/tools`` against those libraries: ``refspec-replay``, recorded in
+   ``BUILD.json`` as ``replay_tool``, and ``refspec-opreplay``, recorded as ``opreplay_tool``.
 
 Upstream ``llama-quantize`` and ``llama-speculative-simple`` link ``llama-common`` (about half
 of the compile time); nothing in the workflow runs them (models are quantized through the
@@ -63,8 +63,11 @@ BUILD_RECORD = "BUILD.json"
 TOOLS_RECORD = "TOOLS.json"
 # optional: llama-server from the same pinned source, stock (no patches) or patched (build_server)
 SERVER_TARGET = "llama-server"
-# refspec's own native tool (native/tools), built against the patched ggml of every build
+# refspec's own native tools (native/tools), built against the patched ggml of every build:
+# the attention replay (E1, audit, admission) and the single-operation replay (projection replay)
 REPLAY_TOOL = "refspec-replay"
+OPREPLAY_TOOL = "refspec-opreplay"
+NATIVE_TOOLS = {REPLAY_TOOL: "replay_tool", OPREPLAY_TOOL: "opreplay_tool"}  # program -> its BUILD.json key
 TOOLS_SRC = REPO_ROOT / "native" / "tools"
 SERVER_VARIANTS = ("stock", "patched")
 
@@ -113,19 +116,22 @@ class BuildResult:
     record: dict = field(default_factory=dict)
     built: bool = False
     replay_tool: Path | None = None  # refspec-replay built against these libraries (build() sets it)
+    opreplay_tool: Path | None = None  # refspec-opreplay, built with it (build() sets it)
 
     @property
     def src_dir(self) -> Path:
         return self.root / "src" / "vendor" / "llama.cpp"
 
     def tool(self, name: str) -> Path:
-        """A program of this build: ``refspec-replay``, one the build made (``llama-server`` of a
-        server build), or an upstream tool of :data:`UPSTREAM_TOOLS`, compiled into the same build
-        tree on first use (the libraries must come out unchanged)."""
-        if name == REPLAY_TOOL:
-            if self.replay_tool is None:
-                raise BuildError(f"{REPLAY_TOOL} is built by build(), not for this build ({self.root})")
-            return self.replay_tool
+        """A program of this build: one of refspec's :data:`NATIVE_TOOLS` (``refspec-replay``,
+        ``refspec-opreplay``), one the build made (``llama-server`` of a server build), or an
+        upstream tool of :data:`UPSTREAM_TOOLS`, compiled into the same build tree on first use
+        (the libraries must come out unchanged)."""
+        if name in NATIVE_TOOLS:
+            path = getattr(self, NATIVE_TOOLS[name])
+            if path is None:
+                raise BuildError(f"{name} is built by build(), not for this build ({self.root})")
+            return path
         if name in self.record.get("files", {}):
             return self.lib_dir / name
         if name in UPSTREAM_TOOLS and "variant" not in self.record:
@@ -408,17 +414,23 @@ def build_server(
 
 
 def build(options: BuildOptions | None = None, *, jobs: int | None = None, quiet: bool = False) -> BuildResult:
-    """Build (or find cached) the patched llama.cpp for these options, and ``refspec-replay``
-    against it; the result's record names the tool's key and digest beside the libraries'."""
+    """Build (or find cached) the patched llama.cpp for these options, and ``native/tools``
+    against it; the result's record names each tool's key and digest beside the libraries'
+    (``replay_tool``, ``opreplay_tool``: :data:`NATIVE_TOOLS`)."""
     options = options or BuildOptions()
     key = build_key(options)
     result = _cached(
         key, lambda root, lib_dir: _build_into(options, key, root, lib_dir, jobs=jobs, quiet=quiet), quiet=quiet
     )
     result.replay_tool = build_replay_tool(result, jobs=jobs or os.cpu_count() or 2)
+    result.opreplay_tool = result.replay_tool.parent / OPREPLAY_TOOL
+    key = replay_tool_key(result)
     result.record = {
         **result.record,
-        "replay_tool": {"name": REPLAY_TOOL, "key": replay_tool_key(result), **file_digest(result.replay_tool)},
+        **{
+            rec_key: {"name": name, "key": key, **file_digest(result.tool(name))}
+            for name, rec_key in NATIVE_TOOLS.items()
+        },
     }
     return result
 
@@ -458,11 +470,12 @@ def _rpath_link_flags(result: BuildResult) -> list[str]:
 
 
 def build_replay_tool(result: BuildResult, *, jobs: int = 1) -> Path:
-    """Configure and build ``native/tools`` (``refspec-replay``) against a built llama.cpp.
+    """Configure and build ``native/tools`` (:data:`NATIVE_TOOLS`) against a built llama.cpp;
+    returns ``refspec-replay``'s path (``refspec-opreplay`` is beside it).
 
     Kept in the build's folder under ``tools/<key16>`` by :func:`replay_tool_key`: a second
     call with the same sources and libraries rebuilds nothing; a record that does not match
-    its binary is rebuilt.
+    its binaries is rebuilt.
     """
     src, lib_build = result.src_dir.resolve(), result.lib_dir.parent.resolve()
     if not (src / "ggml" / "include" / "ggml.h").exists():
@@ -474,9 +487,9 @@ def build_replay_tool(result: BuildResult, *, jobs: int = 1) -> Path:
     root.mkdir(parents=True, exist_ok=True)
     with open(root / ".lock", "w") as lockf:  # one builder at a time; the others find its tool
         fcntl.flock(lockf, fcntl.LOCK_EX)
-        if exe.exists() and stamp.exists():
+        if all((final / name).exists() for name in NATIVE_TOOLS) and stamp.exists():
             rec = json.loads(stamp.read_text())
-            if rec.get("key") == key and rec.get("file") == file_digest(exe):
+            if rec.get("key") == key and rec.get("files") == {n: file_digest(final / n) for n in NATIVE_TOOLS}:
                 return exe
         work = Path(tempfile.mkdtemp(prefix=f"{key[:16]}.", dir=root))
         gen = ["-G", "Ninja"] if shutil.which("ninja") else []
@@ -499,14 +512,15 @@ def build_replay_tool(result: BuildResult, *, jobs: int = 1) -> Path:
                 f"{REPLAY_TOOL} configure",
             )
             _run_logged(["cmake", "--build", str(work), "-j", str(max(1, jobs))], work, log, f"{REPLAY_TOOL} build")
-        if not (work / REPLAY_TOOL).exists():
-            raise BuildError(f"build finished but {REPLAY_TOOL} is missing in {work}")
+        for name in NATIVE_TOOLS:
+            if not (work / name).exists():
+                raise BuildError(f"build finished but {name} is missing in {work}")
         atomic_write_text(
             work / "build.json",
             json.dumps(
                 {
                     "key": key,
-                    "file": file_digest(work / REPLAY_TOOL),
+                    "files": {n: file_digest(work / n) for n in NATIVE_TOOLS},
                     "llama_src": str(src),
                     "llama_build": str(lib_build),
                 }

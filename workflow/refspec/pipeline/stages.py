@@ -143,9 +143,12 @@ def artifacts(config_path: str | None, build_record: Path, panels: list[Path]) -
     out = [{"role": "sdist", "name": native.SDIST_FILE, "path": str(native.fetch_sdist())}]
     out += [{"role": "patch", "name": p.name, "path": str(p)} for p in native.patch_files()]
     out += [{"role": "library", "name": name, "path": str(b.lib_dir / name)} for name in sorted(rec["files"])]
-    if rec.get("replay_tool", {}).get("sha256") != (b.record.get("replay_tool") or {}).get("sha256"):
-        raise UsageError(f"{build_record} records another {native.REPLAY_TOOL} than the build's {b.replay_tool}")
-    out.append({"role": "tool", "name": native.REPLAY_TOOL, "path": str(b.replay_tool)})
+    for name, key in native.NATIVE_TOOLS.items():  # refspec-replay, refspec-opreplay
+        if key not in rec:
+            raise UsageError(f"{build_record} does not record {name}: run again with --forcerun native_build")
+        if rec[key].get("sha256") != (b.record.get(key) or {}).get("sha256"):
+            raise UsageError(f"{build_record} records another {name} than the build's {b.tool(name)}")
+        out.append({"role": "tool", "name": name, "path": str(b.tool(name))})
     if "servers" in ((cfg.get("campaigns") or {}).get("run") or []):  # llama-server, stock and patched
         opts = native.BuildOptions.from_config(cfg)
         for variant in native.SERVER_VARIANTS:
