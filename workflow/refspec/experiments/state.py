@@ -536,7 +536,10 @@ def run_worker_job(job: dict) -> dict:
 
     load(job.get("lib_dir"))
     model = Model(
-        job["model_path"], sha256=job["model_sha256"], n_gpu_layers=int(job.get("gpu_layers", 0)), require_placement=True
+        job["model_path"],
+        sha256=job["model_sha256"],
+        n_gpu_layers=int(job.get("gpu_layers", 0)),
+        require_placement=True,
     )
     msha = job["model_sha256"]
     spec = ContextSpec(n_ctx=job["n_ctx"], n_batch=job["n_batch"], n_ubatch=job["ub"], threads=job["threads"])
