@@ -42,7 +42,7 @@ def partition(lib_path, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def tool(native_build):
-    return P.tool_path(native_build)
+    return native_build.tool("refspec-opreplay")
 
 
 @pytest.fixture(scope="module")
@@ -62,6 +62,11 @@ def test_replay_on_fixed_operands_is_bitwise_equal(proj):
     # U1 runs one micrograph per token: one call per node and prompt position
     u1 = [r for r in rows if r["arm"] == "U1" and r["node"] == "Qcur-0"]
     assert [(r["p0"], r["p1"]) for r in u1] == [(p, p + 1) for p in range(len(u1))]
+    # one digest per token row of the output: A's single call holds U1's per-token rows in order
+    a_q = next(r for r in rows if r["arm"] == "A" and r["node"] == "Qcur-0")
+    assert len(a_q["row_sha256"].split()) == a_q["p1"] - a_q["p0"] == len(u1) == a_q["out_ne"][1]
+    assert all(len(r["row_sha256"].split()) == 1 for r in u1)
+    assert [r["row_sha256"] for r in u1] == a_q["row_sha256"].split()  # layer 0 is equal in both arms
     q = next(r for r in rows if r["node"] == "Qcur-0")
     assert (q["src0_name"], q["src0_type"], q["src1_type"]) == ("blk.0.attn_q.weight", "q8_0", "f32")
     # the weight the model computed with is the GGUF's (the replay reads it from there)

@@ -1,10 +1,12 @@
 """The state studies and the backend admission as stages: real runs, their claims, the report
-sections in the shapes of Tables S10-S13 and the admission table, and the independent checker
-recomputing their classes and counts (and catching a changed outcome class).
+sections in the shapes of Tables S10-S13, the projection replay and the admission table, and the
+independent checker recomputing their classes and counts (and catching a changed outcome class,
+a changed projection count and a changed projection row digest).
 
 Small real runs on the embedded family: HumanEval/2 (where physical micro-batch 1 leaves A's
 endpoint at index 32) with cap 34, the crosses of A and U1 with the L0 and KV panels' selectors
-in two processes, and the admission of the target's shape at n_kv = 64, q = 1..2.
+in two processes, the projection replay of A and U1 on layers 0 and 1, and the admission of the
+target's shape at n_kv = 64, q = 1..2.
 """
 
 from __future__ import annotations
@@ -69,6 +71,18 @@ def archive(tmp_path_factory, native_build, family_files, replay_tool) -> Path:
         ),
         _stage(
             res,
+            "projection",
+            "state",
+            "projection",
+            "--partition",
+            str(res / "campaigns" / "partition"),
+            "--pair",
+            "A,U1",
+            "--layers",
+            "0,1",
+        ),
+        _stage(
+            res,
             "admission",
             "admission",
             "--family",
@@ -81,7 +95,7 @@ def archive(tmp_path_factory, native_build, family_files, replay_tool) -> Path:
             "1-2",
         ),
     ]
-    assert [c["status"] for c in claims] == ["supported"] * 3, claims
+    assert [c["status"] for c in claims] == ["supported"] * 4, claims
     manifest = tmp / "manifest.json"
     manifest.write_text("{}\n")
     stage = tmp / "stage"
@@ -93,7 +107,11 @@ def archive(tmp_path_factory, native_build, family_files, replay_tool) -> Path:
         str(manifest),
         "--out",
         str(stage),
-        *[x for n in ("partition", "crosses", "admission") for x in ("--campaign", str(res / "campaigns" / n))],
+        *[
+            x
+            for n in ("partition", "crosses", "projection", "admission")
+            for x in ("--campaign", str(res / "campaigns" / n))
+        ],
     )
     _cli("report", str(stage), "--no-pdf")
     return stage
@@ -117,7 +135,7 @@ def test_tables_and_claims_are_assembled(archive):
     assert {r["panel"] for r in _csv(t / "frontier.csv")} == {"L0", "KV"}
     assert {r["verdict"] for r in _csv(t / "admission.csv")} == {"unknown"}  # CPU admits every lifted shape
     claims = {r["stage"]: r for r in _csv(t / "claims.csv")}
-    assert set(claims) == {"partition", "crosses", "admission"}
+    assert set(claims) == {"partition", "crosses", "projection", "admission"}
     assert all(r["status"] == "supported" for r in claims.values())
     assert (archive / "campaigns" / "crosses" / "claim.json").is_file()
 
@@ -132,6 +150,8 @@ def test_report_shows_the_state_sections(archive):
         "Frontier contrasts (Table S13 shape)",
         "Admission of the lifted shapes",
         "Claims of the controlled stages",
+        "Replayed calls per input, arm and node",
+        "Projection replay: calls by outcome",
     ):
         assert title in html, title
     nums = {n["id"]: n for n in json.loads((archive / "numbers.json").read_text())["numbers"]}
@@ -173,3 +193,76 @@ def test_checker_catches_a_failed_control_marked_supported(archive, tmp_path):
         w.writerows(rows)
     r = subprocess.run(["python3", "-I", "-S", str(CHECK), str(bad), "--unsealed"], capture_output=True, text=True)
     assert r.returncode == 1 and "controls_failed" in r.stdout + r.stderr, r.stdout + r.stderr
+
+
+def _check(archive: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        ["python3", "-I", "-S", str(CHECK), str(archive), "--unsealed"], capture_output=True, text=True
+    )
+
+
+def test_report_shows_the_projection_section(archive):
+    rows = _csv(archive / "tables" / "projection.csv")
+    doc = json.loads((archive / "campaigns" / "projection" / "projection.json").read_text())
+    nums = {n["id"]: n for n in json.loads((archive / "numbers.json").read_text())["numbers"]}
+    assert nums["projection|total|calls"]["value"] == len(rows) > 0
+    for s in ("qualified", "mismatch", "excluded", "error"):
+        assert nums[f"projection|total|{s}"]["value"] == doc["counts"][s]
+        assert nums[f"projection|total|{s}"]["source"] == "tables/projection.csv"
+    (task,) = doc["tasks"]
+    for node, k in doc["by_node"].items():
+        for arm in ("A", "U1"):
+            n = sum(r["node"] == node and r["arm"] == arm for r in rows)
+            assert nums[f"projection|{task}|{arm}|{node}|calls"]["value"] == n
+        assert sum(nums[f"projection|{task}|{arm}|{node}|excluded"]["value"] for arm in ("A", "U1")) == k["excluded"]
+    assert (
+        nums[f"projection|{task}|A|attn_norm-0|excluded"]["value"]
+        == nums[f"projection|{task}|A|attn_norm-0|calls"]["value"]
+    )
+    # the row digests locate what the command located on the float outputs themselves
+    for node, cmp in doc["arms"][task].items():
+        assert nums[f"projection|{task}|{node}|positions"]["value"] == cmp["positions"]
+        assert nums[f"projection|{task}|{node}|positions_differing"]["value"] == cmp["positions_differing"]
+        first = nums.get(f"projection|{task}|{node}|first_position")
+        assert (first and first["value"]) == (cmp["first_position"] if not cmp["equal"] else None)
+    assert all(doc["arms"][task][f"{b}-0"]["equal"] for b in ("norm", "Qcur", "Kcur", "Vcur"))
+    html = (archive / "report.html").read_text()
+    assert 'data-num="projection|total|qualified"' in html and "in-place: ggml-alloc placed" in html
+    assert "projections first differ" in html
+
+
+def test_checker_catches_a_changed_projection_count(archive, tmp_path):
+    bad = tmp_path / "bad"
+    shutil.copytree(archive, bad)
+    nid = "projection|total|qualified"
+    n = next(x for x in json.loads((bad / "numbers.json").read_text())["numbers"] if x["id"] == nid)
+    p = bad / "report.html"
+    html = p.read_text()
+    old = f'data-num="{nid}" data-src="tables/projection.csv">{n["text"]}</span>'
+    assert html.count(old) == 1
+    p.write_text(html.replace(old, old.replace(f">{n['text']}<", f">{n['value'] - 1}<")))
+    r = _check(bad)
+    assert r.returncode == 1 and f"data-num={nid!r}" in r.stdout, r.stdout + r.stderr
+
+
+def test_checker_catches_a_changed_projection_row(archive, tmp_path):
+    bad = tmp_path / "bad"
+    shutil.copytree(archive, bad)
+    p = bad / "tables" / "projection.csv"
+    rows = _csv(p)
+    # a U1 call of the first layer's Q projection, equal to A's there: one row digest changed
+    i = next(i for i, r in enumerate(rows) if r["arm"] == "U1" and r["node"] == "Qcur-0")
+    rows[i]["row_sha256"] = "0" * 64
+    j = next(i for i, r in enumerate(rows) if r["status"] == "qualified")
+    rows[j]["status"] = "mismatch"
+    with open(p, "w", newline="", encoding="utf-8") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]), lineterminator="\n")
+        w.writeheader()
+        w.writerows(rows)
+    r = _check(bad)
+    out = r.stdout + r.stderr
+    assert r.returncode == 1, out
+    task = rows[i]["task_id"]
+    assert f"numbers.json: projection|{task}|Qcur-0|positions_differing" in out, out
+    assert f"numbers.json: projection|{task}|Qcur-0|first_position" in out, out  # recomputed, not in the report
+    assert "column status" in out and "numbers.json: projection|total|mismatch" in out, out

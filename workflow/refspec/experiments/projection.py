@@ -47,13 +47,13 @@ import numpy as np
 from ..core.errors import EXIT_FAILED, EXIT_OK, ConfigError, RefspecError, UsageError
 from ..core.fsutil import atomic_write_text
 from ..core.hashing import file_digest, sha256_bytes
+from ..native.build import OPREPLAY_TOOL as TOOL
 from ..native.runtime import GGML_TYPE_F32, GGMLTensor
 from . import operands as R
 from .capture import OperandCapture, SourceView, _view
 
 # node base name -> the ggml op llama.cpp computes under it (build_norm, build_qkv of the pinned source)
 PROJECTIONS = {"norm": "RMS_NORM", "attn_norm": "MUL", "Qcur": "MUL_MAT", "Kcur": "MUL_MAT", "Vcur": "MUL_MAT"}
-TOOL = "refspec-opreplay"
 WEIGHTS_USAGE = 1  # GGML_BACKEND_BUFFER_USAGE_WEIGHTS
 STATUSES = ("qualified", "mismatch", "excluded", "error")
 
@@ -259,14 +259,6 @@ def run_tool(tool: Path, calls: Path, *, model: Path, backend: str, threads: int
     return report, tensors
 
 
-def tool_path(build) -> Path:
-    """``refspec-opreplay``, built with ``refspec-replay`` from native/tools (same folder)."""
-    p = Path(build.replay_tool).parent / TOOL
-    if not p.is_file():
-        raise RefspecError(f"{p} is missing: rebuild the native tools (`refspec build`)")
-    return p
-
-
 def gguf_digests(path: Path, names: set[str]) -> dict[str, str]:
     """sha256 of the named tensors' bytes as stored in the GGUF (the replay's weight operands)."""
     from gguf import GGUFReader
@@ -277,6 +269,14 @@ def gguf_digests(path: Path, names: set[str]) -> dict[str, str]:
 
 def _f32(b: bytes) -> np.ndarray:
     return np.frombuffer(b, dtype="<f4")
+
+
+def row_digests(c: Call) -> str:
+    """sha256 of each token row of a call's captured output (``ne[0]`` float32 values, positions
+    ``p0`` to ``p1 - 1`` in order), space-separated: the ``row_sha256`` cell, from which the report
+    and its checker locate where two arms' outputs first differ."""
+    width = 4 * c.ne[0]
+    return " ".join(sha256_bytes(c.out[i : i + width]) for i in range(0, len(c.out), width))
 
 
 def compare_arms(x: list[Call], y: list[Call]) -> dict[str, dict]:
@@ -523,6 +523,7 @@ def _row(meta, task_id, arm, i, c: Call, cid, results, replayed, cap) -> dict:
         "out_type": "f32",
         "weight_sha256": None,
         "captured_sha256": sha256_bytes(c.out),
+        "row_sha256": row_digests(c),
         "replayed_sha256": None,
         "elements_differing": None,
         "first_differing": None,
@@ -628,7 +629,7 @@ def run(args) -> int:
         tasks=tasks,
         backend=backend,
         layers=tuple(int(v) for v in args.layers.split(",") if v.strip()),
-        tool=args.tool or tool_path(build),
+        tool=args.tool or build.tool(TOOL),
     )
     print(summary(doc))
     return exit_code(doc)

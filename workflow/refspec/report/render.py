@@ -43,6 +43,7 @@ from typing import Any
 from ..core.errors import RenderError
 from ..core.fsutil import atomic_write_bytes, atomic_write_text
 from ..core.paths import REPO_ROOT
+from .device import device_caption, device_facts, provenance_values, section_device
 from .model import Archive, Cell, Figure, Num, Numbers, Section, Table, _read_json, bootstrap_settings, load_archive
 from .sections import (
     section_acceptance,
@@ -58,7 +59,6 @@ from .sections import (
     section_replication,
     section_summary,
 )
-from .device import device_caption, device_facts, provenance_values, section_device
 from .state import state_sections
 from .svg import _COLORS
 from .tex import TexRaw, _tex_cell, _tex_finalize
@@ -82,7 +82,7 @@ def build(
         section_replication(a, N, boot),
         section_replay(a, N),
         section_audit(a, N),
-        *state_sections(a, N),  # partition, KV differences, crosses, frontier, admission, claims
+        *state_sections(a, N),  # partition, KV differences, projection replay, crosses, frontier, admission, claims
         section_masks(a, N),
         section_prediction(a, N),
         section_acceptance(a, N),

@@ -2,8 +2,9 @@
 
 Shapes follow the paper's supplementary tables: partition classes (S8/S9), first-layer
 K/V differences (S10), the subset matrix (S11), full-KV differences (S12), the frontier
-contrasts (S13) and the admission table (S6.3); every number is registered in
-``numbers.json`` and recomputed by ``report/check.py`` from the sealed CSV tables.
+contrasts (S13), the projection replay on fixed operands (§6.1) and the admission table
+(S6.3); every number is registered in ``numbers.json`` and recomputed by
+``report/check.py`` from the sealed CSV tables.
 """
 
 from __future__ import annotations
@@ -581,11 +582,130 @@ def section_admission(a: Archive, N: Numbers) -> Section:
     return sec
 
 
+PROJECTION_STATUSES = ("qualified", "mismatch", "excluded", "error")
+
+
+def projection_positions(rows: list[dict]) -> dict[int, str]:
+    """Prompt position -> sha256 of the captured output row there, over one arm's calls of a node
+    (the ``row_sha256`` cells: one digest per position ``p0`` to ``p1 - 1``)."""
+    return {r["p0"] + j: h for r in rows for j, h in enumerate(r["row_sha256"].split())}
+
+
+def section_projection(a: Archive, N: Numbers) -> Section:
+    sec = Section(
+        "state-projection",
+        "Projection replay on fixed operands",
+        "The RMS norm (norm), norm-weight MUL (attn_norm) and Q/K/V projection MUL_MATs of the captured "
+        "layers in the prefills of the pair's arms, on the inputs whose states differ (paper §6.1). Each call "
+        "is replayed alone on its captured operands on the same backend and compared bitwise with its "
+        "captured output: qualified (equal), mismatch, excluded (ggml-alloc computed it in place over its "
+        "operand, which no capture can read back; never replayed) or error. Then the pair's outputs of each "
+        "node are compared position by position.",
+    )
+    if not a.has("projection"):
+        sec.notes.append("projection.csv not present: projection replay not run (stages.projection)")
+        return sec
+    src, tid = a.src("projection"), "state-projection"
+    rows_all = a.rows("projection")
+    groups: dict[tuple[str, str, str], list[dict]] = defaultdict(list)
+    for r in rows_all:
+        groups[(r["task_id"], r["arm"], r["node"])].append(r)
+    rows = []
+    for (t, arm, node), g in groups.items():
+        key = dict(task_id=t, arm=arm, node=node)
+        base = ("projection", t, arm, node)
+        counts = {s: sum(r["status"] == s for r in g) for s in PROJECTION_STATUSES}
+        reasons = list(dict.fromkeys(r["reason"] for r in g if r["reason"]))
+        rows.append(
+            [
+                Cell([t]),
+                Cell([arm], cls="mono"),
+                Cell([node], cls="mono"),
+                Cell([g[0]["op"]], cls="mono small"),
+                Cell([_n(N, a, "projection", tid, base + ("calls",), len(g), "d", key, "call")]),
+            ]
+            + [
+                Cell(
+                    [_n(N, a, "projection", tid, base + (s,), v, "d", key, "status")],
+                    cls="bad" if v and s in ("mismatch", "error") else "",
+                )
+                for s, v in counts.items()
+            ]
+            + [Cell(["; ".join(reasons)], cls="reason")]
+        )
+    sec.items.append(
+        Table(
+            tid,
+            "Replayed calls per input, arm and node",
+            [src],
+            ["task", "arm", "node", "op", "calls", *PROJECTION_STATUSES, "reason"],
+            rows,
+            numeric=[False] * 4 + [True] * 5 + [False],
+        )
+    )
+    tid2 = "state-projection-totals"
+    totals = [("calls", "call", len(rows_all))] + [
+        (s, "status", sum(r["status"] == s for r in rows_all)) for s in PROJECTION_STATUSES
+    ]
+    sec.items.append(
+        Table(
+            tid2,
+            "Projection replay: calls by outcome",
+            [src],
+            ["outcome", "calls"],
+            [
+                [Cell([label]), Cell([_n(N, a, "projection", tid2, ("projection", "total", label), v, "d", {}, col)])]
+                for label, col, v in totals
+            ],
+            numeric=[False, True],
+        )
+    )
+    tid3 = "state-projection-pair"
+    prow = []
+    for t in _tasks(rows_all):
+        arms = list(dict.fromkeys(r["arm"] for r in rows_all if r["task_id"] == t))
+        for node in dict.fromkeys(r["node"] for r in rows_all if r["task_id"] == t):
+            head = [Cell([t]), Cell([node], cls="mono"), Cell([" vs ".join(arms)], cls="mono")]
+            pos = [projection_positions(groups.get((t, arm, node), [])) for arm in arms]
+            if len(pos) != 2 or not pos[0] or set(pos[0]) != set(pos[1]):
+                prow.append(head + [Cell([DASH])] * 3 + [Cell(["not compared: the arms' calls cover other positions"])])
+                continue
+            key = dict(task_id=t, node=node)
+            base = ("projection", t, node)
+            differ = sorted(p for p in pos[0] if pos[0][p] != pos[1][p])
+            first = (
+                Cell([_n(N, a, "projection", tid3, base + ("first_position",), differ[0], "d", key, "p0")], cls="warn")
+                if differ
+                else Cell([DASH])
+            )
+            prow.append(
+                head
+                + [
+                    Cell([_n(N, a, "projection", tid3, base + ("positions",), len(pos[0]), "d", key, "p0")]),
+                    Cell([_n(N, a, "projection", tid3, base + ("positions_differing",), len(differ), "d", key, "p0")]),
+                    first,
+                    Cell(["outputs differ" if differ else "bitwise equal"], cls="warn" if differ else "ok"),
+                ]
+            )
+    sec.items.append(
+        Table(
+            tid3,
+            "Where the pair's projections first differ",
+            [src],
+            ["task", "node", "pair", "positions", "positions differing", "first differing position", "outputs"],
+            prow,
+            numeric=[False, False, False, True, True, True, False],
+        )
+    )
+    return sec
+
+
 def state_sections(a: Archive, N: Numbers) -> list[Section]:
     """The state, admission and claims sections, in report order."""
     return [
         section_partition(a, N),
         section_kv(a, N),
+        section_projection(a, N),
         section_crosses(a, N),
         section_frontier(a, N),
         section_admission(a, N),
