@@ -7,9 +7,11 @@ import subprocess
 
 import pytest
 
-from refspec.core.errors import BuildError
+from refspec.core.errors import BuildError, UsageError
 from refspec.core.hashing import file_digest
+from refspec.core.paths import REPO_ROOT
 from refspec.native import build as native
+from refspec.pipeline import stages
 
 
 @pytest.fixture(scope="module")
@@ -66,6 +68,21 @@ def test_native_tools_are_recorded(build):
         with pytest.raises(BuildError, match=f"{name} is built by build"):
             bare.tool(name)
     assert set(native.NATIVE_TOOLS) == {"refspec-replay", "refspec-opreplay"}
+
+
+def test_manifest_lists_the_native_tools(build, tmp_path):
+    """refspec artifacts lists both native tools from the run's BUILD.json for the manifest, and
+    refuses a record that does not name one (written before the tool was recorded)."""
+    import json
+
+    record = tmp_path / "BUILD.json"
+    record.write_text(json.dumps(build.record))
+    items = stages.artifacts(str(REPO_ROOT / "config" / "config.yaml"), record, [])
+    tools = {i["name"]: i["path"] for i in items if i["role"] == "tool"}
+    assert tools == {name: str(build.tool(name)) for name in native.NATIVE_TOOLS}
+    record.write_text(json.dumps({k: v for k, v in build.record.items() if k != "opreplay_tool"}))
+    with pytest.raises(UsageError, match="does not record refspec-opreplay"):
+        stages.artifacts(str(REPO_ROOT / "config" / "config.yaml"), record, [])
 
 
 def test_record_mismatch_is_detected(build, tmp_path):
