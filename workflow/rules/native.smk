@@ -1,6 +1,8 @@
 rule native_build:
     input:
         patches=PATCHES,
+        # the record names the tools built from native/tools (refspec-replay, refspec-opreplay)
+        tools=sorted(str(p) for p in Path("native/tools").iterdir() if p.is_file()),
     output:
         f"{PROV}/BUILD.json",
     log:
