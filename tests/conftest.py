@@ -56,11 +56,16 @@ def replay_tool():
     return Path(env) if env else native.current().replay_tool
 
 
+OPT_IN = ("cuda_build", "upstream_suite")
+
+
 def pytest_collection_modifyitems(config, items):
-    """``cuda_build`` tests compile for a long time: they run only when ``-m`` names them."""
-    if "cuda_build" in (config.option.markexpr or ""):
-        return
-    skip = pytest.mark.skip(reason="opt-in: ./run test -m cuda_build")
-    for item in items:
-        if "cuda_build" in item.keywords:
-            item.add_marker(skip)
+    """``cuda_build`` and ``upstream_suite`` tests compile for a long time: they run only when ``-m``
+    names them."""
+    for marker in OPT_IN:
+        if marker in (config.option.markexpr or ""):
+            continue
+        skip = pytest.mark.skip(reason=f"opt-in: ./run test -m {marker}")
+        for item in items:
+            if marker in item.keywords:
+                item.add_marker(skip)

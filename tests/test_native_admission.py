@@ -170,3 +170,17 @@ def test_library_quantization_refuses_an_unknown_type_and_leaves_nothing(fam, tm
     with pytest.raises(IntegrityError, match="llama_model_quantize"):
         models._quantize(tmp_path / "missing.gguf", out, "Q8_0")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_gs_refuses_a_non_causal_decode(target):
+    """gs runs one-token micro-batches: a host that switches the context to non-causal attention after
+    creation gets a refused decode (-3 with the reason), not a batch attended one token at a time."""
+    with Context(target, _spec(layout="gs", mask=3, n_ubatch=8)) as ctx:
+        ctx.begin_request()
+        ctx.decode([1, 40], 0)
+        assert ctx.counters()["micrographs_gs"] == 2
+        ctx._l.llama_set_causal_attn(ctx._ptr, False)
+        with pytest.raises(AdmissionError, match="attention layout gs: non-causal attention"):
+            ctx.decode([41, 42], 2)
+        ctx._l.llama_set_causal_attn(ctx._ptr, True)
+        ctx.decode([41, 42], 2)  # causal again: admitted

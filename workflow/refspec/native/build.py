@@ -70,6 +70,9 @@ OPREPLAY_TOOL = "refspec-opreplay"
 NATIVE_TOOLS = {REPLAY_TOOL: "replay_tool", OPREPLAY_TOOL: "opreplay_tool"}  # program -> its BUILD.json key
 TOOLS_SRC = REPO_ROOT / "native" / "tools"
 SERVER_VARIANTS = ("stock", "patched")
+# optional: llama.cpp's own tests of the same source (build_tests), in the same two variants: the
+# model generator and the state tests that run on its models (tests/test_upstream_suite.py)
+TEST_TARGETS = ["test-llama-archs", "test-save-load-state", "test-recurrent-state-rollback", "test-batch-alloc"]
 
 
 @dataclass(frozen=True)
@@ -365,22 +368,40 @@ def server_flags(options: BuildOptions) -> list[str]:
     return flags + ["-DLLAMA_BUILD_SERVER=ON", "-DLLAMA_BUILD_UI=OFF", "-DLLAMA_USE_PREBUILT_UI=OFF"]
 
 
-def server_key(options: BuildOptions, variant: str, sdist_sha256: str = SDIST_SHA256) -> str:
-    """Key of the optional ``llama-server`` build: ``stock`` applies no patch, ``patched`` all of them."""
+def _variant_key(
+    options: BuildOptions, variant: str, flags: list[str], targets: list[str], what: str, sdist_sha256: str
+) -> str:
+    """Key of an optional build of the pinned source: ``stock`` applies no patch, ``patched`` all of them."""
     if variant not in SERVER_VARIANTS:
-        raise BuildError(f"unknown llama-server variant {variant!r} ({' or '.join(SERVER_VARIANTS)})")
+        raise BuildError(f"unknown {what} variant {variant!r} ({' or '.join(SERVER_VARIANTS)})")
     patches = patch_files() if variant == "patched" else []
     return sha256_json(
         {
             "sdist": {"name": SDIST_NAME, "version": SDIST_VERSION, "sha256": sdist_sha256},
             "patches": [{"name": p.name, "sha256": sha256_file(p)} for p in patches],
             "options": asdict(options),
-            "flags": server_flags(options),
-            "targets": [SERVER_TARGET],
+            "flags": flags,
+            "targets": targets,
             "variant": variant,
             **_host_variant(options),
         }
     )
+
+
+def server_key(options: BuildOptions, variant: str, sdist_sha256: str = SDIST_SHA256) -> str:
+    """Key of the optional ``llama-server`` build: ``stock`` applies no patch, ``patched`` all of them."""
+    return _variant_key(options, variant, server_flags(options), [SERVER_TARGET], "llama-server", sdist_sha256)
+
+
+def tests_flags(options: BuildOptions) -> list[str]:
+    """The build's CMake flags with llama.cpp's tests on."""
+    flags = [f for f in options.cmake_flags() if not f.startswith("-DLLAMA_BUILD_TESTS=")]
+    return flags + ["-DLLAMA_BUILD_TESTS=ON"]
+
+
+def tests_key(options: BuildOptions, variant: str, sdist_sha256: str = SDIST_SHA256) -> str:
+    """Key of the optional build of llama.cpp's tests (:data:`TEST_TARGETS`), ``stock`` or ``patched``."""
+    return _variant_key(options, variant, tests_flags(options), TEST_TARGETS, "upstream tests", sdist_sha256)
 
 
 def build_server(
@@ -407,6 +428,34 @@ def build_server(
             flags=server_flags(options),
             targets=[SERVER_TARGET],
             tools=[SERVER_TARGET],
+            variant=variant,
+        ),
+        quiet=quiet,
+    )
+
+
+def build_tests(
+    options: BuildOptions | None = None, variant: str = "patched", *, jobs: int | None = None, quiet: bool = False
+) -> BuildResult:
+    """Build (or find cached) llama.cpp's own tests (:data:`TEST_TARGETS`) of the pinned source,
+    ``stock`` or ``patched``, in a folder of their own with their own libraries next to them;
+    ``BuildResult.tool(name)`` names each program."""
+    options = options or BuildOptions()
+    key = tests_key(options, variant)
+    patches = patch_files() if variant == "patched" else []
+    return _cached(
+        key,
+        lambda root, lib_dir: _build_into(
+            options,
+            key,
+            root,
+            lib_dir,
+            jobs=jobs,
+            quiet=quiet,
+            patches=patches,
+            flags=tests_flags(options),
+            targets=TEST_TARGETS,
+            tools=TEST_TARGETS,
             variant=variant,
         ),
         quiet=quiet,
