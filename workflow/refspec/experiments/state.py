@@ -66,6 +66,7 @@ from ..core.errors import ConfigError, DecodeError, IntegrityError, RefspecError
 from ..core.fsutil import atomic_write_text
 from ..core.hashing import sha256_bytes
 from ..engine import kvstate as kv
+from ..native.vulkan import process_device_env
 from . import projection
 
 DEFAULT_SPLITS = (32, 64, 96, 128, -1)
@@ -344,6 +345,7 @@ def run_partition(
         "tasks": [t.task_id for t in tasks],
         "problems": problems,
         "lib_dir": os.environ.get("LLAMA_CPP_LIB_PATH"),
+        "device_env": process_device_env(),  # the Vulkan device the partition ran on, for the crosses
         "n_layer": model.n_layer,
     }
     atomic_write_text(out / "partition.json", json.dumps(meta, indent=2, sort_keys=True) + "\n")
@@ -659,6 +661,7 @@ def spawn_worker(job: dict, workdir: str | Path, tag: str, *, timeout: float | N
         int(job.get("threads", 1)),
         log_path=log_path,
         cwd=Path.cwd(),
+        extra=job.get("env") or None,
     )
     try:
         rc = proc.wait(timeout=timeout)
@@ -783,6 +786,7 @@ def run_crosses(
             jobs_list.append(
                 {
                     "lib_dir": meta.get("lib_dir"),
+                    "env": meta.get("device_env") or {},
                     "model_path": meta["model_path"],
                     "model_sha256": meta["model_sha256"],
                     "n_ctx": meta["n_ctx"],

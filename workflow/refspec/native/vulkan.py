@@ -280,6 +280,12 @@ def device_env(config: dict | None) -> dict[str, str]:
     return {DEVICE_VAR: want}
 
 
+def process_device_env() -> dict[str, str]:
+    """The device selection this process runs under, for the records of the processes it starts
+    later from a record (the state crosses start from the partition's)."""
+    return {k: os.environ[k] for k in (DEVICE_VAR,) if k in os.environ}
+
+
 def select_device(config: dict | None) -> None:
     """Put :func:`device_env` into this process's environment (before ggml is loaded)."""
     os.environ.update(device_env(config))
