@@ -53,10 +53,13 @@ def _run(cmd: list[str], *, layout: str | None = None, timeout: float = 600) -> 
     return p.returncode, ANSI.sub("", p.stdout + p.stderr), time.monotonic() - t0
 
 
-def generate_models(build: BuildResult, out_dir: Path) -> list[Path]:
-    """``test-llama-archs -o DIR``: one model per architecture and variant (dense, MoE)."""
+SEED = 1  # the generator draws a random seed unless given one; with one its files are reproducible
+
+
+def generate_models(build: BuildResult, out_dir: Path, seed: int = SEED) -> list[Path]:
+    """``test-llama-archs -s SEED -o DIR``: one model per architecture and variant (dense, MoE)."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    rc, out, _ = _run([str(build.tool(GENERATOR)), "-o", str(out_dir)])
+    rc, out, _ = _run([str(build.tool(GENERATOR)), "-s", str(seed), "-o", str(out_dir)])
     if rc != 0:
         raise RuntimeError(f"{GENERATOR} -o {out_dir} exited {rc}: {out[-2000:]}")
     return sorted(out_dir.glob("*.gguf"))
