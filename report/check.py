@@ -2352,7 +2352,29 @@ def archive_names(c: Checker) -> set[str]:
                 elif isinstance(v, list):
                     names.update(str(x) for x in v)
     names.update(arm for pair in DIAGNOSTIC_PAIRS for arm in pair)  # the registered pairs the text names
+    names.update(ledger_reason_words(c.archive))
     return names
+
+
+def ledger_reason_words(archive: str) -> set[str]:
+    """The words of every ``reason`` the archive's ledgers hold (ledger.jsonl, campaigns/*/ledger.jsonl):
+    a refused arm's row quotes its ledger's reason (worker ids, model files, shapes)."""
+    words: set[str] = set()
+    for root, _dirs, files in os.walk(archive):
+        if "ledger.jsonl" not in files:
+            continue
+        with open(os.path.join(root, "ledger.jsonl"), "rb") as f:
+            for raw in f:
+                try:
+                    rec = json.loads(raw)
+                except ValueError:
+                    continue
+                why = rec.get("reason") if isinstance(rec, dict) else None
+                if isinstance(why, str):
+                    words.add(why)
+                    words.update(why.split())
+                    words.update(x.strip(_WORD_STRIP) for x in why.split())
+    return words
 
 
 # the paper's table numbers ("Table 3"): the one place a label's digits stand as a word of their own

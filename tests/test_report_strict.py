@@ -427,3 +427,22 @@ def test_chromium_shows_the_checked_numbers(stage, tmp_path):
             b = sealed(stage, tmp_path / ("seen-" + str(len(name))), edit)
             _c, pb = compare_with_numbers(b, visible_text(b / "report.html", tmp_path))
             assert pb, name
+
+
+def test_a_refusal_reason_from_the_ledger_is_a_name(tmp_path):
+    """A refused arm's row quotes its campaign ledger's reason (worker id, model file): those words
+    are names of the archive; the same words without that ledger are refused."""
+    words = ["w06-C_k5u6", "SmolLM2-135M-Instruct.Q8_0.gguf:"]
+    led = tmp_path / "campaigns" / "width"
+    led.mkdir(parents=True)
+    (led / "ledger.jsonl").write_text(
+        json.dumps(
+            {"kind": "failure", "reason": "worker w06-C_k5u6 start failed: SmolLM2-135M-Instruct.Q8_0.gguf: refused"}
+        )
+        + "\n"
+    )
+    names = CHECK.ledger_reason_words(str(tmp_path))
+    assert not any(CHECK.visible_digits_problem(w, names) for w in words)
+    assert all(
+        CHECK.visible_digits_problem(w, CHECK.ledger_reason_words(str(tmp_path / "campaigns" / "none"))) for w in words
+    )
