@@ -328,12 +328,14 @@ def test_replay_tool_is_built_once_and_rebuilt_when_its_record_lies(replay_tool)
     stamp = again.parent / "build.json"
     rec = json.loads(stamp.read_text())
     assert rec["key"] == native.replay_tool_key(b)
-    assert b.record["replay_tool"]["sha256"] == rec["file"]["sha256"]
-    # a record that does not describe its binary is not trusted: the tool is built again
-    stamp.write_text(json.dumps({**rec, "file": {"sha256": "0" * 64, "size": 1}}))
+    assert b.record["replay_tool"]["sha256"] == rec["files"][native.REPLAY_TOOL]["sha256"]
+    # a record that does not describe its binaries is not trusted: the tools are built again
+    stamp.write_text(
+        json.dumps({**rec, "files": {**rec["files"], native.REPLAY_TOOL: {"sha256": "0" * 64, "size": 1}}})
+    )
     rebuilt = native.build_replay_tool(b)
     assert rebuilt == replay_tool and rebuilt.stat().st_mtime_ns != before
-    assert json.loads(stamp.read_text())["file"] == rec["file"]
+    assert json.loads(stamp.read_text())["files"] == rec["files"]
 
 
 # ------------------------------------------------------------------------------ admission
