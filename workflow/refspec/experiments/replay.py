@@ -661,6 +661,7 @@ def run_e1(
         summary["placement"] = {k: v for k, v in model.placement.items() if k != "devices"}
         summary["model"] = {"file": files.target.path.name, "sha256": files.target.sha256}
         summary["settings"] = asdict(settings)
+        summary["q"] = list(qs)
         summary["history_layout_refused"] = history_refused
         summary["device_refused"] = {d["context"]: d["device_refused"] for d in details if d.get("device_refused")}
         return E1Result(rows, details, summary)
@@ -686,7 +687,8 @@ def format_summary(s: dict[str, Any]) -> str:
     n, ok = s["contexts"], s["controls_passed"]
     be = s.get("backend") or {}
     lines = [
-        f"E1 {s['family']}: {n} contexts (layers {'/'.join(map(str, s['layers']))} x prefill/continuation x q=1..4) "
+        f"E1 {s['family']}: {n} contexts (layers {'/'.join(map(str, s['layers']))} x prefill/continuation x "
+        f"q={','.join(map(str, s.get('q', QUERY_WIDTHS)))}) "
         f"on {be.get('device', be.get('requested', '?')) if isinstance(be, dict) else be} in {s['seconds']} s",
         f"  controls (observation, own-path mq/pq/qb, repeatability, capture on/off): {ok}/{n} contexts pass; "
         f"capture on/off endpoints equal {s['capture_on_off_endpoints_equal']}/{n}",
