@@ -404,6 +404,39 @@ def tests_key(options: BuildOptions, variant: str, sdist_sha256: str = SDIST_SHA
     return _variant_key(options, variant, tests_flags(options), TEST_TARGETS, "upstream tests", sdist_sha256)
 
 
+def _build_variant(
+    options: BuildOptions,
+    variant: str,
+    key: str,
+    flags: list[str],
+    targets: list[str],
+    *,
+    jobs: int | None,
+    quiet: bool,
+) -> BuildResult:
+    """Build (or find cached) an optional build of the pinned source (its own folder
+    ``$REFSPEC_CACHE/native/<key16>`` with its own libraries next to ``targets``), ``stock`` (no
+    patch) or ``patched``; ``key`` is its :func:`_variant_key`."""
+    patches = patch_files() if variant == "patched" else []
+    return _cached(
+        key,
+        lambda root, lib_dir: _build_into(
+            options,
+            key,
+            root,
+            lib_dir,
+            jobs=jobs,
+            quiet=quiet,
+            patches=patches,
+            flags=flags,
+            targets=targets,
+            tools=targets,
+            variant=variant,
+        ),
+        quiet=quiet,
+    )
+
+
 def build_server(
     options: BuildOptions | None = None, variant: str = "patched", *, jobs: int | None = None, quiet: bool = False
 ) -> BuildResult:
@@ -414,24 +447,7 @@ def build_server(
     """
     options = options or BuildOptions()
     key = server_key(options, variant)
-    patches = patch_files() if variant == "patched" else []
-    return _cached(
-        key,
-        lambda root, lib_dir: _build_into(
-            options,
-            key,
-            root,
-            lib_dir,
-            jobs=jobs,
-            quiet=quiet,
-            patches=patches,
-            flags=server_flags(options),
-            targets=[SERVER_TARGET],
-            tools=[SERVER_TARGET],
-            variant=variant,
-        ),
-        quiet=quiet,
-    )
+    return _build_variant(options, variant, key, server_flags(options), [SERVER_TARGET], jobs=jobs, quiet=quiet)
 
 
 def build_tests(
@@ -442,24 +458,7 @@ def build_tests(
     ``BuildResult.tool(name)`` names each program."""
     options = options or BuildOptions()
     key = tests_key(options, variant)
-    patches = patch_files() if variant == "patched" else []
-    return _cached(
-        key,
-        lambda root, lib_dir: _build_into(
-            options,
-            key,
-            root,
-            lib_dir,
-            jobs=jobs,
-            quiet=quiet,
-            patches=patches,
-            flags=tests_flags(options),
-            targets=TEST_TARGETS,
-            tools=TEST_TARGETS,
-            variant=variant,
-        ),
-        quiet=quiet,
-    )
+    return _build_variant(options, variant, key, tests_flags(options), TEST_TARGETS, jobs=jobs, quiet=quiet)
 
 
 def build(options: BuildOptions | None = None, *, jobs: int | None = None, quiet: bool = False) -> BuildResult:
