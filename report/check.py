@@ -2289,6 +2289,21 @@ def check_numbers(c: Checker, E: Expected, rep: Report) -> dict:
     return stated
 
 
+def compare_shown(c: Checker, E: Expected, where: str, nid: str, text: str):
+    """One number as a report shows it (HTML or TeX) against its recomputed value; returns the
+    recomputed (value, source) or None when the id is not recomputable (a problem)."""
+    exp = E.items.get(nid)
+    if exp is None:
+        c.bad(where, f"shows {text!r} but the number is not recomputable from the archive")
+        return None
+    c.compared += 1
+    if displayed_matches(text, exp[0]):
+        c.matched += 1
+    else:
+        c.bad(where, f"shows {text!r}, recomputed {fmt(exp[0])}")
+    return exp
+
+
 def check_html(c: Checker, E: Expected, rep: Report, stated: dict) -> None:
     """report.html against the recomputed numbers: each displayed number (``data-num``) is the
     recomputed value rounded to the digits shown, with the recomputed ``data-src``; every number of
@@ -2297,15 +2312,9 @@ def check_html(c: Checker, E: Expected, rep: Report, stated: dict) -> None:
     for nid, text, dsrc, line in rep.hp.nums:
         where = f"{rep.html_rel}:{line} data-num={nid!r}"
         shown.add(nid)
-        exp = E.items.get(nid)
+        exp = compare_shown(c, E, where, nid, text)
         if exp is None:
-            c.bad(where, f"shows {text!r} but the number is not recomputable from the archive")
             continue
-        c.compared += 1
-        if displayed_matches(text, exp[0]):
-            c.matched += 1
-        else:
-            c.bad(where, f"shows {text!r}, recomputed {fmt(exp[0])}")
         if dsrc != exp[1]:
             c.bad(where, f"data-src {dsrc!r}, expected {exp[1]!r}")
     for nid in sorted(set(stated) - shown):
@@ -2455,15 +2464,7 @@ def check_tex(c: Checker, E: Expected, rep: Report, stated: dict) -> None:
     for nid, text, line in tp.nums:
         where = f"{rep.tex_rel}:{line} rsnum={nid!r}"
         shown.add(nid)
-        exp = E.items.get(nid)
-        if exp is None:
-            c.bad(where, f"shows {text!r} but the number is not recomputable from the archive")
-            continue
-        c.compared += 1
-        if displayed_matches(text, exp[0]):
-            c.matched += 1
-        else:
-            c.bad(where, f"shows {text!r}, recomputed {fmt(exp[0])}")
+        compare_shown(c, E, where, nid, text)
     for nid in sorted(set(stated) - shown):
         c.bad(rep.tex_rel, f"number {nid} of numbers.json is not shown")
     for line, msg in tp.problems:
