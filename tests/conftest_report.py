@@ -12,8 +12,11 @@ from __future__ import annotations
 import datetime as dt
 import functools
 import hashlib
+import importlib.util
 import json
 import random
+import subprocess
+import sys
 import tempfile
 from functools import partial
 from pathlib import Path
@@ -609,3 +612,26 @@ def seal_archive(results: Path, archive: Path) -> Path:
 
     seal(results, archive, key=signer(), archive_id="synthetic", created="2026-10-20T00:00:00Z")
     return archive
+
+
+CHECK_PATH = Path(__file__).resolve().parent.parent / "report" / "check.py"
+
+
+@functools.cache
+def check_module():
+    """report/check.py loaded as a module (it imports nothing of the package), for its functions."""
+    spec = importlib.util.spec_from_file_location("refspec_report_check_tests", CHECK_PATH)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def run_check(archive: Path, *extra: str, pubkey: Path | bool | None = None) -> tuple[int, str]:
+    """Run the checker as an auditor would: isolated, without site-packages, with the signer's public
+    key from outside the archive (the synthetic archives' test signer unless ``pubkey`` is given;
+    ``pubkey=False`` passes none)."""
+    args = [sys.executable, "-I", "-S", str(CHECK_PATH), str(archive), *extra]
+    if pubkey is not False:
+        args += ["--pubkey", str(pubkey or signer_pubkey())]
+    r = subprocess.run(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120)
+    return r.returncode, r.stdout

@@ -7,31 +7,17 @@ import hashlib
 import json
 import re
 import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from conftest_report import make_results, seal_archive, signer, signer_pubkey
+from conftest_report import make_results, run_check, seal_archive, signer
 from refspec.core.paths import REPO_ROOT
 from refspec.report import render as report
 
 CHECK = REPO_ROOT / "report" / "check.py"
-
-
-def run_check(archive: Path, *extra: str, pubkey: Path | None = None) -> tuple[int, str]:
-    """Run the checker as an auditor would: isolated, without site-packages, with the signer's public
-    key from outside the archive (the synthetic archives' test signer unless ``pubkey`` is given)."""
-    r = subprocess.run(
-        [sys.executable, "-I", "-S", str(CHECK), str(archive), "--pubkey", str(pubkey or signer_pubkey()), *extra],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        timeout=120,
-    )
-    return r.returncode, r.stdout
 
 
 @pytest.fixture(scope="module")

@@ -9,13 +9,10 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import importlib.util
 import json
 import os
 import random
 import shutil
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -24,16 +21,12 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from conftest_report import make_results, seal_archive, signer, signer_pubkey
+from conftest_report import check_module, make_results, run_check, seal_archive, signer
 from refspec.core.hashing import canonical_json
-from refspec.core.paths import REPO_ROOT
 from refspec.provenance.keys import fingerprint
 from refspec.report import render as report
 
-CHECK_PATH = REPO_ROOT / "report" / "check.py"
-_spec = importlib.util.spec_from_file_location("refspec_report_check_signature", CHECK_PATH)
-CHECK = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(CHECK)
+CHECK = check_module()
 
 L = 2**252 + 27742317777372353535851937790883648493
 
@@ -218,14 +211,6 @@ def test_public_key_files(tmp_path):
 
 
 # --------------------------------------------------------------------------- on sealed archives
-
-
-def run_check(archive: Path, *extra: str, pubkey: Path | None = None) -> tuple[int, str]:
-    args = [sys.executable, "-I", "-S", str(CHECK_PATH), str(archive), *extra]
-    if pubkey is not False:
-        args += ["--pubkey", str(pubkey or signer_pubkey())]
-    r = subprocess.run(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120)
-    return r.returncode, r.stdout
 
 
 @pytest.fixture(scope="module")

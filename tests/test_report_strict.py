@@ -10,38 +10,22 @@ headless Chromium."""
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import re
 import shutil
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from conftest_report import make_results, signer, signer_pubkey
+from conftest_report import check_module, make_results, run_check, signer
 from refspec.core.paths import REPO_ROOT
 from refspec.provenance.seal import seal
 from refspec.report import render as report
 
-CHECK_PATH = REPO_ROOT / "report" / "check.py"
-_spec = importlib.util.spec_from_file_location("refspec_report_check_strict", CHECK_PATH)
-CHECK = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(CHECK)
+CHECK = check_module()
 CHROMIUM = Path("/usr/bin/chromium")
-
-
-def run_check(archive: Path) -> tuple[int, str]:
-    r = subprocess.run(
-        [sys.executable, "-I", "-S", str(CHECK_PATH), str(archive), "--pubkey", str(signer_pubkey())],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        timeout=120,
-    )
-    return r.returncode, r.stdout
 
 
 @pytest.fixture(scope="module")
