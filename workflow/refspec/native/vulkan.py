@@ -186,8 +186,9 @@ def headers_dir() -> Path:
     dest.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=".hdr-", dir=dest.parent))
     try:
-        suffix = ".sources" if "Types:" in _machine_sources() else ".list"
-        entry = debian_source_entry(_machine_sources(), HEADER_SUITE)
+        sources = _machine_sources()
+        suffix = ".sources" if "Types:" in sources else ".list"
+        entry = debian_source_entry(sources, HEADER_SUITE)
         if entry is None:
             raise BuildError("backend vulkan: no Debian archive entry in /etc/apt to derive the header source from")
         src = work / f"headers{suffix}"
