@@ -24,8 +24,6 @@ from refspec.core.config import gpu_layers
 from refspec.core.errors import EXIT_RUNTIME, ConfigError
 from refspec.core.panels import humaneval_tasks
 from refspec.engine.driver import (
-    ENV_GPU_PASSTHROUGH,
-    ENV_PASSTHROUGH,
     Journal,
     PlacementError,
     Planned,
@@ -36,6 +34,7 @@ from refspec.engine.driver import (
     placement_problems,
     run_block,
 )
+from refspec.engine.spawn import ENV_GPU_PASSTHROUGH, ENV_PASSTHROUGH
 from refspec.native import runtime
 from refspec.provenance.ledger import Ledger
 from test_driver import FAMILY, one_thread_arms

@@ -22,7 +22,8 @@ import pytest
 
 from refspec.core.arms import load_arms
 from refspec.core.hashing import sha256_json
-from refspec.engine.driver import ENV_GPU_PASSTHROUGH, Worker, WorkerSpec, worker_env
+from refspec.engine.driver import Worker, WorkerSpec
+from refspec.engine.spawn import ENV_GPU_PASSTHROUGH, worker_env
 from test_driver import one_thread_arms
 
 CAP = 6

@@ -44,43 +44,13 @@ from ..core.endpoint import Endpoint
 from ..core.errors import PlacementError, RefspecError
 from ..core.fsutil import atomic_write_text
 from ..core.hashing import canonical_json, sha256_json
-from ..core.paths import cache_dir
 from ..native.models import FamilyFiles
 from ..native.runtime import placement_shortfall
 from ..provenance.ledger import Ledger
+from .spawn import describe_exit, kill_process, log_tail, spawn
 from .transaction import COUNTER_KEYS
 
 WORKER_MODULE = "refspec.engine.worker"
-ENV_PASSTHROUGH = ("PATH", "HOME", "VIRTUAL_ENV", "TMPDIR")
-# GPU hosts: which devices a process may use and how its libraries are found (SLURM binds
-# GPUs through CUDA_VISIBLE_DEVICES and its SLURM_*GPU* variables; some hosts need LD_PRELOAD
-# or LD_LIBRARY_PATH for their C++ or CUDA runtime). Kept as they are; nothing else is.
-ENV_GPU_PASSTHROUGH = (
-    "CUDA_VISIBLE_DEVICES",
-    "CUDA_DEVICE_ORDER",
-    "NVIDIA_VISIBLE_DEVICES",
-    "LD_LIBRARY_PATH",
-    "LD_PRELOAD",
-    "GPU_DEVICE_ORDINAL",
-    "ROCR_VISIBLE_DEVICES",
-    "SLURM_JOB_GPUS",
-    "SLURM_STEP_GPUS",
-    "SLURM_GPUS",
-    "SLURM_GPUS_ON_NODE",
-    "SLURM_GPUS_PER_NODE",
-    "SLURM_GPUS_PER_TASK",
-    "SLURM_GPU_BIND",
-    "SLURM_GPU_FREQ",
-    "SLURM_STEP_GPUS_ON_NODE",
-    "GGML_VK_VISIBLE_DEVICES",
-)
-THREAD_VARS = (
-    "OMP_NUM_THREADS",
-    "OPENBLAS_NUM_THREADS",
-    "MKL_NUM_THREADS",
-    "VECLIB_MAXIMUM_THREADS",
-    "NUMEXPR_NUM_THREADS",
-)
 WARMUP_TASK = "warmup"
 
 
@@ -142,82 +112,6 @@ class SequenceGap(InvalidResponse):
     driver did not send (between or during timed ones), so the block's timings are not
     trusted: :func:`run_block` fails the block.
     """
-
-
-# --------------------------------------------------------------------------- environment
-
-
-def package_root() -> Path:
-    """The folder that holds the ``refspec`` package (PYTHONPATH for workers)."""
-    return Path(__file__).resolve().parents[2]
-
-
-def spawn(
-    cmd: list[str], lib_dir: str | Path, threads: int, *, log_path: Path, cwd: Path, extra: dict[str, str] | None = None
-) -> subprocess.Popen:
-    """Start a fresh process under the worker environment policy (:func:`worker_env`): its own
-    session, no stdin, stdout and stderr appended to ``log_path``. Every process refspec
-    times or asks for a result (workers, server arms, state jobs) starts here."""
-    env = worker_env(lib_dir, threads, extra=extra)
-    with open(log_path, "ab") as log:
-        return subprocess.Popen(
-            cmd,
-            env=env,
-            cwd=str(cwd),
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            close_fds=True,
-        )
-
-
-def worker_env(
-    lib_dir: str | Path, threads: int, *, extra: dict[str, str] | None = None, base: dict[str, str] | None = None
-) -> dict[str, str]:
-    """The complete environment of a worker: nothing else is inherited.
-
-    Kept from the driver: PATH, HOME, VIRTUAL_ENV, TMPDIR and the GPU allowlist
-    :data:`ENV_GPU_PASSTHROUGH` (device selection, SLURM's GPU binding, LD_PRELOAD and
-    LD_LIBRARY_PATH), each when set. Set:
-    LANG = LC_ALL = C, PYTHONHASHSEED = 0, PYTHONPATH = the package's folder,
-    PYTHONUNBUFFERED = 1, PYTHONDONTWRITEBYTECODE = 1, LLAMA_CPP_LIB_PATH,
-    REFSPEC_CACHE, and the thread variables (OMP_NUM_THREADS = ``threads``,
-    BLAS pools = 1). ``extra`` entries are added last.
-    """
-    base = os.environ if base is None else base
-    env = {k: base[k] for k in ENV_PASSTHROUGH + ENV_GPU_PASSTHROUGH if k in base}
-    env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
-    env.update(
-        {
-            "LANG": "C",
-            "LC_ALL": "C",
-            "PYTHONHASHSEED": "0",
-            "PYTHONPATH": str(package_root()),
-            "PYTHONUNBUFFERED": "1",
-            "PYTHONDONTWRITEBYTECODE": "1",
-            "LLAMA_CPP_LIB_PATH": str(lib_dir),
-            "REFSPEC_CACHE": str(cache_dir()),
-        }
-    )
-    for k in THREAD_VARS:
-        env[k] = "1"
-    env["OMP_NUM_THREADS"] = str(int(threads))
-    if extra:
-        env.update({str(k): str(v) for k, v in extra.items()})
-    return env
-
-
-def describe_exit(code: int | None) -> str:
-    if code is None:
-        return "still running"
-    if code < 0:
-        try:
-            name = signal.Signals(-code).name
-        except ValueError:
-            name = f"signal {-code}"
-        return f"killed by signal {-code} ({name})"
-    return f"exited with code {code}"
 
 
 # --------------------------------------------------------------------------- one worker
@@ -343,17 +237,17 @@ class Worker:
                 try:
                     ready = json.loads(ready_path.read_text(encoding="utf-8"))
                 except (OSError, ValueError) as e:  # the file is written atomically: this is a real problem
-                    _kill(proc)
+                    kill_process(proc)
                     raise WorkerError(f"worker {spec.worker_id}: unreadable ready file {ready_path}: {e}") from e
                 break
             code = proc.poll()
             if code is not None:
                 raise WorkerError(
                     f"worker {spec.worker_id} (arm {arm.name}) {describe_exit(code)} before it was "
-                    f"ready; last log lines:\n{_tail(log_path)}"
+                    f"ready; last log lines:\n{log_tail(log_path)}"
                 )
             if time.monotonic() > deadline:
-                _kill(proc)
+                kill_process(proc)
                 raise WorkerError(
                     f"worker {spec.worker_id} (arm {arm.name}) not ready after {ready_timeout:.0f} s; log {log_path}"
                 )
@@ -427,13 +321,13 @@ class Worker:
             except ProcessLookupError:
                 pass
             if self.wait_exit(timeout) is None:
-                _kill(self.proc)
+                kill_process(self.proc)
         code = self.proc.wait()
         self._redact_secret()
         return code
 
     def kill(self) -> int:
-        _kill(self.proc)
+        kill_process(self.proc)
         code = self.proc.wait()
         self._redact_secret()
         return code
@@ -572,23 +466,6 @@ def validate_completion(
     evidence = ext.get("evidence")
     need(evidence is None or isinstance(evidence, dict), "evidence is not an object")
     return ep, margins, counters, evidence
-
-
-def _kill(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        try:
-            proc.kill()
-        except ProcessLookupError:
-            pass
-        proc.wait()
-
-
-def _tail(path: Path, n: int = 15) -> str:
-    try:
-        lines = Path(path).read_text(encoding="utf-8", errors="replace").splitlines()
-    except OSError:
-        return "(no log)"
-    return "\n".join("    " + line for line in lines[-n:])
 
 
 # --------------------------------------------------------------------------- journal

@@ -7,7 +7,7 @@ the worker's interface (``complete``, ``alive``, ``stop``, ``kill``, ...), so
 
 - ``server.build: stock | patched``: refspec starts ``llama-server`` of the pinned source
   (:func:`refspec.native.build.build_server`) on a free loopback port, fresh for every block, with
-  the scrubbed worker environment (:func:`refspec.engine.driver.worker_env`) plus
+  the scrubbed worker environment (:func:`refspec.engine.spawn.worker_env`) plus
   ``LLAMA_ATTN_LAYOUT`` when the arm names one; it waits for ``/health`` (``ready_timeout_s``)
   and keeps the server's log in ``workers/<id>.log``.
 - ``server.url``: an existing server on a loopback address. refspec neither starts nor stops
@@ -46,6 +46,7 @@ from ..core.endpoint import Endpoint
 from ..core.errors import EXIT_RUNTIME, RefspecError
 from ..core.hashing import sha256_json
 from .driver import InvalidResponse, open_request
+from .spawn import describe_exit, log_tail, spawn
 
 ENV_LAYOUT = "LLAMA_ATTN_LAYOUT"
 _VOCAB_SAMPLE = 2048
@@ -332,7 +333,7 @@ class ServerWorker:
     def describe_exit(self) -> str:
         if self.proc is None:
             return "an existing server (not started by refspec)"
-        return _driver().describe_exit(self.proc.poll())
+        return describe_exit(self.proc.poll())
 
     def tokenize(self, text: str, chat: bool = True, timeout: float = 60.0) -> list[int]:
         raise ServerRefused(
@@ -429,15 +430,14 @@ def _server_build(ctx, variant: str):
 
 
 def _wait_health(url: str, proc: subprocess.Popen, timeout: float, log_path: Path, wid: str) -> None:
-    d = _driver()
     deadline = time.monotonic() + timeout
     last = "no answer"
     while True:
         code = proc.poll()
         if code is not None:
             raise ServerRefused(
-                f"server {wid} {d.describe_exit(code)} before it answered /health; last log lines:\n"
-                f"{d._tail(log_path, 40)}"
+                f"server {wid} {describe_exit(code)} before it answered /health; last log lines:\n"
+                f"{log_tail(log_path, 40)}"
             )
         try:
             st, raw = _http("GET", url + "/health", timeout=2.0)
@@ -455,7 +455,6 @@ def _wait_health(url: str, proc: subprocess.Popen, timeout: float, log_path: Pat
 
 def open_server(ctx, arm: Arm, wid: str) -> ServerWorker:
     """Start (or attach to) the arm's server and check it; :class:`ServerRefused` when it cannot be timed."""
-    d = _driver()
     s = arm.server
     ref = reference_vocabulary(ctx.files.target.path, ctx.files.target.sha256, Path(ctx.lib_dir))
     prompt_ids = sorted({t for ids in (ctx.prompts.ids.values() if ctx.prompts else []) for t in ids})
@@ -484,7 +483,7 @@ def open_server(ctx, arm: Arm, wid: str) -> ServerWorker:
             log.write(f"$ {' '.join(cmd)}\n".encode())
             if extra:
                 log.write(f"  with {ENV_LAYOUT}={s.attn_layout}\n".encode())
-        proc = d.spawn(cmd, build.lib_dir, arm.threads, log_path=log_path, cwd=wdir, extra=extra)
+        proc = spawn(cmd, build.lib_dir, arm.threads, log_path=log_path, cwd=wdir, extra=extra)
         _wait_health(url, proc, s.ready_timeout_s, log_path, wid)
         ready.update(
             {

@@ -642,7 +642,7 @@ def spawn_worker(job: dict, workdir: str | Path, tag: str, *, timeout: float | N
     atomic_write_text(jp, json.dumps(job, sort_keys=True, indent=1) + "\n")
     if op.exists():
         op.unlink()
-    from ..engine.driver import spawn
+    from ..engine.spawn import spawn
     from ..native.runtime import load
 
     lib_dir = job.get("lib_dir") or os.environ.get("LLAMA_CPP_LIB_PATH")
