@@ -15,7 +15,7 @@ import pytest
 
 from conftest_report import make_results, run_check, seal_archive, signer
 from refspec.core.paths import REPO_ROOT
-from refspec.report import render as report
+from refspec.reporting import render as report
 
 CHECK = REPO_ROOT / "report" / "check.py"
 

@@ -24,7 +24,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 from conftest_report import check_module, make_results, run_check, seal_archive, signer
 from refspec.core.hashing import canonical_json
 from refspec.provenance.keys import fingerprint
-from refspec.report import render as report
+from refspec.reporting import render as report
 
 CHECK = check_module()
 

@@ -12,7 +12,7 @@ import pytest
 from refspec.cli import main
 from refspec.core import errors
 from refspec.core.stats import StatsError, mean_log
-from refspec.report.render import compile_pdf
+from refspec.reporting.render import compile_pdf
 from test_seal_tamper import copy_archive
 from test_seal_util import seal_env  # noqa: F401  (fixture)
 

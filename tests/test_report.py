@@ -16,7 +16,7 @@ from conftest_report import EVIL, make_results
 from refspec.cli import main as cli_main
 from refspec.core import tables as T
 from refspec.core.paths import REPO_ROOT
-from refspec.report import render as report
+from refspec.reporting import render as report
 
 ARTIFACTS = REPO_ROOT / "tests" / "artifacts"
 CHROMIUM = Path("/usr/bin/chromium")
@@ -476,7 +476,7 @@ def test_refused_arm_shows_the_refusal(rendered):
 
 def test_figure_labels_fit_their_margin(rendered):
     """Right-aligned labels end at the axis; their estimated width must fit left of it (DejaVu Sans, 0.62 em)."""
-    from refspec.report.svg import Canvas
+    from refspec.reporting.svg import Canvas
 
     html = (rendered / "report.html").read_text()
     svgs = re.findall(r"<svg .*?</svg>", html, re.S)

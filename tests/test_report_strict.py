@@ -22,7 +22,7 @@ import pytest
 from conftest_report import check_module, make_results, run_check, signer
 from refspec.core.paths import REPO_ROOT
 from refspec.provenance.seal import seal
-from refspec.report import render as report
+from refspec.reporting import render as report
 
 CHECK = check_module()
 CHROMIUM = Path("/usr/bin/chromium")

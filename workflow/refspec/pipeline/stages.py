@@ -116,7 +116,7 @@ def assemble(results: Path, manifest: Path, campaigns: list[Path], out: Path) ->
 
 def report_stage(sealed: Path, out: Path, pubkey: Path | None) -> dict:
     from ..provenance.verify import verify_archive
-    from ..report.render import render
+    from ..reporting.render import render
 
     res = verify_archive(sealed, pubkey)
     if not res.ok:

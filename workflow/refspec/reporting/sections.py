@@ -12,7 +12,7 @@ from typing import Any
 
 from ..core import stats as S
 from ..core.hashing import sha256_file
-from .model import DASH, Archive, Cell, Figure, Num, Numbers, Section, Table, _n, _read_json, _rel
+from .document import DASH, Archive, Cell, Figure, Num, Numbers, Section, Table, _n, _read_json, _rel
 from .svg import bar_figure, interval_figure, strip_figure
 
 CAMPAIGN_TITLES = {

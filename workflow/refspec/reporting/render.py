@@ -44,7 +44,7 @@ from ..core.errors import RenderError
 from ..core.fsutil import atomic_write_bytes, atomic_write_text
 from ..core.paths import REPO_ROOT
 from .device import device_caption, device_facts, provenance_values, section_device
-from .model import Archive, Cell, Figure, Num, Numbers, Section, Table, _read_json, bootstrap_settings, load_archive
+from .document import Archive, Cell, Figure, Num, Numbers, Section, Table, _read_json, bootstrap_settings, load_archive
 from .sections import (
     section_acceptance,
     section_audit,

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .model import Archive, Cell, Section, Table, _read_json
+from .document import Archive, Cell, Section, Table, _read_json
 
 SOFTWARE_NOTE = "a software Vulkan device that runs on the CPU: its timings are CPU timings, not GPU timings"
 

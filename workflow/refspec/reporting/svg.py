@@ -8,7 +8,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from .model import DASH
+from .document import DASH
 from .tex import tex_escape
 
 _COLORS = {

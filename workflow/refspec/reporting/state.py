@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from .model import DASH, Archive, Cell, Numbers, Section, Table, _n
+from .document import DASH, Archive, Cell, Numbers, Section, Table, _n
 
 SELECTOR_ORDER = ("L0_K", "L0_V", "L0_KV", "K_ALL", "V_ALL", "EARLY", "MIDDLE", "LATE", "PREFIX", "TAIL")
 OUTCOME_CODE = {"recipient": "=", "donor": "D", "third": "T"}

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .model import DASH, Cell, Num
+from .document import DASH, Cell, Num
 
 _TEX_MAP = {
     "\\": r"\textbackslash{}",
