@@ -42,7 +42,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
         "refspec.experiments.replay",
         "numerical replay (E1): capture attention operands of the target, replay mq/pq/qb",
     ),
-    "report": ("refspec.reporting.render", "render report.html, report.tex/.pdf and numbers.json from result tables"),
+    "report": ("refspec.commands.report", "render report.html, report.tex/.pdf and numbers.json from result tables"),
     "stage": (
         "refspec.provenance.claims",
         "run a controlled stage's command and record its claim (supported or withheld)",

@@ -30,12 +30,10 @@ Sections come from :mod:`.sections` and :mod:`.state` over the data model of
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -43,6 +41,7 @@ from typing import Any
 from ..core.errors import RenderError
 from ..core.fsutil import atomic_write_bytes, atomic_write_text
 from ..core.paths import REPO_ROOT
+from ..provenance.keys import fingerprint, load_public_key
 from .device import device_caption, device_facts, provenance_values, section_device
 from .document import Archive, Cell, Figure, Num, Numbers, Section, Table, _read_json, bootstrap_settings, load_archive
 from .sections import (
@@ -205,8 +204,6 @@ def render(
     """Render report.html, report.tex, numbers.json (and report.pdf) into ``out_dir`` (default results_dir)."""
     fp = None
     if pubkey is not None:
-        from ..provenance.keys import fingerprint, load_public_key
-
         fp = fingerprint(load_public_key(pubkey))
     out = Path(out_dir) if out_dir is not None else Path(results_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -287,23 +284,3 @@ def compile_pdf(tex_path: Path, timeout: int = 300) -> Path | None:
         dst = tex_path.with_suffix(".pdf")
         atomic_write_bytes(dst, (Path(td) / "report.pdf").read_bytes(), mode=0o644)
         return dst
-
-
-# =========================================================================== CLI
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("results_dir", type=Path, help="results folder or archive with the tables (and tables/)")
-    parser.add_argument("--out", type=Path, default=None, help="output folder (default: RESULTS_DIR)")
-    parser.add_argument("--pubkey", type=Path, default=None, help="public key whose fingerprint the report shows")
-    parser.add_argument("--no-pdf", action="store_true", help="do not run pdflatex even when present")
-
-
-def run(args: argparse.Namespace) -> int:
-    paths = render(args.results_dir, args.out, pdf=not args.no_pdf, pubkey=args.pubkey)
-    for k in ("html", "tex", "pdf", "numbers"):
-        if k in paths:
-            print(paths[k])
-    if "pdf" not in paths and not args.no_pdf:
-        print("refspec report: pdflatex not found; report.pdf not written", file=sys.stderr)
-    return 0
