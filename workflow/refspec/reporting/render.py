@@ -24,8 +24,8 @@ The checker ``report/check.py`` recomputes every number from the CSVs with the
 standard library. The id scheme and every aggregate are documented in
 ``anc/report.md``; change them only together with the checker.
 
-Sections come from :mod:`.sections` and :mod:`.state` over the data model of
-:mod:`.model`; figures are drawn by :mod:`.svg` and TeX text is escaped by :mod:`.tex`.
+Sections come from the modules of :mod:`.sections` over the data model of
+:mod:`.document`; figures are drawn by :mod:`.svg` and TeX text is escaped by :mod:`.tex`.
 """
 
 from __future__ import annotations
@@ -44,21 +44,21 @@ from ..core.paths import REPO_ROOT
 from ..provenance.keys import fingerprint, load_public_key
 from .device import device_caption, device_facts, provenance_values, section_device
 from .document import Archive, Cell, Figure, Num, Numbers, Section, Table, _read_json, bootstrap_settings, load_archive
-from .sections import (
-    section_acceptance,
-    section_audit,
-    section_diagnostics,
-    section_ledger,
-    section_masks,
-    section_prediction,
-    section_provenance,
-    section_qualification,
-    section_ratios,
-    section_replay,
-    section_replication,
-    section_summary,
+from .sections.admission import section_admission
+from .sections.claims import section_claims
+from .sections.numerical import section_audit, section_replay
+from .sections.prediction import section_prediction
+from .sections.provenance import section_ledger, section_provenance
+from .sections.qualification import section_masks, section_qualification
+from .sections.state_studies import (
+    section_crosses,
+    section_frontier,
+    section_kv,
+    section_partition,
+    section_projection,
 )
-from .state import state_sections
+from .sections.summary import section_summary
+from .sections.timing import section_acceptance, section_diagnostics, section_ratios, section_replication
 from .svg import _COLORS
 from .tex import TexRaw, _tex_cell, _tex_finalize
 
@@ -81,7 +81,13 @@ def build(
         section_replication(a, N, boot),
         section_replay(a, N),
         section_audit(a, N),
-        *state_sections(a, N),  # partition, KV differences, projection replay, crosses, frontier, admission, claims
+        section_partition(a, N),
+        section_kv(a, N),
+        section_projection(a, N),
+        section_crosses(a, N),
+        section_frontier(a, N),
+        section_admission(a, N),
+        section_claims(a, N),
         section_masks(a, N),
         section_prediction(a, N),
         section_acceptance(a, N),

@@ -1,18 +1,14 @@
-"""Report sections of the state studies, the backend admission and the stages' claims.
-
-Shapes follow the paper's supplementary tables: partition classes (S8/S9), first-layer
-K/V differences (S10), the subset matrix (S11), full-KV differences (S12), the frontier
-contrasts (S13), the projection replay on fixed operands (§6.1) and the admission table
-(S6.3); every number is registered in ``numbers.json`` and recomputed by
-``report/check.py`` from the sealed CSV tables.
-"""
+"""The sections of the state studies: partition classes (S8/S9), first-layer and full K/V
+differences (S10/S12), the projection replay on fixed operands (§6.1), the subset matrix of the
+crosses (S11) and the frontier contrasts (S13). Every number is registered in ``numbers.json`` and
+recomputed by ``report/check.py`` from the sealed CSV tables."""
 
 from __future__ import annotations
 
 from collections import defaultdict
 from typing import Any
 
-from .document import DASH, Archive, Cell, Numbers, Section, Table, _n
+from ..document import DASH, Archive, Cell, Numbers, Section, Table, _n
 
 SELECTOR_ORDER = ("L0_K", "L0_V", "L0_KV", "K_ALL", "V_ALL", "EARLY", "MIDDLE", "LATE", "PREFIX", "TAIL")
 OUTCOME_CODE = {"recipient": "=", "donor": "D", "third": "T"}
@@ -24,64 +20,6 @@ def _arms(prows: list[dict]) -> list[str]:
 
 def _tasks(rows: list[dict]) -> list[str]:
     return list(dict.fromkeys(r["task_id"] for r in rows))
-
-
-def section_claims(a: Archive, N: Numbers) -> Section:
-    sec = Section(
-        "claims",
-        "Controlled stages and their claims",
-        "Each controlled stage runs its controls before its tables may be read as claims. A failed control "
-        "keeps the stage's complete record in this archive; the claim is then withheld, never dropped.",
-    )
-    if not a.has("claims"):
-        sec.notes.append("claims.csv not present: no controlled stage was run")
-        return sec
-    src, tid = a.src("claims"), "claims"
-    rows = []
-    for r in sorted(a.rows("claims"), key=lambda r: (r["stage"], r["record"])):
-        key = dict(stage=r["stage"], record=r["record"])
-        base = ("claim", r["stage"], r["record"])
-        ok = r["status"] == "supported"
-        rows.append(
-            [
-                Cell([r["stage"]], cls="mono"),
-                Cell([r["record"]], cls="mono small"),
-                Cell([r["status"] if ok else "WITHHELD"], cls="ok" if ok else "bad"),
-                Cell(
-                    [
-                        _n(
-                            N,
-                            a,
-                            "claims",
-                            tid,
-                            base + ("controls_failed",),
-                            r["controls_failed"],
-                            "d",
-                            key,
-                            "controls_failed",
-                        ),
-                        " / ",
-                        _n(N, a, "claims", tid, base + ("controls",), r["controls"], "d", key, "controls"),
-                    ]
-                ),
-                Cell([r["claim"]], cls="small"),
-                Cell([r["reason"] or ""], cls="reason"),
-            ]
-        )
-    sec.items.append(
-        Table(
-            tid,
-            "Claims of the controlled stages",
-            [src],
-            ["stage", "record", "claim status", "controls failed / run", "claim", "why withheld"],
-            rows,
-            numeric=[False, False, False, True, False, False],
-        )
-    )
-    withheld = [r for r in a.rows("claims") if r["status"] != "supported"]
-    if withheld:
-        sec.notes.append("withheld: " + "; ".join(f"{r['stage']} ({r['record']}): {r['reason']}" for r in withheld))
-    return sec
 
 
 def section_partition(a: Archive, N: Numbers) -> Section:
@@ -371,6 +309,124 @@ def section_kv(a: Archive, N: Numbers) -> Section:
     return sec
 
 
+PROJECTION_STATUSES = ("qualified", "mismatch", "excluded", "error")
+
+
+def projection_positions(rows: list[dict]) -> dict[int, str]:
+    """Prompt position -> sha256 of the captured output row there, over one arm's calls of a node
+    (the ``row_sha256`` cells: one digest per position ``p0`` to ``p1 - 1``)."""
+    return {r["p0"] + j: h for r in rows for j, h in enumerate(r["row_sha256"].split())}
+
+
+def section_projection(a: Archive, N: Numbers) -> Section:
+    sec = Section(
+        "state-projection",
+        "Projection replay on fixed operands",
+        "The RMS norm (norm), norm-weight MUL (attn_norm) and Q/K/V projection MUL_MATs of the captured "
+        "layers in the prefills of the pair's arms, on the inputs whose states differ (paper §6.1). Each call "
+        "is replayed alone on its captured operands on the same backend and compared bitwise with its "
+        "captured output: qualified (equal), mismatch, excluded (ggml-alloc computed it in place over its "
+        "operand, which no capture can read back; never replayed) or error. Then the pair's outputs of each "
+        "node are compared position by position.",
+    )
+    if not a.has("projection"):
+        sec.notes.append("projection.csv not present: projection replay not run (stages.projection)")
+        return sec
+    src, tid = a.src("projection"), "state-projection"
+    rows_all = a.rows("projection")
+    groups: dict[tuple[str, str, str], list[dict]] = defaultdict(list)
+    for r in rows_all:
+        groups[(r["task_id"], r["arm"], r["node"])].append(r)
+    rows = []
+    for (t, arm, node), g in groups.items():
+        key = dict(task_id=t, arm=arm, node=node)
+        base = ("projection", t, arm, node)
+        counts = {s: sum(r["status"] == s for r in g) for s in PROJECTION_STATUSES}
+        reasons = list(dict.fromkeys(r["reason"] for r in g if r["reason"]))
+        rows.append(
+            [
+                Cell([t]),
+                Cell([arm], cls="mono"),
+                Cell([node], cls="mono"),
+                Cell([g[0]["op"]], cls="mono small"),
+                Cell([_n(N, a, "projection", tid, base + ("calls",), len(g), "d", key, "call")]),
+            ]
+            + [
+                Cell(
+                    [_n(N, a, "projection", tid, base + (s,), v, "d", key, "status")],
+                    cls="bad" if v and s in ("mismatch", "error") else "",
+                )
+                for s, v in counts.items()
+            ]
+            + [Cell(["; ".join(reasons)], cls="reason")]
+        )
+    sec.items.append(
+        Table(
+            tid,
+            "Replayed calls per input, arm and node",
+            [src],
+            ["task", "arm", "node", "op", "calls", *PROJECTION_STATUSES, "reason"],
+            rows,
+            numeric=[False] * 4 + [True] * 5 + [False],
+        )
+    )
+    tid2 = "state-projection-totals"
+    totals = [("calls", "call", len(rows_all))] + [
+        (s, "status", sum(r["status"] == s for r in rows_all)) for s in PROJECTION_STATUSES
+    ]
+    sec.items.append(
+        Table(
+            tid2,
+            "Projection replay: calls by outcome",
+            [src],
+            ["outcome", "calls"],
+            [
+                [Cell([label]), Cell([_n(N, a, "projection", tid2, ("projection", "total", label), v, "d", {}, col)])]
+                for label, col, v in totals
+            ],
+            numeric=[False, True],
+        )
+    )
+    tid3 = "state-projection-pair"
+    prow = []
+    for t in _tasks(rows_all):
+        arms = list(dict.fromkeys(r["arm"] for r in rows_all if r["task_id"] == t))
+        for node in dict.fromkeys(r["node"] for r in rows_all if r["task_id"] == t):
+            head = [Cell([t]), Cell([node], cls="mono"), Cell([" vs ".join(arms)], cls="mono")]
+            pos = [projection_positions(groups.get((t, arm, node), [])) for arm in arms]
+            if len(pos) != 2 or not pos[0] or set(pos[0]) != set(pos[1]):
+                prow.append(head + [Cell([DASH])] * 3 + [Cell(["not compared: the arms' calls cover other positions"])])
+                continue
+            key = dict(task_id=t, node=node)
+            base = ("projection", t, node)
+            differ = sorted(p for p in pos[0] if pos[0][p] != pos[1][p])
+            first = (
+                Cell([_n(N, a, "projection", tid3, base + ("first_position",), differ[0], "d", key, "p0")], cls="warn")
+                if differ
+                else Cell([DASH])
+            )
+            prow.append(
+                head
+                + [
+                    Cell([_n(N, a, "projection", tid3, base + ("positions",), len(pos[0]), "d", key, "p0")]),
+                    Cell([_n(N, a, "projection", tid3, base + ("positions_differing",), len(differ), "d", key, "p0")]),
+                    first,
+                    Cell(["outputs differ" if differ else "bitwise equal"], cls="warn" if differ else "ok"),
+                ]
+            )
+    sec.items.append(
+        Table(
+            tid3,
+            "Where the pair's projections first differ",
+            [src],
+            ["task", "node", "pair", "positions", "positions differing", "first differing position", "outputs"],
+            prow,
+            numeric=[False, False, False, True, True, True, False],
+        )
+    )
+    return sec
+
+
 def section_crosses(a: Archive, N: Numbers) -> Section:
     sec = Section(
         "state-crosses",
@@ -506,208 +562,3 @@ def section_frontier(a: Archive, N: Numbers) -> Section:
         )
     )
     return sec
-
-
-def section_admission(a: Archive, N: Numbers) -> Section:
-    sec = Section(
-        "admission",
-        "Backend admission",
-        "The family's attention shape lifted to one to four occupied queries (q): per layout, the chosen backend's "
-        "supports_op for every node and where the nodes ran (paper §6.3, S6.3). 'false' is a proven "
-        "violation of a necessary condition; 'unknown' is never a certificate of support.",
-    )
-    if not a.has("admission"):
-        sec.notes.append("admission.csv not present: backend admission not run")
-        return sec
-    src, tid = a.src("admission"), "admission"
-    groups: dict[tuple, list[dict]] = defaultdict(list)
-    for r in a.rows("admission"):
-        groups[(r["family"], r["backend"], r["n_kv"], r["layout"], r["q"])].append(r)
-    rows = []
-    for (fam, be, n_kv, lay, q), g in sorted(groups.items()):
-        key = dict(family=fam, backend=be, n_kv=n_kv, layout=lay, q=q)
-        base = ("admission", fam, be, n_kv, lay, q)
-        nf = sum(r["verdict"] == "false" for r in g)
-        refused = [r for r in g if r["verdict"] == "false"]
-        verdict = Cell([f"refused: {refused[0]['reason']}"], cls="bad") if refused else Cell(["unknown"])
-        rows.append(
-            [
-                Cell([fam]),
-                Cell([be], cls="mono"),
-                Cell([f"h={g[0]['n_head']}/{g[0]['n_head_kv']} d={g[0]['head_dim']} n_kv={n_kv}"], cls="small"),
-                Cell([lay], cls="mono"),
-                Cell([_n(N, a, "admission", tid, base + ("q",), q, "d", key, "q")]),
-                Cell([_n(N, a, "admission", tid, base + ("ops",), len(g), "d", key, "op")]),
-                Cell([_n(N, a, "admission", tid, base + ("false",), nf, "d", key, "verdict")], cls="bad" if nf else ""),
-                Cell(
-                    [
-                        _n(
-                            N,
-                            a,
-                            "admission",
-                            tid,
-                            base + ("fallback",),
-                            sum(bool(r["fallback"]) for r in g),
-                            "d",
-                            key,
-                            "fallback",
-                        )
-                    ]
-                ),
-                Cell([",".join(sorted({x for r in g for x in r["observed"].split(",")}))], cls="mono small"),
-                verdict,
-            ]
-        )
-    sec.items.append(
-        Table(
-            tid,
-            "Admission of the lifted shapes",
-            [src],
-            [
-                "family",
-                "backend",
-                "shape",
-                "layout",
-                "q",
-                "operators",
-                "refused (false)",
-                "with fallback",
-                "observed placement",
-                "verdict",
-            ],
-            rows,
-            numeric=[False] * 4 + [True] * 4 + [False, False],
-        )
-    )
-    return sec
-
-
-PROJECTION_STATUSES = ("qualified", "mismatch", "excluded", "error")
-
-
-def projection_positions(rows: list[dict]) -> dict[int, str]:
-    """Prompt position -> sha256 of the captured output row there, over one arm's calls of a node
-    (the ``row_sha256`` cells: one digest per position ``p0`` to ``p1 - 1``)."""
-    return {r["p0"] + j: h for r in rows for j, h in enumerate(r["row_sha256"].split())}
-
-
-def section_projection(a: Archive, N: Numbers) -> Section:
-    sec = Section(
-        "state-projection",
-        "Projection replay on fixed operands",
-        "The RMS norm (norm), norm-weight MUL (attn_norm) and Q/K/V projection MUL_MATs of the captured "
-        "layers in the prefills of the pair's arms, on the inputs whose states differ (paper §6.1). Each call "
-        "is replayed alone on its captured operands on the same backend and compared bitwise with its "
-        "captured output: qualified (equal), mismatch, excluded (ggml-alloc computed it in place over its "
-        "operand, which no capture can read back; never replayed) or error. Then the pair's outputs of each "
-        "node are compared position by position.",
-    )
-    if not a.has("projection"):
-        sec.notes.append("projection.csv not present: projection replay not run (stages.projection)")
-        return sec
-    src, tid = a.src("projection"), "state-projection"
-    rows_all = a.rows("projection")
-    groups: dict[tuple[str, str, str], list[dict]] = defaultdict(list)
-    for r in rows_all:
-        groups[(r["task_id"], r["arm"], r["node"])].append(r)
-    rows = []
-    for (t, arm, node), g in groups.items():
-        key = dict(task_id=t, arm=arm, node=node)
-        base = ("projection", t, arm, node)
-        counts = {s: sum(r["status"] == s for r in g) for s in PROJECTION_STATUSES}
-        reasons = list(dict.fromkeys(r["reason"] for r in g if r["reason"]))
-        rows.append(
-            [
-                Cell([t]),
-                Cell([arm], cls="mono"),
-                Cell([node], cls="mono"),
-                Cell([g[0]["op"]], cls="mono small"),
-                Cell([_n(N, a, "projection", tid, base + ("calls",), len(g), "d", key, "call")]),
-            ]
-            + [
-                Cell(
-                    [_n(N, a, "projection", tid, base + (s,), v, "d", key, "status")],
-                    cls="bad" if v and s in ("mismatch", "error") else "",
-                )
-                for s, v in counts.items()
-            ]
-            + [Cell(["; ".join(reasons)], cls="reason")]
-        )
-    sec.items.append(
-        Table(
-            tid,
-            "Replayed calls per input, arm and node",
-            [src],
-            ["task", "arm", "node", "op", "calls", *PROJECTION_STATUSES, "reason"],
-            rows,
-            numeric=[False] * 4 + [True] * 5 + [False],
-        )
-    )
-    tid2 = "state-projection-totals"
-    totals = [("calls", "call", len(rows_all))] + [
-        (s, "status", sum(r["status"] == s for r in rows_all)) for s in PROJECTION_STATUSES
-    ]
-    sec.items.append(
-        Table(
-            tid2,
-            "Projection replay: calls by outcome",
-            [src],
-            ["outcome", "calls"],
-            [
-                [Cell([label]), Cell([_n(N, a, "projection", tid2, ("projection", "total", label), v, "d", {}, col)])]
-                for label, col, v in totals
-            ],
-            numeric=[False, True],
-        )
-    )
-    tid3 = "state-projection-pair"
-    prow = []
-    for t in _tasks(rows_all):
-        arms = list(dict.fromkeys(r["arm"] for r in rows_all if r["task_id"] == t))
-        for node in dict.fromkeys(r["node"] for r in rows_all if r["task_id"] == t):
-            head = [Cell([t]), Cell([node], cls="mono"), Cell([" vs ".join(arms)], cls="mono")]
-            pos = [projection_positions(groups.get((t, arm, node), [])) for arm in arms]
-            if len(pos) != 2 or not pos[0] or set(pos[0]) != set(pos[1]):
-                prow.append(head + [Cell([DASH])] * 3 + [Cell(["not compared: the arms' calls cover other positions"])])
-                continue
-            key = dict(task_id=t, node=node)
-            base = ("projection", t, node)
-            differ = sorted(p for p in pos[0] if pos[0][p] != pos[1][p])
-            first = (
-                Cell([_n(N, a, "projection", tid3, base + ("first_position",), differ[0], "d", key, "p0")], cls="warn")
-                if differ
-                else Cell([DASH])
-            )
-            prow.append(
-                head
-                + [
-                    Cell([_n(N, a, "projection", tid3, base + ("positions",), len(pos[0]), "d", key, "p0")]),
-                    Cell([_n(N, a, "projection", tid3, base + ("positions_differing",), len(differ), "d", key, "p0")]),
-                    first,
-                    Cell(["outputs differ" if differ else "bitwise equal"], cls="warn" if differ else "ok"),
-                ]
-            )
-    sec.items.append(
-        Table(
-            tid3,
-            "Where the pair's projections first differ",
-            [src],
-            ["task", "node", "pair", "positions", "positions differing", "first differing position", "outputs"],
-            prow,
-            numeric=[False, False, False, True, True, True, False],
-        )
-    )
-    return sec
-
-
-def state_sections(a: Archive, N: Numbers) -> list[Section]:
-    """The state, admission and claims sections, in report order."""
-    return [
-        section_partition(a, N),
-        section_kv(a, N),
-        section_projection(a, N),
-        section_crosses(a, N),
-        section_frontier(a, N),
-        section_admission(a, N),
-        section_claims(a, N),
-    ]

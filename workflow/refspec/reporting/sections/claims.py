@@ -1,0 +1,63 @@
+"""The claims section: each controlled stage's claim, supported or withheld, with its controls."""
+
+from __future__ import annotations
+
+from ..document import Archive, Cell, Numbers, Section, Table, _n
+
+
+def section_claims(a: Archive, N: Numbers) -> Section:
+    sec = Section(
+        "claims",
+        "Controlled stages and their claims",
+        "Each controlled stage runs its controls before its tables may be read as claims. A failed control "
+        "keeps the stage's complete record in this archive; the claim is then withheld, never dropped.",
+    )
+    if not a.has("claims"):
+        sec.notes.append("claims.csv not present: no controlled stage was run")
+        return sec
+    src, tid = a.src("claims"), "claims"
+    rows = []
+    for r in sorted(a.rows("claims"), key=lambda r: (r["stage"], r["record"])):
+        key = dict(stage=r["stage"], record=r["record"])
+        base = ("claim", r["stage"], r["record"])
+        ok = r["status"] == "supported"
+        rows.append(
+            [
+                Cell([r["stage"]], cls="mono"),
+                Cell([r["record"]], cls="mono small"),
+                Cell([r["status"] if ok else "WITHHELD"], cls="ok" if ok else "bad"),
+                Cell(
+                    [
+                        _n(
+                            N,
+                            a,
+                            "claims",
+                            tid,
+                            base + ("controls_failed",),
+                            r["controls_failed"],
+                            "d",
+                            key,
+                            "controls_failed",
+                        ),
+                        " / ",
+                        _n(N, a, "claims", tid, base + ("controls",), r["controls"], "d", key, "controls"),
+                    ]
+                ),
+                Cell([r["claim"]], cls="small"),
+                Cell([r["reason"] or ""], cls="reason"),
+            ]
+        )
+    sec.items.append(
+        Table(
+            tid,
+            "Claims of the controlled stages",
+            [src],
+            ["stage", "record", "claim status", "controls failed / run", "claim", "why withheld"],
+            rows,
+            numeric=[False, False, False, True, False, False],
+        )
+    )
+    withheld = [r for r in a.rows("claims") if r["status"] != "supported"]
+    if withheld:
+        sec.notes.append("withheld: " + "; ".join(f"{r['stage']} ({r['record']}): {r['reason']}" for r in withheld))
+    return sec

@@ -1,0 +1,207 @@
+"""The qualification section (matching endpoints per arm, the failed qualifications and their first
+divergences, the arms admission refused) and the phase-mask sweep."""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+
+from ...core import stats as S
+from ..document import DASH, Archive, Cell, Figure, Numbers, Section, Table, _n
+from ..svg import strip_figure
+from .vocabulary import CAMPAIGN_TITLES, _campaigns_in, _tasks_fail
+
+
+def refused_arms(a: Archive, campaign: str) -> dict[tuple[str, str], str]:
+    """(family, arm) -> refusal reason for arms of which no request ran: every non-warmup row failed
+    because no worker could start (the admission guard refuses an arm at worker start).
+
+    The reason is the campaign ledger's last "worker start failed" record for the arm when the
+    archive holds it (campaigns/NAME/ledger.jsonl), else the request rows' reason."""
+    rows: dict[tuple[str, str], list[dict]] = defaultdict(list)
+    for r in a.rows("requests"):
+        if r["campaign"] == campaign and r["status"] != "excluded_warmup":
+            rows[(r["family"], r["arm"])].append(r)
+    out = {}
+    for k, rs in rows.items():
+        if rs and all(r["status"] == "failed" and str(r["reason"] or "").startswith("no worker:") for r in rs):
+            out[k] = sorted({str(r["reason"]) for r in rs})[0]
+    if not out:
+        return out
+    led = a.root / "campaigns" / campaign / "ledger.jsonl"
+    if led.is_file():
+        for raw in led.read_bytes().splitlines():
+            try:
+                rec = json.loads(raw)
+            except ValueError:
+                continue
+            if not isinstance(rec, dict) or not isinstance(rec.get("reason"), str):
+                continue
+            why = rec["reason"]
+            if why.startswith("worker start failed: "):
+                for fam, arm in out:
+                    if rec.get("arm") == arm and rec.get("family", fam) == fam:
+                        out[(fam, arm)] = why[len("worker start failed: ") :]
+    return {k: (v if len(v) <= 400 else v[:400] + " \u2026") for k, v in out.items()}
+
+
+def section_qualification(a: Archive, N: Numbers) -> Section:
+    sec = Section(
+        "qualification",
+        "Complete-endpoint qualification",
+        "Matching complete endpoints out of required requests per arm and family (paper Table 3 shape). "
+        "An arm qualifies on a task when the reference is stable and every required request returned the reference endpoint.",
+    )
+    if not a.has("qualification"):
+        sec.notes.append("qualification.csv not present: qualification not run")
+        return sec
+    src = a.src("qualification")
+    counts = S.qualification_counts(a.rows("qualification"))
+    for camp in _campaigns_in(counts):
+        cc = [r for r in counts if r["campaign"] == camp]
+        fams = sorted({r["family"] for r in cc})
+        facts = {r["arm"]: (r["mode"], r["layout"]) for r in a.rows("requests") if r["campaign"] == camp}
+        arms = sorted({r["arm"] for r in cc}, key=lambda x: S.arm_sort_key(x, *facts.get(x, (None, None))))
+        by = {(r["family"], r["arm"]): r for r in cc}
+        refused = refused_arms(a, camp)
+        tid = f"qualification-{camp}"
+        rows = []
+        for arm in arms:
+            cells = [Cell([arm], cls="mono")]
+            for fam in fams:
+                r = by.get((fam, arm))
+                if r is None:
+                    cells.append(Cell([DASH], title="arm not run for this family"))
+                    continue
+                key = dict(campaign=camp, family=fam, arm=arm)
+                values = {
+                    "matching": r["matching"],
+                    "required": r["required"],
+                    "tasks_failed": r["tasks"] - r["tasks_qualified"],
+                }
+                m, q, f = (
+                    _n(N, a, "qualification", tid, ("qual", camp, fam, arm, col), v, "d", key, col)
+                    for col, v in values.items()
+                )
+                cls = "ok" if r["tasks"] == r["tasks_qualified"] else "bad"
+                why = refused.get((fam, arm))
+                if why is not None:  # admission refused the arm: say so, not only "0/2 (2 tasks fail)"
+                    cells.append(
+                        Cell(
+                            ["refused: ", why, " (", m, "/", q, " endpoints; ", f, _tasks_fail(values["tasks_failed"])],
+                            cls="bad refused",
+                        )
+                    )
+                else:
+                    cells.append(Cell([m, "/", q, " (", f, _tasks_fail(values["tasks_failed"])], cls=cls))
+            rows.append(cells)
+        sec.items.append(
+            Table(
+                tid,
+                f"{CAMPAIGN_TITLES.get(camp, camp)}: matching endpoints / required",
+                [src],
+                ["arm"] + fams,
+                rows,
+                numeric=[False] + [True] * len(fams),
+            )
+        )
+    fails = [q for q in a.rows("qualification") if not q["qualified"]]
+    tid = "qualification-failures"
+    rows = []
+    for q in sorted(
+        fails, key=lambda q: (q["campaign"], q["family"], S.arm_sort_key(q["arm"]), q["task_id"], q["cap"])
+    ):
+        key = dict(campaign=q["campaign"], family=q["family"], task_id=q["task_id"], arm=q["arm"], cap=q["cap"])
+        base = ("qfail", q["campaign"], q["family"], q["task_id"], q["arm"], q["cap"])
+        cells = [
+            Cell([q["campaign"]]),
+            Cell([q["family"]]),
+            Cell([q["task_id"]], cls="mono"),
+            Cell([q["arm"]], cls="mono"),
+        ]
+        for col, fmt in (("first_diff_index", "d"), ("ref_token", "d"), ("arm_token", "d"), ("ref_margin", ".4g")):
+            v = q[col]
+            cells.append(
+                Cell([DASH] if v is None else [_n(N, a, "qualification", tid, base + (col,), v, fmt, key, col)])
+            )
+        cells.append(Cell([q["reason"] or ""], cls="reason"))
+        rows.append(cells)
+    if rows:
+        sec.items.append(
+            Table(
+                tid,
+                "Failed qualifications (no ratio is reported for these arms)",
+                [src],
+                ["campaign", "family", "task", "arm", "first diff", "ref token", "arm token", "ref margin", "reason"],
+                rows,
+                numeric=[False] * 4 + [True] * 4 + [False],
+            )
+        )
+        groups = defaultdict(list)
+        for q in fails:
+            if q["first_diff_index"] is not None:
+                groups[f"{q['family']} {q['arm']} ({q['campaign']})"].append(int(q["first_diff_index"]))
+        if groups:
+            g = sorted(groups.items())
+            sec.items.append(
+                Figure(
+                    "fig-first-divergence",
+                    "First-divergence index of failing arms",
+                    [src],
+                    strip_figure(
+                        "First-divergence index of failing arms",
+                        g,
+                        "zero-based index of the first token differing from the reference",
+                    ),
+                    "One dot per failing task; index of the first differing endpoint token.",
+                )
+            )
+    else:
+        sec.notes.append("no failed qualification")
+    return sec
+
+
+def _mask_bits(m: int) -> str:
+    return " ".join(n for b, n in ((1, "TP"), (2, "TC"), (4, "DP"), (8, "DC")) if m & b) or "none"
+
+
+def section_masks(a: Archive, N: Numbers) -> Section:
+    sec = Section(
+        "phase-masks",
+        "Phase-mask sweep",
+        "Mask bits: target prefill one, target continuation two, draft prefill four, draft continuation eight "
+        "(paper Table S1). "
+        "A mask passes when every probe matched the reference in every repeat; minimal = no passing proper sub-mask.",
+    )
+    if not a.has("phase_masks"):
+        sec.notes.append("phase_masks.csv not present: phase-mask sweep not run")
+        return sec
+    src = a.src("phase_masks")
+    tid = "phase-masks"
+    rows = []
+    for r in sorted(a.rows("phase_masks"), key=lambda r: (r["family"], r["mask"])):
+        key = dict(family=r["family"], mask=r["mask"])
+        base = ("mask", r["family"], r["mask"])
+        m = _n(N, a, "phase_masks", tid, base + ("matches",), r["matches"], "d", key, "matches")
+        q = _n(N, a, "phase_masks", tid, base + ("required",), r["n_tasks"] * r["repeats"], "d", key, "required")
+        rows.append(
+            [
+                Cell([r["family"]]),
+                Cell([_n(N, a, "phase_masks", tid, base + ("mask",), r["mask"], "d", key, "mask")]),
+                Cell([_mask_bits(r["mask"])], cls="mono"),
+                Cell([m, "/", q]),
+                Cell(["Y" if r["passes"] else "N"], cls="ok" if r["passes"] else "bad"),
+                Cell(["minimal" if r["minimal"] else ""], cls="ok" if r["minimal"] else ""),
+            ]
+        )
+    sec.items.append(
+        Table(
+            tid,
+            "Phase masks",
+            [src],
+            ["family", "mask", "bits", "matching / required", "passes", "minimal"],
+            rows,
+            numeric=[False, True, False, True, False, False],
+        )
+    )
+    return sec

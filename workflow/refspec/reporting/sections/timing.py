@@ -1,0 +1,447 @@
+"""The timed sections: qualified latency ratios, the diagnostic (unqualified) timings, the
+replication estimates (E2) with their session contrasts and sessions, and the draft acceptance."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ...core import stats as S
+from ..document import DASH, Archive, Cell, Figure, Numbers, Section, Table, _n
+from ..svg import bar_figure, interval_figure
+from .vocabulary import _WORDS, CAMPAIGN_TITLES, _campaigns_in
+
+
+def section_ratios(a: Archive, N: Numbers) -> Section:
+    sec = Section(
+        "ratios",
+        "Qualified latency ratios",
+        "Numerator time / denominator time: exp of the mean over panel tasks of the paired log-time difference "
+        "(paper Tables S2, S3). A regression is a task on which the denominator is slower (task ratio below one). "
+        "Comparisons with a failed qualification are shown as a dash with the reason.",
+    )
+    if not a.has("ratios"):
+        sec.notes.append("ratios.csv not present: confirmation / implementation ratios not run")
+        return sec
+    src = a.src("ratios")
+    rows_all = a.rows("ratios")
+    for camp in _campaigns_in(rows_all):
+        tid = f"ratios-{camp}"
+        rows = []
+        for r in [r for r in rows_all if r["campaign"] == camp]:
+            key = dict(
+                campaign=camp, family=r["family"], cap=r["cap"], numerator=r["numerator"], denominator=r["denominator"]
+            )
+            base = ("ratio", camp, r["family"], r["cap"], r["numerator"], r["denominator"])
+            cells = [Cell([r["family"]]), Cell([r["path"]]), Cell([f"{r['numerator']}/{r['denominator']}"], cls="mono")]
+            nt = _n(N, a, "ratios", tid, base + ("n_tasks",), r["n_tasks"], "d", key, "n_tasks")
+            if r["qualified"] and r["ratio"] is not None:
+                cells.append(Cell([_n(N, a, "ratios", tid, base + ("ratio",), r["ratio"], ".6f", key, "ratio")]))
+                nr = _n(N, a, "ratios", tid, base + ("n_regressions",), r["n_regressions"], "d", key, "n_regressions")
+                cells.append(Cell([nr, "/", nt]))
+                cells.append(Cell([r["regressed_tasks"] or ""], cls="mono small"))
+            else:
+                cells.append(Cell([DASH], cls="bad", title="not qualified"))
+                cells.append(Cell([DASH, "/", nt]))
+                cells.append(Cell([r["reason"] or "not qualified"], cls="reason"))
+            rows.append(cells)
+        sec.items.append(
+            Table(
+                tid,
+                f"{CAMPAIGN_TITLES.get(camp, camp)} ratios",
+                [src],
+                ["family", "path", "comparison", "ratio", "regressions", "regressed tasks / reason"],
+                rows,
+                numeric=[False, False, False, True, True, False],
+            )
+        )
+    # cost figure: GS/QB and PQ/QB of the implementation campaign
+    impl = [r for r in rows_all if r["campaign"] == "implementation" and r["path"] in ("target", "spec")]
+    pts = []
+    for r in sorted(impl, key=lambda r: (r["family"], r["path"], r["numerator"])):
+        lay_n = _layout_of(a, "implementation", r["family"], r["numerator"])
+        lay_d = _layout_of(a, "implementation", r["family"], r["denominator"])
+        if lay_d != "qb" or lay_n not in ("gs", "pq"):
+            continue
+        pts.append(
+            dict(
+                label=f"{r['family']} {r['path']} {lay_n.upper()}/QB",
+                value=r["ratio"] if r["qualified"] else None,
+                cls=r["path"],
+                note=f"{DASH} not qualified",
+            )
+        )
+    if pts:
+        sec.items.append(
+            Figure(
+                "fig-cost",
+                "Repair cost per family: GS and PQ relative to QB",
+                [src],
+                interval_figure("Repair cost per family: GS and PQ relative to QB", pts, [(1.0, "ref", "1")]),
+                "Implementation-campaign ratios; above one the alternative is slower than QB. "
+                "Blue: target-only arms; orange: speculative arms.",
+            )
+        )
+    return sec
+
+
+def _layout_of(a: Archive, campaign: str, family: str, arm: str) -> str | None:
+    for r in a.rows("requests"):
+        if r["campaign"] == campaign and r["family"] == family and r["arm"] == arm:
+            return r["layout"]
+    return None
+
+
+def section_diagnostics(a: Archive, N: Numbers) -> Section:
+    sec = Section(
+        "diagnostics",
+        "Diagnostic timings (not qualified)",
+        "The price of preservation, measured on arms that do not all reproduce the reference: M3/M0 and C3/C0 "
+        "(repaired over unrepaired path) and R_prod/M3 (deployed default over the repaired target-only path). "
+        "Every row has an unqualified side and says which; these ratios compare paths whose outputs differ on "
+        "some tasks and are descriptive only. They are never qualified ratios, which are in the section above. "
+        "Ratio: exp of the mean over the tasks timed for both arms of the paired log-time difference; medians: "
+        "the middle request time of each arm on those tasks.",
+    )
+    if not a.has("diagnostics"):
+        sec.notes.append("diagnostics.csv not present: no diagnostic timing recorded")
+        return sec
+    rows_all = a.rows("diagnostics")
+    if not rows_all:
+        sec.notes.append("no diagnostic row: every registered pair (M3/M0, C3/C0, R_prod/M3) qualified or was not run")
+        return sec
+    src = a.src("diagnostics")
+    tid = "diagnostics"
+    rows, pts = [], []
+    for r in rows_all:
+        key = dict(
+            campaign=r["campaign"],
+            family=r["family"],
+            cap=r["cap"],
+            numerator=r["numerator"],
+            denominator=r["denominator"],
+        )
+        base = ("diag", r["campaign"], r["family"], r["cap"], r["numerator"], r["denominator"])
+        cmp_ = f"{r['numerator']}/{r['denominator']}"
+        nt = _n(N, a, "diagnostics", tid, base + ("n_tasks",), r["n_tasks"], "d", key, "n_tasks")
+        timed = _n(N, a, "diagnostics", tid, base + ("n_tasks_timed",), r["n_tasks_timed"], "d", key, "n_tasks_timed")
+        cells = [Cell([r["campaign"]]), Cell([r["family"]]), Cell([cmp_], cls="mono"), Cell([r["label"]], cls="diag")]
+        if r["ratio"] is not None:
+            mn = _n(
+                N,
+                a,
+                "diagnostics",
+                tid,
+                base + ("median_numerator_ms",),
+                r["median_numerator_ns"] / 1e6,
+                ".2f",
+                key,
+                "median_numerator_ns",
+            )
+            md = _n(
+                N,
+                a,
+                "diagnostics",
+                tid,
+                base + ("median_denominator_ms",),
+                r["median_denominator_ns"] / 1e6,
+                ".2f",
+                key,
+                "median_denominator_ns",
+            )
+            ra = _n(N, a, "diagnostics", tid, base + ("ratio",), r["ratio"], ".6f", key, "ratio")
+            nr = _n(N, a, "diagnostics", tid, base + ("n_regressions",), r["n_regressions"], "d", key, "n_regressions")
+            cells += [Cell([mn]), Cell([md]), Cell([ra], cls="diag"), Cell([nr, "/", timed, "/", nt])]
+            pts.append(dict(label=f"{r['family']} {cmp_} ({r['campaign']})", value=r["ratio"], cls="diag"))
+        else:
+            cells += [
+                Cell([DASH]),
+                Cell([DASH]),
+                Cell([DASH], title="no task timed for both arms"),
+                Cell([DASH, "/", timed, "/", nt]),
+            ]
+        cells.append(Cell([r["reason"]], cls="reason"))
+        rows.append(cells)
+    sec.items.append(
+        Table(
+            tid,
+            "Diagnostic (unqualified) medians and paired ratios",
+            [src],
+            [
+                "campaign",
+                "family",
+                "comparison",
+                "label",
+                "median num (ms)",
+                "median den (ms)",
+                "diagnostic ratio",
+                "regressions / timed / tasks",
+                "not qualified",
+            ],
+            rows,
+            caption="Diagnostic: not qualified.",
+            numeric=[False, False, False, False, True, True, True, True, False],
+        )
+    )
+    if pts:
+        sec.items.append(
+            Figure(
+                "fig-diagnostics",
+                "Diagnostic (unqualified) timing ratios",
+                [src],
+                interval_figure("Diagnostic (unqualified) timing ratios", pts, [(1.0, "ref", "1")]),
+                "Diagnostic, not qualified: at least one arm of each pair differs from the reference "
+                "on some task. Above one the numerator is slower.",
+            )
+        )
+    return sec
+
+
+DECISION_TEXT = {S.TOO_FEW_SESSIONS: "too few sessions"}
+
+
+def decision_text(decision: str) -> str:
+    """The decision as the report, the headline and the checker write it."""
+    return DECISION_TEXT.get(decision, decision)
+
+
+def section_replication(a: Archive, N: Numbers, boot: dict[str, Any]) -> Section:
+    sec = Section(
+        "replication",
+        "Replication estimates (E2)",
+        "Session contrast c_s = mean over tasks of (mean log t_NUM - mean log t_DEN) within session s; "
+        "estimate = exp(mean_s c_s); percentile bootstrap over sessions (random.Random(seed), draws x n "
+        "randrange(n) indices, linear 2.5/97.5 percentiles, exponentiated). Above one favours QB "
+        "(paper Table S5). Decision: exceeds when the lower bound is above the threshold, below when the "
+        "upper bound is below it, inconclusive otherwise. An interval from fewer than "
+        f"{_WORDS.get(S.MIN_SESSIONS, S.MIN_SESSIONS)} sessions is descriptive only and shown as \u201ctoo few sessions\u201d instead of a decision.",
+    )
+    if not a.has("estimates"):
+        sec.notes.append("estimates.csv not present: replication not run")
+    else:
+        src = a.src("estimates")
+        tid = "estimates"
+        rows, pts = [], []
+        for r in a.rows("estimates"):
+            key = dict(family=r["family"], path=r["path"], comparison=r["comparison"])
+            base = ("est", r["family"], r["path"], r["comparison"])
+            cells = [Cell([r["family"]]), Cell([r["path"]]), Cell([r["comparison"]], cls="mono")]
+            nt = _n(N, a, "estimates", tid, base + ("n_tasks",), r["n_tasks"], "d", key, "n_tasks")
+            ns = _n(N, a, "estimates", tid, base + ("n_sessions",), r["n_sessions"], "d", key, "n_sessions")
+            draws = _n(N, a, "estimates", tid, base + ("draws",), r["draws"], "d", key, "draws")
+            seed = _n(N, a, "estimates", tid, base + ("seed",), r["seed"], "d", key, "seed")
+            thr = _n(N, a, "estimates", tid, base + ("threshold",), r["threshold"], ".4f", key, "threshold")
+            if r["estimate"] is not None:
+                e = _n(N, a, "estimates", tid, base + ("estimate",), r["estimate"], ".6f", key, "estimate")
+                lo = _n(N, a, "estimates", tid, base + ("lo",), r["lo"], ".6f", key, "lo")
+                hi = _n(N, a, "estimates", tid, base + ("hi",), r["hi"], ".6f", key, "hi")
+                nr = _n(
+                    N, a, "estimates", tid, base + ("n_regressions",), r["n_regressions"], "d", key, "n_regressions"
+                )
+                few = r["decision"] == S.TOO_FEW_SESSIONS
+                cells += [
+                    Cell([e]),
+                    Cell(
+                        ["[", lo, ", ", hi, "]"],
+                        cls="descriptive" if few else "",
+                        title="descriptive: too few sessions for a decision" if few else "",
+                    ),
+                    Cell([decision_text(r["decision"])], cls=r["decision"]),
+                    Cell([thr]),
+                    Cell([ns]),
+                    Cell([nr, "/", nt]),
+                    Cell([draws, " / ", seed], cls="small"),
+                    Cell([r["regressed_tasks"] or ""], cls="mono small"),
+                ]
+                pts.append(
+                    dict(
+                        label=f"{r['family']} {r['path']} {r['comparison']}" + (" (too few sessions)" if few else ""),
+                        value=r["estimate"],
+                        lo=r["lo"],
+                        hi=r["hi"],
+                        cls=r["path"],
+                    )
+                )
+            else:
+                cells += [
+                    Cell([DASH], cls="bad"),
+                    Cell([DASH]),
+                    Cell([decision_text(r["decision"])], cls="bad"),
+                    Cell([thr]),
+                    Cell([ns]),
+                    Cell([DASH, "/", nt]),
+                    Cell([draws, " / ", seed], cls="small"),
+                    Cell([r["reason"] or "not qualified"], cls="reason"),
+                ]
+                pts.append(
+                    dict(label=f"{r['family']} {r['path']} {r['comparison']}", value=None, note=f"{DASH} not qualified")
+                )
+            rows.append(cells)
+        sec.items.append(
+            Table(
+                tid,
+                "Replication estimates with bootstrap intervals",
+                [src],
+                [
+                    "family",
+                    "path",
+                    "comparison",
+                    "estimate",
+                    "95% interval",
+                    "decision",
+                    "threshold",
+                    "sessions",
+                    "regressions",
+                    "draws / seed",
+                    "regressed tasks / reason",
+                ],
+                rows,
+                numeric=[False, False, False, True, True, False, True, True, True, True, False],
+            )
+        )
+        if pts:
+            thr_v = next((r["threshold"] for r in a.rows("estimates")), S.DEFAULT_THRESHOLD)
+            sec.items.append(
+                Figure(
+                    "fig-replication",
+                    "Replication ratios with 95% bootstrap intervals",
+                    [src],
+                    interval_figure(
+                        "Replication ratios with 95% bootstrap intervals",
+                        pts,
+                        [(1.0, "ref", "1"), (thr_v, "thr", f"threshold {thr_v:g}")],
+                    ),
+                    "Point: exp(mean c_s); whiskers: bootstrap interval. Blue: target-only; "
+                    "orange: speculative. Dashed: practical threshold.",
+                )
+            )
+    if boot:
+        # the values themselves are the table's checked draws, seed and threshold numbers
+        sec.notes.append("plan.json freezes the bootstrap settings: " + ", ".join(sorted(boot)) + " (as in the table)")
+    if a.has("contrasts"):
+        src = a.src("contrasts")
+        tid = "contrasts"
+        rows = []
+        for r in a.rows("contrasts"):
+            key = dict(family=r["family"], path=r["path"], comparison=r["comparison"], session=r["session"])
+            base = ("contrast", r["family"], r["path"], r["comparison"], r["session"])
+            c_s = _n(N, a, "contrasts", tid, base + ("c_s",), r["c_s"], ".6f", key, "c_s")
+            nt = _n(N, a, "contrasts", tid, base + ("n_tasks",), r["n_tasks"], "d", key, "n_tasks")
+            rows.append(
+                [
+                    Cell([r["family"]]),
+                    Cell([r["path"]]),
+                    Cell([r["comparison"]], cls="mono"),
+                    Cell([r["session"]], cls="mono"),
+                    Cell([c_s]),
+                    Cell([nt]),
+                ]
+            )
+        sec.items.append(
+            Table(
+                tid,
+                "Session contrasts c_s (natural log scale)",
+                [src],
+                ["family", "path", "comparison", "session", "c_s", "tasks"],
+                rows,
+                numeric=[False] * 4 + [True, True],
+            )
+        )
+    elif a.has("estimates"):
+        sec.notes.append("contrasts.csv not present")
+    if a.has("sessions"):
+        src = a.src("sessions")
+        tid = "sessions"
+        rows = []
+        for r in a.rows("sessions"):
+            key = dict(campaign=r["campaign"], family=r["family"], session=r["session"])
+            base = ("session", r["campaign"], r["family"], r["session"])
+            gap = (
+                Cell(
+                    [_n(N, a, "sessions", tid, base + ("gap_before_s",), r["gap_before_s"], ".1f", key, "gap_before_s")]
+                )
+                if r["gap_before_s"] is not None
+                else Cell([DASH], title="first session")
+            )
+            rows.append(
+                [
+                    Cell([r["campaign"]]),
+                    Cell([r["family"]]),
+                    Cell([r["session"]], cls="mono"),
+                    Cell([r["started_utc"]], cls="mono small"),
+                    Cell([r["ended_utc"]], cls="mono small"),
+                    gap,
+                    Cell([_n(N, a, "sessions", tid, base + ("n_requests",), r["n_requests"], "d", key, "n_requests")]),
+                    Cell([_n(N, a, "sessions", tid, base + ("n_workers",), r["n_workers"], "d", key, "n_workers")]),
+                ]
+            )
+        sec.items.append(
+            Table(
+                tid,
+                "Sessions",
+                [src],
+                [
+                    "campaign",
+                    "family",
+                    "session",
+                    "started (UTC)",
+                    "ended (UTC)",
+                    "gap before (s)",
+                    "requests",
+                    "workers",
+                ],
+                rows,
+                numeric=[False] * 5 + [True] * 3,
+            )
+        )
+    return sec
+
+
+def section_acceptance(a: Archive, N: Numbers) -> Section:
+    sec = Section(
+        "acceptance",
+        "Draft acceptance",
+        "Accepted / proposed draft tokens over completed speculative requests, per family and draft.",
+    )
+    if not a.has("requests"):
+        sec.notes.append("requests.csv not present: no request was run")
+        return sec
+    acc = S.acceptance(a.rows("requests"))
+    if not acc:
+        sec.notes.append("no completed speculative request")
+        return sec
+    src = a.src("requests")
+    tid = "acceptance"
+    rows, bars = [], []
+    for r in acc:
+        key = dict(family=r["family"], draft=r["draft"])
+        base = ("accept", r["family"], r["draft"])
+        p = _n(N, a, "requests", tid, base + ("proposals",), r["proposals"], "d", key, "proposals")
+        k = _n(N, a, "requests", tid, base + ("accepted",), r["accepted"], "d", key, "accepted")
+        n = _n(N, a, "requests", tid, base + ("requests",), r["requests"], "d", key, "requests")
+        if r["acceptance"] is None:
+            ac = Cell([DASH], title="no proposals")
+        else:
+            ac = Cell([_n(N, a, "requests", tid, base + ("acceptance",), r["acceptance"], ".4f", key, "acceptance")])
+            bars.append((f"{r['family']} {r['draft']}", r["acceptance"], f"{r['acceptance']:.4f}"))
+        rows.append([Cell([r["family"]]), Cell([r["draft"]], cls="mono"), Cell([n]), Cell([p]), Cell([k]), ac])
+    sec.items.append(
+        Table(
+            tid,
+            "Draft acceptance",
+            [src],
+            ["family", "draft", "requests", "proposed", "accepted", "acceptance"],
+            rows,
+            numeric=[False, False, True, True, True, True],
+        )
+    )
+    if bars:
+        sec.items.append(
+            Figure(
+                "fig-acceptance",
+                "Acceptance per draft",
+                [src],
+                bar_figure("Acceptance per draft", bars, "accepted / proposed draft tokens"),
+                "Fraction of proposed draft tokens accepted by the target.",
+            )
+        )
+    return sec
