@@ -23,7 +23,7 @@ from refspec import cli
 from refspec.core import tables as T
 from refspec.core.panels import humaneval_tasks
 from refspec.experiments import projection as P
-from refspec.experiments import state
+from refspec.experiments.state import partition as state_partition
 from refspec.native import runtime
 
 TASK = "HumanEval/1"  # A and U1 differ from layer 1 on (position 108) on the CPU build
@@ -33,8 +33,8 @@ TASK = "HumanEval/1"  # A and U1 differ from layer 1 on (position 108) on the CP
 def partition(lib_path, tmp_path_factory):
     runtime.load(lib_path)
     out = tmp_path_factory.mktemp("partition")
-    arms = [state.PartitionArm("A", 512, None), state.PartitionArm("U1", 1, None)]
-    state.run_partition(
+    arms = [state_partition.PartitionArm("A", 512, None), state_partition.PartitionArm("U1", 1, None)]
+    state_partition.run_partition(
         family="smollm2-135m", tasks=humaneval_tasks([1]), out=out, cap=2, arms=arms, n_ctx=256, progress=False
     )
     return out
@@ -99,7 +99,7 @@ def test_in_place_alias_is_excluded(proj, lib_path, family_files):
         cap = P.ProjectionCapture()
         ctx = runtime.Context(model, runtime.ContextSpec(n_ctx=64, n_batch=512, n_ubatch=512, threads=1), capture=cap)
         with ctx:
-            state.prefill(ctx, list(range(100, 116)), [16])
+            state_partition.prefill(ctx, list(range(100, 116)), [16])
     finally:
         model.close()
     norm, mul_call = (next(c for c in cap.calls if c.node == n) for n in ("norm-0", "attn_norm-0"))

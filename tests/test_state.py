@@ -19,7 +19,7 @@ import pytest
 
 from refspec.core.errors import IntegrityError
 from refspec.engine import kvstate as kv
-from refspec.experiments import state
+from refspec.experiments.state import jobs, partition, receiver
 from refspec.native import runtime
 from refspec.native.runtime import Context, ContextSpec
 
@@ -53,9 +53,9 @@ def prompt(models):
 def _natural(model, msha, prompt, chunks, ub=512):
     """Prefill with the given callers, export the state, continue greedily in the same context."""
     with Context(model, _spec(ub)) as ctx:
-        logits = state.prefill(ctx, prompt, chunks)
+        logits = partition.prefill(ctx, prompt, chunks)
         raw = kv.export_state(ctx)
-        ep, _ = state.continue_greedy(ctx, model, logits, len(prompt), CAP)
+        ep, _ = partition.continue_greedy(ctx, model, logits, len(prompt), CAP)
     return {
         "logits": logits,
         "kv": kv.kv_payload(raw, model_sha256=msha, n_ctx=N_CTX),
@@ -77,7 +77,7 @@ def states(models, prompt):
 
 def _receive(models, payload, logits):
     with Context(models["target"], _spec()) as ctx:
-        ep, _ = state.receive(ctx, models["target"], payload, logits, CAP, model_sha256=models["target_sha"])
+        ep, _ = receiver.receive(ctx, models["target"], payload, logits, CAP, model_sha256=models["target_sha"])
     return ep
 
 
@@ -212,8 +212,8 @@ def test_two_processes_give_identical_outcomes(models, states, tmp_path, lib_pat
         "directions": dirs,
         "frontier": False,
     }
-    r1 = state.spawn_worker(job, Path("work"), "r1")
-    r2 = state.spawn_worker({**job, "repeat": 2}, Path("work"), "r2")
+    r1 = jobs.spawn_worker(job, Path("work"), "r1")
+    r2 = jobs.spawn_worker({**job, "repeat": 2}, Path("work"), "r2")
     assert r1["pid"] != r2["pid"]
     assert r1["results"] == r2["results"]
     got = {(x["direction"], x["selector"]): x for x in r1["results"]}

@@ -44,13 +44,17 @@ from pathlib import Path
 
 import numpy as np
 
+from ..core import tables as T
 from ..core.errors import EXIT_FAILED, EXIT_OK, ConfigError, RefspecError, UsageError
 from ..core.fsutil import atomic_write_text
 from ..core.hashing import file_digest, sha256_bytes
+from ..core.panels import humaneval_tasks, prompt_tokens
+from ..engine import kvstate as kv
 from ..native.build import OPREPLAY_TOOL as TOOL
-from ..native.runtime import GGML_TYPE_F32, GGMLTensor
+from ..native.runtime import GGML_TYPE_F32, Context, ContextSpec, GGMLTensor, Model
 from . import operands as R
 from .capture import OperandCapture, SourceView, _view
+from .state.partition import PartitionArm, load_partition, prefill, task_slug
 
 # node base name -> the ggml op llama.cpp computes under it (build_norm, build_qkv of the pinned source)
 PROJECTIONS = {"norm": "RMS_NORM", "attn_norm": "MUL", "Qcur": "MUL_MAT", "Kcur": "MUL_MAT", "Vcur": "MUL_MAT"}
@@ -261,7 +265,7 @@ def run_tool(tool: Path, calls: Path, *, model: Path, backend: str, threads: int
 
 def gguf_digests(path: Path, names: set[str]) -> dict[str, str]:
     """sha256 of the named tensors' bytes as stored in the GGUF (the replay's weight operands)."""
-    from gguf import GGUFReader
+    from gguf import GGUFReader  # lazy: the gguf package is read only for the weight digests
 
     rd = GGUFReader(str(path))
     return {t.name: sha256_bytes(np.ascontiguousarray(t.data).tobytes()) for t in rd.tensors if t.name in names}
@@ -315,8 +319,6 @@ def compare_arms(x: list[Call], y: list[Call]) -> dict[str, dict]:
 
 
 def _tasks_from_ids(ids):
-    from ..core.panels import humaneval_tasks
-
     out = []
     for tid in ids:
         src, _, idx = tid.partition("/")
@@ -343,6 +345,120 @@ def _ne(t: tuple[int, ...]) -> list[int]:
     return [int(v) for v in t]
 
 
+def _pair_rows(prows: list[dict], arms: dict, pair: tuple[str, str], tasks: list[str] | None):
+    """Check the pair against the partition campaign; the tasks and the rows by (task, arm)."""
+    x, y = pair
+    for a in pair:
+        if a not in arms:
+            raise UsageError(f"arm {a!r} is not in the partition campaign (arms: {', '.join(arms)})")
+    if x == y:
+        raise UsageError("the pair needs two different arms")
+    if tasks is None:
+        tasks = differing_tasks(prows, x, y)
+    by = {(r["task_id"], r["arm"]): r for r in prows if r["repeat"] == 1}
+    for t in tasks:
+        if (t, x) not in by or (t, y) not in by:
+            raise UsageError(f"{t}: the partition campaign has no rows for arms {x} and {y}")
+    return tasks, by
+
+
+def _capture_arm(model, meta: dict, arm: PartitionArm, prompt: list[int], layers, label: str):
+    """The arm's prefill in a fresh context with the projection capture: (capture, KV sha256)."""
+    cap = ProjectionCapture(layers)
+    spec = ContextSpec(n_ctx=meta["n_ctx"], n_batch=meta["n_batch"], n_ubatch=arm.ub, threads=meta["threads"])
+    ctx = Context(model, spec, capture=cap)
+    try:
+        prefill(ctx, prompt, arm.chunks(len(prompt))[0])
+        kv_sha = sha256_bytes(kv.export_state(ctx))
+    finally:
+        ctx.close()
+    if cap.errors:
+        raise RefspecError(f"{label}: capture failed: {'; '.join(cap.errors[:3])}")
+    return cap, kv_sha
+
+
+@dataclass
+class _Run:
+    """What every captured arm of one projection replay shares, and what it collects."""
+
+    meta: dict
+    out: Path
+    tool: Path
+    model_path: Path
+    layers: tuple[int, ...]
+    perturb: tuple[str, str, int] | None
+    backend: str
+    rows: list[dict] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    eps: set[float] = field(default_factory=set)
+    weights: dict[str, dict] = field(default_factory=dict)
+
+
+def _replay_arm(run: _Run, task_id: str, arm_name: str, n: int, kv_sha: str, prow: dict, cap) -> list[Call]:
+    """Check a captured arm, write its call file, replay it with the tool and add its rows."""
+    if kv_sha != prow["kv_sha256"]:
+        run.problems.append(f"{task_id} {arm_name}: the captured prefill's KV differs from the partition's")
+    calls = cap.calls
+    for node in (f"{b}-{la}" for la in run.layers for b in PROJECTIONS):
+        got = sum(c.p1 - c.p0 for c in calls if c.node == node)
+        if got != n:
+            run.problems.append(f"{task_id} {arm_name}: {node} calls cover {got} of {n} tokens")
+    for name, dg in cap.weight_digests.items():
+        w = run.weights.setdefault(name, {"live_sha256": dg})
+        if w["live_sha256"] != dg:
+            run.problems.append(f"{name}: the weight's bytes differ between captures")
+    cpath = run.out / "calls" / task_slug(task_id) / f"{arm_name}.rsop"
+    ids = write_calls(cpath, calls, {"task_id": task_id, "arm": arm_name, "layers": list(run.layers)})
+    if run.perturb and run.perturb[:2] == (task_id, arm_name):
+        _flip_operand(cpath, ids[run.perturb[2]])
+    report, replayed = run_tool(run.tool, cpath, model=run.model_path, backend=run.backend, threads=run.meta["threads"])
+    results = {r["id"]: r for r in report["calls"]}
+    for i, c in enumerate(calls):
+        run.rows.append(_row(run.meta, task_id, arm_name, i, c, ids.get(i), results, replayed, cap))
+        if c.op == "RMS_NORM":
+            run.eps.add(float(np.array(c.op_params[:1], dtype=np.int32).view(np.float32)[0]))
+    return calls
+
+
+def _document(run: _Run, pdir: Path, pair, tasks, backend: str, comparisons: dict, t0: float) -> dict:
+    """Weight digests from the GGUF, the table and ``projection.json``."""
+    rows, weights, layers = run.rows, run.weights, run.layers
+    digests = gguf_digests(run.model_path, set(weights))
+    for name, w in weights.items():
+        w["gguf_sha256"] = digests.get(name)
+        w["live_equals_gguf"] = w["live_sha256"] == w["gguf_sha256"]
+    for r in rows:
+        r["weight_sha256"] = digests.get(r["src0_name"]) if r["op"] == "MUL_MAT" else None
+    for r in rows:
+        if r["status"] == "error":
+            run.problems.append(f"{r['task_id']} {r['arm']} {r['node']} call {r['call']}: {r['reason']}")
+    T.write_table(rows, "projection", run.out)
+    counts = {s: sum(r["status"] == s for r in rows) for s in STATUSES}
+    doc = {
+        "family": run.meta["family"],
+        "partition": str(pdir),
+        "pair": list(pair),
+        "tasks": list(tasks),
+        "backend": backend,
+        "layers": list(layers),
+        "nodes": {f"{b}-{la}": op for la in layers for b, op in PROJECTIONS.items()},
+        "rms_eps": sorted(run.eps),
+        "model_sha256": run.meta["model_sha256"],
+        "tool": {"name": TOOL, "path": str(run.tool), **file_digest(run.tool)},
+        "weights": weights,
+        "counts": counts,
+        "by_node": {
+            node: {s: sum(r["status"] == s for r in rows if r["node"] == node) for s in STATUSES}
+            for node in (f"{b}-{la}" for la in layers for b in PROJECTIONS)
+        },
+        "arms": comparisons,
+        "problems": run.problems,
+        "seconds": round(time.time() - t0, 1),
+    }
+    atomic_write_text(run.out / "projection.json", json.dumps(doc, indent=2, sort_keys=True) + "\n")
+    return doc
+
+
 def run_projection(
     *,
     partition_dir: str | Path,
@@ -362,36 +478,16 @@ def run_projection(
     the call must mismatch; a small element can vanish in MUL_MAT's Q8 quantization of its
     activation, the block's largest cannot).
     """
-    from ..core import tables as T
-    from ..core.panels import prompt_tokens
-    from ..engine import kvstate as kv
-    from ..native.runtime import Context, ContextSpec, Model
-    from .state import PartitionArm, _load_partition, prefill, task_slug
-
     pdir, out = Path(partition_dir), Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    meta, prows = _load_partition(pdir)
+    meta, prows = load_partition(pdir)
     arms = {a["name"]: a for a in meta["arms"]}
     x, y = pair
-    for a in pair:
-        if a not in arms:
-            raise UsageError(f"arm {a!r} is not in the partition campaign (arms: {', '.join(arms)})")
-    if x == y:
-        raise UsageError("the pair needs two different arms")
-    if tasks is None:
-        tasks = differing_tasks(prows, x, y)
-    by = {(r["task_id"], r["arm"]): r for r in prows if r["repeat"] == 1}
-    for t in tasks:
-        if (t, x) not in by or (t, y) not in by:
-            raise UsageError(f"{t}: the partition campaign has no rows for arms {x} and {y}")
+    tasks, by = _pair_rows(prows, arms, pair, tasks)
     model_path = Path(meta["model_path"])
     model = Model(model_path, sha256=meta["model_sha256"], n_gpu_layers=int(meta.get("gpu_layers", 0)))
-    tool = Path(tool)
-    rows: list[dict] = []
-    problems: list[str] = []
+    pr = _Run(meta, out, Path(tool), model_path, layers, perturb, backend)
     comparisons: dict[str, dict] = {}
-    eps: set[float] = set()
-    weights: dict[str, dict] = {}
     t0 = time.time()
     try:
         for task in _tasks_from_ids(tasks):
@@ -403,45 +499,11 @@ def run_projection(
                 if prow["prompt_len"] != n:
                     raise ConfigError(f"{task.task_id}: prompt of {n} tokens, the partition had {prow['prompt_len']}")
                 arm = PartitionArm(**arms[arm_name])
-                cap = ProjectionCapture(layers)
-                spec = ContextSpec(
-                    n_ctx=meta["n_ctx"], n_batch=meta["n_batch"], n_ubatch=arm.ub, threads=meta["threads"]
-                )
-                ctx = Context(model, spec, capture=cap)
-                try:
-                    prefill(ctx, prompt, arm.chunks(n)[0])
-                    kv_sha = sha256_bytes(kv.export_state(ctx))
-                finally:
-                    ctx.close()
-                if cap.errors:
-                    raise RefspecError(f"{task.task_id} {arm_name}: capture failed: {'; '.join(cap.errors[:3])}")
-                if kv_sha != prow["kv_sha256"]:
-                    problems.append(
-                        f"{task.task_id} {arm_name}: the captured prefill's KV differs from the partition's"
-                    )
-                calls = cap.calls
-                for node in (f"{b}-{la}" for la in layers for b in PROJECTIONS):
-                    got = sum(c.p1 - c.p0 for c in calls if c.node == node)
-                    if got != n:
-                        problems.append(f"{task.task_id} {arm_name}: {node} calls cover {got} of {n} tokens")
-                for name, dg in cap.weight_digests.items():
-                    w = weights.setdefault(name, {"live_sha256": dg})
-                    if w["live_sha256"] != dg:
-                        problems.append(f"{name}: the weight's bytes differ between captures")
-                slug = task_slug(task.task_id)
-                cpath = out / "calls" / slug / f"{arm_name}.rsop"
-                ids = write_calls(cpath, calls, {"task_id": task.task_id, "arm": arm_name, "layers": list(layers)})
-                if perturb and perturb[:2] == (task.task_id, arm_name):
-                    _flip_operand(cpath, ids[perturb[2]])
-                report, replayed = run_tool(tool, cpath, model=model_path, backend=backend, threads=meta["threads"])
-                results = {r["id"]: r for r in report["calls"]}
-                for i, c in enumerate(calls):
-                    rows.append(_row(meta, task.task_id, arm_name, i, c, ids.get(i), results, replayed, cap))
-                    if c.op == "RMS_NORM":
-                        eps.add(float(np.array(c.op_params[:1], dtype=np.int32).view(np.float32)[0]))
+                cap, kv_sha = _capture_arm(model, meta, arm, prompt, layers, f"{task.task_id} {arm_name}")
+                calls = _replay_arm(pr, task.task_id, arm_name, n, kv_sha, prow, cap)
                 captured[arm_name] = calls
                 if progress:
-                    st = [r["status"] for r in rows if r["task_id"] == task.task_id and r["arm"] == arm_name]
+                    st = [r["status"] for r in pr.rows if r["task_id"] == task.task_id and r["arm"] == arm_name]
                     print(
                         f"[projection {time.time() - t0:6.0f}s] {task.task_id} {arm_name}: {len(calls)} calls, "
                         + ", ".join(f"{s} {st.count(s)}" for s in STATUSES if st.count(s)),
@@ -451,40 +513,7 @@ def run_projection(
             comparisons[task.task_id] = compare_arms(captured[x], captured[y])
     finally:
         model.close()
-    digests = gguf_digests(model_path, set(weights))
-    for name, w in weights.items():
-        w["gguf_sha256"] = digests.get(name)
-        w["live_equals_gguf"] = w["live_sha256"] == w["gguf_sha256"]
-    for r in rows:
-        r["weight_sha256"] = digests.get(r["src0_name"]) if r["op"] == "MUL_MAT" else None
-    for r in rows:
-        if r["status"] == "error":
-            problems.append(f"{r['task_id']} {r['arm']} {r['node']} call {r['call']}: {r['reason']}")
-    T.write_table(rows, "projection", out)
-    counts = {s: sum(r["status"] == s for r in rows) for s in STATUSES}
-    doc = {
-        "family": meta["family"],
-        "partition": str(pdir),
-        "pair": list(pair),
-        "tasks": list(tasks),
-        "backend": backend,
-        "layers": list(layers),
-        "nodes": {f"{b}-{la}": op for la in layers for b, op in PROJECTIONS.items()},
-        "rms_eps": sorted(eps),
-        "model_sha256": meta["model_sha256"],
-        "tool": {"name": TOOL, "path": str(tool), **file_digest(tool)},
-        "weights": weights,
-        "counts": counts,
-        "by_node": {
-            node: {s: sum(r["status"] == s for r in rows if r["node"] == node) for s in STATUSES}
-            for node in (f"{b}-{la}" for la in layers for b in PROJECTIONS)
-        },
-        "arms": comparisons,
-        "problems": problems,
-        "seconds": round(time.time() - t0, 1),
-    }
-    atomic_write_text(out / "projection.json", json.dumps(doc, indent=2, sort_keys=True) + "\n")
-    return doc
+    return _document(pr, pdir, pair, tasks, backend, comparisons, t0)
 
 
 def _flip_operand(path: Path, cid: str) -> None:
@@ -583,53 +612,3 @@ def summary(doc: dict) -> str:
 def exit_code(doc: dict) -> int:
     """0, or 1 when a control failed or a replay on fixed operands did not reproduce its call."""
     return EXIT_FAILED if doc["problems"] or doc["counts"]["mismatch"] else EXIT_OK
-
-
-# --------------------------------------------------------------------------- CLI (under `refspec state`)
-
-
-def add_parser(sub) -> None:
-    sp = sub.add_parser("projection", help="fixed-operand replay of the first layer's projections of differing arms")
-    sp.add_argument("--partition", required=True, help="output folder of `refspec state partition`")
-    sp.add_argument("--pair", default="A,U1", help="the two partition arms, X,Y (default A,U1)")
-    sp.add_argument(
-        "--tasks", default="auto", help="task ids (comma-separated) or auto: every input whose states differ"
-    )
-    sp.add_argument("--layers", default="0", help="layers whose projections are captured (default 0, the first)")
-    sp.add_argument("--backend", default="auto", help="ggml device (CPU, CUDA0, Vulkan0; auto: the configured build's)")
-    sp.add_argument("--config", help="workflow config (default config/config.yaml)")
-    sp.add_argument("--tool", help=f"path to {TOOL} (default: the configured build's)")
-    sp.add_argument("--out", required=True)
-
-
-def run(args) -> int:
-    from ..core.config import load_config
-    from ..native import build as native
-    from ..native import runtime
-    from .admission import _DEVICE
-
-    pair = tuple(s.strip() for s in args.pair.split(","))
-    if len(pair) != 2:
-        raise UsageError("--pair takes two arm names, e.g. A,U1")
-    cfg = load_config(args.config)
-    build = native.current(cfg)
-    runtime.load(build.lib_dir)
-    backend = args.backend
-    if backend == "auto":
-        backend = _DEVICE.get(str((cfg.get("native") or {}).get("backend", "cpu")), "CPU")
-    tasks = (
-        None
-        if args.tasks == "auto"
-        else [t if "/" in t else f"HumanEval/{t}" for t in (s.strip() for s in args.tasks.split(",")) if t]
-    )
-    doc = run_projection(
-        partition_dir=args.partition,
-        out=args.out,
-        pair=pair,  # type: ignore[arg-type]
-        tasks=tasks,
-        backend=backend,
-        layers=tuple(int(v) for v in args.layers.split(",") if v.strip()),
-        tool=args.tool or build.tool(TOOL),
-    )
-    print(summary(doc))
-    return exit_code(doc)
