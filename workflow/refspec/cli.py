@@ -48,7 +48,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
         "run a controlled stage's command and record its claim (supported or withheld)",
     ),
     "state": (
-        "refspec.experiments.state",
+        "refspec.commands.state",
         "state formation and transfer: prefill partitions, KV crosses and subset swaps",
     ),
     "campaign": (
