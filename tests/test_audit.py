@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from refspec.core import tables
+from refspec.core.layouts import REPLAYED_LAYOUTS
 from refspec.experiments import audit as A
 from refspec.experiments import operands as R
 
@@ -17,7 +18,7 @@ def test_fixture_grid():
     fxs = A.fixtures()
     assert len(geos) == 72 and len(set(g.name for g in geos)) == 72
     assert len(fxs) == 432 and len(set(f.name for f in fxs)) == 432
-    assert len(fxs) * len(R.LAYOUTS) == 1296
+    assert len(fxs) * len(REPLAYED_LAYOUTS) == 1296
     assert {g.d for g in geos} == {128}
     assert {(g.n_head, g.n_head_kv) for g in geos} == {(8, 8), (8, 1), (32, 8)}
     assert {g.n_kv for g in geos} == {127, 128, 129, 255, 256, 257}

@@ -31,8 +31,9 @@ import pytest
 import yaml
 
 from refspec import cli
-from refspec.campaigns import NAMES, load_definition
+from refspec.campaigns import load_definition
 from refspec.campaigns.scheduler import abba_schedule, round_schedule, session_ids
+from refspec.core.campaign_names import CAMPAIGNS
 from refspec.core.errors import ConfigError
 from refspec.core.paths import REPO_ROOT
 from refspec.core.tables import read_records
@@ -153,7 +154,7 @@ def test_round_schedule_reverses_the_arm_order_and_is_reproducible():
 
 
 def test_every_definition_validates_in_both_presets():
-    for name in NAMES:
+    for name in CAMPAIGNS:
         d, _ = load_definition(name, "default")
         p, _ = load_definition(name, "paper")
         assert d["campaign"] == p["campaign"] == name

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from refspec import cli
+from refspec.core.layouts import REPLAYED_LAYOUTS
 from refspec.experiments import capture
 from refspec.experiments import operands as R
 from refspec.experiments import replay as e1
@@ -90,7 +91,7 @@ def test_captured_operands_are_the_graph_views(captured, phase):
         a, b = getattr(ops["pq"], get)(), getattr(ops["qb"], get)()
         assert np.array_equal(np.ascontiguousarray(a).view(np.uint8), np.ascontiguousarray(b).view(np.uint8)), get
     # capture on/off: same complete endpoint
-    for lay in e1.LAYOUTS:
+    for lay in REPLAYED_LAYOUTS:
         assert cc.observations[lay].endpoint == cc.controls_off[lay].endpoint
         assert cc.observations[lay].counters[f"micrographs_{lay}"] == 1
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from refspec.core.layouts import REPLAYED_LAYOUTS
 from refspec.experiments import admission as AD
 from refspec.experiments import operands as R
 from refspec.native import build as native
@@ -237,7 +238,7 @@ def test_layouts_on_random_fixtures(replay_tool, tmp_path, record_property):
         for s in R.STAGES:
             c = R.compare(by["pq"][s], by["qb"][s])
             assert c.bitwise_equal, (path, s, c.as_dict())
-        for lay in R.LAYOUTS:  # the output restore puts (query, head, channel) in place
+        for lay in REPLAYED_LAYOUTS:  # the output restore puts (query, head, channel) in place
             assert R.compare(by[lay]["out"], by[lay]["kqv"].reshape(nq, -1)).bitwise_equal
         if nq == 1:
             for s in R.STAGES:
@@ -346,7 +347,7 @@ def test_admission_cpu(replay_tool):
     res = AD.run_admission(replay_tool, "CPU", shape, queries=(1, 2, 3))
     assert not res["errors"]
     rows = res["rows"]
-    assert {(r["layout"], r["q"]) for r in rows} == {(lay, q) for lay in R.LAYOUTS for q in (1, 2, 3)}
+    assert {(r["layout"], r["q"]) for r in rows} == {(lay, q) for lay in REPLAYED_LAYOUTS for q in (1, 2, 3)}
     assert {r["op"] for r in rows} == {"qk_mul_mat", "soft_max", "av_mul_mat", "cont", "concat"}
     for r in rows:
         assert r["verdict"] == "unknown" and r["supports_main"] and r["observed"] == "CPU" and not r["fallback"]

@@ -43,15 +43,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..core.arms import REFERENCE_ARM
+from ..core.campaign_names import CAMPAIGNS
 from ..core.errors import EXIT_OK, EXIT_RUNTIME, ConfigError, IntegrityError, UsageError
 from ..core.fsutil import atomic_write_text
 from ..core.hashing import sha256_file, sha256_json
 from ..core.paths import REPO_ROOT
 from ..provenance import plan as planmod
+from ..provenance.plan import PLAN_FORMAT
 from .evidence import COMPARED_COUNTERS, arm_evidence, audit_text, timed_audit
 
-NAMES = ("phase_mask", "confirmation", "implementation", "replication", "width", "prediction", "servers")
-PLAN_FORMAT = 1
 # The analysis code as it was when this process imported it (stats.py, plan.py, campaigns/*.py).
 ANALYSIS_CODE = planmod.analysis_code_digest()
 
@@ -64,8 +65,8 @@ def normalize_name(name: str) -> str:
     n = name.strip().lower().replace("-", "_")
     aliases = {"phase_masks": "phase_mask", "phasemask": "phase_mask", "e2": "replication", "predict": "prediction"}
     n = aliases.get(n, n)
-    if n not in NAMES:
-        raise UsageError(f"unknown campaign {name!r} (one of {', '.join(NAMES)})")
+    if n not in CAMPAIGNS:
+        raise UsageError(f"unknown campaign {name!r} (one of {', '.join(CAMPAIGNS)})")
     return n
 
 
@@ -259,7 +260,7 @@ def prepare(
         arms_src = REPO_ROOT / arms_src
     catalog = load_arms(arms_src)
     arm_list = mod.arms(defn, catalog)
-    if not arm_list or arm_list[0].name != "R":
+    if not arm_list or arm_list[0].name != REFERENCE_ARM:
         raise ConfigError(f"campaign {name}: the first arm must be the reference R")
     cap = max(defn.get("caps") or [defn["cap"]])
     arms = apply_overrides(arm_list, defn, nthreads, cap, cfg)
@@ -490,7 +491,7 @@ def table_accepts_campaign(table: str, campaign: str) -> bool:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("name", help=f"campaign: {', '.join(NAMES)}")
+    p.add_argument("name", help=f"campaign: {', '.join(CAMPAIGNS)}")
     p.add_argument("--preset", default="default", help="default (embedded size) or paper (the paper's sizes)")
     p.add_argument("--config", help="workflow config (default config/config.yaml)")
     p.add_argument("--definition", help="campaign definition file (default config/campaigns/NAME.yaml)")

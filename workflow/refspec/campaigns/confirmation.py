@@ -11,6 +11,7 @@ of the registered pairs M3/M0, C3/C0 and R_prod/M3 (``diagnostics``).
 
 from __future__ import annotations
 
+from ..core.arms import REFERENCE_ARM
 from .scheduler import round_schedule, session_ids
 
 
@@ -25,10 +26,10 @@ def named_arms(defn: dict, catalog: dict) -> list:
     missing = [n for n in names if n not in catalog]
     if missing:
         raise ConfigError(f"{defn['campaign']}: unknown arm(s) {', '.join(missing)}")
-    if "R" not in names:
-        names.insert(0, "R")
-    names.remove("R")
-    return [catalog["R"]] + [catalog[n] for n in names]
+    if REFERENCE_ARM not in names:
+        names.insert(0, REFERENCE_ARM)
+    names.remove(REFERENCE_ARM)
+    return [catalog[REFERENCE_ARM]] + [catalog[n] for n in names]
 
 
 def arms(defn: dict, catalog: dict) -> list:
@@ -37,7 +38,7 @@ def arms(defn: dict, catalog: dict) -> list:
 
 def round_sessions(ctx, role: str) -> list:
     d = ctx.defn
-    others = [n for n in ctx.arms if n != "R"]
+    others = [n for n in ctx.arms if n != REFERENCE_ARM]
     return round_schedule(
         session_ids(d["sessions"]),
         others,

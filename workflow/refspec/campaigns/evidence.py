@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import statistics
 
-from ..core.arms import Arm
+from ..core.arms import REFERENCE_ARM, Arm
 
 # recorded per-request counters two arms of a pair must agree on (timed_audit.json)
 COMPARED_COUNTERS = ("proposals", "accepted", "rollbacks", "cycles", "callers", "rows", "micrographs")
@@ -106,7 +106,7 @@ def timed_audit(base: dict, counter_pairs: list[tuple] | None = None, keys=COMPA
     records = base["_records"]
     refs: dict[tuple[str, int], dict] = {}
     for r in sorted(
-        (r for r in records if r["row"]["arm"] == "R" and r["endpoint"] is not None),
+        (r for r in records if r["row"]["arm"] == REFERENCE_ARM and r["endpoint"] is not None),
         key=lambda r: (r["row"]["session"], r["row"]["repeat"]),
     ):
         refs.setdefault((r["row"]["task_id"], r["row"]["cap"]), r["endpoint"])
@@ -171,7 +171,7 @@ def arm_evidence(arms: dict[str, Arm], base: dict) -> str:
         prop = sum(r["row"]["proposals"] or 0 for r in mine)
         if arm.speculative and prop:
             parts.append(f"acceptance {sum(r['row']['accepted'] or 0 for r in mine) / prop:.3f}")
-        if name != "R" and getattr(arm, "kind", "worker") != "server":
+        if name != REFERENCE_ARM and getattr(arm, "kind", "worker") != "server":
             checks = nonvacuity(arm, mine)["checks"]
             parts.append(
                 "non-vacuity: " + ", ".join(f"{k.replace('_', ' ')} {'yes' if v else 'NO'}" for k, v in checks.items())

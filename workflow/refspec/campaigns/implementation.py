@@ -10,6 +10,7 @@ session, and the logical counters of GS against QB.
 
 from __future__ import annotations
 
+from ..core.arms import REFERENCE_ARM
 from .confirmation import counts_text, named_arms, ratios_text, round_sessions
 
 
@@ -26,7 +27,7 @@ def schedule(ctx) -> list:
 
 
 def arm_by(ctx, mode: str, layout: str) -> str | None:
-    found = [n for n, a in ctx.arms.items() if n != "R" and a.mode == mode and a.layout == layout]
+    found = [n for n, a in ctx.arms.items() if n != REFERENCE_ARM and a.mode == mode and a.layout == layout]
     return found[0] if len(found) == 1 else None
 
 

@@ -11,6 +11,7 @@ reference's complete endpoint in every repeat; a passing mask is
 
 from __future__ import annotations
 
+from ..core.arms import REFERENCE_ARM
 from .scheduler import round_schedule, session_ids
 
 BITS = ((1, "TP"), (2, "TC"), (4, "DP"), (8, "DC"))
@@ -32,7 +33,7 @@ def arms(defn: dict, catalog: dict) -> list:
     base = catalog[defn["base_arm"]]
     if defn["repeats"] < 2:
         raise ConfigError("phase_mask: every mask needs at least 2 repeats")
-    out = [catalog["R"]]
+    out = [catalog[REFERENCE_ARM]]
     for m in defn["masks"]:
         out.append(
             base.with_(
@@ -46,7 +47,7 @@ def arms(defn: dict, catalog: dict) -> list:
 
 def schedule(ctx) -> list:
     d = ctx.defn
-    others = [n for n in ctx.arms if n != "R"]
+    others = [n for n in ctx.arms if n != REFERENCE_ARM]
     return round_schedule(
         session_ids(d["sessions"]),
         others,
@@ -97,7 +98,7 @@ def analyze(ctx, base: dict) -> dict:
 
 def _per_task(base: dict) -> str:
     """Which probe each mask matched (Y: every repeat matched R), like the paper's Table S1 cells."""
-    q = [r for r in base["qualification"] if r["arm"] != "R"]
+    q = [r for r in base["qualification"] if r["arm"] != REFERENCE_ARM]
     tasks = sorted({r["task_id"] for r in q})
     arms_ = sorted({r["arm"] for r in q}, key=lambda a: int(a.split("_m", 1)[1]) if "_m" in a else 99)
     by = {(r["arm"], r["task_id"]): r for r in q}

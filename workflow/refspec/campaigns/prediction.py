@@ -30,6 +30,7 @@ plan, never from the journal.
 
 from __future__ import annotations
 
+from ..core.arms import REFERENCE_ARM
 from ..core.errors import ConfigError, RefspecError
 from ..provenance import plan as planmod
 from .scheduler import BlockPlan, Req, SessionPlan, derive_rng, round_schedule, session_ids
@@ -54,16 +55,16 @@ def arms(defn: dict, catalog: dict) -> list:
         raise ConfigError(
             f"prediction: candidate predictor(s) {', '.join(spec)} use a draft; predictors are draft-free"
         )
-    ref = [n for n in defn["candidates"] if is_reference_recipe(catalog[n], catalog["R"])]
+    ref = [n for n in defn["candidates"] if is_reference_recipe(catalog[n], catalog[REFERENCE_ARM])]
     if ref:
         raise ConfigError(
             f"prediction: candidate(s) {', '.join(ref)} run the reference recipe (target-only at physical "
             "micro-batch 1); a predictor must be a fast arm, otherwise predicted vs live equals "
             "reference vs live by construction"
         )
-    out = [catalog["R"]]
+    out = [catalog[REFERENCE_ARM]]
     for n in names:
-        if n != "R" and n not in [a.name for a in out]:
+        if n != REFERENCE_ARM and n not in [a.name for a in out]:
             out.append(catalog[n])
     return out
 
@@ -237,7 +238,7 @@ def score(ctx, records: list[dict]) -> dict:
     pm = rm = n = 0
     for t in ctx.task_ids("reserved"):
         le = eps.get((live, t), [])
-        re_ = eps.get(("R", t), [])
+        re_ = eps.get((REFERENCE_ARM, t), [])
         p = (pred or {}).get(t)
         ref = re_[0]["endpoint_sha256"] if re_ else None
         runs = [e["endpoint_sha256"] for e in le]
@@ -282,7 +283,7 @@ def table_rows(ctx, sc: dict, records: list[dict]) -> list[dict]:
     rows = []
     for x in sc["tasks"]:
         t = x["task_id"]
-        ref = eps.get(("R", t), [])
+        ref = eps.get((REFERENCE_ARM, t), [])
         rows.append(
             {
                 "family": ctx.family,

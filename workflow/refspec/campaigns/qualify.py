@@ -42,12 +42,12 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..core.arms import REFERENCE_ARM
 from ..core.errors import EXIT_OK, EXIT_RUNTIME, UsageError
 from ..core.fsutil import atomic_write_text
 from ..core.stats import natural_key, qualification_counts
 from .evidence import nonvacuity
 
-REFERENCE = "R"
 CAMPAIGN = "confirmation"
 DEFINITION_NAME = "qualify.yaml"
 SUMMARY_NAME = "summary.json"
@@ -102,13 +102,13 @@ def qualify_definition(
         raise UsageError("--retries must be 0 or more")
     if request_timeout is not None and request_timeout <= 0:
         raise UsageError("--request-timeout must be positive")
-    others = [n for n in names if n != REFERENCE]
+    others = [n for n in names if n != REFERENCE_ARM]
     defn, _ = load_definition(CAMPAIGN)
     defn.update(
         {
             "description": f"refspec qualify: {', '.join(others) or 'no arm'} against the reference R on {panel}",
             "family": family,
-            "arms": [REFERENCE, *others],
+            "arms": [REFERENCE_ARM, *others],
             "panel": panel_definition(panel),
             "repeats": int(repeats),
             "sessions": 1,
@@ -265,7 +265,7 @@ def build_summary(ctx, tables: dict, records: list[dict], *, panel_spec: str) ->
             "median_t_ns": int(statistics.median(times)) if times else None,
             "median_engine_ns": int(statistics.median(engine)) if engine else None,
         }
-        if a.name != REFERENCE:
+        if a.name != REFERENCE_ARM:
             ev = nonvacuity(a, [r for r in mine if r["row"]["task_id"] in qualified_tasks])
             ev["all_requests"] = nonvacuity(a, mine)
             entry["nonvacuity"] = ev
@@ -290,9 +290,9 @@ def build_summary(ctx, tables: dict, records: list[dict], *, panel_spec: str) ->
             )
         }
         for q in sorted(qual, key=lambda q: (arm_pos.get(q["arm"], len(arm_pos)), natural_key(q["task_id"])))
-        if q["arm"] != REFERENCE and not q["qualified"]
+        if q["arm"] != REFERENCE_ARM and not q["qualified"]
     ]
-    ref_q = {q["task_id"]: q for q in qual if q["arm"] == REFERENCE}
+    ref_q = {q["task_id"]: q for q in qual if q["arm"] == REFERENCE_ARM}
     # every planned (arm, task, repeat) of the frozen schedule must have a completed attempt
     planned = {(b.arm, q.task_id, q.repeat) for s in ctx.sessions for b in s.blocks for q in b.requests}
     have = {(r["row"]["arm"], r["row"]["task_id"], r["row"]["repeat"]) for r in ok}
@@ -328,7 +328,7 @@ def build_summary(ctx, tables: dict, records: list[dict], *, panel_spec: str) ->
         "panel": {"spec": panel_spec, "sha256": ctx.panel_records["confirm"]["sha256"], "tasks": len(tasks)},
         "prompt_sha256": {t: prompts[t] for t in sorted(prompts, key=natural_key)},
         "reference": {
-            "runs_per_task": len({k[2] for k in planned if k[0] == REFERENCE}),
+            "runs_per_task": len({k[2] for k in planned if k[0] == REFERENCE_ARM}),
             "stable_tasks": sum(1 for q in ref_q.values() if q["ref_stable"]),
             "unstable_tasks": sorted({t for t, q in ref_q.items() if not q["ref_stable"]}, key=natural_key),
             "missing_tasks": sorted(set(tasks) - set(ref_q), key=natural_key),

@@ -14,6 +14,7 @@ paper's 216-pair check).
 
 from __future__ import annotations
 
+from ..core.arms import REFERENCE_ARM
 from .scheduler import abba_schedule, session_ids
 
 
@@ -28,21 +29,21 @@ def arms(defn: dict, catalog: dict) -> list:
     out = named_arms(defn, catalog)
     for path in defn["paths"]:
         for lay in defn["layouts"]:
-            found = [a.name for a in out if a.name != "R" and a.mode == path and a.layout == lay]
+            found = [a.name for a in out if a.name != REFERENCE_ARM and a.mode == path and a.layout == lay]
             if len(found) != 1:
                 raise ConfigError(
                     f"replication: need exactly one {path} arm with layout {lay} among "
                     f"{', '.join(a.name for a in out)} (found {found or 'none'})"
                 )
-    used = {a.name for a in out if a.name != "R" and a.mode in defn["paths"] and a.layout in defn["layouts"]}
-    extra = [a.name for a in out if a.name != "R" and a.name not in used]
+    used = {a.name for a in out if a.name != REFERENCE_ARM and a.mode in defn["paths"] and a.layout in defn["layouts"]}
+    extra = [a.name for a in out if a.name != REFERENCE_ARM and a.name not in used]
     if extra:
         raise ConfigError(f"replication: arm(s) {', '.join(extra)} are outside the paths/layouts compared")
     return out
 
 
 def arm_for(ctx_arms: dict, path: str, layout: str) -> str:
-    return next(n for n, a in ctx_arms.items() if n != "R" and a.mode == path and a.layout == layout)
+    return next(n for n, a in ctx_arms.items() if n != REFERENCE_ARM and a.mode == path and a.layout == layout)
 
 
 def schedule(ctx) -> list:
@@ -78,7 +79,7 @@ def reference_check(ctx, base: dict) -> str:
     eps: dict[tuple, set] = {}
     n: dict[tuple, int] = {}
     for e in base["endpoints"]:
-        if e["arm"] == "R":
+        if e["arm"] == REFERENCE_ARM:
             k = (e["session"], e["task_id"])
             n[k] = n.get(k, 0) + 1
             eps.setdefault(k, set()).add(e["endpoint_sha256"])
@@ -138,8 +139,8 @@ def analyze(ctx, base: dict) -> dict:
     gap_text = ", ".join(f"{s['session']} {s['started_utc']} ({_gap(s)})" for s in base["sessions"])
     workers = sum(s["n_workers"] for s in base["sessions"])
     warm = sum(1 for r in base["requests"] if r["status"] == "excluded_warmup")
-    timed = sum(1 for r in base["requests"] if r["status"] == "ok" and r["arm"] != "R")
-    refs = sum(1 for r in base["requests"] if r["status"] == "ok" and r["arm"] == "R")
+    timed = sum(1 for r in base["requests"] if r["status"] == "ok" and r["arm"] != REFERENCE_ARM)
+    refs = sum(1 for r in base["requests"] if r["status"] == "ok" and r["arm"] == REFERENCE_ARM)
     text = "\n".join(
         [
             f"Replication E2 (Table S5 shape): {len(ctx.task_ids('panel'))} task(s), {len(ctx.sessions)} session(s), "

@@ -54,13 +54,10 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from ..core.arms import Arm
+from ..core.arms import REFERENCE_ARM, Arm
 from ..core.errors import IntegrityError, UsageError
 from ..provenance import plan as planmod
 from ..provenance.ledger import Ledger
-
-REFERENCE = "R"
-
 
 # --------------------------------------------------------------------------- schedules
 
@@ -162,7 +159,7 @@ def round_schedule(
     repeats: int,
     block_by: str,
     seed: int,
-    reference: str = REFERENCE,
+    reference: str = REFERENCE_ARM,
     reference_repeats: int | None = None,
 ) -> list[SessionPlan]:
     """Blocks of whole arms, counterbalanced by reversing the arm order.
@@ -227,7 +224,7 @@ def abba_schedule(
     repeats: int,
     references: int,
     seed: int,
-    reference: str = REFERENCE,
+    reference: str = REFERENCE_ARM,
 ) -> list[SessionPlan]:
     """Short counterbalanced blocks (replication E2).
 
@@ -282,10 +279,6 @@ def schedule_record(sessions: Sequence[SessionPlan]) -> list[dict]:
 
 
 # --------------------------------------------------------------------------- helpers
-
-
-def utc_now() -> str:
-    return _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def parse_utc(s: str) -> _dt.datetime:
@@ -776,7 +769,7 @@ class CampaignRun:
         """(task_id, cap) -> the first completed R endpoint row in (session, repeat) order."""
         records = self.journal_records() if records is None else records
         refs = sorted(
-            (r for r in records if r["row"]["arm"] == REFERENCE and r["endpoint"] is not None),
+            (r for r in records if r["row"]["arm"] == REFERENCE_ARM and r["endpoint"] is not None),
             key=lambda r: (r["row"]["session"], r["row"]["repeat"]),
         )
         out: dict[tuple[str, int], dict] = {}
@@ -805,7 +798,7 @@ class CampaignRun:
             i = first_divergence(
                 ref["tokens"], ref["eog"], ref["stop_reason"], ep["tokens"], ep["eog"], ep["stop_reason"]
             )
-            what = "the reference R" if row["arm"] != REFERENCE else "the first reference endpoint (R unstable)"
+            what = "the reference R" if row["arm"] != REFERENCE_ARM else "the first reference endpoint (R unstable)"
             self.note(
                 "mismatch",
                 f"endpoint differs from {what} at generated index {i}: the pair "
@@ -833,7 +826,7 @@ class CampaignRun:
         endpoints = [r["endpoint"] for r in records if r["endpoint"] is not None]
         margins: dict = {}
         for r in sorted(
-            (r for r in records if r["row"]["arm"] == REFERENCE and r["endpoint"] is not None),
+            (r for r in records if r["row"]["arm"] == REFERENCE_ARM and r["endpoint"] is not None),
             key=lambda r: (r["row"]["session"], r["row"]["repeat"]),
         ):
             row = r["row"]

@@ -17,6 +17,7 @@ not make their processes fresh.
 
 from __future__ import annotations
 
+from ..core.arms import REFERENCE_ARM
 from .confirmation import counts_text, diagnostics_text, named_arms, ratios_text, round_sessions
 
 
@@ -37,8 +38,8 @@ def pairs(ctx) -> list:
     registered pairs :data:`refspec.core.stats.DIAGNOSTIC_PAIRS`, which the checker knows)."""
     names = list(ctx.arms)
     servers = [n for n in names if ctx.arms[n].kind == "server"]
-    workers = [n for n in names if n != "R" and ctx.arms[n].kind != "server"]
-    out = [(n, "R") for n in names if n != "R"]
+    workers = [n for n in names if n != REFERENCE_ARM and ctx.arms[n].kind != "server"]
+    out = [(n, REFERENCE_ARM) for n in names if n != REFERENCE_ARM]
     spec_patched = [n for n in servers if ctx.arms[n].speculative and ctx.arms[n].server.build == "patched"]
     for w in workers:  # refspec's own worker beside the patched server with the draft
         out += [(w, s) for s in spec_patched if ctx.arms[w].speculative]

@@ -11,6 +11,7 @@ refusal as the reason: never a silent fallback.
 
 from __future__ import annotations
 
+from ..core.arms import REFERENCE_ARM
 from .scheduler import round_schedule, session_ids
 
 
@@ -34,7 +35,7 @@ def arms(defn: dict, catalog: dict) -> list:
     b = (defn["baseline"]["k"], defn["baseline"]["ub"])
     if b not in geos:
         raise ConfigError(f"width: the baseline geometry {b} is not among the geometries")
-    return [catalog["R"]] + [
+    return [catalog[REFERENCE_ARM]] + [
         base.with_(name=geometry_name(base, k, ub), k=int(k), ub=int(ub), description=f"{base.name} at k={k}, U={ub}")
         for k, ub in geos
     ]
@@ -42,7 +43,7 @@ def arms(defn: dict, catalog: dict) -> list:
 
 def schedule(ctx) -> list:
     d = ctx.defn
-    others = [n for n in ctx.arms if n != "R"]
+    others = [n for n in ctx.arms if n != REFERENCE_ARM]
     return round_schedule(
         session_ids(d["sessions"]),
         others,
@@ -62,9 +63,13 @@ def analyze(ctx, base: dict) -> dict:
 
     d = ctx.defn
     ref_base = ctx.arms[d["base_arm"]] if d["base_arm"] in ctx.arms else None
-    b = next(n for n, a in ctx.arms.items() if n != "R" and (a.k, a.ub) == (d["baseline"]["k"], d["baseline"]["ub"]))
-    geos = [n for n in ctx.arms if n != "R"]
-    pairs = [(g, b) for g in geos if g != b] + [("R", g) for g in geos]
+    b = next(
+        n
+        for n, a in ctx.arms.items()
+        if n != REFERENCE_ARM and (a.k, a.ub) == (d["baseline"]["k"], d["baseline"]["ub"])
+    )
+    geos = [n for n in ctx.arms if n != REFERENCE_ARM]
+    pairs = [(g, b) for g in geos if g != b] + [(REFERENCE_ARM, g) for g in geos]
     ratios = ratios_table(base["requests"], base["qualification"], "width", pairs=pairs)
     rat = {(r["numerator"], r["denominator"], r["cap"]): r for r in ratios}
     rows = []
@@ -85,7 +90,7 @@ def analyze(ctx, base: dict) -> dict:
                 note = starts[-1] if starts else str(failed[-1]["reason"])
                 note = note.split("error: ", 1)[-1][:110]
             vs_b = rat.get((g, b, cap))
-            vs_r = rat.get(("R", g, cap))
+            vs_r = rat.get((REFERENCE_ARM, g, cap))
             rows.append(
                 [
                     f"k={a.k} U={a.ub}",

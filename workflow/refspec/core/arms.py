@@ -5,11 +5,13 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from .config import read_yaml, validate
+from .config import gpu_layers, read_yaml, validate
 from .errors import ConfigError
+from .layouts import LAYOUTS
 from .paths import config_dir
 
 SERVER_BUILDS = ("stock", "patched")
+REFERENCE_ARM = "R"  # the reference arm: every other arm's endpoints are checked against it
 
 
 @dataclass(frozen=True)
@@ -80,7 +82,7 @@ class Arm:
                     "patched build (build: patched)"
                 )
             name, _, mask = (s.attn_layout or "").partition(":")
-            if name in ("mq", "pq", "qb", "gs") and (mask.isdigit() or not mask):  # a malformed value reaches
+            if name in LAYOUTS and (mask.isdigit() or not mask):  # a malformed value reaches
                 want = (name, int(mask) if mask else 15)  # the server, which refuses it
                 if (self.layout, self.mask) != want:
                     raise ConfigError(
@@ -92,8 +94,6 @@ class Arm:
 
     def placed(self, config: dict | None) -> Arm:
         """This arm with the run's GPU setting (:func:`refspec.core.config.gpu_layers`) unless it has its own."""
-        from .config import gpu_layers
-
         return self if self.gpu_layers is not None else replace(self, gpu_layers=gpu_layers(config))
 
     @property
@@ -102,10 +102,6 @@ class Arm:
 
     def with_(self, **kw) -> Arm:
         return replace(self, **kw)
-
-    @property
-    def is_server(self) -> bool:
-        return self.kind == "server"
 
     def record(self) -> dict:
         d = asdict(self)

@@ -97,8 +97,10 @@ from typing import Any
 
 import numpy as np
 
+from .arms import REFERENCE_ARM
 from .endpoint import first_divergence
 from .errors import IntegrityError
+from .layouts import LAYOUT_ORDER
 from .tables import records
 
 DEFAULT_SEED = 20261014
@@ -111,10 +113,10 @@ TOO_FEW_SESSIONS = "too_few_sessions"
 # the servers campaign (anc/servers.md): each server arm over R, C3 beside the patched server with the
 # draft, the draft's effect on each server build, the layout's effect in each mode
 SERVER_DIAGNOSTIC_PAIRS = (
-    ("S_stock", "R"),
-    ("S_stock_spec", "R"),
-    ("S_qb", "R"),
-    ("S_qb_spec", "R"),
+    ("S_stock", REFERENCE_ARM),
+    ("S_stock_spec", REFERENCE_ARM),
+    ("S_qb", REFERENCE_ARM),
+    ("S_qb_spec", REFERENCE_ARM),
     ("C3", "S_qb_spec"),
     ("S_stock_spec", "S_stock"),
     ("S_qb_spec", "S_qb"),
@@ -122,8 +124,6 @@ SERVER_DIAGNOSTIC_PAIRS = (
     ("S_qb_spec", "S_stock_spec"),
 )
 DIAGNOSTIC_PAIRS = (("M3", "M0"), ("C3", "C0"), ("R_prod", "M3")) + SERVER_DIAGNOSTIC_PAIRS
-REFERENCE_ARM = "R"
-LAYOUT_ORDER = ("mq", "gs", "pq", "qb")
 
 
 class StatsError(IntegrityError, ValueError):

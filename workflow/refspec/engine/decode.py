@@ -13,7 +13,7 @@ import argparse
 import json
 import sys
 
-from ..core.arms import select
+from ..core.arms import REFERENCE_ARM, select
 from ..core.config import load_config
 from ..core.endpoint import compare
 from ..core.errors import ConfigError
@@ -39,7 +39,7 @@ def decode_panel(
     """Decode every task with every arm in this process; ``gpu_layers`` is n_gpu_layers of both models."""
     files = ensure_family(family, models_dir=models_dir, families_file=families_file)
     arms = select(arm_names)
-    if arms[0].name != "R":
+    if arms[0].name != REFERENCE_ARM:
         raise ConfigError("the first arm must be the reference R")
     target = Model(files.target.path, sha256=files.target.sha256, n_gpu_layers=gpu_layers, require_placement=True)
     draft_model = None
@@ -65,7 +65,7 @@ def decode_panel(
         with ArmRunner(arm, target, draft_model) as runner:
             for task, prompt in zip(tasks, prompts):
                 res = runner.run(prompt)
-                if arm.name == "R":
+                if arm.name == REFERENCE_ARM:
                     refs[task.task_id] = res
                 ref = refs[task.task_id]
                 cmp = compare(ref.endpoint, res.endpoint)

@@ -54,6 +54,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ..core.clock import utc_now
 from ..core.errors import EXIT_OK, RefspecError, UsageError
 from ..core.fsutil import atomic_write_text
 from ..core.hashing import sha256_json
@@ -230,7 +231,7 @@ class Engine:
         self.runner = ArmRunner(arm, self.target, self.draft)
         self.trace = CycleTrace(self.runner.tctx) if arm.speculative else None
         self.load_s = time.perf_counter() - t_load
-        self.started_utc = _utc()
+        self.started_utc = utc_now()
         self.served = 0
         self.warmup: dict = {"done": False}
 
@@ -422,12 +423,6 @@ class Engine:
         self.runner.close()
 
 
-def _utc() -> str:
-    import datetime as _dt
-
-    return _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
 # --------------------------------------------------------------------------- HTTP
 
 
@@ -505,7 +500,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self.app.forget(self.connection)
 
     def log_message(self, fmt, *args):  # to the worker's log (stderr), with a UTC time
-        sys.stderr.write(f"{_utc()} {self.address_string()} {fmt % args}\n")
+        sys.stderr.write(f"{utc_now()} {self.address_string()} {fmt % args}\n")
 
     def _send_json(self, status: int, obj: dict, headers: dict | None = None) -> None:
         data = json.dumps(obj, allow_nan=False, separators=(",", ":")).encode("utf-8")
@@ -977,7 +972,7 @@ def serve(args: argparse.Namespace) -> int:
         stop["flag"] = True
         if server is not None:
             server.stopping = True
-        sys.stderr.write(f"{_utc()} signal {signal.Signals(signum).name}: finishing and exiting\n")
+        sys.stderr.write(f"{utc_now()} signal {signal.Signals(signum).name}: finishing and exiting\n")
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
@@ -1010,23 +1005,23 @@ def serve(args: argparse.Namespace) -> int:
         ready = {
             **server.health(),
             "url": f"http://{_url_host(host)}:{port}",
-            "ready_utc": _utc(),
+            "ready_utc": utc_now(),
             "secret": server.secret,
         }
         # owner-only from the start (a temporary file of mode 0600, renamed): the secret is never readable by others
         atomic_write_text(args.ready_file, json.dumps(ready, indent=1, sort_keys=True) + "\n", mode=0o600)
         sys.stderr.write(
-            f"{_utc()} worker {engine.worker_id} (pid {os.getpid()}) ready on {ready['url']}: "
+            f"{utc_now()} worker {engine.worker_id} (pid {os.getpid()}) ready on {ready['url']}: "
             f"arm {arm.name}, load {engine.load_s:.2f} s, warmup {engine.warmup['engine_ns'] / 1e9:.2f} s\n"
         )
         while not stop["flag"]:
             server.handle_request()  # never blocked by connections without the secret (see process_request)
             if args.exit_with_parent and os.getppid() != args.exit_with_parent:
-                sys.stderr.write(f"{_utc()} parent {args.exit_with_parent} is gone: exiting\n")
+                sys.stderr.write(f"{utc_now()} parent {args.exit_with_parent} is gone: exiting\n")
                 break
         server.stopping = True
         server.server_close()  # no new connections; the request in flight finishes and is answered
-        sys.stderr.write(f"{_utc()} worker {engine.worker_id} stopped after {engine.served} requests\n")
+        sys.stderr.write(f"{utc_now()} worker {engine.worker_id} stopped after {engine.served} requests\n")
         engine.close()
         return EXIT_OK
     finally:

@@ -30,6 +30,7 @@ import numpy as np
 
 from ..core.errors import EXIT_OK, UsageError
 from ..core.fsutil import atomic_write_text
+from ..core.layouts import REPLAYED_LAYOUTS
 from . import operands as R
 
 OPS = ("qk_mul_mat", "soft_max", "av_mul_mat", "concat", "cont")
@@ -193,7 +194,7 @@ def run_admission(
     shape: AttentionShape,
     *,
     queries: Sequence[int] = (1, 2, 3, 4),
-    layouts: Sequence[str] = R.LAYOUTS,
+    layouts: Sequence[str] = REPLAYED_LAYOUTS,
     threads: int = 1,
 ) -> dict[str, Any]:
     shape.check()
@@ -306,7 +307,7 @@ def run(args: argparse.Namespace) -> int:
         shape = AttentionShape(args.n_head, args.n_head_kv or args.n_head, args.head_dim, args.n_kv or 256)
     layouts = [x for x in args.layouts.split(",") if x]
     for lay in layouts:
-        if lay not in R.LAYOUTS:
+        if lay not in REPLAYED_LAYOUTS:
             raise UsageError(f"unknown layout {lay!r}")
     tool = R.resolve_tool(args.tool, cfg)
     res = run_admission(

@@ -27,6 +27,8 @@ import numpy as np
 from ..core.errors import EXIT_FAILED, EXIT_OK
 from ..core.fsutil import atomic_write_text
 from ..core.hashing import sha256_json
+from ..core.layouts import REPLAYED_LAYOUTS
+from ..core.stats import DEFAULT_SEED
 from . import operands as R
 
 Q_WIDTHS = (1, 2)
@@ -37,7 +39,6 @@ Q_LAYOUTS = ("compact", "offset")
 MASKS = ("causal", "prefix", "single")
 PATTERNS = ("dyadic", "onehot")
 KV_PAD = 16  # cache cells beyond the key extent (filled with NaN sentinels)
-SEED = 20261014
 
 STAGE_ROWS = ("address", "kq", "kq_soft_max", "kqv")
 _F32_TINY = float(np.finfo(np.float32).tiny)
@@ -153,7 +154,7 @@ def make_data(pattern: str, g: Geometry, seed: int) -> tuple[np.ndarray, np.ndar
 
 
 def fixture_seed(fx: Fixture) -> int:
-    return int(sha256_json({"seed": SEED, "fixture": fx.name})[:8], 16)
+    return int(sha256_json({"seed": DEFAULT_SEED, "fixture": fx.name})[:8], 16)
 
 
 def build_fixture(fx: Fixture) -> R.Operands:
@@ -593,7 +594,7 @@ def run_audit(
                 path = d / f"{fx.file_stem}.rsop"
                 R.write_operands(path, ops)
                 ops_by[str(path)] = (fx, ops)
-                jobs.append(R.ReplayJob(path, R.LAYOUTS, "none", d / fx.file_stem))
+                jobs.append(R.ReplayJob(path, REPLAYED_LAYOUTS, "none", d / fx.file_stem))
                 if faults:
                     for f in applicable_faults(fx.geometry):
                         jobs.append(R.ReplayJob(path, ("qb",), f, d / fx.file_stem))
@@ -665,7 +666,7 @@ def run_audit(
                         rows += nrows
             # cross-layout relations on the clean evaluations
             for name, by in clean.items():
-                if not all(lay in by for lay in R.LAYOUTS):
+                if not all(lay in by for lay in REPLAYED_LAYOUTS):
                     continue
                 nq = by["qb"]["out"].shape[0]
                 eq_pq_qb = all(R.compare(by["pq"][s], by["qb"][s]).bitwise_equal for s in R.STAGES)

@@ -40,11 +40,11 @@ import numpy as np
 from ..core.errors import IntegrityError, RefspecError, UsageError
 from ..core.fsutil import atomic_write_bytes, atomic_write_text
 from ..core.hashing import sha256_bytes, sha256_file
+from ..core.layouts import REPLAYED_LAYOUTS
 
 MAGIC = b"RFSPOPS1"
 ALIGN = 64
 FORMAT_VERSION = 1
-LAYOUTS = ("mq", "pq", "qb")
 FAULTS = ("gqa_interleaved", "mask_shared", "output_swapped", "stride_off_by_one")
 STAGES = ("kq", "kq_soft_max", "kqv", "out")
 
@@ -566,14 +566,14 @@ def compare(a: np.ndarray, b: np.ndarray) -> Comparison:
 @dataclass
 class ReplayJob:
     input: str | Path
-    layouts: Sequence[str] = LAYOUTS
+    layouts: Sequence[str] = REPLAYED_LAYOUTS
     fault: str = "none"
     out_prefix: str | Path | None = None
     write_stages: bool = True
 
     def as_json(self) -> dict[str, Any]:
         for lay in self.layouts:
-            if lay not in LAYOUTS:
+            if lay not in REPLAYED_LAYOUTS:
                 raise UsageError(f"unknown layout {lay!r}")
         if self.fault != "none" and self.fault not in FAULTS:
             raise UsageError(f"unknown fault {self.fault!r}")

@@ -50,13 +50,13 @@ import numpy as np
 from ..core.endpoint import Endpoint, first_difference
 from ..core.errors import EXIT_FAILED, EXIT_OK, AdmissionError, RefspecError, UsageError
 from ..core.fsutil import atomic_write_text
+from ..core.layouts import REPLAYED_LAYOUTS
 from ..engine.transaction import greedy_continuation
 from ..native.runtime import Context, ContextSpec, layout_refusal
 from . import operands as R
 from .capture import STAGES, OperandCapture, operands_from_capture
 
 STAGE_LABELS = {"kq": "QK", "kq_soft_max": "softmax", "kqv": "AV"}
-LAYOUTS = ("mq", "pq", "qb")
 PHASES = ("prefill", "continuation")
 QUERY_WIDTHS = (1, 2, 3, 4)
 COMPARISON_LAYOUT = "qb"  # the capture whose operands every layout is compared on
@@ -263,7 +263,7 @@ def capture_context(model, ctx: E1Context, prompt: Prompt, settings: Settings, w
     off: dict[str, Observation] = {}
     problems: list[str] = []
     refused: dict[str, str] = {}
-    for layout in LAYOUTS:
+    for layout in REPLAYED_LAYOUTS:
         try:
             obs = observe(model, ctx, layout, prompt, settings, capture=True)
         except AdmissionError as e:  # the device refuses this layout here: recorded, never run elsewhere
@@ -289,7 +289,7 @@ def capture_context(model, ctx: E1Context, prompt: Prompt, settings: Settings, w
             problems.append(f"observation {layout}: operands refused: {e}")
             continue
         files[layout] = path
-    if len(refused) == len(LAYOUTS) or "pq" in refused and COMPARISON_LAYOUT in refused:
+    if len(refused) == len(REPLAYED_LAYOUTS) or "pq" in refused and COMPARISON_LAYOUT in refused:
         problems.append("observation: the device refused every repaired layout: " + "; ".join(refused.values()))
     return CapturedContext(ctx, files, on, off, problems, refused)
 
@@ -346,7 +346,10 @@ def evaluate_context(
     files = dict(cc.files)
     if files:
         for rep in range(1, REPEATS + 1):
-            jobs = [R.ReplayJob(path, LAYOUTS, "none", wd / f"{ctx.id}.{lay}.r{rep}") for lay, path in files.items()]
+            jobs = [
+                R.ReplayJob(path, REPLAYED_LAYOUTS, "none", wd / f"{ctx.id}.{lay}.r{rep}")
+                for lay, path in files.items()
+            ]
             try:
                 report = R.run_replay(tool, jobs, backend=settings.backend, threads=settings.replay_threads, workdir=wd)
             except RefspecError as e:
@@ -443,7 +446,7 @@ def evaluate_context(
     )
     detail["files"] = {lay: str(p) for lay, p in files.items()}
     per_stage: dict[str, dict[str, Any]] = {}
-    have = all((base, lay, 1) in stages for lay in LAYOUTS)
+    have = all((base, lay, 1) in stages for lay in REPLAYED_LAYOUTS)
     if not have:
         problems.append(f"comparison: the {base} capture was not replayed with every layout")
     rows = []
@@ -452,12 +455,14 @@ def evaluate_context(
     for s in STAGES:
         rec: dict[str, Any] = {}
         if have:
-            mq, pq, qb = (stages[(base, lay, 1)][s] for lay in LAYOUTS)
+            mq, pq, qb = (stages[(base, lay, 1)][s] for lay in REPLAYED_LAYOUTS)
             c_pq_qb, c_mq_pq, c_mq_qb = R.compare(pq, qb), R.compare(mq, pq), R.compare(mq, qb)
             rec = {"pq_qb": c_pq_qb.as_dict(), "mq_pq": c_mq_pq.as_dict(), "mq_qb": c_mq_qb.as_dict()}
-            for other in (lay for lay in LAYOUTS if lay != base):  # the same relations on the other captures' operands
-                if all((other, lay, 1) in stages for lay in LAYOUTS):
-                    o = {lay: stages[(other, lay, 1)][s] for lay in LAYOUTS}
+            for other in (
+                lay for lay in REPLAYED_LAYOUTS if lay != base
+            ):  # the same relations on the other captures' operands
+                if all((other, lay, 1) in stages for lay in REPLAYED_LAYOUTS):
+                    o = {lay: stages[(other, lay, 1)][s] for lay in REPLAYED_LAYOUTS}
                     rec[f"on_{other}_operands"] = {
                         "pq_eq_qb": R.compare(o["pq"], o["qb"]).bitwise_equal,
                         "mq_eq_pq": R.compare(o["mq"], o["pq"]).bitwise_equal,

@@ -28,8 +28,8 @@ import numpy as np
 from ..core.errors import AdmissionError, DecodeError, IntegrityError, PlacementError, RefspecError
 from ..core.fetch import verify_sha256
 
-LAYOUTS = {"mq": 0, "pq": 1, "qb": 2, "gs": 3}
-LAYOUT_NAMES = {v: k for k, v in LAYOUTS.items()}
+LAYOUT_CODES = {"mq": 0, "pq": 1, "qb": 2, "gs": 3}  # the native ABI's code of each layout (refspec.core.layouts)
+LAYOUT_NAMES = {v: k for k, v in LAYOUT_CODES.items()}
 ROLES = {"target": 0, "draft": 1}
 PHASES = {"prefill": 0, "continuation": 1}
 KV_TYPES = {"f32": 0, "f16": 1, "q8_0": 8, "bf16": 30}
@@ -547,7 +547,7 @@ class Context:
         self.mem = llama_cpp.llama_get_memory(self._ptr)
         self.n_vocab = model.n_vocab
         self._batch = llama_cpp.llama_batch_init(max(spec.n_batch, 1), 0, 1)
-        rc = self._lib.llama_attn_set_layout(self._ptr, LAYOUTS[spec.layout], ROLES[spec.role], int(spec.mask))
+        rc = self._lib.llama_attn_set_layout(self._ptr, LAYOUT_CODES[spec.layout], ROLES[spec.role], int(spec.mask))
         if rc != 0:
             msg = self._lib.llama_attn_last_error(self._ptr).decode()
             self.close()
@@ -589,7 +589,7 @@ class Context:
     def set_layout(self, layout: str, role: str | None = None, mask: int | None = None) -> None:
         role = role or self.spec.role
         mask = self.spec.mask if mask is None else mask
-        rc = self._lib.llama_attn_set_layout(self._ptr, LAYOUTS[layout], ROLES[role], int(mask))
+        rc = self._lib.llama_attn_set_layout(self._ptr, LAYOUT_CODES[layout], ROLES[role], int(mask))
         if rc != 0:
             raise AdmissionError(self._lib.llama_attn_last_error(self._ptr).decode())
 
@@ -598,7 +598,7 @@ class Context:
         c = AttnCounters()
         self._lib.llama_attn_get_counters(self._ptr, ctypes.byref(c))
         out = {k: int(getattr(c, k)) for k in ("callers", "micrographs", "graph_reuses", "graph_rebuilds", "rows")}
-        for name, idx in LAYOUTS.items():
+        for name, idx in LAYOUT_CODES.items():
             out[f"micrographs_{name}"] = int(c.layout_micrographs[idx])
         return out
 

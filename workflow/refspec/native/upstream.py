@@ -18,9 +18,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..core.layouts import LAYOUTS
 from .build import BuildResult
 
-LAYOUTS = ("mq", "pq", "qb", "gs")
 STATE_TESTS = ("test-save-load-state", "test-recurrent-state-rollback")
 BATCH_TEST = "test-batch-alloc"
 GENERATOR = "test-llama-archs"

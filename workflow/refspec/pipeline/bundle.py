@@ -49,6 +49,7 @@ import time
 import zipfile
 from pathlib import Path
 
+from ..core.distributions import normalize
 from ..core.errors import ConfigError, IntegrityError, RefspecError, UsageError
 from ..core.fetch import fetch_package, verify_sha256
 from ..core.fsutil import atomic_write_bytes, atomic_write_text
@@ -73,10 +74,6 @@ def _say(msg: str) -> None:
 
 
 # --------------------------------------------------------------------------- requirements
-
-
-def normalize(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
 
 
 def read_requirements(path: Path = REQUIREMENTS) -> list[tuple[str, str]]:

@@ -22,6 +22,7 @@ from pathlib import Path
 from ..core.errors import CheckFailed, UsageError
 from ..core.fsutil import atomic_write_text
 from ..core.hashing import sha256_json
+from ..core.stats import DEFAULT_DRAWS, DEFAULT_SEED, DEFAULT_THRESHOLD
 
 SEAL_FILE = "SEAL.dsse.json"
 # per-campaign records copied next to the merged tables
@@ -56,7 +57,7 @@ def _merge_plans(plans: list[tuple[str, dict]]) -> dict:
             raise UsageError("campaign plans disagree on the bootstrap settings; they cannot share one archive")
         merged["bootstrap"] = boots[0]
     else:
-        merged["bootstrap"] = {"seed": 20261014, "draws": 10000, "threshold": 1.02}
+        merged["bootstrap"] = {"seed": DEFAULT_SEED, "draws": DEFAULT_DRAWS, "threshold": DEFAULT_THRESHOLD}
     merged["plan_sha256"] = sha256_json(merged["campaigns"])
     return merged
 

@@ -27,7 +27,6 @@ line is incomplete (a torn write) or does not chain is refused, never repaired.
 
 from __future__ import annotations
 
-import datetime as _dt
 import fcntl
 import json
 import math
@@ -36,17 +35,13 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from ..core.clock import utc_now
 from ..core.errors import IntegrityError
 from ..core.hashing import canonical_json, sha256_bytes
 
 GENESIS = "0" * 64
 RESERVED = ("seq", "time", "prev_sha256")
 _TAIL_BLOCK = 1 << 16
-
-
-def utc_now() -> str:
-    """The current UTC time as ``YYYY-MM-DDTHH:MM:SS.ffffffZ``."""
-    return _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def _check_strict_json(obj: Any, where: str = "record") -> None:

@@ -28,7 +28,6 @@ The native build and model code is not imported here: callers pass artifacts
 from __future__ import annotations
 
 import argparse
-import datetime as _dt
 import importlib.metadata as _md
 import json
 import os
@@ -43,7 +42,9 @@ from typing import Any
 from urllib.parse import unquote, urlparse
 
 from .. import __version__
+from ..core.clock import utc_now_seconds
 from ..core.config import read_config_file
+from ..core.distributions import normalize
 from ..core.errors import EXIT_FAILED, EXIT_OK, ConfigError, IntegrityError, RefspecError, UsageError
 from ..core.fsutil import atomic_write_text
 from ..core.hashing import canonical_json, file_digest, sha256_bytes, sha256_json
@@ -107,10 +108,6 @@ class Artifact:
 
 
 # --------------------------------------------------------------------------- parts
-
-
-def _now() -> str:
-    return _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _file_uri(path: Path) -> str:
@@ -191,10 +188,6 @@ def interpreter_entry() -> dict[str, Any]:
     }
 
 
-def _normalize(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
-
-
 def _dist_file(dist: _md.Distribution, filename: str) -> Path | None:
     base = getattr(dist, "_path", None)  # PathDistribution: the .dist-info / .egg-info folder
     if base is not None:
@@ -214,7 +207,7 @@ def distribution_entries(path: list[str] | None = None) -> list[dict[str, Any]]:
         name = dist.metadata.get("Name") if dist.metadata is not None else None
         if not name:
             continue
-        key = _normalize(name)
+        key = normalize(name)
         if key in seen:
             continue
         version = dist.version
@@ -467,7 +460,7 @@ def build_manifest(
         },
         "runDetails": {
             "builder": {"id": BUILDER_ID, "version": {"refspec": __version__}},
-            "metadata": {"created": created or _now(), "git_commit": _git_commit(repo_root)},
+            "metadata": {"created": created or utc_now_seconds(), "git_commit": _git_commit(repo_root)},
         },
     }
 

@@ -50,6 +50,7 @@ from typing import Any
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from .. import __version__
+from ..core.clock import utc_now_seconds
 from ..core.errors import IntegrityError, UsageError
 from ..core.fsutil import atomic_output
 from ..core.hashing import canonical_json, sha256_bytes
@@ -602,10 +603,6 @@ def _csv_selected(rel: str, csv_tables: str | Sequence[str] | None) -> bool:
     return rel in csv_tables or stem in csv_tables or Path(stem).name in csv_tables
 
 
-def _now() -> str:
-    return _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def seal(
     results: str | Path,
     out: str | Path,
@@ -693,7 +690,7 @@ def seal(
     archive_id = archive_id or str(uuid.uuid4())
     if _CTRL.search(archive_id) or not archive_id.strip():
         raise UsageError(f"bad archive id {archive_id!r}")
-    created = created or _now()
+    created = created or utc_now_seconds()
 
     # Plan every output path first. A table's CSV copy is carried when the results
     # folder has one (and checked against the table), otherwise written if selected.
