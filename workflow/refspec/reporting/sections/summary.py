@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import dataclass, field
 from typing import Any
 
 from ...core import stats as S
@@ -28,6 +29,21 @@ def _join(groups: list[list[Any]], sep: str = " \u00b7 ") -> list[Any]:
 
 
 HEADLINE_DIVERGENCES = 6  # first divergences listed per failing arm
+# the phase-mask sweep and the prediction have their own tables: the sweep's arms are masks, and the
+# prediction's discovery tasks have no reference by design
+OWN_TABLES = ("phase_mask", "prediction")
+
+
+@dataclass
+class Headline:
+    """The summary's rows as the report shows them, and as numbers.json's ``headline`` lists them."""
+
+    rows: list[list[Cell]] = field(default_factory=list)
+    head: list[dict[str, Any]] = field(default_factory=list)
+
+    def add(self, finding: str, scope: str, parts: list[Any], cls: str = "", **extra) -> None:
+        self.head.append(dict(finding=finding, scope=scope, parts=_parts_json(parts), **extra))
+        self.rows.append([Cell([finding]), Cell([scope], cls="mono small"), Cell(parts, cls=cls)])
 
 
 def section_summary(
@@ -44,142 +60,143 @@ def section_summary(
         "The headline of this archive. Every number here is the same number, with the same id and "
         "source, as in the section it comes from, and is recomputed by report/check.py.",
     )
-    head: list[dict[str, Any]] = []
-
-    def add(finding: str, scope: str, parts: list[Any], cls: str = "", **extra) -> None:
-        head.append(dict(finding=finding, scope=scope, parts=_parts_json(parts), **extra))
-        rows.append([Cell([finding]), Cell([scope], cls="mono small"), Cell(parts, cls=cls)])
-
-    rows: list[list[Cell]] = []
+    h = Headline()
     facts = {(r["campaign"], r["family"], r["arm"]): (r["mode"], r["layout"]) for r in a.rows("requests")}
-    # preservation per arm (the phase-mask sweep and the prediction have their own tables: the sweep's arms
-    # are masks, and the prediction's discovery tasks have no reference by design)
-    own_tables = ("phase_mask", "prediction")
     if a.has("qualification"):
-        counts = [c for c in S.qualification_counts(a.rows("qualification")) if c["campaign"] not in own_tables]
-        for camp in _campaigns_in(counts):
-            refused = refused_arms(a, camp)
-            for fam in sorted({c["family"] for c in counts if c["campaign"] == camp}):
-                cc = sorted(
-                    (c for c in counts if c["campaign"] == camp and c["family"] == fam),
-                    key=lambda c: S.arm_sort_key(c["arm"], *facts.get((camp, fam, c["arm"]), (None, None))),
-                )
-                groups = []
-                for c in cc:
-                    key = dict(campaign=camp, family=fam, arm=c["arm"])
-                    b = ("qual", camp, fam, c["arm"])
-                    m = _n(
-                        N,
-                        a,
-                        "qualification",
-                        f"qualification-{camp}",
-                        b + ("matching",),
-                        c["matching"],
-                        "d",
-                        key,
-                        "matching",
-                    )
-                    q = _n(
-                        N,
-                        a,
-                        "qualification",
-                        f"qualification-{camp}",
-                        b + ("required",),
-                        c["required"],
-                        "d",
-                        key,
-                        "required",
-                    )
-                    g = [c["arm"], " ", m, "/", q]
-                    if (fam, c["arm"]) in refused:
-                        g += [" refused"]
-                    elif c["tasks"] != c["tasks_qualified"]:
-                        f = _n(
-                            N,
-                            a,
-                            "qualification",
-                            f"qualification-{camp}",
-                            b + ("tasks_failed",),
-                            c["tasks"] - c["tasks_qualified"],
-                            "d",
-                            key,
-                            "tasks_failed",
-                        )
-                        g += [" (", f, _tasks_fail(c["tasks"] - c["tasks_qualified"])]
-                    groups.append(g)
-                add("preservation: matching / required", f"{camp} {fam}", _join(groups))
-        # first divergences of the failing arms (a refused arm has none: it never ran)
-        fails: dict[tuple, list[dict]] = defaultdict(list)
-        refused_all = {
-            (camp, fam, arm)
-            for camp in {q["campaign"] for q in a.rows("qualification")}
-            for (fam, arm) in refused_arms(a, camp)
-        }
-        for q in a.rows("qualification"):
-            k = (q["campaign"], q["family"], q["arm"])
-            if not q["qualified"] and q["campaign"] not in own_tables and k not in refused_all:
-                fails[k].append(q)
-        for camp, fam, arm in sorted(fails, key=lambda k: (k[0], k[1], S.arm_sort_key(k[2]))):
-            qs = sorted(
-                (q for q in fails[(camp, fam, arm)] if q["first_diff_index"] is not None),
-                key=lambda q: (q["first_diff_index"], q["task_id"]),
-            )
-            other = len(fails[(camp, fam, arm)]) - len(qs)
-            groups = []
-            for q in qs[:HEADLINE_DIVERGENCES]:
-                key = dict(campaign=camp, family=fam, task_id=q["task_id"], arm=arm, cap=q["cap"])
-                i = _n(
-                    N,
-                    a,
-                    "qualification",
-                    "qualification-failures",
-                    ("qfail", camp, fam, q["task_id"], arm, q["cap"], "first_diff_index"),
-                    q["first_diff_index"],
-                    "d",
-                    key,
-                    "first_diff_index",
-                )
-                groups.append([q["task_id"], " at token ", i])
-            parts = _join(groups)
-            if len(qs) > HEADLINE_DIVERGENCES:
-                parts.append(f" \u00b7 and {len(qs) - HEADLINE_DIVERGENCES} more (failed qualifications table)")
-            if other:
-                parts.append(("; " if parts else "") + f"{other} task(s) not completed (failed qualifications table)")
-            add("first divergence", f"{camp} {fam} {arm}", parts, cls="bad")
-    # qualified ratios: the confirmation's, and the repair costs (X/QB on one path) of the others
+        _preservation(a, N, h, facts)
+        _first_divergences(a, N, h)
     if a.has("ratios"):
-        by: dict[tuple, list[Any]] = defaultdict(list)
-        for r in a.rows("ratios"):
-            if not r["qualified"] or r["ratio"] is None:
-                continue
-            if r["campaign"] != "confirmation":
-                lay_d = facts.get((r["campaign"], r["family"], r["denominator"]), (None, None))[1]
-                if r["path"] == "mixed" or lay_d != "qb":
-                    continue
-            key = dict(
-                campaign=r["campaign"],
-                family=r["family"],
-                cap=r["cap"],
-                numerator=r["numerator"],
-                denominator=r["denominator"],
+        _qualified_ratios(a, N, h, facts, timing)
+    _estimates(a, N, h, timing)
+    _replay_counts(a, N, h)
+    if a.has("prediction"):
+        _prediction(a, N, h)
+    # seal and key
+    h.add(
+        "data seal (sha256 of SEAL.dsse.json)",
+        "the sealed data this report was rendered from",
+        [prov.get("data_seal_sha256") or prov.get("seal_sha256") or "not sealed when this report was rendered"],
+        cls="mono small",
+    )
+    h.add(
+        "signing key fingerprint",
+        "DSSE keyid",
+        [prov.get("pubkey_fingerprint") or "no key given and no seal present"],
+        cls="mono small",
+    )
+    srcs = sorted({p.source for row in h.rows for c in row for p in c.parts if isinstance(p, Num)})
+    sec.items.append(
+        Table("summary", "Headline", srcs, ["finding", "scope", "result"], h.rows, numeric=[False, False, False])
+    )
+    return sec, h.head
+
+
+def _preservation(a: Archive, N: Numbers, h: Headline, facts: dict[tuple, tuple]) -> None:
+    """Preservation per arm: matching / required endpoints of each campaign and family."""
+    counts = [c for c in S.qualification_counts(a.rows("qualification")) if c["campaign"] not in OWN_TABLES]
+    for camp in _campaigns_in(counts):
+        refused = refused_arms(a, camp)
+        tid = f"qualification-{camp}"
+        for fam in sorted({c["family"] for c in counts if c["campaign"] == camp}):
+            cc = sorted(
+                (c for c in counts if c["campaign"] == camp and c["family"] == fam),
+                key=lambda c: S.arm_sort_key(c["arm"], *facts.get((camp, fam, c["arm"]), (None, None))),
             )
-            v = _n(
+            groups = []
+            for c in cc:
+                key = dict(campaign=camp, family=fam, arm=c["arm"])
+                b = ("qual", camp, fam, c["arm"])
+                m = _n(N, a, "qualification", tid, b + ("matching",), c["matching"], "d", key, "matching")
+                q = _n(N, a, "qualification", tid, b + ("required",), c["required"], "d", key, "required")
+                g = [c["arm"], " ", m, "/", q]
+                if (fam, c["arm"]) in refused:
+                    g += [" refused"]
+                elif c["tasks"] != c["tasks_qualified"]:
+                    failed = c["tasks"] - c["tasks_qualified"]
+                    f = _n(N, a, "qualification", tid, b + ("tasks_failed",), failed, "d", key, "tasks_failed")
+                    g += [" (", f, _tasks_fail(failed)]
+                groups.append(g)
+            h.add("preservation: matching / required", f"{camp} {fam}", _join(groups))
+
+
+def _first_divergences(a: Archive, N: Numbers, h: Headline) -> None:
+    """First divergences of the failing arms (a refused arm has none: it never ran)."""
+    fails: dict[tuple, list[dict]] = defaultdict(list)
+    refused_all = {
+        (camp, fam, arm)
+        for camp in {q["campaign"] for q in a.rows("qualification")}
+        for (fam, arm) in refused_arms(a, camp)
+    }
+    for q in a.rows("qualification"):
+        k = (q["campaign"], q["family"], q["arm"])
+        if not q["qualified"] and q["campaign"] not in OWN_TABLES and k not in refused_all:
+            fails[k].append(q)
+    for camp, fam, arm in sorted(fails, key=lambda k: (k[0], k[1], S.arm_sort_key(k[2]))):
+        qs = sorted(
+            (q for q in fails[(camp, fam, arm)] if q["first_diff_index"] is not None),
+            key=lambda q: (q["first_diff_index"], q["task_id"]),
+        )
+        other = len(fails[(camp, fam, arm)]) - len(qs)
+        groups = []
+        for q in qs[:HEADLINE_DIVERGENCES]:
+            key = dict(campaign=camp, family=fam, task_id=q["task_id"], arm=arm, cap=q["cap"])
+            i = _n(
                 N,
                 a,
-                "ratios",
-                f"ratios-{r['campaign']}",
-                ("ratio", r["campaign"], r["family"], r["cap"], r["numerator"], r["denominator"], "ratio"),
-                r["ratio"],
-                ".6f",
+                "qualification",
+                "qualification-failures",
+                ("qfail", camp, fam, q["task_id"], arm, q["cap"], "first_diff_index"),
+                q["first_diff_index"],
+                "d",
                 key,
-                "ratio",
+                "first_diff_index",
             )
-            by[(r["campaign"], r["family"], r["cap"])].append([f"{r['numerator']}/{r['denominator']} ", v])
-        for camp, fam, cap in sorted(
-            by, key=lambda k: (REPORT_ORDER.index(k[0]) if k[0] in REPORT_ORDER else 99, k[1], k[2])
-        ):
-            add("qualified ratios" + timing, f"{camp} {fam} cap {cap}", _join(by[(camp, fam, cap)]))
-    # E2 estimates with decisions
+            groups.append([q["task_id"], " at token ", i])
+        parts = _join(groups)
+        if len(qs) > HEADLINE_DIVERGENCES:
+            parts.append(f" \u00b7 and {len(qs) - HEADLINE_DIVERGENCES} more (failed qualifications table)")
+        if other:
+            parts.append(("; " if parts else "") + f"{other} task(s) not completed (failed qualifications table)")
+        h.add("first divergence", f"{camp} {fam} {arm}", parts, cls="bad")
+
+
+def _qualified_ratios(a: Archive, N: Numbers, h: Headline, facts: dict[tuple, tuple], timing: str) -> None:
+    """Qualified ratios: the confirmation's, and the repair costs (X/QB on one path) of the others."""
+    by: dict[tuple, list[Any]] = defaultdict(list)
+    for r in a.rows("ratios"):
+        if not r["qualified"] or r["ratio"] is None:
+            continue
+        if r["campaign"] != "confirmation":
+            lay_d = facts.get((r["campaign"], r["family"], r["denominator"]), (None, None))[1]
+            if r["path"] == "mixed" or lay_d != "qb":
+                continue
+        key = dict(
+            campaign=r["campaign"],
+            family=r["family"],
+            cap=r["cap"],
+            numerator=r["numerator"],
+            denominator=r["denominator"],
+        )
+        v = _n(
+            N,
+            a,
+            "ratios",
+            f"ratios-{r['campaign']}",
+            ("ratio", r["campaign"], r["family"], r["cap"], r["numerator"], r["denominator"], "ratio"),
+            r["ratio"],
+            ".6f",
+            key,
+            "ratio",
+        )
+        by[(r["campaign"], r["family"], r["cap"])].append([f"{r['numerator']}/{r['denominator']} ", v])
+    for camp, fam, cap in sorted(
+        by, key=lambda k: (REPORT_ORDER.index(k[0]) if k[0] in REPORT_ORDER else 99, k[1], k[2])
+    ):
+        h.add("qualified ratios" + timing, f"{camp} {fam} cap {cap}", _join(by[(camp, fam, cap)]))
+
+
+def _estimates(a: Archive, N: Numbers, h: Headline, timing: str) -> None:
+    """E2 estimates with their decisions."""
     for r in a.rows("estimates"):
         key = dict(family=r["family"], path=r["path"], comparison=r["comparison"])
         b = ("est", r["family"], r["path"], r["comparison"])
@@ -192,7 +209,7 @@ def section_summary(
             hi = _n(N, a, "estimates", "estimates", b + ("hi",), r["hi"], ".6f", key, "hi")
             parts = [e, " [", lo, ", ", hi, "] ", decision_text(r["decision"])]
         parts += [" (", ns, " sessions)"]
-        add(
+        h.add(
             "E2 estimate" + timing,
             f"{r['family']} {r['path']} {r['comparison']}",
             parts,
@@ -200,7 +217,10 @@ def section_summary(
             decision=r["decision"],
             key=key,
         )
-    # E1 counts
+
+
+def _replay_counts(a: Archive, N: Numbers, h: Headline) -> None:
+    """E1 counts: contexts where PQ and QB agree bitwise, per family and stage."""
     groups_e1: dict[str, list[list[Any]]] = defaultdict(list)
     rp: dict[tuple[str, str], list[dict]] = defaultdict(list)
     for r in a.rows("replay"):
@@ -213,50 +233,34 @@ def section_summary(
         n = _n(N, a, "replay", "replay", b + ("contexts",), len(g), "d", key, "contexts")
         groups_e1[fam].append([f"{stage} ", eq, "/", n])
     for fam in sorted(groups_e1):
-        add("E1: PQ = QB bitwise (contexts)", fam, _join(groups_e1[fam]))
-    # prediction next to the reference
-    if a.has("prediction"):
-        by_fam: dict[str, list[dict]] = defaultdict(list)
-        for r in a.rows("prediction"):
-            by_fam[r["family"]].append(r)
-        for fam in sorted(by_fam):
-            tot = prediction_totals(by_fam[fam])
-            key = dict(family=fam)
-            v = {
-                k: _n(N, a, "prediction", "prediction-summary", ("predsum", fam, k), val, "d", key, k)
-                for k, val in tot.items()
-            }
-            pred = " ".join(sorted({r["predictor"] for r in by_fam[fam]}))
-            live = " ".join(sorted({r["live_arm"] for r in by_fam[fam]}))
-            add(
-                "prediction vs reference",
-                f"{fam} {live} by {pred}",
-                [
-                    "predicted vs live ",
-                    v["predicted_matches"],
-                    "/",
-                    v["live_runs"],
-                    " \u00b7 reference vs live ",
-                    v["reference_matches"],
-                    "/",
-                    v["live_runs"],
-                ],
-            )
-    # seal and key
-    add(
-        "data seal (sha256 of SEAL.dsse.json)",
-        "the sealed data this report was rendered from",
-        [prov.get("data_seal_sha256") or prov.get("seal_sha256") or "not sealed when this report was rendered"],
-        cls="mono small",
-    )
-    add(
-        "signing key fingerprint",
-        "DSSE keyid",
-        [prov.get("pubkey_fingerprint") or "no key given and no seal present"],
-        cls="mono small",
-    )
-    srcs = sorted({p.source for row in rows for c in row for p in c.parts if isinstance(p, Num)})
-    sec.items.append(
-        Table("summary", "Headline", srcs, ["finding", "scope", "result"], rows, numeric=[False, False, False])
-    )
-    return sec, head
+        h.add("E1: PQ = QB bitwise (contexts)", fam, _join(groups_e1[fam]))
+
+
+def _prediction(a: Archive, N: Numbers, h: Headline) -> None:
+    """The prediction next to the reference, per family."""
+    by_fam: dict[str, list[dict]] = defaultdict(list)
+    for r in a.rows("prediction"):
+        by_fam[r["family"]].append(r)
+    for fam in sorted(by_fam):
+        tot = prediction_totals(by_fam[fam])
+        key = dict(family=fam)
+        v = {
+            k: _n(N, a, "prediction", "prediction-summary", ("predsum", fam, k), val, "d", key, k)
+            for k, val in tot.items()
+        }
+        pred = " ".join(sorted({r["predictor"] for r in by_fam[fam]}))
+        live = " ".join(sorted({r["live_arm"] for r in by_fam[fam]}))
+        h.add(
+            "prediction vs reference",
+            f"{fam} {live} by {pred}",
+            [
+                "predicted vs live ",
+                v["predicted_matches"],
+                "/",
+                v["live_runs"],
+                " \u00b7 reference vs live ",
+                v["reference_matches"],
+                "/",
+                v["live_runs"],
+            ],
+        )

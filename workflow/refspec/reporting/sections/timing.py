@@ -218,182 +218,193 @@ def section_replication(a: Archive, N: Numbers, boot: dict[str, Any]) -> Section
     if not a.has("estimates"):
         sec.notes.append("estimates.csv not present: replication not run")
     else:
-        src = a.src("estimates")
-        tid = "estimates"
-        rows, pts = [], []
-        for r in a.rows("estimates"):
-            key = dict(family=r["family"], path=r["path"], comparison=r["comparison"])
-            base = ("est", r["family"], r["path"], r["comparison"])
-            cells = [Cell([r["family"]]), Cell([r["path"]]), Cell([r["comparison"]], cls="mono")]
-            nt = _n(N, a, "estimates", tid, base + ("n_tasks",), r["n_tasks"], "d", key, "n_tasks")
-            ns = _n(N, a, "estimates", tid, base + ("n_sessions",), r["n_sessions"], "d", key, "n_sessions")
-            draws = _n(N, a, "estimates", tid, base + ("draws",), r["draws"], "d", key, "draws")
-            seed = _n(N, a, "estimates", tid, base + ("seed",), r["seed"], "d", key, "seed")
-            thr = _n(N, a, "estimates", tid, base + ("threshold",), r["threshold"], ".4f", key, "threshold")
-            if r["estimate"] is not None:
-                e = _n(N, a, "estimates", tid, base + ("estimate",), r["estimate"], ".6f", key, "estimate")
-                lo = _n(N, a, "estimates", tid, base + ("lo",), r["lo"], ".6f", key, "lo")
-                hi = _n(N, a, "estimates", tid, base + ("hi",), r["hi"], ".6f", key, "hi")
-                nr = _n(
-                    N, a, "estimates", tid, base + ("n_regressions",), r["n_regressions"], "d", key, "n_regressions"
-                )
-                few = r["decision"] == S.TOO_FEW_SESSIONS
-                cells += [
-                    Cell([e]),
-                    Cell(
-                        ["[", lo, ", ", hi, "]"],
-                        cls="descriptive" if few else "",
-                        title="descriptive: too few sessions for a decision" if few else "",
-                    ),
-                    Cell([decision_text(r["decision"])], cls=r["decision"]),
-                    Cell([thr]),
-                    Cell([ns]),
-                    Cell([nr, "/", nt]),
-                    Cell([draws, " / ", seed], cls="small"),
-                    Cell([r["regressed_tasks"] or ""], cls="mono small"),
-                ]
-                pts.append(
-                    dict(
-                        label=f"{r['family']} {r['path']} {r['comparison']}" + (" (too few sessions)" if few else ""),
-                        value=r["estimate"],
-                        lo=r["lo"],
-                        hi=r["hi"],
-                        cls=r["path"],
-                    )
-                )
-            else:
-                cells += [
-                    Cell([DASH], cls="bad"),
-                    Cell([DASH]),
-                    Cell([decision_text(r["decision"])], cls="bad"),
-                    Cell([thr]),
-                    Cell([ns]),
-                    Cell([DASH, "/", nt]),
-                    Cell([draws, " / ", seed], cls="small"),
-                    Cell([r["reason"] or "not qualified"], cls="reason"),
-                ]
-                pts.append(
-                    dict(label=f"{r['family']} {r['path']} {r['comparison']}", value=None, note=f"{DASH} not qualified")
-                )
-            rows.append(cells)
-        sec.items.append(
-            Table(
-                tid,
-                "Replication estimates with bootstrap intervals",
-                [src],
-                [
-                    "family",
-                    "path",
-                    "comparison",
-                    "estimate",
-                    "95% interval",
-                    "decision",
-                    "threshold",
-                    "sessions",
-                    "regressions",
-                    "draws / seed",
-                    "regressed tasks / reason",
-                ],
-                rows,
-                numeric=[False, False, False, True, True, False, True, True, True, True, False],
-            )
-        )
-        if pts:
-            thr_v = next((r["threshold"] for r in a.rows("estimates")), S.DEFAULT_THRESHOLD)
-            sec.items.append(
-                Figure(
-                    "fig-replication",
-                    "Replication ratios with 95% bootstrap intervals",
-                    [src],
-                    interval_figure(
-                        "Replication ratios with 95% bootstrap intervals",
-                        pts,
-                        [(1.0, "ref", "1"), (thr_v, "thr", f"threshold {thr_v:g}")],
-                    ),
-                    "Point: exp(mean c_s); whiskers: bootstrap interval. Blue: target-only; "
-                    "orange: speculative. Dashed: practical threshold.",
-                )
-            )
+        sec.items.extend(_estimate_items(a, N))
     if boot:
         # the values themselves are the table's checked draws, seed and threshold numbers
         sec.notes.append("plan.json freezes the bootstrap settings: " + ", ".join(sorted(boot)) + " (as in the table)")
     if a.has("contrasts"):
-        src = a.src("contrasts")
-        tid = "contrasts"
-        rows = []
-        for r in a.rows("contrasts"):
-            key = dict(family=r["family"], path=r["path"], comparison=r["comparison"], session=r["session"])
-            base = ("contrast", r["family"], r["path"], r["comparison"], r["session"])
-            c_s = _n(N, a, "contrasts", tid, base + ("c_s",), r["c_s"], ".6f", key, "c_s")
-            nt = _n(N, a, "contrasts", tid, base + ("n_tasks",), r["n_tasks"], "d", key, "n_tasks")
-            rows.append(
-                [
-                    Cell([r["family"]]),
-                    Cell([r["path"]]),
-                    Cell([r["comparison"]], cls="mono"),
-                    Cell([r["session"]], cls="mono"),
-                    Cell([c_s]),
-                    Cell([nt]),
-                ]
-            )
-        sec.items.append(
-            Table(
-                tid,
-                "Session contrasts c_s (natural log scale)",
-                [src],
-                ["family", "path", "comparison", "session", "c_s", "tasks"],
-                rows,
-                numeric=[False] * 4 + [True, True],
-            )
-        )
+        sec.items.append(_contrasts_table(a, N))
     elif a.has("estimates"):
         sec.notes.append("contrasts.csv not present")
     if a.has("sessions"):
-        src = a.src("sessions")
-        tid = "sessions"
-        rows = []
-        for r in a.rows("sessions"):
-            key = dict(campaign=r["campaign"], family=r["family"], session=r["session"])
-            base = ("session", r["campaign"], r["family"], r["session"])
-            gap = (
-                Cell(
-                    [_n(N, a, "sessions", tid, base + ("gap_before_s",), r["gap_before_s"], ".1f", key, "gap_before_s")]
-                )
-                if r["gap_before_s"] is not None
-                else Cell([DASH], title="first session")
-            )
-            rows.append(
-                [
-                    Cell([r["campaign"]]),
-                    Cell([r["family"]]),
-                    Cell([r["session"]], cls="mono"),
-                    Cell([r["started_utc"]], cls="mono small"),
-                    Cell([r["ended_utc"]], cls="mono small"),
-                    gap,
-                    Cell([_n(N, a, "sessions", tid, base + ("n_requests",), r["n_requests"], "d", key, "n_requests")]),
-                    Cell([_n(N, a, "sessions", tid, base + ("n_workers",), r["n_workers"], "d", key, "n_workers")]),
-                ]
-            )
-        sec.items.append(
-            Table(
-                tid,
-                "Sessions",
+        sec.items.append(_sessions_table(a, N))
+    return sec
+
+
+def _estimate_items(a: Archive, N: Numbers) -> list[Table | Figure]:
+    """The estimates table and, when it has rows, the figure of their intervals."""
+    src = a.src("estimates")
+    tid = "estimates"
+    rows, pts = [], []
+    for r in a.rows("estimates"):
+        cells, pt = _estimate_row(a, N, tid, r)
+        rows.append(cells)
+        pts.append(pt)
+    items: list[Table | Figure] = [
+        Table(
+            tid,
+            "Replication estimates with bootstrap intervals",
+            [src],
+            [
+                "family",
+                "path",
+                "comparison",
+                "estimate",
+                "95% interval",
+                "decision",
+                "threshold",
+                "sessions",
+                "regressions",
+                "draws / seed",
+                "regressed tasks / reason",
+            ],
+            rows,
+            numeric=[False, False, False, True, True, False, True, True, True, True, False],
+        )
+    ]
+    if pts:
+        thr_v = next((r["threshold"] for r in a.rows("estimates")), S.DEFAULT_THRESHOLD)
+        items.append(
+            Figure(
+                "fig-replication",
+                "Replication ratios with 95% bootstrap intervals",
                 [src],
-                [
-                    "campaign",
-                    "family",
-                    "session",
-                    "started (UTC)",
-                    "ended (UTC)",
-                    "gap before (s)",
-                    "requests",
-                    "workers",
-                ],
-                rows,
-                numeric=[False] * 5 + [True] * 3,
+                interval_figure(
+                    "Replication ratios with 95% bootstrap intervals",
+                    pts,
+                    [(1.0, "ref", "1"), (thr_v, "thr", f"threshold {thr_v:g}")],
+                ),
+                "Point: exp(mean c_s); whiskers: bootstrap interval. Blue: target-only; "
+                "orange: speculative. Dashed: practical threshold.",
             )
         )
-    return sec
+    return items
+
+
+def _estimate_row(a: Archive, N: Numbers, tid: str, r: dict) -> tuple[list[Cell], dict[str, Any]]:
+    """One estimate's table row and its point of the figure."""
+    key = dict(family=r["family"], path=r["path"], comparison=r["comparison"])
+    base = ("est", r["family"], r["path"], r["comparison"])
+    cells = [Cell([r["family"]]), Cell([r["path"]]), Cell([r["comparison"]], cls="mono")]
+    nt = _n(N, a, "estimates", tid, base + ("n_tasks",), r["n_tasks"], "d", key, "n_tasks")
+    ns = _n(N, a, "estimates", tid, base + ("n_sessions",), r["n_sessions"], "d", key, "n_sessions")
+    draws = _n(N, a, "estimates", tid, base + ("draws",), r["draws"], "d", key, "draws")
+    seed = _n(N, a, "estimates", tid, base + ("seed",), r["seed"], "d", key, "seed")
+    thr = _n(N, a, "estimates", tid, base + ("threshold",), r["threshold"], ".4f", key, "threshold")
+    if r["estimate"] is None:
+        cells += [
+            Cell([DASH], cls="bad"),
+            Cell([DASH]),
+            Cell([decision_text(r["decision"])], cls="bad"),
+            Cell([thr]),
+            Cell([ns]),
+            Cell([DASH, "/", nt]),
+            Cell([draws, " / ", seed], cls="small"),
+            Cell([r["reason"] or "not qualified"], cls="reason"),
+        ]
+        pt = dict(label=f"{r['family']} {r['path']} {r['comparison']}", value=None, note=f"{DASH} not qualified")
+        return cells, pt
+    e = _n(N, a, "estimates", tid, base + ("estimate",), r["estimate"], ".6f", key, "estimate")
+    lo = _n(N, a, "estimates", tid, base + ("lo",), r["lo"], ".6f", key, "lo")
+    hi = _n(N, a, "estimates", tid, base + ("hi",), r["hi"], ".6f", key, "hi")
+    nr = _n(N, a, "estimates", tid, base + ("n_regressions",), r["n_regressions"], "d", key, "n_regressions")
+    few = r["decision"] == S.TOO_FEW_SESSIONS
+    cells += [
+        Cell([e]),
+        Cell(
+            ["[", lo, ", ", hi, "]"],
+            cls="descriptive" if few else "",
+            title="descriptive: too few sessions for a decision" if few else "",
+        ),
+        Cell([decision_text(r["decision"])], cls=r["decision"]),
+        Cell([thr]),
+        Cell([ns]),
+        Cell([nr, "/", nt]),
+        Cell([draws, " / ", seed], cls="small"),
+        Cell([r["regressed_tasks"] or ""], cls="mono small"),
+    ]
+    pt = dict(
+        label=f"{r['family']} {r['path']} {r['comparison']}" + (" (too few sessions)" if few else ""),
+        value=r["estimate"],
+        lo=r["lo"],
+        hi=r["hi"],
+        cls=r["path"],
+    )
+    return cells, pt
+
+
+def _contrasts_table(a: Archive, N: Numbers) -> Table:
+    """The session contrasts c_s of each comparison."""
+    src = a.src("contrasts")
+    tid = "contrasts"
+    rows = []
+    for r in a.rows("contrasts"):
+        key = dict(family=r["family"], path=r["path"], comparison=r["comparison"], session=r["session"])
+        base = ("contrast", r["family"], r["path"], r["comparison"], r["session"])
+        c_s = _n(N, a, "contrasts", tid, base + ("c_s",), r["c_s"], ".6f", key, "c_s")
+        nt = _n(N, a, "contrasts", tid, base + ("n_tasks",), r["n_tasks"], "d", key, "n_tasks")
+        rows.append(
+            [
+                Cell([r["family"]]),
+                Cell([r["path"]]),
+                Cell([r["comparison"]], cls="mono"),
+                Cell([r["session"]], cls="mono"),
+                Cell([c_s]),
+                Cell([nt]),
+            ]
+        )
+    return Table(
+        tid,
+        "Session contrasts c_s (natural log scale)",
+        [src],
+        ["family", "path", "comparison", "session", "c_s", "tasks"],
+        rows,
+        numeric=[False] * 4 + [True, True],
+    )
+
+
+def _sessions_table(a: Archive, N: Numbers) -> Table:
+    """The sessions of each campaign and family: times, gaps, requests and workers."""
+    src = a.src("sessions")
+    tid = "sessions"
+    rows = []
+    for r in a.rows("sessions"):
+        key = dict(campaign=r["campaign"], family=r["family"], session=r["session"])
+        base = ("session", r["campaign"], r["family"], r["session"])
+        gap = (
+            Cell([_n(N, a, "sessions", tid, base + ("gap_before_s",), r["gap_before_s"], ".1f", key, "gap_before_s")])
+            if r["gap_before_s"] is not None
+            else Cell([DASH], title="first session")
+        )
+        rows.append(
+            [
+                Cell([r["campaign"]]),
+                Cell([r["family"]]),
+                Cell([r["session"]], cls="mono"),
+                Cell([r["started_utc"]], cls="mono small"),
+                Cell([r["ended_utc"]], cls="mono small"),
+                gap,
+                Cell([_n(N, a, "sessions", tid, base + ("n_requests",), r["n_requests"], "d", key, "n_requests")]),
+                Cell([_n(N, a, "sessions", tid, base + ("n_workers",), r["n_workers"], "d", key, "n_workers")]),
+            ]
+        )
+    return Table(
+        tid,
+        "Sessions",
+        [src],
+        [
+            "campaign",
+            "family",
+            "session",
+            "started (UTC)",
+            "ended (UTC)",
+            "gap before (s)",
+            "requests",
+            "workers",
+        ],
+        rows,
+        numeric=[False] * 5 + [True] * 3,
+    )
 
 
 def section_acceptance(a: Archive, N: Numbers) -> Section:
