@@ -43,6 +43,13 @@ def section_prediction(a: Archive, N: Numbers) -> Section:
         sec.notes.append("prediction.csv not present: prospective prediction not run")
         return sec
     src = a.src("prediction")
+    sec.items.append(_summary_table(a, N, src))
+    sec.items.append(_task_table(a, N, src))
+    return sec
+
+
+def _summary_table(a: Archive, N: Numbers, src: str) -> Table:
+    """Predicted vs live next to reference vs live, per family."""
     by_fam: dict[str, list[dict]] = defaultdict(list)
     for r in a.rows("prediction"):
         by_fam[r["family"]].append(r)
@@ -82,25 +89,27 @@ def section_prediction(a: Archive, N: Numbers) -> Section:
                 ),
             ]
         )
-    sec.items.append(
-        Table(
-            tid,
-            "Predicted vs live next to reference vs live",
-            [src],
-            [
-                "family",
-                "live arm",
-                "predictor",
-                "capped sequences",
-                "predicted vs live",
-                "reference vs live",
-                "repeat-stable tasks",
-                "reference-divergent",
-            ],
-            rows,
-            numeric=[False, False, False, True, True, True, True, False],
-        )
+    return Table(
+        tid,
+        "Predicted vs live next to reference vs live",
+        [src],
+        [
+            "family",
+            "live arm",
+            "predictor",
+            "capped sequences",
+            "predicted vs live",
+            "reference vs live",
+            "repeat-stable tasks",
+            "reference-divergent",
+        ],
+        rows,
+        numeric=[False, False, False, True, True, True, True, False],
     )
+
+
+def _task_table(a: Archive, N: Numbers, src: str) -> Table:
+    """Predicted vs live and reference vs live per reserved task."""
     tid = "prediction"
     rows = []
     for r in sorted(a.rows("prediction"), key=lambda r: (r["family"], r["task_id"])):
@@ -141,22 +150,19 @@ def section_prediction(a: Archive, N: Numbers) -> Section:
                 Cell(["yes" if r["reference_divergent"] else "no"], cls="bad" if r["reference_divergent"] else ""),
             ]
         )
-    sec.items.append(
-        Table(
-            tid,
-            "Per reserved task",
-            [src],
-            [
-                "family",
-                "task",
-                "live runs",
-                "repeat-stable",
-                "predicted vs live",
-                "reference vs live",
-                "reference-divergent",
-            ],
-            rows,
-            numeric=[False, False, True, False, True, True, False],
-        )
+    return Table(
+        tid,
+        "Per reserved task",
+        [src],
+        [
+            "family",
+            "task",
+            "live runs",
+            "repeat-stable",
+            "predicted vs live",
+            "reference vs live",
+            "reference-divergent",
+        ],
+        rows,
+        numeric=[False, False, True, False, True, True, False],
     )
-    return sec
