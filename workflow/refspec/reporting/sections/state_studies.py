@@ -158,118 +158,8 @@ def section_kv(a: Archive, N: Numbers) -> Section:
     pby = {(r["task_id"], r["arm"]): r for r in a.rows("partition") if r["repeat"] == 1}
     rows, rows2 = [], []
     for (t, arm), g in groups.items():
-        key = dict(task_id=t, arm_b=arm)
-        base = ("kv", t, arm)
-        lay = {(r["layer"], r["part"]): r for r in g}
-        changed = sorted({r["layer"] for r in g if r["bytes_differing"] > 0})
-        l0 = [
-            _n(
-                N,
-                a,
-                "kv_diff",
-                tid,
-                base + ("L0", p, "max_abs"),
-                lay[(0, p)]["max_abs"] if (0, p) in lay else 0.0,
-                ".6g",
-                dict(key, layer=0, part=p),
-                "max_abs",
-            )
-            for p in ("K", "V")
-        ]
-        if changed:
-            fl = changed[0]
-            first = [Cell([_n(N, a, "kv_diff", tid, base + ("first_layer",), fl, "d", key, "layer")])] + [
-                Cell(
-                    [
-                        _n(
-                            N,
-                            a,
-                            "kv_diff",
-                            tid,
-                            base + ("first", p, "max_abs"),
-                            lay[(fl, p)]["max_abs"],
-                            ".6g",
-                            dict(key, layer=fl, part=p),
-                            "max_abs",
-                        )
-                    ]
-                )
-                for p in ("K", "V")
-            ]
-        else:
-            first = [Cell([DASH]), Cell([DASH]), Cell([DASH])]
-        rows.append([Cell([t]), Cell([arm], cls="mono"), Cell([l0[0]]), Cell([l0[1]]), *first])
-        tid2 = "state-kv-full"
-        pr = pby.get((t, arm))
-        label: list[Any] = ["equal endpoint"]
-        if pr is not None and pr["first_diff_vs_A"] is not None:
-            label = [
-                "diverges @",
-                _n(
-                    N,
-                    a,
-                    "partition",
-                    tid2,
-                    ("partition", t, arm, "first_diff_vs_A"),
-                    pr["first_diff_vs_A"],
-                    "d",
-                    dict(task_id=t, arm=arm, repeat=1),
-                    "first_diff_vs_A",
-                ),
-            ]
-        rows2.append(
-            [
-                Cell([t]),
-                Cell([arm], cls="mono"),
-                Cell(
-                    [
-                        _n(
-                            N,
-                            a,
-                            "kv_diff",
-                            tid2,
-                            base + ("bytes",),
-                            sum(r["bytes_differing"] for r in g),
-                            "d",
-                            key,
-                            "bytes_differing",
-                        )
-                    ]
-                ),
-                Cell([_n(N, a, "kv_diff", tid2, base + ("layers",), len(changed), "d", key, "layer")]),
-                Cell(
-                    [
-                        _n(
-                            N,
-                            a,
-                            "kv_diff",
-                            tid2,
-                            base + ("max_abs",),
-                            max(r["max_abs"] for r in g),
-                            ".6g",
-                            key,
-                            "max_abs",
-                        )
-                    ]
-                ),
-                Cell(
-                    [
-                        _n(
-                            N,
-                            a,
-                            "kv_diff",
-                            tid2,
-                            base + ("max_rel_frobenius",),
-                            max(r["rel_frobenius"] for r in g),
-                            ".6g",
-                            key,
-                            "rel_frobenius",
-                        )
-                    ]
-                ),
-                Cell(label),
-            ]
-        )
+        rows.append(_kv_first_row(a, N, tid, t, arm, g))
+        rows2.append(_kv_full_row(a, N, t, arm, g, pby.get((t, arm))))
     sec.items.append(
         Table(
             tid,
@@ -307,6 +197,113 @@ def section_kv(a: Archive, N: Numbers) -> Section:
         )
     )
     return sec
+
+
+def _kv_first_row(a: Archive, N: Numbers, tid: str, t: str, arm: str, g: list[dict]) -> list[Cell]:
+    """Layer 0's K and V differences of one input and arm, and the first layer that differs."""
+    key = dict(task_id=t, arm_b=arm)
+    base = ("kv", t, arm)
+    lay = {(r["layer"], r["part"]): r for r in g}
+    changed = sorted({r["layer"] for r in g if r["bytes_differing"] > 0})
+    l0 = [
+        _n(
+            N,
+            a,
+            "kv_diff",
+            tid,
+            base + ("L0", p, "max_abs"),
+            lay[(0, p)]["max_abs"] if (0, p) in lay else 0.0,
+            ".6g",
+            dict(key, layer=0, part=p),
+            "max_abs",
+        )
+        for p in ("K", "V")
+    ]
+    if changed:
+        fl = changed[0]
+        first = [Cell([_n(N, a, "kv_diff", tid, base + ("first_layer",), fl, "d", key, "layer")])] + [
+            Cell(
+                [
+                    _n(
+                        N,
+                        a,
+                        "kv_diff",
+                        tid,
+                        base + ("first", p, "max_abs"),
+                        lay[(fl, p)]["max_abs"],
+                        ".6g",
+                        dict(key, layer=fl, part=p),
+                        "max_abs",
+                    )
+                ]
+            )
+            for p in ("K", "V")
+        ]
+    else:
+        first = [Cell([DASH]), Cell([DASH]), Cell([DASH])]
+    return [Cell([t]), Cell([arm], cls="mono"), Cell([l0[0]]), Cell([l0[1]]), *first]
+
+
+def _kv_full_row(a: Archive, N: Numbers, t: str, arm: str, g: list[dict], pr: dict | None) -> list[Cell]:
+    """The whole sequence KV's differences of one input and arm, and whether its endpoint diverges
+    (``pr``: the arm's first-repeat partition row)."""
+    tid2 = "state-kv-full"
+    key = dict(task_id=t, arm_b=arm)
+    base = ("kv", t, arm)
+    changed = sorted({r["layer"] for r in g if r["bytes_differing"] > 0})
+    label: list[Any] = ["equal endpoint"]
+    if pr is not None and pr["first_diff_vs_A"] is not None:
+        label = [
+            "diverges @",
+            _n(
+                N,
+                a,
+                "partition",
+                tid2,
+                ("partition", t, arm, "first_diff_vs_A"),
+                pr["first_diff_vs_A"],
+                "d",
+                dict(task_id=t, arm=arm, repeat=1),
+                "first_diff_vs_A",
+            ),
+        ]
+    return [
+        Cell([t]),
+        Cell([arm], cls="mono"),
+        Cell(
+            [
+                _n(
+                    N,
+                    a,
+                    "kv_diff",
+                    tid2,
+                    base + ("bytes",),
+                    sum(r["bytes_differing"] for r in g),
+                    "d",
+                    key,
+                    "bytes_differing",
+                )
+            ]
+        ),
+        Cell([_n(N, a, "kv_diff", tid2, base + ("layers",), len(changed), "d", key, "layer")]),
+        Cell([_n(N, a, "kv_diff", tid2, base + ("max_abs",), max(r["max_abs"] for r in g), ".6g", key, "max_abs")]),
+        Cell(
+            [
+                _n(
+                    N,
+                    a,
+                    "kv_diff",
+                    tid2,
+                    base + ("max_rel_frobenius",),
+                    max(r["rel_frobenius"] for r in g),
+                    ".6g",
+                    key,
+                    "rel_frobenius",
+                )
+            ]
+        ),
+        Cell(label),
+    ]
 
 
 PROJECTION_STATUSES = ("qualified", "mismatch", "excluded", "error")
