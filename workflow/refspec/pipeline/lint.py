@@ -10,21 +10,38 @@ Every check runs, and each problem is printed, before the command fails (exit 1)
 * ``snakemake --lint``: Snakemake's own rules for workflows (logs, conda, params ...);
 * duplicate code: pylint's similarity checker over the package (``MIN_SIMILAR_LINES``
   identical lines, comments, docstrings and imports ignored). ``report/check.py`` stays
-  outside it on purpose: the checker recomputes the figures without importing the package.
+  outside it on purpose: the checker recomputes the figures without importing the package;
+* import contract: the package's layer order, no import cycles, no unmarked import of the
+  package inside a function (:mod:`refspec.pipeline.contract`).
+
+:func:`run_checks` runs them and yields each result; ``refspec lint``
+(:mod:`refspec.commands.lint`) prints them.
 """
 
 from __future__ import annotations
 
-import argparse
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..core.paths import REPO_ROOT
+from . import contract
 
 PYTHON_TREES = ["workflow/refspec", "tests", "report", "bench"]
 MIN_SIMILAR_LINES = 8
+PACKAGE_DIR = REPO_ROOT / "workflow" / "refspec"
+CONTRACT_CHECK = "import contract"
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    name: str
+    returncode: int
+    output: str  # stdout and stderr together
+    seconds: float
 
 
 def checks(python: str = sys.executable) -> list[tuple[str, list[str]]]:
@@ -54,30 +71,12 @@ def checks(python: str = sys.executable) -> list[tuple[str, list[str]]]:
     ]
 
 
-def lint(quiet: bool = False) -> int:
-    """Run every check; print the output of those that fail; 0 when all pass, else 1."""
-    failed = []
-    for name, cmd in checks():
+def run_checks(python: str = sys.executable) -> Iterator[CheckResult]:
+    """Run every check (:func:`checks`, then the import contract), yielding each result as it ends."""
+    for name, cmd in checks(python):
         t0 = time.monotonic()
         r = subprocess.run(cmd, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        dt = time.monotonic() - t0
-        if r.returncode != 0:
-            failed.append(name)
-            print(
-                f"refspec lint: {name}: FAILED (exit {r.returncode}, {dt:.1f} s)\n{r.stdout.rstrip()}\n",
-                file=sys.stderr,
-            )
-        elif not quiet:
-            print(f"refspec lint: {name}: ok ({dt:.1f} s)", file=sys.stderr)
-    if failed:
-        print(f"refspec lint: {len(failed)} check(s) failed: {', '.join(failed)}", file=sys.stderr)
-        return 1
-    return 0
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--quiet", action="store_true", help="print only the checks that fail")
-
-
-def run(args: argparse.Namespace) -> int:
-    return lint(quiet=args.quiet)
+        yield CheckResult(name, r.returncode, r.stdout, time.monotonic() - t0)
+    t0 = time.monotonic()
+    problems = contract.check(PACKAGE_DIR, show_from=REPO_ROOT)
+    yield CheckResult(CONTRACT_CHECK, 1 if problems else 0, "".join(p + "\n" for p in problems), time.monotonic() - t0)
