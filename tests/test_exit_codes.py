@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from refspec.cli import main
+from refspec.cli import SUBCOMMANDS, main
 from refspec.core import errors
 from refspec.core.stats import StatsError, mean_log
 from refspec.reporting.render import compile_pdf
@@ -60,3 +60,67 @@ def test_pdflatex_failure_is_a_runtime_error_with_exit_code_5(tmp_path, monkeypa
     assert e.value.exit_code == errors.EXIT_RUNTIME == 5
     assert "Undefined control sequence" in str(e.value)
     assert not Path(tmp_path / "report.pdf").exists()
+
+
+# ----------------------------------------------------------------- REFSPEC_DEBUG / --debug
+
+FAILING_COMMAND = """
+from refspec.core.errors import UsageError
+
+
+def add_arguments(p):
+    p.add_argument("--what", default="outer")
+
+
+def run(args):
+    try:
+        {}["missing"]
+    except KeyError as e:
+        raise UsageError(f"{args.what} failed") from e
+"""
+
+
+@pytest.fixture
+def failing_command(tmp_path, monkeypatch):
+    """A command ``boom`` whose RefspecError (exit 2) has a cause."""
+    (tmp_path / "refspec_boom_command.py").write_text(FAILING_COMMAND)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setitem(SUBCOMMANDS, "boom", ("refspec_boom_command", "fail with a cause"))
+    monkeypatch.delenv("REFSPEC_DEBUG", raising=False)
+    return "boom"
+
+
+def test_error_prints_one_line_by_default(failing_command, capsys, monkeypatch):
+    assert main([failing_command]) == errors.EXIT_USAGE
+    assert capsys.readouterr().err == "refspec boom: error: outer failed\n"
+    monkeypatch.setenv("REFSPEC_DEBUG", "0")
+    assert main([failing_command]) == errors.EXIT_USAGE
+    assert capsys.readouterr().err == "refspec boom: error: outer failed\n"
+
+
+def _chain_printed(err: str) -> None:
+    assert err.startswith("Traceback (most recent call last):"), err
+    assert "KeyError: 'missing'" in err
+    assert "The above exception was the direct cause of the following exception:" in err
+    assert "refspec.core.errors.UsageError: outer failed" in err
+    assert err.index("KeyError") < err.index("UsageError: outer failed")
+    assert err.endswith("\nrefspec boom: error: outer failed\n")  # the usual line comes last
+
+
+def test_refspec_debug_prints_the_exception_chain(failing_command, capsys, monkeypatch):
+    monkeypatch.setenv("REFSPEC_DEBUG", "1")
+    assert main([failing_command]) == errors.EXIT_USAGE  # the exit code is unchanged
+    captured = capsys.readouterr()
+    _chain_printed(captured.err)
+    assert captured.out == ""
+
+
+def test_debug_flag_prints_the_exception_chain(failing_command, capsys):
+    assert main(["--debug", failing_command, "--what", "outer"]) == errors.EXIT_USAGE
+    _chain_printed(capsys.readouterr().err)
+
+
+def test_debug_flag_is_in_the_help(capsys):
+    assert main(["--help"]) == 0
+    out = capsys.readouterr().out
+    assert "--debug" in out and "REFSPEC_DEBUG=1" in out

@@ -1,16 +1,23 @@
 """The ``refspec`` command line.
 
-Each subcommand lives in the module that does its work; this file only maps
-names to ``module:function`` entries, imported when used. Every entry takes an
-``argparse`` sub-parser to configure and returns the function that runs it.
-Exit codes are documented in :mod:`refspec.core.errors`.
+Each subcommand is a module of :mod:`refspec.commands`, the command layer; this file only
+maps names to those modules, imported when used. A command module defines
+``add_arguments(parser)`` and ``run(args) -> int``; a command it names in ``PASSTHROUGH``
+passes the options it does not know to the program it wraps.
+
+A :class:`~refspec.core.errors.RefspecError` ends a command with a one-line message and its
+exit code (the table is in :mod:`refspec.core.errors`). ``refspec --debug COMMAND ...``, or
+``REFSPEC_DEBUG=1`` in the environment, also prints the exception chain (the traceback with
+its causes) on stderr.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
+import traceback
 
 from .core.errors import EXIT_USAGE, RefspecError
 
@@ -21,19 +28,19 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "models": ("refspec.native.models", "extract and derive the embedded default model files"),
     "panel": ("refspec.core.panels", "build a task panel (HumanEval from the pinned wheel)"),
     "decode": ("refspec.engine.decode", "greedy target-only decoding of a panel with one arm"),
-    "main": ("refspec.pipeline.main", "run the main job (Snakemake) on the embedded default"),
-    "test": ("refspec.pipeline.main", "prepare the native build and models, then run the tests"),
-    "audit": ("refspec.experiments.audit", "representation audit: address/FP64 oracles and injected faults"),
+    "main": ("refspec.commands.main", "run the main job (Snakemake) on the embedded default"),
+    "test": ("refspec.commands.test", "prepare the native build and models, then run the tests"),
+    "audit": ("refspec.commands.audit", "representation audit: address/FP64 oracles and injected faults"),
     "admission": ("refspec.experiments.admission", "backend admission of the lifted attention shapes"),
-    "manifest": ("refspec.provenance.manifest", "write the source manifest, or freeze-check against a stored one"),
-    "keygen": ("refspec.provenance.keys", "write an Ed25519 key pair for sealing (outside the repository)"),
+    "manifest": ("refspec.commands.manifest", "write the source manifest, or freeze-check against a stored one"),
+    "keygen": ("refspec.commands.keygen", "write an Ed25519 key pair for sealing (outside the repository)"),
     "key-id": (
-        "refspec.provenance.keys",
+        "refspec.commands.key_id",
         "print the key id (SHA256:...) of the key directory's public key or of --pubkey",
     ),
-    "seal": ("refspec.provenance.seal", "seal a results folder into a signed, closed-world archive"),
-    "verify": ("refspec.provenance.verify", "verify a sealed archive (folder or tar) against a public key"),
-    "restore": ("refspec.provenance.restore", "safely extract an archive tar into a fresh folder and verify it"),
+    "seal": ("refspec.commands.seal", "seal a results folder into a signed, closed-world archive"),
+    "verify": ("refspec.commands.verify", "verify a sealed archive (folder or tar) against a public key"),
+    "restore": ("refspec.commands.restore", "safely extract an archive tar into a fresh folder and verify it"),
     "assemble": ("refspec.pipeline.stages", "merge the run's campaign tables, plans and ledger into a staging folder"),
     "report-stage": ("refspec.pipeline.stages", "copy a sealed data archive and render the report into it"),
     "artifacts": ("refspec.pipeline.stages", "list the run's artifacts for the source manifest"),
@@ -44,7 +51,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     ),
     "report": ("refspec.commands.report", "render report.html, report.tex/.pdf and numbers.json from result tables"),
     "stage": (
-        "refspec.provenance.claims",
+        "refspec.commands.stage",
         "run a controlled stage's command and record its claim (supported or withheld)",
     ),
     "state": (
@@ -61,7 +68,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     ),
     "worker": ("refspec.engine.worker", "serve one arm over loopback HTTP (/v1/completions); started by the driver"),
     "lint": (
-        "refspec.pipeline.lint",
+        "refspec.commands.lint",
         "ruff, snakefmt, snakemake --lint and the duplicate-code check (./run test runs it first)",
     ),
     "bundle": (
@@ -80,9 +87,22 @@ def _load(name: str):
     return mod.add_arguments, mod.run
 
 
+def debug_from_env() -> bool:
+    """Whether ``REFSPEC_DEBUG`` asks for the exception chain (set, and neither empty nor ``0``)."""
+    return os.environ.get("REFSPEC_DEBUG", "") not in ("", "0")
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    debug = debug_from_env()
+    if argv[:1] == ["--debug"]:
+        debug, argv = True, argv[1:]
     parser = argparse.ArgumentParser(prog="refspec", description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--debug",
+        action="store_true",
+        help="on an error, also print the exception chain (traceback with causes); or set REFSPEC_DEBUG=1",
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (_mod, help_) in SUBCOMMANDS.items():
         sub.add_parser(name, help=help_, add_help=False)
@@ -111,6 +131,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(run(args) or 0)
     except RefspecError as e:
+        if debug:
+            traceback.print_exception(e, file=sys.stderr)
         print(f"refspec {name}: error: {e}", file=sys.stderr)
         return e.exit_code
     except KeyboardInterrupt:
