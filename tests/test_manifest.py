@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from refspec.cli import main
+from refspec.commands.manifest import parse_artifact_flag
 from refspec.core.config import read_config_file
 from refspec.core.errors import UsageError
 from refspec.core.hashing import sha256_file, sha256_json
@@ -128,9 +129,9 @@ def test_listing_formats(tmp_path, arts):
     (tmp_path / "a.yaml").write_text(yaml.safe_dump(listing))
     assert M.load_listing(tmp_path / "a.json") == arts
     assert M.load_listing(tmp_path / "a.yaml") == arts
-    assert M.parse_artifact_flag("model=target=/x=y.gguf") == M.Artifact("target", "model", Path("/x=y.gguf"))
+    assert parse_artifact_flag("model=target=/x=y.gguf") == M.Artifact("target", "model", Path("/x=y.gguf"))
     with pytest.raises(UsageError):
-        M.parse_artifact_flag("model=/x")
+        parse_artifact_flag("model=/x")
 
 
 # --------------------------------------------------------------------------- freeze check

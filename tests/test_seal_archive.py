@@ -16,9 +16,11 @@ import pytest
 from refspec.cli import main
 from refspec.core.errors import IntegrityError, UsageError
 from refspec.core.hashing import sha256_file
+from refspec.provenance.dsse import SEAL_NAME
 from refspec.provenance.keys import KeyFileError, load_private_key
 from refspec.provenance.ledger import Ledger
-from refspec.provenance.seal import ARCHIVE_ID_KEY, CAMPAIGN_KEY, SEAL_NAME, seal, seal_sha256_of
+from refspec.provenance.seal import seal, seal_sha256_of
+from refspec.provenance.statement import ARCHIVE_ID_KEY, CAMPAIGN_KEY
 from refspec.provenance.verify import verify_archive
 from test_seal_util import make_results, seal_env  # noqa: F401  (fixture)
 
@@ -376,7 +378,22 @@ def _unscannable() -> dict:
         "gzip-truncated": ("log.gz", gz[:-12], "gzip stream"),
         "gzip-trailing-bytes": ("log.gz", gz + b"not a gzip member", "gzip stream damaged"),
         "xz-truncated": ("log.xz", __import__("lzma").compress(harmless)[:-8], "xz stream"),
+        # a zip entry that no central directory lists, its deflate data damaged (block type 3 does not exist)
+        "zip-local-entry-damaged": ("data.bin", b"\0" * 64 + _local_entry(b"\xff" * 64), "zip entry at byte 64"),
     }
+
+
+def _local_entry(deflate_data: bytes) -> bytes:
+    """A zip local header (deflate, no flags, name ``k.txt``) followed by ``deflate_data``."""
+    import struct
+
+    name = b"k.txt"
+    return (
+        b"PK\x03\x04"
+        + struct.pack("<HHHHHIIIHH", 20, 0, 8, 0, 0, 0, len(deflate_data), 0, len(name), 0)
+        + name
+        + deflate_data
+    )
 
 
 @pytest.mark.parametrize("case", list(_unscannable()))

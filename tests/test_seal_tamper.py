@@ -18,8 +18,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from refspec.core.hashing import canonical_json, sha256_bytes
+from refspec.provenance.dsse import PAYLOAD_TYPE, SEAL_NAME, envelope_bytes, pae
 from refspec.provenance.keys import load_private_key
-from refspec.provenance.seal import PAYLOAD_TYPE, SEAL_NAME, envelope_bytes, pae, seal_sha256_of
+from refspec.provenance.seal import seal_sha256_of
 from refspec.provenance.verify import verify_archive
 from test_seal_util import copy_archive, seal_env  # noqa: F401  (fixture)
 
@@ -731,7 +732,7 @@ def _signed_tar(path: Path, d: Path, env: dict, extra: dict[str, bytes]) -> Path
     """A canonical tar of the folder ``d`` plus ``extra`` members, every one of them signed by the real key."""
     import io
 
-    from refspec.provenance.seal import canonical_tarinfo, created_mtime
+    from refspec.provenance.archive import canonical_tarinfo, created_mtime
 
     files = {**_folder_files(d), **extra}
     stmt = _signed_statement(_statement(d), files)

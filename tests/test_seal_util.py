@@ -15,9 +15,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from refspec.provenance import keys
+from refspec.provenance.archive import parent_dirs, unsafe_name
+from refspec.provenance.dsse import b64decode_strict, pae
 from refspec.provenance.ledger import Ledger
 from refspec.provenance.manifest import Artifact, build_manifest
-from refspec.provenance.seal import b64decode_strict, pae, parent_dirs, seal, unsafe_name
+from refspec.provenance.seal import seal
 
 # --------------------------------------------------------------------------- helpers
 

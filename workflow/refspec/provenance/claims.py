@@ -20,14 +20,13 @@ failed control can never make Snakemake delete the record (anc/workflow.md).
 
 from __future__ import annotations
 
-import argparse
 import json
-import subprocess
-import sys
 from pathlib import Path
 
-from ..core.errors import EXIT_FAILED, EXIT_OK, UsageError
+from ..core import tables as T
+from ..core.errors import EXIT_OK, UsageError
 from ..core.fsutil import atomic_write_text
+from .ledger import LEDGER_NAME, Ledger
 
 STAGES = ("replay", "audit", "partition", "crosses", "admission", "projection")
 CLAIMS = {
@@ -49,8 +48,6 @@ def _reason(parts: list[str], limit: int = 8) -> str | None:
 
 
 def derive_replay(d: Path) -> tuple[int, list[str]]:
-    from ..core import tables as T
-
     rows = T.read_records("replay", d)
     ctx: dict[tuple, list[dict]] = {}
     for r in rows:
@@ -65,8 +62,6 @@ def derive_replay(d: Path) -> tuple[int, list[str]]:
 
 
 def derive_audit(d: Path) -> tuple[int, list[str]]:
-    from ..core import tables as T
-
     rows = T.read_records("audit", d)
     failed = []
     for r in rows:
@@ -82,8 +77,6 @@ def natural_endpoints(prows: list[dict]) -> dict[tuple[str, str], str]:
 
 
 def derive_partition(d: Path) -> tuple[int, list[str]]:
-    from ..core import tables as T
-
     rows = T.read_records("partition", d)
     first = {(r["task_id"], r["arm"]): r for r in rows if r["repeat"] == 1}
     n, failed = 0, []
@@ -120,8 +113,6 @@ def crosses_controls(rows: list[dict], natural: dict[tuple[str, str], str]) -> t
 
 
 def derive_crosses(d: Path) -> tuple[int, list[str]]:
-    from ..core import tables as T
-
     meta = json.loads((d / "crosses.json").read_text(encoding="utf-8"))
     prows = T.read_records("partition", meta["partition"])
     return crosses_controls(T.read_records("crosses", d), natural_endpoints(prows))
@@ -137,8 +128,6 @@ def derive_admission(d: Path) -> tuple[int, list[str]]:
 def derive_projection(d: Path) -> tuple[int, list[str]]:
     """Controls: every captured prefill reproduced the partition's KV bytes and every replayed call
     reproduced its captured output (a mismatch on fixed operands is a failed control)."""
-    from ..core import tables as T
-
     doc = json.loads((d / "projection.json").read_text(encoding="utf-8"))
     rows = T.read_records("projection", d)
     failed = list(doc.get("problems") or [])
@@ -179,9 +168,6 @@ def claim_row(stage: str, d: Path, exit_code: int, record: str | None = None) ->
 
 def record_claim(stage: str, d: Path, exit_code: int, results: Path | None = None) -> dict:
     """Write the stage's ``claims`` table and ``claim.json`` into ``d``; note it in the run's ledger."""
-    from ..core import tables as T
-    from .ledger import Ledger
-
     rel = None
     if results is not None and d.resolve().is_relative_to(results.resolve()):
         rel = d.resolve().relative_to(results.resolve()).as_posix()
@@ -189,7 +175,7 @@ def record_claim(stage: str, d: Path, exit_code: int, results: Path | None = Non
     T.write_table([row], "claims", d)
     atomic_write_text(d / "claim.json", json.dumps(row, indent=2, sort_keys=True) + "\n")
     if results is not None:
-        Ledger(results / "ledger.jsonl").append(
+        Ledger(results / LEDGER_NAME).append(
             {
                 "kind": "stage_claim",
                 "reason": f"stage {stage}: claim {row['status']}" + (f" ({row['reason']})" if row["reason"] else ""),
@@ -202,45 +188,3 @@ def record_claim(stage: str, d: Path, exit_code: int, results: Path | None = Non
             }
         )
     return row
-
-
-# --------------------------------------------------------------------------- CLI
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("stage", choices=STAGES)
-    p.add_argument("--dir", required=True, help="the folder the stage's command writes its tables to")
-    p.add_argument("--done", required=True, help="completion marker to write (the claim as JSON)")
-    p.add_argument("--results", help="the run's results folder (its ledger.jsonl records the claim)")
-    p.epilog = "After --: the refspec command of the stage and its arguments."
-
-
-# everything after `--` is the stage's own command line (refspec.cli hands it over as args.extra)
-PASSTHROUGH = ("stage",)
-
-
-def run(args: argparse.Namespace) -> int:
-    cmd = list(getattr(args, "extra", []))
-    if cmd and cmd[0] == "--":
-        cmd = cmd[1:]
-    if not cmd:
-        raise UsageError("give the stage's refspec command after --")
-    done = Path(args.done)
-    if done.exists():
-        done.unlink()
-    rc = subprocess.run([sys.executable, "-m", "refspec.cli", *cmd]).returncode
-    if rc not in (EXIT_OK, EXIT_FAILED):
-        print(
-            f"refspec stage {args.stage}: the command failed with exit status {rc}; no claim recorded", file=sys.stderr
-        )
-        return rc
-    d = Path(args.dir)
-    row = record_claim(args.stage, d, rc, Path(args.results) if args.results else None)
-    atomic_write_text(done, json.dumps(row, indent=2, sort_keys=True) + "\n")
-    word = "supported" if row["status"] == "supported" else "WITHHELD"
-    print(
-        f"refspec stage {args.stage}: claim {word}; {row['controls_failed']} of {row['controls']} controls failed"
-        + (f": {row['reason']}" if row["reason"] else ""),
-        file=sys.stderr,
-    )
-    return EXIT_OK

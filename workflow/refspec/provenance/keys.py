@@ -19,10 +19,7 @@ appears in every seal and every report; the private key appears in neither.
 
 from __future__ import annotations
 
-import argparse
-import base64
 import os
-import re
 import stat
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -170,10 +167,10 @@ def _write_new(path: Path, data: bytes, mode: int, replace: bool) -> None:
 def _read_small(path: Path, what: str) -> tuple[bytes, os.stat_result]:
     try:
         fd = os.open(path, os.O_RDONLY)
-    except FileNotFoundError:
-        raise KeyFileError(f"{what} {path} not found") from None
+    except FileNotFoundError as e:
+        raise KeyFileError(f"{what} {path} not found") from e
     except OSError as e:
-        raise KeyFileError(f"cannot open {what} {path}: {e.strerror}") from None
+        raise KeyFileError(f"cannot open {what} {path}: {e.strerror}") from e
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
@@ -201,7 +198,7 @@ def load_private_key(path: str | Path | None = None) -> Ed25519PrivateKey:
     try:
         key = serialization.load_pem_private_key(data, password=None)
     except (ValueError, TypeError) as e:
-        raise KeyFileError(f"private key {p} is not an unencrypted PEM key ({e})") from None
+        raise KeyFileError(f"private key {p} is not an unencrypted PEM key ({e})") from e
     if not isinstance(key, Ed25519PrivateKey):
         raise KeyFileError(f"private key {p} is not an Ed25519 key")
     return key
@@ -217,135 +214,15 @@ def load_public_key(path: str | Path) -> Ed25519PublicKey:
         else:
             key = serialization.load_pem_public_key(data)
     except (ValueError, TypeError, UnsupportedAlgorithm) as e:
-        raise KeyFileError(f"public key {p} is not a PEM or OpenSSH public key ({e})") from None
+        raise KeyFileError(f"public key {p} is not a PEM or OpenSSH public key ({e})") from e
     if not isinstance(key, Ed25519PublicKey):
         raise KeyFileError(f"public key {p} is not an Ed25519 key")
     return key
 
 
-_WS = b" \t\r\n\v\f"
-# Between two hex bytes: up to 8 non-alphanumeric characters (":", ", ", ":\n    " as
-# `openssl pkey -text` prints), then an optional "0x" or "\x".
-_HEX_SEP = rb"[^0-9A-Za-z]{0,8}(?:0[xX]|\\x)?"
-_DEC_SEP = rb"[^0-9]{1,8}"
-_OVERLAP = 2048  # bytes kept between chunks: longer than any match
-
-
-def _b64_forms(secret: bytes) -> list[bytes]:
-    """Base64 text that any base64 stream containing ``secret`` holds, at each of the
-    three byte alignments, in the standard and URL-safe alphabets (the groups that
-    mix in neighbouring bytes are left out)."""
-    out = []
-    for shift in range(3):
-        enc = base64.b64encode(b"\0" * shift + secret)
-        core = enc[4 if shift else 0 : -4]
-        out += [core, core.replace(b"+", b"-").replace(b"/", b"_")]
-    return out
-
-
-class KeyLeakScanner:
-    """Finds a private key in a byte stream, in any of these forms:
-
-    - a PEM ``PRIVATE KEY`` block (any key);
-    - the raw 32-byte seed;
-    - the seed (or the PKCS#8 DER) in base64, standard or URL-safe, at every byte
-      offset, also when the text is wrapped (whitespace is ignored);
-    - the seed in hex, either case, plain or with separators between the bytes
-      (``9d:61:…``, ``0x9d, 0x61``, ``\x9d\x61``, ``openssl pkey -text`` output);
-    - the seed as a list of decimal byte values (``[157, 97, …]``).
-
-    ``scan(chunks)`` returns the names of the forms found (never the key itself).
-    """
-
-    def __init__(self, key: Ed25519PrivateKey):
-        seed = key.private_bytes(
-            serialization.Encoding.Raw, serialization.PrivateFormat.Raw, serialization.NoEncryption()
-        )
-        der = key.private_bytes(
-            serialization.Encoding.DER, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-        )
-        self.raw = [(b"PRIVATE KEY-----", "PEM private key block"), (seed, "raw seed")]
-        self.compact = [(n, "seed in base64") for n in _b64_forms(seed)]
-        self.compact += [(n, "PKCS#8 key in base64") for n in _b64_forms(der)]
-        hex_re = _HEX_SEP.join(
-            b"[%s%s][%s%s]" % (h[0:1].lower(), h[0:1].upper(), h[1:2].lower(), h[1:2].upper())
-            for h in (bytes([c]).hex().encode() for c in seed)
-        )
-        dec_re = rb"(?<![0-9])" + _DEC_SEP.join(b"%d" % c for c in seed) + rb"(?![0-9])"
-        self.patterns = [(re.compile(hex_re), "seed in hex"), (re.compile(dec_re), "seed as decimal byte list")]
-
-    def scan(self, chunks: Iterable[bytes]) -> set[str]:
-        found: set[str] = set()
-        tail = ctail = b""
-        for chunk in chunks:
-            if not chunk:
-                continue
-            window = tail + chunk
-            cwindow = ctail + chunk.translate(None, _WS)
-            for needle, what in self.raw:
-                if needle in window:
-                    found.add(what)
-            for needle, what in self.compact:
-                if needle in cwindow:
-                    found.add(what)
-            for pat, what in self.patterns:
-                if what not in found and pat.search(window):
-                    found.add(what)
-            tail, ctail = window[-_OVERLAP:], cwindow[-_OVERLAP:]
-        return found
-
-
-# --------------------------------------------------------------------------- CLI
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--dir",
-        type=Path,
-        default=None,
-        help="key directory (default $REFSPEC_KEY_DIR or ~/.config/refspec/keys)",
-    )
-    parser.add_argument("--name", default=DEFAULT_NAME, help=f"key file stem (default {DEFAULT_NAME})")
-    parser.add_argument("--force", action="store_true", help="replace an existing key pair")
-    parser.add_argument(
-        "--results",
-        type=Path,
-        action="append",
-        default=[],
-        help="a results folder the key must stay out of (repeatable)",
-    )
-
-
-def run(args: argparse.Namespace) -> int:
-    kp = generate(args.dir, name=args.name, force=args.force, extra_forbidden=args.results)
-    print(f"private key: {kp.private_path} (mode 0600; never share, archive or commit it)")
-    print(f"public key:  {kp.public_path}")
-    print(f"fingerprint: {kp.fingerprint}")
-    return 0
-
-
-def _add_key_id(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--pubkey", type=Path, default=None, help="a public key file (default: the key directory's public key)"
-    )
-
-
-def _run_key_id(args: argparse.Namespace) -> int:
-    """Print the key id (fingerprint) that ``verify --expect-keyid`` pins."""
-    print(public_fingerprint(args.pubkey))
-    return 0
-
-
-COMMANDS = {
-    "keygen": (add_arguments, run),
-    "key-id": (_add_key_id, _run_key_id),
-}
-
-
 __all__ = [
     "KeyPair",
     "KeyFileError",
-    "KeyLeakScanner",
     "check_private_location",
     "default_private_key",
     "default_public_key",

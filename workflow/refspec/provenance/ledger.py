@@ -39,6 +39,7 @@ from ..core.clock import utc_now
 from ..core.errors import IntegrityError
 from ..core.hashing import canonical_json, sha256_bytes
 
+LEDGER_NAME = "ledger.jsonl"
 GENESIS = "0" * 64
 RESERVED = ("seq", "time", "prev_sha256")
 _TAIL_BLOCK = 1 << 16

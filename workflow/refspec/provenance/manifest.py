@@ -21,13 +21,12 @@ says when and from which checkout the manifest was written, not what runs. Every
 field is documented in ``anc/manifest.md``.
 
 The native build and model code is not imported here: callers pass artifacts
-(:class:`Artifact`) in; the CLI reads them from a JSON/YAML listing or from
-``--artifact ROLE=NAME=PATH`` flags.
+(:class:`Artifact`) in; ``refspec manifest`` reads them from a JSON/YAML listing
+(:func:`load_listing`) or from ``--artifact ROLE=NAME=PATH`` flags.
 """
 
 from __future__ import annotations
 
-import argparse
 import importlib.metadata as _md
 import json
 import os
@@ -43,14 +42,14 @@ from urllib.parse import unquote, urlparse
 
 from .. import __version__
 from ..core.clock import utc_now_seconds
-from ..core.config import read_config_file
 from ..core.distributions import normalize
-from ..core.errors import EXIT_FAILED, EXIT_OK, ConfigError, IntegrityError, RefspecError, UsageError
+from ..core.errors import EXIT_FAILED, ConfigError, IntegrityError, RefspecError, UsageError
 from ..core.fsutil import atomic_write_text
 from ..core.hashing import canonical_json, file_digest, sha256_bytes, sha256_json
 from ..core.paths import REPO_ROOT
 from ..native import vulkan
 
+MANIFEST_NAME = "manifest.json"
 MANIFEST_TYPE = "https://refspec.dev/manifest/v1"
 BUILD_TYPE = "https://refspec.dev/pipeline/v1"
 BUILDER_ID = "https://refspec.dev/refspec"
@@ -552,10 +551,10 @@ def load_manifest(path: str | Path) -> dict[str, Any]:
     p = Path(path)
     try:
         m = json.loads(p.read_bytes())
-    except FileNotFoundError:
-        raise UsageError(f"manifest {p} not found") from None
+    except FileNotFoundError as e:
+        raise UsageError(f"manifest {p} not found") from e
     except ValueError as e:
-        raise IntegrityError(f"manifest {p} is not JSON: {e}") from None
+        raise IntegrityError(f"manifest {p} is not JSON: {e}") from e
     if not isinstance(m, dict) or m.get("_type") != MANIFEST_TYPE:
         raise IntegrityError(
             f"{p} is not a refspec manifest (_type {m.get('_type') if isinstance(m, dict) else None!r})"
@@ -604,15 +603,7 @@ def freeze_check(
     return current
 
 
-# --------------------------------------------------------------------------- CLI
-
-
-def parse_artifact_flag(text: str) -> Artifact:
-    parts = text.split("=", 2)
-    if len(parts) != 3 or not all(parts):
-        raise UsageError(f"--artifact {text!r}: expected ROLE=NAME=PATH")
-    role, name, path = parts
-    return Artifact(name, role, Path(path))
+# --------------------------------------------------------------------------- listings
 
 
 def load_listing(path: str | Path) -> list[Artifact]:
@@ -623,8 +614,8 @@ def load_listing(path: str | Path) -> list[Artifact]:
     p = Path(path)
     try:
         text = p.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise UsageError(f"artifact listing {p} not found") from None
+    except FileNotFoundError as e:
+        raise UsageError(f"artifact listing {p} not found") from e
     if p.suffix.lower() in (".yaml", ".yml"):
         import yaml
 
@@ -633,7 +624,7 @@ def load_listing(path: str | Path) -> list[Artifact]:
         try:
             data = json.loads(text)
         except ValueError as e:
-            raise UsageError(f"artifact listing {p} is not JSON: {e}") from None
+            raise UsageError(f"artifact listing {p} is not JSON: {e}") from e
     if isinstance(data, dict):
         data = data.get("artifacts")
     if not isinstance(data, list):
@@ -647,59 +638,3 @@ def load_listing(path: str | Path) -> list[Artifact]:
             ap = p.parent / ap
         out.append(Artifact(str(item["name"]), str(item["role"]), ap))
     return out
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--artifacts",
-        type=Path,
-        action="append",
-        default=[],
-        metavar="LISTING",
-        help="JSON/YAML listing of artifacts (repeatable)",
-    )
-    parser.add_argument(
-        "--artifact",
-        action="append",
-        default=[],
-        metavar="ROLE=NAME=PATH",
-        help=f"one artifact; ROLE is one of {', '.join(ROLES)} (repeatable)",
-    )
-    parser.add_argument("--config", type=Path, default=None, help="the run's config file (YAML or JSON)")
-    parser.add_argument("-o", "--output", type=Path, default=None, help="write the manifest here (default stdout)")
-    parser.add_argument(
-        "--check",
-        type=Path,
-        default=None,
-        metavar="STORED",
-        help="freeze check: recompute and compare with STORED; exit 1 on any difference",
-    )
-    parser.add_argument("--no-gpu", action="store_true", help="do not query nvidia-smi")
-
-
-def run(args: argparse.Namespace) -> int:
-    arts: list[Artifact] = []
-    for listing in args.artifacts:
-        arts.extend(load_listing(listing))
-    arts.extend(parse_artifact_flag(t) for t in args.artifact)
-    config = read_config_file(args.config) if args.config is not None else None
-    if args.check is not None:
-        stored = load_manifest(args.check)
-        try:
-            current = freeze_check(stored, config=config, artifacts=arts or None, config_path=args.config)
-        except FreezeCheckError as e:
-            for d in e.differences:
-                print(f"DIFF: {d}")
-            print(f"FAIL: {len(e.differences)} difference(s) from {args.check}", file=sys.stderr)
-            return EXIT_FAILED
-        n = len(current["buildDefinition"]["resolvedDependencies"])
-        print(f"OK: {args.check} ({n} dependencies unchanged)")
-        return EXIT_OK
-    m = build_manifest(arts, config or {}, config_path=args.config, include_gpu=not args.no_gpu)
-    if args.output is not None:
-        digest = write_manifest(m, args.output)
-        n = len(m["buildDefinition"]["resolvedDependencies"])
-        print(f"wrote {args.output}: {n} dependencies, sha256 {digest}")
-    else:
-        sys.stdout.write(json.dumps(m, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
-    return EXIT_OK

@@ -160,10 +160,10 @@ def read_plan(directory: str | Path) -> dict[str, Any]:
     p = plan_path(directory)
     try:
         data = json.loads(p.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise PlanMismatch(f"{p}", ["plan.json: missing (the plan was frozen in the ledger)"]) from None
+    except FileNotFoundError as e:
+        raise PlanMismatch(f"{p}", ["plan.json: missing (the plan was frozen in the ledger)"]) from e
     except ValueError as e:
-        raise PlanMismatch(f"{p} is not JSON", [f"plan.json: {e}"]) from None
+        raise PlanMismatch(f"{p} is not JSON", [f"plan.json: {e}"]) from e
     if not isinstance(data, dict):
         raise PlanMismatch(f"{p}", ["plan.json: not a JSON object"])
     return data

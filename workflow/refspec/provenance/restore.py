@@ -14,29 +14,20 @@ not list ever touches the disk.
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import os
 import shutil
-import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from ..core.errors import EXIT_FAILED, EXIT_OK, UsageError
+from ..core.errors import UsageError
+from .archive import TarSource
+from .dsse import SEAL_NAME
 from .keys import load_public_key
-from .seal import SEAL_NAME
-from .verify import (
-    TarSource,
-    VerifyResult,
-    add_trust_arguments,
-    parse_expect_previous,
-    parse_keyid,
-    printable,
-    verify_source,
-)
+from .verify import VerifyResult, parse_expect_previous, parse_keyid, verify_source
 
 _CHUNK = 1 << 20
 
@@ -139,28 +130,3 @@ def restore(
         src.close()
     res.path = dest
     return RestoreResult(tar, dest, len(signed), res)
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("tar", type=Path, metavar="TAR", help="archive tar (uncompressed, as `seal --tar` writes it)")
-    parser.add_argument("dest", type=Path, metavar="DEST", help="folder to create (must not exist or be empty)")
-    add_trust_arguments(parser)
-    parser.add_argument("--jobs", type=int, default=None, help="hashing threads")
-
-
-def run(args: argparse.Namespace) -> int:
-    r = restore(
-        args.tar,
-        args.dest,
-        args.pubkey,
-        expect_previous=args.expect_previous,
-        workers=args.jobs,
-        expect_keyid=args.expect_keyid,
-    )
-    for line in r.verify.lines(args.dest if r.ok else args.tar):
-        print(line, file=sys.stdout)
-    if r.ok:
-        print(printable(f"restored {r.members} members into {args.dest}"))
-        return EXIT_OK
-    print(printable(f"refused: {args.tar} was not restored ({r.members} members)"), file=sys.stderr)
-    return EXIT_FAILED

@@ -1,0 +1,74 @@
+"""``refspec seal``: seal a results folder into a signed, closed-world archive."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from ..provenance.seal import seal
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "results", type=Path, help="results folder (manifest.json, plan.json, ledger.jsonl, tables, report)"
+    )
+    parser.add_argument("out", type=Path, help="archive folder to create (must not exist or be empty)")
+    parser.add_argument("--campaign", default=None, help="campaign name (default: plan.json's 'campaign')")
+    parser.add_argument(
+        "--key", type=Path, default=None, help="private key (default $REFSPEC_KEY_DIR/refspec_ed25519.key)"
+    )
+    g = parser.add_mutually_exclusive_group()
+    g.add_argument(
+        "--previous",
+        type=Path,
+        default=None,
+        metavar="ARCHIVE",
+        help="the previous archive (folder, uncompressed tar or seal file) this one follows; "
+        "it must verify under the signing key",
+    )
+    g.add_argument(
+        "--previous-sha256", default=None, metavar="SHA", help="sha256 of the previous seal this one follows"
+    )
+    parser.add_argument("--archive-id", default=None, help="archive id (default: a random UUID)")
+    parser.add_argument(
+        "--tar", nargs="?", const=True, default=False, metavar="PATH", help="also write a tar (default OUT.tar)"
+    )
+    parser.add_argument(
+        "--csv",
+        default="all",
+        metavar="all|none|T1,T2",
+        help="which Parquet tables without a CSV copy get one written (default all)",
+    )
+    parser.add_argument(
+        "--no-csv-check",
+        action="store_true",
+        help="carry existing CSV copies without checking them against their tables",
+    )
+    parser.add_argument("--jobs", type=int, default=None, help="hashing threads")
+
+
+def run(args: argparse.Namespace) -> int:
+    csv_sel: str | list[str]
+    csv_sel = args.csv if args.csv in ("all", "none") else [t for t in args.csv.split(",") if t]
+    r = seal(
+        args.results,
+        args.out,
+        key=args.key,
+        campaign=args.campaign,
+        previous=args.previous,
+        previous_sha256=args.previous_sha256,
+        archive_id=args.archive_id,
+        tar=args.tar if args.tar is True or args.tar is False else Path(args.tar),
+        csv_tables=csv_sel,
+        check_csv=not args.no_csv_check,
+        workers=args.jobs,
+    )
+    print(f"sealed {r.out}: {r.files} files, {r.total_bytes} bytes")
+    print(f"archive id:  {r.archive_id}")
+    print(f"campaign:    {r.campaign}")
+    print(f"previous:    {r.previous_seal_sha256 or '(none: first in chain)'}")
+    print(f"seal sha256: {r.seal_sha256}")
+    print(f"key:         {r.keyid}")
+    if r.tar is not None:
+        print(f"tar:         {r.tar}")
+    return 0
