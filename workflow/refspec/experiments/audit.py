@@ -10,21 +10,19 @@ where they change the representation. See ``anc/audit.md`` for every definition 
 
 from __future__ import annotations
 
-import argparse
 import json
 import shutil
 import struct
-import sys
 import tempfile
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from ..core.errors import EXIT_FAILED, EXIT_OK
+from ..core import tables
 from ..core.fsutil import atomic_write_text
 from ..core.hashing import sha256_json
 from ..core.layouts import REPLAYED_LAYOUTS
@@ -302,62 +300,50 @@ def _first_mismatch(got: np.ndarray, exp: np.ndarray, labels: dict[str, np.ndarr
     return f"{what}: {int(bad.sum())} of {bad.size} probe(s) read the wrong address; first at {where}: got byte {int(got[i])}, expected {int(exp[i])}"
 
 
-def address_oracle(ops: R.Operands, ev: dict[str, Any]) -> list[str]:
-    """Check, from the operand descriptors and the tool-reported graph alone, that every logical
-    output element (query j, head a, channel c) is computed from Q(j, a), the K/V of kv head
-    a // (h/h_kv) and mask column j, with unchanged operator parameters, and lands at
-    output position (row j, column a*d_v + c). Returns the problems (empty: pass).
+class _Oracle:
+    """The operands' address maps and the probes (element, key) of one address-oracle check."""
 
-    Coverage: every (j, a, c) of the output; for each (j, a) all keys at the first and last
-    channel and all channels at the first and last key (K and V), all keys of the mask and all
-    channels of Q.
-    """
-    G = _Graph(ev)
-    P = G.problems
-    nq, h, hkv, d, dv, nkv = ops.n_q, ops.n_head, ops.n_head_kv, ops.d, ops.d_v, ops.n_kv
-    r = h // hkv
-    qd, kd, vd, md = ops.q, ops.k, ops.v, ops.mask
+    def __init__(self, ops: R.Operands, G: _Graph, nq: int, h: int, dv: int):
+        self.ops, self.G, self.P = ops, G, G.problems
+        self.nkv, self.d, self.dv = ops.n_kv, ops.d, dv
+        self.r = h // ops.n_head_kv
+        J, A, C = (x.ravel() for x in np.meshgrid(np.arange(nq), np.arange(h), np.arange(dv), indexing="ij"))
+        self.J, self.A, self.C = J, A, C
+        N = J.size
+        nkv = self.nkv
+        # probes (element, key): all elements at the first/last key; elements at the first/last channel at all keys
+        edge_t = np.array(sorted({0, nkv - 1}), dtype=np.int64)
+        e1 = np.repeat(np.arange(N), edge_t.size)
+        t1 = np.tile(edge_t, N)
+        sel_c = np.flatnonzero((C == 0) | (C == dv - 1))
+        e2 = np.repeat(sel_c, nkv)
+        t2 = np.tile(np.arange(nkv, dtype=np.int64), sel_c.size)
+        self.edge_t = edge_t
+        self.pe = np.concatenate([e1, e2])
+        self.pt = np.concatenate([t1, t2])
+        self.M = self.pe.size
 
-    def q_addr(j, a, c):
+    def q_addr(self, j, a, c):
+        qd = self.ops.q
         return qd.offset + c * qd.nb[0] + j * qd.nb[1] + a * qd.nb[2]
 
-    def k_addr(t, g, c):
+    def k_addr(self, t, g, c):
+        kd = self.ops.k
         return kd.offset + c * kd.nb[0] + t * kd.nb[1] + g * kd.nb[2]
 
-    def v_addr(t, g, c):
+    def v_addr(self, t, g, c):
+        vd = self.ops.v
         return vd.offset + t * vd.nb[0] + c * vd.nb[1] + g * vd.nb[2]
 
-    def m_addr(j, t):
+    def m_addr(self, j, t):
+        md = self.ops.mask
         return md.offset + t * md.nb[0] + j * md.nb[1]
 
-    out_id = ev["roles"]["out"]
-    out = G.node(out_id)
-    if list(out["ne"]) != [dv * h, nq, 1, 1] or not out["contiguous"]:
-        P.append(
-            f"restored output has ne={out['ne']} (contiguous={out['contiguous']}), expected [{dv * h}, {nq}, 1, 1]"
-        )
-        return P
 
-    # 1. output recovery: out(a*dv + c, j) -> AV product element
-    J, A, C = (x.ravel() for x in np.meshgrid(np.arange(nq), np.arange(h), np.arange(dv), indexing="ij"))
-    N = J.size
-    z = np.zeros(N, dtype=np.int64)
-    av_id, av_idx = G.gather(out_id, np.stack([A * dv + C, J, z, z]), N, "MUL_MAT", "output")
-    if (av_id < 0).any():
-        return P
-
-    # probes (element, key): all elements at the first/last key; elements at the first/last channel at all keys
-    edge_t = np.array(sorted({0, nkv - 1}), dtype=np.int64)
-    e1 = np.repeat(np.arange(N), edge_t.size)
-    t1 = np.tile(edge_t, N)
-    sel_c = np.flatnonzero((C == 0) | (C == dv - 1))
-    e2 = np.repeat(sel_c, nkv)
-    t2 = np.tile(np.arange(nkv, dtype=np.int64), sel_c.size)
-    pe = np.concatenate([e1, e2])
-    pt = np.concatenate([t1, t2])
-    M = pe.size
-
-    # 2. AV: V side and the probabilities side
+def _check_av(o: _Oracle, av_id: np.ndarray, av_idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The AV products: the V side and the probabilities side; returns the softmax element of each probe."""
+    G, P, J, A, C, pe, pt, M, r, nkv = o.G, o.P, o.J, o.A, o.C, o.pe, o.pt, o.M, o.r, o.nkv
+    v_addr = o.v_addr
     sm_id = np.full(M, -1, dtype=np.int64)
     sm_idx = np.zeros((4, M), dtype=np.int64)
     for nid in np.unique(av_id):
@@ -388,10 +374,13 @@ def address_oracle(ops: R.Operands, ev: dict[str, Any]) -> list[str]:
         ids, sidx = G.gather(s1["id"], np.stack([tt, ii[1], ii[2], ii[3]]), sel.size, "SOFT_MAX", "AV probability side")
         sm_id[sel] = ids
         sm_idx[:, sel] = sidx
-    if (sm_id < 0).any():
-        return P
+    return sm_id, sm_idx
 
-    # 3. softmax: mask column and parameters; then the QK product
+
+def _check_softmax(o: _Oracle, sm_id: np.ndarray, sm_idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The softmax nodes: mask column and parameters; returns the QK product element of each probe."""
+    G, P, J, A, pe, M, nkv, ops = o.G, o.P, o.J, o.A, o.pe, o.M, o.nkv, o.ops
+    m_addr = o.m_addr
     kq_id = np.full(M, -1, dtype=np.int64)
     kq_idx = np.zeros((4, M), dtype=np.int64)
     scale_bits = struct.pack("<f", ops.scale)[::-1].hex()
@@ -426,10 +415,14 @@ def address_oracle(ops: R.Operands, ev: dict[str, Any]) -> list[str]:
         ids, kidx = G.gather(n["src"][0], si, sel.size, "MUL_MAT", "softmax input")
         kq_id[sel] = ids
         kq_idx[:, sel] = kidx
-    if (kq_id < 0).any():
-        return P
+    return kq_id, kq_idx
 
-    # 4. QK: K side (all keys at the first/last channel, all channels at the first/last key) and Q side
+
+def _check_qk(o: _Oracle, kq_id: np.ndarray, kq_idx: np.ndarray) -> None:
+    """The QK products: the K side (all keys at the first/last channel, all channels at the first/last
+    key) and the Q side."""
+    G, P, J, A, C, pe, pt, r, d, edge_t = o.G, o.P, o.J, o.A, o.C, o.pe, o.pt, o.r, o.d, o.edge_t
+    q_addr, k_addr = o.q_addr, o.k_addr
     base = np.flatnonzero(C[pe] == 0)  # one probe per (j, a, key)
     edge_c = np.array(sorted({0, d - 1}), dtype=np.int64)
     kb = np.repeat(base, edge_c.size)
@@ -471,6 +464,43 @@ def address_oracle(ops: R.Operands, ev: dict[str, Any]) -> list[str]:
         )
         if msg:
             P.append(msg)
+
+
+def address_oracle(ops: R.Operands, ev: dict[str, Any]) -> list[str]:
+    """Check, from the operand descriptors and the tool-reported graph alone, that every logical
+    output element (query j, head a, channel c) is computed from Q(j, a), the K/V of kv head
+    a // (h/h_kv) and mask column j, with unchanged operator parameters, and lands at
+    output position (row j, column a*d_v + c). Returns the problems (empty: pass).
+
+    Coverage: every (j, a, c) of the output; for each (j, a) all keys at the first and last
+    channel and all channels at the first and last key (K and V), all keys of the mask and all
+    channels of Q.
+    """
+    G = _Graph(ev)
+    P = G.problems
+    nq, h, dv = ops.n_q, ops.n_head, ops.d_v
+    out_id = ev["roles"]["out"]
+    out = G.node(out_id)
+    if list(out["ne"]) != [dv * h, nq, 1, 1] or not out["contiguous"]:
+        P.append(
+            f"restored output has ne={out['ne']} (contiguous={out['contiguous']}), expected [{dv * h}, {nq}, 1, 1]"
+        )
+        return P
+    o = _Oracle(ops, G, nq, h, dv)
+    # 1. output recovery: out(a*dv + c, j) -> AV product element
+    N = o.J.size
+    z = np.zeros(N, dtype=np.int64)
+    av_id, av_idx = G.gather(out_id, np.stack([o.A * dv + o.C, o.J, z, z]), N, "MUL_MAT", "output")
+    if (av_id < 0).any():
+        return P
+    # 2. AV, 3. softmax, 4. QK
+    sm_id, sm_idx = _check_av(o, av_id, av_idx)
+    if (sm_id < 0).any():
+        return P
+    kq_id, kq_idx = _check_softmax(o, sm_id, sm_idx)
+    if (kq_id < 0).any():
+        return P
+    _check_qk(o, kq_id, kq_idx)
     return P
 
 
@@ -555,6 +585,156 @@ def _numeric_rows(
     return rows, strict
 
 
+@dataclass
+class _Tally:
+    """What the audit's evaluations add up to, chunk by chunk."""
+
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    strict_failures: list[str] = field(default_factory=list)
+    crashes: list[str] = field(default_factory=list)
+    addr_failures_clean: list[str] = field(default_factory=list)
+    fault_stats: dict[str, dict[str, int]] = field(
+        default_factory=lambda: {f: {"injected": 0, "detected_address": 0, "detected_numeric": 0} for f in R.FAULTS}
+    )
+    rel: dict[str, list[int]] = field(default_factory=lambda: {"pq_eq_qb": [0, 0], "q1_all_equal": [0, 0]})
+    mq_diff: dict[str, int] = field(default_factory=lambda: {s: 0 for s in R.STAGES})
+    mq_diff_q2: int = 0
+    maxerr: dict[str, list[float]] = field(
+        default_factory=lambda: {s: [0.0, 0.0] for s in ("kq", "kq_soft_max", "kqv")}
+    )
+    n_eval: int = 0
+
+
+def _address_row(fx: Fixture, name: str, layout: str, problems: list[str], fault, detected) -> dict[str, Any]:
+    return {
+        "geometry": fx.geometry.name,
+        "fixture": name,
+        "layout": layout,
+        "stage": "address",
+        "oracle_ok": not problems,
+        "fault": fault,
+        "detected": detected,
+        "max_abs_err": 0.0,
+        "max_rel_err": 0.0,
+    }
+
+
+def _chunk_jobs(part: Sequence[Fixture], d: Path, faults: bool) -> tuple[dict, list[R.ReplayJob]]:
+    """Write a chunk's operand files; its replay jobs (clean, then each applicable fault on QB)."""
+    ops_by = {}
+    jobs = []
+    for fx in part:
+        ops = build_fixture(fx)
+        path = d / f"{fx.file_stem}.rsop"
+        R.write_operands(path, ops)
+        ops_by[str(path)] = (fx, ops)
+        jobs.append(R.ReplayJob(path, REPLAYED_LAYOUTS, "none", d / fx.file_stem))
+        if faults:
+            for f in applicable_faults(fx.geometry):
+                jobs.append(R.ReplayJob(path, ("qb",), f, d / fx.file_stem))
+    return ops_by, jobs
+
+
+def _clean_evaluation(t: _Tally, fx: Fixture, ops: R.Operands, ev: dict, problems: list[str], stages, exp) -> None:
+    layout = ev["layout"]
+    if problems:
+        t.addr_failures_clean.append(f"{fx.name} {layout}: {problems[0]}")
+    t.rows.append(_address_row(fx, fx.name, layout, problems, None, None))
+    nrows, strict = _numeric_rows(fx, layout, stages, exp, fx.name, None, None)
+    t.strict_failures += strict
+    t.rows += nrows
+    for r_ in nrows:
+        m = t.maxerr[r_["stage"]]
+        m[0], m[1] = max(m[0], r_["max_abs_err"]), max(m[1], r_["max_rel_err"])
+
+
+def _fault_evaluation(t: _Tally, fx: Fixture, fault: str, ev: dict, problems: list[str], stages, exp, clean) -> None:
+    layout = ev["layout"]
+    st = t.fault_stats[fault]
+    st["injected"] += 1
+    det_addr = bool(problems)
+    ref = clean.get(fx.name, {}).get("qb")
+    det_num = ref is not None and any(not R.compare(stages[s], ref[s]).bitwise_equal for s in R.STAGES)
+    st["detected_address"] += det_addr
+    st["detected_numeric"] += det_num
+    name = f"{fx.name}+{fault}"
+    t.rows.append(_address_row(fx, name, layout, problems, fault, det_addr))
+    nrows, _ = _numeric_rows(fx, layout, stages, exp, name, fault, det_num)
+    t.rows += nrows
+
+
+def _evaluate_report(t: _Tally, report: dict, ops_by: dict) -> dict[str, dict[str, dict[str, np.ndarray]]]:
+    """Every evaluation of a chunk's replay report through both oracles; the clean stages by fixture."""
+    clean: dict[str, dict[str, dict[str, np.ndarray]]] = {}
+    for job in sorted(report["jobs"], key=lambda j: j["fault"] != "none"):  # clean first
+        fx, ops = ops_by[job["input"]]
+        fault = job["fault"]
+        if job["status"] != "ok" and "error" in job:
+            t.crashes.append(f"{fx.name} [{fault}]: {job['error']}")
+            continue
+        exp = fp64_oracle(ops)
+        for ev in job["evaluations"]:
+            t.n_eval += 1
+            layout = ev["layout"]
+            if ev["status"] != "ok":
+                t.crashes.append(f"{fx.name} {layout} [{fault}]: {ev.get('error')}")
+                continue
+            problems = address_oracle(ops, ev)
+            stages = R.read_stages(ev["stages"])
+            if fault == "none":
+                clean.setdefault(fx.name, {})[layout] = stages
+                _clean_evaluation(t, fx, ops, ev, problems, stages, exp)
+            else:
+                _fault_evaluation(t, fx, fault, ev, problems, stages, exp, clean)
+    return clean
+
+
+def _relations(t: _Tally, clean: dict[str, dict[str, dict[str, np.ndarray]]]) -> None:
+    """Cross-layout relations on the clean evaluations."""
+    for name, by in clean.items():
+        if not all(lay in by for lay in REPLAYED_LAYOUTS):
+            continue
+        nq = by["qb"]["out"].shape[0]
+        eq_pq_qb = all(R.compare(by["pq"][s], by["qb"][s]).bitwise_equal for s in R.STAGES)
+        t.rel["pq_eq_qb"][0] += eq_pq_qb
+        t.rel["pq_eq_qb"][1] += 1
+        if not eq_pq_qb:
+            t.strict_failures.append(f"{name}: pq and qb differ bitwise")
+        mq_eq = {s: R.compare(by["mq"][s], by["pq"][s]).bitwise_equal for s in R.STAGES}
+        if nq == 1:
+            t.rel["q1_all_equal"][0] += all(mq_eq.values()) and eq_pq_qb
+            t.rel["q1_all_equal"][1] += 1
+            if not all(mq_eq.values()):
+                t.strict_failures.append(f"{name}: q=1 but mq differs from pq")
+        else:
+            for s, eq in mq_eq.items():
+                t.mq_diff[s] += not eq
+            t.mq_diff_q2 += 1
+
+
+def _summary(t: _Tally, fxs: list[Fixture], backend: str, faults: bool, seconds: float) -> dict[str, Any]:
+    rows, fault_stats, rel = t.rows, t.fault_stats, t.rel
+    return {
+        "fixtures": len(fxs),
+        "geometries": len({fx.geometry for fx in fxs}),
+        "clean_evaluations": sum(1 for r in rows if r["fault"] is None and r["stage"] == "address"),
+        "fault_evaluations": sum(v["injected"] for v in fault_stats.values()),
+        "evaluations_total": t.n_eval,
+        "backend": backend,
+        "crashes": t.crashes,
+        "address_failures_clean": t.addr_failures_clean,
+        "strict_failures_clean": t.strict_failures,
+        "faults": fault_stats,
+        "all_faults_detected": faults and all(v["detected_address"] == v["injected"] for v in fault_stats.values()),
+        "faults_not_injected": [f for f, v in fault_stats.items() if faults and v["injected"] == 0],
+        "pq_eq_qb_bitwise": {"equal": rel["pq_eq_qb"][0], "of": rel["pq_eq_qb"][1]},
+        "q1_mq_pq_qb_bitwise": {"equal": rel["q1_all_equal"][0], "of": rel["q1_all_equal"][1]},
+        "mq_differs_from_pq_q2": {"fixtures": t.mq_diff_q2, "by_stage": t.mq_diff},
+        "max_error_clean": {s: {"max_abs_err": v[0], "max_rel_err": v[1]} for s, v in t.maxerr.items()},
+        "seconds": round(seconds, 2),
+    }
+
+
 def run_audit(
     tool: str | Path,
     *,
@@ -567,18 +747,7 @@ def run_audit(
     progress=None,
 ) -> AuditResult:
     fxs = list(fixtures() if fixture_list is None else fixture_list)
-    rows: list[dict[str, Any]] = []
-    strict_failures: list[str] = []
-    crashes: list[str] = []
-    addr_failures_clean: list[str] = []
-    fault_stats: dict[str, dict[str, int]] = {
-        f: {"injected": 0, "detected_address": 0, "detected_numeric": 0} for f in R.FAULTS
-    }
-    rel = {"pq_eq_qb": [0, 0], "q1_all_equal": [0, 0]}
-    mq_diff = {s: 0 for s in R.STAGES}
-    mq_diff_q2 = 0
-    maxerr = {s: [0.0, 0.0] for s in ("kq", "kq_soft_max", "kqv")}
-    n_eval = 0
+    t = _Tally()
     t0 = time.monotonic()
     tmp = tempfile.TemporaryDirectory(prefix="refspec-audit-") if workdir is None else None
     root = Path(tmp.name if tmp else workdir)  # type: ignore[arg-type]
@@ -587,103 +756,9 @@ def run_audit(
             part = fxs[c0 : c0 + chunk]
             d = root / f"chunk{c0 // chunk:03d}"
             d.mkdir(parents=True, exist_ok=True)
-            ops_by = {}
-            jobs = []
-            for fx in part:
-                ops = build_fixture(fx)
-                path = d / f"{fx.file_stem}.rsop"
-                R.write_operands(path, ops)
-                ops_by[str(path)] = (fx, ops)
-                jobs.append(R.ReplayJob(path, REPLAYED_LAYOUTS, "none", d / fx.file_stem))
-                if faults:
-                    for f in applicable_faults(fx.geometry):
-                        jobs.append(R.ReplayJob(path, ("qb",), f, d / fx.file_stem))
+            ops_by, jobs = _chunk_jobs(part, d, faults)
             report = R.run_replay(tool, jobs, backend=backend, threads=threads, workdir=d)
-            clean: dict[str, dict[str, dict[str, np.ndarray]]] = {}
-            for job in sorted(report["jobs"], key=lambda j: j["fault"] != "none"):  # clean first
-                fx, ops = ops_by[job["input"]]
-                fault = job["fault"]
-                if job["status"] != "ok" and "error" in job:
-                    crashes.append(f"{fx.name} [{fault}]: {job['error']}")
-                    continue
-                exp = fp64_oracle(ops)
-                for ev in job["evaluations"]:
-                    n_eval += 1
-                    layout = ev["layout"]
-                    if ev["status"] != "ok":
-                        crashes.append(f"{fx.name} {layout} [{fault}]: {ev.get('error')}")
-                        continue
-                    problems = address_oracle(ops, ev)
-                    stages = R.read_stages(ev["stages"])
-                    if fault == "none":
-                        clean.setdefault(fx.name, {})[layout] = stages
-                        if problems:
-                            addr_failures_clean.append(f"{fx.name} {layout}: {problems[0]}")
-                        rows.append(
-                            {
-                                "geometry": fx.geometry.name,
-                                "fixture": fx.name,
-                                "layout": layout,
-                                "stage": "address",
-                                "oracle_ok": not problems,
-                                "fault": None,
-                                "detected": None,
-                                "max_abs_err": 0.0,
-                                "max_rel_err": 0.0,
-                            }
-                        )
-                        nrows, strict = _numeric_rows(fx, layout, stages, exp, fx.name, None, None)
-                        strict_failures += strict
-                        rows += nrows
-                        for r_ in nrows:
-                            m = maxerr[r_["stage"]]
-                            m[0], m[1] = max(m[0], r_["max_abs_err"]), max(m[1], r_["max_rel_err"])
-                    else:
-                        st = fault_stats[fault]
-                        st["injected"] += 1
-                        det_addr = bool(problems)
-                        ref = clean.get(fx.name, {}).get("qb")
-                        det_num = ref is not None and any(
-                            not R.compare(stages[s], ref[s]).bitwise_equal for s in R.STAGES
-                        )
-                        st["detected_address"] += det_addr
-                        st["detected_numeric"] += det_num
-                        name = f"{fx.name}+{fault}"
-                        rows.append(
-                            {
-                                "geometry": fx.geometry.name,
-                                "fixture": name,
-                                "layout": layout,
-                                "stage": "address",
-                                "oracle_ok": not problems,
-                                "fault": fault,
-                                "detected": det_addr,
-                                "max_abs_err": 0.0,
-                                "max_rel_err": 0.0,
-                            }
-                        )
-                        nrows, _ = _numeric_rows(fx, layout, stages, exp, name, fault, det_num)
-                        rows += nrows
-            # cross-layout relations on the clean evaluations
-            for name, by in clean.items():
-                if not all(lay in by for lay in REPLAYED_LAYOUTS):
-                    continue
-                nq = by["qb"]["out"].shape[0]
-                eq_pq_qb = all(R.compare(by["pq"][s], by["qb"][s]).bitwise_equal for s in R.STAGES)
-                rel["pq_eq_qb"][0] += eq_pq_qb
-                rel["pq_eq_qb"][1] += 1
-                if not eq_pq_qb:
-                    strict_failures.append(f"{name}: pq and qb differ bitwise")
-                mq_eq = {s: R.compare(by["mq"][s], by["pq"][s]).bitwise_equal for s in R.STAGES}
-                if nq == 1:
-                    rel["q1_all_equal"][0] += all(mq_eq.values()) and eq_pq_qb
-                    rel["q1_all_equal"][1] += 1
-                    if not all(mq_eq.values()):
-                        strict_failures.append(f"{name}: q=1 but mq differs from pq")
-                else:
-                    for s, eq in mq_eq.items():
-                        mq_diff[s] += not eq
-                    mq_diff_q2 += 1
+            _relations(t, _evaluate_report(t, report, ops_by))
             if progress:
                 progress(min(c0 + chunk, len(fxs)), len(fxs))
             if tmp is not None:
@@ -691,27 +766,7 @@ def run_audit(
     finally:
         if tmp is not None:
             tmp.cleanup()
-    n_geo = len({fx.geometry for fx in fxs})
-    summary = {
-        "fixtures": len(fxs),
-        "geometries": n_geo,
-        "clean_evaluations": sum(1 for r in rows if r["fault"] is None and r["stage"] == "address"),
-        "fault_evaluations": sum(v["injected"] for v in fault_stats.values()),
-        "evaluations_total": n_eval,
-        "backend": backend,
-        "crashes": crashes,
-        "address_failures_clean": addr_failures_clean,
-        "strict_failures_clean": strict_failures,
-        "faults": fault_stats,
-        "all_faults_detected": faults and all(v["detected_address"] == v["injected"] for v in fault_stats.values()),
-        "faults_not_injected": [f for f, v in fault_stats.items() if faults and v["injected"] == 0],
-        "pq_eq_qb_bitwise": {"equal": rel["pq_eq_qb"][0], "of": rel["pq_eq_qb"][1]},
-        "q1_mq_pq_qb_bitwise": {"equal": rel["q1_all_equal"][0], "of": rel["q1_all_equal"][1]},
-        "mq_differs_from_pq_q2": {"fixtures": mq_diff_q2, "by_stage": mq_diff},
-        "max_error_clean": {s: {"max_abs_err": v[0], "max_rel_err": v[1]} for s, v in maxerr.items()},
-        "seconds": round(time.monotonic() - t0, 2),
-    }
-    return AuditResult(rows, summary)
+    return AuditResult(t.rows, _summary(t, fxs, backend, faults, time.monotonic() - t0))
 
 
 def audit_ok(summary: dict[str, Any], *, faults: bool = True) -> bool:
@@ -725,74 +780,9 @@ def audit_ok(summary: dict[str, Any], *, faults: bool = True) -> bool:
 
 def write_results(result: AuditResult, out_dir: str | Path) -> dict[str, Path]:
     """The ``audit`` table (Parquet + CSV through :mod:`refspec.core.tables`) and ``audit_summary.json``."""
-    from ..core import tables
-
     out = Path(out_dir)
     paths = tables.write_table(result.rows, "audit", out)
     summ = out / "audit_summary.json"
     atomic_write_text(summ, json.dumps(result.summary, indent=2, sort_keys=True) + "\n")
     paths["summary"] = summ
     return paths
-
-
-# ------------------------------------------------------------------------------------------
-# CLI
-
-
-def add_tool_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--config", help="workflow config (its native: section selects the build and so the tool)")
-    p.add_argument("--tool", help="path to refspec-replay (default: $REFSPEC_REPLAY_TOOL, else the configured build's)")
-    p.add_argument("--threads", type=int, default=1, help="backend threads (default 1)")
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--out", required=True, help="directory for audit.parquet, audit.csv, audit_summary.json")
-    p.add_argument("--backend", default="CPU", help="ggml device name (default CPU)")
-    p.add_argument("--no-faults", action="store_true", help="skip fault injection")
-    p.add_argument("--limit", type=int, help="only the first N fixtures (quick check)")
-    add_tool_arguments(p)
-
-
-def run(args: argparse.Namespace) -> int:
-    from ..core.config import load_config
-
-    tool = R.resolve_tool(args.tool, load_config(args.config) if args.config else None)
-    fxs = fixtures()
-    if args.limit:
-        fxs = fxs[: args.limit]
-
-    def progress(n: int, total: int) -> None:
-        print(f"refspec audit: {n}/{total} fixtures", file=sys.stderr)
-
-    res = run_audit(
-        tool, fixture_list=fxs, faults=not args.no_faults, backend=args.backend, threads=args.threads, progress=progress
-    )
-    paths = write_results(res, args.out)
-    s = res.summary
-    print(
-        f"refspec audit: {s['fixtures']} fixtures, {s['geometries']} geometries, {s['clean_evaluations']} clean "
-        f"and {s['fault_evaluations']} fault evaluations on {s['backend']} in {s['seconds']} s"
-    )
-    print(
-        f"  crashes {len(s['crashes'])}, clean address failures {len(s['address_failures_clean'])}, "
-        f"strict failures {len(s['strict_failures_clean'])}"
-    )
-    for f, v in s["faults"].items():
-        if f in s["faults_not_injected"]:
-            print(f"  fault {f}: not applicable to any fixture of this selection")
-            continue
-        print(
-            f"  fault {f}: detected by the address oracle {v['detected_address']}/{v['injected']}, "
-            f"changed outputs {v['detected_numeric']}/{v['injected']}"
-        )
-    print(
-        f"  pq == qb bitwise {s['pq_eq_qb_bitwise']['equal']}/{s['pq_eq_qb_bitwise']['of']}; "
-        f"q=1 mq == pq == qb {s['q1_mq_pq_qb_bitwise']['equal']}/{s['q1_mq_pq_qb_bitwise']['of']}; "
-        f"q=2 mq differs from pq at {s['mq_differs_from_pq_q2']['by_stage']} of {s['mq_differs_from_pq_q2']['fixtures']}"
-    )
-    for st, v in s["max_error_clean"].items():
-        print(f"  {st}: max abs err {v['max_abs_err']:.8g}, max rel err {v['max_rel_err']:.8g}")
-    for line in (s["crashes"] + s["address_failures_clean"] + s["strict_failures_clean"])[:20]:
-        print(f"  FAIL {line}")
-    print(f"  wrote {paths['parquet']}, {paths['csv']}, {paths['summary']}")
-    return EXIT_OK if audit_ok(s, faults=not args.no_faults) else EXIT_FAILED
