@@ -7,6 +7,7 @@ import subprocess
 
 import pytest
 
+from refspec.core.config import load_config
 from refspec.core.errors import BuildError, UsageError
 from refspec.core.hashing import file_digest
 from refspec.core.paths import REPO_ROOT
@@ -77,12 +78,12 @@ def test_manifest_lists_the_native_tools(build, tmp_path):
 
     record = tmp_path / "BUILD.json"
     record.write_text(json.dumps(build.record))
-    items = stages.artifacts(str(REPO_ROOT / "config" / "config.yaml"), record, [])
+    items = stages.artifacts(load_config(REPO_ROOT / "config" / "config.yaml"), record, [])
     tools = {i["name"]: i["path"] for i in items if i["role"] == "tool"}
     assert tools == {name: str(build.tool(name)) for name in native.NATIVE_TOOLS}
     record.write_text(json.dumps({k: v for k, v in build.record.items() if k != "opreplay_tool"}))
     with pytest.raises(UsageError, match="does not record refspec-opreplay"):
-        stages.artifacts(str(REPO_ROOT / "config" / "config.yaml"), record, [])
+        stages.artifacts(load_config(REPO_ROOT / "config" / "config.yaml"), record, [])
 
 
 def test_record_mismatch_is_detected(build, tmp_path):

@@ -300,6 +300,7 @@ def test_response_without_token_ids_is_refused(server_builds, family_files):
 def test_server_builds_are_cached_and_pinned(native_build, server_builds, tmp_path):
     import json
 
+    from refspec.core.config import load_config
     from refspec.core.hashing import file_digest
     from refspec.native import build as native
     from refspec.pipeline import stages as archive
@@ -318,9 +319,9 @@ def test_server_builds_are_cached_and_pinned(native_build, server_builds, tmp_pa
     # the record the workflow keeps (refspec build --record): the libraries and refspec-replay
     record = tmp_path / "BUILD.json"
     record.write_text(json.dumps(native_build.record))
-    items = archive.artifacts(str(REPO / "config" / "servers.example.yaml"), record, [])
+    items = archive.artifacts(load_config(REPO / "config" / "servers.example.yaml"), record, [])
     names = {(i["role"], i["name"]): i["path"] for i in items}
     assert names[("tool", "stock/llama-server")] == str(stock.tool("llama-server"))
     assert names[("tool", "patched/llama-server")] == str(patched.tool("llama-server"))
-    plain = archive.artifacts(str(REPO / "config" / "config.yaml"), record, [])
+    plain = archive.artifacts(load_config(REPO / "config" / "config.yaml"), record, [])
     assert not any("llama-server" in i["name"] for i in plain)  # off by default: not pinned

@@ -1,5 +1,8 @@
 """Putting a run's outputs together for sealing.
 
+What the commands the Snakemake rules call do (their command lines are in
+:mod:`refspec.commands`):
+
 ``refspec assemble``     merge every campaign's tables (one table per name, rows
                          carry their campaign), the plan records and the run's
                          ledger into one staging folder with the manifest;
@@ -14,15 +17,25 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 
+import pandas as pd
+
+from ..core import tables as T
+from ..core.config import study_families
 from ..core.errors import CheckFailed, UsageError
 from ..core.fsutil import atomic_write_text
 from ..core.hashing import sha256_json
 from ..core.stats import DEFAULT_DRAWS, DEFAULT_SEED, DEFAULT_THRESHOLD
+from ..native import build as native
+from ..native.models import config_families_file, ensure_family
+from ..provenance import keys
+from ..provenance.ledger import Ledger
+from ..provenance.verify import verify_archive
+from ..reporting.render import render
 
 SEAL_FILE = "SEAL.dsse.json"
 # per-campaign records copied next to the merged tables
@@ -69,10 +82,6 @@ def _campaign_key(cdir: Path) -> str:
 
 
 def assemble(results: Path, manifest: Path, campaigns: list[Path], out: Path) -> dict:
-    import pandas as pd
-
-    from ..core import tables as T
-
     if out.exists():
         shutil.rmtree(out)
     (out / "tables").mkdir(parents=True)
@@ -106,8 +115,6 @@ def assemble(results: Path, manifest: Path, campaigns: list[Path], out: Path) ->
     if ledger.is_file():
         shutil.copyfile(ledger, out / "ledger.jsonl")
     else:
-        from ..provenance.ledger import Ledger
-
         Ledger(out / "ledger.jsonl").append({"kind": "assemble", "reason": "no campaign wrote a ledger entry"})
     return counts
 
@@ -116,9 +123,6 @@ def assemble(results: Path, manifest: Path, campaigns: list[Path], out: Path) ->
 
 
 def report_stage(sealed: Path, out: Path, pubkey: Path | None) -> dict:
-    from ..provenance.verify import verify_archive
-    from ..reporting.render import render
-
     res = verify_archive(sealed, pubkey)
     if not res.ok:
         raise CheckFailed(f"{sealed} does not verify:\n" + "\n".join(res.problems))
@@ -131,12 +135,9 @@ def report_stage(sealed: Path, out: Path, pubkey: Path | None) -> dict:
 # --------------------------------------------------------------------------- artifacts
 
 
-def artifacts(config_path: str | None, build_record: Path, panels: list[Path]) -> list[dict]:
-    from ..core.config import load_config
-    from ..native import build as native
-    from ..native.models import config_families_file, ensure_family
-
-    cfg = load_config(config_path)
+def artifacts(cfg: dict, build_record: Path, panels: list[Path]) -> list[dict]:
+    """The run's artifacts for config ``cfg`` (its native build, built if needed, must be the one
+    ``build_record`` records), each ``{"role", "name", "path"}``."""
     rec = json.loads(build_record.read_text())
     b = native.current(cfg)
     if b.key != rec["key"]:
@@ -157,8 +158,6 @@ def artifacts(config_path: str | None, build_record: Path, panels: list[Path]) -
             for name in sorted(sb.record["files"]):
                 role = "tool" if name == native.SERVER_TARGET else "library"
                 out.append({"role": role, "name": f"{variant}/{name}", "path": str(sb.lib_dir / name)})
-    from ..core.config import study_families
-
     for family in study_families(cfg):
         fam = ensure_family(family, models_dir=cfg.get("models_dir"), families_file=config_families_file(cfg))
         for f in fam.all():
@@ -168,71 +167,21 @@ def artifacts(config_path: str | None, build_record: Path, panels: list[Path]) -
     return out
 
 
-# --------------------------------------------------------------------------- CLI
+# --------------------------------------------------------------------------- keys
 
 
-def _add_assemble(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--results", required=True)
-    p.add_argument("--manifest", required=True)
-    p.add_argument("--campaign", action="append", default=[], help="a campaign output folder (repeatable)")
-    p.add_argument("--out", required=True)
+@dataclass(frozen=True)
+class KeysEnsured:
+    generated: keys.KeyPair | None  # the pair made now; None when it existed
+    fingerprint: str  # of the public key copied
 
 
-def _run_assemble(a: argparse.Namespace) -> int:
-    counts = assemble(Path(a.results), Path(a.manifest), [Path(c) for c in a.campaign], Path(a.out))
-    for name, n in sorted(counts.items()):
-        print(f"{name:14s} {n:6d} rows")
-    return 0
-
-
-def _add_report_stage(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--sealed", required=True)
-    p.add_argument("--pubkey", required=True)
-    p.add_argument("--out", required=True)
-
-
-def _run_report_stage(a: argparse.Namespace) -> int:
-    paths = report_stage(Path(a.sealed), Path(a.out), Path(a.pubkey))
-    for k, v in paths.items():
-        print(f"{k}: {v}")
-    return 0
-
-
-def _add_artifacts(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--config")
-    p.add_argument("--build", required=True, help="BUILD.json of the run")
-    p.add_argument("--panel", action="append", default=[])
-    p.add_argument("--out", required=True)
-
-
-def _run_artifacts(a: argparse.Namespace) -> int:
-    items = artifacts(a.config, Path(a.build), [Path(p) for p in a.panel])
-    atomic_write_text(a.out, json.dumps({"artifacts": items}, indent=2) + "\n")
-    print(f"{len(items)} artifacts -> {a.out}")
-    return 0
-
-
-def _add_keys_ensure(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--pub-out", required=True, help="copy the public key here")
-
-
-def _run_keys_ensure(a: argparse.Namespace) -> int:
-    from ..provenance import keys
-
+def ensure_keys(pub_out: Path) -> KeysEnsured:
+    """Create the signing key pair once (outside the repository), refuse a private key with loose
+    permissions, and copy the public key to ``pub_out``."""
     priv, pub = keys.default_private_key(), keys.default_public_key()
-    if not priv.exists():
-        kp = keys.generate()
-        print(f"generated {kp.public_path} ({kp.fingerprint})")
+    kp = keys.generate() if not priv.exists() else None
     keys.load_private_key(priv)  # refuses a key with loose permissions
-    Path(a.pub_out).parent.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(pub, a.pub_out)
-    print(f"public key {keys.public_fingerprint(pub)} -> {a.pub_out}")
-    return 0
-
-
-COMMANDS = {
-    "assemble": (_add_assemble, _run_assemble),
-    "report-stage": (_add_report_stage, _run_report_stage),
-    "artifacts": (_add_artifacts, _run_artifacts),
-    "keys-ensure": (_add_keys_ensure, _run_keys_ensure),
-}
+    pub_out.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(pub, pub_out)
+    return KeysEnsured(kp, keys.public_fingerprint(pub))
