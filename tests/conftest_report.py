@@ -1,7 +1,7 @@
 """A synthetic but realistic results folder for the report and checker tests.
 
 ``make_results(dir)`` writes every table through :func:`refspec.core.tables.write_table`
-(derived tables through :mod:`refspec.core.stats`, as the campaigns do), plus
+(derived tables through :mod:`refspec.campaigns.derived`, as the campaigns do), plus
 manifest.json, plan.json and a hash-chained ledger.jsonl. Times are drawn from
 a seeded log-normal model with per-task, per-arm and per-session factors;
 endpoints are token lists, some arms diverge from the reference.
@@ -22,6 +22,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from refspec.campaigns import derived as D
 from refspec.core import stats as S
 from refspec.core import tables as T
 from refspec.provenance.ledger import Ledger
@@ -459,20 +460,20 @@ def make_results(
         (e["campaign"], e["family"], e["task_id"], e["cap"]): [round(rng.uniform(0.01, 3.0), 6) for _ in range(cap)]
         for e in eps
     }
-    qual = S.qualify(reqs, eps, margins=margins)
+    qual = D.qualification_table(reqs, eps, margins=margins)
     T.write_table(qual, "qualification", tdir)
-    ratios = S.ratios_table(
+    ratios = D.ratios_table(
         reqs, qual, "confirmation", pairs=[("M0", "M3"), ("M3", "C3"), ("R_prod", "C3"), ("R", "C3"), ("R", "M3")]
     )
-    ratios += S.ratios_table(reqs, qual, "implementation")
+    ratios += D.ratios_table(reqs, qual, "implementation")
     T.write_table(ratios, "ratios", tdir)
-    T.write_table(S.diagnostics_table(reqs, qual, "confirmation"), "diagnostics", tdir)
+    T.write_table(D.diagnostics_table(reqs, qual, "confirmation"), "diagnostics", tdir)
     T.write_table(pred_rows, "prediction", tdir)
-    contrasts, estimates = S.replication_tables(reqs, qual, draws=draws, seed=boot_seed)
+    contrasts, estimates = D.replication_tables(reqs, qual, draws=draws, seed=boot_seed)
     T.write_table(contrasts, "contrasts", tdir)
     T.write_table(estimates, "estimates", tdir)
-    T.write_table(S.session_gaps(sessions), "sessions", tdir)
-    T.write_table(S.phase_mask_table(reqs, qual), "phase_masks", tdir)
+    T.write_table(D.session_gaps(sessions), "sessions", tdir)
+    T.write_table(D.phase_mask_table(reqs, qual), "phase_masks", tdir)
 
     # --- replay: 2 families x 3 layers x 2 phases x q 1..4 x 3 stages
     rp = []

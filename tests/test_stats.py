@@ -12,6 +12,7 @@ import re
 import numpy as np
 import pytest
 
+from refspec.campaigns import derived as D
 from refspec.core import stats as S
 from refspec.core import tables as T
 from refspec.core.paths import REPO_ROOT
@@ -168,7 +169,7 @@ def test_pipeline_and_checker_agree_on_random_data():
         assert abs(e.estimate - math.exp(CHECK.mean(cs))) <= 1e-12
         assert e.decision == CHECK.decide(lo, hi, 1.02, len(cs))
         times = [x for v in num.values() for x in v]
-        assert S._median(times) == CHECK.median(times)
+        assert S.median(times) == CHECK.median(times)
 
 
 def test_fewer_than_five_sessions_get_no_decision():
@@ -241,7 +242,7 @@ def test_qualify_by_hand():
     reqs.append(dict(_rq(eps[4]), repeat=2, status="failed"))
     q = {
         (r["task_id"], r["arm"]): r
-        for r in S.qualify(reqs, eps, margins={("confirmation", "f", "t1", 32): [0.5, 0.4, 0.25, 0.1]})
+        for r in D.qualification_table(reqs, eps, margins={("confirmation", "f", "t1", 32): [0.5, 0.4, 0.25, 0.1]})
     }
     assert q[("t1", "R")]["qualified"] and q[("t1", "R")]["ref_stable"]
     m0 = q[("t1", "M0")]
@@ -279,8 +280,8 @@ def test_ratio_table_dashes_unqualified_pairs():
             e = _ep("implementation", "f", task, arm, "s1", 1, toks)
             eps.append(e)
             reqs.append(dict(_rq(e), mode=mode, layout=layout, t_ns=1000 + len(reqs)))
-    qual = S.qualify(reqs, eps)
-    rows = {(r["numerator"], r["denominator"]): r for r in S.ratios_table(reqs, qual, "implementation")}
+    qual = D.qualification_table(reqs, eps)
+    rows = {(r["numerator"], r["denominator"]): r for r in D.ratios_table(reqs, qual, "implementation")}
     assert set(rows) == {("R", "M_pq"), ("R", "M_qb"), ("M_pq", "M_qb")}
     bad = rows[("M_pq", "M_qb")]
     assert not bad["qualified"] and bad["ratio"] is None and "M_pq not qualified on 1/2 tasks (b)" in bad["reason"]

@@ -55,8 +55,8 @@ def schedule(ctx) -> list:
 
 
 def counts_text(ctx, base: dict, title: str) -> str:
-    from ..core.stats import qualification_counts
     from . import table_text
+    from .derived import qualification_counts
 
     order = list(ctx.arms)
     counts = sorted(
@@ -124,7 +124,7 @@ def diagnostics_text(rows: list[dict]) -> str:
 
 
 def analyze(ctx, base: dict) -> dict:
-    from ..core.stats import diagnostics_table, ratios_table
+    from .derived import diagnostics_table, ratios_table
 
     ratios = ratios_table(base["requests"], base["qualification"], ctx.name)
     diag = diagnostics_table(base["requests"], base["qualification"], ctx.name)

@@ -66,7 +66,7 @@ def highlights(ctx, ratios: list[dict]) -> str:
 
 
 def analyze(ctx, base: dict) -> dict:
-    from ..core.stats import ratios_table
+    from .derived import ratios_table
 
     ratios = ratios_table(base["requests"], base["qualification"], ctx.name)
     d = ctx.defn

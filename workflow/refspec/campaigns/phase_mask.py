@@ -6,7 +6,7 @@ Every phase mask of the base arm (bits: target prefill 1, target continuation
 task, next to the reference R. A mask *passes* when every probe matched the
 reference's complete endpoint in every repeat; a passing mask is
 *inclusion-minimal* when no proper sub-mask passes
-(:func:`refspec.core.stats.phase_mask_table`). Output table: ``phase_masks``.
+(:func:`refspec.campaigns.derived.phase_mask_table`). Output table: ``phase_masks``.
 """
 
 from __future__ import annotations
@@ -60,8 +60,8 @@ def schedule(ctx) -> list:
 
 
 def analyze(ctx, base: dict) -> dict:
-    from ..core.stats import phase_mask_table
     from . import table_text
+    from .derived import phase_mask_table
 
     rows = phase_mask_table(base["requests"], base["qualification"], campaign="phase_mask")
     body = []

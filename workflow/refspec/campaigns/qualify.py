@@ -19,7 +19,7 @@ from the pinned HumanEval wheel). The reference R runs ``max(2, N)`` times per
 task in separate blocks on fresh workers (serial reference runs); a task whose
 reference runs differ is reported as an unstable reference and qualifies no
 arm. An arm qualifies on a task when every required request completed with the
-reference endpoint (:func:`refspec.core.stats.qualify`).
+reference endpoint (:func:`refspec.campaigns.derived.qualification_table`).
 
 Beside the campaign's own outputs (tables, ``summary.txt``,
 ``timed_audit.json``; anc/campaigns.md) the campaign folder gets
@@ -45,7 +45,7 @@ from pathlib import Path
 from ..core.arms import REFERENCE_ARM
 from ..core.errors import EXIT_OK, EXIT_RUNTIME, UsageError
 from ..core.fsutil import atomic_write_text
-from ..core.stats import natural_key, qualification_counts
+from .derived import natural_key, qualification_counts
 from .evidence import nonvacuity
 
 CAMPAIGN = "confirmation"

@@ -93,8 +93,8 @@ def reference_check(ctx, base: dict) -> str:
 
 
 def analyze(ctx, base: dict) -> dict:
-    from ..core.stats import replication_tables
     from . import fmt_ratio, table_text
+    from .derived import replication_tables
 
     boot = ctx.plan.get("bootstrap") or ctx.defn["bootstrap"]
     x, y = ctx.defn["layouts"]

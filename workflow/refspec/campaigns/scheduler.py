@@ -58,6 +58,7 @@ from ..core.arms import REFERENCE_ARM, Arm
 from ..core.errors import IntegrityError, UsageError
 from ..provenance import plan as planmod
 from ..provenance.ledger import Ledger
+from .derived import qualification_table, session_gaps
 
 # --------------------------------------------------------------------------- schedules
 
@@ -819,8 +820,6 @@ class CampaignRun:
     # ------------------------------------------------------------------ tables
     def base_tables(self) -> dict[str, list[dict]]:
         """requests, endpoints, qualification and sessions from the journal and the ledger."""
-        from ..core.stats import qualify, session_gaps
-
         records = self.journal_records()
         requests = [r["row"] for r in records]
         endpoints = [r["endpoint"] for r in records if r["endpoint"] is not None]
@@ -832,7 +831,7 @@ class CampaignRun:
             row = r["row"]
             if r.get("margins") is not None:
                 margins.setdefault((row["campaign"], row["family"], row["task_id"], row["cap"]), r["margins"])
-        qual = qualify(requests, endpoints, campaign=self.campaign, margins=margins)
+        qual = qualification_table(requests, endpoints, campaign=self.campaign, margins=margins)
         # sessions: first submit .. last recorded outcome, from the ledger's times
         first: dict[str, str] = {}
         last: dict[str, str] = {}

@@ -35,7 +35,7 @@ def schedule(ctx) -> list:
 
 def pairs(ctx) -> list:
     """The qualified-ratio pairs over the campaign's arms, numerator first (diagnostics: the
-    registered pairs :data:`refspec.core.stats.DIAGNOSTIC_PAIRS`, which the checker knows)."""
+    registered pairs :data:`refspec.campaigns.derived.DIAGNOSTIC_PAIRS`, which the checker knows)."""
     names = list(ctx.arms)
     servers = [n for n in names if ctx.arms[n].kind == "server"]
     workers = [n for n in names if n != REFERENCE_ARM and ctx.arms[n].kind != "server"]
@@ -95,7 +95,7 @@ def execute(ctx) -> None:
 
 
 def analyze(ctx, base: dict) -> dict:
-    from ..core.stats import diagnostics_table, ratios_table
+    from .derived import diagnostics_table, ratios_table
 
     ratios = ratios_table(base["requests"], base["qualification"], ctx.name, pairs=pairs(ctx))
     diag = diagnostics_table(base["requests"], base["qualification"], ctx.name)

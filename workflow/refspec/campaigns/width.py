@@ -58,8 +58,8 @@ def schedule(ctx) -> list:
 def analyze(ctx, base: dict) -> dict:
     import statistics
 
-    from ..core.stats import ratios_table
     from . import fmt_ratio, table_text
+    from .derived import ratios_table
 
     d = ctx.defn
     ref_base = ctx.arms[d["base_arm"]] if d["base_arm"] in ctx.arms else None

@@ -8,7 +8,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from ...core import stats as S
+from ...campaigns.derived import status_counts
 from ...core.hashing import sha256_file
 from ..document import Archive, Cell, Numbers, Section, Table, _n, _read_json, _rel
 
@@ -172,7 +172,7 @@ def section_ledger(a: Archive, N: Numbers) -> Section:
         src = a.src("requests")
         tid = "status"
         rows = []
-        for r in S.status_counts(a.rows("requests")):
+        for r in status_counts(a.rows("requests")):
             key = dict(campaign=r["campaign"], status=r["status"])
             c = _n(
                 N, a, "requests", tid, ("status", r["campaign"], r["status"], "count"), r["count"], "d", key, "count"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 
-from ...core import stats as S
+from ...campaigns.derived import arm_sort_key, qualification_counts
 from ..document import DASH, Archive, Cell, Figure, Numbers, Section, Table, _n
 from ..svg import strip_figure
 from .vocabulary import CAMPAIGN_TITLES, _campaigns_in, _tasks_fail
@@ -56,12 +56,12 @@ def section_qualification(a: Archive, N: Numbers) -> Section:
         sec.notes.append("qualification.csv not present: qualification not run")
         return sec
     src = a.src("qualification")
-    counts = S.qualification_counts(a.rows("qualification"))
+    counts = qualification_counts(a.rows("qualification"))
     for camp in _campaigns_in(counts):
         cc = [r for r in counts if r["campaign"] == camp]
         fams = sorted({r["family"] for r in cc})
         facts = {r["arm"]: (r["mode"], r["layout"]) for r in a.rows("requests") if r["campaign"] == camp}
-        arms = sorted({r["arm"] for r in cc}, key=lambda x: S.arm_sort_key(x, *facts.get(x, (None, None))))
+        arms = sorted({r["arm"] for r in cc}, key=lambda x: arm_sort_key(x, *facts.get(x, (None, None))))
         by = {(r["family"], r["arm"]): r for r in cc}
         refused = refused_arms(a, camp)
         tid = f"qualification-{camp}"
@@ -109,7 +109,7 @@ def section_qualification(a: Archive, N: Numbers) -> Section:
     tid = "qualification-failures"
     rows = []
     for q in sorted(
-        fails, key=lambda q: (q["campaign"], q["family"], S.arm_sort_key(q["arm"]), q["task_id"], q["cap"])
+        fails, key=lambda q: (q["campaign"], q["family"], arm_sort_key(q["arm"]), q["task_id"], q["cap"])
     ):
         key = dict(campaign=q["campaign"], family=q["family"], task_id=q["task_id"], arm=q["arm"], cap=q["cap"])
         base = ("qfail", q["campaign"], q["family"], q["task_id"], q["arm"], q["cap"])

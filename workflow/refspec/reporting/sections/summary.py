@@ -6,7 +6,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from ...core import stats as S
+from ...campaigns.derived import arm_sort_key, qualification_counts
 from ...core.campaign_names import REPORT_ORDER
 from ..document import DASH, Archive, Cell, Num, Numbers, Section, Table, _n
 from .prediction import prediction_totals
@@ -93,14 +93,14 @@ def section_summary(
 
 def _preservation(a: Archive, N: Numbers, h: Headline, facts: dict[tuple, tuple]) -> None:
     """Preservation per arm: matching / required endpoints of each campaign and family."""
-    counts = [c for c in S.qualification_counts(a.rows("qualification")) if c["campaign"] not in OWN_TABLES]
+    counts = [c for c in qualification_counts(a.rows("qualification")) if c["campaign"] not in OWN_TABLES]
     for camp in _campaigns_in(counts):
         refused = refused_arms(a, camp)
         tid = f"qualification-{camp}"
         for fam in sorted({c["family"] for c in counts if c["campaign"] == camp}):
             cc = sorted(
                 (c for c in counts if c["campaign"] == camp and c["family"] == fam),
-                key=lambda c: S.arm_sort_key(c["arm"], *facts.get((camp, fam, c["arm"]), (None, None))),
+                key=lambda c: arm_sort_key(c["arm"], *facts.get((camp, fam, c["arm"]), (None, None))),
             )
             groups = []
             for c in cc:
@@ -131,7 +131,7 @@ def _first_divergences(a: Archive, N: Numbers, h: Headline) -> None:
         k = (q["campaign"], q["family"], q["arm"])
         if not q["qualified"] and q["campaign"] not in OWN_TABLES and k not in refused_all:
             fails[k].append(q)
-    for camp, fam, arm in sorted(fails, key=lambda k: (k[0], k[1], S.arm_sort_key(k[2]))):
+    for camp, fam, arm in sorted(fails, key=lambda k: (k[0], k[1], arm_sort_key(k[2]))):
         qs = sorted(
             (q for q in fails[(camp, fam, arm)] if q["first_diff_index"] is not None),
             key=lambda q: (q["first_diff_index"], q["task_id"]),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ...campaigns.derived import acceptance
 from ...core import stats as S
 from ..document import DASH, Archive, Cell, Figure, Numbers, Section, Table, _n
 from ..svg import bar_figure, interval_figure
@@ -416,7 +417,7 @@ def section_acceptance(a: Archive, N: Numbers) -> Section:
     if not a.has("requests"):
         sec.notes.append("requests.csv not present: no request was run")
         return sec
-    acc = S.acceptance(a.rows("requests"))
+    acc = acceptance(a.rows("requests"))
     if not acc:
         sec.notes.append("no completed speculative request")
         return sec

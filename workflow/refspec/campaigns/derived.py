@@ -1,0 +1,622 @@
+r"""The derived tables each campaign writes: qualification, ratios, diagnostics, replication
+contrasts and estimates, phase masks, session gaps, acceptance and request counts.
+
+They apply the definitions of :mod:`refspec.core.stats` to the ``requests`` and ``endpoints``
+tables. ``report/check.py`` implements them again with the Python standard library; change
+one only together with the other and with ``anc/report.md``.
+
+Qualification (:func:`qualification_table`): for each campaign, family, task and cap the
+reference endpoint is the first completed ``R`` endpoint in (session, repeat)
+order (plain string order of the session id); ``ref_stable`` holds when every
+completed ``R`` endpoint equals it. A *required* request is a distinct
+(session, repeat) of the arm on the task among non-warmup ``requests`` rows;
+an arm qualifies when the reference is stable and every required request has
+a completed endpoint equal to the reference. A ratio or estimate is reported
+only when both arms qualify on every task of the family's panel (the tasks
+with qualification rows); otherwise it is shown as a dash with the reason.
+
+Diagnostic (unqualified) timings (:func:`diagnostics_table`): for the
+registered pairs ``DIAGNOSTIC_PAIRS`` (M3/M0, C3/C0, R_prod/M3) of a campaign in
+which at least one of the two arms fails qualification, the same paired ratio
+over the panel tasks timed for both arms (``T_c``), and the median ``t_ns`` of
+each arm's ok requests on ``T_c`` (the middle value, or the mean of the two
+middle values). These rows live in their own table, labelled by which side is
+not qualified; they are never qualified ratios.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ..core.arms import REFERENCE_ARM
+from ..core.endpoint import first_divergence
+from ..core.layouts import LAYOUT_ORDER
+from ..core.stats import (
+    DEFAULT_DRAWS,
+    DEFAULT_SEED,
+    DEFAULT_THRESHOLD,
+    TOO_FEW_SESSIONS,
+    StatsError,
+    estimate,
+    median,
+    paired_ratio,
+    ratio_of_pooled,
+    too_few_sessions_reason,
+)
+from ..core.tables import records
+
+# diagnostic (unqualified) timing pairs, numerator / denominator: the price of preservation
+# the servers campaign (anc/servers.md): each server arm over R, C3 beside the patched server with the
+# draft, the draft's effect on each server build, the layout's effect in each mode
+SERVER_DIAGNOSTIC_PAIRS = (
+    ("S_stock", REFERENCE_ARM),
+    ("S_stock_spec", REFERENCE_ARM),
+    ("S_qb", REFERENCE_ARM),
+    ("S_qb_spec", REFERENCE_ARM),
+    ("C3", "S_qb_spec"),
+    ("S_stock_spec", "S_stock"),
+    ("S_qb_spec", "S_qb"),
+    ("S_qb", "S_stock"),
+    ("S_qb_spec", "S_stock_spec"),
+)
+DIAGNOSTIC_PAIRS = (("M3", "M0"), ("C3", "C0"), ("R_prod", "M3")) + SERVER_DIAGNOSTIC_PAIRS
+
+
+# --------------------------------------------------------------------------- arms
+
+
+def arm_sort_key(arm: str, mode: str | None = None, layout: str | None = None) -> tuple:
+    """Canonical arm order: R, other references (R_*), target-only, speculative; layouts mq, gs, pq, qb.
+
+    Pairwise ratios put the earlier arm in the numerator (e.g. GS/QB, PQ/QB, M/C).
+    """
+    ref = 0 if arm == REFERENCE_ARM else 1 if arm.startswith(REFERENCE_ARM + "_") else 2
+    m = {"target": 0, "spec": 1}.get(mode or "", 2)
+    lay = LAYOUT_ORDER.index(layout) if layout in LAYOUT_ORDER else len(LAYOUT_ORDER)
+    return (ref, m, lay, natural_key(arm))
+
+
+def natural_key(s: str) -> tuple:
+    """Sort key that orders digit runs numerically (C_m2 before C_m10)."""
+    return tuple(int(p) if p.isdigit() else p for p in re.split(r"(\d+)", s))
+
+
+def _arm_facts(reqs: list[dict]) -> dict[tuple[str, str, str], tuple[str, str]]:
+    """(campaign, family, arm) -> (mode, layout)."""
+    out: dict[tuple[str, str, str], tuple[str, str]] = {}
+    for r in reqs:
+        out.setdefault((r["campaign"], r["family"], r["arm"]), (r["mode"], r["layout"]))
+    return out
+
+
+def _arms_and_times(reqs: list[dict]) -> tuple[dict, dict]:
+    """(family, cap) -> arms requested; (family, cap, arm, task) -> times of the ok requests (ns)."""
+    arm_caps: dict[tuple[str, int], set] = defaultdict(set)
+    times: dict[tuple, list[float]] = defaultdict(list)
+    for r in reqs:
+        arm_caps[(r["family"], int(r["cap"]))].add(r["arm"])
+        if r["status"] == "ok" and r["t_ns"] is not None:
+            times[(r["family"], int(r["cap"]), r["arm"], r["task_id"])].append(float(r["t_ns"]))
+    return arm_caps, times
+
+
+def _times(reqs: list[dict], campaign: str, by_session: bool = False) -> dict:
+    """(family, arm, task[, session]) -> [t_ns] of ok rows of the campaign."""
+    out: dict[tuple, list[float]] = defaultdict(list)
+    for r in reqs:
+        if r["campaign"] != campaign or r["status"] != "ok" or r["t_ns"] is None:
+            continue
+        key = (r["family"], r["arm"], r["task_id"]) + ((r["session"],) if by_session else ())
+        out[key].append(float(r["t_ns"]))
+    return out
+
+
+# --------------------------------------------------------------------------- qualification
+
+
+def qualification_table(
+    requests: Any,
+    endpoints: Any,
+    campaign: str | None = None,
+    margins: Mapping[tuple[str, str, str, int], Sequence[float]] | None = None,
+    reference_arm: str = REFERENCE_ARM,
+) -> list[dict[str, Any]]:
+    """Rows of the ``qualification`` table from ``requests`` and ``endpoints``.
+
+    ``margins`` optionally maps (campaign, family, task_id, cap) to the
+    reference's top-2 logit margin at each generated position.
+    """
+    reqs = [r for r in records(requests) if campaign is None or r["campaign"] == campaign]
+    eps = [e for e in records(endpoints) if campaign is None or e["campaign"] == campaign]
+    required: dict[tuple, set] = defaultdict(set)
+    failed: dict[tuple, int] = defaultdict(int)
+    for r in reqs:
+        if r["status"] == "excluded_warmup":
+            continue
+        k = (r["campaign"], r["family"], r["task_id"], r["cap"], r["arm"])
+        required[k].add((r["session"], r["repeat"]))
+        if r["status"] in ("failed", "disqualified"):
+            failed[k] += 1
+    by_arm: dict[tuple, list[dict]] = defaultdict(list)
+    for e in eps:
+        k = (e["campaign"], e["family"], e["task_id"], e["cap"], e["arm"])
+        by_arm[k].append(e)
+        required[k]  # an endpoint without a request row still counts below
+    for v in by_arm.values():
+        v.sort(key=lambda e: (e["session"], e["repeat"]))
+    groups: dict[tuple, list[str]] = defaultdict(list)
+    for k in sorted(set(required) | set(by_arm), key=lambda k: (k[0], k[1], k[2], k[3])):
+        groups[k[:4]].append(k[4])
+    rows = []
+    for g in sorted(groups):
+        camp, fam, task, cap = g
+        ref_eps = by_arm.get(g + (reference_arm,), [])
+        ref = ref_eps[0] if ref_eps else None
+        ref_sha = ref["endpoint_sha256"] if ref else None
+        distinct_ref = {e["endpoint_sha256"] for e in ref_eps}
+        ref_stable = len(distinct_ref) == 1
+        for arm in sorted(set(groups[g]), key=lambda a: (a != reference_arm, a)):
+            k = g + (arm,)
+            arm_eps = by_arm.get(k, [])
+            need = required[k] | {(e["session"], e["repeat"]) for e in arm_eps}
+            n_req = len(arm_eps)
+            n_match = sum(1 for e in arm_eps if ref_sha is not None and e["endpoint_sha256"] == ref_sha)
+            qualified = ref_stable and len(need) > 0 and n_match == len(need)
+            fd = ref_tok = arm_tok = margin = None
+            if ref is not None:
+                best = None
+                for e in arm_eps:
+                    if e["endpoint_sha256"] == ref_sha:
+                        continue
+                    i = first_divergence(
+                        ref["tokens"], ref["eog"], ref["stop_reason"], e["tokens"], e["eog"], e["stop_reason"]
+                    )
+                    if i is None:  # same tokens and stop facts, different digest: count at the end
+                        i = len(ref["tokens"])
+                    if best is None or i < best[0]:
+                        best = (i, e)
+                if best is not None:
+                    fd = best[0]
+                    ref_tok = int(ref["tokens"][fd]) if fd < len(ref["tokens"]) else None
+                    arm_tok = int(best[1]["tokens"][fd]) if fd < len(best[1]["tokens"]) else None
+                    if margins is not None:
+                        seq = margins.get((camp, fam, task, cap))
+                        if seq is not None and fd < len(seq):
+                            margin = float(seq[fd])
+            if qualified:
+                reason = None
+            elif ref is None:
+                reason = "no completed reference request"
+            elif not ref_stable:
+                reason = f"reference unstable: {len(distinct_ref)} distinct R endpoints"
+            elif len(need) == 0:
+                reason = "no required request"
+            else:
+                parts = []
+                missing = len(need) - n_req
+                if missing:
+                    parts.append(f"{missing} of {len(need)} required requests not completed")
+                if n_req - n_match:
+                    parts.append(f"{n_req - n_match} of {n_req} endpoints differ, first at index {fd}")
+                reason = "; ".join(parts) or "not qualified"
+            rows.append(
+                dict(
+                    campaign=camp,
+                    family=fam,
+                    task_id=task,
+                    arm=arm,
+                    cap=int(cap),
+                    n_required=len(need),
+                    n_requests=n_req,
+                    n_matching=n_match,
+                    qualified=bool(qualified),
+                    ref_endpoint_sha256=ref_sha,
+                    first_diff_index=fd,
+                    ref_token=ref_tok,
+                    arm_token=arm_tok,
+                    ref_margin=margin,
+                    ref_stable=bool(ref_stable),
+                    reason=reason,
+                )
+            )
+    return rows
+
+
+def qualification_counts(qualification: Any) -> list[dict[str, Any]]:
+    """Paper Table 3 shape: per campaign, family and arm, matching endpoints out of required.
+
+    Columns: campaign, family, arm, matching (sum of n_matching), required
+    (sum of n_required), tasks, tasks_qualified.
+    """
+    acc: dict[tuple, dict] = {}
+    for q in records(qualification):
+        k = (q["campaign"], q["family"], q["arm"])
+        a = acc.setdefault(
+            k, dict(campaign=k[0], family=k[1], arm=k[2], matching=0, required=0, tasks=0, tasks_qualified=0)
+        )
+        a["matching"] += int(q["n_matching"])
+        a["required"] += int(q["n_required"])
+        a["tasks"] += 1
+        a["tasks_qualified"] += 1 if q["qualified"] else 0
+    return [acc[k] for k in sorted(acc, key=lambda k: (k[0], k[1], arm_sort_key(k[2])))]
+
+
+def _panels(qual: list[dict], campaign: str) -> dict[tuple[str, int], dict[str, dict[str, bool]]]:
+    """(family, cap) -> task -> arm -> qualified."""
+    out: dict[tuple[str, int], dict[str, dict[str, bool]]] = defaultdict(lambda: defaultdict(dict))
+    for q in qual:
+        if q["campaign"] == campaign:
+            out[(q["family"], int(q["cap"]))][q["task_id"]][q["arm"]] = bool(q["qualified"])
+    return out
+
+
+def _unqualified_reason(panel: dict[str, dict[str, bool]], arms: Sequence[str]) -> str | None:
+    parts = []
+    tasks = sorted(panel)
+    for a in arms:
+        bad = [t for t in tasks if not panel[t].get(a, False)]
+        if bad:
+            shown = " ".join(bad[:5]) + (" ..." if len(bad) > 5 else "")
+            parts.append(f"{a} not qualified on {len(bad)}/{len(tasks)} tasks ({shown})")
+    return "; ".join(parts) if parts else None
+
+
+# --------------------------------------------------------------------------- ratios
+
+
+def path_of(mode_a: str, mode_b: str) -> str:
+    return mode_a if mode_a == mode_b else "mixed"
+
+
+def ratios_table(
+    requests: Any,
+    qualification: Any,
+    campaign: str,
+    pairs: Sequence[tuple[str, str]] | None = None,
+) -> list[dict[str, Any]]:
+    """Rows of the ``ratios`` table for one campaign.
+
+    The panel of a family and cap is the set of tasks with qualification rows;
+    the arms compared are those with requests rows at that cap. ``pairs``
+    lists (numerator, denominator) arms; by default every unordered pair in
+    :func:`arm_sort_key` order (earlier arm in the numerator). Times are
+    pooled over sessions and repeats per task.
+    """
+    reqs = [r for r in records(requests) if r["campaign"] == campaign]
+    qual = records(qualification)
+    facts = _arm_facts(reqs)
+    arm_caps, times = _arms_and_times(reqs)
+    panels = _panels(qual, campaign)
+    rows = []
+    for fam, cap in sorted(panels):
+        panel = panels[(fam, cap)]
+        arms = sorted(arm_caps.get((fam, cap), ()), key=lambda a: arm_sort_key(a, *facts[(campaign, fam, a)]))
+        fam_pairs = pairs if pairs is not None else [(a, b) for i, a in enumerate(arms) for b in arms[i + 1 :]]
+        tasks = sorted(panel)
+        for a, b in fam_pairs:
+            if a not in arms or b not in arms:
+                continue
+            path = path_of(facts[(campaign, fam, a)][0], facts[(campaign, fam, b)][0])
+            reason = _unqualified_reason(panel, (a, b))
+            row = dict(
+                campaign=campaign, family=fam, cap=cap, path=path, numerator=a, denominator=b, n_tasks=len(tasks)
+            )
+            if reason is None:
+                num = {t: times.get((fam, cap, a, t), []) for t in tasks}
+                den = {t: times.get((fam, cap, b, t), []) for t in tasks}
+                pr = paired_ratio(num, den, tasks)
+                row.update(
+                    qualified=True,
+                    ratio=pr.ratio,
+                    n_regressions=pr.n_regressions,
+                    regressed_tasks=" ".join(pr.regressed),
+                    reason=None,
+                )
+            else:
+                row.update(qualified=False, ratio=None, n_regressions=None, regressed_tasks=None, reason=reason)
+            rows.append(row)
+    return rows
+
+
+def diagnostic_label(num_ok: bool, den_ok: bool) -> str:
+    """The label every diagnostic row carries: which side is not qualified."""
+    if not num_ok and not den_ok:
+        return "diagnostic: numerator and denominator not qualified"
+    return "diagnostic: numerator not qualified" if not num_ok else "diagnostic: denominator not qualified"
+
+
+def diagnostics_table(
+    requests: Any,
+    qualification: Any,
+    campaign: str,
+    pairs: Sequence[tuple[str, str]] = DIAGNOSTIC_PAIRS,
+) -> list[dict[str, Any]]:
+    """Rows of the ``diagnostics`` table: unqualified timing pairs of one campaign.
+
+    For each registered (numerator, denominator) pair whose two arms ran at the
+    same family and cap and of which at least one fails qualification on some
+    panel task: medians of each arm's ok times and the paired ratio over the
+    panel tasks timed for both arms. A pair whose arms both qualify is a
+    qualified ratio (``ratios``) and gets no row here.
+    """
+    reqs = [r for r in records(requests) if r["campaign"] == campaign]
+    facts = _arm_facts(reqs)
+    arm_caps, times = _arms_and_times(reqs)
+    panels = _panels(records(qualification), campaign)
+    rows = []
+    for fam, cap in sorted(panels):
+        panel = panels[(fam, cap)]
+        tasks = sorted(panel)
+        for a, b in pairs:
+            if a not in arm_caps.get((fam, cap), ()) or b not in arm_caps.get((fam, cap), ()):
+                continue
+            fail_a = sum(1 for t in tasks if not panel[t].get(a, False))
+            fail_b = sum(1 for t in tasks if not panel[t].get(b, False))
+            if not fail_a and not fail_b:
+                continue
+            common = [t for t in tasks if times.get((fam, cap, a, t)) and times.get((fam, cap, b, t))]
+            row = dict(
+                campaign=campaign,
+                family=fam,
+                cap=cap,
+                path=path_of(facts[(campaign, fam, a)][0], facts[(campaign, fam, b)][0]),
+                numerator=a,
+                denominator=b,
+                numerator_qualified=not fail_a,
+                denominator_qualified=not fail_b,
+                label=diagnostic_label(not fail_a, not fail_b),
+                n_tasks=len(tasks),
+                numerator_tasks_failed=fail_a,
+                denominator_tasks_failed=fail_b,
+                n_tasks_timed=len(common),
+                reason=_unqualified_reason(panel, (a, b)),
+            )
+            if common:
+                num = {t: times[(fam, cap, a, t)] for t in common}
+                den = {t: times[(fam, cap, b, t)] for t in common}
+                pr = paired_ratio(num, den, common)
+                row.update(
+                    median_numerator_ns=median([x for t in common for x in num[t]]),
+                    median_denominator_ns=median([x for t in common for x in den[t]]),
+                    ratio=pr.ratio,
+                    n_regressions=pr.n_regressions,
+                    regressed_tasks=" ".join(pr.regressed),
+                )
+            else:
+                row.update(
+                    median_numerator_ns=None,
+                    median_denominator_ns=None,
+                    ratio=None,
+                    n_regressions=None,
+                    regressed_tasks=None,
+                )
+            rows.append(row)
+    return rows
+
+
+# --------------------------------------------------------------------------- replication
+
+
+def _arm_for(facts, campaign: str, family: str, mode: str, layout: str) -> str | None:
+    found = sorted(
+        a for (c, f, a), (m, l) in facts.items() if c == campaign and f == family and m == mode and l == layout
+    )
+    if len(found) > 1:
+        raise StatsError(f"campaign {campaign}, family {family}: several {mode} arms with layout {layout}: {found}")
+    return found[0] if found else None
+
+
+def replication_tables(
+    requests: Any,
+    qualification: Any,
+    campaign: str = "replication",
+    comparisons: Sequence[tuple[str, str]] = (("pq", "qb"),),
+    paths: Sequence[str] = ("target", "spec"),
+    draws: int = DEFAULT_DRAWS,
+    seed: int = DEFAULT_SEED,
+    threshold: float = DEFAULT_THRESHOLD,
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Rows of the ``contrasts`` and ``estimates`` tables.
+
+    For each family, path and comparison (numerator layout, denominator
+    layout) whose two arms exist in the campaign. Sessions are taken in plain
+    string order of their ids.
+    """
+    reqs = records(requests)
+    qual = records(qualification)
+    facts = _arm_facts(reqs)
+    panels = _panels(qual, campaign)
+    fams = [f for f, _c in panels]
+    for f in set(fams):
+        if fams.count(f) > 1:
+            raise StatsError(f"campaign {campaign}, family {f}: several caps; a replication has one cap")
+    times = _times(reqs, campaign, by_session=True)
+    contrasts, estimates = [], []
+    for fam, _cap in sorted(panels):
+        panel = panels[(fam, _cap)]
+        tasks = sorted(panel)
+        for path in paths:
+            for x, y in comparisons:
+                a = _arm_for(facts, campaign, fam, path, x)
+                b = _arm_for(facts, campaign, fam, path, y)
+                if a is None or b is None:
+                    continue
+                comp = f"{x.upper()}/{y.upper()}"
+                base = dict(family=fam, path=path, comparison=comp)
+                reason = _unqualified_reason(panel, (a, b))
+                est_row = dict(base, n_tasks=len(tasks), draws=int(draws), seed=int(seed), threshold=float(threshold))
+                if reason is not None:
+                    est_row.update(
+                        estimate=None,
+                        lo=None,
+                        hi=None,
+                        n_sessions=0,
+                        n_regressions=None,
+                        regressed_tasks=None,
+                        decision="unqualified",
+                        reason=reason,
+                    )
+                    estimates.append(est_row)
+                    continue
+                sessions = sorted({s for (f, arm, t, s) in times if f == fam and arm in (a, b)})
+                cs = []
+                per_task: dict[str, list[float]] = defaultdict(list)
+                for s in sessions:
+                    num = {t: times.get((fam, a, t, s), []) for t in tasks}
+                    den = {t: times.get((fam, b, t, s), []) for t in tasks}
+                    common = [t for t in tasks if num[t] and den[t]]
+                    if not common:
+                        continue
+                    pr = paired_ratio(num, den, common)
+                    cs.append(pr.log_ratio)
+                    for t, d in pr.task_log_ratios.items():
+                        per_task[t].append(d)
+                    contrasts.append(dict(base, session=s, c_s=pr.log_ratio, n_tasks=pr.n_tasks))
+                if not cs:
+                    est_row.update(
+                        estimate=None,
+                        lo=None,
+                        hi=None,
+                        n_sessions=0,
+                        n_regressions=None,
+                        regressed_tasks=None,
+                        decision="unqualified",
+                        reason="no session timed both arms",
+                    )
+                    estimates.append(est_row)
+                    continue
+                e = estimate(cs, draws, seed, threshold)
+                _pts, reg = ratio_of_pooled(per_task)
+                est_row.update(
+                    estimate=e.estimate,
+                    lo=e.lo,
+                    hi=e.hi,
+                    n_sessions=e.n_sessions,
+                    n_regressions=len(reg),
+                    regressed_tasks=" ".join(reg),
+                    decision=e.decision,
+                    reason=too_few_sessions_reason(e.n_sessions) if e.decision == TOO_FEW_SESSIONS else None,
+                )
+                estimates.append(est_row)
+    return contrasts, estimates
+
+
+# --------------------------------------------------------------------------- other derived tables
+
+
+def phase_mask_table(
+    requests: Any, qualification: Any, campaign: str = "phase_mask", reference_arm: str = REFERENCE_ARM
+) -> list[dict[str, Any]]:
+    """Rows of the ``phase_masks`` table.
+
+    For each family and mask of the non-reference arms: ``matches`` = ok
+    requests whose endpoint equals the (stable) reference of their task,
+    ``n_tasks`` = tasks of the family's panel, ``repeats`` = the largest number
+    of distinct repeats of a task under the mask (non-warmup rows),
+    ``passes`` = matches == n_tasks * repeats > 0, ``minimal`` = passes and no
+    proper sub-mask in the table passes.
+    """
+    reqs = [r for r in records(requests) if r["campaign"] == campaign]
+    ref: dict[tuple[str, str], str | None] = {}
+    tasks: dict[str, set] = defaultdict(set)
+    for q in records(qualification):
+        if q["campaign"] != campaign:
+            continue
+        tasks[q["family"]].add(q["task_id"])
+        ref[(q["family"], q["task_id"])] = q["ref_endpoint_sha256"] if q["ref_stable"] else None
+    matches: dict[tuple[str, int], int] = defaultdict(int)
+    reps: dict[tuple[str, int, str], set] = defaultdict(set)
+    masks: dict[str, set] = defaultdict(set)
+    for r in reqs:
+        if r["arm"] == reference_arm or r["status"] == "excluded_warmup":
+            continue
+        fam, m = r["family"], int(r["mask"])
+        masks[fam].add(m)
+        reps[(fam, m, r["task_id"])].add((r["session"], r["repeat"]))
+        if r["status"] == "ok":
+            rs = ref.get((fam, r["task_id"]))
+            if rs is not None and r["endpoint_sha256"] == rs:
+                matches[(fam, m)] += 1
+    rows = []
+    for fam in sorted(masks):
+        n_tasks = len(tasks.get(fam, ()))
+        passes = {}
+        info = {}
+        for m in sorted(masks[fam]):
+            repeats = max((len(v) for (f, mm, _t), v in reps.items() if f == fam and mm == m), default=0)
+            ok = n_tasks * repeats > 0 and matches[(fam, m)] == n_tasks * repeats
+            passes[m] = ok
+            info[m] = (repeats, matches[(fam, m)])
+        for m in sorted(masks[fam]):
+            minimal = passes[m] and not any(passes[s] for s in passes if s != m and (s & m) == s)
+            rows.append(
+                dict(
+                    family=fam,
+                    mask=m,
+                    matches=info[m][1],
+                    n_tasks=n_tasks,
+                    repeats=info[m][0],
+                    passes=passes[m],
+                    minimal=minimal,
+                )
+            )
+    return rows
+
+
+def session_gaps(sessions: Any) -> list[dict[str, Any]]:
+    """Fill ``gap_before_s`` of ``sessions`` rows: start minus the previous session's end.
+
+    Previous = the session of the same campaign and family that started
+    immediately before (by ``started_utc``); the first has a null gap.
+    """
+    import datetime as dt
+
+    def ts(s: str) -> dt.datetime:
+        return dt.datetime.fromisoformat(s.replace("Z", "+00:00"))
+
+    rows = [dict(r) for r in records(sessions)]
+    groups: dict[tuple, list[dict]] = defaultdict(list)
+    for r in rows:
+        groups[(r["campaign"], r["family"])].append(r)
+    for g in groups.values():
+        g.sort(key=lambda r: (ts(r["started_utc"]), r["session"]))
+        prev = None
+        for r in g:
+            r["gap_before_s"] = None if prev is None else (ts(r["started_utc"]) - ts(prev["ended_utc"])).total_seconds()
+            prev = r
+    return rows
+
+
+def acceptance(requests: Any) -> list[dict[str, Any]]:
+    """Draft acceptance per family and draft: sum(accepted) / sum(proposals) over ok spec rows."""
+    acc: dict[tuple[str, str], list[int]] = {}
+    for r in records(requests):
+        if r["status"] != "ok" or r["mode"] != "spec" or r["draft"] is None or r["proposals"] is None:
+            continue
+        a = acc.setdefault((r["family"], r["draft"]), [0, 0, 0])
+        a[0] += int(r["proposals"])
+        a[1] += int(r["accepted"] or 0)
+        a[2] += 1
+    out = []
+    for (fam, draft), (p, a, n) in sorted(acc.items()):
+        out.append(
+            dict(family=fam, draft=draft, proposals=p, accepted=a, requests=n, acceptance=(a / p) if p else None)
+        )
+    return out
+
+
+def status_counts(requests: Any) -> list[dict[str, Any]]:
+    """Ledger summary from ``requests``: rows per campaign and status, with the distinct reasons."""
+    acc: dict[tuple[str, str], dict] = {}
+    for r in records(requests):
+        a = acc.setdefault(
+            (r["campaign"], r["status"]), dict(campaign=r["campaign"], status=r["status"], count=0, reasons={})
+        )
+        a["count"] += 1
+        if r["reason"]:
+            a["reasons"][r["reason"]] = a["reasons"].get(r["reason"], 0) + 1
+    order = {"ok": 0, "failed": 1, "disqualified": 2, "excluded_warmup": 3}
+    return [acc[k] for k in sorted(acc, key=lambda k: (k[0], order.get(k[1], 9)))]
