@@ -72,7 +72,7 @@ def test_contexts_and_cli():
     cs = e1.contexts("smollm2-135m", 30)
     assert len(cs) == 24 and len({c.id for c in cs}) == 24
     assert sorted({c.layer for c in cs}) == [0, 15, 29]
-    assert cli.SUBCOMMANDS["replay"][0] == "refspec.experiments.replay"
+    assert cli.SUBCOMMANDS["replay"][0] == "refspec.commands.replay"
 
 
 @pytest.mark.parametrize("phase", ["prefill", "continuation"])

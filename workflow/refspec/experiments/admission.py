@@ -17,9 +17,7 @@ Writes ``admission.json`` (rows + environment) and ``admission.csv`` (rows); see
 
 from __future__ import annotations
 
-import argparse
 import json
-import sys
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -28,7 +26,8 @@ from typing import Any
 
 import numpy as np
 
-from ..core.errors import EXIT_OK, UsageError
+from ..core import tables as T
+from ..core.errors import UsageError
 from ..core.fsutil import atomic_write_text
 from ..core.layouts import REPLAYED_LAYOUTS
 from . import operands as R
@@ -236,8 +235,6 @@ def run_admission(
 
 def write_results(result: dict[str, Any], out_dir: str | Path, family: str | None = None) -> dict[str, Path]:
     """``admission.json`` (rows + environment) and the ``admission`` table (Parquet + CSV, anc/tables.md)."""
-    from ..core import tables as T
-
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     fam = family or result.get("family") or str(result.get("shape", {}).get("source", "cli"))
@@ -246,87 +243,3 @@ def write_results(result: dict[str, Any], out_dir: str | Path, family: str | Non
     atomic_write_text(jpath, json.dumps(result, indent=2, sort_keys=True) + "\n")
     paths = T.write_table([{"family": fam, **{c: r[c] for c in CSV_COLUMNS}} for r in result["rows"]], "admission", out)
     return {"json": jpath, **paths}
-
-
-def _queries(text: str) -> list[int]:
-    out: list[int] = []
-    for part in text.split(","):
-        if "-" in part:
-            a, b = part.split("-", 1)
-            out += list(range(int(a), int(b) + 1))
-        elif part:
-            out.append(int(part))
-    if not out or min(out) < 1:
-        raise UsageError(f"bad --queries {text!r}")
-    return out
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--backend",
-        default="auto",
-        help="ggml device or registry name (CPU, CUDA0, Vulkan0, ...; auto: the configured build's device)",
-    )
-    p.add_argument("--gguf", help="read head counts, head dim and context length from this GGUF")
-    p.add_argument("--family", help="read the shape from this family's target GGUF (the config's family with --config)")
-    p.add_argument("--config", help="workflow config: its family (without --gguf) and its build (auto backend)")
-    p.add_argument("--n-head", type=int, help="query heads")
-    p.add_argument("--n-head-kv", type=int, help="KV heads (default: --n-head)")
-    p.add_argument("--head-dim", type=int, help="head dimension")
-    p.add_argument("--n-kv", type=int, help="key extent / context length (default: the GGUF's, else 256)")
-    p.add_argument("--queries", default="1-4", help="occupied queries, e.g. 1-4 or 1,2 (default 1-4)")
-    p.add_argument("--layouts", default="mq,pq,qb", help="layouts (default mq,pq,qb)")
-    p.add_argument("--out", help="directory for admission.json and admission.csv")
-    p.add_argument("--tool", help="path to refspec-replay (default: $REFSPEC_REPLAY_TOOL, else the configured build's)")
-    p.add_argument("--threads", type=int, default=1)
-
-
-_DEVICE = {"cpu": "CPU", "cuda": "CUDA0", "vulkan": "Vulkan0"}
-
-
-def run(args: argparse.Namespace) -> int:
-    family = args.family
-    cfg = None
-    if args.config or args.family or args.backend == "auto":
-        from ..core.config import load_config
-
-        cfg = load_config(args.config)
-    if args.backend == "auto":
-        args.backend = _DEVICE.get(str((cfg.get("native") or {}).get("backend", "cpu")), "CPU")
-    if not args.gguf and not args.n_head and (args.family or args.config):
-        from ..native.models import config_families_file, ensure_family
-
-        family = args.family or cfg["family"]
-        files = ensure_family(family, models_dir=cfg.get("models_dir"), families_file=config_families_file(cfg))
-        args.gguf = str(files.target.path)
-    if args.gguf:
-        shape = gguf_attention_shape(args.gguf, args.n_kv)
-    else:
-        if not (args.n_head and args.head_dim):
-            raise UsageError("give --gguf, or --n-head and --head-dim (and optionally --n-head-kv, --n-kv)")
-        shape = AttentionShape(args.n_head, args.n_head_kv or args.n_head, args.head_dim, args.n_kv or 256)
-    layouts = [x for x in args.layouts.split(",") if x]
-    for lay in layouts:
-        if lay not in REPLAYED_LAYOUTS:
-            raise UsageError(f"unknown layout {lay!r}")
-    tool = R.resolve_tool(args.tool, cfg)
-    res = run_admission(
-        tool, args.backend, shape, queries=_queries(args.queries), layouts=layouts, threads=args.threads
-    )
-    b = res["backend"]
-    print(
-        f"refspec admission: {b['device']} ({b['description']}), h={shape.n_head}/{shape.n_head_kv}, "
-        f"d={shape.head_dim}, n_kv={shape.n_kv} [{shape.source}]"
-    )
-    for r in res["rows"]:
-        extra = f"  {r['reason']}" if r["reason"] else ""
-        print(
-            f"  {r['layout']} q={r['q']} {r['op']:<11} {r['verdict']:<7} observed={r['observed']}"
-            f"{' FALLBACK' if r['fallback'] else ''}{extra}"
-        )
-    for e in res["errors"]:
-        print(f"  ERROR {e}", file=sys.stderr)
-    if args.out:
-        paths = write_results(res, args.out, family)
-        print(f"  wrote {paths['json']}, {paths['parquet']}, {paths['csv']}")
-    return EXIT_OK if not res["errors"] else 1

@@ -41,10 +41,13 @@ from ..core.errors import IntegrityError, RefspecError, UsageError
 from ..core.fsutil import atomic_write_bytes, atomic_write_text
 from ..core.hashing import sha256_bytes, sha256_file
 from ..core.layouts import REPLAYED_LAYOUTS
+from ..native import build as native
 
 MAGIC = b"RFSPOPS1"
 ALIGN = 64
 FORMAT_VERSION = 1
+# the ggml device the replay tools use by default on a build of each backend
+BACKEND_DEVICES = {"cpu": "CPU", "cuda": "CUDA0", "vulkan": "Vulkan0"}
 FAULTS = ("gqa_interleaved", "mask_shared", "output_swapped", "stride_off_by_one")
 STAGES = ("kq", "kq_soft_max", "kqv", "out")
 
@@ -674,6 +677,4 @@ def resolve_tool(tool: str | Path | None = None, config: dict | None = None) -> 
     env = os.environ.get("REFSPEC_REPLAY_TOOL")
     if env:
         return resolve_tool(env)
-    from ..native import build as native
-
     return native.current(config).replay_tool

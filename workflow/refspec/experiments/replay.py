@@ -35,7 +35,6 @@ history is prefilled with ``history_layout`` unless the device refuses it, then 
 
 from __future__ import annotations
 
-import argparse
 import json
 import shutil
 import sys
@@ -47,11 +46,14 @@ from typing import Any
 
 import numpy as np
 
+from ..core import tables
 from ..core.endpoint import Endpoint, first_difference
-from ..core.errors import EXIT_FAILED, EXIT_OK, AdmissionError, RefspecError, UsageError
+from ..core.errors import AdmissionError, RefspecError, UsageError
 from ..core.fsutil import atomic_write_text
+from ..core.hashing import sha256_bytes
 from ..core.layouts import REPLAYED_LAYOUTS
 from ..engine.transaction import greedy_continuation
+from ..native import models, runtime
 from ..native.runtime import Context, ContextSpec, layout_refusal
 from . import operands as R
 from .capture import STAGES, OperandCapture, operands_from_capture
@@ -187,8 +189,6 @@ def observe(
 
     With ``capture`` the operand callback is installed and records the measured micrograph only.
     """
-    from ..core.hashing import sha256_bytes
-
     cap = OperandCapture([ctx.layer]) if capture else None
     rows, pos0 = prompt.rows(ctx.phase, ctx.q)
     with Context(model, settings.spec(layout), capture=cap) as c:
@@ -310,21 +310,8 @@ def _visible(mask: np.ndarray) -> list[int]:
     return [int(x) for x in np.isfinite(mask).sum(axis=1)]
 
 
-def evaluate_context(
-    cc: CapturedContext, tool: str | Path, settings: Settings, workdir: str | Path
-) -> tuple[list[dict], dict]:
-    """Replay a captured context twice, run the controls and compare the layouts.
-
-    Returns the context's ``replay`` table rows (one per stage) and its detail record.
-    """
-    ctx = cc.context
-    wd = Path(workdir)
-    problems = list(cc.problems)
-    detail: dict[str, Any] = {"context": ctx.id, **asdict(ctx)}
-    detail["device_refused"] = dict(cc.refused)
-    detail["comparison_layout"] = cc.comparison_layout
-
-    # capture on/off endpoints (of the layouts the device ran)
+def _endpoint_controls(cc: CapturedContext, problems: list[str]) -> dict[str, dict]:
+    """Capture on/off endpoints (of the layouts the device ran)."""
     endpoints = {}
     for layout in cc.observations:
         a, b = cc.observations[layout], cc.controls_off[layout]
@@ -338,41 +325,51 @@ def evaluate_context(
         }
         if diff is not None:
             problems.append(f"capture on/off {layout}: endpoints differ at token {diff}")
-    detail["endpoints"] = endpoints
+    return endpoints
 
-    # two replays of every operand file with every layout, in two tool processes
+
+def _replay_twice(
+    cc: CapturedContext, tool: str | Path, settings: Settings, wd: Path, problems: list[str], detail: dict[str, Any]
+) -> tuple[dict[tuple[str, str, int], dict[str, np.ndarray]], list[dict]]:
+    """Two replays of every operand file with every layout, in two tool processes:
+    the stages by (capture, layout, repeat) and the tool reports."""
+    ctx = cc.context
     stages: dict[tuple[str, str, int], dict[str, np.ndarray]] = {}
     reports = []
     files = dict(cc.files)
-    if files:
-        for rep in range(1, REPEATS + 1):
-            jobs = [
-                R.ReplayJob(path, REPLAYED_LAYOUTS, "none", wd / f"{ctx.id}.{lay}.r{rep}")
-                for lay, path in files.items()
-            ]
-            try:
-                report = R.run_replay(tool, jobs, backend=settings.backend, threads=settings.replay_threads, workdir=wd)
-            except RefspecError as e:
-                problems.append(f"replay {rep}: {e}")
-                continue
-            reports.append(
-                {k: report.get(k) for k in ("backend", "sched_backends", "threads", "ggml_commit", "input_sha256")}
-            )
-            by_input = {str(p): lay for lay, p in files.items()}
-            for job in report["jobs"]:
-                src = by_input.get(job["input"])
-                if job.get("status") != "ok" and job.get("error"):
-                    problems.append(f"replay {rep} {src}: {job['error']}")
-                for ev in job.get("evaluations", []):
-                    if ev.get("status") != "ok":
-                        problems.append(f"replay {rep} {src}/{ev.get('layout')}: {ev.get('error')}")
-                        continue
-                    if ev.get("fallback"):
-                        detail.setdefault("fallback", []).append(f"{src}/{ev['layout']} r{rep}")
-                    stages[(src, ev["layout"], rep)] = R.read_stages(ev["stages"])
-    detail["replay_reports"] = reports
+    if not files:
+        return stages, reports
+    for rep in range(1, REPEATS + 1):
+        jobs = [
+            R.ReplayJob(path, REPLAYED_LAYOUTS, "none", wd / f"{ctx.id}.{lay}.r{rep}") for lay, path in files.items()
+        ]
+        try:
+            report = R.run_replay(tool, jobs, backend=settings.backend, threads=settings.replay_threads, workdir=wd)
+        except RefspecError as e:
+            problems.append(f"replay {rep}: {e}")
+            continue
+        reports.append(
+            {k: report.get(k) for k in ("backend", "sched_backends", "threads", "ggml_commit", "input_sha256")}
+        )
+        by_input = {str(p): lay for lay, p in files.items()}
+        for job in report["jobs"]:
+            src = by_input.get(job["input"])
+            if job.get("status") != "ok" and job.get("error"):
+                problems.append(f"replay {rep} {src}: {job['error']}")
+            for ev in job.get("evaluations", []):
+                if ev.get("status") != "ok":
+                    problems.append(f"replay {rep} {src}/{ev.get('layout')}: {ev.get('error')}")
+                    continue
+                if ev.get("fallback"):
+                    detail.setdefault("fallback", []).append(f"{src}/{ev['layout']} r{rep}")
+                stages[(src, ev["layout"], rep)] = R.read_stages(ev["stages"])
+    return stages, reports
 
-    # own-path correspondence: a layout's capture replayed with that layout equals the native stages
+
+def _own_path(
+    files: dict[str, Path], stages: dict, problems: list[str]
+) -> tuple[dict[str, dict[str, np.ndarray]], dict[str, R.Operands]]:
+    """Own-path correspondence: a layout's capture replayed with that layout equals the native stages."""
     refs: dict[str, dict[str, np.ndarray]] = {}
     ops_by: dict[str, R.Operands] = {}
     for lay, path in files.items():
@@ -394,8 +391,10 @@ def evaluate_context(
             cmp = R.compare(refs[lay][s], got[s])
             if not cmp.bitwise_equal:
                 problems.append(f"own-path {lay} {s}: native and replay differ ({_short(cmp)})")
+    return refs, ops_by
 
-    # repeatability
+
+def _repeatability(stages: dict, problems: list[str]) -> None:
     for (src, lay, rep), st in sorted(stages.items()):
         if rep != 1:
             continue
@@ -408,7 +407,9 @@ def evaluate_context(
             if not cmp.bitwise_equal:
                 problems.append(f"repeatability {src}/{lay} {s}: replays differ ({_short(cmp)})")
 
-    # informative: native pq vs native qb, and operand identity across the repaired captures
+
+def _native_relations(refs: dict, ops_by: dict, detail: dict[str, Any]) -> None:
+    """Informative: native pq vs native qb, and operand identity across the repaired captures."""
     if "pq" in refs and "qb" in refs:
         detail["native_pq_eq_qb"] = {
             s: bool(R.compare(refs["pq"][s], refs["qb"][s]).bitwise_equal)
@@ -427,9 +428,9 @@ def evaluate_context(
             )
         )
 
-    # comparisons on the operands of the comparison capture
-    base = cc.comparison_layout
-    cmp_ops = ops_by.get(base)
+
+def _comparison_operands(cmp_ops: R.Operands | None, detail: dict[str, Any]) -> list[int]:
+    """The comparison capture's visible keys per query, key extent and attention shape."""
     vis = _visible(cmp_ops.logical_mask()) if cmp_ops is not None else []
     detail["visible_keys"] = vis
     detail["key_extent"] = cmp_ops.n_kv if cmp_ops is not None else None
@@ -444,6 +445,64 @@ def evaluate_context(
         if cmp_ops is not None
         else None
     )
+    return vis
+
+
+def _stage_comparison(stages: dict, base: str, s: str, ok: bool, reason: str | None) -> tuple[dict, dict]:
+    """One stage's layout relations on the comparison capture's operands: (record, table cells)."""
+    mq, pq, qb = (stages[(base, lay, 1)][s] for lay in REPLAYED_LAYOUTS)
+    c_pq_qb, c_mq_pq, c_mq_qb = R.compare(pq, qb), R.compare(mq, pq), R.compare(mq, qb)
+    rec: dict[str, Any] = {"pq_qb": c_pq_qb.as_dict(), "mq_pq": c_mq_pq.as_dict(), "mq_qb": c_mq_qb.as_dict()}
+    for other in (lay for lay in REPLAYED_LAYOUTS if lay != base):  # the same relations on the other captures' operands
+        if all((other, lay, 1) in stages for lay in REPLAYED_LAYOUTS):
+            o = {lay: stages[(other, lay, 1)][s] for lay in REPLAYED_LAYOUTS}
+            rec[f"on_{other}_operands"] = {
+                "pq_eq_qb": R.compare(o["pq"], o["qb"]).bitwise_equal,
+                "mq_eq_pq": R.compare(o["mq"], o["pq"]).bitwise_equal,
+            }
+    max_abs = c_mq_pq.max_abs_diff
+    row_ok, row_reason = ok, reason
+    if not np.isfinite(max_abs):
+        row_ok = False
+        row_reason = "; ".join(filter(None, [reason, f"non-finite MQ difference at {s}"]))
+        max_abs = 0.0
+    first = None
+    if c_mq_pq.first_diff is not None:
+        first = int(np.ravel_multi_index(c_mq_pq.first_diff, mq.shape))
+    row = {
+        "pq_eq_qb": c_pq_qb.bitwise_equal,
+        "mq_eq_pq": c_mq_pq.bitwise_equal,
+        "max_abs_mq": float(max_abs),
+        "max_ulp_mq": max(0, int(c_mq_pq.max_ulp)),
+        "first_diff": first,
+        "control_ok": row_ok,
+        "reason": row_reason,
+    }
+    return rec, row
+
+
+def evaluate_context(
+    cc: CapturedContext, tool: str | Path, settings: Settings, workdir: str | Path
+) -> tuple[list[dict], dict]:
+    """Replay a captured context twice, run the controls and compare the layouts.
+
+    Returns the context's ``replay`` table rows (one per stage) and its detail record.
+    """
+    ctx = cc.context
+    wd = Path(workdir)
+    problems = list(cc.problems)
+    detail: dict[str, Any] = {"context": ctx.id, **asdict(ctx)}
+    detail["device_refused"] = dict(cc.refused)
+    detail["comparison_layout"] = cc.comparison_layout
+    detail["endpoints"] = _endpoint_controls(cc, problems)
+    stages, detail["replay_reports"] = _replay_twice(cc, tool, settings, wd, problems, detail)
+    files = dict(cc.files)
+    refs, ops_by = _own_path(files, stages, problems)
+    _repeatability(stages, problems)
+    _native_relations(refs, ops_by, detail)
+    # comparisons on the operands of the comparison capture
+    base = cc.comparison_layout
+    vis = _comparison_operands(ops_by.get(base), detail)
     detail["files"] = {lay: str(p) for lay, p in files.items()}
     per_stage: dict[str, dict[str, Any]] = {}
     have = all((base, lay, 1) in stages for lay in REPLAYED_LAYOUTS)
@@ -455,36 +514,7 @@ def evaluate_context(
     for s in STAGES:
         rec: dict[str, Any] = {}
         if have:
-            mq, pq, qb = (stages[(base, lay, 1)][s] for lay in REPLAYED_LAYOUTS)
-            c_pq_qb, c_mq_pq, c_mq_qb = R.compare(pq, qb), R.compare(mq, pq), R.compare(mq, qb)
-            rec = {"pq_qb": c_pq_qb.as_dict(), "mq_pq": c_mq_pq.as_dict(), "mq_qb": c_mq_qb.as_dict()}
-            for other in (
-                lay for lay in REPLAYED_LAYOUTS if lay != base
-            ):  # the same relations on the other captures' operands
-                if all((other, lay, 1) in stages for lay in REPLAYED_LAYOUTS):
-                    o = {lay: stages[(other, lay, 1)][s] for lay in REPLAYED_LAYOUTS}
-                    rec[f"on_{other}_operands"] = {
-                        "pq_eq_qb": R.compare(o["pq"], o["qb"]).bitwise_equal,
-                        "mq_eq_pq": R.compare(o["mq"], o["pq"]).bitwise_equal,
-                    }
-            max_abs = c_mq_pq.max_abs_diff
-            row_ok, row_reason = ok, reason
-            if not np.isfinite(max_abs):
-                row_ok = False
-                row_reason = "; ".join(filter(None, [reason, f"non-finite MQ difference at {s}"]))
-                max_abs = 0.0
-            first = None
-            if c_mq_pq.first_diff is not None:
-                first = int(np.ravel_multi_index(c_mq_pq.first_diff, mq.shape))
-            row = {
-                "pq_eq_qb": c_pq_qb.bitwise_equal,
-                "mq_eq_pq": c_mq_pq.bitwise_equal,
-                "max_abs_mq": float(max_abs),
-                "max_ulp_mq": max(0, int(c_mq_pq.max_ulp)),
-                "first_diff": first,
-                "control_ok": row_ok,
-                "reason": row_reason,
-            }
+            rec, row = _stage_comparison(stages, base, s, ok, reason)
         else:
             row = {
                 "pq_eq_qb": False,
@@ -617,8 +647,6 @@ def run_e1(
     progress: bool = True,
 ) -> E1Result:
     """Capture, replay and compare every E1 context of one family; files go under ``out_dir/e1``."""
-    from ..native import models, runtime
-
     t0 = time.monotonic()
     files = models.ensure_family(family, models_dir=models_dir, families_file=families_file)
     model = runtime.Model(
@@ -638,7 +666,7 @@ def run_e1(
         details: list[dict] = []
         bar = None
         if progress:
-            from tqdm import tqdm
+            from tqdm import tqdm  # lazy: the progress bar only
 
             bar = tqdm(total=len(ctxs), desc=f"E1 {family}", unit="ctx", file=sys.stderr)
         backend = None
@@ -676,8 +704,6 @@ def run_e1(
 
 def write_results(result: E1Result, out_dir: str | Path) -> dict[str, Path]:
     """The ``replay`` table (Parquet + CSV), ``e1_summary.json`` and ``e1_contexts.json``."""
-    from ..core import tables
-
     out = Path(out_dir)
     paths = tables.write_table(result.rows, "replay", out)
     paths["summary"] = out / "e1_summary.json"
@@ -751,89 +777,3 @@ def format_summary(s: dict[str, Any]) -> str:
     for w in s["withheld"]:
         lines.append(f"  WITHHELD {w['context']}: {w['reason']}")
     return "\n".join(lines)
-
-
-# ------------------------------------------------------------------------------------------
-# CLI
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--family", default="smollm2-135m", help="model family (default smollm2-135m)")
-    p.add_argument("--out", required=True, help="directory for replay.parquet/.csv, e1_summary.json, e1/ files")
-    p.add_argument("--config", help="workflow config (its native: section selects the build)")
-    p.add_argument(
-        "--backend",
-        default="auto",
-        help="ggml device of the replay tool (default: CUDA0/Vulkan0 for a GPU build, else CPU)",
-    )
-    p.add_argument(
-        "--gpu-layers",
-        type=int,
-        default=None,
-        help="model layers on the GPU (default: all for a GPU build, 0 for a CPU build)",
-    )
-    p.add_argument("--threads", type=int, default=1, help="CPU threads of the model and the tool (default 1)")
-    p.add_argument("--layers", help="comma-separated layers (default: the config's e1.layers, else 0, L/2, L-1)")
-    p.add_argument("--phases", default=",".join(PHASES))
-    p.add_argument("--q", help="query widths (default: the config's e1.q, else 1,2,3,4)")
-    p.add_argument(
-        "--continue-tokens",
-        type=int,
-        default=Settings.n_continue,
-        help="greedy tokens after the measured rows for the capture on/off endpoint",
-    )
-    p.add_argument("--tool", help="path to refspec-replay (default: $REFSPEC_REPLAY_TOOL, else the configured build's)")
-    p.add_argument("--no-progress", action="store_true")
-
-
-_DEFAULT_DEVICE = {"cpu": "CPU", "cuda": "CUDA0", "vulkan": "Vulkan0"}
-
-
-def run(args: argparse.Namespace) -> int:
-    from ..core.config import load_config
-    from ..native import build as native
-    from ..native import runtime
-    from ..native.models import config_families_file
-
-    config = load_config(args.config) if args.config else {}
-    build = native.current(config)
-    runtime.load(build.lib_dir)
-    kind = build.record.get("options", {}).get("backend", "cpu")
-    backend = _DEFAULT_DEVICE.get(kind, "CPU") if args.backend == "auto" else args.backend
-    from ..core.config import gpu_layers as run_gpu_layers
-
-    gpu_layers = (
-        args.gpu_layers
-        if args.gpu_layers is not None
-        else run_gpu_layers({**(config or {}), "native": {**((config or {}).get("native") or {}), "backend": kind}})
-    )
-    tool = R.resolve_tool(args.tool or build.replay_tool)
-    settings = Settings(
-        threads=args.threads,
-        n_continue=args.continue_tokens,
-        n_gpu_layers=gpu_layers,
-        backend=backend,
-        replay_threads=args.threads,
-    )
-    sizes = (config or {}).get("e1") or {}
-    layers_s = args.layers if args.layers is not None else sizes.get("layers")
-    layers = [int(x) for x in str(layers_s).split(",")] if layers_s else None
-    phases = [x.strip() for x in args.phases.split(",") if x.strip()]
-    qs = [int(x) for x in str(args.q if args.q is not None else sizes.get("q", "1,2,3,4")).split(",")]
-    res = run_e1(
-        args.family,
-        args.out,
-        tool=tool,
-        settings=settings,
-        layers=layers,
-        phases=phases,
-        qs=qs,
-        models_dir=(config or {}).get("models_dir"),
-        progress=not args.no_progress,
-        families_file=config_families_file(config),
-    )
-    res.summary["native_build"] = {"key": build.key, "backend": kind}
-    paths = write_results(res, args.out)
-    print(format_summary(res.summary))
-    print(f"  wrote {paths['parquet']}, {paths['csv']}, {paths['summary']}, {paths['contexts']}")
-    return EXIT_OK if res.summary["controls_passed"] == res.summary["contexts"] else EXIT_FAILED
