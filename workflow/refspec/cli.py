@@ -31,7 +31,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "main": ("refspec.commands.main", "run the main job (Snakemake) on the embedded default"),
     "test": ("refspec.commands.test", "prepare the native build and models, then run the tests"),
     "audit": ("refspec.commands.audit", "representation audit: address/FP64 oracles and injected faults"),
-    "admission": ("refspec.experiments.admission", "backend admission of the lifted attention shapes"),
+    "admission": ("refspec.commands.admission", "backend admission of the lifted attention shapes"),
     "manifest": ("refspec.commands.manifest", "write the source manifest, or freeze-check against a stored one"),
     "keygen": ("refspec.commands.keygen", "write an Ed25519 key pair for sealing (outside the repository)"),
     "key-id": (
@@ -46,7 +46,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "artifacts": ("refspec.commands.artifacts", "list the run's artifacts for the source manifest"),
     "keys-ensure": ("refspec.commands.keys_ensure", "create the signing key once and copy its public half"),
     "replay": (
-        "refspec.experiments.replay",
+        "refspec.commands.replay",
         "numerical replay (E1): capture attention operands of the target, replay mq/pq/qb",
     ),
     "report": ("refspec.commands.report", "render report.html, report.tex/.pdf and numbers.json from result tables"),
