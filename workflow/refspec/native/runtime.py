@@ -27,6 +27,9 @@ import numpy as np
 
 from ..core.errors import AdmissionError, DecodeError, IntegrityError, PlacementError, RefspecError
 from ..core.fetch import verify_sha256
+from ..core.fsutil import atomic_write_text
+from ..core.paths import cache_dir
+from . import build as native
 
 LAYOUT_CODES = {"mq": 0, "pq": 1, "qb": 2, "gs": 3}  # the native ABI's code of each layout (refspec.core.layouts)
 LAYOUT_NAMES = {v: k for k, v in LAYOUT_CODES.items()}
@@ -84,8 +87,6 @@ def load(lib_dir: str | Path | None = None):
         if lib_dir is None:
             lib_dir = os.environ.get("LLAMA_CPP_LIB_PATH")
         if lib_dir is None:
-            from . import build as native
-
             lib_dir = native.current().lib_dir
         lib_dir = Path(lib_dir)
         if not (lib_dir / "libllama.so").exists():
@@ -202,8 +203,6 @@ def check_gguf(path: str | Path, expected_sha256: str | None = None) -> None:
         # the pin first (0.3 s for 150 MB); the structure walk below (seconds: every metadata
         # array) is done once per content digest: the same bytes have the same structure
         verify_sha256(p, expected_sha256)
-        from ..core.paths import cache_dir
-
         checked = cache_dir() / "gguf-checked" / str(expected_sha256).lower()
         if checked.is_file():
             return
@@ -219,8 +218,6 @@ def check_gguf(path: str | Path, expected_sha256: str | None = None) -> None:
     if end > size:
         raise IntegrityError(f"{p}: truncated GGUF: tensor data ends at byte {end}, file has {size}")
     if checked is not None:
-        from ..core.fsutil import atomic_write_text
-
         checked.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_text(checked, f"GGUF structure checked: {size} bytes, tensor data ends at {end}\n")
 

