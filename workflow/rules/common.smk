@@ -57,7 +57,6 @@ STAGE_SLOTS = (
     ]
 )
 CAMPAIGN_DONE = [f"{RESULTS}/campaigns/{s}.done" for s in SLOTS + STAGE_SLOTS]
-CAMPAIGN_DIRS = []
 DEFINITIONS = config["campaigns"]["definitions"]
 # the code the manifest pins: a change to any of it makes a new manifest (and the
 # freeze check then refuses to resume a campaign begun under the old one)

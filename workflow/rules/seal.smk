@@ -16,7 +16,6 @@ rule keys:
 rule assemble:
     input:
         manifest=f"{PROV}/manifest.json",
-        campaigns=CAMPAIGN_DIRS,
         done=CAMPAIGN_DONE,
     output:
         directory(STAGE),
@@ -27,8 +26,7 @@ rule assemble:
     params:
         results=lambda wildcards, input: Path(input.manifest).parent.parent,
         campaigns=lambda wildcards, input: " ".join(
-            f"--campaign {c}"
-            for c in [*input.campaigns, *(d[: -len(".done")] for d in input.done)]
+            f"--campaign {c}" for c in (d[: -len(".done")] for d in input.done)
         ),
     shell:
         "refspec assemble --results {params.results} --manifest {input.manifest} --out {output}"
