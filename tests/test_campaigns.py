@@ -231,7 +231,7 @@ def _our_workers(out: Path) -> list[int]:
                 cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode()
             except OSError:
                 continue
-            if "refspec.engine.worker" in cmd and str(out) in cmd:
+            if "refspec.commands.worker" in cmd and str(out) in cmd:
                 pids.append(int(d.name))
     return pids
 
@@ -332,7 +332,7 @@ def test_replication_killed_three_times_resumes_with_everything_intact(tmp_path,
     # the gap held across the kill between sessions
     end1 = next(r for r in recs if r["kind"] == "session_end" and r["session"] == "s01")
     start2 = next(r for r in recs if r["kind"] == "session_start" and r["session"] == "s02")
-    from refspec.campaigns.scheduler import parse_utc
+    from refspec.campaigns.runner import parse_utc
 
     assert (parse_utc(start2["time"]) - parse_utc(end1["time"])).total_seconds() >= 4
     est = read_records("estimates", cdir)

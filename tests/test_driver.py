@@ -29,7 +29,9 @@ from refspec.core.hashing import sha256_file
 from refspec.core.panels import humaneval_tasks
 from refspec.core.paths import config_dir
 from refspec.core.tables import read_csv_records, read_records
-from refspec.engine.driver import Journal, Planned, PromptBook, RunContext, run_block
+from refspec.engine.context import Planned, PromptBook, RunContext
+from refspec.engine.driver import run_block
+from refspec.engine.journal import Journal
 from refspec.provenance.ledger import Ledger, verify_chain
 
 FAMILY = "smollm2-135m"

@@ -21,19 +21,12 @@ import pytest
 
 from refspec.core.arms import load_arms
 from refspec.core.config import gpu_layers
-from refspec.core.errors import EXIT_RUNTIME, ConfigError
+from refspec.core.errors import EXIT_RUNTIME, ConfigError, PlacementError
 from refspec.core.panels import humaneval_tasks
-from refspec.engine.driver import (
-    Journal,
-    PlacementError,
-    Planned,
-    PromptBook,
-    RunContext,
-    Worker,
-    WorkerSpec,
-    placement_problems,
-    run_block,
-)
+from refspec.engine.context import Planned, PromptBook, RunContext
+from refspec.engine.driver import run_block
+from refspec.engine.journal import Journal
+from refspec.engine.loopback import Worker, WorkerSpec, placement_problems
 from refspec.engine.spawn import ENV_GPU_PASSTHROUGH, ENV_PASSTHROUGH
 from refspec.native import runtime
 from refspec.provenance.ledger import Ledger

@@ -28,10 +28,12 @@ import pytest
 import yaml
 
 from refspec.core.arms import load_arms
-from refspec.core.errors import EXIT_RUNTIME, ConfigError
+from refspec.core.errors import EXIT_RUNTIME, ConfigError, PlacementError
 from refspec.core.panels import humaneval_tasks
 from refspec.core.paths import REPO_ROOT
-from refspec.engine.driver import Journal, PlacementError, Planned, PromptBook, RunContext, run_block
+from refspec.engine.context import Planned, PromptBook, RunContext
+from refspec.engine.driver import run_block
+from refspec.engine.journal import Journal
 from refspec.native import build as native
 from refspec.native import vulkan
 from refspec.provenance.ledger import Ledger

@@ -22,7 +22,7 @@ import pytest
 
 from refspec.core.arms import load_arms
 from refspec.core.hashing import sha256_json
-from refspec.engine.driver import Worker, WorkerSpec
+from refspec.engine.loopback import Worker, WorkerSpec
 from refspec.engine.spawn import ENV_GPU_PASSTHROUGH, worker_env
 from test_driver import one_thread_arms
 
@@ -252,7 +252,7 @@ def test_non_loopback_bind_needs_the_explicit_flag(tmp_path, lib_path, host):
         [
             sys.executable,
             "-m",
-            "refspec.engine.worker",
+            "refspec.commands.worker",
             "--family",
             "smollm2-135m",
             "--arm",
@@ -280,7 +280,7 @@ def test_with_the_flag_a_non_loopback_host_is_tried(tmp_path, lib_path):
         [
             sys.executable,
             "-m",
-            "refspec.engine.worker",
+            "refspec.commands.worker",
             "--family",
             "smollm2-135m",
             "--arm",

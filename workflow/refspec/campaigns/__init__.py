@@ -214,7 +214,9 @@ def prepare(
     from ..core.config import load_config
     from ..core.panels import resolve_panel, write_panel
     from ..native.models import config_families_file, ensure_family
-    from .scheduler import CampaignRun, RunSettings, schedule_record
+    from .records import RunSettings
+    from .runner import CampaignRun
+    from .scheduler import schedule_record
 
     name = normalize_name(name)
     cfg = load_config(config)

@@ -1,8 +1,8 @@
 """Black-box llama.cpp servers as arms (``kind: server``, see ``anc/servers.md``).
 
 A server arm is qualified and timed like refspec's own arms: :func:`start_server` is what
-:func:`refspec.engine.driver.start_worker` runs for it, and the :class:`ServerWorker` it returns has
-the worker's interface (``complete``, ``alive``, ``stop``, ``kill``, ...), so
+:func:`refspec.engine.launcher.start_process` runs for it, and the :class:`ServerWorker` it returns is
+an arm's process (:class:`refspec.engine.process.ArmProcess`: ``complete``, ``alive``, ``stop``, ``kill``, ...), so
 :func:`refspec.engine.driver.run_block` journals, ledgers and retries its requests the same way.
 
 - ``server.build: stock | patched``: refspec starts ``llama-server`` of the pinned source
@@ -44,18 +44,19 @@ from pathlib import Path
 from ..core.arms import Arm
 from ..core.endpoint import Endpoint
 from ..core.errors import EXIT_RUNTIME, RefspecError
+from ..core.fsutil import atomic_write_text
 from ..core.hashing import sha256_json
-from .driver import InvalidResponse, open_request
+from ..native import build as native
+from ..native.runtime import Model
+from .client import send_json
+from .context import RunContext, ledger_line, record
+from .errors import InvalidResponse
+from .process import WARMUP_TASK, Completion
+from .rows import request_row, warmup_record
 from .spawn import describe_exit, log_tail, spawn
 
 ENV_LAYOUT = "LLAMA_ATTN_LAYOUT"
 _VOCAB_SAMPLE = 2048
-
-
-def _driver():
-    from . import driver
-
-    return driver
 
 
 class ServerRefused(RefspecError):
@@ -97,34 +98,14 @@ def check_loopback(url: str) -> str:
     return url.rstrip("/")
 
 
-def parse_layout(value: str) -> tuple[str, int] | None:
-    """``qb`` / ``qb:15`` -> (layout, mask); None when malformed (the patched library refuses it)."""
-    name, _, mask = value.partition(":")
-    if name not in ("mq", "pq", "qb", "gs"):
-        return None
-    if ":" in value:
-        if not mask.isdigit() or len(mask) > 2 or int(mask) > 15:
-            return None
-        return name, int(mask)
-    return name, 15
-
-
 def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
         return s.getsockname()[1]
 
 
-def _http(method: str, url: str, body: dict | None = None, timeout: float = 30.0) -> tuple[int, bytes]:
-    data = None if body is None else json.dumps(body, separators=(",", ":")).encode("utf-8")
-    req = urllib.request.Request(
-        url, data=data, method=method, headers={"Content-Type": "application/json", "Connection": "close"}
-    )
-    return open_request(req, timeout)
-
-
 def _get_json(url: str, timeout: float = 30.0) -> dict:
-    _, raw = _http("GET", url, timeout=timeout)
+    _, raw = send_json("GET", url, timeout=timeout)
     return json.loads(raw)
 
 
@@ -160,8 +141,6 @@ def reference_vocabulary(target_path: Path, sha256: str, lib_dir: Path) -> Vocab
     """The reference target's vocabulary, read with the native build (once per process and file)."""
     if sha256 in _VOCABS:
         return _VOCABS[sha256]
-    from ..native.runtime import Model
-
     m = Model(target_path, sha256=sha256, lib_dir=lib_dir)
     try:
         lib = m._l
@@ -194,13 +173,13 @@ def vocabulary_problems(base_url: str, ref: Vocabulary, prompt_ids: list[int]) -
     if problems:
         return problems
     ids = ref.probe_ids(prompt_ids)
-    _, raw = _http("POST", base_url + "/detokenize", {"tokens": ids})
+    _, raw = send_json("POST", base_url + "/detokenize", {"tokens": ids})
     got = json.loads(raw).get("content")
     want = "".join(ref.piece(i) for i in ids)
     if got != want:
         # name the first token whose piece differs
         for i in ids:
-            _, r1 = _http("POST", base_url + "/detokenize", {"tokens": [i]})
+            _, r1 = send_json("POST", base_url + "/detokenize", {"tokens": [i]})
             if json.loads(r1).get("content") != ref.piece(i):
                 problems.append(
                     f"token {i} is {json.loads(r1).get('content')!r} on the server, {ref.piece(i)!r} in the reference"
@@ -270,7 +249,7 @@ def server_command(binary: Path, arm: Arm, target: Path, draft: Path | None, por
 
 
 class ServerWorker:
-    """A server arm's server, with the driver's worker interface."""
+    """A server arm's server: an :class:`refspec.engine.process.ArmProcess`."""
 
     def __init__(
         self,
@@ -291,6 +270,10 @@ class ServerWorker:
         self.ready = ready
         self.vocab = vocab
         self.next_index = 0
+
+    @property
+    def placement(self) -> dict | None:
+        return self.ready.get("placement")
 
     @property
     def fresh(self) -> bool:
@@ -359,11 +342,11 @@ class ServerWorker:
         """One timed request: submit -> parsed, validated response with a complete endpoint."""
         data = self.request_body(prompt_ids, cap)
         t0 = time.perf_counter_ns()
-        _status, raw = _http("POST", self.url + "/completion", data, timeout=timeout)
+        _status, raw = send_json("POST", self.url + "/completion", data, timeout=timeout)
         try:
             obj = json.loads(raw)
         except ValueError as e:
-            raise ResponseRefused(f"response is not JSON: {e}") from None
+            raise ResponseRefused(f"response is not JSON: {e}") from e
         ep, counters = endpoint_from_response(
             obj, n_prompt=len(prompt_ids), cap=cap, eog=self.vocab.eog, speculative=self.arm.speculative
         )
@@ -376,7 +359,7 @@ class ServerWorker:
             "request_id": request_id,
             "server": {"url": self.url, "pid": self.pid, "timings": obj.get("timings")},
         }
-        return _driver().Completion(t1 - t0, ep, None, counters, None, {"refspec": extra, "server": obj})
+        return Completion(t1 - t0, ep, None, counters, None, {"refspec": extra, "server": obj})
 
 
 def endpoint_from_response(obj, *, n_prompt: int, cap: int, eog: frozenset, speculative: bool):
@@ -421,9 +404,7 @@ def endpoint_from_response(obj, *, n_prompt: int, cap: int, eog: frozenset, spec
 # --------------------------------------------------------------------------- start (driver dispatch)
 
 
-def _server_build(ctx, variant: str):
-    from ..native import build as native
-
+def _server_build(ctx: RunContext, variant: str):
     rec = json.loads((Path(ctx.lib_dir).parent.parent / native.BUILD_RECORD).read_text())
     opts = native.BuildOptions(**rec["options"])
     return native.build_server(opts, variant, quiet=True)
@@ -440,7 +421,7 @@ def _wait_health(url: str, proc: subprocess.Popen, timeout: float, log_path: Pat
                 f"{log_tail(log_path, 40)}"
             )
         try:
-            st, raw = _http("GET", url + "/health", timeout=2.0)
+            st, raw = send_json("GET", url + "/health", timeout=2.0)
             if st == 200 and json.loads(raw).get("status") == "ok":
                 return
             last = raw.decode("utf-8", "replace")[:200]
@@ -453,7 +434,7 @@ def _wait_health(url: str, proc: subprocess.Popen, timeout: float, log_path: Pat
         time.sleep(0.1)
 
 
-def open_server(ctx, arm: Arm, wid: str) -> ServerWorker:
+def open_server(ctx: RunContext, arm: Arm, wid: str) -> ServerWorker:
     """Start (or attach to) the arm's server and check it; :class:`ServerRefused` when it cannot be timed."""
     s = arm.server
     ref = reference_vocabulary(ctx.files.target.path, ctx.files.target.sha256, Path(ctx.lib_dir))
@@ -468,7 +449,7 @@ def open_server(ctx, arm: Arm, wid: str) -> ServerWorker:
         try:
             _get_json(url + "/health", timeout=min(10.0, s.ready_timeout_s))
         except Exception as e:
-            raise ServerRefused(f"server {wid} at {url} does not answer /health: {e}") from None
+            raise ServerRefused(f"server {wid} at {url} does not answer /health: {e}") from e
         ready.update({"url": url, "fresh": False, "command": None})
     else:
         build = _server_build(ctx, s.build)
@@ -515,16 +496,15 @@ def open_server(ctx, arm: Arm, wid: str) -> ServerWorker:
     return ServerWorker(wid, arm, url, proc, log_path, ready, ref)
 
 
-def start_server(ctx, arm: Arm, block: int):
-    """What :func:`refspec.engine.driver.start_worker` does for a server arm: start, check, warm up, record."""
-    d = _driver()
+def start_server(ctx: RunContext, arm: Arm, block: int) -> tuple[ServerWorker, dict]:
+    """Start, check, warm up and record a server arm's server (its :data:`refspec.engine.launcher.LAUNCHERS` entry)."""
     wid = ctx.next_worker_id(arm.name)
     try:
         w = open_server(ctx, arm, wid)
     except ServerRefused as e:
-        d._ledger(ctx, "failure", f"server refused: {e}", worker=wid, arm=arm.name, block=block, outcome="failed")
+        ledger_line(ctx, "failure", f"server refused: {e}", worker=wid, arm=arm.name, block=block, outcome="failed")
         raise
-    d._ledger(
+    ledger_line(
         ctx,
         "worker_start",
         "fresh server for a block"
@@ -544,7 +524,7 @@ def start_server(ctx, arm: Arm, block: int):
         c = w.complete(ids, cap, request_id=f"{ctx.session}/{wid}/warmup")
     except Exception as e:
         w.kill()
-        d._ledger(
+        ledger_line(
             ctx,
             "failure",
             f"server refused: warmup request failed: {e}",
@@ -553,15 +533,15 @@ def start_server(ctx, arm: Arm, block: int):
             block=block,
             outcome="failed",
         )
-        raise ServerRefused(f"server {wid}: warmup request failed: {e}") from None
+        raise ServerRefused(f"server {wid}: warmup request failed: {e}") from e
     w.next_index = 0
     psha = sha256_json(list(ids))
-    row = d.request_row(
+    row = request_row(
         ctx,
         arm,
         block=block,
         worker=wid,
-        task_id=d.WARMUP_TASK,
+        task_id=WARMUP_TASK,
         cap=cap,
         repeat=0,
         order_index=0,
@@ -571,24 +551,11 @@ def start_server(ctx, arm: Arm, block: int):
         endpoint=c.endpoint,
         counters=c.counters,
     )
-    d._ledger(
-        ctx, "excluded_warmup", row["reason"], worker=wid, arm=arm.name, task_id=d.WARMUP_TASK, outcome="excluded"
+    ledger_line(
+        ctx, "excluded_warmup", row["reason"], worker=wid, arm=arm.name, task_id=WARMUP_TASK, outcome="excluded"
     )
-    rec = d._record(
-        ctx,
-        {
-            "type": "request",
-            "row": row,
-            "endpoint": None,
-            "margins": None,
-            "evidence": None,
-            "counters": c.counters,
-            "prompt_sha256": psha,
-        },
-    )
+    rec = record(ctx, warmup_record(row, c.counters, psha))
     w.ready["warmup"] = {"done": True, "cap": cap, "prompt_sha256": psha, "endpoint": c.endpoint.record()}
     ready_path = Path(ctx.out_dir).resolve() / "workers" / f"{wid}.ready.json"
-    from ..core.fsutil import atomic_write_text
-
     atomic_write_text(ready_path, json.dumps(w.ready, indent=1, sort_keys=True, default=str) + "\n", mode=0o644)
     return w, rec

@@ -7,11 +7,14 @@ stdin, output appended to a log, and the complete environment built by :func:`wo
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
+import time
 from pathlib import Path
 
+from ..core.fsutil import atomic_write_text
 from ..core.paths import cache_dir
 
 ENV_PASSTHROUGH = ("PATH", "HOME", "VIRTUAL_ENV", "TMPDIR")
@@ -137,3 +140,72 @@ def log_tail(path: Path, n: int = 15) -> str:
     except OSError:
         return "(no log)"
     return "\n".join("    " + line for line in lines[-n:])
+
+
+# --------------------------------------------------------------------------- process records
+
+PROCESS_RECORD = ".process.json"  # workers/<worker id>.process.json
+
+
+def _start_ticks(pid: int) -> tuple[int, str] | None:
+    """(start time in clock ticks since boot, state letter) of a running process, from /proc."""
+    try:
+        with open(f"/proc/{int(pid)}/stat", "rb") as f:
+            stat = f.read().decode("utf-8", "replace")
+    except OSError:
+        return None
+    fields = stat[stat.rfind(")") + 2 :].split()  # after "pid (comm) ": state is field 3, starttime field 22
+    try:
+        return int(fields[19]), fields[0]
+    except (IndexError, ValueError):
+        return None
+
+
+def _boot_id() -> str | None:
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text(encoding="utf-8").strip()
+    except OSError:
+        return None
+
+
+def record_process(folder: Path, worker_id: str, pid: int) -> Path:
+    """Write ``<folder>/<worker id>.process.json``: the pid, the worker id and the process's start
+    time (clock ticks since boot, and the boot's id), so that a later run can stop exactly this
+    process and never another that reuses its pid."""
+    st = _start_ticks(pid)
+    rec = {"worker": worker_id, "pid": int(pid), "start_ticks": st[0] if st else None, "boot_id": _boot_id()}
+    path = Path(folder) / f"{worker_id}{PROCESS_RECORD}"
+    atomic_write_text(path, json.dumps(rec, sort_keys=True) + "\n")
+    return path
+
+
+def _matches(rec: dict, worker_id: str, pid: int) -> bool:
+    """The running process ``pid`` is the one the record names (same worker, pid, boot and start time)."""
+    if rec.get("worker") != worker_id or rec.get("pid") != int(pid) or rec.get("start_ticks") is None:
+        return False
+    st = _start_ticks(pid)
+    return st is not None and st[1] != "Z" and st[0] == rec["start_ticks"] and rec.get("boot_id") == _boot_id()
+
+
+def kill_recorded(folder: Path, worker_id: str, pid: int) -> bool:
+    """SIGKILL a process refspec started and recorded (:func:`record_process`); True if one was stopped.
+
+    Only the process whose record in ``folder`` names this worker id and pid, with the same
+    start time, is touched.
+    """
+    try:
+        rec = json.loads((Path(folder) / f"{worker_id}{PROCESS_RECORD}").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    if not isinstance(rec, dict) or not _matches(rec, worker_id, pid):
+        return False
+    try:
+        os.kill(int(pid), signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        return False
+    for _ in range(100):
+        st = _start_ticks(pid)
+        if st is None or st[1] == "Z" or st[0] != rec["start_ticks"]:
+            break
+        time.sleep(0.02)
+    return True
