@@ -31,7 +31,7 @@ import pytest
 import yaml
 
 from refspec import cli
-from refspec.campaigns import load_definition
+from refspec.campaigns.definitions import load_definition
 from refspec.campaigns.scheduler import abba_schedule, round_schedule, session_ids
 from refspec.core.campaign_names import CAMPAIGNS
 from refspec.core.errors import ConfigError

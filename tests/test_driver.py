@@ -22,9 +22,10 @@ import pytest
 import yaml
 
 from refspec import cli
-from refspec.campaigns import load_definition
+from refspec.campaigns.definitions import load_definition
 from refspec.campaigns.qualify import format_summary, run_qualify
 from refspec.core.arms import load_arms
+from refspec.core.config import load_config
 from refspec.core.hashing import sha256_file
 from refspec.core.panels import humaneval_tasks
 from refspec.core.paths import config_dir
@@ -109,6 +110,7 @@ def qualified(tmp_path_factory, lib_path, family_files):
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("LLAMA_CPP_LIB_PATH", str(lib_path))
         res = run_qualify(
+            load_config(None),
             family=FAMILY,
             panel="humaneval:0-1",
             arms="R,M3,C3",
@@ -198,6 +200,7 @@ def test_resume_of_a_complete_run_runs_nothing(qualified, lib_path, monkeypatch)
     before = (res.out_dir / "qualification.csv").read_bytes()
     n_journal = len(Journal(res.out_dir / "journal.jsonl").records())
     again = run_qualify(
+        load_config(None),
         family=FAMILY,
         panel="humaneval:0-1",
         arms="R,M3,C3",

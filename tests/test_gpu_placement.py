@@ -50,7 +50,7 @@ def test_run_setting_resolves_by_backend():
 
 
 def test_campaign_arms_file_holds_the_resolved_setting(tmp_path):
-    from refspec.campaigns import apply_overrides, write_arms_file
+    from refspec.campaigns.context import apply_overrides, write_arms_file
 
     arms = apply_overrides(list(load_arms().values())[:3], {}, 1, 16, {"native": {"backend": "cuda"}})
     assert {a.gpu_layers for a in arms.values()} == {-1}

@@ -87,10 +87,13 @@ def _definition(tmp_path, **over):
 
 def _frozen_campaign(tmp_path, lib_path):
     """A confirmation campaign whose plan is frozen (nothing run yet)."""
-    from refspec.campaigns import prepare
+    from refspec.campaigns.context import prepare
+    from refspec.core.config import load_config
 
     defn = _definition(tmp_path)
-    ctx, run, computed = prepare("confirmation", definition=defn, out=tmp_path / "res", threads=1, progress=False)
+    ctx, run, computed = prepare(
+        "confirmation", load_config(None), definition=defn, out=tmp_path / "res", threads=1, progress=False
+    )
     run.freeze_or_check(computed)
     return defn, run.out
 
@@ -142,7 +145,7 @@ def test_plan_edited_after_freezing_is_refused_naming_the_field(tmp_path, lib_pa
     _definition(tmp_path)
 
     # the analysis code changed after freezing: refused, naming the file
-    import refspec.campaigns as campaigns
+    from refspec.campaigns import context as campaigns
 
     code = json.loads(json.dumps(campaigns.ANALYSIS_CODE))
     code["files"]["core/stats.py"] = "0" * 64

@@ -448,7 +448,8 @@ def test_prediction_shows_predicted_next_to_reference(rendered):
 
 
 def test_prediction_refuses_the_reference_as_a_candidate():
-    from refspec.campaigns import load_definition, prediction
+    from refspec.campaigns import prediction
+    from refspec.campaigns.definitions import load_definition
     from refspec.core.arms import load_arms
     from refspec.core.errors import ConfigError
 

@@ -12,7 +12,10 @@ of the registered pairs M3/M0, C3/C0 and R_prod/M3 (``diagnostics``).
 from __future__ import annotations
 
 from ..core.arms import REFERENCE_ARM
+from ..core.errors import ConfigError
+from .derived import diagnostics_table, qualification_counts, ratios_table
 from .scheduler import round_schedule, session_ids
+from .text import fmt_ratio, table_text
 
 
 def panels(defn: dict) -> dict:
@@ -20,8 +23,6 @@ def panels(defn: dict) -> dict:
 
 
 def named_arms(defn: dict, catalog: dict) -> list:
-    from ..core.errors import ConfigError
-
     names = list(defn["arms"])
     missing = [n for n in names if n not in catalog]
     if missing:
@@ -55,9 +56,6 @@ def schedule(ctx) -> list:
 
 
 def counts_text(ctx, base: dict, title: str) -> str:
-    from . import table_text
-    from .derived import qualification_counts
-
     order = list(ctx.arms)
     counts = sorted(
         qualification_counts(base["qualification"]),
@@ -91,8 +89,6 @@ def counts_text(ctx, base: dict, title: str) -> str:
 
 
 def ratios_text(rows: list[dict]) -> str:
-    from . import fmt_ratio, table_text
-
     body = []
     for r in rows:
         body.append(
@@ -108,8 +104,6 @@ def ratios_text(rows: list[dict]) -> str:
 
 
 def diagnostics_text(rows: list[dict]) -> str:
-    from . import fmt_ratio, table_text
-
     body = [
         [
             f"{r['numerator']}/{r['denominator']}",
@@ -124,8 +118,6 @@ def diagnostics_text(rows: list[dict]) -> str:
 
 
 def analyze(ctx, base: dict) -> dict:
-    from .derived import diagnostics_table, ratios_table
-
     ratios = ratios_table(base["requests"], base["qualification"], ctx.name)
     diag = diagnostics_table(base["requests"], base["qualification"], ctx.name)
     d = ctx.defn

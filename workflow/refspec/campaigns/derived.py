@@ -26,6 +26,7 @@ not qualified; they are never qualified ratios.
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
@@ -572,7 +573,6 @@ def session_gaps(sessions: Any) -> list[dict[str, Any]]:
     Previous = the session of the same campaign and family that started
     immediately before (by ``started_utc``); the first has a null gap.
     """
-    import datetime as dt
 
     def ts(s: str) -> dt.datetime:
         return dt.datetime.fromisoformat(s.replace("Z", "+00:00"))

@@ -14,6 +14,7 @@ from __future__ import annotations
 import statistics
 
 from ..core.arms import REFERENCE_ARM, Arm
+from ..core.endpoint import first_divergence
 
 # recorded per-request counters two arms of a pair must agree on (timed_audit.json)
 COMPARED_COUNTERS = ("proposals", "accepted", "rollbacks", "cycles", "callers", "rows", "micrographs")
@@ -101,8 +102,6 @@ def compare_counters(requests: list[dict], pairs: list[tuple], keys=COMPARED_COU
 
 def timed_audit(base: dict, counter_pairs: list[tuple] | None = None, keys=COMPARED_COUNTERS) -> dict:
     """Every completed request compared with its reference; failures; counter agreement."""
-    from ..core.endpoint import first_divergence
-
     records = base["_records"]
     refs: dict[tuple[str, int], dict] = {}
     for r in sorted(

@@ -12,6 +12,9 @@ from __future__ import annotations
 
 from ..core.arms import REFERENCE_ARM
 from .confirmation import counts_text, named_arms, ratios_text, round_sessions
+from .derived import ratios_table
+from .evidence import COMPARED_COUNTERS, LOGICAL_COUNTERS
+from .text import fmt_ratio
 
 
 def panels(defn: dict) -> dict:
@@ -32,8 +35,6 @@ def arm_by(ctx, mode: str, layout: str) -> str | None:
 
 
 def counter_pairs(ctx) -> list[tuple]:
-    from .evidence import COMPARED_COUNTERS, LOGICAL_COUNTERS
-
     out = []
     for mode, label in (("target", "target-only"), ("spec", "speculative")):
         pq, qb, gs = (arm_by(ctx, mode, x) for x in ("pq", "qb", "gs"))
@@ -45,8 +46,6 @@ def counter_pairs(ctx) -> list[tuple]:
 
 
 def highlights(ctx, ratios: list[dict]) -> str:
-    from . import fmt_ratio
-
     by = {(r["numerator"], r["denominator"]): r for r in ratios}
     lines = []
     for mode, label in (("target", "target-only"), ("spec", "speculative")):
@@ -66,8 +65,6 @@ def highlights(ctx, ratios: list[dict]) -> str:
 
 
 def analyze(ctx, base: dict) -> dict:
-    from .derived import ratios_table
-
     ratios = ratios_table(base["requests"], base["qualification"], ctx.name)
     d = ctx.defn
     text = "\n".join(

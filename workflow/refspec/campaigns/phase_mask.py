@@ -12,7 +12,10 @@ reference's complete endpoint in every repeat; a passing mask is
 from __future__ import annotations
 
 from ..core.arms import REFERENCE_ARM
+from ..core.errors import ConfigError
+from .derived import phase_mask_table
 from .scheduler import round_schedule, session_ids
+from .text import table_text
 
 BITS = ((1, "TP"), (2, "TC"), (4, "DP"), (8, "DC"))
 
@@ -26,8 +29,6 @@ def mask_arm_name(base, mask: int) -> str:
 
 
 def arms(defn: dict, catalog: dict) -> list:
-    from ..core.errors import ConfigError
-
     if defn["base_arm"] not in catalog:
         raise ConfigError(f"phase_mask: unknown base arm {defn['base_arm']!r}")
     base = catalog[defn["base_arm"]]
@@ -60,9 +61,6 @@ def schedule(ctx) -> list:
 
 
 def analyze(ctx, base: dict) -> dict:
-    from . import table_text
-    from .derived import phase_mask_table
-
     rows = phase_mask_table(base["requests"], base["qualification"], campaign="phase_mask")
     body = []
     for r in rows:
@@ -113,8 +111,6 @@ def _per_task(base: dict) -> str:
                 else (f"@{r['first_diff_index']}" if r and r["first_diff_index"] is not None else "n")
             )
         rows.append([a, *cells])
-    from . import table_text
-
     return "per probe (Y: full-reference match in every repeat; @i: first difference):\n" + table_text(
         ["arm", *tasks], rows
     )

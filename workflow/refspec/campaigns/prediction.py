@@ -34,6 +34,7 @@ from ..core.arms import REFERENCE_ARM
 from ..core.errors import ConfigError, RefspecError
 from ..provenance import plan as planmod
 from .scheduler import BlockPlan, Req, SessionPlan, derive_rng, round_schedule, session_ids
+from .text import table_text
 
 SESSIONS = ("discovery", "prediction", "live")
 
@@ -305,8 +306,6 @@ def table_rows(ctx, sc: dict, records: list[dict]) -> list[dict]:
 
 
 def analyze(ctx, base: dict) -> dict:
-    from . import table_text
-
     sc = score(ctx, base["_records"])
     sel_rows = [
         [s["candidate"], f"{s['matches']}/{s['live_runs']}", " ".join(s["unstable_tasks"]) or "-"]

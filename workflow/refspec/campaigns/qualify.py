@@ -1,14 +1,12 @@
-"""``refspec qualify``: complete-endpoint qualification of arms against the reference R.
-
-    refspec qualify --family F --panel P --arms R,M0,M3,C3 --repeats N
-                    [--draft D] [--cap C] [--out DIR] [--resume] [--config CFG] [--threads T]
+"""Complete-endpoint qualification of arms against the reference R (``refspec qualify``,
+:mod:`refspec.commands.qualify`).
 
 A preset of the confirmation campaign (:mod:`refspec.campaigns.confirmation`):
 the definition ``config/campaigns/confirmation.yaml`` with ``--arms``,
 ``--panel``, ``--cap``, ``--repeats``, ``--draft`` and ``--family`` put in its
 place and one session. That definition is written to
 ``DIR/campaigns/confirmation/qualify.yaml`` and run by the campaign engine
-(:func:`refspec.campaigns.prepare`, :func:`refspec.campaigns.execute`) exactly
+(:func:`refspec.campaigns.context.prepare`, :func:`refspec.campaigns.execution.execute`) exactly
 as ``refspec campaign confirmation --definition that-file --out DIR`` runs it:
 the plan frozen before the first request, every attempt in the journal and
 the hash-chained ledger, fresh workers per block, the engine's retry rule and
@@ -26,27 +24,31 @@ Beside the campaign's own outputs (tables, ``summary.txt``,
 ``summary.json``: per-arm counts, acceptance, median request time, first
 divergences and non-vacuity evidence (:func:`refspec.campaigns.evidence.nonvacuity`;
 anc/worker.md).
-
-Exit status: 0 when every planned request has a completed attempt (whether or
-not arms qualify), 5 when some did not complete, 2 for usage errors.
 """
 
 from __future__ import annotations
 
-import argparse
 import datetime as _dt
 import json
 import statistics
-import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+import yaml
+
 from ..core.arms import REFERENCE_ARM
-from ..core.errors import EXIT_OK, EXIT_RUNTIME, UsageError
+from ..core.config import read_yaml, validate
+from ..core.errors import UsageError
 from ..core.fsutil import atomic_write_text
+from ..core.hashing import sha256_file
+from ..core.panels import panel_spec, parse_range
+from ..provenance.plan import PLAN_NAME
+from .context import prepare
+from .definitions import load_definition
 from .derived import natural_key, qualification_counts
 from .evidence import nonvacuity
+from .execution import execute
 
 CAMPAIGN = "confirmation"
 DEFINITION_NAME = "qualify.yaml"
@@ -56,8 +58,6 @@ SUMMARY_NAME = "summary.json"
 def panel_definition(spec: str) -> dict:
     """``humaneval:0-11`` or a panel file as a campaign definition's ``panel:``
     (:func:`refspec.core.panels.panel_spec`), checked before anything is written."""
-    from ..core.panels import panel_spec, parse_range
-
     sp = panel_spec(spec)
     if sp["source"] == "humaneval":
         try:
@@ -85,9 +85,6 @@ def qualify_definition(
     request_timeout: float | None = None,
 ) -> dict:
     """The confirmation definition with the qualification's values in place (validated, defaults filled)."""
-    from ..core.config import validate
-    from . import load_definition
-
     names = [n.strip() for n in arms.split(",")] if isinstance(arms, str) else [str(n).strip() for n in arms]
     names = [n for n in names if n]
     if not names:
@@ -123,8 +120,6 @@ def qualify_definition(
 
 
 def definition_text(defn: dict) -> str:
-    import yaml
-
     return (
         "# refspec qualify: a confirmation campaign (config/campaigns/confirmation.yaml) with the values\n"
         "# given to refspec qualify. The same run: refspec campaign confirmation --definition THIS_FILE\n"
@@ -145,7 +140,17 @@ class QualifyResult:
     complete: bool
 
 
+def results_folder(out: str | Path | None, resume: bool) -> Path:
+    """``out``, or a new ``results/qualify/<UTC time>`` (a resumed run names its folder)."""
+    if out is None:
+        if resume:
+            raise UsageError("--resume continues the run in --out: name it")
+        out = Path("results") / "qualify" / _dt.datetime.now(_dt.UTC).strftime("%Y%m%dT%H%M%SZ")
+    return Path(out)
+
+
 def run_qualify(
+    cfg: dict,
     *,
     panel: str,
     arms: str | list[str] = "R,M0,M3,C3",
@@ -153,26 +158,16 @@ def run_qualify(
     family: str | None = None,
     cap: int | None = None,
     draft: str | None = None,
-    out: str | Path | None = None,
+    out: str | Path,
     resume: bool = False,
-    config: str | Path | None = None,
     threads: int | None = None,
     retries: int | None = None,
     request_timeout: float | None = None,
     progress: bool = True,
 ) -> QualifyResult:
-    """Run (or resume) the qualification as a confirmation campaign in ``out``; write ``summary.json``."""
-    from ..core.config import load_config, read_yaml
-    from ..core.hashing import sha256_file
-    from ..provenance.plan import PLAN_NAME
-    from . import execute, prepare
-
-    if out is None:
-        if resume:
-            raise UsageError("--resume continues the run in --out: name it")
-        out = Path("results") / "qualify" / _dt.datetime.now(_dt.UTC).strftime("%Y%m%dT%H%M%SZ")
+    """Run (or resume) the qualification as a confirmation campaign in ``out`` (:func:`results_folder`)
+    under the loaded workflow config ``cfg``; write ``summary.json``."""
     root = Path(out).resolve()
-    cfg = load_config(config)
     defn = qualify_definition(
         panel=panel,
         arms=arms,
@@ -188,7 +183,7 @@ def run_qualify(
         tmp_defn = Path(tmp) / DEFINITION_NAME
         tmp_defn.write_text(text, encoding="utf-8")
         ctx, crun, computed = prepare(
-            CAMPAIGN, definition=tmp_defn, config=config, out=root, threads=threads, resume=resume, progress=progress
+            CAMPAIGN, cfg, definition=tmp_defn, out=root, threads=threads, resume=resume, progress=progress
         )
     dfile = ctx.out / DEFINITION_NAME
     if (ctx.out / PLAN_NAME).is_file():
@@ -401,54 +396,3 @@ def format_summary(s: dict) -> str:
     if not s["complete"]:
         lines.append(f"INCOMPLETE: {len(s['incomplete'])} planned requests have no completed attempt")
     return "\n".join(lines)
-
-
-# --------------------------------------------------------------------------- CLI
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--family", help="model family (default: the config's family)")
-    p.add_argument("--config", help="workflow config (default config/config.yaml); its arms_file names the arms")
-    p.add_argument("--panel", required=True, help="panel file, or humaneval:0-11 (from the pinned wheel)")
-    p.add_argument("--arms", default="R,M0,M3,C3", help="comma-separated arm names (R is added when missing)")
-    p.add_argument("--repeats", type=int, default=1, help="repeats per task for arms other than R (R: max(2, N))")
-    p.add_argument("--draft", help="draft model name (default: the family's default draft)")
-    p.add_argument("--cap", type=int, help="max new tokens (default: the confirmation definition's cap)")
-    p.add_argument(
-        "--out", help="results folder (default results/qualify/<UTC time>); the run is in DIR/campaigns/confirmation"
-    )
-    p.add_argument("--resume", action="store_true", help="continue the qualification recorded in --out")
-    p.add_argument("--threads", type=int, help="threads per worker (default: the config's threads)")
-    p.add_argument("--retries", type=int, help="re-runs of a request whose worker died (default: the definition's, 1)")
-    p.add_argument("--request-timeout", type=float, help="seconds per request (default: the definition's, 600)")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
-
-
-def run(args: argparse.Namespace) -> int:
-    res = run_qualify(
-        panel=args.panel,
-        arms=args.arms,
-        repeats=args.repeats,
-        family=args.family,
-        cap=args.cap,
-        draft=args.draft,
-        out=args.out,
-        resume=args.resume,
-        config=args.config,
-        threads=args.threads,
-        retries=args.retries,
-        request_timeout=args.request_timeout,
-        progress=not args.no_progress,
-    )
-    print(format_summary(res.summary))
-    print(
-        f"results: {res.out_dir} ({SUMMARY_NAME}, summary.txt, tables, journal.jsonl, ledger.jsonl, {DEFINITION_NAME})"
-    )
-    if not res.complete:
-        print(
-            f"refspec qualify: {len(res.summary['incomplete'])} planned request(s) have no completed attempt; "
-            "--resume runs those the retry rule still allows",
-            file=sys.stderr,
-        )
-        return EXIT_RUNTIME
-    return EXIT_OK

@@ -14,8 +14,15 @@ paper's 216-pair check).
 
 from __future__ import annotations
 
+import math
+
 from ..core.arms import REFERENCE_ARM
+from ..core.errors import ConfigError
+from .confirmation import named_arms
+from .derived import replication_tables
+from .evidence import COMPARED_COUNTERS
 from .scheduler import abba_schedule, session_ids
+from .text import fmt_ratio, table_text
 
 
 def panels(defn: dict) -> dict:
@@ -23,9 +30,6 @@ def panels(defn: dict) -> dict:
 
 
 def arms(defn: dict, catalog: dict) -> list:
-    from ..core.errors import ConfigError
-    from .confirmation import named_arms
-
     out = named_arms(defn, catalog)
     for path in defn["paths"]:
         for lay in defn["layouts"]:
@@ -63,8 +67,6 @@ def schedule(ctx) -> list:
 
 
 def counter_pairs(ctx) -> list[tuple]:
-    from .evidence import COMPARED_COUNTERS
-
     x, y = ctx.defn["layouts"]
     label = {"target": "target-only", "spec": "speculative"}
     return [
@@ -93,9 +95,6 @@ def reference_check(ctx, base: dict) -> str:
 
 
 def analyze(ctx, base: dict) -> dict:
-    from . import fmt_ratio, table_text
-    from .derived import replication_tables
-
     boot = ctx.plan.get("bootstrap") or ctx.defn["bootstrap"]
     x, y = ctx.defn["layouts"]
     contrasts, estimates = replication_tables(
@@ -126,8 +125,6 @@ def analyze(ctx, base: dict) -> dict:
             ]
         )
     crow = []
-    import math
-
     for c in contrasts:
         crow.append(
             [c["path"], c["comparison"], c["session"], f"{math.exp(c['c_s']):.6f}", f"{c['c_s']:+.6f}", c["n_tasks"]]

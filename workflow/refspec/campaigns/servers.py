@@ -17,8 +17,13 @@ not make their processes fresh.
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 from ..core.arms import REFERENCE_ARM
+from ..native import build as native
 from .confirmation import counts_text, diagnostics_text, named_arms, ratios_text, round_sessions
+from .derived import diagnostics_table, ratios_table
 
 
 def panels(defn: dict) -> dict:
@@ -78,13 +83,8 @@ def freshness_text(ctx) -> str:
 
 
 def execute(ctx) -> None:
-    from ..native import build as native
-
     variants = sorted({a.server.build for a in ctx.arms.values() if a.kind == "server" and a.server.build})
     if variants:  # build the servers before the first session (outside every timed interval)
-        import json
-        from pathlib import Path
-
         rec = json.loads((Path(ctx.run.s.lib_dir).parent.parent / native.BUILD_RECORD).read_text())
         for v in variants:
             native.build_server(native.BuildOptions(**rec["options"]), v)
@@ -95,8 +95,6 @@ def execute(ctx) -> None:
 
 
 def analyze(ctx, base: dict) -> dict:
-    from .derived import diagnostics_table, ratios_table
-
     ratios = ratios_table(base["requests"], base["qualification"], ctx.name, pairs=pairs(ctx))
     diag = diagnostics_table(base["requests"], base["qualification"], ctx.name)
     d = ctx.defn

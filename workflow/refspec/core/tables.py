@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .endpoint import Endpoint
 from .errors import RefspecError
 from .fsutil import atomic_write_bytes
 from .hashing import canonical_json
@@ -582,6 +583,4 @@ def endpoint_sha256(tokens: Iterable[int], eog: bool, stop_reason: str) -> str:
     the canonical JSON (sorted keys, no whitespace, UTF-8) of
     ``{"eog": bool, "last_token": int|null, "n": len(tokens), "stop_reason": str, "tokens": [int, ...]}``.
     """
-    from .endpoint import Endpoint
-
     return Endpoint(tuple(int(t) for t in tokens), bool(eog), str(stop_reason)).sha256

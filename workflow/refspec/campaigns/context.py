@@ -1,0 +1,272 @@
+"""A campaign made ready to run: its :class:`Context` and :func:`prepare`, which resolves the
+definition, panels, arms, models and run settings and computes the plan to freeze."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import yaml
+
+from ..core.arms import REFERENCE_ARM, load_arms
+from ..core.config import campaign_dir, study_families
+from ..core.errors import ConfigError, IntegrityError, UsageError
+from ..core.fsutil import atomic_write_text
+from ..core.hashing import sha256_file, sha256_json
+from ..core.panels import resolve_panel, write_panel
+from ..core.paths import REPO_ROOT
+from ..native import build as native
+from ..native.models import config_families_file, ensure_family
+from ..provenance import plan as planmod
+from ..provenance.plan import PLAN_FORMAT
+from .definitions import load_definition, module_for, normalize_name
+from .records import RunSettings
+from .runner import CampaignRun
+from .scheduler import schedule_record
+
+# The analysis code as it was when this process imported it (stats.py, plan.py, campaigns/*.py).
+ANALYSIS_CODE = planmod.analysis_code_digest()
+
+
+@dataclass
+class Context:
+    """What a campaign module gets: the definition, its panels and arms, the run."""
+
+    name: str
+    preset: str
+    defn: dict
+    panels: dict[str, list]  # role -> [Task]
+    panel_records: dict[str, dict]
+    arms: dict  # name -> Arm (as the workers run them)
+    family: str
+    draft: str | None
+    threads: int
+    out: Path
+    results: Path | None = None  # the run's results folder (its ledger.jsonl pins the campaign's)
+    run: Any = None  # runner.CampaignRun
+    materialize: Callable[[], None] | None = None
+    sessions: list = field(default_factory=list)
+    plan: dict = field(default_factory=dict)
+
+    def task_ids(self, role: str = "panel") -> list[str]:
+        return [t.task_id for t in self.panels[role]]
+
+
+def write_arms_file(arms: dict, path: Path) -> None:
+    """The campaign's arms as an arms file (validated by reading it back)."""
+    doc = {"arms": {n: {k: v for k, v in a.record().items() if k != "name" and v is not None} for n, a in arms.items()}}
+    text = "# The arms of this campaign, exactly as its workers run them (written by refspec campaign).\n"
+    text += yaml.safe_dump(doc, sort_keys=True)
+    if not path.exists() or path.read_text(encoding="utf-8") != text:
+        atomic_write_text(path, text, mode=0o644)
+    back = load_arms(path)
+    for n, a in arms.items():
+        if back[n] != a:
+            raise ConfigError(f"{path}: arm {n} does not read back as written")
+
+
+def apply_overrides(arms: list, defn: dict, threads: int, cap: int, config: dict | None = None) -> dict:
+    """The campaign's arms as its workers run them: threads, cap, overrides, and the run's GPU setting."""
+    over = dict(defn.get("arm_overrides") or {})
+    out = {}
+    for a in arms:
+        if a.name in out:
+            raise ConfigError(f"arm {a.name} appears twice in the campaign")
+        out[a.name] = a.with_(threads=int(threads), cap=int(cap), **over).placed(config)
+    return out
+
+
+# --------------------------------------------------------------------------- prepare, step by step
+
+
+def _lib_dir(config: dict | None = None) -> Path:
+    """The libraries of the configured build (its backend: a CUDA host times the CUDA build)."""
+    env = os.environ.get("LLAMA_CPP_LIB_PATH")
+    if env:
+        return Path(env)
+    return Path(native.current(config).lib_dir)
+
+
+def _campaign_folder(name: str, cfg: dict, defn: dict, out: str | Path | None, family: str | None) -> tuple[Path, Path]:
+    """The run's results folder and the campaign's folder in it (refused for a family outside the study)."""
+    out_root = Path(out or cfg.get("results", "results/default")).resolve()
+    fam0 = family or defn.get("family") or cfg["family"]
+    if len(study_families(cfg)) > 1 and fam0 not in study_families(cfg):
+        raise UsageError(f"family {fam0} is not one of the study's families {study_families(cfg)}")
+    return out_root, campaign_dir(out_root, name, fam0, cfg)
+
+
+def _frozen_plan(cdir: Path, resume: bool) -> dict:
+    """The frozen plan of a resumed or re-analysed campaign (it keeps its settings); else {}."""
+    path = cdir / planmod.PLAN_NAME
+    if not (resume and path.is_file()):
+        return {}
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except ValueError as e:
+        raise IntegrityError(f"{path}: not a readable plan ({e}); the campaign cannot be resumed from it") from e
+
+
+def _panels(name: str, mod: ModuleType, defn: dict, cfg: dict, base: Path) -> tuple[dict, dict]:
+    """role -> tasks and role -> panel record (with the panel file's digest, nothing written yet)."""
+    if "panel" not in defn and name != "prediction":  # the run's panel (config.yaml: panel) unless the design names one
+        defn["panel"] = dict(cfg["panel"])
+    panels, precs = {}, {}
+    for role, spec in mod.panels(defn).items():
+        panels[role], precs[role] = resolve_panel(spec, base)
+    ids = [t.task_id for ts in panels.values() for t in ts]
+    if len(set(ids)) != len(ids):
+        raise ConfigError(f"campaign {name}: a task appears in more than one panel")
+    with tempfile.TemporaryDirectory() as tmp:  # the panel files' digests; written for real once the plan checks
+        for role, ts in panels.items():
+            precs[role]["file_sha256"] = write_panel(ts, Path(tmp) / f"panel-{role}.jsonl")
+    return panels, precs
+
+
+def _arms(name: str, mod: ModuleType, defn: dict, cfg: dict, threads: int) -> dict:
+    """The campaign's arms from the configured arms file, the reference first, as the workers run them."""
+    arms_src = Path(cfg.get("arms_file") or "config/arms.yaml")
+    if not arms_src.is_absolute():
+        arms_src = REPO_ROOT / arms_src
+    catalog = load_arms(arms_src)
+    arm_list = mod.arms(defn, catalog)
+    if not arm_list or arm_list[0].name != REFERENCE_ARM:
+        raise ConfigError(f"campaign {name}: the first arm must be the reference R")
+    cap = max(defn.get("caps") or [defn["cap"]])
+    return apply_overrides(arm_list, defn, threads, cap, cfg)
+
+
+def _models(fam: str, cfg: dict, defn: dict, arms: dict):
+    """The family's files, the draft (when an arm speculates) and the models' digests."""
+    files = ensure_family(fam, models_dir=cfg.get("models_dir"), families_file=config_families_file(cfg))
+    draft = None
+    if any(a.speculative for a in arms.values()):
+        draft = defn.get("draft") or files.default_draft
+        files.draft(draft)
+    models = {"target": files.target.sha256}
+    if draft:
+        models[f"draft:{draft}"] = files.draft(draft).sha256
+    return files, draft, models
+
+
+def _materializer(
+    panels: dict, precs: dict, arms: dict, cdir: Path, arms_file: Path, man: Path | None
+) -> Callable[[], None]:
+    def materialize() -> None:
+        """Write the panel files, the arms file and the manifest copy (after the plan checked)."""
+        for role, ts in panels.items():
+            if write_panel(ts, cdir / f"panel-{role}.jsonl") != precs[role]["file_sha256"]:
+                raise ConfigError(f"panel {role}: the written file differs from the planned one")
+        write_arms_file(arms, arms_file)
+        if man is not None:
+            dst = cdir / "manifest.json"
+            if not dst.exists():
+                atomic_write_text(dst, man.read_text(encoding="utf-8"), mode=0o644)
+
+    return materialize
+
+
+def _computed_plan(ctx: Context, models: dict, man: Path | None) -> dict:
+    """The plan this start computes, to freeze (first start) or to check against the frozen one."""
+    defn, sessions = ctx.defn, ctx.sessions
+    boot = dict(defn["bootstrap"])
+    return {
+        "format": PLAN_FORMAT,
+        "campaign": ctx.name,
+        "preset": ctx.preset,
+        "definition": defn,
+        "family": ctx.family,
+        "draft": ctx.draft,
+        "models": models,
+        "panels": ctx.panel_records,
+        "arms": {n: a.record() for n, a in ctx.arms.items()},
+        "threads": ctx.threads,
+        "seed": int(defn["seed"]),
+        "threshold": float(boot["threshold"]),
+        "bootstrap": {"seed": int(boot["seed"]), "draws": int(boot["draws"]), "threshold": float(boot["threshold"])},
+        "sessions": len(sessions),
+        "gap_s": float(defn.get("gap_s", 0)),
+        "schedule": schedule_record(sessions),
+        "schedule_sha256": sha256_json(schedule_record(sessions)),
+        "analysis_code": ANALYSIS_CODE,
+        "manifest_sha256": sha256_file(man) if man is not None else None,
+        "executor": {
+            "driver": "refspec.engine.driver",
+            "worker": "refspec.engine.worker",
+            "fresh_worker_per_block": True,
+        },
+    }
+
+
+def prepare(
+    name: str,
+    cfg: dict,
+    *,
+    preset: str = "default",
+    definition: str | Path | None = None,
+    out: str | Path | None = None,
+    threads: int | None = None,
+    family: str | None = None,
+    manifest: str | Path | None = None,
+    resume: bool = False,
+    progress: bool = True,
+) -> tuple[Context, CampaignRun, dict]:
+    """Resolve everything campaign ``name`` needs under the loaded workflow config ``cfg``;
+    return (Context, CampaignRun, computed plan)."""
+    name = normalize_name(name)
+    defn, dpath = load_definition(name, preset or "default", definition)
+    mod = module_for(name)
+    out_root, cdir = _campaign_folder(name, cfg, defn, out, family)
+    frozen = _frozen_plan(cdir, resume)
+    fam = family or defn.get("family") or frozen.get("family") or cfg["family"]
+    nthreads = int(threads or frozen.get("threads") or cfg.get("threads", 2))
+    if nthreads < 1:
+        raise UsageError("--threads must be at least 1")
+    cdir.mkdir(parents=True, exist_ok=True)
+
+    panels, precs = _panels(name, mod, defn, cfg, dpath.parent)
+    arms = _arms(name, mod, defn, cfg, nthreads)
+    arms_file = cdir / "arms.yaml"
+    files, draft, models = _models(fam, cfg, defn, arms)
+    ctx = Context(
+        name=name,
+        preset=preset or "default",
+        defn=defn,
+        panels=panels,
+        panel_records=precs,
+        arms=arms,
+        family=fam,
+        draft=draft,
+        threads=nthreads,
+        out=cdir,
+        results=out_root,
+    )
+    ctx.sessions = mod.schedule(ctx)
+    man = Path(manifest) if manifest else None
+    if man is not None and not man.is_file():
+        raise UsageError(f"manifest {man} not found")
+    ctx.materialize = _materializer(panels, precs, arms, cdir, arms_file, man)
+    computed = _computed_plan(ctx, models, man)
+    settings = RunSettings(
+        campaign=name,
+        out_dir=cdir,
+        family=fam,
+        files=files,
+        draft=draft,
+        arms=arms,
+        arms_file=arms_file,
+        lib_dir=_lib_dir(cfg),
+        tasks={t.task_id: t for ts in panels.values() for t in ts},
+        definition=defn,
+        manifest=man,
+        progress=progress,
+        resume=resume,
+    )
+    ctx.run = CampaignRun(settings)
+    return ctx, ctx.run, computed

@@ -1,0 +1,70 @@
+"""``refspec qualify``: complete-endpoint qualification of arms against the reference R.
+
+    refspec qualify --family F --panel P --arms R,M0,M3,C3 --repeats N
+                    [--draft D] [--cap C] [--out DIR] [--resume] [--config CFG] [--threads T]
+
+The confirmation campaign on the given arms, panel, cap and repeats, run in
+``DIR/campaigns/confirmation`` (:mod:`refspec.campaigns.qualify` says how); prints the
+summary (``summary.json``) and where the results are.
+
+Exit status: 0 when every planned request has a completed attempt (whether or
+not arms qualify), 5 when some did not complete, 2 for usage errors.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from ..campaigns.qualify import DEFINITION_NAME, SUMMARY_NAME, format_summary, results_folder, run_qualify
+from ..core.config import load_config
+from ..core.errors import EXIT_OK, EXIT_RUNTIME
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--family", help="model family (default: the config's family)")
+    p.add_argument("--config", help="workflow config (default config/config.yaml); its arms_file names the arms")
+    p.add_argument("--panel", required=True, help="panel file, or humaneval:0-11 (from the pinned wheel)")
+    p.add_argument("--arms", default="R,M0,M3,C3", help="comma-separated arm names (R is added when missing)")
+    p.add_argument("--repeats", type=int, default=1, help="repeats per task for arms other than R (R: max(2, N))")
+    p.add_argument("--draft", help="draft model name (default: the family's default draft)")
+    p.add_argument("--cap", type=int, help="max new tokens (default: the confirmation definition's cap)")
+    p.add_argument(
+        "--out", help="results folder (default results/qualify/<UTC time>); the run is in DIR/campaigns/confirmation"
+    )
+    p.add_argument("--resume", action="store_true", help="continue the qualification recorded in --out")
+    p.add_argument("--threads", type=int, help="threads per worker (default: the config's threads)")
+    p.add_argument("--retries", type=int, help="re-runs of a request whose worker died (default: the definition's, 1)")
+    p.add_argument("--request-timeout", type=float, help="seconds per request (default: the definition's, 600)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def run(args: argparse.Namespace) -> int:
+    out = results_folder(args.out, args.resume)
+    res = run_qualify(
+        load_config(args.config),
+        panel=args.panel,
+        arms=args.arms,
+        repeats=args.repeats,
+        family=args.family,
+        cap=args.cap,
+        draft=args.draft,
+        out=out,
+        resume=args.resume,
+        threads=args.threads,
+        retries=args.retries,
+        request_timeout=args.request_timeout,
+        progress=not args.no_progress,
+    )
+    print(format_summary(res.summary))
+    print(
+        f"results: {res.out_dir} ({SUMMARY_NAME}, summary.txt, tables, journal.jsonl, ledger.jsonl, {DEFINITION_NAME})"
+    )
+    if not res.complete:
+        print(
+            f"refspec qualify: {len(res.summary['incomplete'])} planned request(s) have no completed attempt; "
+            "--resume runs those the retry rule still allows",
+            file=sys.stderr,
+        )
+        return EXIT_RUNTIME
+    return EXIT_OK
