@@ -33,7 +33,7 @@ MAX_COMPONENT_BYTES = 255  # NAME_MAX of common file systems
 MAX_NAME_BYTES = 1024
 TAR_ENCODING = "utf-8"
 CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f]")
-_CHUNK = 1 << 20
+CHUNK = 1 << 20  # read and hash buffer size
 
 
 # --------------------------------------------------------------------------- names
@@ -86,11 +86,11 @@ def parent_dirs(names: Iterable[str]) -> set[str]:
 def sha256_stream(f: Any, size: int | None = None) -> str:
     """SHA-256 of a binary stream (``size`` bytes, or to EOF) with a reused buffer."""
     h = hashlib.sha256()
-    buf = bytearray(_CHUNK)
+    buf = bytearray(CHUNK)
     mv = memoryview(buf)
     left = size
     while left is None or left > 0:
-        want = _CHUNK if left is None else min(_CHUNK, left)
+        want = CHUNK if left is None else min(CHUNK, left)
         n = f.readinto(mv[:want])
         if not n:
             break

@@ -28,9 +28,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from ..core.tables import csv_text
-
-_CHUNK = 1 << 20
-
+from .archive import CHUNK
 
 # --------------------------------------------------------------------------- the scanner
 
@@ -112,7 +110,7 @@ class KeyLeakScanner:
 
 def _read_chunks(f: Any, h: Any = None) -> Iterable[bytes]:
     while True:
-        block = f.read(_CHUNK)
+        block = f.read(CHUNK)
         if not block:
             return
         if h is not None:

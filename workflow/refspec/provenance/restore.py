@@ -24,12 +24,10 @@ from pathlib import Path
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from ..core.errors import UsageError
-from .archive import TarSource
+from .archive import CHUNK, TarSource
 from .dsse import SEAL_NAME
 from .keys import load_public_key
 from .verify import VerifyResult, parse_expect_previous, parse_keyid, verify_source
-
-_CHUNK = 1 << 20
 
 
 @dataclass
@@ -60,7 +58,7 @@ def _write_member(src: TarSource, name: str, size: int, root: Path) -> str:
     with os.fdopen(fd, "wb") as out, src.open(name) as f:
         left = size
         while left > 0:
-            block = f.read(min(_CHUNK, left))
+            block = f.read(min(CHUNK, left))
             if not block:
                 raise OSError(f"{name}: shorter than its signed size")
             h.update(block)
