@@ -1,6 +1,7 @@
 """Render the report of a results folder or archive: HTML, LaTeX (+ PDF) and numbers.json.
 
-``refspec report RESULTS_DIR [--out DIR] [--pubkey KEY.pub] [--no-pdf]``
+``refspec report RESULTS_DIR [--out DIR] [--pubkey KEY.pub] [--no-pdf]`` (:mod:`refspec.commands.report`)
+and the report stage call :func:`render`.
 
 Inputs (all optional except that at least one table must be present): the
 tables of :mod:`refspec.core.tables` (``<name>.parquet`` with its ``<name>.csv``
