@@ -45,6 +45,7 @@ import numpy as np
 from ..core.errors import DecodeError, IntegrityError
 from ..core.fsutil import atomic_write_bytes
 from ..core.hashing import canonical_json, sha256_bytes
+from ..native.runtime import last_log_errors
 
 STATE_MAGIC = 0xAF143CD8
 PAYLOAD_MAGIC = b"REFSPEC-PAYLOAD/1\n"
@@ -338,8 +339,6 @@ def import_state(ctx, pl: Payload, *, model_sha256: str, seq_id: int = 0, source
     buf = (ctypes.c_uint8 * len(pl.body)).from_buffer_copy(pl.body)
     got = int(lc.llama_state_seq_set_data(ctx._ptr, buf, len(pl.body), seq_id))
     if got == 0:
-        from ..native.runtime import last_log_errors
-
         raise IntegrityError(f"{source}: llama_state_seq_set_data refused the state: {last_log_errors()}")
     if got != len(pl.body):
         raise IntegrityError(f"{source}: llama_state_seq_set_data consumed {got} of {len(pl.body)} bytes")
