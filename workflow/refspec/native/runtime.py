@@ -214,7 +214,7 @@ def check_gguf(path: str | Path, expected_sha256: str | None = None) -> None:
         for t in reader.tensors:
             end = max(end, int(t.data_offset) + int(t.n_bytes))
     except Exception as e:  # the reader raises on structures that run past the end
-        raise IntegrityError(f"{p}: corrupt or truncated GGUF ({type(e).__name__}: {e})") from None
+        raise IntegrityError(f"{p}: corrupt or truncated GGUF ({type(e).__name__}: {e})") from e
     if end > size:
         raise IntegrityError(f"{p}: truncated GGUF: tensor data ends at byte {end}, file has {size}")
     if checked is not None:
