@@ -131,3 +131,18 @@ def test_two_clones_side_by_side(tmp_path):
             pa.wait()
     assert pa.returncode == 0, err[-2000:]
     _check_probe(rest.splitlines(), a, "a")
+
+
+# ----------------------------------------------------------------- the command table
+
+
+def test_every_command_is_a_module_of_the_command_layer():
+    import importlib
+
+    from refspec.cli import SUBCOMMANDS
+
+    for name, (modname, help_) in SUBCOMMANDS.items():
+        assert modname == f"refspec.commands.{name.replace('-', '_')}", name
+        mod = importlib.import_module(modname)
+        assert callable(mod.add_arguments) and callable(mod.run), name
+        assert help_

@@ -21,8 +21,8 @@ import traceback
 
 from .core.errors import EXIT_USAGE, RefspecError
 
-# name -> (module, help). The module defines ``add_arguments(parser)`` and ``run(args) -> int``
-# (or a ``COMMANDS`` dict name -> (add_arguments, run) when it provides several).
+# name -> (module of refspec.commands, help). The module defines ``add_arguments(parser)`` and
+# ``run(args) -> int``.
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "build": ("refspec.commands.build", "fetch, verify, patch and build the pinned llama.cpp"),
     "models": ("refspec.commands.models", "extract and derive the embedded default model files"),
@@ -83,11 +83,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
 
 def _load(name: str):
     modname, _help = SUBCOMMANDS[name]
-    mod = importlib.import_module(modname)
-    table = getattr(mod, "COMMANDS", None)
-    if table is not None:
-        return table[name]
-    return mod.add_arguments, mod.run
+    return importlib.import_module(modname)
 
 
 def debug_from_env() -> bool:
@@ -117,12 +113,12 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_usage(sys.stderr)
         print(f"refspec: error: unknown command {name!r}", file=sys.stderr)
         return EXIT_USAGE
-    add_arguments, run = _load(name)
-    passthrough = name in getattr(importlib.import_module(SUBCOMMANDS[name][0]), "PASSTHROUGH", ())
+    command = _load(name)
+    passthrough = name in getattr(command, "PASSTHROUGH", ())
     # A pass-through command must not read the wrapped program's options as abbreviations
     # of its own (snakemake's --config is not refspec main's --configfile).
     sp = argparse.ArgumentParser(prog=f"refspec {name}", description=SUBCOMMANDS[name][1], allow_abbrev=not passthrough)
-    add_arguments(sp)
+    command.add_arguments(sp)
     try:
         if passthrough:  # unknown options go to the wrapped program (snakemake, pytest)
             args, extra = sp.parse_known_args(argv[1:])
@@ -132,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as e:  # argparse exits 2 on usage errors
         return int(e.code or 0)
     try:
-        return int(run(args) or 0)
+        return int(command.run(args) or 0)
     except RefspecError as e:
         if debug:
             traceback.print_exception(e, file=sys.stderr)
