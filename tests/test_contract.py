@@ -5,8 +5,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
 from refspec.core.paths import REPO_ROOT
 from refspec.pipeline import contract
 
@@ -167,7 +165,6 @@ def test_all_problems_are_collected(tmp_path):
     assert kinds == ["import cycle", "import inside a function", "upward import"]
 
 
-@pytest.mark.xfail(strict=True, reason="the package does not meet its import contract yet (issue 23)")
 def test_the_package_meets_its_import_contract():
     problems = contract.check(REPO_ROOT / "workflow" / "refspec", show_from=REPO_ROOT)
     assert problems == [], "\n".join(problems)
