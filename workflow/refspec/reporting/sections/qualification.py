@@ -108,9 +108,7 @@ def section_qualification(a: Archive, N: Numbers) -> Section:
     fails = [q for q in a.rows("qualification") if not q["qualified"]]
     tid = "qualification-failures"
     rows = []
-    for q in sorted(
-        fails, key=lambda q: (q["campaign"], q["family"], arm_sort_key(q["arm"]), q["task_id"], q["cap"])
-    ):
+    for q in sorted(fails, key=lambda q: (q["campaign"], q["family"], arm_sort_key(q["arm"]), q["task_id"], q["cap"])):
         key = dict(campaign=q["campaign"], family=q["family"], task_id=q["task_id"], arm=q["arm"], cap=q["cap"])
         base = ("qfail", q["campaign"], q["family"], q["task_id"], q["arm"], q["cap"])
         cells = [
