@@ -395,6 +395,7 @@ class Checker:
         self.files: set[str] = set()
         self.tables: dict = {}  # name -> CsvTable, as read
         self.tree: set[str] = set()  # regular files of the archive, relative, '/'-separated
+        self.reproduces: str | None = None  # the archive a reproduction's seal names
 
     def bad(self, where: str, msg: str) -> None:
         self.problems.append(f"{where}: {msg}")
@@ -3254,6 +3255,7 @@ def check_seal(c: Checker, sp: str, trust: Trust) -> None:
                 "SEAL.dsse.json",
                 f"previous seal is {prev or 'none'}, expected {want or 'none'} (an older or unrelated seal?)",
             )
+    check_reproduces(c, statement)
     listed = set()
     for j, s in enumerate(subjects):
         try:
@@ -3286,6 +3288,28 @@ def check_seal(c: Checker, sp: str, trust: Trust) -> None:
     for rel in sorted(c.tree):
         if rel != "SEAL.dsse.json" and rel not in listed:
             c.bad("SEAL.dsse.json", f"{rel} is in the archive but not covered by the seal")
+
+
+def check_reproduces(c: Checker, statement) -> None:
+    """A reproduction's seal names the archive it reproduces (``predicate.reproduces``:
+    seal_sha256, keyid, archive_id; refspec reproduce). Its format is checked and it is shown;
+    the reproduced archive itself is not needed here (refspec compare compares the two)."""
+    pred = statement.get("predicate") if isinstance(statement, dict) else None
+    if not isinstance(pred, dict) or "reproduces" not in pred:
+        return
+    r = pred["reproduces"]
+    where = "SEAL.dsse.json: predicate.reproduces"
+    if not isinstance(r, dict):
+        c.bad(where, "is not an object")
+        return
+    seal, keyid, aid = r.get("seal_sha256"), r.get("keyid"), r.get("archive_id")
+    if not (isinstance(seal, str) and _HEX64_RE.fullmatch(seal)):
+        c.bad(where, "seal_sha256 is not a sha256")
+    if not (isinstance(keyid, str) and _KEYID_RE.fullmatch(keyid)):
+        c.bad(where, "keyid is not of the form SHA256:<64 hex digits>")
+    if not isinstance(aid, str):
+        c.bad(where, "archive_id is not a string")
+    c.reproduces = f"seal {seal} key {keyid} archive {aid}"
 
 
 def check_tree(c: Checker) -> None:
@@ -3352,6 +3376,8 @@ def main(argv: list[str] | None = None) -> int:
         f"{c.identities} identities; {len(c.files)} files checked; {len(c.problems)} mismatches; "
         f"{len(c.unreadable)} unreadable"
     )
+    if c.reproduces is not None:
+        print("reproduces: " + c.reproduces)
     print(("OK: " if code == EXIT_OK else "FAIL: ") + a.archive)
     return code
 

@@ -9,7 +9,8 @@ outside ``campaigns`` concerns every campaign.
 
 **Pinned inputs** (the manifest, ``anc/manifest.md``): the sdist, patch, model and panel
 files by sha256, the package set by name and version (``pkg:pypi/...``), and the run's
-config without its ``results`` folder (it holds the native build's options). A difference
+config without its ``results`` folder and its ``reproduces`` record (the config holds the
+native build's options). A difference
 makes every timing "not comparable". Everything else the manifest records -- the host,
 the built libraries and tools, the code (``source:refspec``), the interpreter's path and
 file paths -- is listed as an unpinned difference and never makes timings incomparable:
@@ -30,7 +31,7 @@ from .model import ArchiveData, InputsComparison
 PINNED_ROLES = ("sdist", "patch", "model", "panel")
 _DEP = re.compile(r"^buildDefinition\.resolvedDependencies\[([^\]:]+):[^\]]*\]\.(.*)$")
 _CONFIG = "buildDefinition.externalParameters.config."
-UNPINNED_CONFIG = ("results",)
+UNPINNED_CONFIG = ("results", "reproduces")
 
 
 def registered_plan(plan: dict[str, Any]) -> dict[str, Any]:

@@ -53,6 +53,42 @@ def _host_text(h: dict) -> str | None:
     return "; ".join(parts) or None
 
 
+def reproduction_rows(manifest: dict) -> list[list[Cell]]:
+    """Rows of a reproduction (``refspec reproduce``, from the config the manifest records): the
+    archive it reproduces, each pinned input it accepted with a different value, and how many
+    host facts differ."""
+    cfg = ((manifest.get("buildDefinition") or {}).get("externalParameters") or {}).get("config")
+    rep = cfg.get("reproduces") if isinstance(cfg, dict) else None
+    if not isinstance(rep, dict):
+        return []
+    rows = [
+        [
+            Cell(["reproduces"]),
+            Cell([f"seal {rep.get('seal_sha256')} key {rep.get('keyid')}"], cls="mono"),
+            Cell([f"archive {rep.get('archive_id')}: the same registered plan run again (refspec reproduce)"]),
+        ]
+    ]
+    for d in rep.get("accepted") or []:
+        rows.append(
+            [
+                Cell(["accepted input difference"]),
+                Cell(
+                    [f"{d.get('name')}: {d.get('archived') or '(absent)'} -> {d.get('here') or '(absent)'}"], cls="mono"
+                ),
+                Cell(["pinned input that differs from the reproduced archive's, accepted with --allow"]),
+            ]
+        )
+    host = rep.get("host") or []
+    rows.append(
+        [
+            Cell(["host differences"]),
+            Cell([", ".join(str(d.get("name")) for d in host) if host else "none"], cls="mono"),
+            Cell(["host facts that differ from the reproduced archive's (recorded, never refused)"]),
+        ]
+    )
+    return rows
+
+
 def section_provenance(
     a: Archive, pubkey_fingerprint: str | None, data_seal: str | Path | None = None
 ) -> tuple[Section, dict[str, Any]]:
@@ -81,6 +117,8 @@ def section_provenance(
         "source manifest (sdist, patches, libraries, models, panels, packages)",
     )
     kv("host", prov.get("host"), "from the manifest")
+    if man and isinstance(m, dict):
+        rows.extend(reproduction_rows(m))
     plan = a.files.get("plan")
     if plan:
         prov["plan_sha256"] = sha256_file(plan)
