@@ -2503,7 +2503,44 @@ def check_provenance(c: Checker, rep: Report) -> dict:
                     c.bad(rep.html_rel, f"provenance digest of {fname} is not shown")
         elif os.path.isfile(p):
             c.bad(f"numbers.json: provenance.{key}", f"{fname} is present but the report shows no digest for it")
+    check_reproduction_provenance(c, rep, prov)
     return prov
+
+
+def check_reproduction_provenance(c: Checker, rep: Report, prov: dict) -> None:
+    """A reproduction (refspec reproduce) records what it reproduces in the config its manifest
+    holds (``reproduces``); the report's provenance texts of it are recomputed from there
+    (refspec.reporting.sections.provenance.reproduction_text) and must be shown."""
+    p = os.path.join(c.archive, "manifest.json")
+    try:
+        with open(p, encoding="utf-8") as f:
+            m = json.load(f)
+    except (OSError, ValueError):
+        return
+    ext = (m.get("buildDefinition") or {}).get("externalParameters") if isinstance(m, dict) else None
+    cfg = ext.get("config") if isinstance(ext, dict) else None
+    r = cfg.get("reproduces") if isinstance(cfg, dict) else None
+    keys = ("reproduces", "reproduces_accepted", "reproduces_host")
+    if not isinstance(r, dict):
+        for k in keys:
+            if k in prov:
+                c.bad(f"numbers.json: provenance.{k}", "the manifest's config records no reproduction")
+        return
+    accepted = [
+        f"{d.get('name')}: {d.get('archived') or '(absent)'} -> {d.get('here') or '(absent)'}"
+        for d in (r.get("accepted") or [])
+        if isinstance(d, dict)
+    ]
+    want = {
+        "reproduces": f"seal {r.get('seal_sha256')} key {r.get('keyid')} archive {r.get('archive_id')}",
+        "reproduces_accepted": "; ".join(accepted) or "none",
+        "reproduces_host": ", ".join(str(d.get("name")) for d in (r.get("host") or []) if isinstance(d, dict))
+        or "none",
+    }
+    for k in keys:
+        if c.same(f"numbers.json: provenance.{k}", prov.get(k), want[k], "reproduction record"):
+            if not any(want[k] in text for text, _line, _ctx in rep.hp.text):
+                c.bad(rep.html_rel, f"the reproduction record ({k}) is not shown")
 
 
 def check_headline(c: Checker, E: Expected, rep: Report, stated: dict, est_dec: dict) -> list:

@@ -24,6 +24,7 @@ from refspec.pipeline import reproduce as R
 from refspec.provenance import keys
 from refspec.provenance.seal import seal
 from refspec.provenance.verify import verify_archive
+from refspec.reporting.render import render
 from refspec.reporting.sections.provenance import reproduction_rows
 
 DEFAULT = Path("/tmp/fresh-main2/results/default")
@@ -227,6 +228,32 @@ def test_check_py_shows_and_checks_the_reproduces_field():
     c = check.Checker(".")
     check.check_reproduces(c, {"predicate": {"reproduces": dict(good, keyid="SHA256:zz")}})
     assert any("keyid" in p for p in c.problems)
+
+
+def test_the_report_shows_the_reproduction_and_check_py_recomputes_it(env, tmp_path):
+    res = tmp_path / "res"
+    shutil.copytree(env["a"], res)
+    (res / "SEAL.dsse.json").unlink()
+    m = json.loads((res / "manifest.json").read_text())
+    m["buildDefinition"]["externalParameters"]["config"]["reproduces"] = {
+        "seal_sha256": "a" * 64,
+        "keyid": "SHA256:" + "b" * 64,
+        "archive_id": "x-1",
+        "accepted": [{"name": MODEL, "archived": "ab" * 32, "here": "cd" * 32}],
+        "host": [{"name": "host.cpu.model", "archived": "AMD EPYC", "here": "Intel Xeon"}],
+    }
+    (res / "manifest.json").write_text(json.dumps(m, indent=2, sort_keys=True) + "\n")
+    render(res, pdf=False)
+    check = [sys.executable, "-I", "-S", str(REPO_ROOT / "report" / "check.py"), str(res), "--unsealed"]
+    r = subprocess.run(check, capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout[-3000:]
+    html = (res / "report.html").read_text()
+    assert f"{MODEL}: {'ab' * 32} -&gt; {'cd' * 32}" in html and "host.cpu.model" in html
+    doc = json.loads((res / "numbers.json").read_text())
+    doc["provenance"]["reproduces_accepted"] = "none"
+    (res / "numbers.json").write_text(json.dumps(doc, indent=1))
+    r = subprocess.run(check, capture_output=True, text=True)
+    assert r.returncode == 1 and "provenance.reproduces_accepted" in r.stdout
 
 
 @pytest.mark.reproduce_full
