@@ -395,6 +395,7 @@ class Checker:
         self.files: set[str] = set()
         self.tables: dict = {}  # name -> CsvTable, as read
         self.tree: set[str] = set()  # regular files of the archive, relative, '/'-separated
+        self.reproduces: str | None = None  # the archive a reproduction's seal names
 
     def bad(self, where: str, msg: str) -> None:
         self.problems.append(f"{where}: {msg}")
@@ -500,8 +501,8 @@ class CsvTable:
         return f"{self.rel}:{self.lines[i]} [{key}]" + (f" column {col}" if col else "")
 
 
-def read_csv_table(c: Checker, name: str, path: str, rel: str) -> CsvTable | None:
-    cols = COLUMNS[name]
+def read_csv_table(c: Checker, name: str, path: str, rel: str, cols: dict | None = None) -> CsvTable | None:
+    cols = cols or COLUMNS[name]
     try:
         with open(path, newline="", encoding="utf-8") as f:
             rd = csv.reader(f)
@@ -1405,6 +1406,8 @@ def check(archive: str, quiet: bool = False, unsealed: bool = False, trust: Trus
     rep = read_report(c)
     if rep is None:
         return EXIT_UNREADABLE, c
+    if rep.numbers_doc.get("format") == COMPARISON_FORMAT:
+        return check_comparison(c, rep, unsealed, trust)  # a comparison archive (refspec compare)
     tables = read_tables(c)
     plan = read_plan(c)
 
@@ -2348,7 +2351,9 @@ def archive_names(c: Checker) -> set[str]:
     (tasks, arms, families, sessions, drafts, digests, times, reasons) a report may show as text."""
     names: set[str] = set()
     for t in c.tables.values():
-        cols = [k for k, kind in COLUMNS[t.name].items() if kind == S or k in KEY_COLUMNS]
+        cols = [
+            k for k, kind in (COLUMNS.get(t.name) or COMPARE_COLUMNS[t.name]).items() if kind == S or k in KEY_COLUMNS
+        ]
         for r in t.rows:
             for k in cols:
                 v = r.get(k)
@@ -2498,7 +2503,44 @@ def check_provenance(c: Checker, rep: Report) -> dict:
                     c.bad(rep.html_rel, f"provenance digest of {fname} is not shown")
         elif os.path.isfile(p):
             c.bad(f"numbers.json: provenance.{key}", f"{fname} is present but the report shows no digest for it")
+    check_reproduction_provenance(c, rep, prov)
     return prov
+
+
+def check_reproduction_provenance(c: Checker, rep: Report, prov: dict) -> None:
+    """A reproduction (refspec reproduce) records what it reproduces in the config its manifest
+    holds (``reproduces``); the report's provenance texts of it are recomputed from there
+    (refspec.reporting.sections.provenance.reproduction_text) and must be shown."""
+    p = os.path.join(c.archive, "manifest.json")
+    try:
+        with open(p, encoding="utf-8") as f:
+            m = json.load(f)
+    except (OSError, ValueError):
+        return
+    ext = (m.get("buildDefinition") or {}).get("externalParameters") if isinstance(m, dict) else None
+    cfg = ext.get("config") if isinstance(ext, dict) else None
+    r = cfg.get("reproduces") if isinstance(cfg, dict) else None
+    keys = ("reproduces", "reproduces_accepted", "reproduces_host")
+    if not isinstance(r, dict):
+        for k in keys:
+            if k in prov:
+                c.bad(f"numbers.json: provenance.{k}", "the manifest's config records no reproduction")
+        return
+    accepted = [
+        f"{d.get('name')}: {d.get('archived') or '(absent)'} -> {d.get('here') or '(absent)'}"
+        for d in (r.get("accepted") or [])
+        if isinstance(d, dict)
+    ]
+    want = {
+        "reproduces": f"seal {r.get('seal_sha256')} key {r.get('keyid')} archive {r.get('archive_id')}",
+        "reproduces_accepted": "; ".join(accepted) or "none",
+        "reproduces_host": ", ".join(str(d.get("name")) for d in (r.get("host") or []) if isinstance(d, dict))
+        or "none",
+    }
+    for k in keys:
+        if c.same(f"numbers.json: provenance.{k}", prov.get(k), want[k], "reproduction record"):
+            if not any(want[k] in text for text, _line, _ctx in rep.hp.text):
+                c.bad(rep.html_rel, f"the reproduction record ({k}) is not shown")
 
 
 def check_headline(c: Checker, E: Expected, rep: Report, stated: dict, est_dec: dict) -> list:
@@ -3250,6 +3292,7 @@ def check_seal(c: Checker, sp: str, trust: Trust) -> None:
                 "SEAL.dsse.json",
                 f"previous seal is {prev or 'none'}, expected {want or 'none'} (an older or unrelated seal?)",
             )
+    check_reproduces(c, statement)
     listed = set()
     for j, s in enumerate(subjects):
         try:
@@ -3282,6 +3325,28 @@ def check_seal(c: Checker, sp: str, trust: Trust) -> None:
     for rel in sorted(c.tree):
         if rel != "SEAL.dsse.json" and rel not in listed:
             c.bad("SEAL.dsse.json", f"{rel} is in the archive but not covered by the seal")
+
+
+def check_reproduces(c: Checker, statement) -> None:
+    """A reproduction's seal names the archive it reproduces (``predicate.reproduces``:
+    seal_sha256, keyid, archive_id; refspec reproduce). Its format is checked and it is shown;
+    the reproduced archive itself is not needed here (refspec compare compares the two)."""
+    pred = statement.get("predicate") if isinstance(statement, dict) else None
+    if not isinstance(pred, dict) or "reproduces" not in pred:
+        return
+    r = pred["reproduces"]
+    where = "SEAL.dsse.json: predicate.reproduces"
+    if not isinstance(r, dict):
+        c.bad(where, "is not an object")
+        return
+    seal, keyid, aid = r.get("seal_sha256"), r.get("keyid"), r.get("archive_id")
+    if not (isinstance(seal, str) and _HEX64_RE.fullmatch(seal)):
+        c.bad(where, "seal_sha256 is not a sha256")
+    if not (isinstance(keyid, str) and _KEYID_RE.fullmatch(keyid)):
+        c.bad(where, "keyid is not of the form SHA256:<64 hex digits>")
+    if not isinstance(aid, str):
+        c.bad(where, "archive_id is not a string")
+    c.reproduces = f"seal {seal} key {keyid} archive {aid}"
 
 
 def check_tree(c: Checker) -> None:
@@ -3348,8 +3413,423 @@ def main(argv: list[str] | None = None) -> int:
         f"{c.identities} identities; {len(c.files)} files checked; {len(c.problems)} mismatches; "
         f"{len(c.unreadable)} unreadable"
     )
+    if c.reproduces is not None:
+        print("reproduces: " + c.reproduces)
     print(("OK: " if code == EXIT_OK else "FAIL: ") + a.archive)
     return code
+
+
+# =========================================================================== comparison archives (refspec compare)
+
+COMPARISON_FORMAT = "refspec-comparison/1"
+_CS, _CI, _CF = S, I, F
+COMPARE_COLUMNS = {
+    "comparisons": dict(
+        section=S,
+        item=S,
+        title=S,
+        table=S,
+        kind=S,
+        campaign=S,
+        family=S,
+        cap=I,
+        path=S,
+        comparison=S,
+        numerator=S,
+        denominator=S,
+        rows_a=I,
+        rows_b=I,
+        rows_differing=I,
+        a_value=F,
+        a_lo=F,
+        a_hi=F,
+        b_value=F,
+        b_lo=F,
+        b_hi=F,
+        ratio=F,
+        lo=F,
+        hi=F,
+        n_tasks=I,
+        n_sessions_a=I,
+        n_sessions_b=I,
+        draws=I,
+        seed=I,
+        band=F,
+        verdict=S,
+        reason=S,
+    ),
+    "differences": dict(finding=S, key=S, column=S, a=S, b=S, detail=S),
+}
+# the preservation findings (refspec.compare.preservation.FINDINGS): id -> (table, key, columns)
+COMPARE_FINDINGS = {
+    "qualification": (
+        "qualification",
+        ("campaign", "family", "task_id", "arm", "cap"),
+        ("n_required", "n_matching", "qualified"),
+    ),
+    "first_divergence": (
+        "qualification",
+        ("campaign", "family", "task_id", "arm", "cap"),
+        ("first_diff_index", "ref_token", "arm_token"),
+    ),
+    "endpoints": (
+        "endpoints",
+        ("campaign", "family", "task_id", "arm", "cap", "session", "repeat"),
+        ("endpoint_sha256",),
+    ),
+    "replay": ("replay", ("family", "layer", "phase", "q", "stage"), ("pq_eq_qb", "mq_eq_pq", "control_ok")),
+    "phase_masks": ("phase_masks", ("family", "mask"), ("passes", "minimal")),
+    "partition": (
+        "partition",
+        ("family", "task_id", "arm", "repeat"),
+        ("endpoint_class", "kv_class", "logits_class", "first_diff_vs_A"),
+    ),
+    "crosses": (
+        "crosses",
+        ("family", "task_id", "direction", "selector", "repeat"),
+        ("outcome", "distinguishable", "first_diff_vs_recipient"),
+    ),
+}
+
+
+# columns a finding compares that the report's own checks do not read
+COMPARE_EXTRA = {"partition": dict(family=S), "crosses": dict(family=S, first_diff_vs_recipient=I)}
+
+
+def _statement_of(c: Checker, path: str, where: str):
+    try:
+        with open(path, "rb") as f:
+            return json.loads(base64.b64decode(json.loads(f.read())["payload"], validate=True))
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        c.unread(where, f"not a DSSE envelope over a statement ({e})")
+        return None
+
+
+def compare_inputs_read(c: Checker, lab: str, compares: dict) -> dict:
+    """The carried records of archive ``lab`` (inputs/a, inputs/b): its seal must be the one the comparison's
+    statement names, and every carried file must be that seal's subject with the sealed sha256."""
+    d = os.path.join(c.archive, "inputs", lab)
+    sp = os.path.join(d, "SEAL.dsse.json")
+    out: dict = {}
+    if not os.path.isfile(sp):
+        c.bad(f"inputs/{lab}", "the compared archive's seal is not carried")
+        return out
+    c.files.add(sp)
+    named = (compares.get(lab) or {}).get("seal_sha256") if isinstance(compares, dict) else None
+    c.same(f"inputs/{lab}/SEAL.dsse.json", sha256_file(sp), named, "seal sha256 (the comparison's statement names it)")
+    st = _statement_of(c, sp, f"inputs/{lab}/SEAL.dsse.json")
+    subjects = {}
+    if isinstance(st, dict):
+        for s_ in st.get("subject") or []:
+            if isinstance(s_, dict) and isinstance(s_.get("name"), str):
+                subjects[s_["name"]] = (s_.get("digest") or {}).get("sha256")
+        keyid = ((st.get("predicate") or {}).get("signer") or {}).get("keyid")
+        c.same(f"inputs/{lab}/SEAL.dsse.json", keyid, (compares.get(lab) or {}).get("keyid"), "signer key id")
+    for root, _dirs, files in os.walk(d):
+        for fn in sorted(files):
+            full = os.path.join(root, fn)
+            rel = posix_rel(full, d)
+            if rel == "SEAL.dsse.json":
+                continue
+            c.files.add(full)
+            c.same(
+                f"inputs/{lab}/{rel}",
+                sha256_file(full),
+                subjects.get(rel),
+                "sha256 (as sealed in the compared archive)",
+            )
+    tables = {}
+    for name in ("requests", "qualification", "ratios", "estimates") + tuple(
+        dict.fromkeys(v[0] for v in COMPARE_FINDINGS.values())
+    ):
+        p = os.path.join(d, "tables", name + ".csv")
+        if os.path.isfile(p) and name not in tables:
+            t = read_csv_table(c, name, p, posix_rel(p, c.archive), dict(COLUMNS[name], **COMPARE_EXTRA.get(name, {})))
+            if t is not None:
+                tables[name] = t.rows
+    out["tables"] = tables
+    return out
+
+
+def _cell(v) -> str | None:
+    if v is None:
+        return None
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, float):
+        return repr(v)
+    if isinstance(v, list):
+        return " ".join(str(int(x)) for x in v)
+    return str(v)
+
+
+def recompute_finding(fid: str, ta, tb):
+    """(rows_a, rows_b, rows_differing, verdict, differing cells {(key, column): (a, b)})."""
+    table, key, cols = COMPARE_FINDINGS[fid]
+    if ta is None and tb is None:
+        return 0, 0, 0, "same", {}
+    ia = {"|".join(str(r[k]) for k in key): r for r in (ta or [])}
+    ib = {"|".join(str(r[k]) for k in key): r for r in (tb or [])}
+    cells = {}
+    for k in set(ia) | set(ib):
+        ra, rb = ia.get(k), ib.get(k)
+        for col in cols:
+            va = _cell(ra[col]) if ra is not None else None
+            vb = _cell(rb[col]) if rb is not None else None
+            if ra is None or rb is None or va != vb:
+                cells[(k, col)] = (va, vb)
+    return len(ia), len(ib), len({k for k, _ in cells}), ("differs" if cells else "same"), cells
+
+
+def _sums(reqs: list, row: dict, tasks: list):
+    """Sessions (sorted) and S/N per (arm, session, task) of the comparison's two arms (refspec.compare.timings)."""
+    S_, N_ = defaultdict(float), defaultdict(int)
+    sessions = set()
+    for r in reqs:
+        if (
+            r["campaign"] == row["campaign"]
+            and r["family"] == row["family"]
+            and (row["cap"] is None or r["cap"] == row["cap"])
+            and r["status"] == "ok"
+            and r["t_ns"] is not None
+            and r["arm"] in (row["numerator"], row["denominator"])
+        ):
+            sessions.add(r["session"])
+            S_[(r["arm"], r["session"], r["task_id"])] += math.log(r["t_ns"])
+            N_[(r["arm"], r["session"], r["task_id"])] += 1
+    return sorted(sessions), S_, N_
+
+
+def _resampled_D(kind, sessions, S_, N_, num, den, tasks, v, w):
+    """D_X of one draw (None when undefined): task weights v[t], session weights w[s]."""
+    if kind == "ratio":
+        tot = acc = 0.0
+        for j, t in enumerate(tasks):
+            if not v[j]:
+                continue
+            sn = sum(w[i] * S_.get((num, s, t), 0.0) for i, s in enumerate(sessions) if w[i])
+            nn = sum(w[i] * N_.get((num, s, t), 0) for i, s in enumerate(sessions) if w[i])
+            sd = sum(w[i] * S_.get((den, s, t), 0.0) for i, s in enumerate(sessions) if w[i])
+            nd = sum(w[i] * N_.get((den, s, t), 0) for i, s in enumerate(sessions) if w[i])
+            if nn and nd:
+                acc += v[j] * (sn / nn - sd / nd)
+                tot += v[j]
+        return acc / tot if tot else None
+    tot = acc = 0.0
+    for i, s in enumerate(sessions):
+        if not w[i]:
+            continue
+        cn = cd = 0.0
+        for j, t in enumerate(tasks):
+            if v[j] and N_.get((num, s, t)) and N_.get((den, s, t)):
+                cn += v[j] * (S_[(num, s, t)] / N_[(num, s, t)] - S_[(den, s, t)] / N_[(den, s, t)])
+                cd += v[j]
+        if cd:
+            acc += w[i] * (cn / cd)
+            tot += w[i]
+    return acc / tot if tot else None
+
+
+def _point_D(kind, sessions, S_, N_, num, den, tasks):
+    if kind == "ratio":
+        vals = []
+        for t in tasks:
+            nn = sum(N_.get((num, s, t), 0) for s in sessions)
+            nd = sum(N_.get((den, s, t), 0) for s in sessions)
+            vals.append(
+                sum(S_.get((num, s, t), 0.0) for s in sessions) / nn
+                - sum(S_.get((den, s, t), 0.0) for s in sessions) / nd
+            )
+        return mean(vals)
+    cs = []
+    for s in sessions:
+        ds = [
+            S_[(num, s, t)] / N_[(num, s, t)] - S_[(den, s, t)] / N_[(den, s, t)]
+            for t in tasks
+            if N_.get((num, s, t)) and N_.get((den, s, t))
+        ]
+        if ds:
+            cs.append(mean(ds))
+    return mean(cs)
+
+
+def _weights_of(rng: random.Random, n: int) -> list:
+    w = [0] * n
+    for _ in range(n):
+        w[rng.randrange(n)] += 1
+    return w
+
+
+def recompute_timing(row: dict, ins: dict):
+    """(ratio, lo, hi, a_lo, a_hi, b_lo, b_hi, n_tasks, n_sessions_a, n_sessions_b) of a timing row from the
+    carried requests (refspec.compare.timings: tasks seed, A's sessions seed+1, B's seed+2)."""
+    kind, seed, draws = row["kind"], row["seed"], row["draws"]
+    qa = ins["a"].get("tables", {}).get("qualification", [])
+    tasks = sorted(
+        {
+            r["task_id"]
+            for r in qa
+            if r["campaign"] == row["campaign"]
+            and r["family"] == row["family"]
+            and (row["cap"] is None or r["cap"] == row["cap"])
+        }
+    )
+    sa, Sa, Na = _sums(ins["a"]["tables"].get("requests", []), row, tasks)
+    sb, Sb, Nb = _sums(ins["b"]["tables"].get("requests", []), row, tasks)
+    num, den = row["numerator"], row["denominator"]
+    da = _point_D(kind, sa, Sa, Na, num, den, tasks)
+    db = _point_D(kind, sb, Sb, Nb, num, den, tasks)
+    rt, ra, rb = random.Random(seed), random.Random(seed + 1), random.Random(seed + 2)
+    diffs, xa, xb = [], [], []
+    for _ in range(draws):
+        v = _weights_of(rt, len(tasks))
+        wa = _weights_of(ra, len(sa))
+        wb = _weights_of(rb, len(sb))
+        a_ = _resampled_D(kind, sa, Sa, Na, num, den, tasks, v, wa)
+        b_ = _resampled_D(kind, sb, Sb, Nb, num, den, tasks, v, wb)
+        if a_ is not None and b_ is not None:
+            diffs.append(b_ - a_)
+            xa.append(a_)
+            xb.append(b_)
+    iv = lambda xs: [math.exp(percentile(sorted(xs), p)) for p in (2.5, 97.5)]  # noqa: E731
+    lo, hi = iv(diffs)
+    return dict(
+        a_point=math.exp(da),
+        b_point=math.exp(db),
+        ratio=math.exp(db - da),
+        lo=lo,
+        hi=hi,
+        a_iv=iv(xa),
+        b_iv=iv(xb),
+        n_tasks=len(tasks),
+        n_sessions_a=len(sa),
+        n_sessions_b=len(sb),
+    )
+
+
+def check_comparison(c: Checker, rep: Report, unsealed: bool, trust: Trust) -> tuple[int, Checker]:
+    """A comparison archive (anc/compare.md): every number of its report and its tables recomputed from the
+    records it carries (inputs/a, inputs/b), which must be the compared archives' sealed files."""
+    tables = {}
+    for name, cols in COMPARE_COLUMNS.items():
+        p = os.path.join(c.archive, "tables", name + ".csv")
+        if not os.path.isfile(p):
+            c.unread(f"tables/{name}.csv", "missing from the comparison archive")
+            continue
+        t = read_csv_table(c, name, p, posix_rel(p, c.archive), cols)
+        if t is not None:
+            tables[name] = t
+            c.files.add(p)
+    c.tables = tables
+    sp = os.path.join(c.archive, "SEAL.dsse.json")
+    st = _statement_of(c, sp, "SEAL.dsse.json") if os.path.isfile(sp) else None
+    compares = ((st or {}).get("predicate") or {}).get("compares") if isinstance(st, dict) else None
+    if compares is None:
+        plan = read_plan(c) or {}
+        compares = {k: plan.get(k) for k in ("a", "b")}
+        if st is not None:
+            c.bad("SEAL.dsse.json", "the statement does not name the compared archives (predicate.compares)")
+    ins = {lab: compare_inputs_read(c, lab, compares or {}) for lab in ("a", "b")}
+    E = Expected(c)
+    src = posix_rel(os.path.join(c.archive, "tables", "comparisons.csv"), rep.dir)
+    if "comparisons" in tables:
+        t = tables["comparisons"]
+        got_diffs = {}
+        for i, row in enumerate(t.rows):
+            item = row["item"]
+            if row["section"] == "preservation" and item in COMPARE_FINDINGS:
+                table = COMPARE_FINDINGS[item][0]
+                ta = ins["a"].get("tables", {}).get(table)
+                tb = ins["b"].get("tables", {}).get(table)
+                ra_, rb_, nd, verdict, cells = recompute_finding(item, ta, tb)
+                got_diffs.update({(item, k, col): v for (k, col), v in cells.items()})
+                for col, val in (("rows_a", ra_), ("rows_b", rb_), ("rows_differing", nd)):
+                    c.same(t.where(i, col), row[col], val)
+                    E.add(("cmp", item, col), val, src)
+                c.same(t.where(i, "verdict"), row["verdict"], verdict)
+            elif row["section"] == "timing":
+                for col in ("a_value", "b_value"):
+                    stated = None
+                    lab = col[0]
+                    for r in ins[lab].get("tables", {}).get("ratios" if row["kind"] == "ratio" else "estimates", []):
+                        if row["kind"] == "ratio" and (
+                            r["campaign"],
+                            r["family"],
+                            r["cap"],
+                            r["numerator"],
+                            r["denominator"],
+                        ) == (row["campaign"], row["family"], row["cap"], row["numerator"], row["denominator"]):
+                            stated = r["ratio"]
+                        if row["kind"] == "estimate" and (r["family"], r["path"], r["comparison"]) == (
+                            row["family"],
+                            row["path"],
+                            row["comparison"],
+                        ):
+                            stated = r["estimate"]
+                            if row[lab + "_lo"] is not None:
+                                for b_ in ("lo", "hi"):
+                                    c.same(t.where(i, lab + "_" + b_), row[lab + "_" + b_], r[b_])
+                                    E.add(("cmp", item, lab + "_" + b_), r[b_], src)
+                    c.same(t.where(i, col), row[col], stated, "the compared archive's value")
+                    if stated is not None:
+                        E.add(("cmp", item, col), stated, src)
+                E.add(("cmp", item, "band"), row["band"], src)
+                if row["ratio"] is None:
+                    continue
+                try:
+                    rc = recompute_timing(row, ins)
+                except (KeyError, ZeroDivisionError, ValueError, IndexError) as e:
+                    c.bad(t.where(i), f"cannot recompute the timing from the carried requests ({e})")
+                    continue
+                for col, val in (
+                    ("ratio", rc["ratio"]),
+                    ("lo", rc["lo"]),
+                    ("hi", rc["hi"]),
+                    ("n_tasks", rc["n_tasks"]),
+                    ("n_sessions_a", rc["n_sessions_a"]),
+                    ("n_sessions_b", rc["n_sessions_b"]),
+                ):
+                    c.same(t.where(i, col), row[col], val)
+                    if col in ("ratio", "lo", "hi"):
+                        E.add(("cmp", item, col), val, src)
+                for lab, pt in (("a", rc["a_point"]), ("b", rc["b_point"])):
+                    stated = row[lab + "_value"]
+                    if stated is not None and abs(pt - stated) > 1e-9 * max(1.0, abs(stated)):
+                        c.bad(t.where(i, lab + "_value"), f"not the value the carried requests give ({pt!r})")
+                if row["kind"] == "ratio":
+                    for lab in ("a", "b"):
+                        for k, b_ in enumerate(("lo", "hi")):
+                            c.same(t.where(i, lab + "_" + b_), row[lab + "_" + b_], rc[lab + "_iv"][k])
+                            E.add(("cmp", item, lab + "_" + b_), rc[lab + "_iv"][k], src)
+                band = row["band"]
+                if row["verdict"] != "not comparable":
+                    want = (
+                        "reproduced"
+                        if (rc["lo"] <= 1.0 <= rc["hi"] or (1.0 / band <= rc["lo"] and rc["hi"] <= band))
+                        else "differs"
+                    )
+                    c.same(t.where(i, "verdict"), row["verdict"], want)
+        if "differences" in tables:
+            td = tables["differences"]
+            stated = {
+                (r["finding"], r["key"], r["column"]): (r["a"], r["b"])
+                for r in td.rows
+                if r["finding"] in COMPARE_FINDINGS
+            }
+            for k in sorted(set(stated) | set(got_diffs)):
+                c.same(f"{td.rel} [{' '.join(k)}]", stated.get(k), got_diffs.get(k), "differing cell (A, B)")
+    stated_nums = check_numbers(c, E, rep)
+    check_html(c, E, rep, stated_nums)
+    check_tex(c, E, rep, stated_nums)
+    check_provenance(c, rep)
+    if os.path.isfile(sp):
+        check_seal(c, sp, trust)
+    elif not unsealed:
+        c.bad(
+            "SEAL.dsse.json",
+            "missing: the archive is not sealed (pass --unsealed to check a results folder before sealing)",
+        )
+    return (EXIT_UNREADABLE if c.unreadable else EXIT_MISMATCH if c.problems else EXIT_OK), c
 
 
 if __name__ == "__main__":

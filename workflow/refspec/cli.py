@@ -41,6 +41,14 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "seal": ("refspec.commands.seal", "seal a results folder into a signed, closed-world archive"),
     "verify": ("refspec.commands.verify", "verify a sealed archive (folder or tar) against a public key"),
     "restore": ("refspec.commands.restore", "safely extract an archive tar into a fresh folder and verify it"),
+    "compare": (
+        "refspec.commands.compare",
+        "compare two sealed archives finding by finding: preservation same or differs, timings reproduced or not",
+    ),
+    "reproduce": (
+        "refspec.commands.reproduce",
+        "run a sealed archive's registered plan again on this machine's pinned inputs, seal it and compare",
+    ),
     "assemble": (
         "refspec.commands.assemble",
         "merge the run's campaign tables, plans and ledger into a staging folder",

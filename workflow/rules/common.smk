@@ -1,4 +1,5 @@
 # Shared names. Rules call the refspec CLI and hold no logic of their own.
+import shlex
 from pathlib import Path
 
 RESULTS = config["results"]
@@ -9,6 +10,14 @@ STAGE = f"{RESULTS}/stage"
 ARCHIVE = f"{RESULTS}/archive"
 CHECKED = f"{RESULTS}/checked.txt"
 THREADS = config["threads"]
+# a reproduction of a sealed archive (refspec reproduce): both seals name it
+REPRODUCES = config.get("reproduces") or None
+SEAL_REPRODUCES = (
+    f"--reproduces-seal {REPRODUCES['seal_sha256']} --reproduces-keyid {REPRODUCES['keyid']}"
+    f" --reproduces-archive-id {shlex.quote(REPRODUCES['archive_id'])}"
+    if REPRODUCES
+    else ""
+)
 
 # the config file the CLI reads (the same one Snakemake validated)
 CONFIGFILE = (

@@ -25,8 +25,11 @@ rule seal_archive:
         f"{LOGS}/seal_archive.log",
     conda:
         "../../envs/refspec.yaml"
+    params:
+        reproduces=SEAL_REPRODUCES,
     shell:
-        "refspec seal {input.stage} {output} --campaign default --previous {input.previous} --tar > {log} 2>&1"
+        "refspec seal {input.stage} {output} --campaign default --previous {input.previous} --tar"
+        " {params.reproduces} > {log} 2>&1"
 
 
 rule check:

@@ -43,5 +43,7 @@ rule seal_data:
         f"{LOGS}/seal_data.log",
     conda:
         "../../envs/refspec.yaml"
+    params:
+        reproduces=SEAL_REPRODUCES,
     shell:
-        "refspec seal {input.stage} {output} --campaign default > {log} 2>&1"
+        "refspec seal {input.stage} {output} --campaign default {params.reproduces} > {log} 2>&1"

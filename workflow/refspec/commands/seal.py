@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from ..core.errors import UsageError
 from ..provenance.seal import seal
+from ..provenance.statement import archive_reference_problems
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -45,11 +47,35 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="carry existing CSV copies without checking them against their tables",
     )
     parser.add_argument("--jobs", type=int, default=None, help="hashing threads")
+    r = parser.add_argument_group(
+        "reproduction", "the archive this one reproduces (predicate.reproduces; all three or none)"
+    )
+    r.add_argument("--reproduces-seal", default=None, metavar="SHA", help="seal sha256 of the archive reproduced")
+    r.add_argument("--reproduces-keyid", default=None, metavar="SHA256:HEX", help="its signer's key id")
+    r.add_argument("--reproduces-archive-id", default=None, metavar="ID", help="its archive id")
+
+
+def reproduces_of(args: argparse.Namespace) -> dict[str, str] | None:
+    """``{seal_sha256, keyid, archive_id}`` from the ``--reproduces-*`` options, or None."""
+    given = {
+        "seal_sha256": args.reproduces_seal,
+        "keyid": args.reproduces_keyid,
+        "archive_id": args.reproduces_archive_id,
+    }
+    if all(v is None for v in given.values()):
+        return None
+    if any(v is None for v in given.values()):
+        raise UsageError("give --reproduces-seal, --reproduces-keyid and --reproduces-archive-id together")
+    problems = archive_reference_problems("reproduces", given)
+    if problems:
+        raise UsageError("; ".join(problems))
+    return given
 
 
 def run(args: argparse.Namespace) -> int:
     csv_sel: str | list[str]
     csv_sel = args.csv if args.csv in ("all", "none") else [t for t in args.csv.split(",") if t]
+    reproduces = reproduces_of(args)
     r = seal(
         args.results,
         args.out,
@@ -62,6 +88,7 @@ def run(args: argparse.Namespace) -> int:
         csv_tables=csv_sel,
         check_csv=not args.no_csv_check,
         workers=args.jobs,
+        predicate_extra={"reproduces": reproduces} if reproduces is not None else None,
     )
     print(f"sealed {r.out}: {r.files} files, {r.total_bytes} bytes")
     print(f"archive id:  {r.archive_id}")
@@ -69,6 +96,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"previous:    {r.previous_seal_sha256 or '(none: first in chain)'}")
     print(f"seal sha256: {r.seal_sha256}")
     print(f"key:         {r.keyid}")
+    if reproduces is not None:
+        print(f"reproduces:  {reproduces['seal_sha256']} (key {reproduces['keyid']})")
     if r.tar is not None:
         print(f"tar:         {r.tar}")
     return 0

@@ -130,7 +130,11 @@ def _load_all() -> dict[str, TableSpec]:
 TABLES: dict[str, TableSpec] = _load_all()
 
 
-def spec(name: str) -> TableSpec:
+def spec(name: str | TableSpec) -> TableSpec:
+    """The spec of table ``name`` (a spec is returned as it is: every function that takes a
+    table's name also takes a spec loaded with :func:`load_spec` from another folder)."""
+    if isinstance(name, TableSpec):
+        return name
     try:
         return TABLES[name]
     except KeyError:
@@ -278,14 +282,15 @@ def records(data: Any) -> list[dict[str, Any]]:
     return out
 
 
-def validate(data: Any, name: str) -> list[dict[str, Any]]:
-    """Check rows against table ``name``; return them normalized, in schema column order.
+def validate(data: Any, name: str | TableSpec) -> list[dict[str, Any]]:
+    """Check rows against table ``name`` (or a spec); return them normalized, in schema column order.
 
     Raises TableError listing (up to 12) problems: missing or unknown columns,
     wrong types, nulls in non-nullable columns, values outside an enum or
     below a minimum, duplicate keys.
     """
     sp = spec(name)
+    name = sp.name
     rows = records(data)
     names = sp.names
     errors: list[str] = []
@@ -439,7 +444,7 @@ def parse_cell(col_type: str, nullable: bool, text: str) -> Any:
     raise ValueError(col_type)
 
 
-def to_csv_bytes(rows: Sequence[Mapping[str, Any]], name: str) -> bytes:
+def to_csv_bytes(rows: Sequence[Mapping[str, Any]], name: str | TableSpec) -> bytes:
     sp = spec(name)
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
@@ -468,7 +473,7 @@ def _arrow_schema(sp: TableSpec):
     return pa.schema(fields, metadata=meta)
 
 
-def to_parquet_bytes(rows: Sequence[Mapping[str, Any]], name: str) -> bytes:
+def to_parquet_bytes(rows: Sequence[Mapping[str, Any]], name: str | TableSpec) -> bytes:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -481,18 +486,20 @@ def to_parquet_bytes(rows: Sequence[Mapping[str, Any]], name: str) -> bytes:
     return sink.getvalue().to_pybytes()
 
 
-def write_table(data: Any, name: str, out_dir: str | Path) -> dict[str, Path]:
-    """Validate ``data`` against table ``name`` and write ``<name>.parquet`` and ``<name>.csv``.
+def write_table(data: Any, name: str | TableSpec, out_dir: str | Path) -> dict[str, Path]:
+    """Validate ``data`` against table ``name`` (or a spec) and write ``<name>.parquet`` and ``<name>.csv``.
 
     ``data`` is a DataFrame, a list of mappings or a mapping of columns; its
     columns must be exactly the schema's (any order). Rows keep their order.
     Both files are written atomically. Returns ``{"parquet": path, "csv": path}``.
     """
-    rows = validate(data, name)
+    sp = spec(name)
+    rows = validate(data, sp)
+    name = sp.name
     out = Path(out_dir)
     paths = {"parquet": out / f"{name}.parquet", "csv": out / f"{name}.csv"}
-    atomic_write_bytes(paths["parquet"], to_parquet_bytes(rows, name), mode=0o644)
-    atomic_write_bytes(paths["csv"], to_csv_bytes(rows, name), mode=0o644)
+    atomic_write_bytes(paths["parquet"], to_parquet_bytes(rows, sp), mode=0o644)
+    atomic_write_bytes(paths["csv"], to_csv_bytes(rows, sp), mode=0o644)
     return paths
 
 

@@ -3,7 +3,7 @@
 The package's folders are layers, in this order (a folder may import itself and the folders
 above it, never one below)::
 
-    core, native, engine, provenance, experiments, campaigns, reporting, pipeline, commands
+    core, native, engine, provenance, experiments, campaigns, reporting, compare, pipeline, commands
 
 The top-level modules (``cli.py``, ``__init__.py``, ``__main__.py``) may import anything; a
 folder that imports ``cli`` imports upward. Three rules, read from the source with :mod:`ast`
@@ -27,7 +27,18 @@ import tokenize
 from dataclasses import dataclass, field
 from pathlib import Path
 
-LAYERS = ("core", "native", "engine", "provenance", "experiments", "campaigns", "reporting", "pipeline", "commands")
+LAYERS = (
+    "core",
+    "native",
+    "engine",
+    "provenance",
+    "experiments",
+    "campaigns",
+    "reporting",
+    "compare",
+    "pipeline",
+    "commands",
+)
 # the report layer's former folder name, at the same place in the order
 LAYER_ALIASES = {"report": "reporting"}
 TOP = "(top)"  # the layer of the top-level modules

@@ -516,6 +516,14 @@ def _flatten(obj: Any, prefix: str, out: dict[str, Any]) -> None:
         out[prefix] = obj
 
 
+def flatten(obj: Any) -> dict[str, Any]:
+    """The fields of a manifest (or a part of one) as ``{dotted path: value}``, as
+    :func:`diff_manifests` compares them (dependencies named by their ``name``)."""
+    out: dict[str, Any] = {}
+    _flatten(obj, "", out)
+    return out
+
+
 def _ignored(path: str, ignored: Iterable[str]) -> bool:
     return any(path == p or path.startswith(p + ".") or path.startswith(p + "[") for p in ignored)
 

@@ -59,9 +59,9 @@ from .statement import (
     CAMPAIGN_KEY,
     HEX64,
     MAX_SEAL_BYTES,
-    PREDICATE_TYPE,
+    PREDICATE_FIELDS,
     SEAL_FORMAT,
-    STATEMENT_TYPE,
+    build_statement,
 )
 from .verify import verify_archive
 
@@ -409,6 +409,7 @@ def seal(
     check_csv: bool = True,
     created: str | None = None,
     workers: int | None = None,
+    predicate_extra: dict[str, Any] | None = None,
 ) -> SealResult:
     """Seal ``results`` into the fresh folder ``out`` (see the module docstring).
 
@@ -418,11 +419,16 @@ def seal(
     ``csv_tables`` selects the Parquet tables without a CSV copy in ``results``
     that get one written: ``"all"``, ``"none"``/None or a list of table paths or
     names. A CSV copy already in ``results`` is carried and, with ``check_csv``,
-    must equal the CSV its table produces.
+    must equal the CSV its table produces. ``predicate_extra`` adds fields to the
+    predicate (``reproduces``: the archive a reproduction reproduces; ``compares``: the
+    archives a comparison compares); it cannot replace one of the predicate's own fields.
     """
     results = Path(results)
     out = Path(out)
     _check_folders(results, out)
+    own = sorted(set(predicate_extra or {}) & set(PREDICATE_FIELDS))
+    if own:
+        raise UsageError(f"predicate field(s) {', '.join(own)} are the seal's own")
     skey = _signing_key(key, results, out)
     keyid = fingerprint(skey.public_key())
     previous_sha256 = _previous_sha256(previous, previous_sha256, skey)
@@ -442,11 +448,9 @@ def seal(
         names = sorted(targets)
         subjects = _scanned_subjects(stage, names, skey, workers)
         total = sum(s["annotations"]["size"] for s in subjects)
-        statement = {
-            "_type": STATEMENT_TYPE,
-            "subject": subjects,
-            "predicateType": PREDICATE_TYPE,
-            "predicate": {
+        statement = build_statement(
+            subjects,
+            {
                 "seal_format": SEAL_FORMAT,
                 "archive_id": archive_id,
                 "campaign": campaign,
@@ -459,7 +463,8 @@ def seal(
                 "records": {"manifest": MANIFEST_NAME, "plan": PLAN_NAME, "ledger": ledger_info},
                 "tables": tables,
             },
-        }
+            predicate_extra,
+        )
         env = envelope_bytes(statement, skey)
         _publish(stage, out, names, env)
     except BaseException:

@@ -3,7 +3,9 @@
 Its subjects are every file of the archive but ``SEAL.dsse.json`` (path, sha256, size);
 its predicate holds the seal format, the archive id, the campaign, the creation time,
 the previous seal's sha256 (a chain of seals), the signer, the records (manifest, plan,
-ledger head) and a table index (``anc/seal.md``). Every Parquet table of an archive
+ledger head) and a table index (``anc/seal.md``), and any further fields the sealer adds
+(:func:`build_statement`'s ``extra``: ``reproduces`` names the archive a reproduction
+reproduces, ``compares`` the two archives a comparison compares). Every Parquet table of an archive
 carries the archive id and campaign in its key-value metadata under
 :data:`ARCHIVE_ID_KEY` and :data:`CAMPAIGN_KEY`.
 """
@@ -23,6 +25,51 @@ ARCHIVE_ID_KEY = b"refspec.archive_id"
 CAMPAIGN_KEY = b"refspec.campaign"
 MAX_SEAL_BYTES = 256 * 1024 * 1024
 HEX64 = re.compile(r"[0-9a-f]{64}")
+KEYID = re.compile(r"SHA256:[0-9a-f]{64}")
+#: the seal's own predicate fields (``anc/seal.md``); further fields may only add to them
+PREDICATE_FIELDS = (
+    "seal_format",
+    "archive_id",
+    "campaign",
+    "previous_seal_sha256",
+    "created",
+    "files",
+    "total_bytes",
+    "signer",
+    "sealed_by",
+    "records",
+    "tables",
+)
+#: predicate fields that name another sealed archive: ``{seal_sha256, keyid, archive_id}``
+#: (``reproduces``) or ``{a: ..., b: ...}`` of such references (``compares``)
+ARCHIVE_REFERENCES = ("reproduces", "compares")
+
+
+def build_statement(
+    subjects: list[dict[str, Any]], predicate: dict[str, Any], extra: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The statement over ``subjects`` with the seal's own ``predicate`` and the ``extra``
+    predicate fields, which may add fields but never replace one of the seal's own."""
+    pred = dict(predicate)
+    for k, v in (extra or {}).items():
+        if k in pred or k in PREDICATE_FIELDS:
+            raise ValueError(f"predicate field {k!r} is the seal's own")
+        pred[k] = v
+    return {"_type": STATEMENT_TYPE, "subject": subjects, "predicateType": PREDICATE_TYPE, "predicate": pred}
+
+
+def archive_reference_problems(name: str, ref: Any) -> list[str]:
+    """Problems of a reference to a sealed archive: ``{seal_sha256, keyid, archive_id}``."""
+    if not isinstance(ref, dict):
+        return [f"statement: predicate.{name} is not an object"]
+    p = []
+    if not (isinstance(ref.get("seal_sha256"), str) and HEX64.fullmatch(ref["seal_sha256"])):
+        p.append(f"statement: predicate.{name}.seal_sha256 is not a sha256")
+    if not (isinstance(ref.get("keyid"), str) and KEYID.fullmatch(ref["keyid"])):
+        p.append(f"statement: predicate.{name}.keyid is not a key id (SHA256:HEX)")
+    if not isinstance(ref.get("archive_id"), str):
+        p.append(f"statement: predicate.{name}.archive_id missing")
+    return p
 
 
 def check_statement(st: Any) -> list[str]:
@@ -44,6 +91,14 @@ def check_statement(st: Any) -> list[str]:
     prev = pred.get("previous_seal_sha256")
     if prev is not None and not (isinstance(prev, str) and HEX64.fullmatch(prev)):
         p.append("statement: predicate.previous_seal_sha256 is not a sha256")
+    if "reproduces" in pred:
+        p += archive_reference_problems("reproduces", pred["reproduces"])
+    if "compares" in pred:
+        cmp = pred["compares"]
+        if not (isinstance(cmp, dict) and set(cmp) == {"a", "b"}):
+            p.append("statement: predicate.compares is not {a, b}")
+        else:
+            p += archive_reference_problems("compares.a", cmp["a"]) + archive_reference_problems("compares.b", cmp["b"])
     subj = st.get("subject")
     if not isinstance(subj, list):
         return p + ["statement: no subject list"]

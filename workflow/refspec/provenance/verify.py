@@ -89,7 +89,20 @@ class VerifyResult:
                 f"created {pred.get('created')} seal {self.seal_sha256} "
                 f"previous {pred.get('previous_seal_sha256') or 'none'}"
             )
-        ] + [printable(f"NOTE: {n}") for n in self.notes]
+        ] + [printable(f"NOTE: {n}") for n in self.notes + self.references()]
+
+    def references(self) -> list[str]:
+        """The archives the signed predicate names (``reproduces``, ``compares``), one line each."""
+        pred = (self.statement or {}).get("predicate") or {}
+        refs = [("reproduces", pred.get("reproduces"))]
+        cmp = pred.get("compares")
+        if isinstance(cmp, dict):
+            refs += [(f"compares {k}", cmp.get(k)) for k in ("a", "b")]
+        return [
+            f"{what} seal {r.get('seal_sha256')} key {r.get('keyid')} archive {r.get('archive_id')}"
+            for what, r in refs
+            if isinstance(r, dict)
+        ]
 
 
 def printable(text: str) -> str:

@@ -36,6 +36,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -201,6 +202,51 @@ def _env_tex():
     )
 
 
+def render_documents(
+    sections: list[Section],
+    prov: dict[str, Any],
+    title: str = "refspec report",
+    svg: Callable[[Figure], Any] = lambda fig: "",
+    tikz: Callable[[Figure], Any] = lambda fig: "",
+) -> tuple[str, str]:
+    """The HTML and LaTeX texts of a report's sections, in the report's one format
+    (``report/templates``): what :func:`render` writes, and any other report of the project
+    (e.g. a comparison) that ``report/check.py`` checks. ``svg`` and ``tikz`` draw a figure."""
+    is_table = lambda it: isinstance(it, Table)  # noqa: E731
+    html = (
+        _env_html()
+        .get_template("report.html.j2")
+        .render(
+            title=title,
+            sections=sections,
+            Num=Num,
+            Table=Table,
+            Figure=Figure,
+            prov=prov,
+            isnum=lambda p: isinstance(p, Num),
+            svg=svg,
+            is_table=is_table,
+        )
+    )
+    tex = (
+        _env_tex()
+        .get_template("report.tex.j2")
+        .render(
+            title=title,
+            sections=sections,
+            prov=prov,
+            is_table=is_table,
+            tikz=tikz,
+            cell=_tex_cell,
+            colspec=lambda t: TexRaw(
+                "".join("r" if (t.numeric[i] if i < len(t.numeric) else False) else "l" for i in range(len(t.header)))
+            ),
+            colors=TexRaw("\n".join(rf"\definecolor{{rs{k}}}{{HTML}}{{{v[1:].upper()}}}" for k, v in _COLORS.items())),
+        )
+    )
+    return html, tex
+
+
 def render(
     results_dir: str | Path,
     out_dir: str | Path | None = None,
@@ -217,39 +263,15 @@ def render(
     a = load_archive(results_dir, out)
     sections, N, prov = build(a, fp, data_seal)
     title = "refspec report"
-    html = (
-        _env_html()
-        .get_template("report.html.j2")
-        .render(
-            title=title,
-            sections=sections,
-            Num=Num,
-            Table=Table,
-            Figure=Figure,
-            prov=prov,
-            isnum=lambda p: isinstance(p, Num),
-            svg=lambda fig: __import__("markupsafe").Markup(fig.canvas.to_svg()),
-            is_table=lambda it: isinstance(it, Table),
-        )
+    html, tex = render_documents(
+        sections,
+        prov,
+        title,
+        svg=lambda fig: __import__("markupsafe").Markup(fig.canvas.to_svg()),
+        tikz=lambda fig: TexRaw(fig.canvas.to_tikz()),
     )
     paths = {"html": out / "report.html", "tex": out / "report.tex", "numbers": out / "numbers.json"}
     atomic_write_text(paths["html"], html, mode=0o644)
-    tex = (
-        _env_tex()
-        .get_template("report.tex.j2")
-        .render(
-            title=title,
-            sections=sections,
-            prov=prov,
-            is_table=lambda it: isinstance(it, Table),
-            tikz=lambda fig: TexRaw(fig.canvas.to_tikz()),
-            cell=_tex_cell,
-            colspec=lambda t: TexRaw(
-                "".join("r" if (t.numeric[i] if i < len(t.numeric) else False) else "l" for i in range(len(t.header)))
-            ),
-            colors=TexRaw("\n".join(rf"\definecolor{{rs{k}}}{{HTML}}{{{v[1:].upper()}}}" for k, v in _COLORS.items())),
-        )
-    )
     atomic_write_text(paths["tex"], tex, mode=0o644)
     headline = prov.pop("headline", [])
     doc = {"format": NUMBERS_FORMAT, "provenance": prov, "headline": headline, "numbers": N.as_json()}

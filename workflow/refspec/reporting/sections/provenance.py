@@ -53,6 +53,48 @@ def _host_text(h: dict) -> str | None:
     return "; ".join(parts) or None
 
 
+def reproduction_text(manifest: Any) -> dict[str, str]:
+    """A reproduction's record (``refspec reproduce``, from the config the manifest records) as the
+    report shows it: ``reproduces`` (the archive reproduced), ``reproduces_accepted`` (each pinned
+    input accepted with a different value) and ``reproduces_host`` (the host facts that differ);
+    empty for any other run. ``report/check.py`` recomputes these texts from the manifest."""
+    cfg = (
+        ((manifest.get("buildDefinition") or {}).get("externalParameters") or {}).get("config")
+        if isinstance(manifest, dict)
+        else None
+    )
+    rep = cfg.get("reproduces") if isinstance(cfg, dict) else None
+    if not isinstance(rep, dict):
+        return {}
+    accepted = [
+        f"{d.get('name')}: {d.get('archived') or '(absent)'} -> {d.get('here') or '(absent)'}"
+        for d in rep.get("accepted") or []
+    ]
+    return {
+        "reproduces": f"seal {rep.get('seal_sha256')} key {rep.get('keyid')} archive {rep.get('archive_id')}",
+        "reproduces_accepted": "; ".join(accepted) or "none",
+        "reproduces_host": ", ".join(str(d.get("name")) for d in rep.get("host") or []) or "none",
+    }
+
+
+def reproduction_rows(manifest: Any) -> list[list[Cell]]:
+    """The provenance table's rows of a reproduction (:func:`reproduction_text`)."""
+    t = reproduction_text(manifest)
+    if not t:
+        return []
+    notes = {
+        "reproduces": "the archive whose registered plan this run ran again (refspec reproduce)",
+        "reproduces_accepted": "pinned inputs that differ from the reproduced archive's, accepted with --allow",
+        "reproduces_host": "host facts that differ from the reproduced archive's (recorded, never refused)",
+    }
+    labels = {
+        "reproduces": "reproduces",
+        "reproduces_accepted": "accepted input differences",
+        "reproduces_host": "host differences",
+    }
+    return [[Cell([labels[k]]), Cell([v], cls="mono"), Cell([notes[k]])] for k, v in t.items()]
+
+
 def section_provenance(
     a: Archive, pubkey_fingerprint: str | None, data_seal: str | Path | None = None
 ) -> tuple[Section, dict[str, Any]]:
@@ -81,6 +123,9 @@ def section_provenance(
         "source manifest (sdist, patches, libraries, models, panels, packages)",
     )
     kv("host", prov.get("host"), "from the manifest")
+    if man:
+        prov.update(reproduction_text(m))
+        rows.extend(reproduction_rows(m))
     plan = a.files.get("plan")
     if plan:
         prov["plan_sha256"] = sha256_file(plan)

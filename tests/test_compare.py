@@ -1,0 +1,270 @@
+"""``refspec compare A B`` on the default run's sealed data archive and on copies of it
+changed by hand and sealed again with a test key (anc/compare.md)."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from refspec.campaigns import derived
+from refspec.cli import main
+from refspec.core import tables as T
+from refspec.core.paths import REPO_ROOT
+from refspec.provenance import keys
+from refspec.provenance.seal import seal
+from refspec.provenance.verify import verify_archive
+
+DEFAULT = Path("/tmp/fresh-main2/results/default")
+SEALED = DEFAULT / "sealed-data"
+SIGNER = DEFAULT / "provenance" / "signer.pub"
+
+pytestmark = pytest.mark.skipif(not (SEALED / "SEAL.dsse.json").is_file(), reason=f"no sealed default run at {SEALED}")
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory):
+    base = tmp_path_factory.mktemp("compare")
+    kp = keys.generate(base / "keys", name="compare_test")
+    a = base / "a"
+    shutil.copytree(SEALED, a)  # a copy: the run's own archive is never touched
+    return {"base": base, "key": kp, "a": a}
+
+
+def _reseal(env, name: str, change) -> Path:
+    """A copy of A whose results are changed by ``change(results_folder)`` and sealed again with the test key."""
+    res = env["base"] / f"{name}-results"
+    shutil.copytree(env["a"], res)
+    campaign = verify_archive(env["a"], SIGNER).statement["predicate"]["campaign"]
+    (res / "SEAL.dsse.json").unlink()
+    change(res)
+    out = env["base"] / name
+    seal(res, out, key=env["key"].private_path, campaign=campaign, created="2026-01-01T00:00:00Z", archive_id=name)
+    return out
+
+
+def _compare(env, b: Path, *extra: str, pub_b: Path | None = None, capsys=None) -> tuple[int, dict]:
+    code = main(
+        [
+            "compare",
+            str(env["a"]),
+            str(b),
+            "--pubkey-a",
+            str(SIGNER),
+            "--pubkey-b",
+            str(pub_b or env["key"].public_path),
+            "--json",
+            *extra,
+        ]
+    )
+    out = capsys.readouterr().out if capsys is not None else ""
+    return code, (json.loads(out) if out.strip().startswith("{") else {})
+
+
+def _verdicts(doc: dict) -> tuple[dict, dict]:
+    return (
+        {f["finding"]: f["verdict"] for f in doc["preservation"]},
+        {t["id"]: t for t in doc["timings"]},
+    )
+
+
+def _scale_pq(res: Path) -> None:
+    """Every time of the PQ arms (target and speculative) x1.5; ratios, contrasts and estimates recomputed."""
+    reqs = T.read_records("requests", res)
+    for r in reqs:
+        if r["layout"] == "pq" and r["t_ns"] is not None:
+            r["t_ns"] = int(r["t_ns"] * 1.5)
+    qual = T.read_records("qualification", res)
+    old = T.read_records("ratios", res)
+    ratios = []
+    for camp in dict.fromkeys(r["campaign"] for r in old):
+        pairs = [(r["numerator"], r["denominator"]) for r in old if r["campaign"] == camp]
+        ratios += derived.ratios_table(reqs, qual, camp, pairs)
+    plan = json.loads((res / "plan.json").read_text())
+    b = plan["bootstrap"]
+    contrasts, estimates = derived.replication_tables(
+        reqs, qual, draws=b["draws"], seed=b["seed"], threshold=b["threshold"]
+    )
+    for name, rows in (("requests", reqs), ("ratios", ratios), ("contrasts", contrasts), ("estimates", estimates)):
+        T.write_table(rows, name, res / "tables")
+
+
+def test_an_archive_compared_with_itself(env, capsys):
+    code, doc = _compare(env, env["a"], pub_b=SIGNER, capsys=capsys)
+    assert code == 0
+    pres, tim = _verdicts(doc)
+    assert set(pres) == {
+        "qualification",
+        "first_divergence",
+        "endpoints",
+        "replay",
+        "phase_masks",
+        "partition",
+        "crosses",
+    }
+    assert set(pres.values()) == {"same"}
+    assert tim and {t["verdict"] for t in tim.values()} == {"reproduced"}
+    assert {t["kind"] for t in tim.values()} == {"ratio", "estimate"}
+    for t in tim.values():
+        assert t["ratio"] == pytest.approx(1.0, rel=1e-12) and t["lo"] <= 1.0 <= t["hi"]
+    assert not doc["noise_floor"]["recorded"] and any("no A/A control" in n for n in doc["notes"])
+
+
+def test_scaled_times_differ_in_timings_and_preservation_stays_same(env, capsys):
+    b = _reseal(env, "scaled", _scale_pq)
+    code, doc = _compare(env, b, capsys=capsys)
+    assert code == 0
+    pres, tim = _verdicts(doc)
+    assert set(pres.values()) == {"same"}
+    for path in ("target", "spec"):
+        t = tim[f"estimate|smollm2-135m|{path}|PQ/QB"]
+        assert t["verdict"] == "differs", t
+        assert t["ratio"] == pytest.approx(1.5, rel=0.01) and t["lo"] > 1.02
+    r = tim["ratio|implementation|smollm2-135m|32|M_pq/M_qb"]
+    assert r["verdict"] == "differs" and r["ratio"] == pytest.approx(1.5, rel=0.01)
+    assert tim["ratio|implementation|smollm2-135m|32|M_pq/C_pq"]["verdict"] == "reproduced"  # both arms scaled
+    assert tim["ratio|implementation|smollm2-135m|32|R/M_qb"]["verdict"] == "reproduced"  # neither arm scaled
+
+
+def test_a_changed_endpoint_differs_with_its_row(env, capsys):
+    changed = {}
+
+    def change(res: Path) -> None:
+        rows = T.read_records("endpoints", res)
+        r = next(r for r in rows if r["campaign"] == "confirmation" and r["arm"] == "C3" and len(r["tokens"]) > 5)
+        r["tokens"] = r["tokens"][:5] + [r["tokens"][5] + 1] + r["tokens"][6:]
+        r["last_token"] = r["tokens"][-1]
+        r["endpoint_sha256"] = T.endpoint_sha256(r["tokens"], r["eog"], r["stop_reason"])
+        changed["key"] = "|".join(
+            str(r[k]) for k in ("campaign", "family", "task_id", "arm", "cap", "session", "repeat")
+        )
+        T.write_table(rows, "endpoints", res / "tables")
+
+    b = _reseal(env, "endpoint", change)
+    code, doc = _compare(env, b, capsys=capsys)
+    assert code == 1
+    pres, _tim = _verdicts(doc)
+    assert pres["endpoints"] == "differs"
+    assert {k: v for k, v in pres.items() if k != "endpoints"} == dict.fromkeys(set(pres) - {"endpoints"}, "same")
+    (f,) = [f for f in doc["preservation"] if f["finding"] == "endpoints"]
+    assert f["rows_differing"] == 1
+    (d,) = f["differences"]
+    assert d["key"] == changed["key"] and d["column"] == "endpoint_sha256"
+    assert "first differing token at index 5" in d["detail"]
+
+
+def test_a_plan_change_makes_its_timings_not_comparable(env, capsys):
+    def change(res: Path) -> None:
+        plan = json.loads((res / "plan.json").read_text())
+        plan["campaigns"]["replication"]["gap_s"] = 30.0
+        (res / "plan.json").write_text(json.dumps(plan, indent=2, sort_keys=True) + "\n")
+
+    b = _reseal(env, "plan", change)
+    code, doc = _compare(env, b, capsys=capsys)
+    assert code == 0
+    _pres, tim = _verdicts(doc)
+    est = [t for t in tim.values() if t["kind"] == "estimate"]
+    assert est and all(t["verdict"] == "not comparable" for t in est)
+    assert all("plan of replication differs" in t["reason"] and "gap_s" in t["reason"] for t in est)
+    assert all(t["verdict"] == "reproduced" for t in tim.values() if t["kind"] == "ratio")
+
+
+def test_pinned_input_change_makes_every_timing_not_comparable(env, capsys):
+    def change(res: Path) -> None:
+        m = json.loads((res / "manifest.json").read_text())
+        for d in m["buildDefinition"]["resolvedDependencies"]:
+            if d["name"].startswith("model:"):
+                d["digest"]["sha256"] = "0" * 64
+                break
+        (res / "manifest.json").write_text(json.dumps(m, indent=2, sort_keys=True) + "\n")
+
+    b = _reseal(env, "pinned", change)
+    code, doc = _compare(env, b, capsys=capsys)
+    assert code == 0 and doc["inputs"]["pinned_differences"]
+    assert {t["verdict"] for t in doc["timings"]} == {"not comparable"}
+    assert all("pinned inputs differ" in t["reason"] for t in doc["timings"])
+
+
+def test_an_archive_that_does_not_verify_exits_3(env, capsys):
+    bad = env["base"] / "tampered"
+    shutil.copytree(env["a"], bad)
+    p = bad / "tables" / "ratios.csv"
+    p.write_bytes(p.read_bytes().replace(b"confirmation", b"confirmatioN", 1))
+    code, _doc = _compare(env, bad, pub_b=SIGNER, capsys=capsys)
+    assert code == 3
+    wrong = "SHA256:" + "0" * 64
+    code, _doc = _compare(env, env["a"], "--expect-keyid-b", wrong, pub_b=SIGNER, capsys=capsys)
+    assert code == 3
+    assert main(["compare", str(env["a"]), str(env["a"])]) == 2  # no key: usage
+
+
+def test_the_comparison_archive_is_sealed_and_checked(env, capsys):
+    b = _reseal(env, "scaled-out", _scale_pq)
+    out = env["base"] / "comparison"
+    code = main(
+        [
+            "compare",
+            str(env["a"]),
+            str(b),
+            "--pubkey-a",
+            str(SIGNER),
+            "--pubkey-b",
+            str(env["key"].public_path),
+            "--out",
+            str(out),
+            "--key",
+            str(env["key"].private_path),
+        ]
+    )
+    text = capsys.readouterr().out
+    assert code == 0 and "differs" in text and "comparison archive:" in text
+    res = verify_archive(out, env["key"].public_path)
+    assert res.ok, res.problems
+    compares = res.statement["predicate"]["compares"]
+    a_seal = verify_archive(env["a"], SIGNER).seal_sha256
+    assert (
+        compares["a"]["seal_sha256"] == a_seal
+        and compares["b"]["seal_sha256"] == verify_archive(b, env["key"].public_path).seal_sha256
+    )
+    assert compares["a"]["keyid"] == keys.fingerprint(keys.load_public_key(SIGNER))
+    chk = subprocess.run(
+        [
+            sys.executable,
+            "-I",
+            "-S",
+            str(REPO_ROOT / "report" / "check.py"),
+            str(out),
+            "--pubkey",
+            str(env["key"].public_path),
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert chk.returncode == 0, chk.stdout[-4000:]
+    assert "OK:" in chk.stdout
+    # a shown number changed by hand is found
+    edited = env["base"] / "comparison-edited"
+    shutil.copytree(out, edited)
+    html = (edited / "report.html").read_text()
+    m = re.search(r'data-num="cmp\|estimate\|smollm2-135m\|target\|PQ/QB\|ratio"[^>]*>([0-9.]+)<', html)
+    assert m
+    (edited / "report.html").write_text(html.replace(m.group(0), m.group(0).replace(m.group(1), "1.000000"), 1))
+    chk = subprocess.run(
+        [
+            sys.executable,
+            "-I",
+            "-S",
+            str(REPO_ROOT / "report" / "check.py"),
+            str(edited),
+            "--pubkey",
+            str(env["key"].public_path),
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert chk.returncode == 1 and "cmp|estimate|smollm2-135m|target|PQ/QB|ratio" in chk.stdout

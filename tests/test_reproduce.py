@@ -1,0 +1,281 @@
+"""``refspec reproduce ARCHIVE`` (anc/reproduce.md) on copies of the default run's sealed data
+archive: the config rebuilt from the manifest, a changed pinned input refused (exit 3) with its
+difference named and accepted with ``--allow``, the Snakemake rules resolved (dry run), the
+``reproduces`` predicate verified and shown; the full reproduction is opt-in
+(``./run test -m reproduce_full``)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from refspec.cli import main
+from refspec.compare import load_verified
+from refspec.core.config import read_config_file
+from refspec.core.errors import IntegrityError, UsageError
+from refspec.core.hashing import sha256_json
+from refspec.core.paths import REPO_ROOT
+from refspec.pipeline import reproduce as R
+from refspec.provenance import keys
+from refspec.provenance.seal import seal
+from refspec.provenance.verify import verify_archive
+from refspec.reporting.render import render
+from refspec.reporting.sections.provenance import reproduction_rows
+
+DEFAULT = Path("/tmp/fresh-main2/results/default")
+SEALED = DEFAULT / "sealed-data"
+SIGNER = DEFAULT / "provenance" / "signer.pub"
+CONFIG = DEFAULT.parent.parent / "config" / "config.yaml"
+MODEL = "model:smollm2-135m/target"
+PACKAGE = "pkg:pypi/numpy"
+
+pytestmark = pytest.mark.skipif(not (SEALED / "SEAL.dsse.json").is_file(), reason=f"no sealed default run at {SEALED}")
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory):
+    base = tmp_path_factory.mktemp("reproduce")
+    kp = keys.generate(base / "keys", name="reproduce_test")
+    a = base / "a"
+    shutil.copytree(SEALED, a)  # a copy: the run's own archive is never touched
+    arch = load_verified(a, SIGNER, "A", keys.public_fingerprint(SIGNER), base)
+    return {"base": base, "key": kp, "a": a, "archive": arch, "keyid": keys.public_fingerprint(kp.public_path)}
+
+
+@pytest.fixture(scope="module")
+def same_machine(env):
+    """This machine's pinned inputs are the default archive's (else the tests of one change skip)."""
+    check = R.check_inputs(env["archive"], R.archived_config(env["archive"].manifest))
+    if check.refused:
+        pytest.skip("this machine's pinned inputs differ from the default archive's: " + check.refused[0].line())
+    return check
+
+
+def _changed(env, name: str, change) -> Path:
+    """A copy of A whose manifest is changed by ``change(manifest)`` and sealed again with the test key."""
+    res = env["base"] / f"{name}-results"
+    shutil.copytree(env["a"], res)
+    (res / "SEAL.dsse.json").unlink()
+    m = json.loads((res / "manifest.json").read_text())
+    change(m)
+    (res / "manifest.json").write_text(json.dumps(m, indent=2, sort_keys=True) + "\n")
+    out = env["base"] / name
+    seal(res, out, key=env["key"].private_path, campaign="default", created="2026-01-01T00:00:00Z", archive_id=name)
+    return out
+
+
+def _dep(m: dict, name: str) -> dict:
+    return next(d for d in m["buildDefinition"]["resolvedDependencies"] if d["name"] == name)
+
+
+def _reproduce(env, archive: Path, out: Path, *extra: str) -> int:
+    return main(
+        [
+            "reproduce",
+            str(archive),
+            "--expect-keyid",
+            env["keyid"],
+            "--pubkey",
+            str(env["key"].public_path),
+            "--out",
+            str(out),
+            "--dry-run",
+            *extra,
+        ]
+    )
+
+
+def test_the_config_rebuilt_from_the_manifest_is_the_config_that_made_the_archive(env, tmp_path):
+    cfg = R.archived_config(env["archive"].manifest)
+    ext = env["archive"].manifest["buildDefinition"]["externalParameters"]
+    assert sha256_json(cfg) == ext["config_sha256"]
+    if CONFIG.is_file():
+        copy = tmp_path / "config.yaml"
+        shutil.copyfile(CONFIG, copy)
+        assert cfg == read_config_file(copy)
+    rep = {"seal_sha256": "0" * 64, "keyid": "SHA256:" + "1" * 64, "archive_id": "x"}
+    again = R.reproduction_config(env["archive"].manifest, "results/r", rep)
+    assert {k: v for k, v in again.items() if k not in ("results", "reproduces")} == {
+        k: v for k, v in cfg.items() if k != "results"
+    }
+    assert again["results"] == "results/r" and again["reproduces"]["seal_sha256"] == "0" * 64
+
+
+def test_a_manifest_whose_config_was_edited_is_refused(env):
+    m = json.loads(json.dumps(env["archive"].manifest))
+    m["buildDefinition"]["externalParameters"]["config"]["threads"] = 7
+    with pytest.raises(IntegrityError, match="config_sha256"):
+        R.archived_config(m)
+
+
+def test_pinned_inputs_of_the_manifest(env):
+    pins = R.pinned_inputs(env["archive"].manifest)
+    assert pins[MODEL] == _dep(env["archive"].manifest, MODEL)["digest"]["sha256"]
+    assert pins[PACKAGE] == _dep(env["archive"].manifest, PACKAGE)["annotations"]["version"]
+    assert any(k.startswith("sdist:") for k in pins) and any(k.startswith("patch:") for k in pins)
+    assert any(k.startswith("panel:") for k in pins) and len(pins[R.NATIVE_BUILD]) == 16
+
+
+def test_this_machine_matches_the_default_archive(same_machine):
+    assert same_machine.refused == [] and same_machine.accepted == []
+
+
+def test_a_changed_model_is_refused_then_allowed_and_recorded(env, same_machine, capsys):
+    edited = "ab" * 32
+    b = _changed(env, "model-changed", lambda m: _dep(m, MODEL)["digest"].update(sha256=edited))
+    real = _dep(env["archive"].manifest, MODEL)["digest"]["sha256"]
+    out = env["base"] / "out-model"
+    assert _reproduce(env, b, out) == 3
+    err = capsys.readouterr().err
+    assert f"{MODEL}: archived {edited}, here {real}" in err
+    assert not (out / "reproduce" / "config.yaml").exists()  # refused before anything is written
+
+    assert _reproduce(env, b, out, "--allow", MODEL) == 0  # Snakemake's dry run resolves every rule
+    text = capsys.readouterr().out
+    assert f"pinned input differs, accepted (--allow): {MODEL}" in text and "dry run" in text
+    cfg = json.loads((out / "reproduce" / "config.yaml").read_text())
+    seal_sha = verify_archive(b, env["key"].public_path).seal_sha256
+    assert cfg["reproduces"]["seal_sha256"] == seal_sha and cfg["reproduces"]["keyid"] == env["keyid"]
+    assert cfg["reproduces"]["accepted"] == [{"name": MODEL, "archived": edited, "here": real}]
+    assert cfg["results"] == str(out)
+    rec = json.loads((out / "reproduce" / "inputs.json").read_text())
+    assert rec["accepted"] == cfg["reproduces"]["accepted"] and rec["refused"] == []
+    # the report's provenance section shows it
+    manifest = {"buildDefinition": {"externalParameters": {"config": cfg}}}
+    shown = [" ".join(str(p) for c in row for p in c.parts) for row in reproduction_rows(manifest)]
+    assert any(seal_sha in s for s in shown) and any(MODEL in s and edited in s for s in shown)
+
+
+def test_a_changed_package_version_is_refused(env, same_machine, capsys):
+    real = _dep(env["archive"].manifest, PACKAGE)["annotations"]["version"]
+    b = _changed(env, "package-changed", lambda m: _dep(m, PACKAGE)["annotations"].update(version="0.0.1"))
+    assert _reproduce(env, b, env["base"] / "out-package") == 3
+    err = capsys.readouterr().err
+    assert f"{PACKAGE}: archived 0.0.1, here {real}" in err
+    assert _reproduce(env, b, env["base"] / "out-package", "--allow", "pkg:pypi/*") == 0
+
+
+def test_an_archive_under_another_key_is_refused(env, capsys):
+    code = main(["reproduce", str(env["a"]), "--expect-keyid", env["keyid"], "--pubkey", str(SIGNER), "--dry-run"])
+    assert code == 3 and "does not verify" in capsys.readouterr().err
+
+
+def test_the_seal_names_what_it_reproduces(env, tmp_path, capsys):
+    res = tmp_path / "res"
+    shutil.copytree(env["a"], res)
+    (res / "SEAL.dsse.json").unlink()
+    a = env["archive"]
+    args = ["--reproduces-seal", a.seal_sha256, "--reproduces-keyid", a.keyid, "--reproduces-archive-id", a.archive_id]
+    out = tmp_path / "sealed"
+    assert (
+        main(["seal", str(res), str(out), "--key", str(env["key"].private_path), "--campaign", "default", *args]) == 0
+    )
+    v = verify_archive(out, env["key"].public_path)
+    assert v.ok and v.statement["predicate"]["reproduces"] == R.reproduces_ref(a)
+    assert v.statement["predicate"]["previous_seal_sha256"] is None  # kept apart from the chain
+    assert f"NOTE: reproduces seal {a.seal_sha256} key {a.keyid} archive {a.archive_id}" in v.lines()
+    capsys.readouterr()
+    assert (
+        main(
+            [
+                "seal",
+                str(res),
+                str(tmp_path / "bad"),
+                "--key",
+                str(env["key"].private_path),
+                "--campaign",
+                "default",
+                *args[:2],
+            ]
+        )
+        == 2
+    )
+    bad = ["--reproduces-seal", "xyz", *args[2:]]
+    assert (
+        main(
+            [
+                "seal",
+                str(res),
+                str(tmp_path / "bad"),
+                "--key",
+                str(env["key"].private_path),
+                "--campaign",
+                "default",
+                *bad,
+            ]
+        )
+        == 2
+    )
+    with pytest.raises(UsageError, match="seal's own"):
+        seal(res, tmp_path / "own", key=env["key"].private_path, predicate_extra={"archive_id": "x"})
+
+
+def test_check_py_shows_and_checks_the_reproduces_field():
+    sys.path.insert(0, str(REPO_ROOT / "report"))
+    try:
+        import check
+    finally:
+        sys.path.pop(0)
+    good = {"seal_sha256": "a" * 64, "keyid": "SHA256:" + "b" * 64, "archive_id": "x"}
+    c = check.Checker(".")
+    check.check_reproduces(c, {"predicate": {"reproduces": good}})
+    assert c.problems == [] and c.reproduces == f"seal {'a' * 64} key SHA256:{'b' * 64} archive x"
+    c = check.Checker(".")
+    check.check_reproduces(c, {"predicate": {"reproduces": dict(good, keyid="SHA256:zz")}})
+    assert any("keyid" in p for p in c.problems)
+
+
+def test_the_report_shows_the_reproduction_and_check_py_recomputes_it(env, tmp_path):
+    res = tmp_path / "res"
+    shutil.copytree(env["a"], res)
+    (res / "SEAL.dsse.json").unlink()
+    m = json.loads((res / "manifest.json").read_text())
+    m["buildDefinition"]["externalParameters"]["config"]["reproduces"] = {
+        "seal_sha256": "a" * 64,
+        "keyid": "SHA256:" + "b" * 64,
+        "archive_id": "x-1",
+        "accepted": [{"name": MODEL, "archived": "ab" * 32, "here": "cd" * 32}],
+        "host": [{"name": "host.cpu.model", "archived": "AMD EPYC", "here": "Intel Xeon"}],
+    }
+    (res / "manifest.json").write_text(json.dumps(m, indent=2, sort_keys=True) + "\n")
+    render(res, pdf=False)
+    check = [sys.executable, "-I", "-S", str(REPO_ROOT / "report" / "check.py"), str(res), "--unsealed"]
+    r = subprocess.run(check, capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout[-3000:]
+    html = (res / "report.html").read_text()
+    assert f"{MODEL}: {'ab' * 32} -&gt; {'cd' * 32}" in html and "host.cpu.model" in html
+    doc = json.loads((res / "numbers.json").read_text())
+    doc["provenance"]["reproduces_accepted"] = "none"
+    (res / "numbers.json").write_text(json.dumps(doc, indent=1))
+    r = subprocess.run(check, capture_output=True, text=True)
+    assert r.returncode == 1 and "provenance.reproduces_accepted" in r.stdout
+
+
+@pytest.mark.reproduce_full
+def test_reproducing_the_default_archive_gives_the_same_preservation_findings(tmp_path):
+    """The whole default study again (about 12 minutes on 2 cores), then compare: every preservation
+    finding is "same"."""
+    a = tmp_path / "a"
+    shutil.copytree(SEALED, a)
+    keyid = keys.public_fingerprint(SIGNER)
+    out = REPO_ROOT / "results" / f"reproduce-test-{tmp_path.name}"
+    try:
+        r = subprocess.run(
+            [str(REPO_ROOT / "workflow" / "bin" / "refspec"), "reproduce", str(a), "--expect-keyid", keyid]
+            + ["--pubkey", str(SIGNER), "--out", str(out)],
+            cwd=REPO_ROOT,
+            capture_output=True,
+            text=True,
+        )
+        assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
+        assert "reproduction archive:" in r.stdout and "registered plan: the same" in r.stdout
+        assert "preservation: 7 of 7 findings same" in r.stdout
+        v = verify_archive(out / "archive", out / "provenance" / "signer.pub")
+        assert v.ok and v.statement["predicate"]["reproduces"]["seal_sha256"] == verify_archive(a, SIGNER).seal_sha256
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
