@@ -1950,7 +1950,9 @@ def check_noise(c: Checker, E: Expected, tables: dict, src, qual: dict, boot: di
     Returns (campaign, family) -> noise_too_high when any of its controls is, else ok."""
     out: dict = {}
     if "noise" not in tables:
-        twins = sorted({(r["campaign"], r["family"], r["arm"]) for r in tables["requests"].rows} if "requests" in tables else set())
+        twins = sorted(
+            {(r["campaign"], r["family"], r["arm"]) for r in tables["requests"].rows} if "requests" in tables else set()
+        )
         for k in twins:
             if k[2].endswith(TWIN_SUFFIX):
                 c.bad("noise.csv", f"missing: requests.csv has the A/A twin {k[2]} ({k[0]}, {k[1]}) but no A/A row")
@@ -1982,7 +1984,11 @@ def check_noise(c: Checker, E: Expected, tables: dict, src, qual: dict, boot: di
             continue
         tasks = sorted(panel)
         c.same(tn.where(i, "tasks"), row["tasks"], len(tasks))
-        u, n_both = ([], 0) if not all_qualified(panel, (arm, twin)) else noise_units(times, (camp, fam, cap), twin, arm, tasks, kind)
+        u, n_both = (
+            ([], 0)
+            if not all_qualified(panel, (arm, twin))
+            else noise_units(times, (camp, fam, cap), twin, arm, tasks, kind)
+        )
         if u:
             c.same(tn.where(i, "sessions"), row["sessions"], n_both)
         E.add(base + ("sessions",), n_both if u else row["sessions"], s_n)

@@ -31,7 +31,9 @@ def schedule(ctx) -> list:
 
 def arm_by(ctx, mode: str, layout: str) -> str | None:
     found = [
-        n for n, a in ctx.arms.items() if n != REFERENCE_ARM and not is_twin(n) and a.mode == mode and a.layout == layout
+        n
+        for n, a in ctx.arms.items()
+        if n != REFERENCE_ARM and not is_twin(n) and a.mode == mode and a.layout == layout
     ]
     return found[0] if len(found) == 1 else None
 

@@ -62,7 +62,11 @@ def _contrasts(times: dict, fam: str, cap: int, twin: str, arm: str, tasks: list
     def pooled(a: str, ss: list[str]) -> dict[str, list[float]]:
         return {t: [x for s in ss for x in times.get((fam, cap, a, t, s), [])] for t in tasks}
 
-    both = [s for s in sessions if any(times.get((fam, cap, twin, t, s)) and times.get((fam, cap, arm, t, s)) for t in tasks)]
+    both = [
+        s
+        for s in sessions
+        if any(times.get((fam, cap, twin, t, s)) and times.get((fam, cap, arm, t, s)) for t in tasks)
+    ]
     if kind == "ratio":
         return list(paired_ratio(pooled(twin, sessions), pooled(arm, sessions), tasks).task_log_ratios.values()), both
     cs = []

@@ -50,7 +50,9 @@ def arms(defn: dict, catalog: dict) -> list:
 def arm_for(ctx_arms: dict, path: str, layout: str) -> str:
     """The replication arm of a path and layout (never an A/A twin)."""
     return next(
-        n for n, a in ctx_arms.items() if n != REFERENCE_ARM and not is_twin(n) and a.mode == path and a.layout == layout
+        n
+        for n, a in ctx_arms.items()
+        if n != REFERENCE_ARM and not is_twin(n) and a.mode == path and a.layout == layout
     )
 
 

@@ -30,8 +30,8 @@ import time
 from ..core.arms import REFERENCE_ARM
 from ..core.endpoint import first_divergence
 from ..core.errors import IntegrityError, UsageError
-from ..engine.context import Planned, PromptBook, RunContext
 from ..engine import load
+from ..engine.context import Planned, PromptBook, RunContext
 from ..engine.driver import run_block
 from ..provenance import plan as planmod
 from ..provenance.manifest import FreezeCheckError, freeze_check

@@ -15,9 +15,7 @@ VERDICT_TEXT = {S.NOISE_OK: "A/A ok", S.NOISE_TOO_HIGH: "machine noise too high"
 
 
 def aa_rows(a: Archive, campaign: str, family: str | None = None) -> list[dict[str, Any]]:
-    return [
-        r for r in a.rows("noise") if r["campaign"] == campaign and (family is None or r["family"] == family)
-    ]
+    return [r for r in a.rows("noise") if r["campaign"] == campaign and (family is None or r["family"] == family)]
 
 
 def aa_parts(a: Archive, N: Numbers, r: dict[str, Any]) -> list[Any]:
@@ -110,15 +108,29 @@ def _busy_table(a: Archive, N: Numbers) -> Table:
         key = dict(campaign=camp, family=fam)
         blocks = _n(N, a, "loads", "loads", ("loadsum", camp, fam, "blocks"), n, "d", key, "blocks")
         busy = _n(N, a, "loads", "loads", ("loadsum", camp, fam, "busy"), nb, "d", key, "busy")
-        rows.append([Cell([camp]), Cell([fam]), Cell([DASH]), Cell([busy, " of ", blocks, " blocks busy"], cls="bad" if nb else ""), Cell([""]), Cell([""]), Cell([""])])
+        rows.append(
+            [
+                Cell([camp]),
+                Cell([fam]),
+                Cell([DASH]),
+                Cell([busy, " of ", blocks, " blocks busy"], cls="bad" if nb else ""),
+                Cell([""]),
+                Cell([""]),
+                Cell([""]),
+            ]
+        )
     for r in all_rows:
         if not r["busy"]:
             continue
         key = dict(campaign=r["campaign"], family=r["family"], session=r["session"], block=r["block"])
         base = ("load", r["campaign"], r["family"], r["session"], r["block"])
         blk = _n(N, a, "loads", "loads", base + ("block",), r["block"], "d", key, "block")
-        cb = _n(N, a, "loads", "loads", base + ("competing_before",), r["competing_before"], ".2f", key, "competing_before")
-        ca = _n(N, a, "loads", "loads", base + ("competing_after",), r["competing_after"], ".2f", key, "competing_after")
+        cb = _n(
+            N, a, "loads", "loads", base + ("competing_before",), r["competing_before"], ".2f", key, "competing_before"
+        )
+        ca = _n(
+            N, a, "loads", "loads", base + ("competing_after",), r["competing_after"], ".2f", key, "competing_after"
+        )
         rows.append(
             [
                 Cell([r["campaign"]]),

@@ -9,9 +9,9 @@ from typing import Any
 from ...campaigns.derived import arm_sort_key, qualification_counts
 from ...core.campaign_names import REPORT_ORDER
 from ..document import DASH, Archive, Cell, Num, Numbers, Section, Table, _n
+from .noise import aa_parts, aa_rows
 from .prediction import prediction_totals
 from .qualification import refused_arms
-from .noise import aa_parts, aa_rows
 from .timing import decision_text
 from .vocabulary import STAGE_ORDER, _campaigns_in, _tasks_fail
 
