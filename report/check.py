@@ -1976,7 +1976,7 @@ def check_noise(c: Checker, E: Expected, tables: dict, src, qual: dict, boot: di
         draws, seed, thr = (boot.get(k, row[k]) for k in ("draws", "seed", "threshold"))
         for k, v in (("draws", int(draws)), ("seed", int(seed)), ("threshold", float(thr))):
             c.same(tn.where(i, k), row[k], v, f"{k} vs plan.json:" if k in boot else "")
-        base = ("noise", camp, fam, twin, row["kind"])
+        base = ("noise", camp, fam, twin, row["kind"], cap)
         E.add(base + ("threshold",), float(thr), s_n)
         panel = panels(qual, camp).get((fam, cap))
         if panel is None:

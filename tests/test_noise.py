@@ -127,11 +127,21 @@ def test_noise_table_from_a_small_requests_table():
     rows = NZ.noise_table(reqs, qual, "replication", draws=DRAWS)
     assert len(rows) == 1
     n = rows[0]
-    assert (n["arm"], n["twin"], n["kind"], n["units"], n["sessions"], n["tasks"]) == ("C_qb", "C_qb_aa", "estimate", 6, 6, 2)
+    assert (n["arm"], n["twin"], n["kind"], n["units"], n["sessions"], n["tasks"]) == (
+        "C_qb",
+        "C_qb_aa",
+        "estimate",
+        6,
+        6,
+        2,
+    )
     # by hand: c_s = mean over tasks of log(t_twin / t_arm) per session
     times = {(r["session"], r["arm"], r["task_id"]): r["t_ns"] for r in reqs}
     cs = [
-        sum(math.log(times[(s, "C_qb_aa", t)]) - math.log(times[(s, "C_qb", t)]) for t in ("HumanEval/0", "HumanEval/1")) / 2
+        sum(
+            math.log(times[(s, "C_qb_aa", t)]) - math.log(times[(s, "C_qb", t)]) for t in ("HumanEval/0", "HumanEval/1")
+        )
+        / 2
         for s in sorted(shift)
     ]
     assert n["value"] == pytest.approx(math.exp(sum(cs) / len(cs)), rel=1e-12)
@@ -164,7 +174,10 @@ def test_noise_table_of_a_ratio_campaign_and_unqualified_twin():
 
 
 def test_twin_arm_in_the_definition():
-    arms = [Arm(name="R", mode="target", layout="mq", ub=1, mask=0), Arm(name="M3", mode="target", layout="qb", ub=4, mask=3)]
+    arms = [
+        Arm(name="R", mode="target", layout="mq", ub=1, mask=0),
+        Arm(name="M3", mode="target", layout="qb", ub=4, mask=3),
+    ]
     (twin,) = aa_twins("confirmation", {"aa_arm": "M3"}, arms)
     assert twin.name == "M3_aa" and twin.with_(name="M3") == arms[1]
     assert aa_twins("confirmation", {"aa_arm": None}, arms) == []
@@ -189,7 +202,9 @@ def test_busy_machine_flag_from_a_load_sample():
     assert not load.busy(quiet, quiet)
     assert load.busy(busy, quiet) and load.busy(quiet, busy)
     assert not load.busy(_sample(0.5), _sample(0.5))  # at the threshold: not above it
-    assert load.busy_reason(busy, quiet).startswith("busy machine:") and "stress (pid 4242)" in load.busy_reason(busy, quiet)
+    assert load.busy_reason(busy, quiet).startswith("busy machine:") and "stress (pid 4242)" in load.busy_reason(
+        busy, quiet
+    )
     ledger = [
         {"kind": "block_load", "session": "s01", "block": 0, "arm": "R", "before": quiet, "after": quiet,
          "busy_threshold": load.BUSY_CORES, "busy": load.busy(quiet, quiet)},
@@ -205,7 +220,14 @@ def test_busy_machine_flag_from_a_load_sample():
 def test_a_real_load_sample_is_json():
     s = load.sample(window_s=0.01)
     json.dumps(s, allow_nan=False)
-    assert s["competing_cores"] >= 0 and set(s) == {"load1", "cpu_percent", "competing_cores", "top", "governor", "freq_mhz"}
+    assert s["competing_cores"] >= 0 and set(s) == {
+        "load1",
+        "cpu_percent",
+        "competing_cores",
+        "top",
+        "governor",
+        "freq_mhz",
+    }
 
 
 # --------------------------------------------------------------------------- the checker
@@ -236,7 +258,11 @@ def test_checker_recomputes_the_noise_table(aa_archive):
     noise = (aa_archive / "tables" / "noise.csv").read_text()
     assert "C_qb_aa" in noise and "M_qb_aa" in noise and "noise_too_high" in noise  # the wide twins are noisy
     with open(aa_archive / "tables" / "noise.csv") as f:
-        high = {r["family"] for r in csv.DictReader(f) if r["campaign"] == "replication" and r["verdict"] == "noise_too_high"}
+        high = {
+            r["family"]
+            for r in csv.DictReader(f)
+            if r["campaign"] == "replication" and r["verdict"] == "noise_too_high"
+        }
     with open(aa_archive / "tables" / "estimates.csv") as f:
         est = list(csv.DictReader(f))
     assert high and any(e["decision"] == "noise_too_high" for e in est)

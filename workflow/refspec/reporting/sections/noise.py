@@ -20,8 +20,8 @@ def aa_rows(a: Archive, campaign: str, family: str | None = None) -> list[dict[s
 
 def aa_parts(a: Archive, N: Numbers, r: dict[str, Any]) -> list[Any]:
     """``twin/arm value [lo, hi] verdict`` of one noise row, its numbers registered."""
-    key = dict(campaign=r["campaign"], family=r["family"], arm=r["arm"], twin=r["twin"], kind=r["kind"])
-    base = ("noise", r["campaign"], r["family"], r["twin"], r["kind"])
+    key = dict(campaign=r["campaign"], family=r["family"], arm=r["arm"], twin=r["twin"], kind=r["kind"], cap=r["cap"])
+    base = ("noise", r["campaign"], r["family"], r["twin"], r["kind"], r["cap"])
     head = [f"{r['twin']}/{r['arm']} "]
     if r["value"] is None:
         return head + [DASH, " ", VERDICT_TEXT.get(r["verdict"], r["verdict"])]
@@ -69,8 +69,10 @@ def section_noise(a: Archive, N: Numbers) -> Section:
 def _noise_table(a: Archive, N: Numbers) -> Table:
     rows = []
     for r in a.rows("noise"):
-        key = dict(campaign=r["campaign"], family=r["family"], arm=r["arm"], twin=r["twin"], kind=r["kind"])
-        base = ("noise", r["campaign"], r["family"], r["twin"], r["kind"])
+        key = dict(
+            campaign=r["campaign"], family=r["family"], arm=r["arm"], twin=r["twin"], kind=r["kind"], cap=r["cap"]
+        )
+        base = ("noise", r["campaign"], r["family"], r["twin"], r["kind"], r["cap"])
         units = _n(N, a, "noise", "noise", base + ("units",), r["units"], "d", key, "units")
         sess = _n(N, a, "noise", "noise", base + ("sessions",), r["sessions"], "d", key, "sessions")
         thr = _n(N, a, "noise", "noise", base + ("threshold",), r["threshold"], ".4f", key, "threshold")
