@@ -88,7 +88,8 @@ SERVER_DIAGNOSTIC_PAIRS = (
     ("S_qb_spec", "S_stock_spec"),
 )
 DIAGNOSTIC_PAIRS = (("M3", "M0"), ("C3", "C0"), ("R_prod", "M3")) + SERVER_DIAGNOSTIC_PAIRS
-DECISION_TEXT = {"too_few_sessions": "too few sessions"}
+DECISION_TEXT = {"too_few_sessions": "too few sessions", "noise_too_high": "machine noise too high"}
+TWIN_SUFFIX = "_aa"  # the A/A control's twin of arm X is X_aa (anc/campaigns.md)
 REL_TOL = 1e-12
 REFERENCE_ARM = "R"
 LAYOUT_ORDER = ("mq", "gs", "pq", "qb")
@@ -107,6 +108,8 @@ TABLE_NAMES = (
     "phase_masks",
     "diagnostics",
     "prediction",
+    "noise",
+    "loads",
 )
 
 # Column types the checker relies on (its own knowledge of the CSV contract).
@@ -201,6 +204,43 @@ COLUMNS = {
         threshold=F,
         decision=S,
         reason=S,
+    ),
+    "noise": dict(
+        campaign=S,
+        family=S,
+        arm=S,
+        twin=S,
+        kind=S,
+        cap=I,
+        value=F,
+        lo=F,
+        hi=F,
+        units=I,
+        sessions=I,
+        tasks=I,
+        draws=I,
+        seed=I,
+        threshold=F,
+        verdict=S,
+        reason=S,
+    ),
+    "loads": dict(
+        campaign=S,
+        family=S,
+        session=S,
+        block=I,
+        arm=S,
+        load1_before=F,
+        load1_after=F,
+        cpu_before=F,
+        cpu_after=F,
+        competing_before=F,
+        competing_after=F,
+        top_competing=S,
+        governor=S,
+        freq_mhz=F,
+        busy_threshold=F,
+        busy=B,
     ),
     "ratios": dict(
         campaign=S,
@@ -606,6 +646,16 @@ def decide(lo: float, hi: float, thr: float, n_sessions: int | None = None) -> s
     if n_sessions is not None and n_sessions < MIN_SESSIONS:
         return "too_few_sessions"
     return "exceeds" if lo > thr else "below" if hi < thr else "inconclusive"
+
+
+def noise_verdict(lo: float, hi: float, thr: float) -> str:
+    """The A/A control's verdict: ok when lo <= 1 <= hi and hi / lo <= thr, else noise_too_high."""
+    return "ok" if lo <= 1.0 <= hi and hi / lo <= thr else "noise_too_high"
+
+
+def gate(decision: str, noise) -> str:
+    """exceeds/below become noise_too_high under an A/A verdict noise_too_high."""
+    return "noise_too_high" if noise == "noise_too_high" and decision in ("exceeds", "below") else decision
 
 
 def median(xs) -> float:
@@ -1422,7 +1472,9 @@ def check(archive: str, quiet: bool = False, unsealed: bool = False, trust: Trus
     check_ratios(c, E, tables, src, qual, facts)
     check_diagnostics(c, E, tables, src, qual, facts)
     check_qualified_ratios(c, tables)
-    est_dec = check_replication(c, E, tables, src, qual, facts, bootstrap_parameters(plan))
+    noise = check_noise(c, E, tables, src, qual, bootstrap_parameters(plan))
+    est_dec = check_replication(c, E, tables, src, qual, facts, bootstrap_parameters(plan), noise)
+    check_loads(c, E, tables, src)
     check_sessions(c, E, tables, src)
     check_phase_masks(c, E, tables, src, qual)
     check_prediction(c, E, tables, src, plan)
@@ -1763,7 +1815,9 @@ def bootstrap_parameters(plan) -> dict:
     return boot
 
 
-def check_replication(c: Checker, E: Expected, tables: dict, src, qual: dict, facts: dict, boot: dict) -> dict:
+def check_replication(
+    c: Checker, E: Expected, tables: dict, src, qual: dict, facts: dict, boot: dict, noise: dict | None = None
+) -> dict:
     """Every replication estimate (estimates.csv) with its session contrasts (contrasts.csv).
 
     The comparison "X/Y" names two layouts; its arms are the replication arms of the row's family and
@@ -1772,8 +1826,11 @@ def check_replication(c: Checker, E: Expected, tables: dict, src, qual: dict, fa
     97.5 percentiles of ``draws`` bootstrap means of the c_s (random.Random(seed)); decision = exceeds
     if lo > threshold, below if hi < threshold, else inconclusive, and too_few_sessions under
     ``MIN_SESSIONS`` contrasts; regressed tasks have mean_s d_s(t) < 0. Seed, draws and threshold come
-    from plan.json when frozen there, else from the row. Returns (family, path, comparison) -> decision
-    (for the headline)."""
+    from plan.json when frozen there, else from the row. An A/A twin (arm name ending in _aa) is never a
+    replication arm; under an A/A verdict noise_too_high (``noise``: (campaign, family) -> verdict, as
+    recomputed by check_noise) exceeds and below read noise_too_high. Returns (family, path, comparison)
+    -> decision (for the headline)."""
+    noise = noise or {}
     est_dec = {}
     if "estimates" not in tables:
         return est_dec
@@ -1812,7 +1869,9 @@ def check_replication(c: Checker, E: Expected, tables: dict, src, qual: dict, fa
         arms = {}
         for lay in (x, y):
             found = sorted(
-                a for (cp, f, a), (m, l) in facts.items() if cp == "replication" and f == fam and m == path and l == lay
+                a
+                for (cp, f, a), (m, l) in facts.items()
+                if cp == "replication" and f == fam and m == path and l == lay and not a.endswith(TWIN_SUFFIX)
             )
             arms[lay] = found[0] if len(found) == 1 else None
         a, b = arms[x], arms[y]
@@ -1838,8 +1897,10 @@ def check_replication(c: Checker, E: Expected, tables: dict, src, qual: dict, fa
             continue
         est = math.exp(mean(cs))
         lo, hi = bootstrap(cs, int(draws), int(seed))
-        dec = decide(lo, hi, float(thr), len(cs))
+        dec = gate(decide(lo, hi, float(thr), len(cs)), noise.get(("replication", fam)))
         est_dec[(fam, path, comp)] = dec
+        if dec == "noise_too_high" and not row["reason"]:
+            c.bad(te.where(i, "reason"), "machine noise too high, but no reason is given")
         if dec == "too_few_sessions" and not row["reason"]:
             c.bad(te.where(i, "reason"), "too few sessions for a decision, but no reason is given")
         reg = [t for t in sorted(per_task) if mean(per_task[t]) < 0]
@@ -1857,6 +1918,132 @@ def check_replication(c: Checker, E: Expected, tables: dict, src, qual: dict, fa
             if key not in seen_c:
                 c.bad(tables["contrasts"].where(j), "contrast row that no qualified comparison produces")
     return est_dec
+
+
+def noise_units(times: dict, key: tuple, twin: str, arm: str, tasks: list, kind: str) -> tuple[list, int]:
+    """(log contrasts of twin over arm, sessions timing both). kind ratio: d(t) per panel task, times
+    pooled over sessions and repeats; kind estimate: c_s per session over the tasks timed for both."""
+    camp, fam, cap = key
+    sessions = sorted({k[5] for k in times if k[:3] == key and k[3] in (twin, arm)})
+    both = [s for s in sessions if any(times.get(key + (twin, t, s)) and times.get(key + (arm, t, s)) for t in tasks)]
+
+    def pooled(a, ss):
+        return {t: [x for s in ss for x in times.get(key + (a, t, s), [])] for t in tasks}
+
+    if kind == "ratio":
+        num, den = pooled(twin, sessions), pooled(arm, sessions)
+        if any(not num[t] or not den[t] for t in tasks):
+            return [], len(both)
+        _D, d, _reg = paired(num, den, tasks)
+        return [d[t] for t in sorted(d)], len(both)
+    cs = []
+    for s in both:
+        num, den = pooled(twin, [s]), pooled(arm, [s])
+        common = [t for t in tasks if num[t] and den[t]]
+        cs.append(paired(num, den, common)[0])
+    return cs, len(both)
+
+
+def check_noise(c: Checker, E: Expected, tables: dict, src, qual: dict, boot: dict) -> dict:
+    """The A/A control (noise.csv): an arm X and its twin X_aa, both qualified on the panel. Log
+    contrasts u of twin over arm (kind ratio: d(t) per task, pooled; kind estimate: c_s per session;
+    kind estimate for the replication campaign, ratio otherwise); value = exp(mean u); [lo, hi] = the
+    bootstrap of u; verdict ok when lo <= 1 <= hi and hi/lo <= threshold, else noise_too_high;
+    unqualified (no value) when either arm fails a panel task. Every twin in requests.csv has its row.
+    Returns (campaign, family) -> noise_too_high when any of its controls is, else ok."""
+    out: dict = {}
+    if "noise" not in tables:
+        twins = sorted(
+            {(r["campaign"], r["family"], r["arm"]) for r in tables["requests"].rows} if "requests" in tables else set()
+        )
+        for k in twins:
+            if k[2].endswith(TWIN_SUFFIX):
+                c.bad("noise.csv", f"missing: requests.csv has the A/A twin {k[2]} ({k[0]}, {k[1]}) but no A/A row")
+        return out
+    tn = tables["noise"]
+    s_n = src("noise")
+    times = defaultdict(list)
+    twins = set()
+    for r in tables["requests"].rows if "requests" in tables else []:
+        if r["arm"].endswith(TWIN_SUFFIX):
+            twins.add((r["campaign"], r["family"], r["cap"], r["arm"]))
+        if r["status"] == "ok" and r["t_ns"] is not None:
+            times[(r["campaign"], r["family"], r["cap"], r["arm"], r["task_id"], r["session"])].append(float(r["t_ns"]))
+    seen = set()
+    for i, row in enumerate(tn.rows):
+        camp, fam, cap, arm, twin = row["campaign"], row["family"], row["cap"], row["arm"], row["twin"]
+        seen.add((camp, fam, cap, twin))
+        c.same(tn.where(i, "twin"), twin, arm + TWIN_SUFFIX)
+        kind = "estimate" if camp == "replication" else "ratio"
+        c.same(tn.where(i, "kind"), row["kind"], kind)
+        draws, seed, thr = (boot.get(k, row[k]) for k in ("draws", "seed", "threshold"))
+        for k, v in (("draws", int(draws)), ("seed", int(seed)), ("threshold", float(thr))):
+            c.same(tn.where(i, k), row[k], v, f"{k} vs plan.json:" if k in boot else "")
+        base = ("noise", camp, fam, twin, row["kind"], cap)
+        E.add(base + ("threshold",), float(thr), s_n)
+        panel = panels(qual, camp).get((fam, cap))
+        if panel is None:
+            c.bad(tn.where(i), "no qualification rows for this campaign, family and cap")
+            continue
+        tasks = sorted(panel)
+        c.same(tn.where(i, "tasks"), row["tasks"], len(tasks))
+        u, n_both = (
+            ([], 0)
+            if not all_qualified(panel, (arm, twin))
+            else noise_units(times, (camp, fam, cap), twin, arm, tasks, kind)
+        )
+        if u:
+            c.same(tn.where(i, "sessions"), row["sessions"], n_both)
+        E.add(base + ("sessions",), n_both if u else row["sessions"], s_n)
+        if not u:
+            out.setdefault((camp, fam), "ok")
+            c.same(tn.where(i, "verdict"), row["verdict"], "unqualified")
+            for col in ("value", "lo", "hi"):
+                c.same(tn.where(i, col), row[col], None, "unqualified A/A control must have no value:")
+            E.add(base + ("units",), 0, s_n)
+            continue
+        value = math.exp(mean(u))
+        lo, hi = bootstrap(u, int(draws), int(seed))
+        verdict = noise_verdict(lo, hi, float(thr))
+        if out.get((camp, fam)) != "noise_too_high":
+            out[(camp, fam)] = verdict
+        c.recomputed += 4
+        c.same(tn.where(i, "value"), row["value"], value)
+        c.same(tn.where(i, "lo"), row["lo"], lo)
+        c.same(tn.where(i, "hi"), row["hi"], hi)
+        c.same(tn.where(i, "units"), row["units"], len(u))
+        c.same(tn.where(i, "verdict"), row["verdict"], verdict)
+        if verdict == "noise_too_high" and not row["reason"]:
+            c.bad(tn.where(i, "reason"), "machine noise too high, but no reason is given")
+        for k, v in (("value", value), ("lo", lo), ("hi", hi), ("units", len(u))):
+            E.add(base + (k,), v, s_n)
+    for k in sorted(twins - seen):
+        c.bad(tn.rel, f"no A/A row for the twin {k[3]} ({k[0]}, {k[1]}, cap {k[2]}) of requests.csv")
+    return out
+
+
+def check_loads(c: Checker, E: Expected, tables: dict, src) -> None:
+    """The machine load of every block (loads.csv): busy = competing_before or competing_after above
+    busy_threshold; per campaign and family the blocks sampled and the busy ones. The sampled values
+    are measurements: shown as stated."""
+    if "loads" not in tables:
+        return
+    tl = tables["loads"]
+    s_l = src("loads")
+    counts = defaultdict(lambda: [0, 0])
+    for i, r in enumerate(tl.rows):
+        busy = r["competing_before"] > r["busy_threshold"] or r["competing_after"] > r["busy_threshold"]
+        c.recomputed += 1
+        c.same(tl.where(i, "busy"), r["busy"], busy)
+        k = (r["campaign"], r["family"])
+        counts[k][0] += 1
+        counts[k][1] += 1 if busy else 0
+        base = ("load", r["campaign"], r["family"], r["session"], r["block"])
+        for col in ("block", "competing_before", "competing_after") if busy else ():  # busy blocks are listed
+            E.add(base + (col,), r[col], s_l)
+    for (camp, fam), (n, nb) in counts.items():
+        E.add(("loadsum", camp, fam, "blocks"), n, s_l)
+        E.add(("loadsum", camp, fam, "busy"), nb, s_l)
 
 
 def check_contrasts(

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from refspec.campaigns import derived as D
+from refspec.campaigns import noise as NZ
 from refspec.core import stats as S
 from refspec.core import tables as T
 from refspec.provenance.ledger import Ledger
@@ -240,8 +241,14 @@ def make_results(
     n_sessions: int = 6,
     boot_seed: int = S.DEFAULT_SEED,
     draws: int = 2000,
+    aa: bool = False,
+    aa_spread: float = 0.0,
 ) -> Path:
-    """Write a complete synthetic results folder into ``out`` (tables under ``out/tables``)."""
+    """Write a complete synthetic results folder into ``out`` (tables under ``out/tables``).
+
+    ``aa``: the implementation and replication campaigns also run the A/A twins ``M_qb_aa`` and
+    ``C_qb_aa`` (``noise`` table, estimates gated by it) and every replication block has a load
+    sample (``loads`` table, one busy block); ``aa_spread`` is the twins' extra log-time noise."""
     out = Path(out)
     tdir = out / "tables"
     g = _Gen(seed, evil)
@@ -310,14 +317,16 @@ def make_results(
     impl_tasks = {f: _tasks(5, rng) for f in FAMILIES}
     if evil:
         impl_tasks[FAMILIES[0]][0] = "EVIL/" + EVIL
+    arms_impl = ARMS_IMPL + ([("M_qb_aa", "target", "qb", 0, 4, 3, 1.00)] if aa else [])
     for fam in FAMILIES:
         for sess in ("i1", "i2"):
-            for ai, (arm, mode, lay, k, ub, mask, f) in enumerate(ARMS_IMPL):
+            for ai, (arm, mode, lay, k, ub, mask, f) in enumerate(arms_impl):
                 worker = f"{sess}-{fam}-{arm}"
                 g.warmup("implementation", sess, worker, fam, arm, mode, lay, k, ub, mask, cap)
                 for t in impl_tasks[fam]:
                     for rep in (1, 2):
-                        g.add("implementation", sess, ai, worker, fam, t, arm, mode, lay, k, ub, mask, cap, rep, f)
+                        fa = f * rng.lognormvariate(0, aa_spread) if arm.endswith("_aa") and aa_spread else f
+                        g.add("implementation", sess, ai, worker, fam, t, arm, mode, lay, k, ub, mask, cap, rep, fa)
             if fam == FAMILIES[0]:  # refused by admission: every request failed, no worker ever started
                 arm, mode, lay, k, ub, mask = REFUSED_ARM
                 for t in impl_tasks[fam]:
@@ -345,13 +354,15 @@ def make_results(
     # --- replication: n_sessions sessions, counterbalanced pq/qb blocks, two serial references
     repl_tasks = {f: _tasks(6, rng) for f in FAMILIES}
     sessions = []
+    loads: list[dict[str, Any]] = []
     start = dt.datetime(2026, 10, 14, 8, 0, 0, tzinfo=dt.UTC)
     for si in range(n_sessions):
         sess = f"r{si + 1}"
         sfac = rng.lognormvariate(0, 0.02)
         for fam in FAMILIES:
             s0 = start + dt.timedelta(hours=5 * si, minutes=rng.randint(0, 30))
-            arms = ARMS_REPL if si % 2 == 0 else [ARMS_REPL[0]] + ARMS_REPL[:0:-1]
+            arms_repl = ARMS_REPL + ([("C_qb_aa", "spec", "qb", 3, 4, 3, 0.63)] if aa else [])
+            arms = arms_repl if si % 2 == 0 else [arms_repl[0]] + arms_repl[:0:-1]
             n_req = 0
             workers = set()
             for bi, (arm, mode, lay, k, ub, mask, f) in enumerate(arms):
@@ -362,8 +373,32 @@ def make_results(
                 for t in repl_tasks[fam]:
                     for rep in (1, 2):
                         eff = f * sfac * (1 + 0.01 * rng.uniform(-1, 1) if lay == "pq" else 1)
+                        if arm.endswith("_aa") and aa_spread:
+                            eff *= rng.lognormvariate(0, aa_spread)
                         g.add("replication", sess, bi, worker, fam, t, arm, mode, lay, k, ub, mask, cap, rep, eff)
                         n_req += 1
+                if aa:
+                    comp = 0.9 if (si, bi, fam) == (1, 2, FAMILIES[0]) else 0.05
+                    loads.append(
+                        dict(
+                            campaign="replication",
+                            family=fam,
+                            session=sess,
+                            block=bi,
+                            arm=arm,
+                            load1_before=1.5,
+                            load1_after=1.75,
+                            cpu_before=50.0,
+                            cpu_after=55.0,
+                            competing_before=comp,
+                            competing_after=0.05,
+                            top_competing=f"stress:4242:{comp:.2f}" if comp > 0.5 else None,
+                            governor="performance x2",
+                            freq_mhz=2400.0,
+                            busy_threshold=0.5,
+                            busy=comp > 0.5,
+                        )
+                    )
             dur = dt.timedelta(minutes=40 + rng.randint(0, 20))
             sessions.append(
                 dict(
@@ -470,6 +505,12 @@ def make_results(
     T.write_table(D.diagnostics_table(reqs, qual, "confirmation"), "diagnostics", tdir)
     T.write_table(pred_rows, "prediction", tdir)
     contrasts, estimates = D.replication_tables(reqs, qual, draws=draws, seed=boot_seed)
+    if aa:
+        noise = NZ.noise_table(reqs, qual, "implementation", draws=draws, seed=boot_seed)
+        noise += NZ.noise_table(reqs, qual, "replication", draws=draws, seed=boot_seed)
+        estimates = NZ.gate_estimates(estimates, [n for n in noise if n["campaign"] == "replication"])
+        T.write_table(noise, "noise", tdir)
+        T.write_table(loads, "loads", tdir)
     T.write_table(contrasts, "contrasts", tdir)
     T.write_table(estimates, "estimates", tdir)
     T.write_table(D.session_gaps(sessions), "sessions", tdir)

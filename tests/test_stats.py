@@ -462,6 +462,8 @@ def test_schemas_are_documented():
         "admission",
         "claims",
         "projection",
+        "noise",
+        "loads",
     }
     for name, sp in T.TABLES.items():
         raw = json.loads(sp.path.read_text())

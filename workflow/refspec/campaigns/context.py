@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from ..core.arms import REFERENCE_ARM, load_arms
+from ..core.arms import REFERENCE_ARM, is_twin, load_arms, twin_name
 from ..core.config import campaign_dir, study_families
 from ..core.errors import ConfigError, IntegrityError, UsageError
 from ..core.fsutil import atomic_write_text
@@ -139,7 +139,26 @@ def _arms(name: str, mod: ModuleType, defn: dict, cfg: dict, threads: int) -> di
     if not arm_list or arm_list[0].name != REFERENCE_ARM:
         raise ConfigError(f"campaign {name}: the first arm must be the reference R")
     cap = max(defn.get("caps") or [defn["cap"]])
-    return apply_overrides(arm_list, defn, threads, cap, cfg)
+    return apply_overrides(arm_list + aa_twins(name, defn, arm_list), defn, threads, cap, cfg)
+
+
+AA_CAMPAIGNS = ("confirmation", "implementation", "replication")
+
+
+def aa_twins(name: str, defn: dict, arm_list: list) -> list:
+    """The A/A control's twin (``aa_arm``): the same recipe under the name ``<arm>_aa``; [] without one."""
+    reserved = [a.name for a in arm_list if is_twin(a.name)]
+    if reserved:
+        raise ConfigError(f"campaign {name}: arm name(s) {', '.join(reserved)} end in _aa, reserved for A/A twins")
+    aa = defn.get("aa_arm")
+    if not aa:
+        return []
+    if name not in AA_CAMPAIGNS:
+        raise ConfigError(f"campaign {name}: aa_arm is for {', '.join(AA_CAMPAIGNS)} (anc/campaigns.md)")
+    found = [a for a in arm_list if a.name == aa]
+    if not found or aa == REFERENCE_ARM:
+        raise ConfigError(f"campaign {name}: aa_arm {aa!r} is not one of its arms other than {REFERENCE_ARM}")
+    return [found[0].with_(name=twin_name(aa))]
 
 
 def _models(fam: str, cfg: dict, defn: dict, arms: dict):

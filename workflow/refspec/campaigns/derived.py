@@ -32,7 +32,7 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..core.arms import REFERENCE_ARM
+from ..core.arms import REFERENCE_ARM, is_twin
 from ..core.endpoint import first_divergence
 from ..core.layouts import LAYOUT_ORDER
 from ..core.stats import (
@@ -283,7 +283,7 @@ def ratios_table(
     The panel of a family and cap is the set of tasks with qualification rows;
     the arms compared are those with requests rows at that cap. ``pairs``
     lists (numerator, denominator) arms; by default every unordered pair in
-    :func:`arm_sort_key` order (earlier arm in the numerator). Times are
+    :func:`arm_sort_key` order (earlier arm in the numerator), A/A twins left out. Times are
     pooled over sessions and repeats per task.
     """
     reqs = [r for r in records(requests) if r["campaign"] == campaign]
@@ -295,7 +295,8 @@ def ratios_table(
     for fam, cap in sorted(panels):
         panel = panels[(fam, cap)]
         arms = sorted(arm_caps.get((fam, cap), ()), key=lambda a: arm_sort_key(a, *facts[(campaign, fam, a)]))
-        fam_pairs = pairs if pairs is not None else [(a, b) for i, a in enumerate(arms) for b in arms[i + 1 :]]
+        plain = [a for a in arms if not is_twin(a)]  # an A/A twin is compared only with its arm (noise)
+        fam_pairs = pairs if pairs is not None else [(a, b) for i, a in enumerate(plain) for b in plain[i + 1 :]]
         tasks = sorted(panel)
         for a, b in fam_pairs:
             if a not in arms or b not in arms:
@@ -403,7 +404,9 @@ def diagnostics_table(
 
 def _arm_for(facts, campaign: str, family: str, mode: str, layout: str) -> str | None:
     found = sorted(
-        a for (c, f, a), (m, l) in facts.items() if c == campaign and f == family and m == mode and l == layout
+        a
+        for (c, f, a), (m, l) in facts.items()
+        if c == campaign and f == family and m == mode and l == layout and not is_twin(a)
     )
     if len(found) > 1:
         raise StatsError(f"campaign {campaign}, family {family}: several {mode} arms with layout {layout}: {found}")

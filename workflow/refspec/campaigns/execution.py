@@ -8,6 +8,7 @@ import json
 import signal
 import sys
 
+from ..core.arms import is_twin
 from ..core.errors import IntegrityError
 from ..core.fsutil import atomic_write_text
 from ..core.hashing import sha256_file
@@ -17,6 +18,7 @@ from ..provenance.ledger import Ledger
 from .context import Context
 from .definitions import module_for
 from .evidence import COMPARED_COUNTERS, arm_evidence, audit_text, timed_audit
+from .noise import busy_text, loads_table, noise_table, noise_text
 
 
 def execute(ctx: Context, run, computed: dict, *, analyze_only: bool = False) -> dict:
@@ -112,6 +114,7 @@ def analyze(ctx: Context) -> dict:
     res = mod.analyze(ctx, base)
     tables = {k: base[k] for k in ("requests", "endpoints", "qualification", "sessions")}
     tables.update(res.get("tables", {}))
+    texts = aa_and_load(ctx, run, base, tables)
     refused = [t for t in tables if not t.startswith("_") and not table_accepts_campaign(t, ctx.name)]
     if refused:
         raise IntegrityError(
@@ -135,7 +138,7 @@ def analyze(ctx: Context) -> dict:
         f"campaign {ctx.name} (preset {ctx.preset}), family {ctx.family}, {ctx.threads} thread(s); "
         f"plan sha256 {sha256_file(run.out / planmod.PLAN_NAME)[:16]}"
     )
-    parts = [header, res["text"], arm_evidence(ctx.arms, base), audit_text(audit)]
+    parts = [header, res["text"], *texts, arm_evidence(ctx.arms, base), audit_text(audit)]
     text = "\n\n".join(parts) + "\n"
     atomic_write_text(run.out / "summary.txt", text, mode=0o644)
     run.note(
@@ -146,6 +149,28 @@ def analyze(ctx: Context) -> dict:
         requests_compared=audit["requests_compared"],
     )
     return {"tables": tables, "audit": audit, "text": text, "extra": res}
+
+
+def aa_and_load(ctx: Context, run, base: dict, tables: dict) -> list[str]:
+    """Add the A/A control (``noise``, unless the campaign wrote it) and the block loads (``loads``)
+    to ``tables``; return their summary lines."""
+    texts = []
+    if any(is_twin(n) for n in ctx.arms) and "noise" not in tables:
+        boot = ctx.plan.get("bootstrap") or ctx.defn["bootstrap"]
+        tables["noise"] = noise_table(
+            base["requests"],
+            base["qualification"],
+            ctx.name,
+            draws=int(boot["draws"]),
+            seed=int(boot["seed"]),
+            threshold=float(boot["threshold"]),
+        )
+        texts.append(noise_text(tables["noise"]))
+    loads = loads_table(run.ledger_records(), ctx.name, ctx.family)
+    if loads:
+        tables["loads"] = loads
+        texts.append(busy_text(loads))
+    return texts
 
 
 def table_accepts_campaign(table: str, campaign: str) -> bool:

@@ -10,7 +10,7 @@ session, and the logical counters of GS against QB.
 
 from __future__ import annotations
 
-from ..core.arms import REFERENCE_ARM
+from ..core.arms import REFERENCE_ARM, is_twin
 from .confirmation import counts_text, named_arms, ratios_text, round_sessions
 from .derived import ratios_table
 from .evidence import COMPARED_COUNTERS, LOGICAL_COUNTERS
@@ -30,7 +30,11 @@ def schedule(ctx) -> list:
 
 
 def arm_by(ctx, mode: str, layout: str) -> str | None:
-    found = [n for n, a in ctx.arms.items() if n != REFERENCE_ARM and a.mode == mode and a.layout == layout]
+    found = [
+        n
+        for n, a in ctx.arms.items()
+        if n != REFERENCE_ARM and not is_twin(n) and a.mode == mode and a.layout == layout
+    ]
     return found[0] if len(found) == 1 else None
 
 

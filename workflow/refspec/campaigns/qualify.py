@@ -109,6 +109,7 @@ def qualify_definition(
             "panel": panel_definition(panel),
             "repeats": int(repeats),
             "sessions": 1,
+            "aa_arm": None,  # a qualification, not a timing study: no A/A control
         }
     )
     for key, value in (("cap", cap), ("draft", draft), ("retries", retries), ("request_timeout_s", request_timeout)):

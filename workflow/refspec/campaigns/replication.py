@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import math
 
-from ..core.arms import REFERENCE_ARM
+from ..core.arms import REFERENCE_ARM, is_twin, twin_of
 from ..core.errors import ConfigError
 from .confirmation import named_arms
 from .derived import replication_tables
 from .evidence import COMPARED_COUNTERS
+from .noise import gate_estimates, noise_table, noise_text
 from .scheduler import abba_schedule, session_ids
 from .text import fmt_ratio, table_text
 
@@ -47,7 +48,12 @@ def arms(defn: dict, catalog: dict) -> list:
 
 
 def arm_for(ctx_arms: dict, path: str, layout: str) -> str:
-    return next(n for n, a in ctx_arms.items() if n != REFERENCE_ARM and a.mode == path and a.layout == layout)
+    """The replication arm of a path and layout (never an A/A twin)."""
+    return next(
+        n
+        for n, a in ctx_arms.items()
+        if n != REFERENCE_ARM and not is_twin(n) and a.mode == path and a.layout == layout
+    )
 
 
 def schedule(ctx) -> list:
@@ -63,6 +69,7 @@ def schedule(ctx) -> list:
         repeats=d["repeats"],
         references=d["references_per_session"],
         seed=d["seed"],
+        twins={twin_of(n): n for n in ctx.arms if is_twin(n)},
     )
 
 
@@ -107,6 +114,15 @@ def analyze(ctx, base: dict) -> dict:
         seed=int(boot["seed"]),
         threshold=float(boot["threshold"]),
     )
+    noise = noise_table(
+        base["requests"],
+        base["qualification"],
+        "replication",
+        draws=int(boot["draws"]),
+        seed=int(boot["seed"]),
+        threshold=float(boot["threshold"]),
+    )
+    estimates = gate_estimates(estimates, noise)
     rows = []
     arm_label = {"target": "M", "spec": "C"}
     for e in estimates:
@@ -162,13 +178,14 @@ def analyze(ctx, base: dict) -> dict:
             ),
             "(paper, speculative C_PQ/C_QB: 1.031614 [1.025393, 1.037926], 1.065803 [1.063387, 1.068399], "
             "1.029114 [1.020126, 1.039149])",
+            noise_text(noise),
             "",
             "session contrasts exp(c_s):",
             table_text(["path", "comparison", "session", "exp(c_s)", "c_s", "tasks"], crow),
         ]
     )
     return {
-        "tables": {"contrasts": contrasts, "estimates": estimates},
+        "tables": {"contrasts": contrasts, "estimates": estimates, "noise": noise},
         "text": text,
         "counter_pairs": counter_pairs(ctx),
     }

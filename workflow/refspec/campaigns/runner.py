@@ -9,7 +9,9 @@ Execution (:class:`CampaignRun`)
     check when a manifest is given, and records ``session_start``. Blocks go to
     :func:`refspec.engine.driver.run_block`, which journals and ledgers every attempt
     as it ends. Just before each timed request the engine appends a ``submit``
-    line to the ledger (outside the timed interval).
+    line to the ledger (outside the timed interval). Around every block it samples
+    the machine (:mod:`refspec.engine.load`) and appends a ``block_load`` line,
+    flagged ``busy`` when competing processes used more than half a core.
 
 Audit of timed runs
     After each session every completed request is compared with the reference
@@ -28,6 +30,7 @@ import time
 from ..core.arms import REFERENCE_ARM
 from ..core.endpoint import first_divergence
 from ..core.errors import IntegrityError, UsageError
+from ..engine import load
 from ..engine.context import Planned, PromptBook, RunContext
 from ..engine.driver import run_block
 from ..provenance import plan as planmod
@@ -200,7 +203,9 @@ class CampaignRun(CampaignRecords):
 
             ctx.on_submit = on_submit
             self._log(f"{sp.id} block {b.index}: {b.arm} ({b.role}), {len(reqs)} request(s)")
+            before = load.sample()
             run_block(ctx, arm, planned, block=b.index, attempts_before=attempts)
+            self.note_load(sp.id, b, before, load.sample())
         self.audit_session(sp.id)
         done, _, _ = self.slot_state()
         left = [
@@ -216,6 +221,20 @@ class CampaignRun(CampaignRecords):
             else f"{len(left)} planned request(s) without a final attempt",
             session=sp.id,
             incomplete=len(left),
+        )
+
+    def note_load(self, sid: str, b, before: dict, after: dict) -> None:
+        """The ``block_load`` ledger line: the machine before and after the block, busy or not."""
+        self.note(
+            "block_load",
+            load.busy_reason(before, after),
+            session=sid,
+            block=b.index,
+            arm=b.arm,
+            before=before,
+            after=after,
+            busy_threshold=load.BUSY_CORES,
+            busy=load.busy(before, after),
         )
 
     def _wait_gap(self, sid: str, previous: str | None, marks: dict) -> None:

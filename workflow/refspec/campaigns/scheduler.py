@@ -189,6 +189,7 @@ def abba_schedule(
     references: int,
     seed: int,
     reference: str = REFERENCE_ARM,
+    twins: dict[str, str] | None = None,
 ) -> list[SessionPlan]:
     """Short counterbalanced blocks (replication E2).
 
@@ -207,7 +208,12 @@ def abba_schedule(
     reference blocks carry the serial-reference endpoints: ``references`` per
     task and session, the first half before and the rest after the PQ/QB
     blocks. Every block runs its group's tasks in the same order.
+
+    ``twins`` maps an arm to its A/A twin: the twin's block sits next to its arm's
+    in every group, after it in even-numbered (group + session) positions and before
+    it otherwise, so each runs first equally often.
     """
+    twins = twins or {}
     out = []
     first_refs = (references + 1) // 2
     for si, sid in enumerate(sessions):
@@ -232,7 +238,10 @@ def abba_schedule(
                 flip = (lay_first[g] + list(paths).index(path)) % 2
                 lays = list(layouts) if flip == 0 else list(reversed(layouts))
                 for pos, lay in zip("AB", lays):
-                    add(arm_for(path, lay), gtasks, range(1, repeats + 1), f"group {g}: {path} {pos}")
+                    arm = arm_for(path, lay)
+                    pair = [(arm, pos), (twins[arm], pos + " A/A twin")] if arm in twins else [(arm, pos)]
+                    for a, role in pair if (g + si) % 2 == 0 else reversed(pair):
+                        add(a, gtasks, range(1, repeats + 1), f"group {g}: {path} {role}")
             add(reference, gtasks, range(first_refs + 1, references + 1), f"group {g}: reference")
         out.append(SessionPlan(sid, blocks))
     return out

@@ -12,6 +12,23 @@ from .paths import config_dir
 
 SERVER_BUILDS = ("stock", "patched")
 REFERENCE_ARM = "R"  # the reference arm: every other arm's endpoints are checked against it
+# The A/A control (anc/campaigns.md): the twin of arm X is X_aa, the same recipe under its own name.
+# Names ending in _aa are reserved for twins.
+TWIN_SUFFIX = "_aa"
+
+
+def twin_name(arm: str) -> str:
+    """The name of ``arm``'s A/A twin."""
+    return arm + TWIN_SUFFIX
+
+
+def is_twin(arm: str) -> bool:
+    return arm.endswith(TWIN_SUFFIX) and len(arm) > len(TWIN_SUFFIX)
+
+
+def twin_of(arm: str) -> str:
+    """The arm a twin repeats (``M3_aa`` -> ``M3``)."""
+    return arm[: -len(TWIN_SUFFIX)]
 
 
 @dataclass(frozen=True)

@@ -62,6 +62,24 @@ has too few distinct resample means to carry a decision (with 2 sessions the
 "interval" is the range of the two contrasts); the estimate and interval are
 still reported, the decision is ``too_few_sessions``.
 
+A/A noise floor (``anc/campaigns.md``, "The A/A control"): a timed campaign may
+run one arm twice, as the arm ``X`` and its twin ``X_aa`` (the same recipe under
+another name, in the same blocks and sessions). Its log contrasts ``u_i`` (kind
+``ratio``: the task log ratios ``d(t)`` of ``X_aa`` over ``X`` on the panel,
+pooled over sessions and repeats; kind ``estimate``: the session contrasts
+``c_s`` of ``X_aa`` over ``X``) give ``value = exp(mean u_i)`` and ``[lo, hi]``
+by the same bootstrap as above (:func:`noise_floor`). The noise verdict::
+
+    lo <= 1 <= hi and hi / lo <= tau   -> "ok"
+    otherwise                          -> "noise_too_high"
+
+"Wider than the practical threshold" means ``hi / lo > tau`` (with ``tau``
+1.02: the A/A interval spans more than 2 %). A decision taken beside an A/A
+control whose verdict is ``noise_too_high`` is ``"noise_too_high"`` ("machine
+noise too high") instead of ``exceeds`` or ``below``; ``inconclusive`` and
+``too_few_sessions`` stay as they are (they claim nothing). Without an A/A
+control (or with an unqualified one) the decision is the plain one.
+
 A task point estimate over sessions (for replication regressions) is
 ``exp(mean_s d_s(t))`` over the sessions in which ``t`` is timed for both
 arms; it regresses when below 1.
@@ -84,6 +102,8 @@ DEFAULT_THRESHOLD = 1.02
 DEFAULT_PERCENTILES = (2.5, 97.5)
 MIN_SESSIONS = 5  # fewer session contrasts: the interval is descriptive, no threshold decision
 TOO_FEW_SESSIONS = "too_few_sessions"
+NOISE_OK = "ok"
+NOISE_TOO_HIGH = "noise_too_high"  # the A/A control's verdict, and the decision it forces
 
 
 class StatsError(IntegrityError, ValueError):
@@ -201,13 +221,30 @@ def bootstrap_interval(
     return tuple(math.exp(float(v)) for v in np.percentile(m, list(percentiles)))
 
 
-def decide(lo: float, hi: float, threshold: float = DEFAULT_THRESHOLD) -> str:
-    """``exceeds`` if lo > threshold, ``below`` if hi < threshold, else ``inconclusive``."""
+def decide(lo: float, hi: float, threshold: float = DEFAULT_THRESHOLD, noise: str | None = None) -> str:
+    """``exceeds`` if lo > threshold, ``below`` if hi < threshold, else ``inconclusive``;
+    ``noise_too_high`` instead of ``exceeds``/``below`` when the A/A verdict ``noise`` is."""
     if lo > threshold:
-        return "exceeds"
-    if hi < threshold:
-        return "below"
-    return "inconclusive"
+        out = "exceeds"
+    elif hi < threshold:
+        out = "below"
+    else:
+        return "inconclusive"
+    return NOISE_TOO_HIGH if noise == NOISE_TOO_HIGH else out
+
+
+def noise_verdict(lo: float, hi: float, threshold: float = DEFAULT_THRESHOLD) -> str:
+    """``ok`` when the A/A interval contains 1 and ``hi / lo <= threshold``; else ``noise_too_high``."""
+    if lo <= 1.0 <= hi and hi / lo <= threshold:
+        return NOISE_OK
+    return NOISE_TOO_HIGH
+
+
+def gate(decision: str, noise: str | None) -> str:
+    """A decision already taken, under the A/A verdict ``noise`` (see :func:`decide`)."""
+    if noise == NOISE_TOO_HIGH and decision in ("exceeds", "below"):
+        return NOISE_TOO_HIGH
+    return decision
 
 
 @dataclass(frozen=True)
@@ -243,6 +280,37 @@ def estimate(
         threshold=float(threshold),
         decision=TOO_FEW_SESSIONS if arr.size < MIN_SESSIONS else decide(lo, hi, threshold),
     )
+
+
+@dataclass(frozen=True)
+class NoiseFloor:
+    value: float
+    lo: float
+    hi: float
+    n: int
+    verdict: str
+
+
+def noise_floor(
+    u: Sequence[float],
+    draws: int = DEFAULT_DRAWS,
+    seed: int = DEFAULT_SEED,
+    threshold: float = DEFAULT_THRESHOLD,
+) -> NoiseFloor:
+    """The A/A control from its log contrasts ``u`` (task log ratios or session contrasts):
+    :func:`estimate`'s value and interval, and :func:`noise_verdict`."""
+    e = estimate(u, draws, seed, threshold)
+    return NoiseFloor(e.estimate, e.lo, e.hi, e.n_sessions, noise_verdict(e.lo, e.hi, threshold))
+
+
+def noise_reason(lo: float, hi: float, threshold: float) -> str:
+    """Why an A/A verdict is ``noise_too_high`` (the same words in the checker)."""
+    parts = []
+    if not lo <= 1.0 <= hi:
+        parts.append("the A/A interval does not contain 1")
+    if hi / lo > threshold:
+        parts.append(f"the A/A interval is wider than the threshold (hi/lo {hi / lo:.4f} > {threshold:g})")
+    return "; ".join(parts)
 
 
 def too_few_sessions_reason(n: int) -> str:

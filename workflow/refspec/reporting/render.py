@@ -48,6 +48,7 @@ from .device import device_caption, device_facts, provenance_values, section_dev
 from .document import Archive, Cell, Figure, Num, Numbers, Section, Table, _read_json, bootstrap_settings, load_archive
 from .sections.admission import section_admission
 from .sections.claims import section_claims
+from .sections.noise import section_noise
 from .sections.numerical import section_audit, section_replay
 from .sections.prediction import section_prediction
 from .sections.provenance import section_ledger, section_provenance
@@ -81,6 +82,7 @@ def build(
         section_ratios(a, N),
         section_diagnostics(a, N),
         section_replication(a, N, boot),
+        section_noise(a, N),
         section_replay(a, N),
         section_audit(a, N),
         section_partition(a, N),

@@ -9,6 +9,7 @@ from typing import Any
 from ...campaigns.derived import arm_sort_key, qualification_counts
 from ...core.campaign_names import REPORT_ORDER
 from ..document import DASH, Archive, Cell, Num, Numbers, Section, Table, _n
+from .noise import aa_parts, aa_rows
 from .prediction import prediction_totals
 from .qualification import refused_arms
 from .timing import decision_text
@@ -192,7 +193,8 @@ def _qualified_ratios(a: Archive, N: Numbers, h: Headline, facts: dict[tuple, tu
     for camp, fam, cap in sorted(
         by, key=lambda k: (REPORT_ORDER.index(k[0]) if k[0] in REPORT_ORDER else 99, k[1], k[2])
     ):
-        h.add("qualified ratios" + timing, f"{camp} {fam} cap {cap}", _join(by[(camp, fam, cap)]))
+        groups = by[(camp, fam, cap)] + [["A/A "] + aa_parts(a, N, n) for n in aa_rows(a, camp, fam)]
+        h.add("qualified ratios" + timing, f"{camp} {fam} cap {cap}", _join(groups))
 
 
 def _estimates(a: Archive, N: Numbers, h: Headline, timing: str) -> None:
@@ -209,6 +211,8 @@ def _estimates(a: Archive, N: Numbers, h: Headline, timing: str) -> None:
             hi = _n(N, a, "estimates", "estimates", b + ("hi",), r["hi"], ".6f", key, "hi")
             parts = [e, " [", lo, ", ", hi, "] ", decision_text(r["decision"])]
         parts += [" (", ns, " sessions)"]
+        for n in aa_rows(a, "replication", r["family"]):
+            parts += [" \u00b7 A/A "] + aa_parts(a, N, n)
         h.add(
             "E2 estimate" + timing,
             f"{r['family']} {r['path']} {r['comparison']}",

@@ -9,6 +9,7 @@ from ...campaigns.derived import acceptance
 from ...core import stats as S
 from ..document import DASH, Archive, Cell, Figure, Numbers, Section, Table, _n
 from ..svg import bar_figure, interval_figure
+from .noise import aa_cell, aa_rows
 from .vocabulary import _WORDS, CAMPAIGN_TITLES, _campaigns_in
 
 
@@ -27,6 +28,7 @@ def section_ratios(a: Archive, N: Numbers) -> Section:
     rows_all = a.rows("ratios")
     for camp in _campaigns_in(rows_all):
         tid = f"ratios-{camp}"
+        aa = bool(aa_rows(a, camp))  # the A/A control beside every ratio of the campaign
         rows = []
         for r in [r for r in rows_all if r["campaign"] == camp]:
             key = dict(
@@ -44,15 +46,18 @@ def section_ratios(a: Archive, N: Numbers) -> Section:
                 cells.append(Cell([DASH], cls="bad", title="not qualified"))
                 cells.append(Cell([DASH, "/", nt]))
                 cells.append(Cell([r["reason"] or "not qualified"], cls="reason"))
+            if aa:
+                cells.append(aa_cell(a, N, camp, r["family"]))
             rows.append(cells)
         sec.items.append(
             Table(
                 tid,
                 f"{CAMPAIGN_TITLES.get(camp, camp)} ratios",
-                [src],
-                ["family", "path", "comparison", "ratio", "regressions", "regressed tasks / reason"],
+                [src] + ([a.src("noise")] if aa else []),
+                ["family", "path", "comparison", "ratio", "regressions", "regressed tasks / reason"]
+                + (["A/A noise floor"] if aa else []),
                 rows,
-                numeric=[False, False, False, True, True, False],
+                numeric=[False, False, False, True, True, False] + ([False] if aa else []),
             )
         )
     # cost figure: GS/QB and PQ/QB of the implementation campaign
@@ -197,7 +202,7 @@ def section_diagnostics(a: Archive, N: Numbers) -> Section:
     return sec
 
 
-DECISION_TEXT = {S.TOO_FEW_SESSIONS: "too few sessions"}
+DECISION_TEXT = {S.TOO_FEW_SESSIONS: "too few sessions", S.NOISE_TOO_HIGH: "machine noise too high"}
 
 
 def decision_text(decision: str) -> str:
@@ -214,7 +219,9 @@ def section_replication(a: Archive, N: Numbers, boot: dict[str, Any]) -> Section
         "randrange(n) indices, linear 2.5/97.5 percentiles, exponentiated). Above one favours QB "
         "(paper Table S5). Decision: exceeds when the lower bound is above the threshold, below when the "
         "upper bound is below it, inconclusive otherwise. An interval from fewer than "
-        f"{_WORDS.get(S.MIN_SESSIONS, S.MIN_SESSIONS)} sessions is descriptive only and shown as \u201ctoo few sessions\u201d instead of a decision.",
+        f"{_WORDS.get(S.MIN_SESSIONS, S.MIN_SESSIONS)} sessions is descriptive only and shown as \u201ctoo few sessions\u201d instead of a decision."
+        " When the campaign's A/A control has the verdict machine noise too high, an exceeds or below "
+        "decision is shown as \u201cmachine noise too high\u201d instead (noise section).",
     )
     if not a.has("estimates"):
         sec.notes.append("estimates.csv not present: replication not run")
@@ -236,16 +243,19 @@ def _estimate_items(a: Archive, N: Numbers) -> list[Table | Figure]:
     """The estimates table and, when it has rows, the figure of their intervals."""
     src = a.src("estimates")
     tid = "estimates"
+    aa = bool(aa_rows(a, "replication"))
     rows, pts = [], []
     for r in a.rows("estimates"):
         cells, pt = _estimate_row(a, N, tid, r)
+        if aa:
+            cells.append(aa_cell(a, N, "replication", r["family"]))
         rows.append(cells)
         pts.append(pt)
     items: list[Table | Figure] = [
         Table(
             tid,
             "Replication estimates with bootstrap intervals",
-            [src],
+            [src] + ([a.src("noise")] if aa else []),
             [
                 "family",
                 "path",
@@ -258,9 +268,10 @@ def _estimate_items(a: Archive, N: Numbers) -> list[Table | Figure]:
                 "regressions",
                 "draws / seed",
                 "regressed tasks / reason",
-            ],
+            ]
+            + (["A/A noise floor"] if aa else []),
             rows,
-            numeric=[False, False, False, True, True, False, True, True, True, True, False],
+            numeric=[False, False, False, True, True, False, True, True, True, True, False] + ([False] if aa else []),
         )
     ]
     if pts:

@@ -1,0 +1,156 @@
+"""The A/A control (the noise floor measured in the same run) and the machine load of every block.
+
+:func:`aa_parts` is the A/A value, interval and verdict that the ratios, the replication
+estimates and the headline show beside each of their numbers; :func:`section_noise` holds the
+A/A table and the flagged (busy) blocks."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ...core import stats as S
+from ..document import DASH, Archive, Cell, Numbers, Section, Table, _n
+
+VERDICT_TEXT = {S.NOISE_OK: "A/A ok", S.NOISE_TOO_HIGH: "machine noise too high", "unqualified": "A/A not qualified"}
+
+
+def aa_rows(a: Archive, campaign: str, family: str | None = None) -> list[dict[str, Any]]:
+    return [r for r in a.rows("noise") if r["campaign"] == campaign and (family is None or r["family"] == family)]
+
+
+def aa_parts(a: Archive, N: Numbers, r: dict[str, Any]) -> list[Any]:
+    """``twin/arm value [lo, hi] verdict`` of one noise row, its numbers registered."""
+    key = dict(campaign=r["campaign"], family=r["family"], arm=r["arm"], twin=r["twin"], kind=r["kind"], cap=r["cap"])
+    base = ("noise", r["campaign"], r["family"], r["twin"], r["kind"], r["cap"])
+    head = [f"{r['twin']}/{r['arm']} "]
+    if r["value"] is None:
+        return head + [DASH, " ", VERDICT_TEXT.get(r["verdict"], r["verdict"])]
+    v = _n(N, a, "noise", "noise", base + ("value",), r["value"], ".6f", key, "value")
+    lo = _n(N, a, "noise", "noise", base + ("lo",), r["lo"], ".6f", key, "lo")
+    hi = _n(N, a, "noise", "noise", base + ("hi",), r["hi"], ".6f", key, "hi")
+    return head + [v, " [", lo, ", ", hi, "] ", VERDICT_TEXT.get(r["verdict"], r["verdict"])]
+
+
+def aa_cell(a: Archive, N: Numbers, campaign: str, family: str) -> Cell:
+    """The A/A control of a campaign and family, for the column beside its ratios or estimates."""
+    rows = aa_rows(a, campaign, family)
+    if not rows:
+        return Cell([DASH], title="no A/A control")
+    parts: list[Any] = []
+    for r in rows:
+        parts += (["; "] if parts else []) + aa_parts(a, N, r)
+    return Cell(parts, cls="small " + " ".join(sorted({r["verdict"] for r in rows})))
+
+
+def section_noise(a: Archive, N: Numbers) -> Section:
+    sec = Section(
+        "noise",
+        "Noise floor: A/A control and machine load",
+        "The A/A control runs one arm twice, as the arm and its twin <arm>_aa (the same recipe), in the "
+        "same blocks and sessions on fresh workers. Value: exp of the mean of the log contrasts of twin over "
+        "arm (kind ratio: the panel tasks' paired log ratios; kind estimate: the session contrasts); interval: "
+        "the same percentile bootstrap as the estimates. Verdict: ok when the interval contains one and "
+        "hi/lo is at most the threshold, machine noise too high otherwise; then an estimate's exceeds or "
+        "below decision of that campaign and family reads machine noise too high. Machine load: every block "
+        "is sampled before and after; a block during which competing processes (not the run's own) used "
+        "more CPU than the busy threshold is flagged, and kept.",
+    )
+    if not a.has("noise"):
+        sec.notes.append("noise.csv not present: no A/A control was run")
+    else:
+        sec.items.append(_noise_table(a, N))
+    if not a.has("loads"):
+        sec.notes.append("loads.csv not present: the machine load was not sampled")
+    else:
+        sec.items.append(_busy_table(a, N))
+    return sec
+
+
+def _noise_table(a: Archive, N: Numbers) -> Table:
+    rows = []
+    for r in a.rows("noise"):
+        key = dict(
+            campaign=r["campaign"], family=r["family"], arm=r["arm"], twin=r["twin"], kind=r["kind"], cap=r["cap"]
+        )
+        base = ("noise", r["campaign"], r["family"], r["twin"], r["kind"], r["cap"])
+        units = _n(N, a, "noise", "noise", base + ("units",), r["units"], "d", key, "units")
+        sess = _n(N, a, "noise", "noise", base + ("sessions",), r["sessions"], "d", key, "sessions")
+        thr = _n(N, a, "noise", "noise", base + ("threshold",), r["threshold"], ".4f", key, "threshold")
+        rows.append(
+            [
+                Cell([r["campaign"]]),
+                Cell([r["family"]]),
+                Cell([r["kind"]]),
+                Cell(aa_parts(a, N, r), cls=r["verdict"]),
+                Cell([thr]),
+                Cell([units, " / ", sess]),
+                Cell([r["reason"] or ""], cls="reason"),
+            ]
+        )
+    return Table(
+        "noise",
+        "A/A control (twin / arm)",
+        [a.src("noise")],
+        ["campaign", "family", "kind", "A/A ratio [95% interval] verdict", "threshold", "units / sessions", "reason"],
+        rows,
+        numeric=[False, False, False, True, True, True, False],
+    )
+
+
+def _busy_table(a: Archive, N: Numbers) -> Table:
+    """Per campaign and family: blocks sampled and blocks flagged busy; then each flagged block."""
+    all_rows = a.rows("loads")
+    counts: dict[tuple[str, str], list[int]] = {}
+    for r in all_rows:
+        c = counts.setdefault((r["campaign"], r["family"]), [0, 0])
+        c[0] += 1
+        c[1] += 1 if r["busy"] else 0
+    rows = []
+    for (camp, fam), (n, nb) in counts.items():
+        key = dict(campaign=camp, family=fam)
+        blocks = _n(N, a, "loads", "loads", ("loadsum", camp, fam, "blocks"), n, "d", key, "blocks")
+        busy = _n(N, a, "loads", "loads", ("loadsum", camp, fam, "busy"), nb, "d", key, "busy")
+        rows.append(
+            [
+                Cell([camp]),
+                Cell([fam]),
+                Cell([DASH]),
+                Cell([busy, " of ", blocks, " blocks busy"], cls="bad" if nb else ""),
+                Cell([""]),
+                Cell([""]),
+                Cell([""]),
+            ]
+        )
+    for r in all_rows:
+        if not r["busy"]:
+            continue
+        key = dict(campaign=r["campaign"], family=r["family"], session=r["session"], block=r["block"])
+        base = ("load", r["campaign"], r["family"], r["session"], r["block"])
+        blk = _n(N, a, "loads", "loads", base + ("block",), r["block"], "d", key, "block")
+        cb = _n(
+            N, a, "loads", "loads", base + ("competing_before",), r["competing_before"], ".2f", key, "competing_before"
+        )
+        ca = _n(
+            N, a, "loads", "loads", base + ("competing_after",), r["competing_after"], ".2f", key, "competing_after"
+        )
+        rows.append(
+            [
+                Cell([r["campaign"]]),
+                Cell([r["family"]]),
+                Cell([r["session"]], cls="mono"),
+                Cell([blk]),
+                Cell([r["arm"]], cls="mono"),
+                Cell([cb, " / ", ca], cls="bad"),
+                Cell([r["top_competing"] or ""], cls="mono small"),
+            ]
+        )
+    return Table(
+        "loads",
+        "Machine load: blocks run on a busy machine (flagged and kept)",
+        [a.src("loads")],
+        ["campaign", "family", "session", "block", "arm", "competing cores before / after", "top competing"],
+        rows,
+        caption="Busy: competing CPU above the busy threshold (loads.csv) before or after the block. "
+        "Flagged blocks are kept in every table; none is dropped or re-run.",
+        numeric=[False, False, False, True, False, True, False],
+    )
