@@ -268,3 +268,24 @@ def test_the_comparison_archive_is_sealed_and_checked(env, capsys):
         text=True,
     )
     assert chk.returncode == 1 and "cmp|estimate|smollm2-135m|target|PQ/QB|ratio" in chk.stdout
+
+
+def test_noise_floor_is_the_widest_reach_of_the_archives_a_a_controls():
+    """The noise floor comes from the noise table (the A/A controls), max(hi, 1/lo) over its rows;
+    an archive without the table (or with an unqualified control, no interval) has none."""
+    from refspec.compare import noise_floor_of
+    from refspec.compare.model import ArchiveData
+
+    def archive(noise_rows):
+        tables = {"noise": noise_rows} if noise_rows is not None else {}
+        return ArchiveData("A", Path("."), ".", "0" * 64, "SHA256:" + "0" * 64, "x", "", {}, {}, tables)
+
+    rows = [
+        {"campaign": "confirmation", "arm": "M3", "twin": "M3_aa", "lo": 0.99, "hi": 1.03},
+        {"campaign": "replication", "arm": "C_qb", "twin": "C_qb_aa", "lo": 0.95, "hi": 1.01},
+        {"campaign": "implementation", "arm": "M_qb", "twin": "M_qb_aa", "lo": "", "hi": ""},
+    ]
+    assert noise_floor_of(archive(rows)) == pytest.approx(1 / 0.95)
+    assert noise_floor_of(archive(rows[:1])) == pytest.approx(1.03)
+    assert noise_floor_of(archive(rows[2:])) is None
+    assert noise_floor_of(archive(None)) is None

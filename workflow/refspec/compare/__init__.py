@@ -40,7 +40,7 @@ from .preservation import PRESERVATION_TABLES, compare_preservation
 from .timings import compare_timings
 
 #: every table a comparison reads (and the comparison archive carries as CSV for the checker)
-TABLES_READ = tuple(dict.fromkeys(PRESERVATION_TABLES + ("requests", "ratios", "estimates")))
+TABLES_READ = tuple(dict.fromkeys(PRESERVATION_TABLES + ("requests", "ratios", "estimates", "noise")))
 
 
 class ArchiveRefused(IntegrityError):
@@ -48,16 +48,15 @@ class ArchiveRefused(IntegrityError):
 
 
 def noise_floor_of(archive: ArchiveData) -> float | None:
-    """The archive's A/A noise floor: how far from 1 the interval of its A/A control reaches
-    (``max(hi, 1/lo)``), or None when it recorded none.
-
-    An A/A control is an ``estimates`` row whose comparison names the same side twice
-    (e.g. ``QB/QB``: the same arm run as two arms in the same blocks and sessions)."""
-    floors = []
-    for r in archive.rows("estimates"):
-        num, _, den = str(r.get("comparison", "")).partition("/")
-        if num and num == den and r.get("lo") and r.get("hi"):
-            floors.append(max(float(r["hi"]), 1.0 / float(r["lo"])))
+    """The archive's A/A noise floor: how far from 1 the intervals of its A/A controls reach,
+    ``max(hi, 1/lo)`` over the rows of its ``noise`` table (anc/campaigns.md: an arm X and its
+    twin X_aa, the same recipe run as two arms in the same blocks and sessions), or None when it
+    recorded none (an archive from before the control, or a run with ``aa_arm: null``)."""
+    floors = [
+        max(float(r["hi"]), 1.0 / float(r["lo"]))
+        for r in archive.rows("noise")
+        if r.get("lo") not in (None, "") and r.get("hi") not in (None, "") and float(r["lo"]) > 0
+    ]
     return max(floors) if floors else None
 
 
