@@ -38,9 +38,7 @@ def _interval(N: Numbers, r: dict, v: str, lo: str, hi: str) -> list[Any]:
     return parts
 
 
-def build(c: Comparison, root: Path) -> tuple[list[Section], Numbers, dict[str, Any]]:
-    N = Numbers()
-    rows = comparison_rows(c)
+def _provenance(c: Comparison, root: Path) -> dict[str, Any]:
     prov = {
         "manifest_sha256": sha256_file(root / "manifest.json"),
         "plan_sha256": sha256_file(root / "plan.json"),
@@ -54,6 +52,10 @@ def build(c: Comparison, root: Path) -> tuple[list[Section], Numbers, dict[str, 
         "a_registered_plan_sha256": c.inputs.plan_a,
         "b_registered_plan_sha256": c.inputs.plan_b,
     }
+    return prov
+
+
+def _overview(c: Comparison, prov: dict[str, Any]) -> Section:
     mono = lambda s: Cell([s], cls="mono")  # noqa: E731
     archives = Table(
         "archives",
@@ -92,10 +94,10 @@ def build(c: Comparison, root: Path) -> tuple[list[Section], Numbers, dict[str, 
             "No A/A control was recorded in either archive: the noise floor is unknown, and the band within which "
             "a ratio of two timings counts as reproduced is the practical threshold alone."
         )
-    overview = Section(
-        "comparison", "Comparison of two sealed archives", intro="", items=[archives, records], notes=notes
-    )
+    return Section("comparison", "Comparison of two sealed archives", intro="", items=[archives, records], notes=notes)
 
+
+def _preservation_table(N: Numbers, rows: list[dict[str, Any]]) -> Table:
     pres_rows = []
     for r in rows:
         if r["section"] != "preservation":
@@ -111,7 +113,7 @@ def build(c: Comparison, root: Path) -> tuple[list[Section], Numbers, dict[str, 
                 Cell([r["reason"] or ""], cls="reason"),
             ]
         )
-    pres = Table(
+    return Table(
         "preservation",
         "Preservation findings",
         [SRC],
@@ -119,6 +121,9 @@ def build(c: Comparison, root: Path) -> tuple[list[Section], Numbers, dict[str, 
         pres_rows,
         numeric=[False, False, True, True, True, False, False],
     )
+
+
+def _timings_table(N: Numbers, rows: list[dict[str, Any]]) -> Table:
     tim_rows = []
     for r in rows:
         if r["section"] != "timing":
@@ -139,7 +144,7 @@ def build(c: Comparison, root: Path) -> tuple[list[Section], Numbers, dict[str, 
                 Cell([r["reason"] or ""], cls="reason"),
             ]
         )
-    tim = Table(
+    return Table(
         "timings",
         "Timings: qualified ratios and E2 estimates",
         [SRC],
@@ -148,12 +153,9 @@ def build(c: Comparison, root: Path) -> tuple[list[Section], Numbers, dict[str, 
         caption="B/A is B's value over A's with the 95% percentile bootstrap interval over sessions (each "
         "archive's own) and tasks (shared); reproduced: the interval contains one or lies within the band.",
     )
-    verdict_sec = Section(
-        "findings",
-        "Findings",
-        intro="Preservation: every finding compared row by row. Timings: every qualified ratio and E2 estimate.",
-        items=[pres, tim],
-    )
+
+
+def _differences(c: Comparison) -> Section:
     diffs = difference_rows(c)
     diff_tab = Table(
         "differences",
@@ -172,12 +174,29 @@ def build(c: Comparison, root: Path) -> tuple[list[Section], Numbers, dict[str, 
             for d in diffs
         ],
     )
-    diff_sec = Section(
+    return Section(
         "differences",
         "Differences",
         items=[diff_tab] if diffs else [],
         notes=[] if diffs else ["The two archives show no difference in any compared finding or input."],
     )
+
+
+def build(c: Comparison, root: Path) -> tuple[list[Section], Numbers, dict[str, Any]]:
+    """The comparison report's sections, its number registry and its provenance record."""
+    N = Numbers()
+    rows = comparison_rows(c)
+    prov = _provenance(c, root)
+    overview = _overview(c, prov)
+    pres = _preservation_table(N, rows)
+    tim = _timings_table(N, rows)
+    verdict_sec = Section(
+        "findings",
+        "Findings",
+        intro="Preservation: every finding compared row by row. Timings: every qualified ratio and E2 estimate.",
+        items=[pres, tim],
+    )
+    diff_sec = _differences(c)
     same = all(f.verdict == SAME for f in c.findings)
     verdict_sec.notes.append(
         "Every preservation finding is the same." if same else "At least one preservation finding differs."
