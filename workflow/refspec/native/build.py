@@ -73,7 +73,9 @@ PINNED_SDIST = SdistPin(SDIST_VERSION, SDIST_SHA256, UPSTREAM_COMMIT)
 # an older release (2025-08-15, llama.cpp 4227c9be): the stock llama-server of another version,
 # for qualifying a server against its own reference (build_other_server, tests -m other_server)
 OLD_SERVER_SDIST = SdistPin(
-    "0.3.16", "34ed0f9bd9431af045bb63d9324ae620ad0536653740e9bb163a2e1fcb973be6", "4227c9be4268ac844921b90f31595f81236bd317"
+    "0.3.16",
+    "34ed0f9bd9431af045bb63d9324ae620ad0536653740e9bb163a2e1fcb973be6",
+    "4227c9be4268ac844921b90f31595f81236bd317",
 )
 PATCH_DIR = REPO_ROOT / "native" / "patches"
 
