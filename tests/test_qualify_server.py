@@ -63,11 +63,11 @@ def test_qualify_stock_server_end_to_end(tmp_path, stock_server, family_files):
         assert (v["first_divergence"] is None) == v["reproduces"]
     assert vs["S_spec"]["acceptance"] is not None and vs["S_ub512"]["acceptance"] is None
     assert p.returncode == (0 if all(v["reproduces"] for v in vs.values()) else 1)
-    # the reference ran as -ub 1 -b 1 -np 1 without a draft, from the same binary and model
+    # the reference ran as -ub 1 -np 1 without a draft (this server aborts at -b 1), same binary and model
     ready = json.loads(next((out / "campaigns/confirmation/workers").glob("*S_ref.ready.json")).read_text())
     cmd = ready["command"]
     assert cmd[0] == str(Path(stock_server).resolve()) and "-md" not in cmd
-    assert [cmd[cmd.index(f) + 1] for f in ("-ub", "-b", "-np")] == ["1", "1", "1"]
+    assert [cmd[cmd.index(f) + 1] for f in ("-ub", "-np")] == ["1", "1"] and "-b" not in cmd
     plan = json.loads((out / "archive" / "plan.json").read_text())
     assert plan["campaigns"]["confirmation"]["definition"]["reference"] == "S_ref"
     chk = subprocess.run(

@@ -47,11 +47,13 @@ def test_command_lines_of_both_versions():
     assert "--no-webui" in old
     assert old[old.index("--draft-max") + 1] == "3" and old[old.index("--draft-p-min") + 1] == "0"
     assert old[old.index("--slot-save-path") + 1] == "/w/slots"
-    # a reference: -ub 1 -b 1 -np 1 and no draft, on both versions
+    # a reference: -ub 1 -np 1 and no draft on both versions; -b 1 only on the older one (the newer
+    # server aborts at -b 1: get_sub_batch: failed to add token)
     for opts in (parse_help(NEW), parse_help(OLD)):
         ref = server_command(Path("/b/s"), arm(ub=1), t, None, 8080, opts)
-        assert ref[ref.index("-ub") + 1] == "1" and ref[ref.index("-b") + 1] == "1" and ref[ref.index("-np") + 1] == "1"
-        assert "-md" not in ref
+        assert ref[ref.index("-ub") + 1] == "1" and ref[ref.index("-np") + 1] == "1" and "-md" not in ref
+        assert (ref[ref.index("-b") + 1] == "1") if opts.batch_one else ("-b" not in ref)
+    assert parse_help(OLD).batch_one and not parse_help(NEW).batch_one
     plain = server_command(Path("/b/s"), arm(), t, None, 8080, parse_help(OLD))
     assert "-b" not in plain and plain[plain.index("-ub") + 1] == "512"
 

@@ -7,7 +7,7 @@ A preset of the confirmation campaign (:mod:`refspec.campaigns.qualify`) with se
 
 | arm | what runs |
 | --- | --- |
-| ``S_ref`` (the reference) | the binary with ``-ub 1 -b 1 -np 1``, no draft (or the server at ``--reference-url``) |
+| ``S_ref`` (the reference) | the binary with ``-ub 1 -np 1`` (``-b 1`` where accepted), no draft (or the server at ``--reference-url``) |
 | ``S_ub512`` | the same binary and model at llama.cpp's default micro-batch, ``-ub 512`` (or the server at ``--url``) |
 | ``S_spec`` | the same, with the draft model (``--draft``), k proposals per cycle |
 
@@ -67,7 +67,7 @@ def server_arms(
             "mode": "target",
             "ub": 1,
             "server": {**ref_where, "ready_timeout_s": ready_timeout_s},
-            "description": "the server's own reference: -ub 1 -b 1 -np 1, no draft",
+            "description": "the server's own reference: micro-batch 1 (-ub 1), one slot, no draft",
         },
         PLAIN: {
             **base,

@@ -139,7 +139,9 @@ def reference_problems(arm: Arm) -> list[str]:
         bad = {"-ub", "--ubatch-size", "-b", "--batch-size", "-np", "--parallel", "-md", "--model-draft"}
         given = [a for a in arm.server.args if a.split("=", 1)[0] in bad]
         if given:
-            problems.append(f"server.args set {', '.join(given)}: refspec starts a reference with -ub 1 -b 1 -np 1")
+            problems.append(
+                f"server.args set {', '.join(given)}: refspec starts a reference with -ub 1 -np 1 (and -b 1 where accepted)"
+            )
     return problems
 
 

@@ -17,7 +17,8 @@ requests with ``cache_prompt: true`` (its ``can_speculate``). refspec then start
 ``--slot-save-path`` and erases the slot before every request, so each prompt is computed
 whole as with ``cache_prompt: false`` (:attr:`ServerOptions.legacy_draft`).
 
-A reference server (:func:`reference_args`) runs ``-ub 1 -b 1 -np 1`` without a draft.
+A reference server (:func:`reference_args`) runs ``-ub 1 -np 1`` without a draft, and ``-b 1`` where
+the server accepts it (:attr:`ServerOptions.batch_one`).
 """
 
 from __future__ import annotations
@@ -45,12 +46,20 @@ class ServerOptions:
     slot_save_path: bool = True
 
     @property
+    def batch_one(self) -> bool:
+        """Whether a reference gets ``-b 1`` beside ``-ub 1``: older servers (the ``--draft-*``
+        generation) raise a logical batch below 64 to 64 and run; the pinned newer server aborts
+        at ``-b 1`` (``get_sub_batch: failed to add token``), so it keeps its default logical batch,
+        which ``-ub 1`` splits into one-row micro-batches."""
+        return self.legacy_draft
+
+    @property
     def legacy_draft(self) -> bool:
         """Older draft path: speculation only with ``cache_prompt: true`` (a slot erase per request)."""
         return self.spec_prefix == "--draft-"
 
     def record(self) -> dict:
-        return {**asdict(self), "legacy_draft": self.legacy_draft}
+        return {**asdict(self), "legacy_draft": self.legacy_draft, "batch_one": self.batch_one}
 
 
 def _has(help_text: str, flag: str) -> bool:
@@ -120,7 +129,7 @@ def server_command(
     gl = str(int(arm.gpu_layers or 0))
     cmd = [str(binary), "-m", str(target), "--host", "127.0.0.1", "--port", str(port)]
     cmd += ["-t", str(arm.threads), "-tb", str(arm.threads), "-c", str(arm.n_ctx), "-ub", str(arm.ub)]
-    if reference_args(arm):
+    if reference_args(arm) and o.batch_one:
         cmd += ["-b", "1"]
     cmd += ["-np", "1"]
     if o.fa_value:

@@ -78,9 +78,11 @@ def run_server(args) -> int:
         k=args.k,
     )
     cfg = {**cfg, **extra, "arms_file": str(sq.write_arms(root, arms))}
-    version = None
+    version, ref_args = None, "your server at --reference-url"
     if args.server_binary:
-        version = probe_binary(Path(args.server_binary), Path(args.server_binary).resolve().parent)["version"]
+        probe = probe_binary(Path(args.server_binary), Path(args.server_binary).resolve().parent)
+        version = probe["version"]
+        ref_args = "-ub 1 -b 1 -np 1" if probe["options"].batch_one else "-ub 1 -np 1"
     t0 = time.monotonic()
     res = run_qualify(
         cfg,
@@ -137,7 +139,7 @@ def run_server(args) -> int:
     )
     ref = s["reference"]
     print(
-        f"reference {sq.REFERENCE} (-ub 1 -b 1 -np 1, no draft): {ref['runs_per_task']} runs per task, "
+        f"reference {sq.REFERENCE} ({ref_args}, no draft): {ref['runs_per_task']} runs per task, "
         f"stable on {ref['stable_tasks']}/{s['panel']['tasks']} tasks"
     )
     for v in vs:
