@@ -683,8 +683,23 @@ def first_difference(a, a_eog, a_stop, b, b_eog, b_stop):
 # =========================================================================== recomputation
 
 
-def recompute_qualification(requests: list, endpoints: list) -> dict:
-    """(campaign, family, task, cap, arm) -> recomputed qualification facts."""
+def reference_arms(plan) -> dict:
+    """campaign -> its reference arm, as frozen in plan.json (a campaign plan's ``definition.reference``;
+    refspec's R when the campaign names none or the plan is absent)."""
+    out = {}
+    camps = plan.get("campaigns") if isinstance(plan, dict) and isinstance(plan.get("campaigns"), dict) else {}
+    for p in list(camps.values()) + ([plan] if isinstance(plan, dict) else []):
+        if isinstance(p, dict) and isinstance(p.get("campaign"), str):
+            defn = p.get("definition") if isinstance(p.get("definition"), dict) else {}
+            ref = defn.get("reference")
+            out.setdefault(p["campaign"], ref if isinstance(ref, str) and ref else REFERENCE_ARM)
+    return out
+
+
+def recompute_qualification(requests: list, endpoints: list, references: dict | None = None) -> dict:
+    """(campaign, family, task, cap, arm) -> recomputed qualification facts; ``references`` maps a
+    campaign to its reference arm (:func:`reference_arms`; R when absent)."""
+    references = references or {}
     required = defaultdict(set)
     for r in requests:
         if r["status"] != "excluded_warmup":
@@ -698,7 +713,7 @@ def recompute_qualification(requests: list, endpoints: list) -> dict:
     out = {}
     for k in keys:
         g = k[:4]
-        refs = by_arm.get(g + (REFERENCE_ARM,), [])
+        refs = by_arm.get(g + (references.get(g[0], REFERENCE_ARM),), [])
         ref = refs[0] if refs else None
         ref_sha = ref["endpoint_sha256"] if ref else None
         stable = len({e["endpoint_sha256"] for e in refs}) == 1
@@ -1468,7 +1483,7 @@ def check(archive: str, quiet: bool = False, unsealed: bool = False, trust: Trus
     reqs = tables["requests"].rows if "requests" in tables else []
     facts = arm_facts(reqs)
     check_endpoints(c, tables)
-    qual = check_qualification(c, E, tables, src)
+    qual = check_qualification(c, E, tables, src, reference_arms(plan))
     check_ratios(c, E, tables, src, qual, facts)
     check_diagnostics(c, E, tables, src, qual, facts)
     check_qualified_ratios(c, tables)
@@ -1552,9 +1567,10 @@ def check_endpoints(c: Checker, tables: dict) -> None:
             c.bad(t.where(i), "endpoint without an ok row in requests.csv")
 
 
-def check_qualification(c: Checker, E: Expected, tables: dict, src) -> dict:
+def check_qualification(c: Checker, E: Expected, tables: dict, src, references: dict | None = None) -> dict:
     """Every qualification row and the Table 3 counts; returns (campaign, family, task, cap, arm) -> facts.
 
+    The reference arm of a campaign is the one its frozen plan names (``definition.reference``), else R.
     An arm qualifies on a task when the reference arm's endpoints are all one digest (stable), at least
     one (session, repeat) is required, and all required runs match that digest. For a failed arm the
     first divergence is the smallest first-difference index over its non-matching endpoints. Per
@@ -1570,7 +1586,7 @@ def check_qualification(c: Checker, E: Expected, tables: dict, src) -> dict:
         for q in tq.rows:  # fall back to the stated values for the aggregates
             qual[(q["campaign"], q["family"], q["task_id"], q["cap"], q["arm"])] = dict(q)
     else:
-        qual = recompute_qualification(tables["requests"].rows, tables["endpoints"].rows)
+        qual = recompute_qualification(tables["requests"].rows, tables["endpoints"].rows, references)
         stated_keys = set()
         for i, q in enumerate(tq.rows):
             k = (q["campaign"], q["family"], q["task_id"], q["cap"], q["arm"])

@@ -56,12 +56,12 @@ def replay_tool():
     return Path(env) if env else native.current().replay_tool
 
 
-OPT_IN = ("cuda_build", "upstream_suite", "reproduce_full")
+OPT_IN = ("cuda_build", "upstream_suite", "reproduce_full", "other_server")
 
 
 def pytest_collection_modifyitems(config, items):
-    """``cuda_build`` and ``upstream_suite`` tests compile for a long time, ``reproduce_full`` runs
-    the whole default study again: they run only when ``-m`` names them."""
+    """``cuda_build``, ``upstream_suite`` and ``other_server`` tests compile for a long time,
+    ``reproduce_full`` runs the whole default study again: they run only when ``-m`` names them."""
     for marker in OPT_IN:
         if marker in (config.option.markexpr or ""):
             continue

@@ -11,7 +11,7 @@ of the registered pairs M3/M0, C3/C0 and R_prod/M3 (``diagnostics``).
 
 from __future__ import annotations
 
-from ..core.arms import REFERENCE_ARM
+from ..core.arms import reference_of
 from ..core.errors import ConfigError
 from .derived import diagnostics_table, qualification_counts, ratios_table
 from .scheduler import round_schedule, session_ids
@@ -27,10 +27,13 @@ def named_arms(defn: dict, catalog: dict) -> list:
     missing = [n for n in names if n not in catalog]
     if missing:
         raise ConfigError(f"{defn['campaign']}: unknown arm(s) {', '.join(missing)}")
-    if REFERENCE_ARM not in names:
-        names.insert(0, REFERENCE_ARM)
-    names.remove(REFERENCE_ARM)
-    return [catalog[REFERENCE_ARM]] + [catalog[n] for n in names]
+    ref = reference_of(defn)
+    if ref not in catalog:
+        raise ConfigError(f"{defn['campaign']}: unknown reference arm {ref}")
+    if ref not in names:
+        names.insert(0, ref)
+    names.remove(ref)
+    return [catalog[ref]] + [catalog[n] for n in names]
 
 
 def arms(defn: dict, catalog: dict) -> list:
@@ -39,7 +42,8 @@ def arms(defn: dict, catalog: dict) -> list:
 
 def round_sessions(ctx, role: str) -> list:
     d = ctx.defn
-    others = [n for n in ctx.arms if n != REFERENCE_ARM]
+    ref = reference_of(d)
+    others = [n for n in ctx.arms if n != ref]
     return round_schedule(
         session_ids(d["sessions"]),
         others,
@@ -48,6 +52,7 @@ def round_sessions(ctx, role: str) -> list:
         repeats=d["repeats"],
         block_by=d["block_by"],
         seed=d["seed"],
+        reference=ref,
     )
 
 

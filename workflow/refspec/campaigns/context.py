@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from ..core.arms import REFERENCE_ARM, is_twin, load_arms, twin_name
+from ..core.arms import check_reference, is_twin, load_arms, reference_of, twin_name
 from ..core.config import campaign_dir, study_families
 from ..core.errors import ConfigError, IntegrityError, UsageError
 from ..core.fsutil import atomic_write_text
@@ -136,8 +136,10 @@ def _arms(name: str, mod: ModuleType, defn: dict, cfg: dict, threads: int) -> di
         arms_src = REPO_ROOT / arms_src
     catalog = load_arms(arms_src)
     arm_list = mod.arms(defn, catalog)
-    if not arm_list or arm_list[0].name != REFERENCE_ARM:
-        raise ConfigError(f"campaign {name}: the first arm must be the reference R")
+    ref = reference_of(defn)
+    if not arm_list or arm_list[0].name != ref:
+        raise ConfigError(f"campaign {name}: the first arm must be the reference {ref}")
+    check_reference(arm_list[0], f"campaign {name}")
     cap = max(defn.get("caps") or [defn["cap"]])
     return apply_overrides(arm_list + aa_twins(name, defn, arm_list), defn, threads, cap, cfg)
 
@@ -155,9 +157,10 @@ def aa_twins(name: str, defn: dict, arm_list: list) -> list:
         return []
     if name not in AA_CAMPAIGNS:
         raise ConfigError(f"campaign {name}: aa_arm is for {', '.join(AA_CAMPAIGNS)} (anc/campaigns.md)")
+    ref = reference_of(defn)
     found = [a for a in arm_list if a.name == aa]
-    if not found or aa == REFERENCE_ARM:
-        raise ConfigError(f"campaign {name}: aa_arm {aa!r} is not one of its arms other than {REFERENCE_ARM}")
+    if not found or aa == ref:
+        raise ConfigError(f"campaign {name}: aa_arm {aa!r} is not one of its arms other than {ref}")
     return [found[0].with_(name=twin_name(aa))]
 
 
@@ -286,6 +289,7 @@ def prepare(
         manifest=man,
         progress=progress,
         resume=resume,
+        reference=reference_of(defn),
     )
     ctx.run = CampaignRun(settings)
     return ctx, ctx.run, computed

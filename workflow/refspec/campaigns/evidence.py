@@ -100,12 +100,14 @@ def compare_counters(requests: list[dict], pairs: list[tuple], keys=COMPARED_COU
     return out
 
 
-def timed_audit(base: dict, counter_pairs: list[tuple] | None = None, keys=COMPARED_COUNTERS) -> dict:
+def timed_audit(
+    base: dict, counter_pairs: list[tuple] | None = None, keys=COMPARED_COUNTERS, reference: str = REFERENCE_ARM
+) -> dict:
     """Every completed request compared with its reference; failures; counter agreement."""
     records = base["_records"]
     refs: dict[tuple[str, int], dict] = {}
     for r in sorted(
-        (r for r in records if r["row"]["arm"] == REFERENCE_ARM and r["endpoint"] is not None),
+        (r for r in records if r["row"]["arm"] == reference and r["endpoint"] is not None),
         key=lambda r: (r["row"]["session"], r["row"]["repeat"]),
     ):
         refs.setdefault((r["row"]["task_id"], r["row"]["cap"]), r["endpoint"])
@@ -158,7 +160,7 @@ def timed_audit(base: dict, counter_pairs: list[tuple] | None = None, keys=COMPA
     return out
 
 
-def arm_evidence(arms: dict[str, Arm], base: dict) -> str:
+def arm_evidence(arms: dict[str, Arm], base: dict, reference: str = REFERENCE_ARM) -> str:
     """Per arm: acceptance, median request time and the non-vacuity checks (:func:`nonvacuity`)."""
     lines = []
     ok = [r for r in base["_records"] if r["row"]["status"] == "ok"]
@@ -170,7 +172,7 @@ def arm_evidence(arms: dict[str, Arm], base: dict) -> str:
         prop = sum(r["row"]["proposals"] or 0 for r in mine)
         if arm.speculative and prop:
             parts.append(f"acceptance {sum(r['row']['accepted'] or 0 for r in mine) / prop:.3f}")
-        if name != REFERENCE_ARM and getattr(arm, "kind", "worker") != "server":
+        if name != reference and getattr(arm, "kind", "worker") != "server":
             checks = nonvacuity(arm, mine)["checks"]
             parts.append(
                 "non-vacuity: " + ", ".join(f"{k.replace('_', ' ')} {'yes' if v else 'NO'}" for k, v in checks.items())

@@ -8,7 +8,7 @@ import json
 import signal
 import sys
 
-from ..core.arms import is_twin
+from ..core.arms import is_twin, reference_of
 from ..core.errors import IntegrityError
 from ..core.fsutil import atomic_write_text
 from ..core.hashing import sha256_file
@@ -125,7 +125,9 @@ def analyze(ctx: Context) -> dict:
     for tname, rows in tables.items():
         if not tname.startswith("_"):
             written[tname] = sha256_file(write_table(rows, tname, run.out)["parquet"])
-    audit = timed_audit(base, res.get("counter_pairs"), res.get("counter_keys", COMPARED_COUNTERS))
+    audit = timed_audit(
+        base, res.get("counter_pairs"), res.get("counter_keys", COMPARED_COUNTERS), reference_of(ctx.defn)
+    )
     atomic_write_text(
         run.out / "timed_audit.json", json.dumps(audit, indent=1, sort_keys=True, allow_nan=False) + "\n", mode=0o644
     )
@@ -138,7 +140,7 @@ def analyze(ctx: Context) -> dict:
         f"campaign {ctx.name} (preset {ctx.preset}), family {ctx.family}, {ctx.threads} thread(s); "
         f"plan sha256 {sha256_file(run.out / planmod.PLAN_NAME)[:16]}"
     )
-    parts = [header, res["text"], *texts, arm_evidence(ctx.arms, base), audit_text(audit)]
+    parts = [header, res["text"], *texts, arm_evidence(ctx.arms, base, reference_of(ctx.defn)), audit_text(audit)]
     text = "\n\n".join(parts) + "\n"
     atomic_write_text(run.out / "summary.txt", text, mode=0o644)
     run.note(

@@ -37,7 +37,7 @@ from pathlib import Path
 
 import yaml
 
-from ..core.arms import REFERENCE_ARM
+from ..core.arms import REFERENCE_ARM, reference_of
 from ..core.config import read_yaml, validate
 from ..core.errors import UsageError
 from ..core.fsutil import atomic_write_text
@@ -83,8 +83,10 @@ def qualify_definition(
     draft: str | None = None,
     retries: int | None = None,
     request_timeout: float | None = None,
+    reference: str = REFERENCE_ARM,
 ) -> dict:
-    """The confirmation definition with the qualification's values in place (validated, defaults filled)."""
+    """The confirmation definition with the qualification's values in place (validated, defaults filled);
+    ``reference`` names the reference arm (refspec's R unless another micro-batch-1 arm is named)."""
     names = [n.strip() for n in arms.split(",")] if isinstance(arms, str) else [str(n).strip() for n in arms]
     names = [n for n in names if n]
     if not names:
@@ -99,19 +101,21 @@ def qualify_definition(
         raise UsageError("--retries must be 0 or more")
     if request_timeout is not None and request_timeout <= 0:
         raise UsageError("--request-timeout must be positive")
-    others = [n for n in names if n != REFERENCE_ARM]
+    others = [n for n in names if n != reference]
     defn, _ = load_definition(CAMPAIGN)
     defn.update(
         {
-            "description": f"refspec qualify: {', '.join(others) or 'no arm'} against the reference R on {panel}",
+            "description": f"refspec qualify: {', '.join(others) or 'no arm'} against the reference {reference} on {panel}",
             "family": family,
-            "arms": [REFERENCE_ARM, *others],
+            "arms": [reference, *others],
             "panel": panel_definition(panel),
             "repeats": int(repeats),
             "sessions": 1,
             "aa_arm": None,  # a qualification, not a timing study: no A/A control
         }
     )
+    if reference != REFERENCE_ARM:
+        defn["reference"] = reference
     for key, value in (("cap", cap), ("draft", draft), ("retries", retries), ("request_timeout_s", request_timeout)):
         if value is not None:
             defn[key] = value
@@ -165,6 +169,7 @@ def run_qualify(
     retries: int | None = None,
     request_timeout: float | None = None,
     progress: bool = True,
+    reference: str = REFERENCE_ARM,
 ) -> QualifyResult:
     """Run (or resume) the qualification as a confirmation campaign in ``out`` (:func:`results_folder`)
     under the loaded workflow config ``cfg``; write ``summary.json``."""
@@ -178,6 +183,7 @@ def run_qualify(
         draft=draft,
         retries=retries,
         request_timeout=request_timeout,
+        reference=reference,
     )
     text = definition_text(defn)
     with tempfile.TemporaryDirectory(prefix="refspec-qualify-") as tmp:
@@ -227,6 +233,7 @@ def run_qualify(
 def build_summary(ctx, tables: dict, records: list[dict], *, panel_spec: str) -> dict:
     """``summary.json`` from the campaign's tables and journal records."""
     arms = list(ctx.arms.values())
+    reference = reference_of(ctx.defn)
     tasks = ctx.task_ids("confirm")
     requests = tables["requests"]
     qual = tables["qualification"]
@@ -261,7 +268,7 @@ def build_summary(ctx, tables: dict, records: list[dict], *, panel_spec: str) ->
             "median_t_ns": int(statistics.median(times)) if times else None,
             "median_engine_ns": int(statistics.median(engine)) if engine else None,
         }
-        if a.name != REFERENCE_ARM:
+        if a.name != reference:
             ev = nonvacuity(a, [r for r in mine if r["row"]["task_id"] in qualified_tasks])
             ev["all_requests"] = nonvacuity(a, mine)
             entry["nonvacuity"] = ev
@@ -286,9 +293,9 @@ def build_summary(ctx, tables: dict, records: list[dict], *, panel_spec: str) ->
             )
         }
         for q in sorted(qual, key=lambda q: (arm_pos.get(q["arm"], len(arm_pos)), natural_key(q["task_id"])))
-        if q["arm"] != REFERENCE_ARM and not q["qualified"]
+        if q["arm"] != reference and not q["qualified"]
     ]
-    ref_q = {q["task_id"]: q for q in qual if q["arm"] == REFERENCE_ARM}
+    ref_q = {q["task_id"]: q for q in qual if q["arm"] == reference}
     # every planned (arm, task, repeat) of the frozen schedule must have a completed attempt
     planned = {(b.arm, q.task_id, q.repeat) for s in ctx.sessions for b in s.blocks for q in b.requests}
     have = {(r["row"]["arm"], r["row"]["task_id"], r["row"]["repeat"]) for r in ok}
@@ -324,7 +331,8 @@ def build_summary(ctx, tables: dict, records: list[dict], *, panel_spec: str) ->
         "panel": {"spec": panel_spec, "sha256": ctx.panel_records["confirm"]["sha256"], "tasks": len(tasks)},
         "prompt_sha256": {t: prompts[t] for t in sorted(prompts, key=natural_key)},
         "reference": {
-            "runs_per_task": len({k[2] for k in planned if k[0] == REFERENCE_ARM}),
+            "arm": reference,
+            "runs_per_task": len({k[2] for k in planned if k[0] == reference}),
             "stable_tasks": sum(1 for q in ref_q.values() if q["ref_stable"]),
             "unstable_tasks": sorted({t for t, q in ref_q.items() if not q["ref_stable"]}, key=natural_key),
             "missing_tasks": sorted(set(tasks) - set(ref_q), key=natural_key),
@@ -346,7 +354,7 @@ def format_summary(s: dict) -> str:
     ]
     ref = s["reference"]
     lines.append(
-        f"reference R: {ref['runs_per_task']} serial runs per task; stable on {ref['stable_tasks']} of "
+        f"reference {ref.get('arm', REFERENCE_ARM)}: {ref['runs_per_task']} serial runs per task; stable on {ref['stable_tasks']} of "
         f"{s['panel']['tasks']} tasks"
         + (f"; UNSTABLE (not used): {' '.join(ref['unstable_tasks'])}" if ref["unstable_tasks"] else "")
     )
@@ -378,14 +386,15 @@ def format_summary(s: dict) -> str:
             f"{a['tasks_qualified']:>3d}/{a['tasks']:<3d} {acc:>7s} {med:>10s}  {nv}"
         )
     if s["divergences"]:
-        lines.append("first divergences from R (arm, task, index, R token, arm token, R top-2 margin):")
+        r = ref.get("arm", REFERENCE_ARM)
+        lines.append(f"first divergences from {r} (arm, task, index, {r} token, arm token, {r} top-2 margin):")
         for d in s["divergences"]:
             if d["first_diff_index"] is None:
                 lines.append(f"  {d['arm']:8s} {d['task_id']:14s} {d['reason']}")
                 continue
             m = f"{d['ref_margin']:.4f}" if d["ref_margin"] is not None else "-"
             lines.append(
-                f"  {d['arm']:8s} {d['task_id']:14s} index {d['first_diff_index']:>4d}  R {d['ref_token']}  "
+                f"  {d['arm']:8s} {d['task_id']:14s} index {d['first_diff_index']:>4d}  {r} {d['ref_token']}  "
                 f"arm {d['arm_token']}  margin {m}  ({d['n_matching']}/{d['n_required']} match)"
             )
     if s["vacuous_arms"]:

@@ -37,6 +37,7 @@ class RunSettings:
     manifest: Path | None = None
     progress: bool = True
     resume: bool = False
+    reference: str = REFERENCE_ARM  # the campaign's reference arm (definition ``reference``)
 
 
 class CampaignRecords:
@@ -49,6 +50,7 @@ class CampaignRecords:
         self.ledger = Ledger(self.out / "ledger.jsonl")
         self.journal = Journal(self.out / "journal.jsonl")
         self.defn = settings.definition
+        self.reference = settings.reference
         self.campaign = settings.campaign
 
     # ------------------------------------------------------------------ ledger helpers
@@ -148,7 +150,7 @@ class CampaignRecords:
         """(task_id, cap) -> the first completed R endpoint row in (session, repeat) order."""
         records = self.journal_records() if records is None else records
         refs = sorted(
-            (r for r in records if r["row"]["arm"] == REFERENCE_ARM and r["endpoint"] is not None),
+            (r for r in records if r["row"]["arm"] == self.reference and r["endpoint"] is not None),
             key=lambda r: (r["row"]["session"], r["row"]["repeat"]),
         )
         out: dict[tuple[str, int], dict] = {}
@@ -164,13 +166,15 @@ class CampaignRecords:
         endpoints = [r["endpoint"] for r in records if r["endpoint"] is not None]
         margins: dict = {}
         for r in sorted(
-            (r for r in records if r["row"]["arm"] == REFERENCE_ARM and r["endpoint"] is not None),
+            (r for r in records if r["row"]["arm"] == self.reference and r["endpoint"] is not None),
             key=lambda r: (r["row"]["session"], r["row"]["repeat"]),
         ):
             row = r["row"]
             if r.get("margins") is not None:
                 margins.setdefault((row["campaign"], row["family"], row["task_id"], row["cap"]), r["margins"])
-        qual = qualification_table(requests, endpoints, campaign=self.campaign, margins=margins)
+        qual = qualification_table(
+            requests, endpoints, campaign=self.campaign, margins=margins, reference_arm=self.reference
+        )
         # sessions: first submit .. last recorded outcome, from the ledger's times
         first: dict[str, str] = {}
         last: dict[str, str] = {}

@@ -27,7 +27,6 @@ import os
 import sys
 import time
 
-from ..core.arms import REFERENCE_ARM
 from ..core.endpoint import first_divergence
 from ..core.errors import IntegrityError, UsageError
 from ..engine import load
@@ -302,7 +301,11 @@ class CampaignRun(CampaignRecords):
             i = first_divergence(
                 ref["tokens"], ref["eog"], ref["stop_reason"], ep["tokens"], ep["eog"], ep["stop_reason"]
             )
-            what = "the reference R" if row["arm"] != REFERENCE_ARM else "the first reference endpoint (R unstable)"
+            what = (
+                f"the reference {self.reference}"
+                if row["arm"] != self.reference
+                else f"the first reference endpoint ({self.reference} unstable)"
+            )
             self.note(
                 "mismatch",
                 f"endpoint differs from {what} at generated index {i}: the pair "

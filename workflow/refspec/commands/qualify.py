@@ -3,6 +3,15 @@
     refspec qualify --family F --panel P --arms R,M0,M3,C3 --repeats N
                     [--draft D] [--cap C] [--out DIR] [--resume] [--config CFG] [--threads T]
 
+A llama.cpp server of any version against its own micro-batch-1 reference
+(:mod:`refspec.campaigns.server_qualify`; sealed archive with its report, one verdict line per arm):
+
+    refspec qualify --server-binary PATH --model M [--draft D] [--panel humaneval:0-11] [--cap 128] [--json]
+    refspec qualify --url URL --reference-url URL --model M [--draft D] ...
+
+Exit status there: 0 every candidate reproduces the reference, 1 one does not, 2 usage,
+3 integrity, 5 a request or server failed.
+
 The confirmation campaign on the given arms, panel, cap and repeats, run in
 ``DIR/campaigns/confirmation`` (:mod:`refspec.campaigns.qualify` says how); prints the
 summary (``summary.json``) and where the results are.
@@ -18,13 +27,16 @@ import sys
 
 from ..campaigns.qualify import DEFINITION_NAME, SUMMARY_NAME, format_summary, results_folder, run_qualify
 from ..core.config import load_config
-from ..core.errors import EXIT_OK, EXIT_RUNTIME
+from ..core.errors import EXIT_OK, EXIT_RUNTIME, UsageError
+from ..pipeline.qualify_server import run_server
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--family", help="model family (default: the config's family)")
     p.add_argument("--config", help="workflow config (default config/config.yaml); its arms_file names the arms")
-    p.add_argument("--panel", required=True, help="panel file, or humaneval:0-11 (from the pinned wheel)")
+    p.add_argument(
+        "--panel", help="panel file, or humaneval:0-11 (from the pinned wheel; servers: default humaneval:0-11)"
+    )
     p.add_argument("--arms", default="R,M0,M3,C3", help="comma-separated arm names (R is added when missing)")
     p.add_argument("--repeats", type=int, default=1, help="repeats per task for arms other than R (R: max(2, N))")
     p.add_argument("--draft", help="draft model name (default: the family's default draft)")
@@ -37,9 +49,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--retries", type=int, help="re-runs of a request whose worker died (default: the definition's, 1)")
     p.add_argument("--request-timeout", type=float, help="seconds per request (default: the definition's, 600)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    g = p.add_argument_group("a llama.cpp server against its own micro-batch-1 reference")
+    g.add_argument("--server-binary", help="a llama-server binary (any version); refspec starts its reference and arms")
+    g.add_argument("--url", help="a candidate server you started (loopback)")
+    g.add_argument("--reference-url", help="its reference, started by you with -ub 1 -b 1 -np 1 and no draft")
+    g.add_argument("--model", help="the target GGUF file (or a family name); with --server-binary/--url")
+    g.add_argument("-k", type=int, default=3, help="draft proposals per cycle (default 3)")
+    g.add_argument("--json", action="store_true", help="print the verdicts as one JSON object")
+    g.add_argument("--no-seal", action="store_true", help="no sealed archive (results folder only)")
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.server_binary or args.url or args.reference_url:
+        return run_server(args)
+    if args.panel is None:
+        raise UsageError("--panel is required (a panel file, or humaneval:0-11)")
     out = results_folder(args.out, args.resume)
     res = run_qualify(
         load_config(args.config),

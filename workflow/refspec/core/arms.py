@@ -35,6 +35,9 @@ def twin_of(arm: str) -> str:
 class ServerSpec:
     """A black-box arm's server (``kind: server``): one that refspec starts or an existing loopback URL.
 
+    ``binary``: a user's own ``llama-server`` (any llama.cpp version), started by refspec like a
+    build; its command line is adapted to the options its ``--help`` lists.
+
     ``build``: ``stock`` (the pinned source, no patches) or ``patched`` ``llama-server`` of the
     native build, started by refspec on a loopback port, fresh per block; ``url``: a server that
     is already running on a loopback address (refspec cannot make it fresh: the report says so).
@@ -44,6 +47,7 @@ class ServerSpec:
 
     build: str | None = None
     url: str | None = None
+    binary: str | None = None  # a user's llama-server binary (any llama.cpp version), started by refspec
     attn_layout: str | None = None
     args: tuple[str, ...] = ()
     ready_timeout_s: float = 120.0
@@ -89,8 +93,10 @@ class Arm:
             raise ConfigError(f"arm {self.name}: kind {self.kind!r} is not worker or server")
         if self.kind == "server":
             s = self.server
-            if s is None or (s.build is None) == (s.url is None):
-                raise ConfigError(f"arm {self.name}: a server arm names exactly one of server.build and server.url")
+            if s is None or sum(x is not None for x in (s.build, s.url, s.binary)) != 1:
+                raise ConfigError(
+                    f"arm {self.name}: a server arm names exactly one of server.build, server.binary and server.url"
+                )
             if s.build is not None and s.build not in SERVER_BUILDS:
                 raise ConfigError(f"arm {self.name}: server.build {s.build!r} is not one of {', '.join(SERVER_BUILDS)}")
             if s.attn_layout is not None and s.build != "patched":
@@ -128,6 +134,41 @@ class Arm:
         else:
             d["server"] = self.server.record()
         return d
+
+
+def reference_of(defn: dict | None) -> str:
+    """A campaign's reference arm: its definition's ``reference``, else refspec's R."""
+    return str((defn or {}).get("reference") or REFERENCE_ARM)
+
+
+def reference_problems(arm: Arm) -> list[str]:
+    """Why ``arm`` cannot be a campaign's reference (empty: it can).
+
+    The admission rule that R obeys: a micro-batch-1 recipe, i.e. target only (no draft) with a
+    target micro-batch of one row per graph (``ub: 1``). A server arm must not override that
+    with its own arguments (``-ub``, ``-b``, ``-np``, a draft model)."""
+    problems = []
+    if arm.speculative:
+        problems.append("it speculates (mode spec): a reference runs the target alone")
+    if arm.ub != 1:
+        problems.append(f"its micro-batch is {arm.ub} rows (ub {arm.ub}): a reference runs ub 1")
+    if arm.server is not None:
+        bad = {"-ub", "--ubatch-size", "-b", "--batch-size", "-np", "--parallel", "-md", "--model-draft"}
+        given = [a for a in arm.server.args if a.split("=", 1)[0] in bad]
+        if given:
+            problems.append(
+                f"server.args set {', '.join(given)}: refspec starts a reference with -ub 1 -np 1 (and -b 1 where accepted)"
+            )
+    return problems
+
+
+def check_reference(arm: Arm, where: str = "campaign") -> None:
+    """Refuse (:class:`ConfigError`, exit 2) an arm that is not a micro-batch-1 recipe as the reference."""
+    problems = reference_problems(arm)
+    if problems:
+        raise ConfigError(
+            f"{where}: arm {arm.name} cannot be the reference (a micro-batch-1 recipe, as R): " + "; ".join(problems)
+        )
 
 
 def load_arms(path: str | Path | None = None) -> dict[str, Arm]:

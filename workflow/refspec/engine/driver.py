@@ -262,6 +262,8 @@ def _record_ok(b: _Block, a: Attempt, ids: list[int], c: Completion) -> None:
                 "engine_ns": c.extra.get("engine_ns"),
                 "acceptance": c.extra.get("acceptance"),
                 "ledger_seq": led["seq"],
+                # a server's own caveats for this request (e.g. an older draft path's count shortfall)
+                **({"server_notes": c.extra["server_notes"]} if c.extra.get("server_notes") else {}),
             },
         )
     )

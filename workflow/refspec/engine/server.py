@@ -33,6 +33,7 @@ from __future__ import annotations
 import ctypes
 import ipaddress
 import json
+import os
 import socket
 import subprocess
 import time
@@ -43,7 +44,7 @@ from pathlib import Path
 
 from ..core.arms import Arm
 from ..core.endpoint import Endpoint
-from ..core.errors import EXIT_RUNTIME, RefspecError
+from ..core.errors import EXIT_RUNTIME, RefspecError, UsageError
 from ..core.fsutil import atomic_write_text
 from ..core.hashing import sha256_json
 from ..native import build as native
@@ -53,7 +54,10 @@ from .context import RunContext, ledger_line, record
 from .errors import InvalidResponse
 from .process import WARMUP_TASK, Completion
 from .rows import request_row, warmup_record
+from .server_cli import ServerOptions, probe_binary, server_command
 from .spawn import describe_exit, log_tail, spawn
+
+__all__ = ["ServerOptions", "ServerRefused", "ServerWorker", "server_command", "start_server"]
 
 ENV_LAYOUT = "LLAMA_ATTN_LAYOUT"
 _VOCAB_SAMPLE = 2048
@@ -193,61 +197,6 @@ def vocabulary_problems(base_url: str, ref: Vocabulary, prompt_ids: list[int]) -
 # --------------------------------------------------------------------------- the worker-shaped server
 
 
-def server_command(binary: Path, arm: Arm, target: Path, draft: Path | None, port: int) -> list[str]:
-    """``llama-server`` started as the arm says: one slot, greedy-ready, prompt cache off, flash attention off."""
-    gl = str(int(arm.gpu_layers or 0))
-    cmd = [
-        str(binary),
-        "-m",
-        str(target),
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "-t",
-        str(arm.threads),
-        "-tb",
-        str(arm.threads),
-        "-c",
-        str(arm.n_ctx),
-        "-ub",
-        str(arm.ub),
-        "-np",
-        "1",
-        "-fa",
-        "off",
-        "-fit",
-        "off",
-        "-ctk",
-        arm.kv_type,
-        "-ctv",
-        arm.kv_type,
-        "-ngl",
-        gl,
-        "-cram",
-        "0",
-        "--no-ui",
-        "--seed",
-        "0",
-    ]
-    if draft is not None:
-        cmd += [
-            "-md",
-            str(draft),
-            "-ngld",
-            gl,
-            "--spec-type",
-            "draft-simple",
-            "--spec-draft-n-max",
-            str(arm.k),
-            "--spec-draft-n-min",
-            "0",
-            "--spec-draft-p-min",
-            "0",
-        ]
-    return cmd + list(arm.server.args)
-
-
 class ServerWorker:
     """A server arm's server: an :class:`refspec.engine.process.ArmProcess`."""
 
@@ -260,6 +209,7 @@ class ServerWorker:
         log_path: Path | None,
         ready: dict,
         vocab: Vocabulary,
+        options: ServerOptions | None = None,
     ):
         self.worker_id = worker_id
         self.arm = arm
@@ -269,7 +219,11 @@ class ServerWorker:
         self.log_path = log_path
         self.ready = ready
         self.vocab = vocab
+        self.options = options or ServerOptions()
+        # an older server's draft path runs only with cache_prompt true: a slot erase before each request
+        self.legacy_draft = bool(self.arm.speculative and self.options.legacy_draft and proc is not None)
         self.next_index = 0
+        self.tokenizer: tuple | None = None  # (target path, sha256, lib dir): see tokenize
 
     @property
     def placement(self) -> dict | None:
@@ -319,10 +273,31 @@ class ServerWorker:
         return describe_exit(self.proc.poll())
 
     def tokenize(self, text: str, chat: bool = True, timeout: float = 60.0) -> list[int]:
-        raise ServerRefused(
-            "prompt token IDs come from refspec's own reference worker, never from a server "
-            "arm: run R first in every session"
-        )
+        """Prompt token IDs for a campaign whose reference is a server: tokenized in process with the
+        pinned tokenizer of the target file (the chat template embedded in it), then checked against
+        the server's own ``/tokenize`` of the same text; a difference refuses the server."""
+        if self.tokenizer is None:
+            raise ServerRefused(
+                "prompt token IDs come from refspec's own reference worker or the pinned tokenizer, "
+                "never from a server at a URL alone: run the reference first in every session"
+            )
+        path, sha, lib_dir = self.tokenizer
+        m = Model(path, sha256=sha, lib_dir=lib_dir)
+        try:
+            prompt = m.chat_prompt(text) if chat else text
+            ids = m.tokenize(prompt, add_special=True, parse_special=True)
+        finally:
+            m.close()
+        body = {"content": prompt, "add_special": True, "parse_special": True}
+        _, raw = send_json("POST", self.url + "/tokenize", body, timeout=timeout)
+        got = json.loads(raw).get("tokens")
+        if got != ids:
+            i = next((j for j, (a, b) in enumerate(zip(ids, got or [])) if a != b), min(len(ids), len(got or [])))
+            raise ServerRefused(
+                f"server {self.worker_id} tokenizes a prompt differently from the pinned tokenizer "
+                f"(first difference at index {i} of {len(ids)}): its vocabulary or template differs"
+            )
+        return ids
 
     # ---------------------------------------------------------------- requests
     def request_body(self, prompt_ids: list[int], cap: int) -> dict:
@@ -331,24 +306,39 @@ class ServerWorker:
             "n_predict": int(cap),
             "temperature": 0,
             "top_k": 1,
-            "cache_prompt": False,
+            "cache_prompt": self.legacy_draft,
             "return_tokens": True,
             "stream": False,
             "seed": 0,
             "n_probs": 0,
         }
 
+    def erase_slot(self) -> dict:
+        """Erase slot 0 (an older server's draft path reuses the cached prefix otherwise)."""
+        try:
+            _, raw = send_json("POST", self.url + "/slots/0?action=erase", {}, timeout=60.0)
+            return json.loads(raw)
+        except Exception as e:  # no erase: the request would reuse the previous prompt's cache
+            raise ResponseRefused(f"slot erase before the request failed: {e}") from e
+
     def complete(self, prompt_ids: list[int], cap: int, *, request_id: str | None = None, timeout: float = 600.0):
         """One timed request: submit -> parsed, validated response with a complete endpoint."""
         data = self.request_body(prompt_ids, cap)
+        erased = self.erase_slot() if self.legacy_draft else None  # not timed
         t0 = time.perf_counter_ns()
         _status, raw = send_json("POST", self.url + "/completion", data, timeout=timeout)
         try:
             obj = json.loads(raw)
         except ValueError as e:
             raise ResponseRefused(f"response is not JSON: {e}") from e
-        ep, counters = endpoint_from_response(
-            obj, n_prompt=len(prompt_ids), cap=cap, eog=self.vocab.eog, speculative=self.arm.speculative
+        ep, counters, notes = endpoint_from_response(
+            obj,
+            n_prompt=len(prompt_ids),
+            cap=cap,
+            eog=self.vocab.eog,
+            speculative=self.arm.speculative,
+            legacy_draft=self.legacy_draft,
+            with_notes=True,
         )
         t1 = time.perf_counter_ns()
         self.next_index += 1
@@ -359,11 +349,30 @@ class ServerWorker:
             "request_id": request_id,
             "server": {"url": self.url, "pid": self.pid, "timings": obj.get("timings")},
         }
+        if self.legacy_draft:
+            notes = {
+                "draft_path": "legacy: cache_prompt true, slot erased before the request",
+                "erase": erased,
+                **notes,
+            }
+        if notes:
+            extra["server_notes"] = notes
         return Completion(t1 - t0, ep, None, counters, None, {"refspec": extra, "server": obj})
 
 
-def endpoint_from_response(obj, *, n_prompt: int, cap: int, eog: frozenset, speculative: bool):
-    """The complete endpoint of a ``/completion`` response and its counters; refused when incomplete."""
+def endpoint_from_response(
+    obj, *, n_prompt: int, cap: int, eog: frozenset, speculative: bool, legacy_draft: bool = False, with_notes=False
+):
+    """The complete endpoint of a ``/completion`` response and its counters; refused when incomplete.
+
+    ``legacy_draft`` (an older server's draft path, ``anc/servers.md``): such a server counts every
+    accepted draft token in ``tokens_predicted`` before it checks the stop, so the count may exceed
+    the IDs (EOG inside an accepted run) and a request may end a few IDs before the cap with
+    ``stop_type`` ``limit``. The IDs are then taken as they are: the count difference is noted, and
+    a stop short of the cap stays short (``notes['short_of_cap']``): its endpoint has fewer IDs
+    than the reference's and so does not match it. Nothing is padded or re-requested.
+    With ``with_notes`` the notes are returned third."""
+    notes: dict = {}
 
     def need(cond, what):
         if not cond:
@@ -375,10 +384,13 @@ def endpoint_from_response(obj, *, n_prompt: int, cap: int, eog: frozenset, spec
         isinstance(toks, list) and len(toks) > 0 and all(type(t) is int for t in toks),
         "no generated token IDs ('tokens' missing or empty: the server must support return_tokens)",
     )
-    need(
-        obj.get("tokens_predicted") == len(toks),
-        f"tokens_predicted {obj.get('tokens_predicted')} != {len(toks)} token IDs",
-    )
+    if legacy_draft and obj.get("tokens_predicted") != len(toks):
+        notes["tokens_predicted"] = obj.get("tokens_predicted")
+    else:
+        need(
+            obj.get("tokens_predicted") == len(toks),
+            f"tokens_predicted {obj.get('tokens_predicted')} != {len(toks)} token IDs",
+        )
     need(
         obj.get("tokens_evaluated") == n_prompt,
         f"tokens_evaluated {obj.get('tokens_evaluated')} != the prompt's {n_prompt} tokens",
@@ -391,14 +403,17 @@ def endpoint_from_response(obj, *, n_prompt: int, cap: int, eog: frozenset, spec
         need(toks[-1] in eog, f"stop_type eos but the last token {toks[-1]} is not an EOG token")
         ep = Endpoint(tuple(toks), True, "eog")
     else:
-        need(len(toks) == cap and toks[-1] not in eog, "stop_type limit before the cap")
+        if legacy_draft and len(toks) < cap and toks[-1] not in eog:
+            notes["short_of_cap"] = cap - len(toks)
+        else:
+            need(len(toks) == cap and toks[-1] not in eog, "stop_type limit before the cap")
         ep = Endpoint(tuple(toks), False, "cap")
     tm = obj.get("timings") or {}
     counters = {}
     if speculative:
         counters["proposals"] = int(tm.get("draft_n") or 0)
         counters["accepted"] = int(tm.get("draft_n_accepted") or 0)
-    return ep, counters
+    return (ep, counters, notes) if with_notes else (ep, counters)
 
 
 # --------------------------------------------------------------------------- start (driver dispatch)
@@ -434,6 +449,50 @@ def _wait_health(url: str, proc: subprocess.Popen, timeout: float, log_path: Pat
         time.sleep(0.1)
 
 
+def _start_binary(ctx: RunContext, arm: Arm, wid: str, wdir: Path, ready: dict):
+    """Start the arm's server (a build of the pinned source, or a user's binary of any version) on a
+    free loopback port; (url, process, log path, the binary's :class:`ServerOptions`)."""
+    s = arm.server
+    if s.binary is not None:
+        binary = Path(s.binary).expanduser().resolve()
+        if not binary.is_file() or not os.access(binary, os.X_OK):
+            raise UsageError(f"arm {arm.name}: server.binary {s.binary} is not an executable file")
+        lib_dir = binary.parent
+        probe = probe_binary(binary, lib_dir)
+        opts = probe["options"]
+        ident = {
+            "binary": str(binary),
+            "binary_sha256": probe["sha256"],
+            "version": probe["version"],
+            "help_sha256": probe["help_sha256"],
+            "options": opts.record(),
+        }
+    else:
+        build = _server_build(ctx, s.build)
+        binary, lib_dir, opts = build.tool("llama-server"), build.lib_dir, ServerOptions()
+        ident = {"build_key": build.key, "binary_sha256": build.record["files"]["llama-server"]["sha256"]}
+    draft = ctx.files.draft(ctx.draft).path if arm.speculative else None
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    slot_dir = None
+    if draft is not None and opts.legacy_draft:
+        slot_dir = wdir / f"{wid}.slots"
+        slot_dir.mkdir(parents=True, exist_ok=True)
+    cmd = server_command(binary, arm, ctx.files.target.path, draft, port, opts, slot_dir)
+    extra = {ENV_LAYOUT: s.attn_layout} if s.attn_layout is not None else None
+    log_path = wdir / f"{wid}.log"
+    with open(log_path, "ab") as log:
+        log.write(f"$ {' '.join(cmd)}\n".encode())
+        if extra:
+            log.write(f"  with {ENV_LAYOUT}={s.attn_layout}\n".encode())
+    proc = spawn(cmd, lib_dir, arm.threads, log_path=log_path, cwd=wdir, extra=extra)
+    _wait_health(url, proc, s.ready_timeout_s, log_path, wid)
+    ready.update({"url": url, "fresh": True, "command": cmd, "env": extra or {}, **ident})
+    if slot_dir is not None:
+        ready["prompt_cache"] = "legacy draft path: cache_prompt true with a slot erase before every request"
+    return url, proc, log_path, opts
+
+
 def open_server(ctx: RunContext, arm: Arm, wid: str) -> ServerWorker:
     """Start (or attach to) the arm's server and check it; :class:`ServerRefused` when it cannot be timed."""
     s = arm.server
@@ -443,6 +502,7 @@ def open_server(ctx: RunContext, arm: Arm, wid: str) -> ServerWorker:
     wdir.mkdir(parents=True, exist_ok=True)
     proc = None
     log_path = None
+    opts = None
     ready: dict = {"arm": arm.name, "arm_record": arm.record(), "prompt_cache": False, "placement": None}
     if s.url is not None:
         url = check_loopback(s.url)
@@ -452,30 +512,7 @@ def open_server(ctx: RunContext, arm: Arm, wid: str) -> ServerWorker:
             raise ServerRefused(f"server {wid} at {url} does not answer /health: {e}") from e
         ready.update({"url": url, "fresh": False, "command": None})
     else:
-        build = _server_build(ctx, s.build)
-        binary = build.tool("llama-server")
-        draft = ctx.files.draft(ctx.draft).path if arm.speculative else None
-        port = free_port()
-        url = f"http://127.0.0.1:{port}"
-        cmd = server_command(binary, arm, ctx.files.target.path, draft, port)
-        extra = {ENV_LAYOUT: s.attn_layout} if s.attn_layout is not None else None
-        log_path = wdir / f"{wid}.log"
-        with open(log_path, "ab") as log:
-            log.write(f"$ {' '.join(cmd)}\n".encode())
-            if extra:
-                log.write(f"  with {ENV_LAYOUT}={s.attn_layout}\n".encode())
-        proc = spawn(cmd, build.lib_dir, arm.threads, log_path=log_path, cwd=wdir, extra=extra)
-        _wait_health(url, proc, s.ready_timeout_s, log_path, wid)
-        ready.update(
-            {
-                "url": url,
-                "fresh": True,
-                "command": cmd,
-                "env": extra or {},
-                "build_key": build.key,
-                "binary_sha256": build.record["files"]["llama-server"]["sha256"],
-            }
-        )
+        url, proc, log_path, opts = _start_binary(ctx, arm, wid, wdir, ready)
     try:
         props = _get_json(url + "/props")
         problems = []
@@ -493,7 +530,9 @@ def open_server(ctx: RunContext, arm: Arm, wid: str) -> ServerWorker:
         raise
     ready["props"] = {k: props.get(k) for k in ("model_path", "total_slots", "build_info")}
     ready["vocabulary"] = {"n_vocab": ref.n_vocab, "vocab_type": ref.vocab_type, "checked": True}
-    return ServerWorker(wid, arm, url, proc, log_path, ready, ref)
+    w = ServerWorker(wid, arm, url, proc, log_path, ready, ref, opts)
+    w.tokenizer = (ctx.files.target.path, ctx.files.target.sha256, Path(ctx.lib_dir))
+    return w
 
 
 def start_server(ctx: RunContext, arm: Arm, block: int) -> tuple[ServerWorker, dict]:

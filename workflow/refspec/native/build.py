@@ -53,6 +53,30 @@ SDIST_VERSION = "0.3.36"
 SDIST_SHA256 = "832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e"
 SDIST_FILE = f"llama_cpp_python-{SDIST_VERSION}.tar.gz"
 UPSTREAM_COMMIT = "0c1e57098bba43ac29e6e3b677cdceebdd22334f"
+
+
+@dataclass(frozen=True)
+class SdistPin:
+    """One ``llama-cpp-python`` sdist that vendors llama.cpp, pinned by sha256."""
+
+    version: str
+    sha256: str
+    upstream_commit: str
+    name: str = SDIST_NAME
+
+    @property
+    def file(self) -> str:
+        return f"llama_cpp_python-{self.version}.tar.gz"
+
+
+PINNED_SDIST = SdistPin(SDIST_VERSION, SDIST_SHA256, UPSTREAM_COMMIT)
+# an older release (2025-08-15, llama.cpp 4227c9be): the stock llama-server of another version,
+# for qualifying a server against its own reference (build_other_server, tests -m other_server)
+OLD_SERVER_SDIST = SdistPin(
+    "0.3.16",
+    "34ed0f9bd9431af045bb63d9324ae620ad0536653740e9bb163a2e1fcb973be6",
+    "4227c9be4268ac844921b90f31595f81236bd317",
+)
 PATCH_DIR = REPO_ROOT / "native" / "patches"
 
 # targets every build provides: the libraries only (everything refspec runs loads them)
@@ -180,9 +204,9 @@ def cuda_host_variant() -> dict:
     return {"cublas": "==".join(CUBLAS_REQUIREMENT) if merged else "toolkit", "no_vmm": not _driver_present()}
 
 
-def fetch_sdist() -> Path:
-    """Download (if needed) and verify the pinned sdist; return its path."""
-    return fetch_package(f"{SDIST_NAME}=={SDIST_VERSION}", SDIST_FILE, SDIST_SHA256, sdist=True)
+def fetch_sdist(pin: SdistPin = PINNED_SDIST) -> Path:
+    """Download (if needed) and verify the pinned sdist (or another pinned release); return its path."""
+    return fetch_package(f"{pin.name}=={pin.version}", pin.file, pin.sha256, sdist=True)
 
 
 def _safe_extract(tar_path: Path, dest: Path) -> None:
@@ -447,6 +471,56 @@ def build_server(
     return _build_variant(options, variant, key, server_flags(options), [SERVER_TARGET], jobs=jobs, quiet=quiet)
 
 
+def other_server_key(pin: SdistPin, options: BuildOptions | None = None) -> str:
+    """Key of the stock ``llama-server`` of another pinned release: its sdist and the build's flags."""
+    options = options or BuildOptions()
+    return sha256_json(
+        {
+            "sdist": {"name": pin.name, "version": pin.version, "sha256": pin.sha256},
+            "patches": [],
+            "options": asdict(options),
+            "flags": server_flags(options),
+            "targets": [SERVER_TARGET],
+            "variant": "stock",
+            **_host_variant(options),
+        }
+    )
+
+
+def build_other_server(
+    pin: SdistPin = OLD_SERVER_SDIST,
+    options: BuildOptions | None = None,
+    *,
+    jobs: int | None = None,
+    quiet: bool = False,
+) -> BuildResult:
+    """Build (or find cached) the stock ``llama-server`` of another pinned ``llama-cpp-python``
+    release (:data:`OLD_SERVER_SDIST` by default): the same flags and cache as :func:`build_server`
+    (``$REFSPEC_CACHE/native/<key16>``, keyed by the sdist's pin and the flags), no patch applied.
+    Flags an older CMake project does not know are reported by CMake as unused and change nothing."""
+    options = options or BuildOptions()
+    key = other_server_key(pin, options)
+    targets = [SERVER_TARGET]
+    return _cached(
+        key,
+        lambda root, lib_dir: _build_into(
+            options,
+            key,
+            root,
+            lib_dir,
+            jobs=jobs,
+            quiet=quiet,
+            patches=[],
+            flags=server_flags(options),
+            targets=targets,
+            tools=targets,
+            variant="stock",
+            pin=pin,
+        ),
+        quiet=quiet,
+    )
+
+
 def build_tests(
     options: BuildOptions | None = None, variant: str = "patched", *, jobs: int | None = None, quiet: bool = False
 ) -> BuildResult:
@@ -646,15 +720,16 @@ def _build_into(
     targets: list[str] | None = None,
     tools: tuple[str, ...] | list[str] = (),
     variant: str | None = None,
+    pin: SdistPin = PINNED_SDIST,
 ) -> BuildResult:
     t0 = time.monotonic()
-    sdist = fetch_sdist()
+    sdist = fetch_sdist(pin)
     src_root = root / "src"
     if src_root.exists():
         shutil.rmtree(src_root)
     with tempfile.TemporaryDirectory(dir=root) as tmp:
         _safe_extract(sdist, Path(tmp))
-        (Path(tmp) / f"llama_cpp_python-{SDIST_VERSION}").rename(src_root)
+        (Path(tmp) / f"llama_cpp_python-{pin.version}").rename(src_root)
     llama_dir = src_root / "vendor" / "llama.cpp"
     patches = apply_patches(llama_dir, patch_files() if patches is None else patches)
 
@@ -703,11 +778,11 @@ def _build_into(
     record = {
         "key": key,
         "sdist": {
-            "name": SDIST_NAME,
-            "version": SDIST_VERSION,
-            "file": SDIST_FILE,
-            "sha256": SDIST_SHA256,
-            "upstream_commit": UPSTREAM_COMMIT,
+            "name": pin.name,
+            "version": pin.version,
+            "file": pin.file,
+            "sha256": pin.sha256,
+            "upstream_commit": pin.upstream_commit,
         },
         "patches": patches,
         "options": asdict(options),

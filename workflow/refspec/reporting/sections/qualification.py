@@ -45,6 +45,21 @@ def refused_arms(a: Archive, campaign: str) -> dict[tuple[str, str], str]:
     return {k: (v if len(v) <= 400 else v[:400] + " \u2026") for k, v in out.items()}
 
 
+def named_references(a: Archive) -> dict[str, str]:
+    """campaign -> the reference arm its frozen plan names, for campaigns that name one (not R)."""
+    path = a.root / "plan.json"
+    try:
+        plan = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    except ValueError:
+        return {}
+    out = {}
+    for p in (plan.get("campaigns") or {}).values() if isinstance(plan, dict) else ():
+        ref = (p.get("definition") or {}).get("reference") if isinstance(p, dict) else None
+        if isinstance(ref, str) and isinstance(p.get("campaign"), str):
+            out[p["campaign"]] = ref
+    return out
+
+
 def section_qualification(a: Archive, N: Numbers) -> Section:
     sec = Section(
         "qualification",
@@ -55,6 +70,11 @@ def section_qualification(a: Archive, N: Numbers) -> Section:
     if not a.has("qualification"):
         sec.notes.append("qualification.csv not present: qualification not run")
         return sec
+    for camp, ref in named_references(a).items():
+        sec.notes.append(
+            f"Campaign {camp}: the reference arm is {ref} (plan.json, definition.reference), not refspec's R; "
+            "every qualification and first divergence of that campaign is against it."
+        )
     src = a.src("qualification")
     counts = qualification_counts(a.rows("qualification"))
     for camp in _campaigns_in(counts):

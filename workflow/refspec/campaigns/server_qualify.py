@@ -1,0 +1,218 @@
+"""``refspec qualify --server-binary PATH`` (or ``--url URL --reference-url URL``): is a llama.cpp
+server's batching and speculative decoding lossless against that same server's own greedy
+micro-batch-1 output?
+
+A preset of the confirmation campaign (:mod:`refspec.campaigns.qualify`) with server arms only
+(``anc/servers.md``), written to ``DIR/qualify-arms.yaml`` and run by the campaign engine:
+
+| arm | what runs |
+| --- | --- |
+| ``S_ref`` (the reference) | the binary with ``-ub 1 -np 1`` (``-b 1`` where accepted), no draft (or the server at ``--reference-url``) |
+| ``S_ub512`` | the same binary and model at llama.cpp's default micro-batch, ``-ub 512`` (or the server at ``--url``) |
+| ``S_spec`` | the same, with the draft model (``--draft``), k proposals per cycle |
+
+Every candidate is qualified against ``S_ref``, not against refspec's own R: a server of another
+llama.cpp version has other kernels, so only its own micro-batch-1 output says whether batching or
+speculation changed its tokens. ``--model`` is a GGUF file (pinned by its sha256 for this run in
+``DIR/qualify-families.yaml``) or a family of the config's families file.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from ..core.errors import UsageError
+from ..core.fsutil import atomic_write_text
+from ..core.hashing import sha256_file
+
+REFERENCE = "S_ref"
+PLAIN = "S_ub512"
+SPEC = "S_spec"
+ARMS_FILE = "qualify-arms.yaml"
+FAMILIES_FILE = "qualify-families.yaml"
+DEFAULT_PANEL = "humaneval:0-11"
+DEFAULT_CAP = 128
+
+
+def server_arms(
+    *,
+    binary: str | None,
+    url: str | None,
+    reference_url: str | None,
+    speculative: bool,
+    k: int = 3,
+    ready_timeout_s: float = 300.0,
+) -> dict:
+    """The arms file of a server qualification (``arms:`` mapping, validated by the arms schema)."""
+    if (binary is None) == (url is None):
+        raise UsageError("name exactly one of --server-binary PATH and --url URL")
+    if url is not None and reference_url is None:
+        raise UsageError("--url needs --reference-url: a server you start with -ub 1 -b 1 -np 1 and no draft")
+    if binary is not None and reference_url is not None:
+        raise UsageError("--reference-url goes with --url; with --server-binary refspec starts the reference")
+    if binary is not None:
+        p = Path(binary).expanduser()
+        if not p.is_file():
+            raise UsageError(f"--server-binary {binary}: no such file")
+        where = {"binary": str(p.resolve())}
+        ref_where, plain_where = where, where
+    else:
+        ref_where, plain_where = {"url": reference_url}, {"url": url}
+    base = {"kind": "server", "layout": "mq", "mask": 0}
+    arms = {
+        REFERENCE: {
+            **base,
+            "mode": "target",
+            "ub": 1,
+            "server": {**ref_where, "ready_timeout_s": ready_timeout_s},
+            "description": "the server's own reference: micro-batch 1 (-ub 1), one slot, no draft",
+        },
+        PLAIN: {
+            **base,
+            "mode": "spec" if (url is not None and speculative) else "target",
+            "ub": 512,
+            "k": k,
+            "server": {**plain_where, "ready_timeout_s": ready_timeout_s},
+            "description": "the same server at -ub 512" if binary else "the server at --url",
+        },
+    }
+    if binary is not None and speculative:
+        arms[SPEC] = {
+            **base,
+            "mode": "spec",
+            "ub": 512,
+            "k": k,
+            "server": {**where, "ready_timeout_s": ready_timeout_s},
+            "description": "the same server at -ub 512 with the draft model",
+        }
+    return arms
+
+
+def write_arms(root: Path, arms: dict) -> Path:
+    path = root / ARMS_FILE
+    text = "# refspec qualify: the server arms (anc/servers.md)\n" + yaml.safe_dump({"arms": arms}, sort_keys=False)
+    atomic_write_text(path, text, mode=0o644)
+    return path
+
+
+def model_family(root: Path, model: str, draft: str | None) -> tuple[dict, str, str | None]:
+    """(config entries, family, draft name) for ``--model``: a GGUF file, pinned by its sha256 in
+    ``DIR/qualify-families.yaml`` with the draft beside it (both linked into ``DIR/models``), or the
+    name of a family of the config's families file (``--draft`` then names one of its drafts)."""
+    p = Path(model).expanduser()
+    if not p.is_file():
+        if "/" in model or model.endswith(".gguf"):
+            raise UsageError(f"--model {model}: no such file")
+        return {}, model, draft
+    models = root / "models"
+    models.mkdir(parents=True, exist_ok=True)
+
+    def link(src: Path) -> dict:
+        dst = models / src.name
+        if dst.is_symlink() or dst.exists():
+            dst.unlink()
+        dst.symlink_to(src.resolve())
+        return {"file": src.name, "sha256": sha256_file(src)}
+
+    target = link(p)
+    drafts = {}
+    name = None
+    if draft is not None:
+        d = Path(draft).expanduser()
+        if not d.is_file():
+            raise UsageError(f"--draft {draft}: no such file")
+        if d.name == p.name:
+            raise UsageError("--draft is the target file itself")
+        name = "draft"
+        drafts[name] = link(d)
+    else:  # the file format lists a draft; no arm speculates, so it is never loaded
+        drafts["none"] = dict(target)
+    family = "qualify-" + p.stem.lower().replace(" ", "-")
+    doc = {
+        "families": {
+            family: {
+                "description": f"refspec qualify: {p.name}" + (f" with draft {Path(draft).name}" if draft else ""),
+                "target": target,
+                "drafts": drafts,
+                "default_draft": name or "none",
+                "chat_template": "model",
+                "stop": "eog",
+            }
+        }
+    }
+    path = root / FAMILIES_FILE
+    atomic_write_text(path, yaml.safe_dump(doc, sort_keys=False), mode=0o644)
+    return {"families_file": str(path), "models_dir": str(models)}, family, name
+
+
+# --------------------------------------------------------------------------- verdicts
+
+
+def verdicts(summary: dict, piece=None) -> list[dict]:
+    """One verdict per candidate arm: matches / required, the earliest first divergence (token index
+    and the two tokens), acceptance and the median request time over the reference's."""
+    ref_name = summary["reference"]["arm"]
+    arms = {a["arm"]: a for a in summary["arms"]}
+    ref = arms.get(ref_name, {})
+    out = []
+    for a in summary["arms"]:
+        if a["arm"] == ref_name:
+            continue
+        divs = [d for d in summary["divergences"] if d["arm"] == a["arm"]]
+        first = None
+        located = [d for d in divs if d["first_diff_index"] is not None]
+        if located:
+            d = min(located, key=lambda d: d["first_diff_index"])
+            first = {k: d[k] for k in ("task_id", "first_diff_index", "ref_token", "arm_token")}
+            if piece is not None:
+                first["ref_piece"] = piece(d["ref_token"])
+                first["arm_piece"] = piece(d["arm_token"])
+        elif divs:
+            first = {"task_id": divs[0]["task_id"], "first_diff_index": None, "reason": divs[0]["reason"]}
+        ratio = None
+        if a["median_t_ns"] and ref.get("median_t_ns"):
+            ratio = a["median_t_ns"] / ref["median_t_ns"]
+        ok = a["required"] > 0 and a["matching"] == a["required"] and a["tasks_qualified"] == a["tasks"]
+        out.append(
+            {
+                "arm": a["arm"],
+                "reference": ref_name,
+                "reproduces": ok,
+                "matching": a["matching"],
+                "required": a["required"],
+                "tasks_diverging": len({d["task_id"] for d in divs}),
+                "tasks": a["tasks"],
+                "first_divergence": first,
+                "acceptance": a["acceptance"],
+                "median_ms": None if a["median_t_ns"] is None else a["median_t_ns"] / 1e6,
+                "median_ratio": ratio,
+            }
+        )
+    return out
+
+
+def _tok(t, p) -> str:
+    return "end" if t is None else f"{t}" + (f" {p!r}" if p is not None else "")
+
+
+def verdict_line(v: dict) -> str:
+    word = "REPRODUCES" if v["reproduces"] else "DIVERGES"
+    parts = [f"{v['arm']:8s} {word:10s} {v['matching']}/{v['required']} match"]
+    f = v["first_divergence"]
+    if f is not None and f.get("first_diff_index") is not None:
+        parts.append(
+            f"first divergence {f['task_id']} token {f['first_diff_index']}: "
+            f"{v['reference']} {_tok(f['ref_token'], f.get('ref_piece'))} vs {_tok(f['arm_token'], f.get('arm_piece'))}"
+            f" ({v['tasks_diverging']}/{v['tasks']} tasks diverge)"
+        )
+    elif f is not None:
+        parts.append(f"{f['task_id']}: {f['reason']}")
+    parts.append("acceptance " + ("-" if v["acceptance"] is None else f"{v['acceptance']:.3f}"))
+    if v["median_ratio"] is not None:
+        parts.append(
+            f"median request time {v['median_ratio']:.2f}x {v['reference']}"
+            + ("" if v["reproduces"] else " (not qualified: diagnostic)")
+        )
+    return "; ".join(parts)
