@@ -1970,7 +1970,13 @@ def check_noise(c: Checker, E: Expected, tables: dict, src, qual: dict, boot: di
     out: dict = {}
     if "noise" not in tables:
         twins = sorted(
-            {(r["campaign"], r["family"], r["arm"]) for r in tables["requests"].rows} if "requests" in tables else set()
+            {
+                (r["campaign"], r["family"], r["arm"])
+                for r in tables["requests"].rows
+                if r["status"] != "excluded_warmup"
+            }
+            if "requests" in tables
+            else set()
         )
         for k in twins:
             if k[2].endswith(TWIN_SUFFIX):
@@ -1981,7 +1987,7 @@ def check_noise(c: Checker, E: Expected, tables: dict, src, qual: dict, boot: di
     times = defaultdict(list)
     twins = set()
     for r in tables["requests"].rows if "requests" in tables else []:
-        if r["arm"].endswith(TWIN_SUFFIX):
+        if r["arm"].endswith(TWIN_SUFFIX) and r["status"] != "excluded_warmup":  # the warmup is no control
             twins.add((r["campaign"], r["family"], r["cap"], r["arm"]))
         if r["status"] == "ok" and r["t_ns"] is not None:
             times[(r["campaign"], r["family"], r["cap"], r["arm"], r["task_id"], r["session"])].append(float(r["t_ns"]))

@@ -157,6 +157,17 @@ def test_noise_table_from_a_small_requests_table():
     assert NZ.gate_estimates(est, quiet)[0]["decision"] == "exceeds"
 
 
+def test_a_twins_warmup_is_no_control():
+    """The twin's registered warmup (excluded, at the warmup cap) makes no noise row: the run's
+    A/A rows are the timed caps only (a warmup row at cap 4 once gave an empty, unqualified row)."""
+    reqs, qual = _requests({})
+    for arm in ("C_qb", "C_qb_aa"):
+        reqs.append(dict(reqs[0], arm=arm, cap=4, status="excluded_warmup", t_ns=1.0e8, task_id="warmup"))
+    rows = NZ.noise_table(reqs, qual, "replication", draws=DRAWS)
+    assert [(r["cap"], r["twin"]) for r in rows] == [(24, "C_qb_aa")]
+    assert rows[0]["verdict"] != "unqualified"
+
+
 def test_noise_table_of_a_ratio_campaign_and_unqualified_twin():
     reqs, qual = _requests({})
     for r in reqs:

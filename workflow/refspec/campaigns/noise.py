@@ -89,7 +89,10 @@ def noise_table(
     panels = _panels(records(qualification), campaign)
     times = _times(reqs)
     kind = KIND_OF.get(campaign, "ratio")
-    twins = sorted({(r["family"], int(r["cap"]), r["arm"]) for r in reqs if is_twin(r["arm"])})
+    # a twin's timed requests (its registered warmup, at the warmup cap, is no control)
+    twins = sorted(
+        {(r["family"], int(r["cap"]), r["arm"]) for r in reqs if is_twin(r["arm"]) and r["status"] != "excluded_warmup"}
+    )
     rows = []
     for fam, cap, twin in twins:
         arm = twin_of(twin)
