@@ -289,3 +289,17 @@ def test_noise_floor_is_the_widest_reach_of_the_archives_a_a_controls():
     assert noise_floor_of(archive(rows[:1])) == pytest.approx(1.03)
     assert noise_floor_of(archive(rows[2:])) is None
     assert noise_floor_of(archive(None)) is None
+
+
+def test_an_a_a_twin_is_not_a_side_of_an_estimate():
+    """The replication's spec QB side is C_qb, also when its A/A twin C_qb_aa (same mode and
+    layout) ran beside it; before, the two made the side ambiguous and the E2 spec estimate
+    'not comparable' with no reason."""
+    from refspec.compare.timings import _arms_of
+
+    rows = [
+        dict(campaign="replication", family="f", mode="spec", layout=lay, arm=arm)
+        for arm, lay in (("C_pq", "pq"), ("C_qb", "qb"), ("C_qb_aa", "qb"))
+    ]
+    assert _arms_of(rows, "replication", "f", "spec", "qb") == "C_qb"
+    assert _arms_of(rows, "replication", "f", "spec", "pq") == "C_pq"

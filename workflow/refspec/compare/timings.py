@@ -60,6 +60,7 @@ from typing import Any
 import numpy as np
 
 from ..core import stats
+from ..core.arms import is_twin
 from .model import DIFFERS, NOT_COMPARABLE, REPRODUCED, ArchiveData, InputsComparison, TimingComparison
 
 REL_TOL_STATED = 1e-9
@@ -179,12 +180,17 @@ def _panel(rows: list[dict[str, Any]], campaign: str, family: str, cap: int | No
 
 
 def _arms_of(rows: list[dict[str, Any]], campaign: str, family: str, path: str, layout: str) -> str | None:
-    """The one arm of the campaign and family with this mode (path) and layout, as the replication has."""
+    """The one arm of the campaign and family with this mode (path) and layout, as the replication has
+    (an A/A twin, the same recipe under the name ``<arm>_aa``, is the noise control, not a side)."""
     found = sorted(
         {
             r["arm"]
             for r in rows
-            if r["campaign"] == campaign and r["family"] == family and r["mode"] == path and r["layout"] == layout
+            if r["campaign"] == campaign
+            and r["family"] == family
+            and r["mode"] == path
+            and r["layout"] == layout
+            and not is_twin(r["arm"])
         }
     )
     return found[0] if len(found) == 1 else None
@@ -275,6 +281,8 @@ def compare_timings(a: ArchiveData, b: ArchiveData, inputs: InputsComparison, ba
             verdict=NOT_COMPARABLE,
             reason="",
         )
+        if ok_a and ok_b and not (num and den):
+            why.append(f"no single arm per side in A's requests ({comp}, {path}: {num}/{den})")
         if ok_a and ok_b and num and den:
             qcamp = campaign
             tasks_a = _panel(a.rows("qualification"), qcamp, family, cap)
