@@ -183,16 +183,7 @@ def _fail_after_gap(b: _Block, failed, e: SequenceGap) -> None:
     reason = f"request_index gap on worker {worker.worker_id} (pid {worker.pid}): {e}; the block is failed"
     rec = failed(reason)
     b.out.append(rec)
-    code = worker.kill()
-    b.ledger(
-        "worker_exit",
-        f"stopped after a request_index gap: worker {describe_exit(code)}",
-        worker=worker.worker_id,
-        arm=b.arm.name,
-        block=b.index,
-        pid=worker.pid,
-        exit_code=code,
-    )
+    _ledger_exit(b, worker, "stopped after a request_index gap", worker.kill())
     left = f"block {b.index} failed: request_index gap on worker {worker.worker_id} (ledger line {rec['ledger_seq']})"
     _fail_rest(b, worker.worker_id, b.order + 1, left)
     b.worker = None
@@ -280,10 +271,14 @@ def _stop_worker(b: _Block) -> None:
     w = b.worker
     if w is None:
         return
-    code = w.stop()
+    _ledger_exit(b, w, "block done", w.stop())
+
+
+def _ledger_exit(b: _Block, w, why: str, code: int | None) -> None:
+    """The block's ``worker_exit`` ledger line: why the worker ended and how it exited."""
     b.ledger(
         "worker_exit",
-        f"block done: worker {describe_exit(code)}",
+        f"{why}: worker {describe_exit(code)}",
         worker=w.worker_id,
         arm=b.arm.name,
         block=b.index,
