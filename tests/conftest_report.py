@@ -12,7 +12,6 @@ from __future__ import annotations
 import datetime as dt
 import functools
 import hashlib
-import importlib.util
 import json
 import random
 import subprocess
@@ -661,11 +660,10 @@ CHECK_PATH = Path(__file__).resolve().parent.parent / "report" / "check.py"
 
 @functools.cache
 def check_module():
-    """report/check.py loaded as a module (it imports nothing of the package), for its functions."""
-    spec = importlib.util.spec_from_file_location("refspec_report_check_tests", CHECK_PATH)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    """The checker's package (report/refspec_check, on pytest's pythonpath; it imports nothing of refspec), for its functions."""
+    import refspec_check
+
+    return refspec_check
 
 
 def run_check(archive: Path, *extra: str, pubkey: Path | bool | None = None) -> tuple[int, str]:

@@ -3,24 +3,15 @@
 from __future__ import annotations
 
 import copy
-import importlib.util
 
 import pytest
+import refspec_check as C
 
 from refspec.core import tables as T
 from refspec.core.paths import REPO_ROOT
 
 CHECK = REPO_ROOT / "report" / "check.py"
 
-
-def load_checker():
-    spec = importlib.util.spec_from_file_location("refspec_report_check_columns", CHECK)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-C = load_checker()
 
 # the spec types each of the checker's kinds reads
 SPEC_TYPES = {C.S: {"string"}, C.I: {"int32", "int64"}, C.F: {"float64"}, C.B: {"bool"}, C.L: {"list<int32>"}}

@@ -4,13 +4,13 @@ the noise table from a small requests table, the checker's recomputation, the lo
 from __future__ import annotations
 
 import csv
-import importlib.util
 import json
 import math
 import re
 import shutil
 
 import pytest
+import refspec_check as CHECK
 
 from conftest_report import make_results, run_check, seal_archive
 from refspec.campaigns import derived as D
@@ -19,22 +19,12 @@ from refspec.campaigns.context import aa_twins
 from refspec.core import stats as S
 from refspec.core.arms import Arm
 from refspec.core.errors import ConfigError
-from refspec.core.paths import REPO_ROOT
 from refspec.engine import load
 from refspec.reporting import render as report
 
 THR = S.DEFAULT_THRESHOLD
 DRAWS = 2000
 
-
-def _checker():
-    spec = importlib.util.spec_from_file_location("refspec_check", REPO_ROOT / "report" / "check.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-CHECK = _checker()
 
 # synthetic session contrasts (natural log): an A/B effect of about 5 %, and three A/A controls
 AB = [0.050, 0.047, 0.052, 0.049, 0.051, 0.048]

@@ -4,9 +4,9 @@ qualification and report/check.py follow the named reference."""
 from __future__ import annotations
 
 import copy
-import importlib.util
 
 import pytest
+import refspec_check
 
 from refspec.campaigns import confirmation
 from refspec.campaigns.derived import qualification_table
@@ -16,13 +16,6 @@ from refspec.core.errors import ConfigError
 from refspec.core.paths import REPO_ROOT
 
 CHECK = REPO_ROOT / "report" / "check.py"
-
-
-def load_checker():
-    spec = importlib.util.spec_from_file_location("refspec_report_check_reference", CHECK)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def server_arm(name, **kw):
@@ -106,7 +99,7 @@ def test_qualification_against_named_reference_by_hand():
 
 
 def test_check_py_recomputes_against_the_named_reference():
-    C = load_checker()
+    C = refspec_check
     reqs, eps = synthetic()
     plan = {"campaigns": {"confirmation": {"campaign": "confirmation", "definition": {"reference": "S_ref"}}}}
     refs = C.reference_arms(plan)
@@ -125,7 +118,7 @@ def test_check_py_recomputes_against_the_named_reference():
                 "qualification", "q.csv", "tables/qualification.csv", rows, list(range(len(rows)))
             ),
         }
-        C.check_qualification(c, C.Expected(c), tables, lambda name: f"tables/{name}.csv", references)
+        C.check_qualification(C.Context(c, tables, lambda name: f"tables/{name}.csv"), references)
         return c.problems
 
     assert run(stated, refs) == []

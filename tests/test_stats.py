@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import itertools
 import json
 import math
@@ -11,22 +10,12 @@ import re
 
 import numpy as np
 import pytest
+import refspec_check as CHECK
 
 from refspec.campaigns import derived as D
 from refspec.core import stats as S
 from refspec.core import tables as T
 from refspec.core.paths import REPO_ROOT
-
-
-def load_checker():
-    spec = importlib.util.spec_from_file_location("refspec_report_check", REPO_ROOT / "report" / "check.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-CHECK = load_checker()
-
 
 # --------------------------------------------------------------------------- ratios
 

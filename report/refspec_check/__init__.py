@@ -1,0 +1,131 @@
+"""Independent checker of a refspec archive, Python standard library only (the package behind
+``report/check.py``).
+
+    python3 -I -S report/check.py ARCHIVE --pubkey KEY.pub [--expect-keyid SHA256:HEX]
+                                  [--expect-previous SHA|none] [--quiet] [--unsealed] [--debug]
+
+``--quiet`` prints only the summary lines. An archive without ``SEAL.dsse.json``
+is a mismatch unless ``--unsealed`` is given (a results folder checked before
+it is sealed). ``--pubkey`` is the signer's Ed25519 public key (PEM or OpenSSH),
+taken from outside the archive; without it a sealed archive's signature cannot be
+checked, which is a mismatch. ``--expect-keyid`` pins that key's fingerprint and
+``--expect-previous`` the seal this archive must follow, as for ``refspec verify``.
+
+It imports nothing from refspec. From the CSV copies of the result tables it
+recomputes, with its own code:
+
+* every endpoint digest (from the token lists) and every qualification row
+  (reference endpoint, stability, required/completed/matching counts,
+  first-divergence index and tokens);
+* every pairwise qualified ratio with its task regressions;
+* every replication session contrast c_s, estimate, bootstrap interval
+  (``workflow/refspec/core/stats.py``'s docstring: random.Random(seed), draws x n randrange(n) indices in
+  order, linearly interpolated 2.5/97.5 percentiles, exponentiated; seed,
+  draws and threshold from plan.json when present, else from estimates.csv),
+  threshold decision and task regressions;
+* the phase-mask table, session gaps and counts;
+* the diagnostic (unqualified) timings of the registered pairs M3/M0, C3/C0,
+  R_prod/M3 and the servers campaign's (``SERVER_DIAGNOSTIC_PAIRS``) (medians,
+  paired ratios, which side is not qualified), which
+  must never appear among the qualified ratios;
+* the prospective-prediction table (predicted vs live and reference vs live)
+  from endpoints.csv and the predictions frozen in plan.json;
+* the headline block (numbers.json ``headline``, the report's summary table):
+  every number is one of the checked numbers, E2 decisions (``too few
+  sessions`` below 5 sessions) agree, the data seal and key are the archive's;
+* every aggregate the report shows (Table 3 counts, replay and audit
+  summaries, draft acceptance, request status counts, ledger records);
+
+and compares them with the CSV tables, with numbers.json and with the numbers
+displayed in report.html (parsed with html.parser against the report's strict HTML
+subset; each number's element has ``data-num`` and ``data-src``) and, when present, in
+report.tex (parsed against its LaTeX subset; each number is ``\\rsnum{ID}{TEXT}``). It
+also checks cross-table identities (paired ratio transitivity, counts that must add up),
+that every link and source names an existing archive file, the manifest/plan digests
+shown in the report, and the seal: its envelope in canonical form, its Ed25519 signature
+(RFC 8032, checked here with integer arithmetic and hashlib.sha512; see
+``ed25519_problem`` for the strict rules), its key id against ``--pubkey``, its chain
+against ``--expect-previous``, and every file digest listed in its statement (sha256 and
+size); a symbolic link anywhere in the archive is a mismatch.
+
+Exit status: 0 all consistent, 1 mismatches (each printed with its location),
+2 unreadable input (no archive, no report/numbers.json, malformed files, a
+public key file that is not an Ed25519 key) or bad usage, 70 an internal error of
+the checker itself (one line on stderr; ``--debug`` prints the traceback).
+
+``report/check.py`` is the command; this package beside it is the checker, one module per
+concern (see each module's docstring).
+"""
+
+# the names the tests and other callers use, from the module of each concern
+from refspec_check.archive import check
+from refspec_check.cli import main
+from refspec_check.context import Context, Expected
+from refspec_check.contract import (
+    COLUMNS,
+    STATE_COLUMNS,
+    TABLE_NAMES,
+    B,
+    CsvTable,
+    F,
+    I,
+    L,
+    S,
+    parse_value,
+    read_tables,
+)
+from refspec_check.ed25519 import _IDENTITY, _ed_decode, _ed_equal, _ed_mul, ed25519_problem
+from refspec_check.problems import Checker
+from refspec_check.qualification import recompute_qualification, reference_arms
+from refspec_check.results import check_qualification
+from refspec_check.seal import dsse_pae, key_fingerprint, read_public_key
+from refspec_check.stats import bootstrap, decide, gate, mean, median, noise_verdict, paired, percentile
+from refspec_check.strict_html import _WORD_STRIP, STYLESHEET_SHA256
+from refspec_check.strict_tex import _TEX_NUM_RE, TEX_PREAMBLE_SHA256, tex_id_decode
+from refspec_check.visible import archive_names, ledger_reason_words, visible_digits_problem
+
+__all__ = [
+    "B",
+    "COLUMNS",
+    "Checker",
+    "Context",
+    "CsvTable",
+    "Expected",
+    "F",
+    "I",
+    "L",
+    "S",
+    "STATE_COLUMNS",
+    "STYLESHEET_SHA256",
+    "TABLE_NAMES",
+    "TEX_PREAMBLE_SHA256",
+    "_IDENTITY",
+    "_TEX_NUM_RE",
+    "_WORD_STRIP",
+    "_ed_decode",
+    "_ed_equal",
+    "_ed_mul",
+    "archive_names",
+    "bootstrap",
+    "check",
+    "check_qualification",
+    "decide",
+    "dsse_pae",
+    "ed25519_problem",
+    "gate",
+    "key_fingerprint",
+    "ledger_reason_words",
+    "main",
+    "mean",
+    "median",
+    "noise_verdict",
+    "paired",
+    "parse_value",
+    "percentile",
+    "read_public_key",
+    "read_tables",
+    "recompute_qualification",
+    "reference_arms",
+    "tex_id_decode",
+    "visible_digits_problem",
+]

@@ -1,0 +1,81 @@
+"""The check of one archive: every section of its report recomputed from its tables, in order, then its seal."""
+
+from __future__ import annotations
+
+import os
+
+from refspec_check.comparison import check_comparison
+from refspec_check.context import Context
+from refspec_check.contract import COMPARISON_FORMAT, posix_rel, read_plan, read_tables
+from refspec_check.headline import check_headline
+from refspec_check.numbers import check_html, check_numbers, check_tex
+from refspec_check.problems import EXIT_UNREADABLE, Checker
+from refspec_check.provenance import check_data_seal, check_provenance
+from refspec_check.qualification import arm_facts, reference_arms
+from refspec_check.replication import bootstrap_parameters, check_loads, check_noise, check_replication, check_sessions
+from refspec_check.report import read_report
+from refspec_check.results import (
+    check_diagnostics,
+    check_endpoints,
+    check_qualification,
+    check_qualified_ratios,
+    check_ratios,
+)
+from refspec_check.seal import Trust, check_sealed, check_tree
+from refspec_check.state import check_state
+from refspec_check.summaries import (
+    check_audit,
+    check_ledger,
+    check_phase_masks,
+    check_prediction,
+    check_replay,
+    check_requests,
+)
+
+
+def check(archive: str, quiet: bool = False, unsealed: bool = False, trust: Trust | None = None) -> tuple[int, Checker]:
+    """Recompute every section of the archive's report from its tables; (exit status, Checker)."""
+    c = Checker(archive, quiet)
+    trust = trust or Trust()
+    if not os.path.isdir(archive):
+        c.unread(archive, "not a directory")
+        return EXIT_UNREADABLE, c
+    check_tree(c)
+    rep = read_report(c)
+    if rep is None:
+        return EXIT_UNREADABLE, c
+    if rep.numbers_doc.get("format") == COMPARISON_FORMAT:
+        return check_comparison(c, rep, unsealed, trust)  # a comparison archive (refspec compare)
+    tables = read_tables(c)
+    plan = read_plan(c)
+
+    def src(name: str) -> str:
+        return posix_rel(tables[name].path, rep.dir)
+
+    ctx = Context(c, tables, src)
+    E = ctx.E
+    reqs = tables["requests"].rows if "requests" in tables else []
+    facts = arm_facts(reqs)
+    check_endpoints(ctx)
+    qual = check_qualification(ctx, reference_arms(plan))
+    check_ratios(ctx, qual, facts)
+    check_diagnostics(ctx, qual, facts)
+    check_qualified_ratios(ctx)
+    noise = check_noise(ctx, qual, bootstrap_parameters(plan))
+    est_dec = check_replication(ctx, qual, facts, bootstrap_parameters(plan), noise)
+    check_loads(ctx)
+    check_sessions(ctx)
+    check_phase_masks(ctx, qual)
+    check_prediction(ctx, plan)
+    check_replay(ctx)
+    check_audit(ctx)
+    check_requests(ctx)
+    check_ledger(c, E, rep)
+    check_state(ctx)  # partition, KV, crosses, frontier, admission, claims
+    stated = check_numbers(c, E, rep)
+    check_html(c, E, rep, stated)
+    check_tex(c, E, rep, stated)
+    prov = check_provenance(c, rep)
+    head = check_headline(c, E, rep, stated, est_dec)
+    check_data_seal(c, rep, prov, head)
+    return check_sealed(c, unsealed, trust)

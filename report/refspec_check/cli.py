@@ -1,0 +1,77 @@
+"""The command line: ``python3 -I -S report/check.py ARCHIVE --pubkey KEY.pub ...`` (options, output, exit status)."""
+
+from __future__ import annotations
+
+import sys
+import traceback
+
+from refspec_check.archive import check
+from refspec_check.problems import EXIT_INTERNAL, EXIT_OK, EXIT_UNREADABLE
+from refspec_check.seal import _HEX64_RE, _KEYID_RE, Trust, read_public_key
+
+
+def parse_args(argv: list[str]):
+    import argparse
+
+    ap = argparse.ArgumentParser(
+        prog="check.py", description="Recompute and check every number of a refspec archive (standard library only)."
+    )
+    ap.add_argument("archive", metavar="ARCHIVE")
+    ap.add_argument("--quiet", action="store_true", help="print only the summary lines")
+    ap.add_argument("--unsealed", action="store_true", help="check a results folder before it is sealed")
+    ap.add_argument("--pubkey", metavar="KEY.pub", help="the signer's Ed25519 public key (PEM or OpenSSH)")
+    ap.add_argument("--expect-keyid", metavar="SHA256:HEX", help="the signer's key id; the public key must have it")
+    ap.add_argument("--expect-previous", metavar="SHA", help="sha256 of the seal this archive follows ('none': first)")
+    ap.add_argument("--debug", action="store_true", help="on an internal error, print its traceback")
+    a = ap.parse_args(argv)
+    if a.expect_keyid is not None:
+        k = a.expect_keyid
+        k = "SHA256:" + k[7:].lower() if k[:7].upper() == "SHA256:" else k
+        if not _KEYID_RE.fullmatch(k):
+            ap.error(f"--expect-keyid {a.expect_keyid!r} is not of the form SHA256:<64 hex digits>")
+        a.expect_keyid = k
+    if a.expect_previous is not None:
+        a.expect_previous = a.expect_previous.lower()
+        if a.expect_previous != "none" and not _HEX64_RE.fullmatch(a.expect_previous):
+            ap.error(f"--expect-previous {a.expect_previous!r} is not a sha256 or 'none'")
+    return a
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = parse_args(list(sys.argv[1:] if argv is None else argv))
+    try:
+        return run(a)
+    except Exception as e:  # a defect of the checker, not a finding about the archive
+        if a.debug:
+            traceback.print_exc()
+        print(
+            f"check.py: internal error: {type(e).__name__}: {e} (run with --debug for the traceback)", file=sys.stderr
+        )
+        return EXIT_INTERNAL
+
+
+def run(a) -> int:
+    """Check the archive ``a.archive`` as the parsed options ask; print the findings and the summary."""
+    trust = Trust(a.pubkey, a.expect_keyid, a.expect_previous)
+    if a.pubkey is not None:
+        try:
+            trust.public = read_public_key(a.pubkey)
+        except (OSError, ValueError) as e:
+            print(f"UNREADABLE {a.pubkey}: not an Ed25519 public key ({e})")
+            print("FAIL: " + a.archive)
+            return EXIT_UNREADABLE
+    code, c = check(a.archive, a.quiet, a.unsealed, trust)
+    if not a.quiet:
+        for p in c.unreadable:
+            print(f"UNREADABLE {p}")
+        for p in c.problems:
+            print(f"MISMATCH {p}")
+    print(
+        f"check: {c.recomputed} numbers recomputed; {c.matched} of {c.compared} comparisons matched; "
+        f"{c.identities} identities; {len(c.files)} files checked; {len(c.problems)} mismatches; "
+        f"{len(c.unreadable)} unreadable"
+    )
+    if c.reproduces is not None:
+        print("reproduces: " + c.reproduces)
+    print(("OK: " if code == EXIT_OK else "FAIL: ") + a.archive)
+    return code

@@ -1,0 +1,395 @@
+"""Comparison archives (refspec compare, anc/compare.md): their tables recomputed from the records they carry."""
+
+from __future__ import annotations
+
+import base64
+import json
+import math
+import os
+import random
+from collections import defaultdict
+
+from refspec_check.context import Context
+from refspec_check.contract import (
+    COLUMNS,
+    COMPARE_COLUMNS,
+    COMPARE_EXTRA,
+    COMPARE_FINDINGS,
+    posix_rel,
+    read_csv_table,
+    read_plan,
+)
+from refspec_check.digests import sha256_file
+from refspec_check.numbers import check_html, check_numbers, check_tex
+from refspec_check.problems import Checker
+from refspec_check.provenance import check_provenance
+from refspec_check.report import Report
+from refspec_check.seal import Trust, check_sealed
+from refspec_check.stats import mean, percentile
+
+
+def _statement_of(c: Checker, path: str, where: str):
+    try:
+        with open(path, "rb") as f:
+            return json.loads(base64.b64decode(json.loads(f.read())["payload"], validate=True))
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        c.unread(where, f"not a DSSE envelope over a statement ({e})")
+        return None
+
+
+def compare_inputs_read(c: Checker, lab: str, compares: dict) -> dict:
+    """The carried records of archive ``lab`` (inputs/a, inputs/b): its seal must be the one the comparison's
+    statement names, and every carried file must be that seal's subject with the sealed sha256."""
+    d = os.path.join(c.archive, "inputs", lab)
+    sp = os.path.join(d, "SEAL.dsse.json")
+    out: dict = {}
+    if not os.path.isfile(sp):
+        c.bad(f"inputs/{lab}", "the compared archive's seal is not carried")
+        return out
+    c.files.add(sp)
+    named = (compares.get(lab) or {}).get("seal_sha256") if isinstance(compares, dict) else None
+    c.same(f"inputs/{lab}/SEAL.dsse.json", sha256_file(sp), named, "seal sha256 (the comparison's statement names it)")
+    st = _statement_of(c, sp, f"inputs/{lab}/SEAL.dsse.json")
+    subjects = {}
+    if isinstance(st, dict):
+        for s_ in st.get("subject") or []:
+            if isinstance(s_, dict) and isinstance(s_.get("name"), str):
+                subjects[s_["name"]] = (s_.get("digest") or {}).get("sha256")
+        keyid = ((st.get("predicate") or {}).get("signer") or {}).get("keyid")
+        c.same(f"inputs/{lab}/SEAL.dsse.json", keyid, (compares.get(lab) or {}).get("keyid"), "signer key id")
+    for root, _dirs, files in os.walk(d):
+        for fn in sorted(files):
+            full = os.path.join(root, fn)
+            rel = posix_rel(full, d)
+            if rel == "SEAL.dsse.json":
+                continue
+            c.files.add(full)
+            c.same(
+                f"inputs/{lab}/{rel}",
+                sha256_file(full),
+                subjects.get(rel),
+                "sha256 (as sealed in the compared archive)",
+            )
+    tables = {}
+    for name in ("requests", "qualification", "ratios", "estimates") + tuple(
+        dict.fromkeys(v[0] for v in COMPARE_FINDINGS.values())
+    ):
+        p = os.path.join(d, "tables", name + ".csv")
+        if os.path.isfile(p) and name not in tables:
+            t = read_csv_table(c, name, p, posix_rel(p, c.archive), dict(COLUMNS[name], **COMPARE_EXTRA.get(name, {})))
+            if t is not None:
+                tables[name] = t.rows
+    out["tables"] = tables
+    return out
+
+
+def _cell(v) -> str | None:
+    if v is None:
+        return None
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, float):
+        return repr(v)
+    if isinstance(v, list):
+        return " ".join(str(int(x)) for x in v)
+    return str(v)
+
+
+def recompute_finding(fid: str, ta, tb):
+    """(rows_a, rows_b, rows_differing, verdict, differing cells {(key, column): (a, b)})."""
+    table, key, cols = COMPARE_FINDINGS[fid]
+    if ta is None and tb is None:
+        return 0, 0, 0, "same", {}
+    ia = {"|".join(str(r[k]) for k in key): r for r in (ta or [])}
+    ib = {"|".join(str(r[k]) for k in key): r for r in (tb or [])}
+    cells = {}
+    for k in set(ia) | set(ib):
+        ra, rb = ia.get(k), ib.get(k)
+        for col in cols:
+            va = _cell(ra[col]) if ra is not None else None
+            vb = _cell(rb[col]) if rb is not None else None
+            if ra is None or rb is None or va != vb:
+                cells[(k, col)] = (va, vb)
+    return len(ia), len(ib), len({k for k, _ in cells}), ("differs" if cells else "same"), cells
+
+
+def _sums(reqs: list, row: dict, tasks: list):
+    """Sessions (sorted) and S/N per (arm, session, task) of the comparison's two arms (refspec.compare.timings)."""
+    S_, N_ = defaultdict(float), defaultdict(int)
+    sessions = set()
+    for r in reqs:
+        if (
+            r["campaign"] == row["campaign"]
+            and r["family"] == row["family"]
+            and (row["cap"] is None or r["cap"] == row["cap"])
+            and r["status"] == "ok"
+            and r["t_ns"] is not None
+            and r["arm"] in (row["numerator"], row["denominator"])
+        ):
+            sessions.add(r["session"])
+            S_[(r["arm"], r["session"], r["task_id"])] += math.log(r["t_ns"])
+            N_[(r["arm"], r["session"], r["task_id"])] += 1
+    return sorted(sessions), S_, N_
+
+
+def _resampled_D(kind, sessions, S_, N_, num, den, tasks, v, w):
+    """D_X of one draw (None when undefined): task weights v[t], session weights w[s]."""
+    if kind == "ratio":
+        tot = acc = 0.0
+        for j, t in enumerate(tasks):
+            if not v[j]:
+                continue
+            sn = sum(w[i] * S_.get((num, s, t), 0.0) for i, s in enumerate(sessions) if w[i])
+            nn = sum(w[i] * N_.get((num, s, t), 0) for i, s in enumerate(sessions) if w[i])
+            sd = sum(w[i] * S_.get((den, s, t), 0.0) for i, s in enumerate(sessions) if w[i])
+            nd = sum(w[i] * N_.get((den, s, t), 0) for i, s in enumerate(sessions) if w[i])
+            if nn and nd:
+                acc += v[j] * (sn / nn - sd / nd)
+                tot += v[j]
+        return acc / tot if tot else None
+    tot = acc = 0.0
+    for i, s in enumerate(sessions):
+        if not w[i]:
+            continue
+        cn = cd = 0.0
+        for j, t in enumerate(tasks):
+            if v[j] and N_.get((num, s, t)) and N_.get((den, s, t)):
+                cn += v[j] * (S_[(num, s, t)] / N_[(num, s, t)] - S_[(den, s, t)] / N_[(den, s, t)])
+                cd += v[j]
+        if cd:
+            acc += w[i] * (cn / cd)
+            tot += w[i]
+    return acc / tot if tot else None
+
+
+def _point_D(kind, sessions, S_, N_, num, den, tasks):
+    if kind == "ratio":
+        vals = []
+        for t in tasks:
+            nn = sum(N_.get((num, s, t), 0) for s in sessions)
+            nd = sum(N_.get((den, s, t), 0) for s in sessions)
+            vals.append(
+                sum(S_.get((num, s, t), 0.0) for s in sessions) / nn
+                - sum(S_.get((den, s, t), 0.0) for s in sessions) / nd
+            )
+        return mean(vals)
+    cs = []
+    for s in sessions:
+        ds = [
+            S_[(num, s, t)] / N_[(num, s, t)] - S_[(den, s, t)] / N_[(den, s, t)]
+            for t in tasks
+            if N_.get((num, s, t)) and N_.get((den, s, t))
+        ]
+        if ds:
+            cs.append(mean(ds))
+    return mean(cs)
+
+
+def _weights_of(rng: random.Random, n: int) -> list:
+    w = [0] * n
+    for _ in range(n):
+        w[rng.randrange(n)] += 1
+    return w
+
+
+def recompute_timing(row: dict, ins: dict):
+    """(ratio, lo, hi, a_lo, a_hi, b_lo, b_hi, n_tasks, n_sessions_a, n_sessions_b) of a timing row from the
+    carried requests (refspec.compare.timings: tasks seed, A's sessions seed+1, B's seed+2)."""
+    kind, seed, draws = row["kind"], row["seed"], row["draws"]
+    qa = ins["a"].get("tables", {}).get("qualification", [])
+    tasks = sorted(
+        {
+            r["task_id"]
+            for r in qa
+            if r["campaign"] == row["campaign"]
+            and r["family"] == row["family"]
+            and (row["cap"] is None or r["cap"] == row["cap"])
+        }
+    )
+    sa, Sa, Na = _sums(ins["a"]["tables"].get("requests", []), row, tasks)
+    sb, Sb, Nb = _sums(ins["b"]["tables"].get("requests", []), row, tasks)
+    num, den = row["numerator"], row["denominator"]
+    da = _point_D(kind, sa, Sa, Na, num, den, tasks)
+    db = _point_D(kind, sb, Sb, Nb, num, den, tasks)
+    rt, ra, rb = random.Random(seed), random.Random(seed + 1), random.Random(seed + 2)
+    diffs, xa, xb = [], [], []
+    for _ in range(draws):
+        v = _weights_of(rt, len(tasks))
+        wa = _weights_of(ra, len(sa))
+        wb = _weights_of(rb, len(sb))
+        a_ = _resampled_D(kind, sa, Sa, Na, num, den, tasks, v, wa)
+        b_ = _resampled_D(kind, sb, Sb, Nb, num, den, tasks, v, wb)
+        if a_ is not None and b_ is not None:
+            diffs.append(b_ - a_)
+            xa.append(a_)
+            xb.append(b_)
+    iv = lambda xs: [math.exp(percentile(sorted(xs), p)) for p in (2.5, 97.5)]  # noqa: E731
+    lo, hi = iv(diffs)
+    return dict(
+        a_point=math.exp(da),
+        b_point=math.exp(db),
+        ratio=math.exp(db - da),
+        lo=lo,
+        hi=hi,
+        a_iv=iv(xa),
+        b_iv=iv(xb),
+        n_tasks=len(tasks),
+        n_sessions_a=len(sa),
+        n_sessions_b=len(sb),
+    )
+
+
+def read_comparison_tables(c: Checker) -> dict:
+    """The comparison archive's own tables (COMPARE_COLUMNS), each a missing one recorded as unreadable."""
+    tables = {}
+    for name, cols in COMPARE_COLUMNS.items():
+        p = os.path.join(c.archive, "tables", name + ".csv")
+        if not os.path.isfile(p):
+            c.unread(f"tables/{name}.csv", "missing from the comparison archive")
+            continue
+        t = read_csv_table(c, name, p, posix_rel(p, c.archive), cols)
+        if t is not None:
+            tables[name] = t
+            c.files.add(p)
+    c.tables = tables
+    return tables
+
+
+def compared_archives(c: Checker) -> dict:
+    """The compared archives as the comparison's seal names them (predicate.compares), else as its plan.json does."""
+    sp = os.path.join(c.archive, "SEAL.dsse.json")
+    st = _statement_of(c, sp, "SEAL.dsse.json") if os.path.isfile(sp) else None
+    compares = ((st or {}).get("predicate") or {}).get("compares") if isinstance(st, dict) else None
+    if compares is None:
+        plan = read_plan(c) or {}
+        compares = {k: plan.get(k) for k in ("a", "b")}
+        if st is not None:
+            c.bad("SEAL.dsse.json", "the statement does not name the compared archives (predicate.compares)")
+    return compares
+
+
+def check_preservation_row(ctx: Context, i: int, row: dict, ins: dict, got_diffs: dict) -> None:
+    """A preservation finding's row: its row counts and verdict recomputed from the carried tables; the differing
+    cells it finds are added to ``got_diffs``."""
+    c, E, t, src = ctx.c, ctx.E, ctx.tables["comparisons"], ctx.src("comparisons")
+    item = row["item"]
+    table = COMPARE_FINDINGS[item][0]
+    ta = ins["a"].get("tables", {}).get(table)
+    tb = ins["b"].get("tables", {}).get(table)
+    ra_, rb_, nd, verdict, cells = recompute_finding(item, ta, tb)
+    got_diffs.update({(item, k, col): v for (k, col), v in cells.items()})
+    for col, val in (("rows_a", ra_), ("rows_b", rb_), ("rows_differing", nd)):
+        c.same(t.where(i, col), row[col], val)
+        E.add(("cmp", item, col), val, src)
+    c.same(t.where(i, "verdict"), row["verdict"], verdict)
+
+
+def _matches_compared(row: dict, r: dict) -> bool:
+    """Whether ``r`` (a row of a compared archive's ratios or estimates) is the one timing ``row`` compares."""
+    if row["kind"] == "ratio":
+        key = ("campaign", "family", "cap", "numerator", "denominator")
+    else:
+        key = ("family", "path", "comparison")
+    return tuple(r[k] for k in key) == tuple(row[k] for k in key)
+
+
+def check_compared_values(ctx: Context, i: int, row: dict, ins: dict) -> None:
+    """A timing row's a_value and b_value (and an estimate's a/b intervals): each compared archive's own number."""
+    c, E, t, src = ctx.c, ctx.E, ctx.tables["comparisons"], ctx.src("comparisons")
+    item = row["item"]
+    for col in ("a_value", "b_value"):
+        stated = None
+        lab = col[0]
+        for r in ins[lab].get("tables", {}).get("ratios" if row["kind"] == "ratio" else "estimates", []):
+            if row["kind"] not in ("ratio", "estimate") or not _matches_compared(row, r):
+                continue
+            if row["kind"] == "ratio":
+                stated = r["ratio"]
+                continue
+            stated = r["estimate"]
+            if row[lab + "_lo"] is not None:
+                for b_ in ("lo", "hi"):
+                    c.same(t.where(i, lab + "_" + b_), row[lab + "_" + b_], r[b_])
+                    E.add(("cmp", item, lab + "_" + b_), r[b_], src)
+        c.same(t.where(i, col), row[col], stated, "the compared archive's value")
+        if stated is not None:
+            E.add(("cmp", item, col), stated, src)
+
+
+def check_timing_recomputed(ctx: Context, i: int, row: dict, ins: dict) -> None:
+    """A timing row's ratio B/A, interval, counts, points and verdict recomputed from the carried requests."""
+    c, E, t, src = ctx.c, ctx.E, ctx.tables["comparisons"], ctx.src("comparisons")
+    item = row["item"]
+    try:
+        rc = recompute_timing(row, ins)
+    except (KeyError, ZeroDivisionError, ValueError, IndexError) as e:
+        c.bad(t.where(i), f"cannot recompute the timing from the carried requests ({e})")
+        return
+    for col in ("ratio", "lo", "hi", "n_tasks", "n_sessions_a", "n_sessions_b"):
+        c.same(t.where(i, col), row[col], rc[col])
+        if col in ("ratio", "lo", "hi"):
+            E.add(("cmp", item, col), rc[col], src)
+    for lab, pt in (("a", rc["a_point"]), ("b", rc["b_point"])):
+        stated = row[lab + "_value"]
+        if stated is not None and abs(pt - stated) > 1e-9 * max(1.0, abs(stated)):
+            c.bad(t.where(i, lab + "_value"), f"not the value the carried requests give ({pt!r})")
+    if row["kind"] == "ratio":
+        for lab in ("a", "b"):
+            for k, b_ in enumerate(("lo", "hi")):
+                c.same(t.where(i, lab + "_" + b_), row[lab + "_" + b_], rc[lab + "_iv"][k])
+                E.add(("cmp", item, lab + "_" + b_), rc[lab + "_iv"][k], src)
+    band = row["band"]
+    if row["verdict"] != "not comparable":
+        want = (
+            "reproduced"
+            if (rc["lo"] <= 1.0 <= rc["hi"] or (1.0 / band <= rc["lo"] and rc["hi"] <= band))
+            else "differs"
+        )
+        c.same(t.where(i, "verdict"), row["verdict"], want)
+
+
+def check_timing_row(ctx: Context, i: int, row: dict, ins: dict) -> None:
+    """A timing row: the compared archives' values, its band, and (when it has a ratio) its recomputation."""
+    check_compared_values(ctx, i, row, ins)
+    ctx.E.add(("cmp", row["item"], "band"), row["band"], ctx.src("comparisons"))
+    if row["ratio"] is not None:
+        check_timing_recomputed(ctx, i, row, ins)
+
+
+def check_differences(ctx: Context, got_diffs: dict) -> None:
+    """differences.csv: exactly the differing cells the preservation findings recompute."""
+    td = ctx.tables["differences"]
+    stated = {
+        (r["finding"], r["key"], r["column"]): (r["a"], r["b"]) for r in td.rows if r["finding"] in COMPARE_FINDINGS
+    }
+    for k in sorted(set(stated) | set(got_diffs)):
+        ctx.c.same(f"{td.rel} [{' '.join(k)}]", stated.get(k), got_diffs.get(k), "differing cell (A, B)")
+
+
+def check_comparisons_table(ctx: Context, ins: dict) -> None:
+    """comparisons.csv row by row (preservation findings, timings), then differences.csv."""
+    got_diffs: dict = {}
+    for i, row in enumerate(ctx.tables["comparisons"].rows):
+        if row["section"] == "preservation" and row["item"] in COMPARE_FINDINGS:
+            check_preservation_row(ctx, i, row, ins, got_diffs)
+        elif row["section"] == "timing":
+            check_timing_row(ctx, i, row, ins)
+    if "differences" in ctx.tables:
+        check_differences(ctx, got_diffs)
+
+
+def check_comparison(c: Checker, rep: Report, unsealed: bool, trust: Trust) -> tuple[int, Checker]:
+    """A comparison archive (anc/compare.md): every number of its report and its tables recomputed from the
+    records it carries (inputs/a, inputs/b), which must be the compared archives' sealed files."""
+    tables = read_comparison_tables(c)
+    compares = compared_archives(c)
+    ins = {lab: compare_inputs_read(c, lab, compares or {}) for lab in ("a", "b")}
+    comparisons_src = posix_rel(os.path.join(c.archive, "tables", "comparisons.csv"), rep.dir)
+    ctx = Context(c, tables, lambda _name: comparisons_src)
+    if "comparisons" in tables:
+        check_comparisons_table(ctx, ins)
+    stated_nums = check_numbers(c, ctx.E, rep)
+    check_html(c, ctx.E, rep, stated_nums)
+    check_tex(c, ctx.E, rep, stated_nums)
+    check_provenance(c, rep)
+    return check_sealed(c, unsealed, trust)
