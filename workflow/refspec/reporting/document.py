@@ -114,8 +114,19 @@ class Numbers:
         ]
 
 
-def _n(numbers: Numbers, a: Archive, table_name: str, tid: str, parts, value, fmt, row, column) -> Num:
-    return numbers.add(parts, value, fmt, a.src(table_name), tid, row, column)
+@dataclass(frozen=True)
+class ShownTable:
+    """Where the numbers of one report table come from: result ``table`` of ``archive`` (its CSV is each
+    number's source), shown in the report table with id ``tid``; :meth:`add` registers one in ``numbers``."""
+
+    numbers: Numbers
+    archive: Archive
+    table: str
+    tid: str
+
+    def add(self, parts: Sequence[Any], value: Any, fmt: str, *, row: dict[str, Any], column: str) -> Num:
+        """The number ``value`` of ``row``'s ``column``, under the id made of ``parts``, formatted with ``fmt``."""
+        return self.numbers.add(parts, value, fmt, self.archive.src(self.table), self.tid, row, column)
 
 
 # =========================================================================== archive
@@ -140,7 +151,7 @@ class Archive:
         return self.csv[name]
 
 
-def _rel(path: Path, out: Path) -> str:
+def rel_path(path: Path, out: Path) -> str:
     return Path(os.path.relpath(path, out)).as_posix()
 
 
@@ -162,7 +173,7 @@ def load_archive(results_dir: str | Path, out_dir: str | Path | None = None) -> 
             notes.append(f"{pq.name} has no CSV copy; not used (the checker reads the CSV)")
             continue
         data[name] = T.read_records(name, root)
-        csv[name] = _rel(cp, out)
+        csv[name] = rel_path(cp, out)
     for key, fname in (
         ("manifest", "manifest.json"),
         ("plan", "plan.json"),
@@ -177,7 +188,7 @@ def load_archive(results_dir: str | Path, out_dir: str | Path | None = None) -> 
     return Archive(root=root, out=out, data=data, csv=csv, notes=notes, files=files)
 
 
-def _read_json(p: Path) -> Any:
+def read_json(p: Path) -> Any:
     try:
         return json.loads(p.read_text(encoding="utf-8"))
     except (OSError, ValueError):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from ..document import Archive, Cell, Numbers, Section, Table, _n
+from ..document import Archive, Cell, Numbers, Section, ShownTable, Table
 
 
 def section_admission(a: Archive, N: Numbers) -> Section:
@@ -20,6 +20,7 @@ def section_admission(a: Archive, N: Numbers) -> Section:
         sec.notes.append("admission.csv not present: backend admission not run")
         return sec
     src, tid = a.src("admission"), "admission"
+    nums = ShownTable(N, a, "admission", tid)
     groups: dict[tuple, list[dict]] = defaultdict(list)
     for r in a.rows("admission"):
         groups[(r["family"], r["backend"], r["n_kv"], r["layout"], r["q"])].append(r)
@@ -36,21 +37,13 @@ def section_admission(a: Archive, N: Numbers) -> Section:
                 Cell([be], cls="mono"),
                 Cell([f"h={g[0]['n_head']}/{g[0]['n_head_kv']} d={g[0]['head_dim']} n_kv={n_kv}"], cls="small"),
                 Cell([lay], cls="mono"),
-                Cell([_n(N, a, "admission", tid, base + ("q",), q, "d", key, "q")]),
-                Cell([_n(N, a, "admission", tid, base + ("ops",), len(g), "d", key, "op")]),
-                Cell([_n(N, a, "admission", tid, base + ("false",), nf, "d", key, "verdict")], cls="bad" if nf else ""),
+                Cell([nums.add(base + ("q",), q, "d", row=key, column="q")]),
+                Cell([nums.add(base + ("ops",), len(g), "d", row=key, column="op")]),
+                Cell([nums.add(base + ("false",), nf, "d", row=key, column="verdict")], cls="bad" if nf else ""),
                 Cell(
                     [
-                        _n(
-                            N,
-                            a,
-                            "admission",
-                            tid,
-                            base + ("fallback",),
-                            sum(bool(r["fallback"]) for r in g),
-                            "d",
-                            key,
-                            "fallback",
+                        nums.add(
+                            base + ("fallback",), sum(bool(r["fallback"]) for r in g), "d", row=key, column="fallback"
                         )
                     ]
                 ),

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..document import Archive, Cell, Numbers, Section, Table, _n
+from ..document import Archive, Cell, Numbers, Section, ShownTable, Table
 
 
 def section_claims(a: Archive, N: Numbers) -> Section:
@@ -16,6 +16,7 @@ def section_claims(a: Archive, N: Numbers) -> Section:
         sec.notes.append("claims.csv not present: no controlled stage was run")
         return sec
     src, tid = a.src("claims"), "claims"
+    nums = ShownTable(N, a, "claims", tid)
     rows = []
     for r in sorted(a.rows("claims"), key=lambda r: (r["stage"], r["record"])):
         key = dict(stage=r["stage"], record=r["record"])
@@ -28,19 +29,11 @@ def section_claims(a: Archive, N: Numbers) -> Section:
                 Cell([r["status"] if ok else "WITHHELD"], cls="ok" if ok else "bad"),
                 Cell(
                     [
-                        _n(
-                            N,
-                            a,
-                            "claims",
-                            tid,
-                            base + ("controls_failed",),
-                            r["controls_failed"],
-                            "d",
-                            key,
-                            "controls_failed",
+                        nums.add(
+                            base + ("controls_failed",), r["controls_failed"], "d", row=key, column="controls_failed"
                         ),
                         " / ",
-                        _n(N, a, "claims", tid, base + ("controls",), r["controls"], "d", key, "controls"),
+                        nums.add(base + ("controls",), r["controls"], "d", row=key, column="controls"),
                     ]
                 ),
                 Cell([r["claim"]], cls="small"),

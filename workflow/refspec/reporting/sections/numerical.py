@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from ..document import Archive, Cell, Numbers, Section, Table, _n
+from ..document import Archive, Cell, Numbers, Section, ShownTable, Table
 from .vocabulary import STAGE_ORDER
 
 
@@ -20,6 +20,7 @@ def section_replay(a: Archive, N: Numbers) -> Section:
         return sec
     src = a.src("replay")
     tid = "replay"
+    shown = ShownTable(N, a, "replay", tid)
     groups: dict[tuple[str, str], list[dict]] = defaultdict(list)
     for r in a.rows("replay"):
         groups[(r["family"], r["stage"])].append(r)
@@ -37,7 +38,7 @@ def section_replay(a: Archive, N: Numbers) -> Section:
             max_ulp_mq=(max(r["max_ulp_mq"] for r in g), "d"),
             max_visible_keys=(max(r["visible_keys"] for r in g), "d"),
         )
-        nums = {k: _n(N, a, "replay", tid, base + (k,), v, f, key, k) for k, (v, f) in vals.items()}
+        nums = {k: shown.add(base + (k,), v, f, row=key, column=k) for k, (v, f) in vals.items()}
         rows.append(
             [
                 Cell([fam]),
@@ -91,6 +92,7 @@ def section_audit(a: Archive, N: Numbers) -> Section:
         return sec
     src = a.src("audit")
     tid = "audit"
+    shown = ShownTable(N, a, "audit", tid)
     groups: dict[tuple[str, str], list[dict]] = defaultdict(list)
     for r in a.rows("audit"):
         groups[(r["layout"], r["stage"])].append(r)
@@ -109,7 +111,7 @@ def section_audit(a: Archive, N: Numbers) -> Section:
             max_abs_err=(max((r["max_abs_err"] for r in clean), default=0.0), ".6g"),
             max_rel_err=(max((r["max_rel_err"] for r in clean), default=0.0), ".6g"),
         )
-        nums = {k: _n(N, a, "audit", tid, base + (k,), v, f, key, k) for k, (v, f) in vals.items()}
+        nums = {k: shown.add(base + (k,), v, f, row=key, column=k) for k, (v, f) in vals.items()}
         ok = vals["oracle_ok"][0] == len(clean) and vals["detected"][0] == len(faulty)
         rows.append(
             [

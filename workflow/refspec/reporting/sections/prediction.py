@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from ..document import DASH, Archive, Cell, Numbers, Section, Table, _n
+from ..document import DASH, Archive, Cell, Numbers, Section, ShownTable, Table
 
 
 def prediction_totals(rows: list[dict]) -> dict[str, Any]:
@@ -54,12 +54,13 @@ def _summary_table(a: Archive, N: Numbers, src: str) -> Table:
     for r in a.rows("prediction"):
         by_fam[r["family"]].append(r)
     tid = "prediction-summary"
+    nums = ShownTable(N, a, "prediction", tid)
     rows = []
     for fam in sorted(by_fam):
         rs = by_fam[fam]
         tot = prediction_totals(rs)
         key = dict(family=fam)
-        v = {k: _n(N, a, "prediction", tid, ("predsum", fam, k), val, "d", key, k) for k, val in tot.items()}
+        v = {k: nums.add(("predsum", fam, k), val, "d", row=key, column=k) for k, val in tot.items()}
         live = sorted({r["live_arm"] for r in rs})
         pred = sorted({r["predictor"] for r in rs})
         rows.append(
@@ -111,33 +112,14 @@ def _summary_table(a: Archive, N: Numbers, src: str) -> Table:
 def _task_table(a: Archive, N: Numbers, src: str) -> Table:
     """Predicted vs live and reference vs live per reserved task."""
     tid = "prediction"
+    nums = ShownTable(N, a, "prediction", tid)
     rows = []
     for r in sorted(a.rows("prediction"), key=lambda r: (r["family"], r["task_id"])):
         key = dict(family=r["family"], task_id=r["task_id"])
         base = ("pred", r["family"], r["task_id"])
-        n = _n(N, a, "prediction", tid, base + ("live_runs",), r["live_runs"], "d", key, "live_runs")
-        pm = _n(
-            N,
-            a,
-            "prediction",
-            tid,
-            base + ("predicted_matches",),
-            r["predicted_matches"],
-            "d",
-            key,
-            "predicted_matches",
-        )
-        rm = _n(
-            N,
-            a,
-            "prediction",
-            tid,
-            base + ("reference_matches",),
-            r["reference_matches"],
-            "d",
-            key,
-            "reference_matches",
-        )
+        n = nums.add(base + ("live_runs",), r["live_runs"], "d", row=key, column="live_runs")
+        pm = nums.add(base + ("predicted_matches",), r["predicted_matches"], "d", row=key, column="predicted_matches")
+        rm = nums.add(base + ("reference_matches",), r["reference_matches"], "d", row=key, column="reference_matches")
         stable = DASH if r["live_stable"] is None else ("yes" if r["live_stable"] else "no")
         rows.append(
             [
