@@ -3,15 +3,18 @@
 :class:`Archive` (the result tables and files of a results folder, :func:`load_archive`),
 :class:`Numbers` (the registry of every number shown, written as ``numbers.json``) with
 its :class:`Num` entries, and the items sections hold: :class:`Cell`, :class:`Table`,
-:class:`Figure` and :class:`Section`.
+:class:`Figure` and :class:`Section`. A section built on one result table is declared with
+:func:`table_section` (the section, or its '<table>.csv not present' note when the table is absent);
+:class:`ShownTable` registers the numbers a report table shows.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -75,6 +78,33 @@ class Section:
     intro: str = ""
     items: list[Any] = field(default_factory=list)  # Table | Figure
     notes: list[str] = field(default_factory=list)  # "not run" and similar visible notes
+
+
+def absent_note(table: str, why: str = "") -> str:
+    """The note a section shows when the archive lacks result ``table``: '<table>.csv not present: <why>'."""
+    return f"{table}.csv not present: {why}" if why else f"{table}.csv not present"
+
+
+def table_section(
+    id: str, title: str, intro: str = "", *, table: str, absent: str
+) -> Callable[[Callable[[Section, Archive, Numbers], None]], Callable[[Archive, Numbers], Section]]:
+    """A section built on result ``table``: the decorated ``body(sec, a, N)`` fills the section
+    (``id``, ``title``, ``intro``); when the archive has no ``table`` the body is not called and the
+    section holds only :func:`absent_note` with ``absent`` (why the table is missing)."""
+
+    def wrap(body: Callable[[Section, Archive, Numbers], None]) -> Callable[[Archive, Numbers], Section]:
+        @functools.wraps(body)
+        def section(a: Archive, N: Numbers) -> Section:
+            sec = Section(id, title, intro)
+            if not a.has(table):
+                sec.notes.append(absent_note(table, absent))
+            else:
+                body(sec, a, N)
+            return sec
+
+        return section
+
+    return wrap
 
 
 class Numbers:

@@ -5,20 +5,19 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from ..document import Archive, Cell, Numbers, Section, ShownTable, Table
+from ..document import Archive, Cell, Numbers, Section, ShownTable, Table, table_section
 
 
-def section_admission(a: Archive, N: Numbers) -> Section:
-    sec = Section(
-        "admission",
-        "Backend admission",
-        "The family's attention shape lifted to one to four occupied queries (q): per layout, the chosen backend's "
-        "supports_op for every node and where the nodes ran (paper §6.3, S6.3). 'false' is a proven "
-        "violation of a necessary condition; 'unknown' is never a certificate of support.",
-    )
-    if not a.has("admission"):
-        sec.notes.append("admission.csv not present: backend admission not run")
-        return sec
+@table_section(
+    "admission",
+    "Backend admission",
+    "The family's attention shape lifted to one to four occupied queries (q): per layout, the chosen backend's "
+    "supports_op for every node and where the nodes ran (paper §6.3, S6.3). 'false' is a proven "
+    "violation of a necessary condition; 'unknown' is never a certificate of support.",
+    table="admission",
+    absent="backend admission not run",
+)
+def section_admission(sec: Section, a: Archive, N: Numbers) -> None:
     src, tid = a.src("admission"), "admission"
     nums = ShownTable(N, a, "admission", tid)
     groups: dict[tuple, list[dict]] = defaultdict(list)
@@ -72,4 +71,3 @@ def section_admission(a: Archive, N: Numbers) -> Section:
             numeric=[False] * 4 + [True] * 4 + [False, False],
         )
     )
-    return sec

@@ -2,19 +2,18 @@
 
 from __future__ import annotations
 
-from ..document import Archive, Cell, Numbers, Section, ShownTable, Table
+from ..document import Archive, Cell, Numbers, Section, ShownTable, Table, table_section
 
 
-def section_claims(a: Archive, N: Numbers) -> Section:
-    sec = Section(
-        "claims",
-        "Controlled stages and their claims",
-        "Each controlled stage runs its controls before its tables may be read as claims. A failed control "
-        "keeps the stage's complete record in this archive; the claim is then withheld, never dropped.",
-    )
-    if not a.has("claims"):
-        sec.notes.append("claims.csv not present: no controlled stage was run")
-        return sec
+@table_section(
+    "claims",
+    "Controlled stages and their claims",
+    "Each controlled stage runs its controls before its tables may be read as claims. A failed control "
+    "keeps the stage's complete record in this archive; the claim is then withheld, never dropped.",
+    table="claims",
+    absent="no controlled stage was run",
+)
+def section_claims(sec: Section, a: Archive, N: Numbers) -> None:
     src, tid = a.src("claims"), "claims"
     nums = ShownTable(N, a, "claims", tid)
     rows = []
@@ -53,4 +52,3 @@ def section_claims(a: Archive, N: Numbers) -> Section:
     withheld = [r for r in a.rows("claims") if r["status"] != "supported"]
     if withheld:
         sec.notes.append("withheld: " + "; ".join(f"{r['stage']} ({r['record']}): {r['reason']}" for r in withheld))
-    return sec

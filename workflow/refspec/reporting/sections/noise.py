@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from ...core import stats as S
-from ..document import DASH, Archive, Cell, Numbers, Section, ShownTable, Table
+from ..document import DASH, Archive, Cell, Numbers, Section, ShownTable, Table, absent_note
 
 VERDICT_TEXT = {S.NOISE_OK: "A/A ok", S.NOISE_TOO_HIGH: "machine noise too high", "unqualified": "A/A not qualified"}
 
@@ -57,11 +57,11 @@ def section_noise(a: Archive, N: Numbers) -> Section:
         "more CPU than the busy threshold is flagged, and kept.",
     )
     if not a.has("noise"):
-        sec.notes.append("noise.csv not present: no A/A control was run")
+        sec.notes.append(absent_note("noise", "no A/A control was run"))
     else:
         sec.items.append(_noise_table(a, N))
     if not a.has("loads"):
-        sec.notes.append("loads.csv not present: the machine load was not sampled")
+        sec.notes.append(absent_note("loads", "the machine load was not sampled"))
     else:
         sec.items.append(_busy_table(a, N))
     return sec

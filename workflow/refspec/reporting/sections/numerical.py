@@ -4,20 +4,19 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from ..document import Archive, Cell, Numbers, Section, ShownTable, Table
+from ..document import Archive, Cell, Numbers, Section, ShownTable, Table, table_section
 from .vocabulary import STAGE_ORDER
 
 
-def section_replay(a: Archive, N: Numbers) -> Section:
-    sec = Section(
-        "replay",
-        "Numerical replay (E1)",
-        "Frozen Q/K/V/mask operands replayed through MQ, PQ and QB graphs (paper Table S7). "
-        "Counts of bitwise-equal contexts per stage and the largest MQ-to-repair differences.",
-    )
-    if not a.has("replay"):
-        sec.notes.append("replay.csv not present: numerical replay not run")
-        return sec
+@table_section(
+    "replay",
+    "Numerical replay (E1)",
+    "Frozen Q/K/V/mask operands replayed through MQ, PQ and QB graphs (paper Table S7). "
+    "Counts of bitwise-equal contexts per stage and the largest MQ-to-repair differences.",
+    table="replay",
+    absent="numerical replay not run",
+)
+def section_replay(sec: Section, a: Archive, N: Numbers) -> None:
     src = a.src("replay")
     tid = "replay"
     shown = ShownTable(N, a, "replay", tid)
@@ -78,18 +77,16 @@ def section_replay(a: Archive, N: Numbers) -> Section:
             f"{len(bad)} context(s) failed a control; their numerical claims are withheld: "
             + "; ".join(sorted({r["reason"] or "no reason recorded" for r in bad}))
         )
-    return sec
 
 
-def section_audit(a: Archive, N: Numbers) -> Section:
-    sec = Section(
-        "audit",
-        "Representation audit",
-        "Synthetic fixtures with an integer address oracle, an FP64 oracle and injected faults (paper S6.2).",
-    )
-    if not a.has("audit"):
-        sec.notes.append("audit.csv not present: representation audit not run")
-        return sec
+@table_section(
+    "audit",
+    "Representation audit",
+    "Synthetic fixtures with an integer address oracle, an FP64 oracle and injected faults (paper S6.2).",
+    table="audit",
+    absent="representation audit not run",
+)
+def section_audit(sec: Section, a: Archive, N: Numbers) -> None:
     src = a.src("audit")
     tid = "audit"
     shown = ShownTable(N, a, "audit", tid)
@@ -146,4 +143,3 @@ def section_audit(a: Archive, N: Numbers) -> Section:
             "injected faults NOT detected: "
             + "; ".join(f"{r['fixture']} {r['layout']} {r['stage']} ({r['fault']})" for r in missed[:10])
         )
-    return sec

@@ -10,7 +10,7 @@ from typing import Any
 
 from ...campaigns.derived import status_counts
 from ...core.hashing import sha256_file
-from ..document import Archive, Cell, Numbers, Section, ShownTable, Table, read_json, rel_path
+from ..document import Archive, Cell, Numbers, Section, ShownTable, Table, absent_note, read_json, rel_path
 
 LEDGER_KIND_KEYS = ("kind", "event", "type")
 
@@ -256,7 +256,7 @@ def section_ledger(a: Archive, N: Numbers) -> Section:
             )
         )
     else:
-        sec.notes.append("requests.csv not present")
+        sec.notes.append(absent_note("requests"))
     led = a.files.get("ledger")
     if led is not None:
         n, kinds, problems = ledger_kinds(led)

@@ -7,7 +7,7 @@ import json
 from collections import defaultdict
 
 from ...campaigns.derived import arm_sort_key, qualification_counts
-from ..document import DASH, Archive, Cell, Figure, Numbers, Section, ShownTable, Table
+from ..document import DASH, Archive, Cell, Figure, Numbers, Section, ShownTable, Table, table_section
 from ..svg import strip_figure
 from .vocabulary import CAMPAIGN_TITLES, campaigns_in, tasks_fail
 
@@ -60,16 +60,15 @@ def named_references(a: Archive) -> dict[str, str]:
     return out
 
 
-def section_qualification(a: Archive, N: Numbers) -> Section:
-    sec = Section(
-        "qualification",
-        "Complete-endpoint qualification",
-        "Matching complete endpoints out of required requests per arm and family (paper Table 3 shape). "
-        "An arm qualifies on a task when the reference is stable and every required request returned the reference endpoint.",
-    )
-    if not a.has("qualification"):
-        sec.notes.append("qualification.csv not present: qualification not run")
-        return sec
+@table_section(
+    "qualification",
+    "Complete-endpoint qualification",
+    "Matching complete endpoints out of required requests per arm and family (paper Table 3 shape). "
+    "An arm qualifies on a task when the reference is stable and every required request returned the reference endpoint.",
+    table="qualification",
+    absent="qualification not run",
+)
+def section_qualification(sec: Section, a: Archive, N: Numbers) -> None:
     for camp, ref in named_references(a).items():
         sec.notes.append(
             f"Campaign {camp}: the reference arm is {ref} (plan.json, definition.reference), not refspec's R; "
@@ -175,24 +174,22 @@ def section_qualification(a: Archive, N: Numbers) -> Section:
             )
     else:
         sec.notes.append("no failed qualification")
-    return sec
 
 
 def _mask_bits(m: int) -> str:
     return " ".join(n for b, n in ((1, "TP"), (2, "TC"), (4, "DP"), (8, "DC")) if m & b) or "none"
 
 
-def section_masks(a: Archive, N: Numbers) -> Section:
-    sec = Section(
-        "phase-masks",
-        "Phase-mask sweep",
-        "Mask bits: target prefill one, target continuation two, draft prefill four, draft continuation eight "
-        "(paper Table S1). "
-        "A mask passes when every probe matched the reference in every repeat; minimal = no passing proper sub-mask.",
-    )
-    if not a.has("phase_masks"):
-        sec.notes.append("phase_masks.csv not present: phase-mask sweep not run")
-        return sec
+@table_section(
+    "phase-masks",
+    "Phase-mask sweep",
+    "Mask bits: target prefill one, target continuation two, draft prefill four, draft continuation eight "
+    "(paper Table S1). "
+    "A mask passes when every probe matched the reference in every repeat; minimal = no passing proper sub-mask.",
+    table="phase_masks",
+    absent="phase-mask sweep not run",
+)
+def section_masks(sec: Section, a: Archive, N: Numbers) -> None:
     src = a.src("phase_masks")
     tid = "phase-masks"
     nums = ShownTable(N, a, "phase_masks", tid)
@@ -222,4 +219,3 @@ def section_masks(a: Archive, N: Numbers) -> Section:
             numeric=[False, True, False, True, False, False],
         )
     )
-    return sec

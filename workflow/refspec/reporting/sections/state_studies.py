@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from ..document import DASH, Archive, Cell, Numbers, Section, ShownTable, Table
+from ..document import DASH, Archive, Cell, Numbers, Section, ShownTable, Table, table_section
 
 SELECTOR_ORDER = ("L0_K", "L0_V", "L0_KV", "K_ALL", "V_ALL", "EARLY", "MIDDLE", "LATE", "PREFIX", "TAIL")
 OUTCOME_CODE = {"recipient": "=", "donor": "D", "third": "T"}
@@ -22,19 +22,18 @@ def _tasks(rows: list[dict]) -> list[str]:
     return list(dict.fromkeys(r["task_id"] for r in rows))
 
 
-def section_partition(a: Archive, N: Numbers) -> Section:
-    sec = Section(
-        "state-partition",
-        "State formation: prefill partitions",
-        "Each arm prefills the same prompt partitioned differently (A: one caller, the full micro-batch; B: an "
-        "external split; C: a quarter of that micro-batch; Sn-1: all but the last token, then one; U1: "
-        "physical micro-batch one) and continues by natural greedy decoding (paper §6.1, Tables S8-S9). Per "
-        "cell: endpoint / KV / initial-logits class (class zero is A's) and the first generated index that "
-        "differs from A.",
-    )
-    if not a.has("partition"):
-        sec.notes.append("partition.csv not present: prefill partition campaign not run")
-        return sec
+@table_section(
+    "state-partition",
+    "State formation: prefill partitions",
+    "Each arm prefills the same prompt partitioned differently (A: one caller, the full micro-batch; B: an "
+    "external split; C: a quarter of that micro-batch; Sn-1: all but the last token, then one; U1: "
+    "physical micro-batch one) and continues by natural greedy decoding (paper §6.1, Tables S8-S9). Per "
+    "cell: endpoint / KV / initial-logits class (class zero is A's) and the first generated index that "
+    "differs from A.",
+    table="partition",
+    absent="prefill partition campaign not run",
+)
+def section_partition(sec: Section, a: Archive, N: Numbers) -> None:
     src, tid = a.src("partition"), "state-partition"
     nums_tid = ShownTable(N, a, "partition", tid)
     prows = [r for r in a.rows("partition") if r["repeat"] == 1]
@@ -128,19 +127,17 @@ def section_partition(a: Archive, N: Numbers) -> Section:
     ]
     if problems:
         sec.notes.append(f"{len(problems)} repeat(s) differ from repeat 1")
-    return sec
 
 
-def section_kv(a: Archive, N: Numbers) -> Section:
-    sec = Section(
-        "state-kv",
-        "Where the states differ",
-        "Per-layer differences of the stored F16 sequence KV against A's (paper Tables S10 and S12; taken "
-        "from the KV state at prefill completion, not from native projection captures).",
-    )
-    if not a.has("kv_diff"):
-        sec.notes.append("kv_diff.csv not present: no arm's KV differs from A's, or the partition campaign was not run")
-        return sec
+@table_section(
+    "state-kv",
+    "Where the states differ",
+    "Per-layer differences of the stored F16 sequence KV against A's (paper Tables S10 and S12; taken "
+    "from the KV state at prefill completion, not from native projection captures).",
+    table="kv_diff",
+    absent="no arm's KV differs from A's, or the partition campaign was not run",
+)
+def section_kv(sec: Section, a: Archive, N: Numbers) -> None:
     src, tid = a.src("kv_diff"), "state-kv-first"
     groups: dict[tuple[str, str], list[dict]] = defaultdict(list)
     for r in a.rows("kv_diff"):
@@ -186,7 +183,6 @@ def section_kv(a: Archive, N: Numbers) -> Section:
             numeric=[False, False, True, True, True, True, False],
         )
     )
-    return sec
 
 
 def _kv_first_row(a: Archive, N: Numbers, tid: str, t: str, arm: str, g: list[dict]) -> list[Cell]:
@@ -284,20 +280,19 @@ def projection_positions(rows: list[dict]) -> dict[int, str]:
     return {r["p0"] + j: h for r in rows for j, h in enumerate(r["row_sha256"].split())}
 
 
-def section_projection(a: Archive, N: Numbers) -> Section:
-    sec = Section(
-        "state-projection",
-        "Projection replay on fixed operands",
-        "The RMS norm (norm), norm-weight MUL (attn_norm) and Q/K/V projection MUL_MATs of the captured "
-        "layers in the prefills of the pair's arms, on the inputs whose states differ (paper §6.1). Each call "
-        "is replayed alone on its captured operands on the same backend and compared bitwise with its "
-        "captured output: qualified (equal), mismatch, excluded (ggml-alloc computed it in place over its "
-        "operand, which no capture can read back; never replayed) or error. Then the pair's outputs of each "
-        "node are compared position by position.",
-    )
-    if not a.has("projection"):
-        sec.notes.append("projection.csv not present: projection replay not run (stages.projection)")
-        return sec
+@table_section(
+    "state-projection",
+    "Projection replay on fixed operands",
+    "The RMS norm (norm), norm-weight MUL (attn_norm) and Q/K/V projection MUL_MATs of the captured "
+    "layers in the prefills of the pair's arms, on the inputs whose states differ (paper §6.1). Each call "
+    "is replayed alone on its captured operands on the same backend and compared bitwise with its "
+    "captured output: qualified (equal), mismatch, excluded (ggml-alloc computed it in place over its "
+    "operand, which no capture can read back; never replayed) or error. Then the pair's outputs of each "
+    "node are compared position by position.",
+    table="projection",
+    absent="projection replay not run (stages.projection)",
+)
+def section_projection(sec: Section, a: Archive, N: Numbers) -> None:
     src, tid = a.src("projection"), "state-projection"
     nums_tid = ShownTable(N, a, "projection", tid)
     rows_all = a.rows("projection")
@@ -393,21 +388,19 @@ def section_projection(a: Archive, N: Numbers) -> Section:
             numeric=[False, False, False, True, True, True, False],
         )
     )
-    return sec
 
 
-def section_crosses(a: Archive, N: Numbers) -> Section:
-    sec = Section(
-        "state-crosses",
-        "State transfer: crosses and subset splices",
-        "A fresh receiver restores the recipient's KV with the donor's regions spliced in, samples the "
-        "recipient's stored initial logits and continues greedily (paper §6.2, Table S11). '=' the "
-        "recipient's natural endpoint, 'D' the donor's (distinguishable), 'T' a third trajectory; '.' no "
-        "byte changed; '!' the process repeats disagree.",
-    )
-    if not a.has("crosses"):
-        sec.notes.append("crosses.csv not present: state crosses not run")
-        return sec
+@table_section(
+    "state-crosses",
+    "State transfer: crosses and subset splices",
+    "A fresh receiver restores the recipient's KV with the donor's regions spliced in, samples the "
+    "recipient's stored initial logits and continues greedily (paper §6.2, Table S11). '=' the "
+    "recipient's natural endpoint, 'D' the donor's (distinguishable), 'T' a third trajectory; '.' no "
+    "byte changed; '!' the process repeats disagree.",
+    table="crosses",
+    absent="state crosses not run",
+)
+def section_crosses(sec: Section, a: Archive, N: Numbers) -> None:
     src, tid = a.src("crosses"), "state-crosses"
     rows_all = a.rows("crosses")
     cols = list(dict.fromkeys((r["task_id"], r["direction"]) for r in rows_all))
@@ -472,20 +465,18 @@ def section_crosses(a: Archive, N: Numbers) -> Section:
     sec.items.append(
         Table(tid2, "Crosses: outcome counts and controls", [src], ["count", "value"], rows2, numeric=[False, True])
     )
-    return sec
 
 
-def section_frontier(a: Archive, N: Numbers) -> Section:
-    sec = Section(
-        "state-frontier",
-        "Frontier contrasts",
-        "At the first output t* where a panel's four trajectories (EMPTY, first, second, joint) cease to "
-        "agree, the pair score logit[a] - logit[b] of each arm: the additive prediction d_first + d_second "
-        "against the actual joint change (paper S5.2, Table S13). The first repeat is shown; both repeats must agree.",
-    )
-    if not a.has("frontier"):
-        sec.notes.append("frontier.csv not present: state crosses not run")
-        return sec
+@table_section(
+    "state-frontier",
+    "Frontier contrasts",
+    "At the first output t* where a panel's four trajectories (EMPTY, first, second, joint) cease to "
+    "agree, the pair score logit[a] - logit[b] of each arm: the additive prediction d_first + d_second "
+    "against the actual joint change (paper S5.2, Table S13). The first repeat is shown; both repeats must agree.",
+    table="frontier",
+    absent="state crosses not run",
+)
+def section_frontier(sec: Section, a: Archive, N: Numbers) -> None:
     src, tid = a.src("frontier"), "state-frontier"
     nums = ShownTable(N, a, "frontier", tid)
     rows = []
@@ -532,4 +523,3 @@ def section_frontier(a: Archive, N: Numbers) -> Section:
             numeric=[False] * 3 + [True, False, False, True, True, True, True, False],
         )
     )
-    return sec

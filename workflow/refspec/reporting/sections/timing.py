@@ -7,23 +7,22 @@ from typing import Any
 
 from ...campaigns.derived import acceptance
 from ...core import stats as S
-from ..document import DASH, Archive, Cell, Figure, Numbers, Section, ShownTable, Table
+from ..document import DASH, Archive, Cell, Figure, Numbers, Section, ShownTable, Table, absent_note, table_section
 from ..svg import bar_figure, interval_figure
 from .noise import aa_cell, aa_rows
 from .vocabulary import CAMPAIGN_TITLES, WORDS, campaigns_in
 
 
-def section_ratios(a: Archive, N: Numbers) -> Section:
-    sec = Section(
-        "ratios",
-        "Qualified latency ratios",
-        "Numerator time / denominator time: exp of the mean over panel tasks of the paired log-time difference "
-        "(paper Tables S2, S3). A regression is a task on which the denominator is slower (task ratio below one). "
-        "Comparisons with a failed qualification are shown as a dash with the reason.",
-    )
-    if not a.has("ratios"):
-        sec.notes.append("ratios.csv not present: confirmation / implementation ratios not run")
-        return sec
+@table_section(
+    "ratios",
+    "Qualified latency ratios",
+    "Numerator time / denominator time: exp of the mean over panel tasks of the paired log-time difference "
+    "(paper Tables S2, S3). A regression is a task on which the denominator is slower (task ratio below one). "
+    "Comparisons with a failed qualification are shown as a dash with the reason.",
+    table="ratios",
+    absent="confirmation / implementation ratios not run",
+)
+def section_ratios(sec: Section, a: Archive, N: Numbers) -> None:
     src = a.src("ratios")
     rows_all = a.rows("ratios")
     for camp in campaigns_in(rows_all):
@@ -88,7 +87,6 @@ def section_ratios(a: Archive, N: Numbers) -> Section:
                 "Blue: target-only arms; orange: speculative arms.",
             )
         )
-    return sec
 
 
 def _layout_of(a: Archive, campaign: str, family: str, arm: str) -> str | None:
@@ -98,24 +96,23 @@ def _layout_of(a: Archive, campaign: str, family: str, arm: str) -> str | None:
     return None
 
 
-def section_diagnostics(a: Archive, N: Numbers) -> Section:
-    sec = Section(
-        "diagnostics",
-        "Diagnostic timings (not qualified)",
-        "The price of preservation, measured on arms that do not all reproduce the reference: M3/M0 and C3/C0 "
-        "(repaired over unrepaired path) and R_prod/M3 (deployed default over the repaired target-only path). "
-        "Every row has an unqualified side and says which; these ratios compare paths whose outputs differ on "
-        "some tasks and are descriptive only. They are never qualified ratios, which are in the section above. "
-        "Ratio: exp of the mean over the tasks timed for both arms of the paired log-time difference; medians: "
-        "the middle request time of each arm on those tasks.",
-    )
-    if not a.has("diagnostics"):
-        sec.notes.append("diagnostics.csv not present: no diagnostic timing recorded")
-        return sec
+@table_section(
+    "diagnostics",
+    "Diagnostic timings (not qualified)",
+    "The price of preservation, measured on arms that do not all reproduce the reference: M3/M0 and C3/C0 "
+    "(repaired over unrepaired path) and R_prod/M3 (deployed default over the repaired target-only path). "
+    "Every row has an unqualified side and says which; these ratios compare paths whose outputs differ on "
+    "some tasks and are descriptive only. They are never qualified ratios, which are in the section above. "
+    "Ratio: exp of the mean over the tasks timed for both arms of the paired log-time difference; medians: "
+    "the middle request time of each arm on those tasks.",
+    table="diagnostics",
+    absent="no diagnostic timing recorded",
+)
+def section_diagnostics(sec: Section, a: Archive, N: Numbers) -> None:
     rows_all = a.rows("diagnostics")
     if not rows_all:
         sec.notes.append("no diagnostic row: every registered pair (M3/M0, C3/C0, R_prod/M3) qualified or was not run")
-        return sec
+        return
     src = a.src("diagnostics")
     tid = "diagnostics"
     nums = ShownTable(N, a, "diagnostics", tid)
@@ -193,7 +190,6 @@ def section_diagnostics(a: Archive, N: Numbers) -> Section:
                 "on some task. Above one the numerator is slower.",
             )
         )
-    return sec
 
 
 DECISION_TEXT = {S.TOO_FEW_SESSIONS: "too few sessions", S.NOISE_TOO_HIGH: "machine noise too high"}
@@ -218,7 +214,7 @@ def section_replication(a: Archive, N: Numbers, boot: dict[str, Any]) -> Section
         "decision is shown as \u201cmachine noise too high\u201d instead (noise section).",
     )
     if not a.has("estimates"):
-        sec.notes.append("estimates.csv not present: replication not run")
+        sec.notes.append(absent_note("estimates", "replication not run"))
     else:
         sec.items.extend(_estimate_items(a, N))
     if boot:
@@ -227,7 +223,7 @@ def section_replication(a: Archive, N: Numbers, boot: dict[str, Any]) -> Section
     if a.has("contrasts"):
         sec.items.append(_contrasts_table(a, N))
     elif a.has("estimates"):
-        sec.notes.append("contrasts.csv not present")
+        sec.notes.append(absent_note("contrasts"))
     if a.has("sessions"):
         sec.items.append(_sessions_table(a, N))
     return sec
@@ -416,19 +412,18 @@ def _sessions_table(a: Archive, N: Numbers) -> Table:
     )
 
 
-def section_acceptance(a: Archive, N: Numbers) -> Section:
-    sec = Section(
-        "acceptance",
-        "Draft acceptance",
-        "Accepted / proposed draft tokens over completed speculative requests, per family and draft.",
-    )
-    if not a.has("requests"):
-        sec.notes.append("requests.csv not present: no request was run")
-        return sec
+@table_section(
+    "acceptance",
+    "Draft acceptance",
+    "Accepted / proposed draft tokens over completed speculative requests, per family and draft.",
+    table="requests",
+    absent="no request was run",
+)
+def section_acceptance(sec: Section, a: Archive, N: Numbers) -> None:
     acc = acceptance(a.rows("requests"))
     if not acc:
         sec.notes.append("no completed speculative request")
-        return sec
+        return
     src = a.src("requests")
     tid = "acceptance"
     nums = ShownTable(N, a, "requests", tid)
@@ -465,4 +460,3 @@ def section_acceptance(a: Archive, N: Numbers) -> Section:
                 "Fraction of proposed draft tokens accepted by the target.",
             )
         )
-    return sec
