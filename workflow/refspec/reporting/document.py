@@ -62,7 +62,7 @@ class Table:
 
 @dataclass
 class Figure:
-    """A figure; ``canvas`` is a :class:`refspec.report.svg.Canvas`, drawn as inline SVG and as TikZ."""
+    """A figure; ``canvas`` is a :class:`refspec.reporting.svg.Canvas`, drawn as inline SVG and as TikZ."""
 
     id: str
     title: str
