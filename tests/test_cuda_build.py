@@ -16,13 +16,14 @@ import time
 import pytest
 
 from refspec.native import build as native
+from refspec.native import cuda
 
 pytestmark = pytest.mark.cuda_build
 
 
 @pytest.fixture(scope="module")
 def cuda_build():
-    if native._nvcc() is None:
+    if cuda.nvcc() is None:
         pytest.skip("no nvcc on this machine")
     t0 = time.monotonic()
     res = native.build(native.BuildOptions(backend="cuda", cuda_arch="90"))

@@ -152,3 +152,29 @@ def test_cuda_build_when_available():
         pytest.skip("no CUDA toolkit/device on this machine: the CUDA build runs on GPU hosts only")
     res = native.build(native.BuildOptions(backend="cuda"), quiet=True)
     assert any(n.startswith("libggml-cuda") for n in res.record["files"])
+
+
+def test_one_build_key_for_the_libraries_the_server_and_the_tests():
+    """build_key serves the library build, the optional server and test builds and another release's
+    server: the same digest layout, so each build keeps its cache folder."""
+    from refspec.core.hashing import sha256_file, sha256_json
+
+    opts = native.BuildOptions()
+    patches = [{"name": p.name, "sha256": sha256_file(p)} for p in native.patch_files()]
+    sdist = {"name": native.SDIST_NAME, "version": native.SDIST_VERSION, "sha256": native.SDIST_SHA256}
+    base = {"sdist": sdist, "options": {"backend": "cpu", "cuda_arch": "90", "build_type": "Release"}}
+    assert native.build_key(opts) == sha256_json(
+        {**base, "patches": patches, "flags": opts.cmake_flags(), "targets": native.LIB_TARGETS}
+    )
+    srv = {**base, "flags": native.server_flags(opts), "targets": [native.SERVER_TARGET]}
+    assert native.build_key(opts, "server", "patched") == sha256_json({**srv, "patches": patches, "variant": "patched"})
+    assert native.build_key(opts, "server", "stock") == sha256_json({**srv, "patches": [], "variant": "stock"})
+    tst = {**base, "flags": native.tests_flags(opts), "targets": native.TEST_TARGETS, "patches": [], "variant": "stock"}
+    assert native.build_key(opts, "tests", "stock") == sha256_json(tst)
+    old = native.OLD_SERVER_SDIST
+    other = {**srv, "sdist": {"name": old.name, "version": old.version, "sha256": old.sha256}}
+    assert native.build_key(opts, "server", "stock", pin=old) == sha256_json(
+        {**other, "patches": [], "variant": "stock"}
+    )
+    with pytest.raises(BuildError, match="unknown llama-server variant 'x'"):
+        native.build_key(opts, "server", "x")

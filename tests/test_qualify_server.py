@@ -30,7 +30,7 @@ def stock_server():
     from refspec.native import build as native
 
     opts = native.BuildOptions()
-    root = cache_dir() / "native" / native.server_key(opts, "stock")[:16]
+    root = cache_dir() / "native" / native.build_key(opts, "server", "stock")[:16]
     if not (root / native.BUILD_RECORD).is_file():
         pytest.skip("refspec's stock llama-server is not built (./run test -m server_build builds it)")
     return native.build_server(opts, "stock", quiet=True).tool("llama-server")

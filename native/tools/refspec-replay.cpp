@@ -4,7 +4,7 @@
 // of every node's descriptors, its placement and each backend's supports_op answer.
 //
 // The operand and stage file format is documented in anc/operands.md. The layouts follow the
-// patched llm_graph_context::build_attn_mha (non-flash branch); see DESIGN.md section 2.
+// patched llm_graph_context::build_attn_mha (non-flash branch); see anc/e1.md.
 //
 // usage: refspec-replay [options] [OPERAND_FILE ...]
 //   --backend NAME      device name (CPU, CUDA0, Vulkan0, ...) or registry name (CUDA, Vulkan)

@@ -27,7 +27,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "build": ("refspec.commands.build", "fetch, verify, patch and build the pinned llama.cpp"),
     "models": ("refspec.commands.models", "extract and derive the embedded default model files"),
     "panel": ("refspec.commands.panel", "build a task panel (HumanEval from the pinned wheel)"),
-    "decode": ("refspec.commands.decode", "greedy target-only decoding of a panel with one arm"),
+    "decode": ("refspec.commands.decode", "greedy decoding of a panel with several arms (default R,M0,M3), vs R"),
     "main": ("refspec.commands.main", "run the main job (Snakemake) on the embedded default"),
     "test": ("refspec.commands.test", "prepare the native build and models, then run the tests"),
     "audit": ("refspec.commands.audit", "representation audit: address/FP64 oracles and injected faults"),

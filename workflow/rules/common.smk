@@ -1,6 +1,11 @@
 # Shared names. Rules call the refspec CLI and hold no logic of their own.
 import shlex
+import sys
 from pathlib import Path
+
+# this clone's package (./run puts it first on PYTHONPATH too)
+sys.path.insert(0, str(Path(workflow.basedir) / "workflow"))
+from refspec.provenance.manifest import source_paths
 
 RESULTS = config["results"]
 LOGS = f"{RESULTS}/logs"
@@ -67,16 +72,9 @@ STAGE_SLOTS = (
 )
 CAMPAIGN_DONE = [f"{RESULTS}/campaigns/{s}.done" for s in SLOTS + STAGE_SLOTS]
 DEFINITIONS = config["campaigns"]["definitions"]
-# the code the manifest pins: a change to any of it makes a new manifest (and the
-# freeze check then refuses to resume a campaign begun under the old one)
-SOURCES = sorted(
-    str(p)
-    for pattern in (
-        "workflow/refspec/**/*.py",
-        "report/**/*",
-        "native/**/*",
-        "config/**/*.yaml",
-    )
-    for p in Path(".").glob(pattern)
-    if p.is_file()
-)
+# the code the manifest pins, the files its source digest hashes (refspec.provenance.manifest,
+# SOURCE_ROOTS): a change to any of it makes a new manifest (and the freeze check then refuses
+# to resume a campaign begun under the old one)
+SOURCES = source_paths()
+# the configuration files a run's config may read (its campaign definitions)
+CONFIG_FILES = sorted(str(p) for p in Path("config").glob("**/*.yaml") if p.is_file())

@@ -5,6 +5,7 @@ rule manifest:
         models=f"{PROV}/models.txt",
         panel=PANEL,
         sources=SOURCES,
+        configs=CONFIG_FILES,
     output:
         listing=f"{PROV}/artifacts.json",
         manifest=f"{PROV}/manifest.json",

@@ -16,8 +16,11 @@ only when both arms qualify on every task of the family's panel (the tasks
 with qualification rows); otherwise it is shown as a dash with the reason.
 
 Diagnostic (unqualified) timings (:func:`diagnostics_table`): for the
-registered pairs ``DIAGNOSTIC_PAIRS`` (M3/M0, C3/C0, R_prod/M3) of a campaign in
-which at least one of the two arms fails qualification, the same paired ratio
+twelve registered pairs ``DIAGNOSTIC_PAIRS`` of a campaign (the price of preservation
+M3/M0, C3/C0, R_prod/M3, and the servers campaign's nine ``SERVER_DIAGNOSTIC_PAIRS``:
+each server arm over R, C3 over the patched server with the draft, the draft's effect on
+each server build, the layout's effect in each mode) in which at least one of the two
+arms fails qualification, the same paired ratio
 over the panel tasks timed for both arms (``T_c``), and the median ``t_ns`` of
 each arm's ok requests on ``T_c`` (the middle value, or the mean of the two
 middle values). These rows live in their own table, labelled by which side is

@@ -5,7 +5,7 @@ seed (:func:`refspec.campaigns.scheduler.abba_schedule`), one registered
 warmup per worker, ``references_per_session`` serial-reference endpoints per
 task and session, sessions separated by ``gap_s`` (paper: at least one hour
 between a completion and the next start). Output: the session-level log
-contrasts (``contrasts``) and the DESIGN §5 bootstrap estimates with the
+contrasts (``contrasts``) and the bootstrap estimates (:mod:`refspec.core.stats`) with the
 threshold decision (``estimates``), with the settings frozen in the plan's
 ``bootstrap: {seed, draws, threshold}``. The recorded acceptance, rollback and
 workload counters of each PQ/QB pair are compared per task and session (the

@@ -1,4 +1,7 @@
-"""``refspec decode``: greedy target-only decoding of a panel with one arm, in this process, compared with R.
+"""``refspec decode``: greedy decoding of a panel in this process with several arms, compared with R.
+
+``--arms`` (default ``R,M0,M3``; the first is R); speculative arms decode with the family's
+default draft or ``--draft``.
 
 Timed, isolated runs go through workers (``refspec qualify``); this command is for
 inspecting the native layer directly (:func:`refspec.engine.decode.decode_panel`).

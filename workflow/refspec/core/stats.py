@@ -29,7 +29,7 @@ contrasts and task point estimates::
 uses this identity. A *task regression* is a task with ``d(t) < 0``
 (task ratio ``exp(d(t)) < 1``: the denominator is slower on that task).
 
-Session contrast (replication, DESIGN.md section 5): within session ``s``,
+Session contrast (the replication campaign, ``anc/campaigns.md``): within session ``s``,
 with ``L`` pooled over that session's repeats only::
 
     c_s = D over the tasks timed for both arms in s

@@ -381,7 +381,6 @@ SELECTOR_NAMES = (
     "PREFIX",
     "TAIL",
 )
-SUBSET_SELECTORS = SELECTOR_NAMES[2:]
 
 
 def layer_groups(n_layer: int) -> dict[str, tuple[int, ...]]:

@@ -32,7 +32,6 @@ from ..core.fsutil import atomic_write_text
 from ..core.layouts import REPLAYED_LAYOUTS
 from . import operands as R
 
-OPS = ("qk_mul_mat", "soft_max", "av_mul_mat", "concat", "cont")
 CSV_COLUMNS = (
     "backend",
     "device",

@@ -38,7 +38,6 @@ MASKS = ("causal", "prefix", "single")
 PATTERNS = ("dyadic", "onehot")
 KV_PAD = 16  # cache cells beyond the key extent (filled with NaN sentinels)
 
-STAGE_ROWS = ("address", "kq", "kq_soft_max", "kqv")
 _F32_TINY = float(np.finfo(np.float32).tiny)
 
 

@@ -37,7 +37,6 @@ CLAIMS = {
     "admission": "the tabled supports_op verdicts and observed placements of the lifted shapes",
     "projection": "the captured first-layer norm and projection calls replay bitwise on fixed operands; exclusions as tabled",
 }
-DONOR_KEYS = ("tokens", "eog", "stop_reason")
 
 
 def _reason(parts: list[str], limit: int = 8) -> str | None:

@@ -147,6 +147,12 @@ def _source_files(repo_root: Path, roots: Iterable[str]) -> list[tuple[str, Path
     return sorted(out)
 
 
+def source_paths(repo_root: Path = REPO_ROOT, roots: Iterable[str] = SOURCE_ROOTS) -> list[str]:
+    """The files of the source digest (:func:`source_entry`), relative to ``repo_root``, sorted: also the
+    inputs of the workflow's manifest rule, so that a change to any of them makes a new manifest."""
+    return [rel for rel, _ in _source_files(repo_root, roots)]
+
+
 def source_entry(repo_root: Path = REPO_ROOT, roots: Iterable[str] = SOURCE_ROOTS) -> dict[str, Any] | None:
     """A digest over the project's own source: sha256 of the canonical JSON of {path: [sha256, size]}."""
     files = _source_files(repo_root, roots)

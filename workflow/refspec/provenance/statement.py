@@ -40,9 +40,6 @@ PREDICATE_FIELDS = (
     "records",
     "tables",
 )
-#: predicate fields that name another sealed archive: ``{seal_sha256, keyid, archive_id}``
-#: (``reproduces``) or ``{a: ..., b: ...}`` of such references (``compares``)
-ARCHIVE_REFERENCES = ("reproduces", "compares")
 
 
 def build_statement(

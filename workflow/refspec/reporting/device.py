@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .document import Archive, Cell, Section, Table, _read_json
+from .document import Archive, Cell, Section, Table, read_json
 
 SOFTWARE_NOTE = "a software Vulkan device that runs on the CPU: its timings are CPU timings, not GPU timings"
 
@@ -22,7 +22,7 @@ SOFTWARE_NOTE = "a software Vulkan device that runs on the CPU: its timings are 
 def device_facts(a: Archive) -> dict[str, Any] | None:
     """The backend and device of the run from its manifest (None for a CPU run or no manifest)."""
     man = a.files.get("manifest")
-    m = _read_json(man) if man else None
+    m = read_json(man) if man else None
     if not isinstance(m, dict):
         return None
     bd = m.get("buildDefinition") or {}

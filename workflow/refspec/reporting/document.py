@@ -3,15 +3,18 @@
 :class:`Archive` (the result tables and files of a results folder, :func:`load_archive`),
 :class:`Numbers` (the registry of every number shown, written as ``numbers.json``) with
 its :class:`Num` entries, and the items sections hold: :class:`Cell`, :class:`Table`,
-:class:`Figure` and :class:`Section`.
+:class:`Figure` and :class:`Section`. A section built on one result table is declared with
+:func:`table_section` (the section, or its '<table>.csv not present' note when the table is absent);
+:class:`ShownTable` registers the numbers a report table shows.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -59,7 +62,7 @@ class Table:
 
 @dataclass
 class Figure:
-    """A figure; ``canvas`` is a :class:`refspec.report.svg.Canvas`, drawn as inline SVG and as TikZ."""
+    """A figure; ``canvas`` is a :class:`refspec.reporting.svg.Canvas`, drawn as inline SVG and as TikZ."""
 
     id: str
     title: str
@@ -75,6 +78,33 @@ class Section:
     intro: str = ""
     items: list[Any] = field(default_factory=list)  # Table | Figure
     notes: list[str] = field(default_factory=list)  # "not run" and similar visible notes
+
+
+def absent_note(table: str, why: str = "") -> str:
+    """The note a section shows when the archive lacks result ``table``: '<table>.csv not present: <why>'."""
+    return f"{table}.csv not present: {why}" if why else f"{table}.csv not present"
+
+
+def table_section(
+    id: str, title: str, intro: str = "", *, table: str, absent: str
+) -> Callable[[Callable[[Section, Archive, Numbers], None]], Callable[[Archive, Numbers], Section]]:
+    """A section built on result ``table``: the decorated ``body(sec, a, N)`` fills the section
+    (``id``, ``title``, ``intro``); when the archive has no ``table`` the body is not called and the
+    section holds only :func:`absent_note` with ``absent`` (why the table is missing)."""
+
+    def wrap(body: Callable[[Section, Archive, Numbers], None]) -> Callable[[Archive, Numbers], Section]:
+        @functools.wraps(body)
+        def section(a: Archive, N: Numbers) -> Section:
+            sec = Section(id, title, intro)
+            if not a.has(table):
+                sec.notes.append(absent_note(table, absent))
+            else:
+                body(sec, a, N)
+            return sec
+
+        return section
+
+    return wrap
 
 
 class Numbers:
@@ -114,8 +144,19 @@ class Numbers:
         ]
 
 
-def _n(numbers: Numbers, a: Archive, table_name: str, tid: str, parts, value, fmt, row, column) -> Num:
-    return numbers.add(parts, value, fmt, a.src(table_name), tid, row, column)
+@dataclass(frozen=True)
+class ShownTable:
+    """Where the numbers of one report table come from: result ``table`` of ``archive`` (its CSV is each
+    number's source), shown in the report table with id ``tid``; :meth:`add` registers one in ``numbers``."""
+
+    numbers: Numbers
+    archive: Archive
+    table: str
+    tid: str
+
+    def add(self, parts: Sequence[Any], value: Any, fmt: str, *, row: dict[str, Any], column: str) -> Num:
+        """The number ``value`` of ``row``'s ``column``, under the id made of ``parts``, formatted with ``fmt``."""
+        return self.numbers.add(parts, value, fmt, self.archive.src(self.table), self.tid, row, column)
 
 
 # =========================================================================== archive
@@ -140,7 +181,7 @@ class Archive:
         return self.csv[name]
 
 
-def _rel(path: Path, out: Path) -> str:
+def rel_path(path: Path, out: Path) -> str:
     return Path(os.path.relpath(path, out)).as_posix()
 
 
@@ -162,7 +203,7 @@ def load_archive(results_dir: str | Path, out_dir: str | Path | None = None) -> 
             notes.append(f"{pq.name} has no CSV copy; not used (the checker reads the CSV)")
             continue
         data[name] = T.read_records(name, root)
-        csv[name] = _rel(cp, out)
+        csv[name] = rel_path(cp, out)
     for key, fname in (
         ("manifest", "manifest.json"),
         ("plan", "plan.json"),
@@ -177,7 +218,7 @@ def load_archive(results_dir: str | Path, out_dir: str | Path | None = None) -> 
     return Archive(root=root, out=out, data=data, csv=csv, notes=notes, files=files)
 
 
-def _read_json(p: Path) -> Any:
+def read_json(p: Path) -> Any:
     try:
         return json.loads(p.read_text(encoding="utf-8"))
     except (OSError, ValueError):

@@ -45,7 +45,7 @@ from ..core.fsutil import atomic_write_bytes, atomic_write_text
 from ..core.paths import REPO_ROOT
 from ..provenance.keys import fingerprint, load_public_key
 from .device import device_caption, device_facts, provenance_values, section_device
-from .document import Archive, Cell, Figure, Num, Numbers, Section, Table, _read_json, bootstrap_settings, load_archive
+from .document import Archive, Cell, Figure, Num, Numbers, Section, Table, bootstrap_settings, load_archive, read_json
 from .sections.admission import section_admission
 from .sections.claims import section_claims
 from .sections.noise import section_noise
@@ -62,8 +62,8 @@ from .sections.state_studies import (
 )
 from .sections.summary import section_summary
 from .sections.timing import section_acceptance, section_diagnostics, section_ratios, section_replication
-from .svg import _COLORS
-from .tex import TexRaw, _tex_cell, _tex_finalize
+from .svg import COLORS
+from .tex import TexRaw, tex_cell, tex_finalize
 
 NUMBERS_FORMAT = "refspec-numbers/1"
 TEMPLATE_DIR = REPO_ROOT / "report" / "templates"
@@ -73,7 +73,7 @@ def build(
     a: Archive, pubkey_fingerprint: str | None = None, data_seal: str | Path | None = None
 ) -> tuple[list[Section], Numbers, dict[str, Any]]:
     N = Numbers()
-    plan = _read_json(a.files["plan"]) if "plan" in a.files else None
+    plan = read_json(a.files["plan"]) if "plan" in a.files else None
     boot = bootstrap_settings(plan)
     prov_sec, prov = section_provenance(a, pubkey_fingerprint, data_seal)
     sections = [
@@ -199,7 +199,7 @@ def _env_tex():
         line_statement_prefix=None,
         trim_blocks=True,
         lstrip_blocks=True,
-        finalize=_tex_finalize,
+        finalize=tex_finalize,
         keep_trailing_newline=True,
     )
 
@@ -239,11 +239,11 @@ def render_documents(
             prov=prov,
             is_table=is_table,
             tikz=tikz,
-            cell=_tex_cell,
+            cell=tex_cell,
             colspec=lambda t: TexRaw(
                 "".join("r" if (t.numeric[i] if i < len(t.numeric) else False) else "l" for i in range(len(t.header)))
             ),
-            colors=TexRaw("\n".join(rf"\definecolor{{rs{k}}}{{HTML}}{{{v[1:].upper()}}}" for k, v in _COLORS.items())),
+            colors=TexRaw("\n".join(rf"\definecolor{{rs{k}}}{{HTML}}{{{v[1:].upper()}}}" for k, v in COLORS.items())),
         )
     )
     return html, tex

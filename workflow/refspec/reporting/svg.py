@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from .document import DASH
 from .tex import tex_escape
 
-_COLORS = {
+COLORS = {
     "diag": "#7a4e9c",
     "target": "#2c6db0",
     "spec": "#d2691e",
@@ -67,7 +67,7 @@ class Canvas:
             f"<title>{escape(self.title)}</title>",
         ]
         for it in self.items:
-            col = _COLORS.get(it.cls, "#333333")
+            col = COLORS.get(it.cls, "#333333")
             if it.kind == "line":
                 x1, y1, x2, y2 = it.args
                 dash = ' stroke-dasharray="4 3"' if it.extra["dash"] else ""

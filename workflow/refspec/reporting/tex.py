@@ -68,7 +68,7 @@ class TexRaw(str):
     """LaTeX that the TeX template must not escape."""
 
 
-def _tex_finalize(v: Any) -> str:
+def tex_finalize(v: Any) -> str:
     if isinstance(v, TexRaw):
         return v
     if v is None:
@@ -76,7 +76,7 @@ def _tex_finalize(v: Any) -> str:
     return tex_escape(v)
 
 
-def _tex_cell(cell: Cell) -> TexRaw:
+def tex_cell(cell: Cell) -> TexRaw:
     out = []
     for p in cell.parts:
         out.append(tex_num(p) if isinstance(p, Num) else tex_escape(p))

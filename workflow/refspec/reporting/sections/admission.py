@@ -5,21 +5,21 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from ..document import Archive, Cell, Numbers, Section, Table, _n
+from ..document import Archive, Cell, Numbers, Section, ShownTable, Table, table_section
 
 
-def section_admission(a: Archive, N: Numbers) -> Section:
-    sec = Section(
-        "admission",
-        "Backend admission",
-        "The family's attention shape lifted to one to four occupied queries (q): per layout, the chosen backend's "
-        "supports_op for every node and where the nodes ran (paper §6.3, S6.3). 'false' is a proven "
-        "violation of a necessary condition; 'unknown' is never a certificate of support.",
-    )
-    if not a.has("admission"):
-        sec.notes.append("admission.csv not present: backend admission not run")
-        return sec
+@table_section(
+    "admission",
+    "Backend admission",
+    "The family's attention shape lifted to one to four occupied queries (q): per layout, the chosen backend's "
+    "supports_op for every node and where the nodes ran (paper §6.3, S6.3). 'false' is a proven "
+    "violation of a necessary condition; 'unknown' is never a certificate of support.",
+    table="admission",
+    absent="backend admission not run",
+)
+def section_admission(sec: Section, a: Archive, N: Numbers) -> None:
     src, tid = a.src("admission"), "admission"
+    nums = ShownTable(N, a, "admission", tid)
     groups: dict[tuple, list[dict]] = defaultdict(list)
     for r in a.rows("admission"):
         groups[(r["family"], r["backend"], r["n_kv"], r["layout"], r["q"])].append(r)
@@ -36,21 +36,13 @@ def section_admission(a: Archive, N: Numbers) -> Section:
                 Cell([be], cls="mono"),
                 Cell([f"h={g[0]['n_head']}/{g[0]['n_head_kv']} d={g[0]['head_dim']} n_kv={n_kv}"], cls="small"),
                 Cell([lay], cls="mono"),
-                Cell([_n(N, a, "admission", tid, base + ("q",), q, "d", key, "q")]),
-                Cell([_n(N, a, "admission", tid, base + ("ops",), len(g), "d", key, "op")]),
-                Cell([_n(N, a, "admission", tid, base + ("false",), nf, "d", key, "verdict")], cls="bad" if nf else ""),
+                Cell([nums.add(base + ("q",), q, "d", row=key, column="q")]),
+                Cell([nums.add(base + ("ops",), len(g), "d", row=key, column="op")]),
+                Cell([nums.add(base + ("false",), nf, "d", row=key, column="verdict")], cls="bad" if nf else ""),
                 Cell(
                     [
-                        _n(
-                            N,
-                            a,
-                            "admission",
-                            tid,
-                            base + ("fallback",),
-                            sum(bool(r["fallback"]) for r in g),
-                            "d",
-                            key,
-                            "fallback",
+                        nums.add(
+                            base + ("fallback",), sum(bool(r["fallback"]) for r in g), "d", row=key, column="fallback"
                         )
                     ]
                 ),
@@ -79,4 +71,3 @@ def section_admission(a: Archive, N: Numbers) -> Section:
             numeric=[False] * 4 + [True] * 4 + [False, False],
         )
     )
-    return sec

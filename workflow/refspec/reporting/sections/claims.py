@@ -2,20 +2,20 @@
 
 from __future__ import annotations
 
-from ..document import Archive, Cell, Numbers, Section, Table, _n
+from ..document import Archive, Cell, Numbers, Section, ShownTable, Table, table_section
 
 
-def section_claims(a: Archive, N: Numbers) -> Section:
-    sec = Section(
-        "claims",
-        "Controlled stages and their claims",
-        "Each controlled stage runs its controls before its tables may be read as claims. A failed control "
-        "keeps the stage's complete record in this archive; the claim is then withheld, never dropped.",
-    )
-    if not a.has("claims"):
-        sec.notes.append("claims.csv not present: no controlled stage was run")
-        return sec
+@table_section(
+    "claims",
+    "Controlled stages and their claims",
+    "Each controlled stage runs its controls before its tables may be read as claims. A failed control "
+    "keeps the stage's complete record in this archive; the claim is then withheld, never dropped.",
+    table="claims",
+    absent="no controlled stage was run",
+)
+def section_claims(sec: Section, a: Archive, N: Numbers) -> None:
     src, tid = a.src("claims"), "claims"
+    nums = ShownTable(N, a, "claims", tid)
     rows = []
     for r in sorted(a.rows("claims"), key=lambda r: (r["stage"], r["record"])):
         key = dict(stage=r["stage"], record=r["record"])
@@ -28,19 +28,11 @@ def section_claims(a: Archive, N: Numbers) -> Section:
                 Cell([r["status"] if ok else "WITHHELD"], cls="ok" if ok else "bad"),
                 Cell(
                     [
-                        _n(
-                            N,
-                            a,
-                            "claims",
-                            tid,
-                            base + ("controls_failed",),
-                            r["controls_failed"],
-                            "d",
-                            key,
-                            "controls_failed",
+                        nums.add(
+                            base + ("controls_failed",), r["controls_failed"], "d", row=key, column="controls_failed"
                         ),
                         " / ",
-                        _n(N, a, "claims", tid, base + ("controls",), r["controls"], "d", key, "controls"),
+                        nums.add(base + ("controls",), r["controls"], "d", row=key, column="controls"),
                     ]
                 ),
                 Cell([r["claim"]], cls="small"),
@@ -60,4 +52,3 @@ def section_claims(a: Archive, N: Numbers) -> Section:
     withheld = [r for r in a.rows("claims") if r["status"] != "supported"]
     if withheld:
         sec.notes.append("withheld: " + "; ".join(f"{r['stage']} ({r['record']}): {r['reason']}" for r in withheld))
-    return sec

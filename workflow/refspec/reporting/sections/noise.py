@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from ...core import stats as S
-from ..document import DASH, Archive, Cell, Numbers, Section, Table, _n
+from ..document import DASH, Archive, Cell, Numbers, Section, ShownTable, Table, absent_note
 
 VERDICT_TEXT = {S.NOISE_OK: "A/A ok", S.NOISE_TOO_HIGH: "machine noise too high", "unqualified": "A/A not qualified"}
 
@@ -20,14 +20,15 @@ def aa_rows(a: Archive, campaign: str, family: str | None = None) -> list[dict[s
 
 def aa_parts(a: Archive, N: Numbers, r: dict[str, Any]) -> list[Any]:
     """``twin/arm value [lo, hi] verdict`` of one noise row, its numbers registered."""
+    nums = ShownTable(N, a, "noise", "noise")
     key = dict(campaign=r["campaign"], family=r["family"], arm=r["arm"], twin=r["twin"], kind=r["kind"], cap=r["cap"])
     base = ("noise", r["campaign"], r["family"], r["twin"], r["kind"], r["cap"])
     head = [f"{r['twin']}/{r['arm']} "]
     if r["value"] is None:
         return head + [DASH, " ", VERDICT_TEXT.get(r["verdict"], r["verdict"])]
-    v = _n(N, a, "noise", "noise", base + ("value",), r["value"], ".6f", key, "value")
-    lo = _n(N, a, "noise", "noise", base + ("lo",), r["lo"], ".6f", key, "lo")
-    hi = _n(N, a, "noise", "noise", base + ("hi",), r["hi"], ".6f", key, "hi")
+    v = nums.add(base + ("value",), r["value"], ".6f", row=key, column="value")
+    lo = nums.add(base + ("lo",), r["lo"], ".6f", row=key, column="lo")
+    hi = nums.add(base + ("hi",), r["hi"], ".6f", row=key, column="hi")
     return head + [v, " [", lo, ", ", hi, "] ", VERDICT_TEXT.get(r["verdict"], r["verdict"])]
 
 
@@ -56,26 +57,27 @@ def section_noise(a: Archive, N: Numbers) -> Section:
         "more CPU than the busy threshold is flagged, and kept.",
     )
     if not a.has("noise"):
-        sec.notes.append("noise.csv not present: no A/A control was run")
+        sec.notes.append(absent_note("noise", "no A/A control was run"))
     else:
         sec.items.append(_noise_table(a, N))
     if not a.has("loads"):
-        sec.notes.append("loads.csv not present: the machine load was not sampled")
+        sec.notes.append(absent_note("loads", "the machine load was not sampled"))
     else:
         sec.items.append(_busy_table(a, N))
     return sec
 
 
 def _noise_table(a: Archive, N: Numbers) -> Table:
+    nums = ShownTable(N, a, "noise", "noise")
     rows = []
     for r in a.rows("noise"):
         key = dict(
             campaign=r["campaign"], family=r["family"], arm=r["arm"], twin=r["twin"], kind=r["kind"], cap=r["cap"]
         )
         base = ("noise", r["campaign"], r["family"], r["twin"], r["kind"], r["cap"])
-        units = _n(N, a, "noise", "noise", base + ("units",), r["units"], "d", key, "units")
-        sess = _n(N, a, "noise", "noise", base + ("sessions",), r["sessions"], "d", key, "sessions")
-        thr = _n(N, a, "noise", "noise", base + ("threshold",), r["threshold"], ".4f", key, "threshold")
+        units = nums.add(base + ("units",), r["units"], "d", row=key, column="units")
+        sess = nums.add(base + ("sessions",), r["sessions"], "d", row=key, column="sessions")
+        thr = nums.add(base + ("threshold",), r["threshold"], ".4f", row=key, column="threshold")
         rows.append(
             [
                 Cell([r["campaign"]]),
@@ -99,6 +101,7 @@ def _noise_table(a: Archive, N: Numbers) -> Table:
 
 def _busy_table(a: Archive, N: Numbers) -> Table:
     """Per campaign and family: blocks sampled and blocks flagged busy; then each flagged block."""
+    nums = ShownTable(N, a, "loads", "loads")
     all_rows = a.rows("loads")
     counts: dict[tuple[str, str], list[int]] = {}
     for r in all_rows:
@@ -108,8 +111,8 @@ def _busy_table(a: Archive, N: Numbers) -> Table:
     rows = []
     for (camp, fam), (n, nb) in counts.items():
         key = dict(campaign=camp, family=fam)
-        blocks = _n(N, a, "loads", "loads", ("loadsum", camp, fam, "blocks"), n, "d", key, "blocks")
-        busy = _n(N, a, "loads", "loads", ("loadsum", camp, fam, "busy"), nb, "d", key, "busy")
+        blocks = nums.add(("loadsum", camp, fam, "blocks"), n, "d", row=key, column="blocks")
+        busy = nums.add(("loadsum", camp, fam, "busy"), nb, "d", row=key, column="busy")
         rows.append(
             [
                 Cell([camp]),
@@ -126,13 +129,9 @@ def _busy_table(a: Archive, N: Numbers) -> Table:
             continue
         key = dict(campaign=r["campaign"], family=r["family"], session=r["session"], block=r["block"])
         base = ("load", r["campaign"], r["family"], r["session"], r["block"])
-        blk = _n(N, a, "loads", "loads", base + ("block",), r["block"], "d", key, "block")
-        cb = _n(
-            N, a, "loads", "loads", base + ("competing_before",), r["competing_before"], ".2f", key, "competing_before"
-        )
-        ca = _n(
-            N, a, "loads", "loads", base + ("competing_after",), r["competing_after"], ".2f", key, "competing_after"
-        )
+        blk = nums.add(base + ("block",), r["block"], "d", row=key, column="block")
+        cb = nums.add(base + ("competing_before",), r["competing_before"], ".2f", row=key, column="competing_before")
+        ca = nums.add(base + ("competing_after",), r["competing_after"], ".2f", row=key, column="competing_after")
         rows.append(
             [
                 Cell([r["campaign"]]),

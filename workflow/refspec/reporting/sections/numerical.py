@@ -4,22 +4,22 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from ..document import Archive, Cell, Numbers, Section, Table, _n
+from ..document import Archive, Cell, Numbers, Section, ShownTable, Table, table_section
 from .vocabulary import STAGE_ORDER
 
 
-def section_replay(a: Archive, N: Numbers) -> Section:
-    sec = Section(
-        "replay",
-        "Numerical replay (E1)",
-        "Frozen Q/K/V/mask operands replayed through MQ, PQ and QB graphs (paper Table S7). "
-        "Counts of bitwise-equal contexts per stage and the largest MQ-to-repair differences.",
-    )
-    if not a.has("replay"):
-        sec.notes.append("replay.csv not present: numerical replay not run")
-        return sec
+@table_section(
+    "replay",
+    "Numerical replay (E1)",
+    "Frozen Q/K/V/mask operands replayed through MQ, PQ and QB graphs (paper Table S7). "
+    "Counts of bitwise-equal contexts per stage and the largest MQ-to-repair differences.",
+    table="replay",
+    absent="numerical replay not run",
+)
+def section_replay(sec: Section, a: Archive, N: Numbers) -> None:
     src = a.src("replay")
     tid = "replay"
+    shown = ShownTable(N, a, "replay", tid)
     groups: dict[tuple[str, str], list[dict]] = defaultdict(list)
     for r in a.rows("replay"):
         groups[(r["family"], r["stage"])].append(r)
@@ -37,7 +37,7 @@ def section_replay(a: Archive, N: Numbers) -> Section:
             max_ulp_mq=(max(r["max_ulp_mq"] for r in g), "d"),
             max_visible_keys=(max(r["visible_keys"] for r in g), "d"),
         )
-        nums = {k: _n(N, a, "replay", tid, base + (k,), v, f, key, k) for k, (v, f) in vals.items()}
+        nums = {k: shown.add(base + (k,), v, f, row=key, column=k) for k, (v, f) in vals.items()}
         rows.append(
             [
                 Cell([fam]),
@@ -77,20 +77,19 @@ def section_replay(a: Archive, N: Numbers) -> Section:
             f"{len(bad)} context(s) failed a control; their numerical claims are withheld: "
             + "; ".join(sorted({r["reason"] or "no reason recorded" for r in bad}))
         )
-    return sec
 
 
-def section_audit(a: Archive, N: Numbers) -> Section:
-    sec = Section(
-        "audit",
-        "Representation audit",
-        "Synthetic fixtures with an integer address oracle, an FP64 oracle and injected faults (paper S6.2).",
-    )
-    if not a.has("audit"):
-        sec.notes.append("audit.csv not present: representation audit not run")
-        return sec
+@table_section(
+    "audit",
+    "Representation audit",
+    "Synthetic fixtures with an integer address oracle, an FP64 oracle and injected faults (paper S6.2).",
+    table="audit",
+    absent="representation audit not run",
+)
+def section_audit(sec: Section, a: Archive, N: Numbers) -> None:
     src = a.src("audit")
     tid = "audit"
+    shown = ShownTable(N, a, "audit", tid)
     groups: dict[tuple[str, str], list[dict]] = defaultdict(list)
     for r in a.rows("audit"):
         groups[(r["layout"], r["stage"])].append(r)
@@ -109,7 +108,7 @@ def section_audit(a: Archive, N: Numbers) -> Section:
             max_abs_err=(max((r["max_abs_err"] for r in clean), default=0.0), ".6g"),
             max_rel_err=(max((r["max_rel_err"] for r in clean), default=0.0), ".6g"),
         )
-        nums = {k: _n(N, a, "audit", tid, base + (k,), v, f, key, k) for k, (v, f) in vals.items()}
+        nums = {k: shown.add(base + (k,), v, f, row=key, column=k) for k, (v, f) in vals.items()}
         ok = vals["oracle_ok"][0] == len(clean) and vals["detected"][0] == len(faulty)
         rows.append(
             [
@@ -144,4 +143,3 @@ def section_audit(a: Archive, N: Numbers) -> Section:
             "injected faults NOT detected: "
             + "; ".join(f"{r['fixture']} {r['layout']} {r['stage']} ({r['fault']})" for r in missed[:10])
         )
-    return sec

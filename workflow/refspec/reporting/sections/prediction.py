@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from ..document import DASH, Archive, Cell, Numbers, Section, Table, _n
+from ..document import DASH, Archive, Cell, Numbers, Section, ShownTable, Table, table_section
 
 
 def prediction_totals(rows: list[dict]) -> dict[str, Any]:
@@ -24,28 +24,26 @@ def prediction_totals(rows: list[dict]) -> dict[str, Any]:
     )
 
 
-def section_prediction(a: Archive, N: Numbers) -> Section:
-    sec = Section(
-        "prediction",
-        "Prospective prediction",
-        "Companion-study design: a draft-free fast predictor (never the reference R) is selected on exposed "
-        "discovery tasks; its complete generated IDs for the reserved tasks are frozen in the plan record "
-        "before any live speculation touches them; then the live speculative path runs on the reserved tasks "
-        "together with the reference. Definitions: a capped sequence is one live run of a reserved task; "
-        "predicted vs live counts live runs whose complete endpoint (all token IDs, EOG flag, stop reason) "
-        "equals the frozen prediction; reference vs live counts live runs equal to the same-set reference "
-        "(the first R endpoint of the live session); a task is repeat-stable when all its live runs share one "
-        "endpoint, and reference-divergent when some live run differs from the reference. The companion study "
-        "reports every live run predicted against fewer for the reference, including every run of its "
-        "reference-divergent prompts. A prediction neither restores qualification nor identifies a numerical cause.",
-    )
-    if not a.has("prediction"):
-        sec.notes.append("prediction.csv not present: prospective prediction not run")
-        return sec
+@table_section(
+    "prediction",
+    "Prospective prediction",
+    "Companion-study design: a draft-free fast predictor (never the reference R) is selected on exposed "
+    "discovery tasks; its complete generated IDs for the reserved tasks are frozen in the plan record "
+    "before any live speculation touches them; then the live speculative path runs on the reserved tasks "
+    "together with the reference. Definitions: a capped sequence is one live run of a reserved task; "
+    "predicted vs live counts live runs whose complete endpoint (all token IDs, EOG flag, stop reason) "
+    "equals the frozen prediction; reference vs live counts live runs equal to the same-set reference "
+    "(the first R endpoint of the live session); a task is repeat-stable when all its live runs share one "
+    "endpoint, and reference-divergent when some live run differs from the reference. The companion study "
+    "reports every live run predicted against fewer for the reference, including every run of its "
+    "reference-divergent prompts. A prediction neither restores qualification nor identifies a numerical cause.",
+    table="prediction",
+    absent="prospective prediction not run",
+)
+def section_prediction(sec: Section, a: Archive, N: Numbers) -> None:
     src = a.src("prediction")
     sec.items.append(_summary_table(a, N, src))
     sec.items.append(_task_table(a, N, src))
-    return sec
 
 
 def _summary_table(a: Archive, N: Numbers, src: str) -> Table:
@@ -54,12 +52,13 @@ def _summary_table(a: Archive, N: Numbers, src: str) -> Table:
     for r in a.rows("prediction"):
         by_fam[r["family"]].append(r)
     tid = "prediction-summary"
+    nums = ShownTable(N, a, "prediction", tid)
     rows = []
     for fam in sorted(by_fam):
         rs = by_fam[fam]
         tot = prediction_totals(rs)
         key = dict(family=fam)
-        v = {k: _n(N, a, "prediction", tid, ("predsum", fam, k), val, "d", key, k) for k, val in tot.items()}
+        v = {k: nums.add(("predsum", fam, k), val, "d", row=key, column=k) for k, val in tot.items()}
         live = sorted({r["live_arm"] for r in rs})
         pred = sorted({r["predictor"] for r in rs})
         rows.append(
@@ -111,33 +110,14 @@ def _summary_table(a: Archive, N: Numbers, src: str) -> Table:
 def _task_table(a: Archive, N: Numbers, src: str) -> Table:
     """Predicted vs live and reference vs live per reserved task."""
     tid = "prediction"
+    nums = ShownTable(N, a, "prediction", tid)
     rows = []
     for r in sorted(a.rows("prediction"), key=lambda r: (r["family"], r["task_id"])):
         key = dict(family=r["family"], task_id=r["task_id"])
         base = ("pred", r["family"], r["task_id"])
-        n = _n(N, a, "prediction", tid, base + ("live_runs",), r["live_runs"], "d", key, "live_runs")
-        pm = _n(
-            N,
-            a,
-            "prediction",
-            tid,
-            base + ("predicted_matches",),
-            r["predicted_matches"],
-            "d",
-            key,
-            "predicted_matches",
-        )
-        rm = _n(
-            N,
-            a,
-            "prediction",
-            tid,
-            base + ("reference_matches",),
-            r["reference_matches"],
-            "d",
-            key,
-            "reference_matches",
-        )
+        n = nums.add(base + ("live_runs",), r["live_runs"], "d", row=key, column="live_runs")
+        pm = nums.add(base + ("predicted_matches",), r["predicted_matches"], "d", row=key, column="predicted_matches")
+        rm = nums.add(base + ("reference_matches",), r["reference_matches"], "d", row=key, column="reference_matches")
         stable = DASH if r["live_stable"] is None else ("yes" if r["live_stable"] else "no")
         rows.append(
             [

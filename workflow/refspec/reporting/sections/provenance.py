@@ -10,7 +10,7 @@ from typing import Any
 
 from ...campaigns.derived import status_counts
 from ...core.hashing import sha256_file
-from ..document import Archive, Cell, Numbers, Section, Table, _n, _read_json, _rel
+from ..document import Archive, Cell, Numbers, Section, ShownTable, Table, absent_note, read_json, rel_path
 
 LEDGER_KIND_KEYS = ("kind", "event", "type")
 
@@ -108,7 +108,7 @@ def section_provenance(
     man = a.files.get("manifest")
     if man:
         prov["manifest_sha256"] = sha256_file(man)
-        m = _read_json(man)
+        m = read_json(man)
         host = None
         if isinstance(m, dict):
             h = m.get("host") or m.get("buildDefinition", {}).get("internalParameters", {}).get("host")
@@ -138,7 +138,7 @@ def section_provenance(
     keyids: list[str] = []
     if seal:
         prov["seal_sha256"] = sha256_file(seal)
-        env = _read_json(seal)
+        env = read_json(seal)
         if isinstance(env, dict):
             for s in env.get("signatures") or []:
                 if isinstance(s, dict) and isinstance(s.get("keyid"), str):
@@ -163,7 +163,7 @@ def section_provenance(
         # the seal of the data this report was rendered from; the archive's own seal (which covers
         # this report) names it as its previous seal
         prov["data_seal_sha256"] = sha256_file(Path(data_seal))
-        env = _read_json(Path(data_seal))
+        env = read_json(Path(data_seal))
         if isinstance(env, dict):
             for s_ in env.get("signatures") or []:
                 if isinstance(s_, dict) and isinstance(s_.get("keyid"), str):
@@ -216,12 +216,11 @@ def section_ledger(a: Archive, N: Numbers) -> Section:
     if a.has("requests"):
         src = a.src("requests")
         tid = "status"
+        nums = ShownTable(N, a, "requests", tid)
         rows = []
         for r in status_counts(a.rows("requests")):
             key = dict(campaign=r["campaign"], status=r["status"])
-            c = _n(
-                N, a, "requests", tid, ("status", r["campaign"], r["status"], "count"), r["count"], "d", key, "count"
-            )
+            c = nums.add(("status", r["campaign"], r["status"], "count"), r["count"], "d", row=key, column="count")
             parts: list[Any] = []
             for reason, cnt in sorted(r["reasons"].items()):
                 if parts:
@@ -229,16 +228,12 @@ def section_ledger(a: Archive, N: Numbers) -> Section:
                 parts += [
                     reason,
                     " (",
-                    _n(
-                        N,
-                        a,
-                        "requests",
-                        tid,
+                    nums.add(
                         ("reason", r["campaign"], r["status"], reason, "count"),
                         cnt,
                         "d",
-                        dict(key, reason=reason),
-                        "count",
+                        row=dict(key, reason=reason),
+                        column="count",
                     ),
                     ")",
                 ]
@@ -261,11 +256,11 @@ def section_ledger(a: Archive, N: Numbers) -> Section:
             )
         )
     else:
-        sec.notes.append("requests.csv not present")
+        sec.notes.append(absent_note("requests"))
     led = a.files.get("ledger")
     if led is not None:
         n, kinds, problems = ledger_kinds(led)
-        src = _rel(led, a.out)
+        src = rel_path(led, a.out)
         tid = "ledger"
         rows = [[Cell(["all records"]), Cell([N.add(("ledger", "records"), n, "d", src, tid, {}, "records")])]]
         for k, v in kinds.items():

@@ -7,9 +7,9 @@ import json
 from collections import defaultdict
 
 from ...campaigns.derived import arm_sort_key, qualification_counts
-from ..document import DASH, Archive, Cell, Figure, Numbers, Section, Table, _n
+from ..document import DASH, Archive, Cell, Figure, Numbers, Section, ShownTable, Table, table_section
 from ..svg import strip_figure
-from .vocabulary import CAMPAIGN_TITLES, _campaigns_in, _tasks_fail
+from .vocabulary import CAMPAIGN_TITLES, campaigns_in, tasks_fail
 
 
 def refused_arms(a: Archive, campaign: str) -> dict[tuple[str, str], str]:
@@ -60,16 +60,15 @@ def named_references(a: Archive) -> dict[str, str]:
     return out
 
 
-def section_qualification(a: Archive, N: Numbers) -> Section:
-    sec = Section(
-        "qualification",
-        "Complete-endpoint qualification",
-        "Matching complete endpoints out of required requests per arm and family (paper Table 3 shape). "
-        "An arm qualifies on a task when the reference is stable and every required request returned the reference endpoint.",
-    )
-    if not a.has("qualification"):
-        sec.notes.append("qualification.csv not present: qualification not run")
-        return sec
+@table_section(
+    "qualification",
+    "Complete-endpoint qualification",
+    "Matching complete endpoints out of required requests per arm and family (paper Table 3 shape). "
+    "An arm qualifies on a task when the reference is stable and every required request returned the reference endpoint.",
+    table="qualification",
+    absent="qualification not run",
+)
+def section_qualification(sec: Section, a: Archive, N: Numbers) -> None:
     for camp, ref in named_references(a).items():
         sec.notes.append(
             f"Campaign {camp}: the reference arm is {ref} (plan.json, definition.reference), not refspec's R; "
@@ -77,7 +76,7 @@ def section_qualification(a: Archive, N: Numbers) -> Section:
         )
     src = a.src("qualification")
     counts = qualification_counts(a.rows("qualification"))
-    for camp in _campaigns_in(counts):
+    for camp in campaigns_in(counts):
         cc = [r for r in counts if r["campaign"] == camp]
         fams = sorted({r["family"] for r in cc})
         facts = {r["arm"]: (r["mode"], r["layout"]) for r in a.rows("requests") if r["campaign"] == camp}
@@ -85,6 +84,7 @@ def section_qualification(a: Archive, N: Numbers) -> Section:
         by = {(r["family"], r["arm"]): r for r in cc}
         refused = refused_arms(a, camp)
         tid = f"qualification-{camp}"
+        nums = ShownTable(N, a, "qualification", tid)
         rows = []
         for arm in arms:
             cells = [Cell([arm], cls="mono")]
@@ -100,20 +100,19 @@ def section_qualification(a: Archive, N: Numbers) -> Section:
                     "tasks_failed": r["tasks"] - r["tasks_qualified"],
                 }
                 m, q, f = (
-                    _n(N, a, "qualification", tid, ("qual", camp, fam, arm, col), v, "d", key, col)
-                    for col, v in values.items()
+                    nums.add(("qual", camp, fam, arm, col), v, "d", row=key, column=col) for col, v in values.items()
                 )
                 cls = "ok" if r["tasks"] == r["tasks_qualified"] else "bad"
                 why = refused.get((fam, arm))
                 if why is not None:  # admission refused the arm: say so, not only "0/2 (2 tasks fail)"
                     cells.append(
                         Cell(
-                            ["refused: ", why, " (", m, "/", q, " endpoints; ", f, _tasks_fail(values["tasks_failed"])],
+                            ["refused: ", why, " (", m, "/", q, " endpoints; ", f, tasks_fail(values["tasks_failed"])],
                             cls="bad refused",
                         )
                     )
                 else:
-                    cells.append(Cell([m, "/", q, " (", f, _tasks_fail(values["tasks_failed"])], cls=cls))
+                    cells.append(Cell([m, "/", q, " (", f, tasks_fail(values["tasks_failed"])], cls=cls))
             rows.append(cells)
         sec.items.append(
             Table(
@@ -127,6 +126,7 @@ def section_qualification(a: Archive, N: Numbers) -> Section:
         )
     fails = [q for q in a.rows("qualification") if not q["qualified"]]
     tid = "qualification-failures"
+    nums = ShownTable(N, a, "qualification", tid)
     rows = []
     for q in sorted(fails, key=lambda q: (q["campaign"], q["family"], arm_sort_key(q["arm"]), q["task_id"], q["cap"])):
         key = dict(campaign=q["campaign"], family=q["family"], task_id=q["task_id"], arm=q["arm"], cap=q["cap"])
@@ -139,9 +139,7 @@ def section_qualification(a: Archive, N: Numbers) -> Section:
         ]
         for col, fmt in (("first_diff_index", "d"), ("ref_token", "d"), ("arm_token", "d"), ("ref_margin", ".4g")):
             v = q[col]
-            cells.append(
-                Cell([DASH] if v is None else [_n(N, a, "qualification", tid, base + (col,), v, fmt, key, col)])
-            )
+            cells.append(Cell([DASH] if v is None else [nums.add(base + (col,), v, fmt, row=key, column=col)]))
         cells.append(Cell([q["reason"] or ""], cls="reason"))
         rows.append(cells)
     if rows:
@@ -176,36 +174,35 @@ def section_qualification(a: Archive, N: Numbers) -> Section:
             )
     else:
         sec.notes.append("no failed qualification")
-    return sec
 
 
 def _mask_bits(m: int) -> str:
     return " ".join(n for b, n in ((1, "TP"), (2, "TC"), (4, "DP"), (8, "DC")) if m & b) or "none"
 
 
-def section_masks(a: Archive, N: Numbers) -> Section:
-    sec = Section(
-        "phase-masks",
-        "Phase-mask sweep",
-        "Mask bits: target prefill one, target continuation two, draft prefill four, draft continuation eight "
-        "(paper Table S1). "
-        "A mask passes when every probe matched the reference in every repeat; minimal = no passing proper sub-mask.",
-    )
-    if not a.has("phase_masks"):
-        sec.notes.append("phase_masks.csv not present: phase-mask sweep not run")
-        return sec
+@table_section(
+    "phase-masks",
+    "Phase-mask sweep",
+    "Mask bits: target prefill one, target continuation two, draft prefill four, draft continuation eight "
+    "(paper Table S1). "
+    "A mask passes when every probe matched the reference in every repeat; minimal = no passing proper sub-mask.",
+    table="phase_masks",
+    absent="phase-mask sweep not run",
+)
+def section_masks(sec: Section, a: Archive, N: Numbers) -> None:
     src = a.src("phase_masks")
     tid = "phase-masks"
+    nums = ShownTable(N, a, "phase_masks", tid)
     rows = []
     for r in sorted(a.rows("phase_masks"), key=lambda r: (r["family"], r["mask"])):
         key = dict(family=r["family"], mask=r["mask"])
         base = ("mask", r["family"], r["mask"])
-        m = _n(N, a, "phase_masks", tid, base + ("matches",), r["matches"], "d", key, "matches")
-        q = _n(N, a, "phase_masks", tid, base + ("required",), r["n_tasks"] * r["repeats"], "d", key, "required")
+        m = nums.add(base + ("matches",), r["matches"], "d", row=key, column="matches")
+        q = nums.add(base + ("required",), r["n_tasks"] * r["repeats"], "d", row=key, column="required")
         rows.append(
             [
                 Cell([r["family"]]),
-                Cell([_n(N, a, "phase_masks", tid, base + ("mask",), r["mask"], "d", key, "mask")]),
+                Cell([nums.add(base + ("mask",), r["mask"], "d", row=key, column="mask")]),
                 Cell([_mask_bits(r["mask"])], cls="mono"),
                 Cell([m, "/", q]),
                 Cell(["Y" if r["passes"] else "N"], cls="ok" if r["passes"] else "bad"),
@@ -222,4 +219,3 @@ def section_masks(a: Archive, N: Numbers) -> Section:
             numeric=[False, True, False, True, False, False],
         )
     )
-    return sec

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from ..document import DASH, Archive, Cell, Numbers, Section, Table, _n
+from ..document import DASH, Archive, Cell, Numbers, Section, ShownTable, Table, table_section
 
 SELECTOR_ORDER = ("L0_K", "L0_V", "L0_KV", "K_ALL", "V_ALL", "EARLY", "MIDDLE", "LATE", "PREFIX", "TAIL")
 OUTCOME_CODE = {"recipient": "=", "donor": "D", "third": "T"}
@@ -22,20 +22,20 @@ def _tasks(rows: list[dict]) -> list[str]:
     return list(dict.fromkeys(r["task_id"] for r in rows))
 
 
-def section_partition(a: Archive, N: Numbers) -> Section:
-    sec = Section(
-        "state-partition",
-        "State formation: prefill partitions",
-        "Each arm prefills the same prompt partitioned differently (A: one caller, the full micro-batch; B: an "
-        "external split; C: a quarter of that micro-batch; Sn-1: all but the last token, then one; U1: "
-        "physical micro-batch one) and continues by natural greedy decoding (paper §6.1, Tables S8-S9). Per "
-        "cell: endpoint / KV / initial-logits class (class zero is A's) and the first generated index that "
-        "differs from A.",
-    )
-    if not a.has("partition"):
-        sec.notes.append("partition.csv not present: prefill partition campaign not run")
-        return sec
+@table_section(
+    "state-partition",
+    "State formation: prefill partitions",
+    "Each arm prefills the same prompt partitioned differently (A: one caller, the full micro-batch; B: an "
+    "external split; C: a quarter of that micro-batch; Sn-1: all but the last token, then one; U1: "
+    "physical micro-batch one) and continues by natural greedy decoding (paper §6.1, Tables S8-S9). Per "
+    "cell: endpoint / KV / initial-logits class (class zero is A's) and the first generated index that "
+    "differs from A.",
+    table="partition",
+    absent="prefill partition campaign not run",
+)
+def section_partition(sec: Section, a: Archive, N: Numbers) -> None:
     src, tid = a.src("partition"), "state-partition"
+    nums_tid = ShownTable(N, a, "partition", tid)
     prows = [r for r in a.rows("partition") if r["repeat"] == 1]
     arms = _arms(prows)
     by = {(r["task_id"], r["arm"]): r for r in prows}
@@ -46,16 +46,8 @@ def section_partition(a: Archive, N: Numbers) -> Section:
             Cell([t]),
             Cell(
                 [
-                    _n(
-                        N,
-                        a,
-                        "partition",
-                        tid,
-                        ("partition", t, "prompt_len"),
-                        r0["prompt_len"],
-                        "d",
-                        dict(task_id=t),
-                        "prompt_len",
+                    nums_tid.add(
+                        ("partition", t, "prompt_len"), r0["prompt_len"], "d", row=dict(task_id=t), column="prompt_len"
                     )
                 ]
             ),
@@ -70,20 +62,16 @@ def section_partition(a: Archive, N: Numbers) -> Section:
             for col in ("endpoint_class", "kv_class", "logits_class"):
                 if parts:
                     parts.append("/")
-                parts.append(_n(N, a, "partition", tid, ("partition", t, arm, col), r[col], "d", key, col))
+                parts.append(nums_tid.add(("partition", t, arm, col), r[col], "d", row=key, column=col))
             if r["first_diff_vs_A"] is not None:
                 parts += [
                     " @",
-                    _n(
-                        N,
-                        a,
-                        "partition",
-                        tid,
+                    nums_tid.add(
                         ("partition", t, arm, "first_diff_vs_A"),
                         r["first_diff_vs_A"],
                         "d",
-                        key,
-                        "first_diff_vs_A",
+                        row=key,
+                        column="first_diff_vs_A",
                     ),
                 ]
             if r["degenerate"]:
@@ -102,6 +90,7 @@ def section_partition(a: Archive, N: Numbers) -> Section:
         )
     )
     tid2 = "state-partition-counts"
+    nums_tid2 = ShownTable(N, a, "partition", tid2)
     n_in = len(_tasks(prows))
     rows2 = []
     for arm in arms[1:]:
@@ -113,9 +102,9 @@ def section_partition(a: Archive, N: Numbers) -> Section:
             + [
                 Cell(
                     [
-                        _n(N, a, "partition", tid2, ("partition", arm, c, "differs"), v, "d", key, c),
+                        nums_tid2.add(("partition", arm, c, "differs"), v, "d", row=key, column=c),
                         " of ",
-                        _n(N, a, "partition", tid2, ("partition", "inputs"), n_in, "d", {}, "task_id"),
+                        nums_tid2.add(("partition", "inputs"), n_in, "d", row={}, column="task_id"),
                     ]
                 )
                 for c, v in vals.items()
@@ -138,19 +127,17 @@ def section_partition(a: Archive, N: Numbers) -> Section:
     ]
     if problems:
         sec.notes.append(f"{len(problems)} repeat(s) differ from repeat 1")
-    return sec
 
 
-def section_kv(a: Archive, N: Numbers) -> Section:
-    sec = Section(
-        "state-kv",
-        "Where the states differ",
-        "Per-layer differences of the stored F16 sequence KV against A's (paper Tables S10 and S12; taken "
-        "from the KV state at prefill completion, not from native projection captures).",
-    )
-    if not a.has("kv_diff"):
-        sec.notes.append("kv_diff.csv not present: no arm's KV differs from A's, or the partition campaign was not run")
-        return sec
+@table_section(
+    "state-kv",
+    "Where the states differ",
+    "Per-layer differences of the stored F16 sequence KV against A's (paper Tables S10 and S12; taken "
+    "from the KV state at prefill completion, not from native projection captures).",
+    table="kv_diff",
+    absent="no arm's KV differs from A's, or the partition campaign was not run",
+)
+def section_kv(sec: Section, a: Archive, N: Numbers) -> None:
     src, tid = a.src("kv_diff"), "state-kv-first"
     groups: dict[tuple[str, str], list[dict]] = defaultdict(list)
     for r in a.rows("kv_diff"):
@@ -196,44 +183,36 @@ def section_kv(a: Archive, N: Numbers) -> Section:
             numeric=[False, False, True, True, True, True, False],
         )
     )
-    return sec
 
 
 def _kv_first_row(a: Archive, N: Numbers, tid: str, t: str, arm: str, g: list[dict]) -> list[Cell]:
     """Layer 0's K and V differences of one input and arm, and the first layer that differs."""
+    nums = ShownTable(N, a, "kv_diff", tid)
     key = dict(task_id=t, arm_b=arm)
     base = ("kv", t, arm)
     lay = {(r["layer"], r["part"]): r for r in g}
     changed = sorted({r["layer"] for r in g if r["bytes_differing"] > 0})
     l0 = [
-        _n(
-            N,
-            a,
-            "kv_diff",
-            tid,
+        nums.add(
             base + ("L0", p, "max_abs"),
             lay[(0, p)]["max_abs"] if (0, p) in lay else 0.0,
             ".6g",
-            dict(key, layer=0, part=p),
-            "max_abs",
+            row=dict(key, layer=0, part=p),
+            column="max_abs",
         )
         for p in ("K", "V")
     ]
     if changed:
         fl = changed[0]
-        first = [Cell([_n(N, a, "kv_diff", tid, base + ("first_layer",), fl, "d", key, "layer")])] + [
+        first = [Cell([nums.add(base + ("first_layer",), fl, "d", row=key, column="layer")])] + [
             Cell(
                 [
-                    _n(
-                        N,
-                        a,
-                        "kv_diff",
-                        tid,
+                    nums.add(
                         base + ("first", p, "max_abs"),
                         lay[(fl, p)]["max_abs"],
                         ".6g",
-                        dict(key, layer=fl, part=p),
-                        "max_abs",
+                        row=dict(key, layer=fl, part=p),
+                        column="max_abs",
                     )
                 ]
             )
@@ -248,6 +227,8 @@ def _kv_full_row(a: Archive, N: Numbers, t: str, arm: str, g: list[dict], pr: di
     """The whole sequence KV's differences of one input and arm, and whether its endpoint diverges
     (``pr``: the arm's first-repeat partition row)."""
     tid2 = "state-kv-full"
+    nums_tid2 = ShownTable(N, a, "kv_diff", tid2)
+    nums_tid2 = ShownTable(N, a, "partition", tid2)
     key = dict(task_id=t, arm_b=arm)
     base = ("kv", t, arm)
     changed = sorted({r["layer"] for r in g if r["bytes_differing"] > 0})
@@ -255,16 +236,12 @@ def _kv_full_row(a: Archive, N: Numbers, t: str, arm: str, g: list[dict], pr: di
     if pr is not None and pr["first_diff_vs_A"] is not None:
         label = [
             "diverges @",
-            _n(
-                N,
-                a,
-                "partition",
-                tid2,
+            nums_tid2.add(
                 ("partition", t, arm, "first_diff_vs_A"),
                 pr["first_diff_vs_A"],
                 "d",
-                dict(task_id=t, arm=arm, repeat=1),
-                "first_diff_vs_A",
+                row=dict(task_id=t, arm=arm, repeat=1),
+                column="first_diff_vs_A",
             ),
         ]
     return [
@@ -272,33 +249,21 @@ def _kv_full_row(a: Archive, N: Numbers, t: str, arm: str, g: list[dict], pr: di
         Cell([arm], cls="mono"),
         Cell(
             [
-                _n(
-                    N,
-                    a,
-                    "kv_diff",
-                    tid2,
-                    base + ("bytes",),
-                    sum(r["bytes_differing"] for r in g),
-                    "d",
-                    key,
-                    "bytes_differing",
+                nums_tid2.add(
+                    base + ("bytes",), sum(r["bytes_differing"] for r in g), "d", row=key, column="bytes_differing"
                 )
             ]
         ),
-        Cell([_n(N, a, "kv_diff", tid2, base + ("layers",), len(changed), "d", key, "layer")]),
-        Cell([_n(N, a, "kv_diff", tid2, base + ("max_abs",), max(r["max_abs"] for r in g), ".6g", key, "max_abs")]),
+        Cell([nums_tid2.add(base + ("layers",), len(changed), "d", row=key, column="layer")]),
+        Cell([nums_tid2.add(base + ("max_abs",), max(r["max_abs"] for r in g), ".6g", row=key, column="max_abs")]),
         Cell(
             [
-                _n(
-                    N,
-                    a,
-                    "kv_diff",
-                    tid2,
+                nums_tid2.add(
                     base + ("max_rel_frobenius",),
                     max(r["rel_frobenius"] for r in g),
                     ".6g",
-                    key,
-                    "rel_frobenius",
+                    row=key,
+                    column="rel_frobenius",
                 )
             ]
         ),
@@ -315,21 +280,21 @@ def projection_positions(rows: list[dict]) -> dict[int, str]:
     return {r["p0"] + j: h for r in rows for j, h in enumerate(r["row_sha256"].split())}
 
 
-def section_projection(a: Archive, N: Numbers) -> Section:
-    sec = Section(
-        "state-projection",
-        "Projection replay on fixed operands",
-        "The RMS norm (norm), norm-weight MUL (attn_norm) and Q/K/V projection MUL_MATs of the captured "
-        "layers in the prefills of the pair's arms, on the inputs whose states differ (paper §6.1). Each call "
-        "is replayed alone on its captured operands on the same backend and compared bitwise with its "
-        "captured output: qualified (equal), mismatch, excluded (ggml-alloc computed it in place over its "
-        "operand, which no capture can read back; never replayed) or error. Then the pair's outputs of each "
-        "node are compared position by position.",
-    )
-    if not a.has("projection"):
-        sec.notes.append("projection.csv not present: projection replay not run (stages.projection)")
-        return sec
+@table_section(
+    "state-projection",
+    "Projection replay on fixed operands",
+    "The RMS norm (norm), norm-weight MUL (attn_norm) and Q/K/V projection MUL_MATs of the captured "
+    "layers in the prefills of the pair's arms, on the inputs whose states differ (paper §6.1). Each call "
+    "is replayed alone on its captured operands on the same backend and compared bitwise with its "
+    "captured output: qualified (equal), mismatch, excluded (ggml-alloc computed it in place over its "
+    "operand, which no capture can read back; never replayed) or error. Then the pair's outputs of each "
+    "node are compared position by position.",
+    table="projection",
+    absent="projection replay not run (stages.projection)",
+)
+def section_projection(sec: Section, a: Archive, N: Numbers) -> None:
     src, tid = a.src("projection"), "state-projection"
+    nums_tid = ShownTable(N, a, "projection", tid)
     rows_all = a.rows("projection")
     groups: dict[tuple[str, str, str], list[dict]] = defaultdict(list)
     for r in rows_all:
@@ -346,11 +311,11 @@ def section_projection(a: Archive, N: Numbers) -> Section:
                 Cell([arm], cls="mono"),
                 Cell([node], cls="mono"),
                 Cell([g[0]["op"]], cls="mono small"),
-                Cell([_n(N, a, "projection", tid, base + ("calls",), len(g), "d", key, "call")]),
+                Cell([nums_tid.add(base + ("calls",), len(g), "d", row=key, column="call")]),
             ]
             + [
                 Cell(
-                    [_n(N, a, "projection", tid, base + (s,), v, "d", key, "status")],
+                    [nums_tid.add(base + (s,), v, "d", row=key, column="status")],
                     cls="bad" if v and s in ("mismatch", "error") else "",
                 )
                 for s, v in counts.items()
@@ -368,6 +333,7 @@ def section_projection(a: Archive, N: Numbers) -> Section:
         )
     )
     tid2 = "state-projection-totals"
+    nums_tid2 = ShownTable(N, a, "projection", tid2)
     totals = [("calls", "call", len(rows_all))] + [
         (s, "status", sum(r["status"] == s for r in rows_all)) for s in PROJECTION_STATUSES
     ]
@@ -378,13 +344,14 @@ def section_projection(a: Archive, N: Numbers) -> Section:
             [src],
             ["outcome", "calls"],
             [
-                [Cell([label]), Cell([_n(N, a, "projection", tid2, ("projection", "total", label), v, "d", {}, col)])]
+                [Cell([label]), Cell([nums_tid2.add(("projection", "total", label), v, "d", row={}, column=col)])]
                 for label, col, v in totals
             ],
             numeric=[False, True],
         )
     )
     tid3 = "state-projection-pair"
+    nums_tid3 = ShownTable(N, a, "projection", tid3)
     prow = []
     for t in _tasks(rows_all):
         arms = list(dict.fromkeys(r["arm"] for r in rows_all if r["task_id"] == t))
@@ -398,15 +365,15 @@ def section_projection(a: Archive, N: Numbers) -> Section:
             base = ("projection", t, node)
             differ = sorted(p for p in pos[0] if pos[0][p] != pos[1][p])
             first = (
-                Cell([_n(N, a, "projection", tid3, base + ("first_position",), differ[0], "d", key, "p0")], cls="warn")
+                Cell([nums_tid3.add(base + ("first_position",), differ[0], "d", row=key, column="p0")], cls="warn")
                 if differ
                 else Cell([DASH])
             )
             prow.append(
                 head
                 + [
-                    Cell([_n(N, a, "projection", tid3, base + ("positions",), len(pos[0]), "d", key, "p0")]),
-                    Cell([_n(N, a, "projection", tid3, base + ("positions_differing",), len(differ), "d", key, "p0")]),
+                    Cell([nums_tid3.add(base + ("positions",), len(pos[0]), "d", row=key, column="p0")]),
+                    Cell([nums_tid3.add(base + ("positions_differing",), len(differ), "d", row=key, column="p0")]),
                     first,
                     Cell(["outputs differ" if differ else "bitwise equal"], cls="warn" if differ else "ok"),
                 ]
@@ -421,21 +388,19 @@ def section_projection(a: Archive, N: Numbers) -> Section:
             numeric=[False, False, False, True, True, True, False],
         )
     )
-    return sec
 
 
-def section_crosses(a: Archive, N: Numbers) -> Section:
-    sec = Section(
-        "state-crosses",
-        "State transfer: crosses and subset splices",
-        "A fresh receiver restores the recipient's KV with the donor's regions spliced in, samples the "
-        "recipient's stored initial logits and continues greedily (paper §6.2, Table S11). '=' the "
-        "recipient's natural endpoint, 'D' the donor's (distinguishable), 'T' a third trajectory; '.' no "
-        "byte changed; '!' the process repeats disagree.",
-    )
-    if not a.has("crosses"):
-        sec.notes.append("crosses.csv not present: state crosses not run")
-        return sec
+@table_section(
+    "state-crosses",
+    "State transfer: crosses and subset splices",
+    "A fresh receiver restores the recipient's KV with the donor's regions spliced in, samples the "
+    "recipient's stored initial logits and continues greedily (paper §6.2, Table S11). '=' the "
+    "recipient's natural endpoint, 'D' the donor's (distinguishable), 'T' a third trajectory; '.' no "
+    "byte changed; '!' the process repeats disagree.",
+    table="crosses",
+    absent="state crosses not run",
+)
+def section_crosses(sec: Section, a: Archive, N: Numbers) -> None:
     src, tid = a.src("crosses"), "state-crosses"
     rows_all = a.rows("crosses")
     cols = list(dict.fromkeys((r["task_id"], r["direction"]) for r in rows_all))
@@ -469,6 +434,7 @@ def section_crosses(a: Archive, N: Numbers) -> Section:
         )
     )
     tid2 = "state-crosses-counts"
+    nums = ShownTable(N, a, "crosses", tid2)
     subs = [r for r in rows_all if r["kind"] == "subset"]
     shams = [r for r in rows_all if r["selector"] == "EMPTY"]
     coords = {(r["task_id"], r["direction"], r["selector"]) for r in subs}
@@ -495,25 +461,24 @@ def section_crosses(a: Archive, N: Numbers) -> Section:
             sum(r["outcome"] == "recipient" and r["changed_bytes"] == 0 for r in shams),
         ),
     ]
-    rows2 = [[Cell([label]), Cell([_n(N, a, "crosses", tid2, ("crosses", k), v, "d", {}, k)])] for label, k, v in vals]
+    rows2 = [[Cell([label]), Cell([nums.add(("crosses", k), v, "d", row={}, column=k)])] for label, k, v in vals]
     sec.items.append(
         Table(tid2, "Crosses: outcome counts and controls", [src], ["count", "value"], rows2, numeric=[False, True])
     )
-    return sec
 
 
-def section_frontier(a: Archive, N: Numbers) -> Section:
-    sec = Section(
-        "state-frontier",
-        "Frontier contrasts",
-        "At the first output t* where a panel's four trajectories (EMPTY, first, second, joint) cease to "
-        "agree, the pair score logit[a] - logit[b] of each arm: the additive prediction d_first + d_second "
-        "against the actual joint change (paper S5.2, Table S13). The first repeat is shown; both repeats must agree.",
-    )
-    if not a.has("frontier"):
-        sec.notes.append("frontier.csv not present: state crosses not run")
-        return sec
+@table_section(
+    "state-frontier",
+    "Frontier contrasts",
+    "At the first output t* where a panel's four trajectories (EMPTY, first, second, joint) cease to "
+    "agree, the pair score logit[a] - logit[b] of each arm: the additive prediction d_first + d_second "
+    "against the actual joint change (paper S5.2, Table S13). The first repeat is shown; both repeats must agree.",
+    table="frontier",
+    absent="state crosses not run",
+)
+def section_frontier(sec: Section, a: Archive, N: Numbers) -> None:
     src, tid = a.src("frontier"), "state-frontier"
+    nums = ShownTable(N, a, "frontier", tid)
     rows = []
     for r in a.rows("frontier"):
         if r["repeat"] != 1:
@@ -524,11 +489,11 @@ def section_frontier(a: Archive, N: Numbers) -> Section:
         if r["frontier"] is None:
             rows.append(head + [Cell([DASH])] * 6 + [Cell([r["note"] or ""], cls="small")])
             continue
-        fr = Cell([_n(N, a, "frontier", tid, base + ("frontier",), r["frontier"], "d", key, "frontier")])
+        fr = Cell([nums.add(base + ("frontier",), r["frontier"], "d", row=key, column="frontier")])
         am = Cell(["/".join(str(x) for x in r["argmax"])], cls="mono small")
         pair = Cell([f"{r['token_a']}/{r['token_b']}" if r["token_b"] is not None else DASH], cls="mono small")
         nums = [
-            Cell([_n(N, a, "frontier", tid, base + (c,), r[c], ".6f", key, c)]) if r[c] is not None else Cell([DASH])
+            Cell([nums.add(base + (c,), r[c], ".6f", row=key, column=c)]) if r[c] is not None else Cell([DASH])
             for c in ("additive", "actual", "interaction", "max_abs_interaction")
         ]
         rows.append(
@@ -558,4 +523,3 @@ def section_frontier(a: Archive, N: Numbers) -> Section:
             numeric=[False] * 3 + [True, False, False, True, True, True, True, False],
         )
     )
-    return sec

@@ -8,12 +8,12 @@ from typing import Any
 
 from ...campaigns.derived import arm_sort_key, qualification_counts
 from ...core.campaign_names import REPORT_ORDER
-from ..document import DASH, Archive, Cell, Num, Numbers, Section, Table, _n
+from ..document import DASH, Archive, Cell, Num, Numbers, Section, ShownTable, Table
 from .noise import aa_parts, aa_rows
 from .prediction import prediction_totals
 from .qualification import refused_arms
 from .timing import decision_text
-from .vocabulary import STAGE_ORDER, _campaigns_in, _tasks_fail
+from .vocabulary import STAGE_ORDER, campaigns_in, tasks_fail
 
 
 def _parts_json(parts: list[Any]) -> list[Any]:
@@ -95,9 +95,10 @@ def section_summary(
 def _preservation(a: Archive, N: Numbers, h: Headline, facts: dict[tuple, tuple]) -> None:
     """Preservation per arm: matching / required endpoints of each campaign and family."""
     counts = [c for c in qualification_counts(a.rows("qualification")) if c["campaign"] not in OWN_TABLES]
-    for camp in _campaigns_in(counts):
+    for camp in campaigns_in(counts):
         refused = refused_arms(a, camp)
         tid = f"qualification-{camp}"
+        nums = ShownTable(N, a, "qualification", tid)
         for fam in sorted({c["family"] for c in counts if c["campaign"] == camp}):
             cc = sorted(
                 (c for c in counts if c["campaign"] == camp and c["family"] == fam),
@@ -107,21 +108,22 @@ def _preservation(a: Archive, N: Numbers, h: Headline, facts: dict[tuple, tuple]
             for c in cc:
                 key = dict(campaign=camp, family=fam, arm=c["arm"])
                 b = ("qual", camp, fam, c["arm"])
-                m = _n(N, a, "qualification", tid, b + ("matching",), c["matching"], "d", key, "matching")
-                q = _n(N, a, "qualification", tid, b + ("required",), c["required"], "d", key, "required")
+                m = nums.add(b + ("matching",), c["matching"], "d", row=key, column="matching")
+                q = nums.add(b + ("required",), c["required"], "d", row=key, column="required")
                 g = [c["arm"], " ", m, "/", q]
                 if (fam, c["arm"]) in refused:
                     g += [" refused"]
                 elif c["tasks"] != c["tasks_qualified"]:
                     failed = c["tasks"] - c["tasks_qualified"]
-                    f = _n(N, a, "qualification", tid, b + ("tasks_failed",), failed, "d", key, "tasks_failed")
-                    g += [" (", f, _tasks_fail(failed)]
+                    f = nums.add(b + ("tasks_failed",), failed, "d", row=key, column="tasks_failed")
+                    g += [" (", f, tasks_fail(failed)]
                 groups.append(g)
             h.add("preservation: matching / required", f"{camp} {fam}", _join(groups))
 
 
 def _first_divergences(a: Archive, N: Numbers, h: Headline) -> None:
     """First divergences of the failing arms (a refused arm has none: it never ran)."""
+    nums = ShownTable(N, a, "qualification", "qualification-failures")
     fails: dict[tuple, list[dict]] = defaultdict(list)
     refused_all = {
         (camp, fam, arm)
@@ -141,16 +143,12 @@ def _first_divergences(a: Archive, N: Numbers, h: Headline) -> None:
         groups = []
         for q in qs[:HEADLINE_DIVERGENCES]:
             key = dict(campaign=camp, family=fam, task_id=q["task_id"], arm=arm, cap=q["cap"])
-            i = _n(
-                N,
-                a,
-                "qualification",
-                "qualification-failures",
+            i = nums.add(
                 ("qfail", camp, fam, q["task_id"], arm, q["cap"], "first_diff_index"),
                 q["first_diff_index"],
                 "d",
-                key,
-                "first_diff_index",
+                row=key,
+                column="first_diff_index",
             )
             groups.append([q["task_id"], " at token ", i])
         parts = _join(groups)
@@ -178,16 +176,12 @@ def _qualified_ratios(a: Archive, N: Numbers, h: Headline, facts: dict[tuple, tu
             numerator=r["numerator"],
             denominator=r["denominator"],
         )
-        v = _n(
-            N,
-            a,
-            "ratios",
-            f"ratios-{r['campaign']}",
+        v = ShownTable(N, a, "ratios", tid=f"ratios-{r['campaign']}").add(
             ("ratio", r["campaign"], r["family"], r["cap"], r["numerator"], r["denominator"], "ratio"),
             r["ratio"],
             ".6f",
-            key,
-            "ratio",
+            row=key,
+            column="ratio",
         )
         by[(r["campaign"], r["family"], r["cap"])].append([f"{r['numerator']}/{r['denominator']} ", v])
     for camp, fam, cap in sorted(
@@ -199,16 +193,17 @@ def _qualified_ratios(a: Archive, N: Numbers, h: Headline, facts: dict[tuple, tu
 
 def _estimates(a: Archive, N: Numbers, h: Headline, timing: str) -> None:
     """E2 estimates with their decisions."""
+    nums = ShownTable(N, a, "estimates", "estimates")
     for r in a.rows("estimates"):
         key = dict(family=r["family"], path=r["path"], comparison=r["comparison"])
         b = ("est", r["family"], r["path"], r["comparison"])
-        ns = _n(N, a, "estimates", "estimates", b + ("n_sessions",), r["n_sessions"], "d", key, "n_sessions")
+        ns = nums.add(b + ("n_sessions",), r["n_sessions"], "d", row=key, column="n_sessions")
         if r["estimate"] is None:
             parts = [DASH, " ", decision_text(r["decision"])]
         else:
-            e = _n(N, a, "estimates", "estimates", b + ("estimate",), r["estimate"], ".6f", key, "estimate")
-            lo = _n(N, a, "estimates", "estimates", b + ("lo",), r["lo"], ".6f", key, "lo")
-            hi = _n(N, a, "estimates", "estimates", b + ("hi",), r["hi"], ".6f", key, "hi")
+            e = nums.add(b + ("estimate",), r["estimate"], ".6f", row=key, column="estimate")
+            lo = nums.add(b + ("lo",), r["lo"], ".6f", row=key, column="lo")
+            hi = nums.add(b + ("hi",), r["hi"], ".6f", row=key, column="hi")
             parts = [e, " [", lo, ", ", hi, "] ", decision_text(r["decision"])]
         parts += [" (", ns, " sessions)"]
         for n in aa_rows(a, "replication", r["family"]):
@@ -225,6 +220,7 @@ def _estimates(a: Archive, N: Numbers, h: Headline, timing: str) -> None:
 
 def _replay_counts(a: Archive, N: Numbers, h: Headline) -> None:
     """E1 counts: contexts where PQ and QB agree bitwise, per family and stage."""
+    nums = ShownTable(N, a, "replay", "replay")
     groups_e1: dict[str, list[list[Any]]] = defaultdict(list)
     rp: dict[tuple[str, str], list[dict]] = defaultdict(list)
     for r in a.rows("replay"):
@@ -233,8 +229,8 @@ def _replay_counts(a: Archive, N: Numbers, h: Headline) -> None:
         g = rp[(fam, stage)]
         key = dict(family=fam, stage=stage)
         b = ("replay", fam, stage)
-        eq = _n(N, a, "replay", "replay", b + ("pq_eq_qb",), sum(1 for r in g if r["pq_eq_qb"]), "d", key, "pq_eq_qb")
-        n = _n(N, a, "replay", "replay", b + ("contexts",), len(g), "d", key, "contexts")
+        eq = nums.add(b + ("pq_eq_qb",), sum(1 for r in g if r["pq_eq_qb"]), "d", row=key, column="pq_eq_qb")
+        n = nums.add(b + ("contexts",), len(g), "d", row=key, column="contexts")
         groups_e1[fam].append([f"{stage} ", eq, "/", n])
     for fam in sorted(groups_e1):
         h.add("E1: PQ = QB bitwise (contexts)", fam, _join(groups_e1[fam]))
@@ -242,16 +238,14 @@ def _replay_counts(a: Archive, N: Numbers, h: Headline) -> None:
 
 def _prediction(a: Archive, N: Numbers, h: Headline) -> None:
     """The prediction next to the reference, per family."""
+    nums = ShownTable(N, a, "prediction", "prediction-summary")
     by_fam: dict[str, list[dict]] = defaultdict(list)
     for r in a.rows("prediction"):
         by_fam[r["family"]].append(r)
     for fam in sorted(by_fam):
         tot = prediction_totals(by_fam[fam])
         key = dict(family=fam)
-        v = {
-            k: _n(N, a, "prediction", "prediction-summary", ("predsum", fam, k), val, "d", key, k)
-            for k, val in tot.items()
-        }
+        v = {k: nums.add(("predsum", fam, k), val, "d", row=key, column=k) for k, val in tot.items()}
         pred = " ".join(sorted({r["predictor"] for r in by_fam[fam]}))
         live = " ".join(sorted({r["live_arm"] for r in by_fam[fam]}))
         h.add(

@@ -7,27 +7,27 @@ from typing import Any
 
 from ...campaigns.derived import acceptance
 from ...core import stats as S
-from ..document import DASH, Archive, Cell, Figure, Numbers, Section, Table, _n
+from ..document import DASH, Archive, Cell, Figure, Numbers, Section, ShownTable, Table, absent_note, table_section
 from ..svg import bar_figure, interval_figure
 from .noise import aa_cell, aa_rows
-from .vocabulary import _WORDS, CAMPAIGN_TITLES, _campaigns_in
+from .vocabulary import CAMPAIGN_TITLES, WORDS, campaigns_in
 
 
-def section_ratios(a: Archive, N: Numbers) -> Section:
-    sec = Section(
-        "ratios",
-        "Qualified latency ratios",
-        "Numerator time / denominator time: exp of the mean over panel tasks of the paired log-time difference "
-        "(paper Tables S2, S3). A regression is a task on which the denominator is slower (task ratio below one). "
-        "Comparisons with a failed qualification are shown as a dash with the reason.",
-    )
-    if not a.has("ratios"):
-        sec.notes.append("ratios.csv not present: confirmation / implementation ratios not run")
-        return sec
+@table_section(
+    "ratios",
+    "Qualified latency ratios",
+    "Numerator time / denominator time: exp of the mean over panel tasks of the paired log-time difference "
+    "(paper Tables S2, S3). A regression is a task on which the denominator is slower (task ratio below one). "
+    "Comparisons with a failed qualification are shown as a dash with the reason.",
+    table="ratios",
+    absent="confirmation / implementation ratios not run",
+)
+def section_ratios(sec: Section, a: Archive, N: Numbers) -> None:
     src = a.src("ratios")
     rows_all = a.rows("ratios")
-    for camp in _campaigns_in(rows_all):
+    for camp in campaigns_in(rows_all):
         tid = f"ratios-{camp}"
+        nums = ShownTable(N, a, "ratios", tid)
         aa = bool(aa_rows(a, camp))  # the A/A control beside every ratio of the campaign
         rows = []
         for r in [r for r in rows_all if r["campaign"] == camp]:
@@ -36,10 +36,10 @@ def section_ratios(a: Archive, N: Numbers) -> Section:
             )
             base = ("ratio", camp, r["family"], r["cap"], r["numerator"], r["denominator"])
             cells = [Cell([r["family"]]), Cell([r["path"]]), Cell([f"{r['numerator']}/{r['denominator']}"], cls="mono")]
-            nt = _n(N, a, "ratios", tid, base + ("n_tasks",), r["n_tasks"], "d", key, "n_tasks")
+            nt = nums.add(base + ("n_tasks",), r["n_tasks"], "d", row=key, column="n_tasks")
             if r["qualified"] and r["ratio"] is not None:
-                cells.append(Cell([_n(N, a, "ratios", tid, base + ("ratio",), r["ratio"], ".6f", key, "ratio")]))
-                nr = _n(N, a, "ratios", tid, base + ("n_regressions",), r["n_regressions"], "d", key, "n_regressions")
+                cells.append(Cell([nums.add(base + ("ratio",), r["ratio"], ".6f", row=key, column="ratio")]))
+                nr = nums.add(base + ("n_regressions",), r["n_regressions"], "d", row=key, column="n_regressions")
                 cells.append(Cell([nr, "/", nt]))
                 cells.append(Cell([r["regressed_tasks"] or ""], cls="mono small"))
             else:
@@ -87,7 +87,6 @@ def section_ratios(a: Archive, N: Numbers) -> Section:
                 "Blue: target-only arms; orange: speculative arms.",
             )
         )
-    return sec
 
 
 def _layout_of(a: Archive, campaign: str, family: str, arm: str) -> str | None:
@@ -97,26 +96,26 @@ def _layout_of(a: Archive, campaign: str, family: str, arm: str) -> str | None:
     return None
 
 
-def section_diagnostics(a: Archive, N: Numbers) -> Section:
-    sec = Section(
-        "diagnostics",
-        "Diagnostic timings (not qualified)",
-        "The price of preservation, measured on arms that do not all reproduce the reference: M3/M0 and C3/C0 "
-        "(repaired over unrepaired path) and R_prod/M3 (deployed default over the repaired target-only path). "
-        "Every row has an unqualified side and says which; these ratios compare paths whose outputs differ on "
-        "some tasks and are descriptive only. They are never qualified ratios, which are in the section above. "
-        "Ratio: exp of the mean over the tasks timed for both arms of the paired log-time difference; medians: "
-        "the middle request time of each arm on those tasks.",
-    )
-    if not a.has("diagnostics"):
-        sec.notes.append("diagnostics.csv not present: no diagnostic timing recorded")
-        return sec
+@table_section(
+    "diagnostics",
+    "Diagnostic timings (not qualified)",
+    "The price of preservation, measured on arms that do not all reproduce the reference: M3/M0 and C3/C0 "
+    "(repaired over unrepaired path) and R_prod/M3 (deployed default over the repaired target-only path). "
+    "Every row has an unqualified side and says which; these ratios compare paths whose outputs differ on "
+    "some tasks and are descriptive only. They are never qualified ratios, which are in the section above. "
+    "Ratio: exp of the mean over the tasks timed for both arms of the paired log-time difference; medians: "
+    "the middle request time of each arm on those tasks.",
+    table="diagnostics",
+    absent="no diagnostic timing recorded",
+)
+def section_diagnostics(sec: Section, a: Archive, N: Numbers) -> None:
     rows_all = a.rows("diagnostics")
     if not rows_all:
         sec.notes.append("no diagnostic row: every registered pair (M3/M0, C3/C0, R_prod/M3) qualified or was not run")
-        return sec
+        return
     src = a.src("diagnostics")
     tid = "diagnostics"
+    nums = ShownTable(N, a, "diagnostics", tid)
     rows, pts = [], []
     for r in rows_all:
         key = dict(
@@ -128,34 +127,26 @@ def section_diagnostics(a: Archive, N: Numbers) -> Section:
         )
         base = ("diag", r["campaign"], r["family"], r["cap"], r["numerator"], r["denominator"])
         cmp_ = f"{r['numerator']}/{r['denominator']}"
-        nt = _n(N, a, "diagnostics", tid, base + ("n_tasks",), r["n_tasks"], "d", key, "n_tasks")
-        timed = _n(N, a, "diagnostics", tid, base + ("n_tasks_timed",), r["n_tasks_timed"], "d", key, "n_tasks_timed")
+        nt = nums.add(base + ("n_tasks",), r["n_tasks"], "d", row=key, column="n_tasks")
+        timed = nums.add(base + ("n_tasks_timed",), r["n_tasks_timed"], "d", row=key, column="n_tasks_timed")
         cells = [Cell([r["campaign"]]), Cell([r["family"]]), Cell([cmp_], cls="mono"), Cell([r["label"]], cls="diag")]
         if r["ratio"] is not None:
-            mn = _n(
-                N,
-                a,
-                "diagnostics",
-                tid,
+            mn = nums.add(
                 base + ("median_numerator_ms",),
                 r["median_numerator_ns"] / 1e6,
                 ".2f",
-                key,
-                "median_numerator_ns",
+                row=key,
+                column="median_numerator_ns",
             )
-            md = _n(
-                N,
-                a,
-                "diagnostics",
-                tid,
+            md = nums.add(
                 base + ("median_denominator_ms",),
                 r["median_denominator_ns"] / 1e6,
                 ".2f",
-                key,
-                "median_denominator_ns",
+                row=key,
+                column="median_denominator_ns",
             )
-            ra = _n(N, a, "diagnostics", tid, base + ("ratio",), r["ratio"], ".6f", key, "ratio")
-            nr = _n(N, a, "diagnostics", tid, base + ("n_regressions",), r["n_regressions"], "d", key, "n_regressions")
+            ra = nums.add(base + ("ratio",), r["ratio"], ".6f", row=key, column="ratio")
+            nr = nums.add(base + ("n_regressions",), r["n_regressions"], "d", row=key, column="n_regressions")
             cells += [Cell([mn]), Cell([md]), Cell([ra], cls="diag"), Cell([nr, "/", timed, "/", nt])]
             pts.append(dict(label=f"{r['family']} {cmp_} ({r['campaign']})", value=r["ratio"], cls="diag"))
         else:
@@ -199,7 +190,6 @@ def section_diagnostics(a: Archive, N: Numbers) -> Section:
                 "on some task. Above one the numerator is slower.",
             )
         )
-    return sec
 
 
 DECISION_TEXT = {S.TOO_FEW_SESSIONS: "too few sessions", S.NOISE_TOO_HIGH: "machine noise too high"}
@@ -219,12 +209,12 @@ def section_replication(a: Archive, N: Numbers, boot: dict[str, Any]) -> Section
         "randrange(n) indices, linear 2.5/97.5 percentiles, exponentiated). Above one favours QB "
         "(paper Table S5). Decision: exceeds when the lower bound is above the threshold, below when the "
         "upper bound is below it, inconclusive otherwise. An interval from fewer than "
-        f"{_WORDS.get(S.MIN_SESSIONS, S.MIN_SESSIONS)} sessions is descriptive only and shown as \u201ctoo few sessions\u201d instead of a decision."
+        f"{WORDS.get(S.MIN_SESSIONS, S.MIN_SESSIONS)} sessions is descriptive only and shown as \u201ctoo few sessions\u201d instead of a decision."
         " When the campaign's A/A control has the verdict machine noise too high, an exceeds or below "
         "decision is shown as \u201cmachine noise too high\u201d instead (noise section).",
     )
     if not a.has("estimates"):
-        sec.notes.append("estimates.csv not present: replication not run")
+        sec.notes.append(absent_note("estimates", "replication not run"))
     else:
         sec.items.extend(_estimate_items(a, N))
     if boot:
@@ -233,7 +223,7 @@ def section_replication(a: Archive, N: Numbers, boot: dict[str, Any]) -> Section
     if a.has("contrasts"):
         sec.items.append(_contrasts_table(a, N))
     elif a.has("estimates"):
-        sec.notes.append("contrasts.csv not present")
+        sec.notes.append(absent_note("contrasts"))
     if a.has("sessions"):
         sec.items.append(_sessions_table(a, N))
     return sec
@@ -295,14 +285,15 @@ def _estimate_items(a: Archive, N: Numbers) -> list[Table | Figure]:
 
 def _estimate_row(a: Archive, N: Numbers, tid: str, r: dict) -> tuple[list[Cell], dict[str, Any]]:
     """One estimate's table row and its point of the figure."""
+    nums = ShownTable(N, a, "estimates", tid)
     key = dict(family=r["family"], path=r["path"], comparison=r["comparison"])
     base = ("est", r["family"], r["path"], r["comparison"])
     cells = [Cell([r["family"]]), Cell([r["path"]]), Cell([r["comparison"]], cls="mono")]
-    nt = _n(N, a, "estimates", tid, base + ("n_tasks",), r["n_tasks"], "d", key, "n_tasks")
-    ns = _n(N, a, "estimates", tid, base + ("n_sessions",), r["n_sessions"], "d", key, "n_sessions")
-    draws = _n(N, a, "estimates", tid, base + ("draws",), r["draws"], "d", key, "draws")
-    seed = _n(N, a, "estimates", tid, base + ("seed",), r["seed"], "d", key, "seed")
-    thr = _n(N, a, "estimates", tid, base + ("threshold",), r["threshold"], ".4f", key, "threshold")
+    nt = nums.add(base + ("n_tasks",), r["n_tasks"], "d", row=key, column="n_tasks")
+    ns = nums.add(base + ("n_sessions",), r["n_sessions"], "d", row=key, column="n_sessions")
+    draws = nums.add(base + ("draws",), r["draws"], "d", row=key, column="draws")
+    seed = nums.add(base + ("seed",), r["seed"], "d", row=key, column="seed")
+    thr = nums.add(base + ("threshold",), r["threshold"], ".4f", row=key, column="threshold")
     if r["estimate"] is None:
         cells += [
             Cell([DASH], cls="bad"),
@@ -316,10 +307,10 @@ def _estimate_row(a: Archive, N: Numbers, tid: str, r: dict) -> tuple[list[Cell]
         ]
         pt = dict(label=f"{r['family']} {r['path']} {r['comparison']}", value=None, note=f"{DASH} not qualified")
         return cells, pt
-    e = _n(N, a, "estimates", tid, base + ("estimate",), r["estimate"], ".6f", key, "estimate")
-    lo = _n(N, a, "estimates", tid, base + ("lo",), r["lo"], ".6f", key, "lo")
-    hi = _n(N, a, "estimates", tid, base + ("hi",), r["hi"], ".6f", key, "hi")
-    nr = _n(N, a, "estimates", tid, base + ("n_regressions",), r["n_regressions"], "d", key, "n_regressions")
+    e = nums.add(base + ("estimate",), r["estimate"], ".6f", row=key, column="estimate")
+    lo = nums.add(base + ("lo",), r["lo"], ".6f", row=key, column="lo")
+    hi = nums.add(base + ("hi",), r["hi"], ".6f", row=key, column="hi")
+    nr = nums.add(base + ("n_regressions",), r["n_regressions"], "d", row=key, column="n_regressions")
     few = r["decision"] == S.TOO_FEW_SESSIONS
     cells += [
         Cell([e]),
@@ -349,12 +340,13 @@ def _contrasts_table(a: Archive, N: Numbers) -> Table:
     """The session contrasts c_s of each comparison."""
     src = a.src("contrasts")
     tid = "contrasts"
+    nums = ShownTable(N, a, "contrasts", tid)
     rows = []
     for r in a.rows("contrasts"):
         key = dict(family=r["family"], path=r["path"], comparison=r["comparison"], session=r["session"])
         base = ("contrast", r["family"], r["path"], r["comparison"], r["session"])
-        c_s = _n(N, a, "contrasts", tid, base + ("c_s",), r["c_s"], ".6f", key, "c_s")
-        nt = _n(N, a, "contrasts", tid, base + ("n_tasks",), r["n_tasks"], "d", key, "n_tasks")
+        c_s = nums.add(base + ("c_s",), r["c_s"], ".6f", row=key, column="c_s")
+        nt = nums.add(base + ("n_tasks",), r["n_tasks"], "d", row=key, column="n_tasks")
         rows.append(
             [
                 Cell([r["family"]]),
@@ -379,12 +371,13 @@ def _sessions_table(a: Archive, N: Numbers) -> Table:
     """The sessions of each campaign and family: times, gaps, requests and workers."""
     src = a.src("sessions")
     tid = "sessions"
+    nums = ShownTable(N, a, "sessions", tid)
     rows = []
     for r in a.rows("sessions"):
         key = dict(campaign=r["campaign"], family=r["family"], session=r["session"])
         base = ("session", r["campaign"], r["family"], r["session"])
         gap = (
-            Cell([_n(N, a, "sessions", tid, base + ("gap_before_s",), r["gap_before_s"], ".1f", key, "gap_before_s")])
+            Cell([nums.add(base + ("gap_before_s",), r["gap_before_s"], ".1f", row=key, column="gap_before_s")])
             if r["gap_before_s"] is not None
             else Cell([DASH], title="first session")
         )
@@ -396,8 +389,8 @@ def _sessions_table(a: Archive, N: Numbers) -> Table:
                 Cell([r["started_utc"]], cls="mono small"),
                 Cell([r["ended_utc"]], cls="mono small"),
                 gap,
-                Cell([_n(N, a, "sessions", tid, base + ("n_requests",), r["n_requests"], "d", key, "n_requests")]),
-                Cell([_n(N, a, "sessions", tid, base + ("n_workers",), r["n_workers"], "d", key, "n_workers")]),
+                Cell([nums.add(base + ("n_requests",), r["n_requests"], "d", row=key, column="n_requests")]),
+                Cell([nums.add(base + ("n_workers",), r["n_workers"], "d", row=key, column="n_workers")]),
             ]
         )
     return Table(
@@ -419,32 +412,32 @@ def _sessions_table(a: Archive, N: Numbers) -> Table:
     )
 
 
-def section_acceptance(a: Archive, N: Numbers) -> Section:
-    sec = Section(
-        "acceptance",
-        "Draft acceptance",
-        "Accepted / proposed draft tokens over completed speculative requests, per family and draft.",
-    )
-    if not a.has("requests"):
-        sec.notes.append("requests.csv not present: no request was run")
-        return sec
+@table_section(
+    "acceptance",
+    "Draft acceptance",
+    "Accepted / proposed draft tokens over completed speculative requests, per family and draft.",
+    table="requests",
+    absent="no request was run",
+)
+def section_acceptance(sec: Section, a: Archive, N: Numbers) -> None:
     acc = acceptance(a.rows("requests"))
     if not acc:
         sec.notes.append("no completed speculative request")
-        return sec
+        return
     src = a.src("requests")
     tid = "acceptance"
+    nums = ShownTable(N, a, "requests", tid)
     rows, bars = [], []
     for r in acc:
         key = dict(family=r["family"], draft=r["draft"])
         base = ("accept", r["family"], r["draft"])
-        p = _n(N, a, "requests", tid, base + ("proposals",), r["proposals"], "d", key, "proposals")
-        k = _n(N, a, "requests", tid, base + ("accepted",), r["accepted"], "d", key, "accepted")
-        n = _n(N, a, "requests", tid, base + ("requests",), r["requests"], "d", key, "requests")
+        p = nums.add(base + ("proposals",), r["proposals"], "d", row=key, column="proposals")
+        k = nums.add(base + ("accepted",), r["accepted"], "d", row=key, column="accepted")
+        n = nums.add(base + ("requests",), r["requests"], "d", row=key, column="requests")
         if r["acceptance"] is None:
             ac = Cell([DASH], title="no proposals")
         else:
-            ac = Cell([_n(N, a, "requests", tid, base + ("acceptance",), r["acceptance"], ".4f", key, "acceptance")])
+            ac = Cell([nums.add(base + ("acceptance",), r["acceptance"], ".4f", row=key, column="acceptance")])
             bars.append((f"{r['family']} {r['draft']}", r["acceptance"], f"{r['acceptance']:.4f}"))
         rows.append([Cell([r["family"]]), Cell([r["draft"]], cls="mono"), Cell([n]), Cell([p]), Cell([k]), ac])
     sec.items.append(
@@ -467,4 +460,3 @@ def section_acceptance(a: Archive, N: Numbers) -> Section:
                 "Fraction of proposed draft tokens accepted by the target.",
             )
         )
-    return sec

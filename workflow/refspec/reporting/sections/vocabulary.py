@@ -18,15 +18,15 @@ CAMPAIGN_TITLES = {
 STAGE_ORDER = ("kq", "kq_soft_max", "kqv", "address")
 
 
-def _tasks_fail(n: int) -> str:
+def tasks_fail(n: int) -> str:
     """The words after a count of failed tasks (and the closing parenthesis)."""
     return " task fails)" if n == 1 else " tasks fail)"
 
 
-def _campaigns_in(rows: Iterable[dict]) -> list[str]:
+def campaigns_in(rows: Iterable[dict]) -> list[str]:
     present = {r["campaign"] for r in rows}
     return [c for c in REPORT_ORDER if c in present] + sorted(present - set(REPORT_ORDER))
 
 
 # small constants of the prose in words (digits in visible text are checked numbers or names)
-_WORDS = {1: "one", 2: "two", 3: "three", 4: "four", 5: "five", 6: "six", 8: "eight", 10: "ten"}
+WORDS = {1: "one", 2: "two", 3: "three", 4: "four", 5: "five", 6: "six", 8: "eight", 10: "ten"}
