@@ -126,7 +126,7 @@ def check_html(c: Checker, E: Expected, rep: Report, stated: dict) -> None:
 
 
 def tex_visible(name: str) -> str:
-    """A name as report.tex shows it (refspec.report.tex.tex_escape: other characters than
+    """A name as report.tex shows it (refspec.reporting.tex.tex_escape: other characters than
     printable ASCII become '?' or a space, dashes '---' and '--')."""
     out = []
     for ch in name:

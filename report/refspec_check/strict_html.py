@@ -89,7 +89,7 @@ ATTR_VALUES = {
 META_ALLOWED = ({"charset": "utf-8"}, {"name": "viewport", "content": "width=device-width, initial-scale=1"})
 
 # sha256 of the one stylesheet (the <style> element of report/templates/report.html.j2); a report
-# with any other CSS is refused (tests/test_report_strict.py keeps the two in step)
+# with any other CSS is refused (tests/checker/test_report_strict.py keeps the two in step)
 STYLESHEET_SHA256 = "040b07b2b2be422ab3b84cb66bab81f860cc1594ecc0aeaa3812072b2c304d0a"
 
 # Digits in visible text outside a checked number (data-num) are refused unless the word holding

@@ -7,7 +7,7 @@ import re
 
 # sha256 of report.tex up to and including its "\begin{document}" line: the renderer's preamble
 # (its packages, the figures' colours and the one macro \rsnum). Any other preamble (\rsnum
-# redefined, a \catcode, \input, another package) is refused; tests/test_report_strict.py keeps
+# redefined, a \catcode, \input, another package) is refused; tests/checker/test_report_strict.py keeps
 # this equal to the template's.
 TEX_PREAMBLE_SHA256 = "2a9a8944e891c09edb3581f723aa254cf4cb659ca6e6a72dc451025659b48f6a"
 
@@ -34,7 +34,7 @@ TEX_WORDS = frozenset(
     }
 )
 
-# the text macros of the escaping (refspec.report.tex.tex_escape), each written with "{}"
+# the text macros of the escaping (refspec.reporting.tex.tex_escape), each written with "{}"
 TEX_TEXT_MACROS = {
     "textbackslash": "\\",
     "textasciicircum": "^",
@@ -57,7 +57,7 @@ _TEX_WORD_RE = re.compile(r"\\([A-Za-z]+)")
 
 _TEX_ENV_RE = re.compile(r"\\(begin|end)\{([A-Za-z*]*)\}")
 
-# \rsnum{ID}{TEXT}: ID in the characters refspec.report.tex.tex_id writes (others as !HEX;)
+# \rsnum{ID}{TEXT}: ID in the characters refspec.reporting.tex.tex_id writes (others as !HEX;)
 _TEX_NUM_RE = re.compile(r"\\rsnum\{([A-Za-z0-9 ._:/+=,|@!;-]*)\}\{([^{}\\]*)\}")
 
 _TEX_ID_ESC_RE = re.compile(r"!([0-9a-f]{1,6});")
@@ -67,7 +67,7 @@ _TEX_PARBOX_RE = re.compile(r"\\parbox(?:\[t\]\{(?:4\.2|11)cm\}|\{0\.95\\linewid
 
 _TEX_COLSPEC_RE = re.compile(r"\\begin\{longtable\}\{[lr]+\}")
 
-# the figures (refspec.report.svg.Canvas.to_tikz): one drawing command per line, numeric coordinates
+# the figures (refspec.reporting.svg.Canvas.to_tikz): one drawing command per line, numeric coordinates
 # inside the picture's bounding box, colours of the palette, nothing else
 _TN = r"(-?\d+\.\d{3})"
 
@@ -88,7 +88,7 @@ TIKZ_RES = (
 
 
 def tex_id_decode(s: str) -> str:
-    """The number id written by refspec.report.tex.tex_id (``!HEX;`` for other characters)."""
+    """The number id written by refspec.reporting.tex.tex_id (``!HEX;`` for other characters)."""
     return _TEX_ID_ESC_RE.sub(lambda m: chr(int(m.group(1), 16)), s)
 
 
