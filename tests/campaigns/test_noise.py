@@ -12,7 +12,6 @@ import shutil
 
 import pytest
 
-from conftest_report import make_results, run_check, seal_archive
 from refspec.campaigns import derived as D
 from refspec.campaigns import noise as NZ
 from refspec.campaigns.context import aa_twins
@@ -22,6 +21,7 @@ from refspec.core.errors import ConfigError
 from refspec.core.paths import REPO_ROOT
 from refspec.engine import load
 from refspec.reporting import render as report
+from support.synthetic_archive import make_results, run_check, seal_archive
 
 THR = S.DEFAULT_THRESHOLD
 DRAWS = 2000

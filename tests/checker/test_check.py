@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest_report import make_results, run_check, seal_archive, signer
 from refspec.core.paths import REPO_ROOT
 from refspec.reporting import render as report
+from support.synthetic_archive import make_results, run_check, seal_archive, signer
 
 CHECK = REPO_ROOT / "report" / "check.py"
 

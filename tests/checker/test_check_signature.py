@@ -21,10 +21,10 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from conftest_report import check_module, make_results, run_check, seal_archive, signer
 from refspec.core.hashing import canonical_json
 from refspec.provenance.keys import fingerprint
 from refspec.reporting import render as report
+from support.synthetic_archive import check_module, make_results, run_check, seal_archive, signer
 
 CHECK = check_module()
 

@@ -19,10 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from conftest_report import check_module, make_results, run_check, signer
 from refspec.core.paths import REPO_ROOT
 from refspec.provenance.seal import seal
 from refspec.reporting import render as report
+from support.synthetic_archive import check_module, make_results, run_check, signer
 
 CHECK = check_module()
 CHROMIUM = Path("/usr/bin/chromium")

@@ -13,8 +13,10 @@ from refspec.cli import SUBCOMMANDS, main
 from refspec.core import errors
 from refspec.core.stats import StatsError, mean_log
 from refspec.reporting.render import compile_pdf
-from test_seal_tamper import copy_archive
-from test_seal_util import seal_env  # noqa: F401  (fixture)
+from support.sealing import (
+    copy_archive,
+    seal_env,  # noqa: F401  (fixture)
+)
 
 
 def test_report_stage_on_data_that_does_not_verify_exits_1(seal_env, tmp_path, capsys):

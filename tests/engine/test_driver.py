@@ -19,7 +19,6 @@ import signal
 import threading
 
 import pytest
-import yaml
 
 from refspec import cli
 from refspec.campaigns.definitions import load_definition
@@ -28,22 +27,12 @@ from refspec.core.arms import load_arms
 from refspec.core.config import load_config
 from refspec.core.hashing import sha256_file
 from refspec.core.panels import humaneval_tasks
-from refspec.core.paths import config_dir
 from refspec.core.tables import read_csv_records, read_records
 from refspec.engine.context import Planned, PromptBook, RunContext
 from refspec.engine.driver import run_block
 from refspec.engine.journal import Journal
 from refspec.provenance.ledger import Ledger, verify_chain
-
-FAMILY = "smollm2-135m"
-
-
-def one_thread_arms(path):
-    """config/arms.yaml with one thread per context (a shared 2-core machine runs tests in parallel)."""
-    data = yaml.safe_load((config_dir() / "arms.yaml").read_text())
-    data["defaults"]["threads"] = 1
-    path.write_text(yaml.safe_dump(data))
-    return str(path)
+from support.arms import FAMILY, one_thread_arms
 
 
 def test_worker_killed_mid_request(tmp_path, lib_path, family_files):

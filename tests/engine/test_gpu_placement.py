@@ -30,7 +30,7 @@ from refspec.engine.loopback import Worker, WorkerSpec, placement_problems
 from refspec.engine.spawn import ENV_GPU_PASSTHROUGH, ENV_PASSTHROUGH
 from refspec.native import runtime
 from refspec.provenance.ledger import Ledger
-from test_driver import FAMILY, one_thread_arms
+from support.arms import FAMILY, one_thread_arms
 
 
 def test_run_setting_resolves_by_backend():

@@ -21,7 +21,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-REPO = Path(__file__).resolve().parents[1]
+from support.paths import REPO_ROOT as REPO
+
 ARM_BASE = {"ub": 4, "cap": 128, "threads": 2, "kv_type": "f16", "n_ctx": 2048, "k": 3, "draft_ub": 512}
 
 
@@ -251,8 +252,7 @@ def _start_server(binary: Path, model: Path, *, env_extra: dict | None = None):
 
 @pytest.mark.server_build  # builds llama-server twice (stock and patched): ./run test -m server_build
 def test_server_of_another_vocabulary_is_refused(tmp_path, server_builds):
-    sys.path.insert(0, str(Path(__file__).parent))
-    from tinygguf import write_tiny
+    from support.tinygguf import write_tiny
 
     model = tmp_path / "tiny.gguf"
     write_tiny(model)

@@ -13,8 +13,8 @@ import pytest
 from refspec.core.arms import Arm
 from refspec.engine.server import endpoint_from_response
 from refspec.engine.server_cli import ServerOptions, parse_help, server_command
+from support.paths import DATA
 
-DATA = Path(__file__).parent / "data"
 NEW = (DATA / "llama-server-help-0c1e570.txt").read_text()
 OLD = (DATA / "llama-server-help-4227c9b.txt").read_text()
 

@@ -24,7 +24,7 @@ from refspec.core.arms import load_arms
 from refspec.core.hashing import sha256_json
 from refspec.engine.loopback import Worker, WorkerSpec
 from refspec.engine.spawn import ENV_GPU_PASSTHROUGH, worker_env
-from test_driver import one_thread_arms
+from support.arms import one_thread_arms
 
 CAP = 6
 

@@ -29,7 +29,7 @@ from refspec.engine.journal import Journal
 from refspec.engine.loopback import Worker, WorkerSpec
 from refspec.engine.worker_http import HEADER_DEADLINE_S
 from refspec.provenance.ledger import Ledger, verify_chain
-from test_driver import one_thread_arms
+from support.arms import one_thread_arms
 
 FAMILY = "smollm2-135m"
 PROMPT = [1, 9690, 198]

@@ -19,7 +19,6 @@ import numpy as np
 import pytest
 import yaml
 
-from layoutcapture import STAGES, bits, run_layout, spec
 from refspec import cli
 from refspec.core.errors import EXIT_INTEGRITY, EXIT_OK
 from refspec.core.panels import Task, prompt_tokens
@@ -28,7 +27,8 @@ from refspec.experiments import admission
 from refspec.native import build as native
 from refspec.native import runtime
 from refspec.native.runtime import Context
-from tinygguf import GEOMETRIES, write_geometry, write_tiny
+from support.layoutcapture import STAGES, bits, run_layout, spec
+from support.tinygguf import GEOMETRIES, write_geometry, write_tiny
 
 SEED = 20240917
 TARGET_LAYERS, DRAFT_LAYERS = 2, 1

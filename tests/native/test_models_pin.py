@@ -14,7 +14,7 @@ from refspec.core.errors import EXIT_INTEGRITY, EXIT_OK, EXIT_USAGE, IntegrityEr
 from refspec.core.hashing import sha256_file
 from refspec.core.paths import REPO_ROOT
 from refspec.native import models
-from tinygguf import write_tiny
+from support.tinygguf import write_tiny
 
 
 def _families(path, **fams):

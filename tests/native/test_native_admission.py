@@ -15,7 +15,7 @@ from refspec.core.errors import AdmissionError, DecodeError, IntegrityError
 from refspec.native import build as native
 from refspec.native import models, runtime
 from refspec.native.runtime import Context, ContextSpec
-from tinygguf import write_tiny
+from support.tinygguf import write_tiny
 
 
 @pytest.fixture(scope="module")

@@ -10,12 +10,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from layoutcapture import STAGES, run_layout
-from layoutcapture import bits as _bits
-from layoutcapture import spec as _spec
 from refspec.native import build as native
 from refspec.native import models, runtime
 from refspec.native.runtime import Context, ContextSpec
+from support.layoutcapture import STAGES, run_layout
+from support.layoutcapture import bits as _bits
+from support.layoutcapture import spec as _spec
 
 LAYERS = (0, 15, 29)
 PREFIX = 20

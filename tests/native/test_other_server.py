@@ -14,12 +14,12 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import yaml
 
-REPO = Path(__file__).resolve().parents[1]
+from support.paths import REPO_ROOT as REPO
+
 ARMS = {"S_ref": 1, "S_ub512": 512, "S_ub4": 4}
 
 

@@ -37,7 +37,7 @@ from refspec.engine.journal import Journal
 from refspec.native import build as native
 from refspec.native import vulkan
 from refspec.provenance.ledger import Ledger
-from test_driver import FAMILY, one_thread_arms
+from support.arms import FAMILY, one_thread_arms
 
 pytestmark = pytest.mark.vulkan
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+from support.paths import REPO_ROOT as REPO
 
 
 def qualify(*args, cwd=REPO, timeout=1800):

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import shutil
-from pathlib import Path
 
 import pytest
 
@@ -18,8 +17,8 @@ from refspec.provenance import keys
 from refspec.provenance.restore import restore
 from refspec.provenance.seal import seal_sha256_of
 from refspec.provenance.verify import verify_archive
+from support.paths import GOLDEN
 
-GOLDEN = Path(__file__).resolve().parent / "golden"
 VERSIONS = sorted(p.name for p in GOLDEN.iterdir() if (p / "expected.json").is_file())
 
 

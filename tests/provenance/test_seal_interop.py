@@ -15,8 +15,9 @@ from securesystemslib.dsse import Envelope
 from securesystemslib.exceptions import VerificationError
 from securesystemslib.signer import SSlibKey
 
+from support.paths import GOLDEN
+from support.sealing import seal_env  # noqa: F401  (fixture)
 from test_seal_tamper import copy_archive, edit_payload_after_signing, resign_other_key_keep_keyid
-from test_seal_util import seal_env  # noqa: F401  (fixture)
 
 
 def _sslib_key(pub_pem: Path) -> SSlibKey:
@@ -55,7 +56,7 @@ def test_securesystemslib_verifies_the_seal_and_the_subjects_match(seal_env):
 
 
 def test_golden_archive_verifies_with_securesystemslib():
-    golden = Path(__file__).parent / "golden" / "v1"
+    golden = GOLDEN / "v1"
     _verify_independently(golden / "archive", golden / "signer.pub")
 
 

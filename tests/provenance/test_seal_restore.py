@@ -12,8 +12,8 @@ from refspec.cli import main
 from refspec.core.errors import UsageError
 from refspec.provenance.restore import restore
 from refspec.provenance.verify import verify_archive
+from support.sealing import seal_env  # noqa: F401  (fixture)
 from test_seal_tamper import CANONICAL_CASES, TAR_CASES, _tar_with
-from test_seal_util import seal_env  # noqa: F401  (fixture)
 
 
 def test_restore_clean_tar(seal_env, tmp_path):

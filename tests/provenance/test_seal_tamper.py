@@ -22,7 +22,7 @@ from refspec.provenance.dsse import PAYLOAD_TYPE, SEAL_NAME, envelope_bytes, pae
 from refspec.provenance.keys import load_private_key
 from refspec.provenance.seal import seal_sha256_of
 from refspec.provenance.verify import verify_archive
-from test_seal_util import copy_archive, seal_env  # noqa: F401  (fixture)
+from support.sealing import copy_archive, seal_env  # noqa: F401  (fixture)
 
 MEMBERS = [
     SEAL_NAME,

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from conftest_report import EVIL, make_results
 from refspec.cli import main as cli_main
 from refspec.core import tables as T
 from refspec.core.paths import REPO_ROOT
 from refspec.reporting import render as report
+from support.synthetic_archive import EVIL, make_results
 
 ARTIFACTS = REPO_ROOT / "tests" / "artifacts"
 CHROMIUM = Path("/usr/bin/chromium")

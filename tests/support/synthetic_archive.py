@@ -28,6 +28,8 @@ from refspec.core import stats as S
 from refspec.core import tables as T
 from refspec.provenance.ledger import Ledger
 
+from .paths import REPO_ROOT
+
 FAMILIES = ("smollm2-135m", "llama31-8b")
 DRAFTS = {"smollm2-135m": "smollm2-135m-q4_1", "llama31-8b": "llama32-1b-q8_0"}
 EVIL = "<script>alert('x')</script> {{ 7*7 }} {% if %} & \\textbf{x} $_^#%~"
@@ -656,7 +658,7 @@ def seal_archive(results: Path, archive: Path) -> Path:
     return archive
 
 
-CHECK_PATH = Path(__file__).resolve().parent.parent / "report" / "check.py"
+CHECK_PATH = REPO_ROOT / "report" / "check.py"
 
 
 @functools.cache
