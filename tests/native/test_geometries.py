@@ -1,6 +1,6 @@
 """The attention layouts in the attention geometries of the paper's three families, on the CPU.
 
-Random-weight Q8_0 models (:func:`tinygguf.write_geometry`) with the embedded SmolLM2's
+Random-weight Q8_0 models (:func:`support.tinygguf.write_geometry`) with the embedded SmolLM2's
 tokenizer and the heads of Llama-3.1-8B (llama, 32 query / 8 KV heads, head dim 128),
 Qwen3-8B (qwen3, 32/8, head dim 128, Q/K norms) and SmolLM2-1.7B (llama, 32/32, head
 dim 64): a 2-layer target and a 1-layer draft per family (the draft shares the target's

@@ -1,6 +1,6 @@
 """Families of user-placed files: ``refspec models --pin`` and the config's ``families_file``.
 
-The files are tiny real GGUFs (:mod:`tinygguf`); pinning needs no native build. Every
+The files are tiny real GGUFs (:mod:`support.tinygguf`); pinning needs no native build. Every
 refusal is checked for its exit code and for naming the offending file or option.
 """
 

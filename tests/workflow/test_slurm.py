@@ -103,7 +103,7 @@ def _real_memory_mb() -> int:
 
 
 SLURM_CONF = """\
-# single-node test cluster (written by tests/test_slurm.py)
+# single-node test cluster (written by tests/workflow/test_slurm.py)
 ClusterName=refspec-test
 SlurmctldHost={node}
 SlurmctldPort={ctld_port}

@@ -151,7 +151,7 @@ def run_outputs(results: Path) -> RunOutputs:
 def rerun_report_args(configfile: str) -> str:
     """The arguments of ``./run main`` that render the report again (with report.pdf once TeX is
     installed), seal the archive again and check it, without rerunning any campaign
-    (tests/test_workflow_run.py follows this advice)."""
+    (tests/workflow/test_workflow_run.py follows this advice)."""
     conf = "" if configfile == "config/config.yaml" else f"--configfile {shlex.quote(configfile)} "
     return conf + "--forcerun report"
 
