@@ -56,13 +56,22 @@ def replay_tool():
     return Path(env) if env else native.current().replay_tool
 
 
-OPT_IN = ("cuda_build", "upstream_suite", "reproduce_full", "other_server")
+def opt_in_markers(config) -> list[str]:
+    """The markers whose description in pyproject.toml says ``opt-in``: their tests run only when
+    ``-m`` names them, under a plain ``pytest`` and under ``./run test`` alike."""
+    names = []
+    for line in config.getini("markers"):
+        name, _, description = line.partition(":")
+        if "opt-in" in description:
+            names.append(name.split("(")[0].strip())
+    return names
 
 
 def pytest_collection_modifyitems(config, items):
-    """``cuda_build``, ``upstream_suite`` and ``other_server`` tests compile for a long time,
-    ``reproduce_full`` runs the whole default study again: they run only when ``-m`` names them."""
-    for marker in OPT_IN:
+    """The opt-in tests (``server_build``, ``bundle_round_trip``, ``cuda_build``, ``upstream_suite``
+    and ``other_server`` build for a long time or download, ``reproduce_full`` runs the whole
+    default study again) are skipped unless ``-m`` names them."""
+    for marker in opt_in_markers(config):
         if marker in (config.option.markexpr or ""):
             continue
         skip = pytest.mark.skip(reason=f"opt-in: ./run test -m {marker}")

@@ -3,7 +3,7 @@
     PYTHONPATH=workflow python tests/golden/make_golden.py v2
 
 Golden archives are never regenerated: each one records what an earlier version
-of ``refspec seal`` wrote, and ``tests/test_seal_golden.py`` checks that every one
+of ``refspec seal`` wrote, and ``tests/provenance/test_seal_golden.py`` checks that every one
 of them keeps verifying. The signing key is generated in a temporary folder and
 deleted afterwards; only its public key (``signer.pub``) is kept, so nobody can
 sign anything else with it.

@@ -107,7 +107,7 @@ LIB_TARGETS = ["llama", "ggml"]
 SERVER_TARGET = "llama-server"
 SERVER_VARIANTS = ("stock", "patched")
 # optional: llama.cpp's own tests of the same source (build_tests), in the same two variants: the
-# model generator and the state tests that run on its models (tests/test_upstream_suite.py)
+# model generator and the state tests that run on its models (tests/native/test_upstream_suite.py)
 TEST_TARGETS = ["test-llama-archs", "test-save-load-state", "test-recurrent-state-rollback", "test-batch-alloc"]
 
 

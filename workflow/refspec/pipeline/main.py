@@ -70,11 +70,8 @@ def apt_install(packages: list[str]) -> None:
 
 
 def pytest_command(extra: list[str]) -> list[str]:
-    """The pytest command of ``./run test`` with its other arguments ``extra``."""
-    if not any(a == "-m" or a.startswith("-m") for a in extra):
-        # opt-in: the two extra full builds of llama-server and the offline bundle's round trip
-        # (`./run test -m server_build`, `./run test -m bundle_round_trip`)
-        extra = ["-m", "not server_build and not bundle_round_trip", *extra]
+    """The pytest command of ``./run test`` with its other arguments ``extra`` (the opt-in tests are
+    skipped by tests/conftest.py, as under a plain ``pytest``)."""
     return [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *extra]
 
 
@@ -154,7 +151,7 @@ def run_outputs(results: Path) -> RunOutputs:
 def rerun_report_args(configfile: str) -> str:
     """The arguments of ``./run main`` that render the report again (with report.pdf once TeX is
     installed), seal the archive again and check it, without rerunning any campaign
-    (tests/test_workflow_run.py follows this advice)."""
+    (tests/workflow/test_workflow_run.py follows this advice)."""
     conf = "" if configfile == "config/config.yaml" else f"--configfile {shlex.quote(configfile)} "
     return conf + "--forcerun report"
 

@@ -1,0 +1,71 @@
+"""The opt-in test groups: one list, the markers that pyproject.toml describes as opt-in, skipped
+alike by a plain ``pytest`` and by ``./run test`` unless ``-m`` names them; and the layout's rule
+that test modules have unique basenames (pytest's default import mode imports them by name)."""
+
+from __future__ import annotations
+
+import tomllib
+from collections import Counter
+from types import SimpleNamespace
+
+import conftest
+from refspec.pipeline.main import pytest_command
+from support.paths import REPO_ROOT, TESTS
+
+OPT_IN = {"server_build", "bundle_round_trip", "cuda_build", "upstream_suite", "reproduce_full", "other_server"}
+
+
+def _markers() -> dict[str, str]:
+    pyproject = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())
+    lines = pyproject["tool"]["pytest"]["ini_options"]["markers"]
+    return {name.strip(): description for name, _, description in (m.partition(":") for m in lines)}
+
+
+class _Item:
+    def __init__(self, marker: str):
+        self.marker = marker
+        self.keywords = {marker: True, f"test_{marker}": True}
+        self.markers = []
+
+    def add_marker(self, marker):
+        self.markers.append(marker)
+
+
+def _skips(markexpr: str) -> dict[str, list[str]]:
+    lines = [f"{name}: {description}" for name, description in _markers().items()]
+    config = SimpleNamespace(option=SimpleNamespace(markexpr=markexpr), getini=lambda name: lines)
+    items = [_Item(name) for name in _markers()]
+    conftest.pytest_collection_modifyitems(config, items)
+    return {item.marker: [m.kwargs["reason"] for m in item.markers if m.name == "skip"] for item in items}
+
+
+def test_the_opt_in_groups_are_the_markers_pyproject_describes_as_opt_in():
+    declared = {name for name, description in _markers().items() if "opt-in" in description}
+    assert declared == OPT_IN
+    for name in declared:
+        assert f"./run test -m {name}" in _markers()[name], name
+
+
+def test_a_plain_run_skips_every_opt_in_group_and_nothing_else():
+    skips = _skips("")
+    assert {name for name, reasons in skips.items() if reasons} == OPT_IN
+    for name in OPT_IN:
+        assert skips[name] == [f"opt-in: ./run test -m {name}"]
+
+
+def test_a_group_named_by_m_runs():
+    skips = _skips("server_build or bundle_round_trip")
+    assert skips["server_build"] == [] and skips["bundle_round_trip"] == []
+    assert skips["cuda_build"] == ["opt-in: ./run test -m cuda_build"]
+
+
+def test_run_test_leaves_the_selection_to_the_conftest():
+    # `./run test` passes no marker expression of its own: it runs what a plain pytest runs
+    command = pytest_command([])
+    assert command[1:3] == ["-m", "pytest"] and "-m" not in command[3:]
+    assert pytest_command(["-m", "vulkan"])[3:].count("-m") == 1
+
+
+def test_test_modules_have_unique_basenames():
+    names = Counter(p.name for p in TESTS.rglob("*.py") if p.name.startswith("test_"))
+    assert [name for name, n in names.items() if n > 1] == []

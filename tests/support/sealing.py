@@ -1,0 +1,93 @@
+"""Keys, a small results folder and sealed archives for the sealing tests (``seal_env``)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from refspec.provenance import keys
+from refspec.provenance.ledger import Ledger
+from refspec.provenance.manifest import Artifact, build_manifest
+from refspec.provenance.seal import seal
+
+
+def make_key(directory: Path, name: str = "test_ed25519") -> keys.KeyPair:
+    return keys.generate(directory, name=name)
+
+
+def make_results(root: Path, campaign: str = "probe", seed: int = 0) -> Path:
+    """A small but complete results folder: two tables, manifest, plan, ledger, report."""
+    root.mkdir(parents=True)
+    (root / "tables").mkdir()
+    qual = pa.table(
+        {
+            "family": ["smollm2-135m"] * 3,
+            "task": [f"HumanEval/{seed + i}" for i in range(3)],
+            "arm": ["R", "C_qb", "C_pq"],
+            "qualified": [True, False, None],
+            "tokens": pa.array([[1, 2, 3], [4, 5], []], type=pa.list_(pa.int32())),
+            "latency_s": [0.1, 1 / 3, float("nan")],
+        }
+    )
+    pq.write_table(qual, root / "tables" / "qualification.parquet", compression="snappy")
+    timings = pa.table({"session": [0, 0, 1, 1], "t": [1.5e-3, 2.25e-3, 1e20, -0.0]})
+    pq.write_table(timings, root / "tables" / "timings.parquet")
+    panel = root.parent / f"{root.name}-panel.jsonl"
+    panel.write_text('{"task": "HumanEval/0"}\n')
+    manifest = build_manifest(
+        [Artifact("humaneval-probe", "panel", panel)],
+        {"campaign": campaign, "seed": seed},
+        include_source=False,
+        include_environment=False,
+        include_host=False,
+        created="2026-01-01T00:00:00Z",
+    )
+    (root / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    (root / "plan.json").write_text(json.dumps({"campaign": campaign, "arms": ["R", "C_qb"]}) + "\n")
+    led = Ledger(root / "ledger.jsonl")
+    led.append({"event": "attempt", "arm": "R", "outcome": "ok", "reason": "planned"})
+    led.append({"event": "attempt", "arm": "C_qb", "outcome": "failed", "reason": "worker died"})
+    led.append({"event": "attempt", "arm": "C_qb", "outcome": "ok", "reason": "retry of attempt 1"})
+    (root / "report").mkdir()
+    (root / "report" / "report.html").write_text("<html><body>refspec report</body></html>\n")
+    (root / "report" / "figures").mkdir()
+    (root / "report" / "figures" / "ratios.svg").write_text("<svg/>\n")
+    return root
+
+
+def copy_archive(src: Path, dst: Path) -> Path:
+    shutil.copytree(src, dst)
+    return dst
+
+
+@pytest.fixture(scope="session")
+def seal_env(tmp_path_factory):
+    """Keys A and B, a clean archive, a chained successor and an archive of another campaign."""
+    base = tmp_path_factory.mktemp("seal_env")
+    a = make_key(base / "keys", "a")
+    b = make_key(base / "keys", "b")
+    res = make_results(base / "results")
+    clean = base / "clean"
+    r0 = seal(res, clean, key=a.private_path, archive_id="archive-0", created="2026-01-02T00:00:00Z", tar=True)
+    nxt = base / "next"
+    r1 = seal(res, nxt, key=a.private_path, previous=clean, archive_id="archive-1", created="2026-01-03T00:00:00Z")
+    other_res = make_results(base / "results-other", campaign="confirm", seed=7)
+    other = base / "other"
+    seal(other_res, other, key=a.private_path, archive_id="archive-9")
+    return {
+        "base": base,
+        "a": a,
+        "b": b,
+        "results": res,
+        "clean": clean,
+        "clean_tar": r0.tar,
+        "clean_result": r0,
+        "next": nxt,
+        "next_result": r1,
+        "other": other,
+    }
