@@ -22,7 +22,7 @@ import pytest
 
 from refspec.core.arms import load_arms
 from refspec.core.hashing import sha256_json
-from refspec.engine.loopback import Worker, WorkerSpec
+from refspec.engine.worker_process import WorkerProcess as Worker, WorkerSpec
 from refspec.engine.spawn import ENV_GPU_PASSTHROUGH, worker_env
 from test_driver import one_thread_arms
 

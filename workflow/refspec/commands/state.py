@@ -11,7 +11,7 @@ from ..core import tables as T
 from ..core.config import gpu_layers, load_config
 from ..core.errors import UsageError
 from ..core.panels import load_panel_spec
-from ..engine import kvstate as kv
+from ..experiments.state import kvstate as kv
 from ..experiments import projection
 from ..experiments.operands import BACKEND_DEVICES
 from ..experiments.state.crosses import run_crosses

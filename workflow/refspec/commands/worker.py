@@ -2,7 +2,7 @@
 
 ``python -m refspec.commands.worker --family F --arm A [--draft D] --port 0 --ready-file PATH``
 
-The driver starts it (:data:`refspec.engine.loopback.WORKER_MODULE`); the engine is
+The driver starts it (:data:`refspec.engine.worker_process.WORKER_MODULE`); the engine is
 :mod:`refspec.engine.worker`, the HTTP side :mod:`refspec.engine.worker_http`. The HTTP
 API, its errors, the exit codes and the environment the driver gives a worker are
 documented in ``anc/worker.md``.
@@ -16,7 +16,7 @@ from pathlib import Path
 
 from ..core.arms import load_arms
 from ..core.errors import EXIT_OK, RefspecError, UsageError
-from ..engine.worker import WARMUP_CAP
+from ..engine.worker_engine import WARMUP_CAP
 from ..engine.worker_http import DEFAULT_MAX_BODY, ServeOptions, is_loopback, serve
 from ..native.models import ModelFile, ensure_family
 

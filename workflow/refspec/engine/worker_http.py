@@ -1,4 +1,4 @@
-"""The worker's HTTP side: a loopback endpoint for one :class:`refspec.engine.worker.Engine`.
+"""The worker's HTTP side: a loopback endpoint for one :class:`refspec.engine.worker_engine.WorkerEngine`.
 
 The chosen port and the worker's identity are written atomically to the ready file
 once the warmup is done (:func:`serve`); the driver waits for that file. The ready file (mode
@@ -51,7 +51,7 @@ from ..core.errors import EXIT_OK, RefspecError, UsageError
 from ..core.fsutil import atomic_write_text
 from ..core.hashing import sha256_json
 from ..native.models import ModelFile
-from .worker import Engine, HTTPError
+from .worker_engine import HTTPError, WorkerEngine
 
 DEFAULT_MAX_BODY = 1 << 20  # bytes
 DRAIN_LIMIT = 8 << 20  # authenticated: an oversized body up to this size is read and discarded before the 413
@@ -458,7 +458,7 @@ class WorkerServer(socketserver.ThreadingMixIn, http.server.HTTPServer):
     block_on_close = True
 
     def __init__(self, addr, *, max_body: int = DEFAULT_MAX_BODY, secret: str | None = None):
-        self.engine: Engine | None = None
+        self.engine: WorkerEngine | None = None
         self.max_body = max_body
         self.secret = secret or secrets.token_urlsafe(32)
         if ":" in str(addr[0]):
@@ -583,7 +583,7 @@ def serve(o: ServeOptions) -> int:
     server.timeout = 0.25  # handle_request() returns this often to look at the stop flag
     try:
         tf, df, draft_name = o.files()
-        engine = Engine(
+        engine = WorkerEngine(
             family=o.family,
             arm=o.arm,
             target_file=tf,
@@ -611,7 +611,7 @@ def serve(o: ServeOptions) -> int:
         server.server_close()
 
 
-def _write_ready(server: WorkerServer, engine: Engine, ready_file: str) -> None:
+def _write_ready(server: WorkerServer, engine: WorkerEngine, ready_file: str) -> None:
     """The ready file: the worker's health, URL and secret, written once the warmup is done."""
     host, port = server.server_address[:2]
     ready = {

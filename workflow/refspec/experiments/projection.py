@@ -49,7 +49,7 @@ from ..core.errors import EXIT_FAILED, EXIT_OK, ConfigError, RefspecError, Usage
 from ..core.fsutil import atomic_write_text
 from ..core.hashing import file_digest, sha256_bytes
 from ..core.panels import humaneval_tasks, prompt_tokens
-from ..engine import kvstate as kv
+from .state import kvstate as kv
 from ..native.build import OPREPLAY_TOOL as TOOL
 from ..native.runtime import GGML_TYPE_F32, Context, ContextSpec, GGMLTensor, Model
 from . import operands as R

@@ -18,7 +18,7 @@ from ...core import tables as T
 from ...core.endpoint import Endpoint, first_difference
 from ...core.errors import UsageError
 from ...core.fsutil import atomic_write_text
-from ...engine import kvstate as kv
+from . import kvstate as kv
 from .jobs import spawn_worker
 from .partition import load_partition, task_slug
 from .receiver import CONTROL_SELECTORS

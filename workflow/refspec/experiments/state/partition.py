@@ -24,7 +24,7 @@ from ...core.errors import ConfigError, DecodeError, UsageError
 from ...core.fsutil import atomic_write_text
 from ...core.hashing import sha256_bytes
 from ...core.panels import prompt_tokens
-from ...engine import kvstate as kv
+from . import kvstate as kv
 from ...engine.transaction import greedy_continuation
 from ...native.models import ensure_family
 from ...native.runtime import Context, ContextSpec, Model, top2_margin
