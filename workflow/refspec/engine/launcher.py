@@ -11,9 +11,9 @@ from collections.abc import Callable
 
 from ..core.arms import Arm
 from .context import RunContext
-from .worker_process import start_worker
 from .process import ArmProcess
 from .server import start_server
+from .worker_process import start_worker
 
 Launch = Callable[[RunContext, Arm, int], tuple[ArmProcess, dict]]
 LAUNCHERS: dict[str, Launch] = {"worker": start_worker, "server": start_server}

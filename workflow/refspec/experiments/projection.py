@@ -49,11 +49,11 @@ from ..core.errors import EXIT_FAILED, EXIT_OK, ConfigError, RefspecError, Usage
 from ..core.fsutil import atomic_write_text
 from ..core.hashing import file_digest, sha256_bytes
 from ..core.panels import humaneval_tasks, prompt_tokens
-from .state import kvstate as kv
 from ..native.build import OPREPLAY_TOOL as TOOL
 from ..native.runtime import GGML_TYPE_F32, Context, ContextSpec, GGMLTensor, Model
 from . import operands as R
 from .capture import OperandCapture, SourceView, _view
+from .state import kvstate as kv
 from .state.partition import PartitionArm, load_partition, prefill, task_slug
 
 # node base name -> the ggml op llama.cpp computes under it (build_norm, build_qkv of the pinned source)

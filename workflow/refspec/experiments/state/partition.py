@@ -24,11 +24,11 @@ from ...core.errors import ConfigError, DecodeError, UsageError
 from ...core.fsutil import atomic_write_text
 from ...core.hashing import sha256_bytes
 from ...core.panels import prompt_tokens
-from . import kvstate as kv
 from ...engine.transaction import greedy_continuation
 from ...native.models import ensure_family
 from ...native.runtime import Context, ContextSpec, Model, top2_margin
 from ...native.vulkan import process_device_env
+from . import kvstate as kv
 
 DEFAULT_SPLITS = (32, 64, 96, 128, -1)
 DEFAULT_UB_SWEEP = (1,)
