@@ -85,7 +85,7 @@ def test_captured_operands_are_the_graph_views(captured, phase):
         assert o.n_kv == 256 and o.scale == 0.125 and o.meta["layout"] == lay
         vis = np.isfinite(o.logical_mask()).sum(axis=1)
         assert list(vis) == [o.meta["pos0"] + j + 1 for j in range(Q)]
-        assert set(o.refs) == set(e1.STAGES)
+        assert set(o.refs) == set(e1.CAPTURED_STAGES)
     # the repaired layouts saw the same operand bytes
     for get in ("logical_q", "logical_k", "logical_v", "logical_mask"):
         a, b = getattr(ops["pq"], get)(), getattr(ops["qb"], get)()
@@ -102,7 +102,7 @@ def test_own_path_replay_reproduces_native_stages(captured, tool, tmp_path, phas
     for lay in ("mq", "pq", "qb"):
         ops = R.read_operands(cc.files[lay])
         got = _replay(tool, cc.files[lay], (lay,), tmp_path, f"own-{lay}")[lay]
-        for s in e1.STAGES:
+        for s in e1.CAPTURED_STAGES:
             ref = R._canonical(ops.refs[s], s)
             assert ref.shape[0] == Q
             assert np.array_equal(_bits(ref), _bits(got[s])), f"{phase} {lay} {s}: replay differs from native"
@@ -113,7 +113,7 @@ def test_pq_qb_operands_replayed_give_pq_eq_qb(captured, tool, tmp_path, phase):
     cc = captured[phase]
     for src in ("pq", "qb"):
         st = _replay(tool, cc.files[src], ("pq", "qb", "mq"), tmp_path, f"x-{src}")
-        for s in e1.STAGES:
+        for s in e1.CAPTURED_STAGES:
             assert np.array_equal(_bits(st["pq"][s]), _bits(st["qb"][s])), f"{src} operands: {s} pq != qb"
         # q = 3 rows: MQ's batched kernels differ from the single-row computation at QK
         assert not np.array_equal(_bits(st["mq"]["kq"]), _bits(st["qb"]["kq"]))

@@ -41,7 +41,7 @@ LAYERS = (
 )
 # the report layer's former folder name, at the same place in the order
 LAYER_ALIASES = {"report": "reporting"}
-TOP = "(top)"  # the layer of the top-level modules
+TOP_LAYER = "(top)"  # the layer of the top-level modules
 LAZY_MARK = "# lazy:"
 
 
@@ -64,12 +64,12 @@ class Module:
 
 
 def layer_of(module: str, mods: dict[str, Module]) -> str | None:
-    """The layer of a module of the package: its folder's (aliases resolved), :data:`TOP` for a
+    """The layer of a module of the package: its folder's (aliases resolved), :data:`TOP_LAYER` for a
     top-level module, ``None`` for a folder outside the order."""
     parts = module.split(".")
     folder_pkg = ".".join(parts[:2])
     if len(parts) == 1 or (len(parts) == 2 and not (folder_pkg in mods and mods[folder_pkg].is_package)):
-        return TOP
+        return TOP_LAYER
     folder = LAYER_ALIASES.get(parts[1], parts[1])
     return folder if folder in LAYERS else None
 
@@ -167,14 +167,14 @@ def _layer_problems(mod: Module, package: str, mods: dict[str, Module]) -> list[
     here = layer_of(mod.name, mods)
     if here is None:
         return [f"{mod.shown}:1: folder {mod.name.split('.')[1]!r} is not in the layer order ({', '.join(LAYERS)})"]
-    if here == TOP:
+    if here == TOP_LAYER:
         return []
     problems = []
     for imp in mod.imports:
         there = layer_of(imp.target, mods)
         if there is None or there == here:
             continue  # a folder outside the order is reported once, at its own modules
-        if there == TOP:
+        if there == TOP_LAYER:
             if imp.target != package:  # the package itself (refspec/__init__.py) is the root, not a layer
                 problems.append(
                     f"{mod.shown}:{imp.line}: upward import: {mod.name} ({here}) imports the top-level {imp.target}"

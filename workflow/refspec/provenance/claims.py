@@ -28,7 +28,8 @@ from ..core.errors import EXIT_OK, UsageError
 from ..core.fsutil import atomic_write_text
 from .ledger import LEDGER_NAME, Ledger
 
-STAGES = ("replay", "audit", "partition", "crosses", "admission", "projection")
+# the pipeline stages whose claim `refspec stage` records
+CLAIM_STAGES = ("replay", "audit", "partition", "crosses", "admission", "projection")
 CLAIMS = {
     "replay": "PQ and QB give bitwise equal stage outputs on every captured context; MQ differences as tabled",
     "audit": "every clean fixture agrees with the address oracle and every injected fault is detected",
@@ -149,7 +150,7 @@ DERIVE = {
 
 def claim_row(stage: str, d: Path, exit_code: int, record: str | None = None) -> dict:
     if stage not in DERIVE:
-        raise UsageError(f"unknown stage {stage!r} (known: {', '.join(STAGES)})")
+        raise UsageError(f"unknown stage {stage!r} (known: {', '.join(CLAIM_STAGES)})")
     n, failed = DERIVE[stage](d)
     reason = _reason(failed)
     if exit_code != EXIT_OK and reason is None:
