@@ -102,7 +102,7 @@ def run(args: argparse.Namespace) -> int:
     if arm.gpu_layers is None:
         arm = arm.with_(gpu_layers=0 if args.gpu_layers is None else int(args.gpu_layers))
     speculative = arm.speculative
-    return serve(
+    serve(
         ServeOptions(
             family=args.family,
             arm=arm,
@@ -117,6 +117,7 @@ def run(args: argparse.Namespace) -> int:
             exit_with_parent=args.exit_with_parent,
         )
     )
+    return EXIT_OK
 
 
 def main(argv: list[str] | None = None) -> int:

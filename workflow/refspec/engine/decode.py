@@ -43,7 +43,7 @@ def decode_panel(
     if any(a.speculative for a in arms):
         d = files.draft(draft)
         draft_model = Model(d.path, sha256=d.sha256, n_gpu_layers=gpu_layers, require_placement=True)
-    print(
+    print(  # contract: progress on stderr, where the target was placed
         f"decode: target on {target.placement['device']} ({target.placement['offloaded']}/"
         f"{target.placement['offloadable']} layers offloaded)",
         file=sys.stderr,

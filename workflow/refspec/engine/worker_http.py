@@ -47,7 +47,7 @@ from typing import Any
 
 from ..core.arms import Arm
 from ..core.clock import utc_now
-from ..core.errors import EXIT_OK, RefspecError, UsageError
+from ..core.errors import RefspecError, UsageError
 from ..core.fsutil import atomic_write_text
 from ..core.hashing import sha256_json
 from ..native.models import ModelFile
@@ -558,7 +558,7 @@ class ServeOptions:
     exit_with_parent: int | None = None
 
 
-def serve(o: ServeOptions) -> int:
+def serve(o: ServeOptions) -> None:
     """Bind, load, warm up, write the ready file, then serve until SIGTERM/SIGINT (or the parent is gone)."""
     stop = {"flag": False}
     server: WorkerServer | None = None
@@ -594,7 +594,7 @@ def serve(o: ServeOptions) -> int:
         )
         server.engine = engine
         if stop["flag"]:
-            return EXIT_OK
+            return
         engine.run_warmup(o.warmup_cap)
         _write_ready(server, engine, o.ready_file)
         while not stop["flag"]:
@@ -606,7 +606,6 @@ def serve(o: ServeOptions) -> int:
         server.server_close()  # no new connections; the request in flight finishes and is answered
         sys.stderr.write(f"{utc_now()} worker {engine.worker_id} stopped after {engine.served} requests\n")
         engine.close()
-        return EXIT_OK
     finally:
         server.server_close()
 

@@ -45,7 +45,7 @@ from pathlib import Path
 import numpy as np
 
 from ..core import tables as T
-from ..core.errors import EXIT_FAILED, EXIT_OK, ConfigError, RefspecError, UsageError
+from ..core.errors import ConfigError, RefspecError, UsageError
 from ..core.fsutil import atomic_write_text
 from ..core.hashing import file_digest, sha256_bytes
 from ..core.panels import humaneval_tasks, prompt_tokens
@@ -504,7 +504,7 @@ def run_projection(
                 captured[arm_name] = calls
                 if progress:
                     st = [r["status"] for r in pr.rows if r["task_id"] == task.task_id and r["arm"] == arm_name]
-                    print(
+                    print(  # contract: --progress lines on stderr
                         f"[projection {time.time() - t0:6.0f}s] {task.task_id} {arm_name}: {len(calls)} calls, "
                         + ", ".join(f"{s} {st.count(s)}" for s in STATUSES if st.count(s)),
                         file=sys.stderr,
@@ -607,8 +607,3 @@ def summary(doc: dict) -> str:
     for p in doc["problems"]:
         lines.append(f"problem: {p}")
     return "\n".join(lines)
-
-
-def exit_code(doc: dict) -> int:
-    """0, or 1 when a control failed or a replay on fixed operands did not reproduce its call."""
-    return EXIT_FAILED if doc["problems"] or doc["counts"]["mismatch"] else EXIT_OK

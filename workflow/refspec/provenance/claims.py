@@ -153,13 +153,14 @@ def claim_row(stage: str, d: Path, exit_code: int, record: str | None = None) ->
         raise UsageError(f"unknown stage {stage!r} (known: {', '.join(CLAIM_STAGES)})")
     n, failed = DERIVE[stage](d)
     reason = _reason(failed)
+    # contract: reads the exit status the stage's command recorded; computes none
     if exit_code != EXIT_OK and reason is None:
         reason = f"the stage's command exited {exit_code} (see its log)"
     return {
         "stage": stage,
         "record": record or d.name,
         "claim": CLAIMS[stage],
-        "status": "supported" if exit_code == EXIT_OK and not failed else "withheld",
+        "status": "supported" if exit_code == EXIT_OK and not failed else "withheld",  # contract: as above
         "exit_code": exit_code,
         "controls": n,
         "controls_failed": len(failed),

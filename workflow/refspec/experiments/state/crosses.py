@@ -147,7 +147,7 @@ def _run_jobs(work: list[dict], workdir: Path, *, parallel: int, progress: bool)
     def one(i: int, job: dict) -> tuple[dict, dict]:
         tag = f"{task_slug(job['task_id'])}.r{job['repeat']}"
         if progress:
-            print(
+            print(  # contract: --progress lines on stderr
                 f"[crosses {time.time() - t0:6.0f}s] process {i + 1}/{len(work)}: {job['task_id']} repeat "
                 f"{job['repeat']}",
                 file=sys.stderr,

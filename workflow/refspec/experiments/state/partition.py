@@ -194,7 +194,7 @@ def _run_arms(st: _Study, task, prompt: list[int], problems: list[str]) -> tuple
         per_arm[arm.name] = {"chunks": chunks, "degenerate": degenerate, "reps": reps}
         if st.progress:
             el = time.time() - st.t_start
-            print(
+            print(  # contract: --progress lines on stderr
                 f"[partition {el:6.0f}s] {task.task_id} n={n} {arm.name}: {len(rep1[3].tokens)} tokens "
                 f"kv {rep1[2] and sha256_bytes(rep1[2])[:10]}",
                 file=sys.stderr,
