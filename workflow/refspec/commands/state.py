@@ -9,7 +9,7 @@ import json
 
 from ..core import tables as T
 from ..core.config import gpu_layers, load_config
-from ..core.errors import EXIT_FAILED, EXIT_OK, UsageError
+from ..core.errors import UsageError
 from ..core.panels import load_panel_spec
 from ..experiments import projection
 from ..experiments.operands import BACKEND_DEVICES
@@ -185,8 +185,7 @@ def _projection(args: argparse.Namespace) -> int:
         tool=args.tool or build.tool(OPREPLAY_TOOL),
     )
     print(projection.summary(doc))
-    # 0, or 1 when a control failed or a replay on fixed operands did not reproduce its call
-    return EXIT_FAILED if doc["problems"] or doc["counts"]["mismatch"] else EXIT_OK
+    return projection.exit_code(doc)
 
 
 def _summary(args: argparse.Namespace) -> int:

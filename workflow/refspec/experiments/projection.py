@@ -45,7 +45,7 @@ from pathlib import Path
 import numpy as np
 
 from ..core import tables as T
-from ..core.errors import ConfigError, RefspecError, UsageError
+from ..core.errors import EXIT_FAILED, EXIT_OK, ConfigError, RefspecError, UsageError
 from ..core.fsutil import atomic_write_text
 from ..core.hashing import file_digest, sha256_bytes
 from ..core.panels import humaneval_tasks, prompt_tokens
@@ -607,3 +607,9 @@ def summary(doc: dict) -> str:
     for p in doc["problems"]:
         lines.append(f"problem: {p}")
     return "\n".join(lines)
+
+
+def exit_code(doc: dict) -> int:
+    """0, or 1 when a control failed or a replay on fixed operands did not reproduce its call."""
+    # contract: the study's documented exit status, kept beside the doc it reads (its tests call it here)
+    return EXIT_FAILED if doc["problems"] or doc["counts"]["mismatch"] else EXIT_OK
