@@ -186,7 +186,7 @@ def test_repeatability_failure_withholds_the_claim(captured, tool, tmp_path, mon
             st["kqv"].reshape(-1)[0] = np.nextafter(st["kqv"].reshape(-1)[0], np.float32(np.inf))
         return st
 
-    monkeypatch.setattr(e1.R, "read_stages", perturbed)
+    monkeypatch.setattr(R, "read_stages", perturbed)  # the operand library replay.py uses
     rows, d = e1.evaluate_context(cc, tool, SETTINGS, tmp_path / "rep")
     assert not d["control_ok"]
     assert any(p.startswith("repeatability pq/") and "kqv" in p for p in d["problems"])
