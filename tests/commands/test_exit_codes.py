@@ -126,3 +126,44 @@ def test_debug_flag_is_in_the_help(capsys):
     assert main(["--help"]) == 0
     out = capsys.readouterr().out
     assert "--debug" in out and "REFSPEC_DEBUG=1" in out
+
+
+# ----------------------------------------------------------------- a crash (not a RefspecError)
+
+CRASHING_COMMAND = """
+def add_arguments(p):
+    pass
+
+
+def run(args):
+    raise RuntimeError("the bug")
+"""
+CRASH_LINE = "refspec: internal error: RuntimeError: the bug (run with --debug for the traceback)\n"
+
+
+@pytest.fixture
+def crashing_command(tmp_path, monkeypatch):
+    """A command ``crash`` whose run raises an exception that is not a RefspecError."""
+    (tmp_path / "refspec_crash_command.py").write_text(CRASHING_COMMAND)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setitem(SUBCOMMANDS, "crash", ("refspec_crash_command", "raise a bug"))
+    monkeypatch.delenv("REFSPEC_DEBUG", raising=False)
+    return "crash"
+
+
+def test_a_crash_exits_70_with_one_line(crashing_command, capsys):
+    # not 1: that says a check ran and failed
+    assert main([crashing_command]) == errors.EXIT_CRASH == 70
+    captured = capsys.readouterr()
+    assert captured.err == CRASH_LINE
+    assert captured.out == ""
+
+
+def test_a_crash_under_debug_prints_its_traceback(crashing_command, capsys, monkeypatch):
+    assert main(["--debug", crashing_command]) == errors.EXIT_CRASH
+    err = capsys.readouterr().err
+    assert err.startswith("Traceback (most recent call last):"), err
+    assert "RuntimeError: the bug" in err and err.endswith("\n" + CRASH_LINE)
+    monkeypatch.setenv("REFSPEC_DEBUG", "1")
+    assert main([crashing_command]) == errors.EXIT_CRASH
+    assert capsys.readouterr().err.startswith("Traceback (most recent call last):")

@@ -21,8 +21,8 @@ import threading
 import pytest
 
 from refspec import cli
+from refspec.campaigns.arm_qualification import format_summary, run_qualify
 from refspec.campaigns.definitions import load_definition
-from refspec.campaigns.qualify import format_summary, run_qualify
 from refspec.core.arms import load_arms
 from refspec.core.config import load_config
 from refspec.core.hashing import sha256_file

@@ -26,8 +26,9 @@ from refspec.core.panels import humaneval_tasks
 from refspec.engine.context import Planned, PromptBook, RunContext
 from refspec.engine.driver import run_block
 from refspec.engine.journal import Journal
-from refspec.engine.loopback import Worker, WorkerSpec, placement_problems
 from refspec.engine.spawn import ENV_GPU_PASSTHROUGH, ENV_PASSTHROUGH
+from refspec.engine.worker_process import WorkerProcess as Worker
+from refspec.engine.worker_process import WorkerSpec, placement_problems
 from refspec.native import runtime
 from refspec.provenance.ledger import Ledger
 from support.arms import FAMILY, one_thread_arms

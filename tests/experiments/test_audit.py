@@ -10,7 +10,7 @@ import pytest
 from refspec.core import tables
 from refspec.core.layouts import REPLAYED_LAYOUTS
 from refspec.experiments import audit as A
-from refspec.experiments import operands as R
+from refspec.experiments import operands
 
 
 def test_fixture_grid():
@@ -38,8 +38,8 @@ def test_fixture_grid():
 def test_fixtures_are_valid_and_deterministic(tmp_path):
     fx = A.Fixture(A.Geometry(2, 129, 32, 8, 128, "offset"), "prefix", "dyadic")
     a, b = A.build_fixture(fx), A.build_fixture(fx)
-    R.write_operands(tmp_path / "a.rsop", a)
-    R.write_operands(tmp_path / "b.rsop", b)
+    operands.write_operands(tmp_path / "a.rsop", a)
+    operands.write_operands(tmp_path / "b.rsop", b)
     assert (tmp_path / "a.rsop").read_bytes() == (tmp_path / "b.rsop").read_bytes()
     q = a.logical_q()
     assert np.array_equal(q.astype(np.float16).astype(np.float32), q)  # dyadic: exact in f16
@@ -102,8 +102,8 @@ def test_address_oracle_detects_tampered_graphs(replay_tool, tmp_path):
     fx = A.Fixture(A.Geometry(2, 129, 32, 8, 128, "offset"), "causal", "dyadic")
     ops = A.build_fixture(fx)
     p = tmp_path / "f.rsop"
-    R.write_operands(p, ops)
-    rep = R.run_replay(replay_tool, [R.ReplayJob(p, write_stages=False)])
+    operands.write_operands(p, ops)
+    rep = operands.run_replay(replay_tool, [operands.ReplayJob(p, write_stages=False)])
     evs = {ev["layout"]: ev for ev in rep["jobs"][0]["evaluations"]}
     for lay, ev in evs.items():
         assert A.address_oracle(ops, ev) == [], lay
@@ -125,7 +125,7 @@ def test_address_oracle_detects_tampered_graphs(replay_tool, tmp_path):
     assert any("restored output" in x for x in tamper("qb", "kqv_out", "ne", lambda ne: [ne[1], ne[0], 1, 1]))
 
 
-@pytest.mark.parametrize("fault", R.FAULTS)
+@pytest.mark.parametrize("fault", operands.FAULTS)
 def test_each_fault_detected(replay_tool, fault):
     g = A.Geometry(2, 128, 32, 8, 128, "compact")
     assert fault in A.applicable_faults(g)

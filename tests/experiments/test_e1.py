@@ -17,7 +17,7 @@ import pytest
 from refspec import cli
 from refspec.core.layouts import REPLAYED_LAYOUTS
 from refspec.experiments import capture
-from refspec.experiments import operands as R
+from refspec.experiments import operands
 from refspec.experiments import replay as e1
 from refspec.native import build as native
 from refspec.native import models, runtime
@@ -62,10 +62,10 @@ def _bits(a: np.ndarray) -> np.ndarray:
 
 
 def _replay(tool, path, layouts, tmp_path, tag):
-    rep = R.run_replay(tool, [R.ReplayJob(path, layouts, "none", tmp_path / tag)], workdir=tmp_path)
+    rep = operands.run_replay(tool, [operands.ReplayJob(path, layouts, "none", tmp_path / tag)], workdir=tmp_path)
     (job,) = rep["jobs"]
     assert job["status"] == "ok", job
-    return {ev["layout"]: R.read_stages(ev["stages"]) for ev in job["evaluations"]}
+    return {ev["layout"]: operands.read_stages(ev["stages"]) for ev in job["evaluations"]}
 
 
 def test_contexts_and_cli():
@@ -79,13 +79,13 @@ def test_contexts_and_cli():
 def test_captured_operands_are_the_graph_views(captured, phase):
     cc = captured[phase]
     assert cc.problems == [] and set(cc.files) == {"mq", "pq", "qb"}
-    ops = {lay: R.read_operands(p) for lay, p in cc.files.items()}
+    ops = {lay: operands.read_operands(p) for lay, p in cc.files.items()}
     for lay, o in ops.items():
         assert o.q.ne == (64, Q, 9, 1) and o.k.ne[0] == 64 and o.k.ne[2] == 3 and o.v.ne[1:] == (64, 3, 1)
         assert o.n_kv == 256 and o.scale == 0.125 and o.meta["layout"] == lay
         vis = np.isfinite(o.logical_mask()).sum(axis=1)
         assert list(vis) == [o.meta["pos0"] + j + 1 for j in range(Q)]
-        assert set(o.refs) == set(e1.STAGES)
+        assert set(o.refs) == set(e1.CAPTURED_STAGES)
     # the repaired layouts saw the same operand bytes
     for get in ("logical_q", "logical_k", "logical_v", "logical_mask"):
         a, b = getattr(ops["pq"], get)(), getattr(ops["qb"], get)()
@@ -100,10 +100,10 @@ def test_captured_operands_are_the_graph_views(captured, phase):
 def test_own_path_replay_reproduces_native_stages(captured, tool, tmp_path, phase):
     cc = captured[phase]
     for lay in ("mq", "pq", "qb"):
-        ops = R.read_operands(cc.files[lay])
+        ops = operands.read_operands(cc.files[lay])
         got = _replay(tool, cc.files[lay], (lay,), tmp_path, f"own-{lay}")[lay]
-        for s in e1.STAGES:
-            ref = R._canonical(ops.refs[s], s)
+        for s in e1.CAPTURED_STAGES:
+            ref = operands._canonical(ops.refs[s], s)
             assert ref.shape[0] == Q
             assert np.array_equal(_bits(ref), _bits(got[s])), f"{phase} {lay} {s}: replay differs from native"
 
@@ -113,7 +113,7 @@ def test_pq_qb_operands_replayed_give_pq_eq_qb(captured, tool, tmp_path, phase):
     cc = captured[phase]
     for src in ("pq", "qb"):
         st = _replay(tool, cc.files[src], ("pq", "qb", "mq"), tmp_path, f"x-{src}")
-        for s in e1.STAGES:
+        for s in e1.CAPTURED_STAGES:
             assert np.array_equal(_bits(st["pq"][s]), _bits(st["qb"][s])), f"{src} operands: {s} pq != qb"
         # q = 3 rows: MQ's batched kernels differ from the single-row computation at QK
         assert not np.array_equal(_bits(st["mq"]["kq"]), _bits(st["qb"]["kq"]))
@@ -154,11 +154,11 @@ def _copy(cc: e1.CapturedContext, dest) -> e1.CapturedContext:
 def test_failed_control_withholds_the_claim(captured, tool, tmp_path):
     # own-path: one native reference element corrupted in the mq capture
     cc = _copy(captured["continuation"], tmp_path / "own")
-    ops = R.read_operands(cc.files["mq"])
+    ops = operands.read_operands(cc.files["mq"])
     arr = np.array(ops.refs["kq"].array(), dtype=np.float32)
     arr.reshape(-1)[5] = np.nextafter(arr.reshape(-1)[5], np.float32(np.inf))
-    ops.refs["kq"] = dataclasses.replace(R.contiguous_tensor(arr, "f32"), axes=ops.refs["kq"].axes)
-    R.write_operands(cc.files["mq"], ops)
+    ops.refs["kq"] = dataclasses.replace(operands.contiguous_tensor(arr, "f32"), axes=ops.refs["kq"].axes)
+    operands.write_operands(cc.files["mq"], ops)
     rows, d = e1.evaluate_context(cc, tool, SETTINGS, tmp_path / "own")
     assert not d["control_ok"] and all(not r["control_ok"] for r in rows)
     assert all("own-path mq kq: native and replay differ (1/" in r["reason"] for r in rows)
@@ -177,7 +177,7 @@ def test_failed_control_withholds_the_claim(captured, tool, tmp_path):
 
 def test_repeatability_failure_withholds_the_claim(captured, tool, tmp_path, monkeypatch):
     cc = _copy(captured["prefill"], tmp_path / "rep")
-    real = R.read_stages
+    real = operands.read_stages
 
     def perturbed(path):
         st = real(path)
@@ -186,7 +186,7 @@ def test_repeatability_failure_withholds_the_claim(captured, tool, tmp_path, mon
             st["kqv"].reshape(-1)[0] = np.nextafter(st["kqv"].reshape(-1)[0], np.float32(np.inf))
         return st
 
-    monkeypatch.setattr(e1.R, "read_stages", perturbed)
+    monkeypatch.setattr(operands, "read_stages", perturbed)  # the operand library replay.py uses
     rows, d = e1.evaluate_context(cc, tool, SETTINGS, tmp_path / "rep")
     assert not d["control_ok"]
     assert any(p.startswith("repeatability pq/") and "kqv" in p for p in d["problems"])
@@ -241,7 +241,7 @@ def test_pq_operands_from_shared_or_copied_views():
     for shared in (True, False):
         cap, qroot, mroot = _fake_pq_capture(shared)
         ops = capture.operands_from_capture(cap, 7, "pq", 2, {"x": 1})
-        R.validate_operands(ops)
+        operands.validate_operands(ops)
         assert np.array_equal(ops.logical_q(), qroot) and np.array_equal(ops.logical_mask(), mroot)
         assert ops.scale == 0.5 and ops.refs["kq"].ne == (8, 1, 2, 2)
         assert ops.meta.get("gathered") == (None if shared else ["q", "mask"])

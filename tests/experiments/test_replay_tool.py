@@ -15,7 +15,7 @@ import pytest
 
 from refspec.core.layouts import REPLAYED_LAYOUTS
 from refspec.experiments import admission as AD
-from refspec.experiments import operands as R
+from refspec.experiments import operands
 from refspec.native import build as native
 
 # ------------------------------------------------------------------------------ helpers
@@ -35,10 +35,10 @@ def random_case(n_q: int, n_kv: int, h: int = 8, hkv: int = 2, d: int = 64, seed
 
 def rewrite(path: Path, edit) -> None:
     """Rewrite an operand file after ``edit(header, tensors)`` (blob hashes are recomputed)."""
-    header, tensors = R.read_container(path)
+    header, tensors = operands.read_container(path)
     edit(header, tensors)
     header.pop("tensors", None)
-    R.write_container(path, header, tensors)
+    operands.write_container(path, header, tensors)
 
 
 def fp64(q, k, v, m, scale):
@@ -56,10 +56,10 @@ def fp64(q, k, v, m, scale):
 @pytest.mark.parametrize("q_layout", ["compact", "offset"])
 def test_operand_roundtrip(tmp_path, q_layout):
     q, k, v, m = random_case(3, 37, seed=1)
-    ops = R.make_operands(q, k, v, m, q_layout=q_layout, kv_size=40, mask_rows=4, meta={"layer": 5})
+    ops = operands.make_operands(q, k, v, m, q_layout=q_layout, kv_size=40, mask_rows=4, meta={"layer": 5})
     path = tmp_path / "x.rsop"
-    R.write_operands(path, ops)
-    back = R.read_operands(path)
+    operands.write_operands(path, ops)
+    back = operands.read_operands(path)
     assert np.array_equal(back.logical_q(), q)
     assert np.array_equal(back.logical_k(), k)
     assert np.array_equal(back.logical_v(), v)
@@ -75,10 +75,10 @@ def test_operand_roundtrip(tmp_path, q_layout):
 
 def test_captured_references_roundtrip(tmp_path):
     q, k, v, m = random_case(2, 16, seed=2)
-    ops = R.make_operands(q, k, v, m)
-    ops.refs["kq"] = R.contiguous_tensor(np.arange(2 * 8 * 16, dtype=np.float32).reshape(1, 8, 2, 16), "f32")
-    R.write_operands(tmp_path / "c.rsop", ops)
-    back = R.read_operands(tmp_path / "c.rsop")
+    ops = operands.make_operands(q, k, v, m)
+    ops.refs["kq"] = operands.contiguous_tensor(np.arange(2 * 8 * 16, dtype=np.float32).reshape(1, 8, 2, 16), "f32")
+    operands.write_operands(tmp_path / "c.rsop", ops)
+    back = operands.read_operands(tmp_path / "c.rsop")
     assert list(back.refs) == ["kq"]
     assert back.refs["kq"].ne == (16, 2, 8, 1)
     assert np.array_equal(back.refs["kq"].array().ravel(), np.arange(256, dtype=np.float32))
@@ -87,8 +87,8 @@ def test_captured_references_roundtrip(tmp_path):
 def _valid_file(tmp_path, **kw) -> Path:
     q, k, v, m = random_case(2, 24, seed=3)
     p = tmp_path / "ok.rsop"
-    R.write_operands(p, R.make_operands(q, k, v, m, **kw))
-    R.read_operands(p)  # valid before tampering
+    operands.write_operands(p, operands.make_operands(q, k, v, m, **kw))
+    operands.read_operands(p)  # valid before tampering
     return p
 
 
@@ -99,13 +99,13 @@ def test_wrong_shape_is_an_error(tmp_path):
         t["k"].ne = (t["k"].ne[0] // 2, t["k"].ne[1], t["k"].ne[2], t["k"].ne[3])
 
     rewrite(p, k_dim)
-    with pytest.raises(R.OperandError, match="wrong shape: k head dim"):
-        R.read_operands(p)
+    with pytest.raises(operands.OperandError, match="wrong shape: k head dim"):
+        operands.read_operands(p)
 
     p = _valid_file(tmp_path)
     rewrite(p, lambda h, t: h["attention"].__setitem__("n_head", 4))
-    with pytest.raises(R.OperandError, match="header says n_head=4"):
-        R.read_operands(p)
+    with pytest.raises(operands.OperandError, match="header says n_head=4"):
+        operands.read_operands(p)
 
     p = _valid_file(tmp_path)
 
@@ -114,8 +114,8 @@ def test_wrong_shape_is_an_error(tmp_path):
         h["attention"].pop("n_head")
 
     rewrite(p, heads)
-    with pytest.raises(R.OperandError, match="not a multiple"):
-        R.read_operands(p)
+    with pytest.raises(operands.OperandError, match="not a multiple"):
+        operands.read_operands(p)
 
 
 def test_view_past_blob_is_an_error(tmp_path):
@@ -125,19 +125,19 @@ def test_view_past_blob_is_an_error(tmp_path):
         t["v"].nb = (t["v"].nb[0], t["v"].nb[1] * 4, t["v"].nb[2], t["v"].nb[3])
 
     rewrite(p, grow)
-    with pytest.raises(R.OperandError, match="tensor 'v': view reaches byte"):
-        R.read_operands(p)
+    with pytest.raises(operands.OperandError, match="tensor 'v': view reaches byte"):
+        operands.read_operands(p)
 
 
 def test_truncated_tensor_is_an_error(tmp_path):
     p = _valid_file(tmp_path)
     data = p.read_bytes()
     p.write_bytes(data[:-100])
-    with pytest.raises(R.OperandError, match="truncated"):
-        R.read_operands(p)
+    with pytest.raises(operands.OperandError, match="truncated"):
+        operands.read_operands(p)
     p.write_bytes(data[:20])
-    with pytest.raises(R.OperandError, match="truncated header"):
-        R.read_operands(p)
+    with pytest.raises(operands.OperandError, match="truncated header"):
+        operands.read_operands(p)
 
 
 def test_corrupted_blob_is_an_error(tmp_path):
@@ -145,8 +145,8 @@ def test_corrupted_blob_is_an_error(tmp_path):
     data = bytearray(p.read_bytes())
     data[-70] ^= 0x01
     p.write_bytes(bytes(data))
-    with pytest.raises(R.OperandError, match="sha256"):
-        R.read_operands(p)
+    with pytest.raises(operands.OperandError, match="sha256"):
+        operands.read_operands(p)
 
 
 def test_nonfinite_values(tmp_path):
@@ -154,28 +154,28 @@ def test_nonfinite_values(tmp_path):
     m[:, 20:] = -np.inf  # keys 20.. are masked out for every query
     k_bad = k.copy()
     k_bad[21, 1, 5] = np.inf  # masked out: allowed
-    R.write_operands(tmp_path / "a.rsop", R.make_operands(q, k_bad, v, m))
-    R.read_operands(tmp_path / "a.rsop")
+    operands.write_operands(tmp_path / "a.rsop", operands.make_operands(q, k_bad, v, m))
+    operands.read_operands(tmp_path / "a.rsop")
     v_bad = v.copy()
     v_bad[3, 0, 7] = np.nan  # masked in: an error
-    with pytest.raises(R.OperandError, match="non-finite v value at key 3, kv head 0, channel 7"):
-        R.write_operands(tmp_path / "b.rsop", R.make_operands(q, k, v_bad, m))
+    with pytest.raises(operands.OperandError, match="non-finite v value at key 3, kv head 0, channel 7"):
+        operands.write_operands(tmp_path / "b.rsop", operands.make_operands(q, k, v_bad, m))
     q_bad = q.copy()
     q_bad[1, 2, 3] = np.nan
-    with pytest.raises(R.OperandError, match="non-finite q value at query 1, head 2, channel 3"):
-        R.validate_operands(R.make_operands(q_bad, k, v, m))
+    with pytest.raises(operands.OperandError, match="non-finite q value at query 1, head 2, channel 3"):
+        operands.validate_operands(operands.make_operands(q_bad, k, v, m))
     m_bad = m.copy()
     m_bad[0, 1] = np.nan
-    with pytest.raises(R.OperandError, match="mask has NaN"):
-        R.validate_operands(R.make_operands(q, k, v, m_bad))
+    with pytest.raises(operands.OperandError, match="mask has NaN"):
+        operands.validate_operands(operands.make_operands(q, k, v, m_bad))
     m_empty = m.copy()
     m_empty[1, :] = -np.inf
-    with pytest.raises(R.OperandError, match="query 1 has no visible key"):
-        R.validate_operands(R.make_operands(q, k, v, m_empty))
+    with pytest.raises(operands.OperandError, match="query 1 has no visible key"):
+        operands.validate_operands(operands.make_operands(q, k, v, m_empty))
     # an invalid file written without validation is still refused on reading
-    R.write_operands(tmp_path / "c.rsop", R.make_operands(q, k, v_bad, m), validate=False)
-    with pytest.raises(R.OperandError, match="masked in for query 0"):
-        R.read_operands(tmp_path / "c.rsop")
+    operands.write_operands(tmp_path / "c.rsop", operands.make_operands(q, k, v_bad, m), validate=False)
+    with pytest.raises(operands.OperandError, match="masked in for query 0"):
+        operands.read_operands(tmp_path / "c.rsop")
 
 
 # ------------------------------------------------------------------------------ comparison
@@ -189,24 +189,24 @@ def test_ulp_distance():
     b = np.array(
         [nxt, -0.0, -tiny, -one, one, -np.inf, np.nextafter(np.float32(2.0), np.float32(0.0))], dtype=np.float32
     )
-    u = R.ulp_distance(a, b)
+    u = operands.ulp_distance(a, b)
     assert u.tolist() == [1, 0, 2, 2 * 0x3F800000, -1, 0, 1]
 
 
 def test_compare():
     a = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
-    c = R.compare(a, a.copy())
+    c = operands.compare(a, a.copy())
     assert c.bitwise_equal and c.n_diff == 0 and c.max_abs_diff == 0 and c.max_ulp == 0 and c.first_diff is None
     b = a.copy()
     b[1, 2, 1] = np.nextafter(b[1, 2, 1], np.float32(100))
     b[1, 2, 3] += 0.5
-    c = R.compare(a, b)
+    c = operands.compare(a, b)
     assert not c.bitwise_equal and c.n_diff == 2 and c.first_diff == (1, 2, 1)
     assert c.max_abs_diff == 0.5 and c.max_ulp == 1 << 18  # 0.5 at exponent 4: 0.5 / 2**-19
     z = np.zeros(3, np.float32)
-    assert not R.compare(z, -z).bitwise_equal and R.compare(z, -z).max_ulp == 0
-    with pytest.raises(R.OperandError):
-        R.compare(a, a[0])
+    assert not operands.compare(z, -z).bitwise_equal and operands.compare(z, -z).max_ulp == 0
+    with pytest.raises(operands.OperandError):
+        operands.compare(a, a[0])
 
 
 # ------------------------------------------------------------------------------ the tool
@@ -216,7 +216,7 @@ def _stages(report):
     out = {}
     for job in report["jobs"]:
         assert job["status"] == "ok", job
-        out[job["input"]] = {ev["layout"]: R.read_stages(ev["stages"]) for ev in job["evaluations"]}
+        out[job["input"]] = {ev["layout"]: operands.read_stages(ev["stages"]) for ev in job["evaluations"]}
     return out
 
 
@@ -226,27 +226,27 @@ def test_layouts_on_random_fixtures(replay_tool, tmp_path, record_property):
     for i, (nq, nkv) in enumerate(cases):
         q, k, v, m = random_case(nq, nkv, seed=10 + i)
         p = tmp_path / f"r{nq}_{nkv}.rsop"
-        R.write_operands(p, R.make_operands(q, k, v, m, q_layout="offset" if i % 2 else "compact", kv_size=nkv + 3))
-        jobs.append(R.ReplayJob(p))
+        operands.write_operands(p, operands.make_operands(q, k, v, m, q_layout="offset" if i % 2 else "compact", kv_size=nkv + 3))
+        jobs.append(operands.ReplayJob(p))
         meta[str(p)] = (nq, nkv, q, k, v, m)
-    report = R.run_replay(replay_tool, jobs, threads=1)
+    report = operands.run_replay(replay_tool, jobs, threads=1)
     assert set(report["input_sha256"]) == set(meta)
     st = _stages(report)
     mq_differs = []
     for path, by in st.items():
         nq, nkv, q, k, v, m = meta[path]
-        for s in R.STAGES:
-            c = R.compare(by["pq"][s], by["qb"][s])
+        for s in operands.STAGES:
+            c = operands.compare(by["pq"][s], by["qb"][s])
             assert c.bitwise_equal, (path, s, c.as_dict())
         for lay in REPLAYED_LAYOUTS:  # the output restore puts (query, head, channel) in place
-            assert R.compare(by[lay]["out"], by[lay]["kqv"].reshape(nq, -1)).bitwise_equal
+            assert operands.compare(by[lay]["out"], by[lay]["kqv"].reshape(nq, -1)).bitwise_equal
         if nq == 1:
-            for s in R.STAGES:
-                assert R.compare(by["mq"][s], by["pq"][s]).bitwise_equal, (path, s)
+            for s in operands.STAGES:
+                assert operands.compare(by["mq"][s], by["pq"][s]).bitwise_equal, (path, s)
         else:
-            diff = [s for s in R.STAGES if not R.compare(by["mq"][s], by["pq"][s]).bitwise_equal]
+            diff = [s for s in operands.STAGES if not operands.compare(by["mq"][s], by["pq"][s]).bitwise_equal]
             if diff:
-                mq_differs.append((nq, nkv, diff[0], R.compare(by["mq"]["kq"], by["pq"]["kq"]).max_ulp))
+                mq_differs.append((nq, nkv, diff[0], operands.compare(by["mq"]["kq"], by["pq"]["kq"]).max_ulp))
         kq, p, kqv = fp64(q, k, v, m, float(np.float32(1 / 8)))
         # sanity against FP64 (q is rounded to f16 and p to f16 by the CPU kernels)
         assert np.abs(by["qb"]["kq"] - kq).max() < 5e-2
@@ -259,8 +259,8 @@ def test_layouts_on_random_fixtures(replay_tool, tmp_path, record_property):
 def test_report_placement_and_supports(replay_tool, tmp_path):
     q, k, v, m = random_case(2, 64, seed=5)
     p = tmp_path / "p.rsop"
-    R.write_operands(p, R.make_operands(q, k, v, m))
-    report = R.run_replay(replay_tool, [R.ReplayJob(p, write_stages=False)])
+    operands.write_operands(p, operands.make_operands(q, k, v, m))
+    report = operands.run_replay(replay_tool, [operands.ReplayJob(p, write_stages=False)])
     assert report["backend"]["device"] == "CPU" and report["sched_backends"] == ["CPU"]
     assert any("libggml" in mod for mod in report["modules"])
     for ev in report["jobs"][0]["evaluations"]:
@@ -286,12 +286,12 @@ def test_report_placement_and_supports(replay_tool, tmp_path):
 def test_tool_reports_bad_files_without_crashing(replay_tool, tmp_path):
     good = tmp_path / "good.rsop"
     q, k, v, m = random_case(2, 32, seed=6)
-    R.write_operands(good, R.make_operands(q, k, v, m))
+    operands.write_operands(good, operands.make_operands(q, k, v, m))
     bad = tmp_path / "bad.rsop"
     bad.write_bytes(good.read_bytes()[:-200])
-    with pytest.raises(R.OperandError, match="truncated"):  # refused before anything runs
-        R.run_replay(replay_tool, [R.ReplayJob(bad), R.ReplayJob(good)])
-    report = R.run_replay(replay_tool, [R.ReplayJob(bad), R.ReplayJob(good)], check_inputs=False, validate=False)
+    with pytest.raises(operands.OperandError, match="truncated"):  # refused before anything runs
+        operands.run_replay(replay_tool, [operands.ReplayJob(bad), operands.ReplayJob(good)])
+    report = operands.run_replay(replay_tool, [operands.ReplayJob(bad), operands.ReplayJob(good)], check_inputs=False, validate=False)
     jb, jg = report["jobs"]
     assert jb["status"] == "error" and "truncated" in jb["error"]
     assert jg["status"] == "ok" and len(jg["evaluations"]) == 3
@@ -301,21 +301,21 @@ def test_nonfinite_masked_in_is_not_replayed(replay_tool, tmp_path):
     q, k, v, m = random_case(2, 32, seed=7)
     v[5, 1, 2] = np.nan
     p = tmp_path / "nan.rsop"
-    R.write_operands(p, R.make_operands(q, k, v, m), validate=False)
-    with pytest.raises(R.OperandError, match="non-finite v value at key 5"):
-        R.run_replay(replay_tool, [R.ReplayJob(p)])
+    operands.write_operands(p, operands.make_operands(q, k, v, m), validate=False)
+    with pytest.raises(operands.OperandError, match="non-finite v value at key 5"):
+        operands.run_replay(replay_tool, [operands.ReplayJob(p)])
     assert not list(tmp_path.glob("*.rsst"))
 
 
 def test_tool_usage_errors(replay_tool, tmp_path):
     q, k, v, m = random_case(1, 16)
     p = tmp_path / "u.rsop"
-    R.write_operands(p, R.make_operands(q, k, v, m))
-    with pytest.raises(R.ReplayToolError, match="exit status 2"):
-        R.run_replay(replay_tool, [R.ReplayJob(p)], backend="NoSuchDevice0")
+    operands.write_operands(p, operands.make_operands(q, k, v, m))
+    with pytest.raises(operands.ReplayToolError, match="exit status 2"):
+        operands.run_replay(replay_tool, [operands.ReplayJob(p)], backend="NoSuchDevice0")
     rc = subprocess.run([str(replay_tool), "--fault", "nonsense", str(p)], capture_output=True).returncode
     assert rc == 2
-    devs = R.list_devices(replay_tool)
+    devs = operands.list_devices(replay_tool)
     assert any(d["name"] == "CPU" and d["type"] == "cpu" for d in devs)
 
 

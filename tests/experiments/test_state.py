@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 
 from refspec.core.errors import IntegrityError
-from refspec.engine import kvstate as kv
 from refspec.experiments.state import jobs, partition, receiver
+from refspec.experiments.state import kvstate as kv
 from refspec.native import runtime
 from refspec.native.runtime import Context, ContextSpec
 

@@ -165,6 +165,76 @@ def test_all_problems_are_collected(tmp_path):
     assert kinds == ["import cycle", "import inside a function", "upward import"]
 
 
+def test_print_in_a_domain_module_fails(tmp_path):
+    pkg = _clean(tmp_path, **{"native/build.py": "from ..core import config\n\n\ndef build():\n    print('done')\n"})
+    assert contract.check(pkg) == [
+        "pkg/native/build.py:5: print() call outside the command layer (commands/, cli.py): "
+        "move it to a command, or mark the line '# contract: <why>'"
+    ]
+
+
+def test_a_marked_exception_passes(tmp_path):
+    pkg = _clean(
+        tmp_path,
+        **{
+            "native/build.py": (
+                "import sys\n\n\ndef build():\n"
+                "    print('step', file=sys.stderr)  # contract: progress on stderr\n"
+                "    # contract: the notice before a rebuild\n"
+                "    print(\n        'rebuilding',\n        file=sys.stderr,\n    )\n"
+                "    print('unmarked')\n"
+            )
+        },
+    )
+    # the two marked calls pass; only the unmarked one is reported
+    assert [p.split(": ")[0] for p in contract.check(pkg)] == ["pkg/native/build.py:11"]
+
+
+def test_a_mark_without_a_reason_does_not_count(tmp_path):
+    pkg = _clean(tmp_path, **{"native/build.py": "def build():\n    print('x')  # contract:\n"})
+    assert [p.split(": ")[1] for p in contract.check(pkg)] == [
+        "print() call outside the command layer (commands/, cli.py)"
+    ]
+
+
+def test_unmarked_argparse_import_in_a_domain_module_fails(tmp_path):
+    pkg = _clean(tmp_path, **{"core/config.py": "import argparse\nfrom .errors import E\n"})
+    assert contract.check(pkg) == [
+        "pkg/core/config.py:1: import of argparse outside the command layer (commands/, cli.py): "
+        "move it to a command, or mark the line '# contract: <why>'"
+    ]
+
+
+def test_ending_the_process_or_computing_an_exit_code_outside_commands_fails(tmp_path):
+    errors = "EXIT_OK = 0\nEXIT_FAILED = 1\n\n\nclass E(Exception):\n    exit_code = EXIT_FAILED\n"
+    pkg = _clean(
+        tmp_path,
+        **{
+            "core/errors.py": errors,
+            "native/build.py": (
+                "import sys\n\nfrom ..core import errors\nfrom ..core.errors import EXIT_FAILED, EXIT_OK\n\n\n"
+                "class Refused(Exception):\n    exit_code = EXIT_FAILED  # an error's code: allowed\n\n\n"
+                "def build(ok):\n"
+                "    if not ok:\n        sys.exit(2)\n"
+                "    if ok is None:\n        raise SystemExit(3)\n"
+                "    return EXIT_OK if ok else errors.EXIT_FAILED\n\n\n"
+                "if __name__ == '__main__':\n    print(build(True))\n    sys.exit(0)\n"
+            ),
+            "commands/build.py": (
+                "import argparse\nimport sys\n\nfrom ..core.errors import EXIT_OK\n\n\n"
+                "def run(args: argparse.Namespace) -> int:\n    print('built')\n    sys.exit(EXIT_OK)\n"
+            ),
+        },
+    )
+    found = [p.split(" outside the command layer")[0] for p in contract.check(pkg)]
+    assert found == [
+        "pkg/native/build.py:13: sys.exit (ends the process)",
+        "pkg/native/build.py:15: SystemExit (ends the process)",
+        "pkg/native/build.py:16: exit code EXIT_OK (computes an exit code)",
+        "pkg/native/build.py:16: exit code EXIT_FAILED (computes an exit code)",
+    ]
+
+
 def test_the_package_meets_its_import_contract():
     problems = contract.check(REPO_ROOT / "workflow" / "refspec", show_from=REPO_ROOT)
     assert problems == [], "\n".join(problems)

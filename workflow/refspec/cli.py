@@ -6,9 +6,10 @@ maps names to those modules, imported when used. A command module defines
 passes the options it does not know to the program it wraps.
 
 A :class:`~refspec.core.errors.RefspecError` ends a command with a one-line message and its
-exit code (the table is in :mod:`refspec.core.errors`). ``refspec --debug COMMAND ...``, or
-``REFSPEC_DEBUG=1`` in the environment, also prints the exception chain (the traceback with
-its causes) on stderr.
+exit code (the table is in :mod:`refspec.core.errors`); any other exception is a bug and ends
+it with ``refspec: internal error: <type>: <message>`` and exit code 70 (``EXIT_CRASH``).
+``refspec --debug COMMAND ...``, or ``REFSPEC_DEBUG=1`` in the environment, also prints the
+exception chain (the traceback with its causes) on stderr.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import os
 import sys
 import traceback
 
-from .core.errors import EXIT_USAGE, RefspecError
+from .core.errors import EXIT_CRASH, EXIT_USAGE, RefspecError
 
 # name -> (module of refspec.commands, help). The module defines ``add_arguments(parser)`` and
 # ``run(args) -> int``.
@@ -145,6 +146,11 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"refspec {name}: interrupted", file=sys.stderr)
         return 130
+    except Exception as e:  # a bug, not a failure the user can act on: its own code, not 1
+        if debug:
+            traceback.print_exception(e, file=sys.stderr)
+        print(f"refspec: internal error: {type(e).__name__}: {e} (run with --debug for the traceback)", file=sys.stderr)
+        return EXIT_CRASH
 
 
 if __name__ == "__main__":

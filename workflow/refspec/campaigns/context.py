@@ -220,6 +220,9 @@ def _computed_plan(ctx: Context, models: dict, man: Path | None) -> dict:
         "manifest_sha256": sha256_file(man) if man is not None else None,
         "executor": {
             "driver": "refspec.engine.driver",
+            # the worker's name as every plan records it: a fixed label, not an import path (the
+            # worker's engine is refspec.engine.worker_engine, started as refspec.commands.worker);
+            # unchanged so that a plan frozen before still matches on --resume
             "worker": "refspec.engine.worker",
             "fresh_worker_per_block": True,
         },

@@ -5,8 +5,8 @@ pin the campaign ledger in the run's ledger, write the tables, ``timed_audit.jso
 from __future__ import annotations
 
 import json
+import logging
 import signal
-import sys
 
 from ..core.arms import is_twin, reference_of
 from ..core.errors import IntegrityError
@@ -19,6 +19,9 @@ from .context import Context
 from .definitions import module_for
 from .evidence import COMPARED_COUNTERS, arm_evidence, audit_text, timed_audit
 from .noise import busy_text, loads_table, noise_table, noise_text
+
+# warnings on stderr (the text alone, where logging is not configured)
+_log = logging.getLogger(__name__)
 
 
 def execute(ctx: Context, run, computed: dict, *, analyze_only: bool = False) -> dict:
@@ -94,7 +97,7 @@ def link_run_ledger(ctx: Context, outcome: str, *, failing: bool = False) -> Non
         )
     except Exception as e:
         run.note("failure", f"could not append to the run ledger: {type(e).__name__}: {e}", run=run.run_no)
-        print(f"refspec campaign {ctx.name}: could not append to the run ledger: {e}", file=sys.stderr)
+        _log.warning("refspec campaign %s: could not append to the run ledger: %s", ctx.name, e)
         if not failing:
             raise
 

@@ -127,6 +127,7 @@ class CampaignRun(CampaignRecords):
         if self._bar is not None and not self._bar.disable:
             self._bar.write(text, file=sys.stderr)
         else:
+            # contract: the campaign's progress line on stderr where no progress bar shows it
             print(f"refspec campaign {self.campaign}: {text}", file=sys.stderr, flush=True)
 
     # ------------------------------------------------------------------ sessions

@@ -1,4 +1,4 @@
-"""Black-box llama.cpp servers qualified against refspec's reference (``anc/servers.md``).
+"""The ``servers`` campaign: black-box llama.cpp servers qualified against refspec's reference (``anc/servers.md``).
 
 On the campaign's panel: R (refspec's own micro-batch-1 reference on the configured build and
 the family's model files), then server arms (``kind: server`` in the arms file) — by default

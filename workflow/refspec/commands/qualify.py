@@ -4,7 +4,7 @@
                     [--draft D] [--cap C] [--out DIR] [--resume] [--config CFG] [--threads T]
 
 A llama.cpp server of any version against its own micro-batch-1 reference
-(:mod:`refspec.campaigns.server_qualify`; sealed archive with its report, one verdict line per arm):
+(:mod:`refspec.campaigns.server_self_qualification`; sealed archive with its report, one verdict line per arm):
 
     refspec qualify --server-binary PATH --model M [--draft D] [--panel humaneval:0-11] [--cap 128] [--json]
     refspec qualify --url URL --reference-url URL --model M [--draft D] ...
@@ -13,7 +13,7 @@ Exit status there: 0 every candidate reproduces the reference, 1 one does not, 2
 3 integrity, 5 a request or server failed.
 
 The confirmation campaign on the given arms, panel, cap and repeats, run in
-``DIR/campaigns/confirmation`` (:mod:`refspec.campaigns.qualify` says how); prints the
+``DIR/campaigns/confirmation`` (:mod:`refspec.campaigns.arm_qualification` says how); prints the
 summary (``summary.json``) and where the results are.
 
 Exit status: 0 when every planned request has a completed attempt (whether or
@@ -23,12 +23,13 @@ not arms qualify), 5 when some did not complete, 2 for usage errors.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 
-from ..campaigns.qualify import DEFINITION_NAME, SUMMARY_NAME, format_summary, results_folder, run_qualify
+from ..campaigns.arm_qualification import DEFINITION_NAME, SUMMARY_NAME, format_summary, results_folder, run_qualify
 from ..core.config import load_config
-from ..core.errors import EXIT_OK, EXIT_RUNTIME, UsageError
-from ..pipeline.qualify_server import run_server
+from ..core.errors import EXIT_FAILED, EXIT_OK, EXIT_RUNTIME, UsageError
+from ..pipeline.server_qualification import ServerQualifyOptions, qualify_server, summary_lines, write_verdicts
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -57,6 +58,47 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("-k", type=int, default=3, help="draft proposals per cycle (default 3)")
     g.add_argument("--json", action="store_true", help="print the verdicts as one JSON object")
     g.add_argument("--no-seal", action="store_true", help="no sealed archive (results folder only)")
+
+
+def run_server(args: argparse.Namespace) -> int:
+    """``refspec qualify --server-binary PATH | --url URL --reference-url URL --model M ...``
+    (:func:`refspec.pipeline.server_qualification.qualify_server`): 5 when a planned request has
+    no completed attempt, else 0 when every candidate reproduces the reference, else 1."""
+    if not args.model:
+        raise UsageError("--model is required with --server-binary or --url (the target GGUF file)")
+    root = results_folder(args.out, args.resume).resolve()
+    root.mkdir(parents=True, exist_ok=True)
+    options = ServerQualifyOptions(
+        model=args.model,
+        server_binary=args.server_binary,
+        url=args.url,
+        reference_url=args.reference_url,
+        draft=args.draft,
+        k=args.k,
+        panel=args.panel,
+        cap=args.cap,
+        repeats=args.repeats,
+        resume=args.resume,
+        threads=args.threads,
+        retries=args.retries,
+        request_timeout=args.request_timeout,
+        progress=not args.no_progress,
+        seal=not args.no_seal,
+    )
+    q = qualify_server(load_config(args.config), root, options)
+    code = EXIT_RUNTIME if not q.complete else EXIT_OK if q.reproduces else EXIT_FAILED
+    doc = write_verdicts(q, code)
+    if args.json:
+        print(json.dumps(doc, sort_keys=True))
+        return code
+    for line in summary_lines(q, args.server_binary or args.url, args.model):
+        print(line)
+    if not q.complete:
+        print(
+            f"refspec qualify: {len(q.summary['incomplete'])} planned request(s) have no completed attempt",
+            file=sys.stderr,
+        )
+    return code
 
 
 def run(args: argparse.Namespace) -> int:

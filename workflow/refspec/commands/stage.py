@@ -10,14 +10,14 @@ from pathlib import Path
 
 from ..core.errors import EXIT_FAILED, EXIT_OK, UsageError
 from ..core.fsutil import atomic_write_text
-from ..provenance.claims import STAGES, record_claim
+from ..provenance.claims import CLAIM_STAGES, record_claim
 
 # everything after `--` is the stage's own command line (refspec.cli hands it over as args.extra)
 PASSTHROUGH = ("stage",)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("stage", choices=STAGES)
+    p.add_argument("stage", choices=CLAIM_STAGES)
     p.add_argument("--dir", required=True, help="the folder the stage's command writes its tables to")
     p.add_argument("--done", required=True, help="completion marker to write (the claim as JSON)")
     p.add_argument("--results", help="the run's results folder (its ledger.jsonl records the claim)")

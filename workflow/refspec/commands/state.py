@@ -11,9 +11,9 @@ from ..core import tables as T
 from ..core.config import gpu_layers, load_config
 from ..core.errors import UsageError
 from ..core.panels import load_panel_spec
-from ..engine import kvstate as kv
 from ..experiments import projection
 from ..experiments.operands import BACKEND_DEVICES
+from ..experiments.state import kvstate as kv
 from ..experiments.state.crosses import run_crosses
 from ..experiments.state.partition import DEFAULT_SPLITS, DEFAULT_UB_SWEEP, partition_arms, run_partition
 from ..experiments.state.summaries import crosses_summary, partition_summary

@@ -2,7 +2,7 @@
 
 ``python -m refspec.commands.worker --family F --arm A [--draft D] --port 0 --ready-file PATH``
 
-The driver starts it (:data:`refspec.engine.loopback.WORKER_MODULE`); the engine is
+The driver starts it (:data:`refspec.engine.worker_process.WORKER_MODULE`); the engine is
 :mod:`refspec.engine.worker`, the HTTP side :mod:`refspec.engine.worker_http`. The HTTP
 API, its errors, the exit codes and the environment the driver gives a worker are
 documented in ``anc/worker.md``.
@@ -16,7 +16,7 @@ from pathlib import Path
 
 from ..core.arms import load_arms
 from ..core.errors import EXIT_OK, RefspecError, UsageError
-from ..engine.worker import WARMUP_CAP
+from ..engine.worker_engine import WARMUP_CAP
 from ..engine.worker_http import DEFAULT_MAX_BODY, ServeOptions, is_loopback, serve
 from ..native.models import ModelFile, ensure_family
 
@@ -102,7 +102,7 @@ def run(args: argparse.Namespace) -> int:
     if arm.gpu_layers is None:
         arm = arm.with_(gpu_layers=0 if args.gpu_layers is None else int(args.gpu_layers))
     speculative = arm.speculative
-    return serve(
+    serve(
         ServeOptions(
             family=args.family,
             arm=arm,
@@ -117,6 +117,7 @@ def run(args: argparse.Namespace) -> int:
             exit_with_parent=args.exit_with_parent,
         )
     )
+    return EXIT_OK
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -13,11 +13,11 @@ Each archive is verified first, as ``refspec verify`` does, against its own pinn
   the ratio of the two (B over A) with a bootstrap interval over sessions and tasks, and
   a verdict: "reproduced", "differs" or "not comparable", with the reason.
 
-The noise floor (:class:`.model.NoiseFloor`) is an input of the verdict: an archive's
+The noise floor (:class:`.model.ArchiveNoiseFloors`) is an input of the verdict: an archive's
 A/A control (:func:`noise_floor_of`) or a value given by hand. Without one, the band is
 the practical threshold alone and the comparison says that no A/A control was recorded.
 
-:func:`compare_archives` returns a :class:`.model.Comparison`; :mod:`.output` prints it and
+:func:`compare_archives` returns a :class:`.model.ArchiveComparison`; :mod:`.output` prints it and
 writes it as JSON and as tables, :mod:`.report` renders its report and :mod:`.archive` seals
 it as a comparison archive.
 """
@@ -35,7 +35,7 @@ from ..core.errors import IntegrityError
 from ..provenance.restore import restore
 from ..provenance.verify import verify_archive
 from .inputs import bootstrap_of, compare_inputs
-from .model import ArchiveData, Comparison, NoiseFloor
+from .model import ArchiveComparison, ArchiveData, ArchiveNoiseFloors
 from .preservation import PRESERVATION_TABLES, compare_preservation
 from .timings import compare_timings
 
@@ -115,14 +115,14 @@ def _json(p: Path) -> Any:
         return None
 
 
-def compare_archives(a: ArchiveData, b: ArchiveData, noise_floor: float | None = None) -> Comparison:
+def compare_archives(a: ArchiveData, b: ArchiveData, noise_floor: float | None = None) -> ArchiveComparison:
     """Compare two verified archives. ``noise_floor`` (a ratio >= 1) overrides the archives' own A/A floors."""
     inputs = compare_inputs(a, b)
     threshold = float(bootstrap_of(a.plan)["threshold"])
     noise = (
-        NoiseFloor(noise_floor, noise_floor)
+        ArchiveNoiseFloors(noise_floor, noise_floor)
         if noise_floor is not None
-        else NoiseFloor(noise_floor_of(a), noise_floor_of(b))
+        else ArchiveNoiseFloors(noise_floor_of(a), noise_floor_of(b))
     )
     band = noise.band(threshold)
     notes = []
@@ -133,7 +133,7 @@ def compare_archives(a: ArchiveData, b: ArchiveData, noise_floor: float | None =
         )
     findings = compare_preservation(a, b)
     timings = compare_timings(a, b, inputs, band)
-    return Comparison(a, b, inputs, findings, timings, noise, threshold, band, notes)
+    return ArchiveComparison(a, b, inputs, findings, timings, noise, threshold, band, notes)
 
 
 def cleanup(*archives: ArchiveData) -> None:

@@ -21,12 +21,12 @@ from .. import __version__
 from ..core.fsutil import atomic_write_text
 from ..provenance.ledger import Ledger
 from ..provenance.seal import SealResult, seal
-from .model import ArchiveData, Comparison
-from .output import CAMPAIGN, COMPARE_FORMAT, comparison_rows, difference_rows, write_rows
+from .model import ArchiveComparison, ArchiveData
+from .output import COMPARE_CAMPAIGN, COMPARE_FORMAT, comparison_rows, difference_rows, write_rows
 from .report import render_comparison
 
 
-def _carry(c: Comparison, root: Path) -> None:
+def _carry(c: ArchiveComparison, root: Path) -> None:
     """The records the checker recomputes the comparison from, byte for byte as sealed."""
     for x, lab in ((c.a, "a"), (c.b, "b")):
         d = root / "inputs" / lab
@@ -39,14 +39,14 @@ def _carry(c: Comparison, root: Path) -> None:
             shutil.copyfile(p, d / "tables" / f"{name}.csv")
 
 
-def write_results(c: Comparison, root: Path) -> None:
+def write_results(c: ArchiveComparison, root: Path) -> None:
     """Everything the comparison archive holds but its seal, into the empty folder ``root``."""
     root.mkdir(parents=True, exist_ok=True)
     write_rows(comparison_rows(c), "comparisons", root / "tables")
     write_rows(difference_rows(c), "differences", root / "tables")
     _carry(c, root)
     plan = {
-        "campaign": CAMPAIGN,
+        "campaign": COMPARE_CAMPAIGN,
         "format": COMPARE_FORMAT,
         "bootstrap": dict(c.inputs.bootstrap_a),
         "noise_floor": {"recorded": c.noise.recorded, "a": c.noise.a, "b": c.noise.b},
@@ -69,7 +69,7 @@ def write_results(c: Comparison, root: Path) -> None:
     render_comparison(c, root)
 
 
-def write_archive(c: Comparison, out: Path, key: Any = None, created: str | None = None) -> SealResult:
+def write_archive(c: ArchiveComparison, out: Path, key: Any = None, created: str | None = None) -> SealResult:
     """Write and seal the comparison archive into ``out`` (a fresh folder); returns the SealResult."""
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -80,7 +80,7 @@ def write_archive(c: Comparison, out: Path, key: Any = None, created: str | None
             stage / "results",
             out,
             key=key,
-            campaign=CAMPAIGN,
+            campaign=COMPARE_CAMPAIGN,
             created=created,
             predicate_extra={"compares": {"a": _sealref(c.a), "b": _sealref(c.b)}},
         )

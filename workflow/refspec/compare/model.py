@@ -2,7 +2,7 @@
 
 :class:`ArchiveData` (one verified archive: its seal, plan, manifest and result tables),
 :class:`Finding` and :class:`Difference` (preservation), :class:`TimingComparison`
-(timings), :class:`InputsComparison` (plan and pinned inputs) and :class:`Comparison`
+(timings), :class:`InputsComparison` (plan and pinned inputs) and :class:`ArchiveComparison`
 (all of it, with the exit status of ``refspec compare``).
 """
 
@@ -145,7 +145,7 @@ class InputsComparison:
 
 
 @dataclass
-class NoiseFloor:
+class ArchiveNoiseFloors:
     """The A/A noise floor: how far from 1 an A/A ratio's interval reaches (a ratio >= 1), per archive.
 
     None where the archive recorded no A/A control."""
@@ -163,13 +163,13 @@ class NoiseFloor:
 
 
 @dataclass
-class Comparison:
+class ArchiveComparison:
     a: ArchiveData
     b: ArchiveData
     inputs: InputsComparison
     findings: list[Finding]
     timings: list[TimingComparison]
-    noise: NoiseFloor
+    noise: ArchiveNoiseFloors
     threshold: float
     band: float
     notes: list[str] = field(default_factory=list)

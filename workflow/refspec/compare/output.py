@@ -11,10 +11,10 @@ from typing import Any
 
 from ..core import tables as T
 from ..core.paths import schemas_dir
-from .model import DIFFERS, NOT_COMPARABLE, REPRODUCED, SAME, Comparison, TimingComparison
+from .model import DIFFERS, NOT_COMPARABLE, REPRODUCED, SAME, ArchiveComparison, TimingComparison
 
 COMPARE_FORMAT = "refspec-comparison/1"
-CAMPAIGN = "compare"
+COMPARE_CAMPAIGN = "compare"
 
 
 # --------------------------------------------------------------------------- text
@@ -36,7 +36,7 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
     return [line(header), line(["-" * x for x in w])] + [line(r) for r in rows]
 
 
-def text_lines(c: Comparison, max_differences: int = 20) -> list[str]:
+def text_lines(c: ArchiveComparison, max_differences: int = 20) -> list[str]:
     out = [
         f"A: {c.a.shown}  seal {c.a.seal_sha256}  key {c.a.keyid}",
         f"B: {c.b.shown}  seal {c.b.seal_sha256}  key {c.b.keyid}",
@@ -102,7 +102,7 @@ def text_lines(c: Comparison, max_differences: int = 20) -> list[str]:
     return out
 
 
-def json_text(c: Comparison) -> str:
+def json_text(c: ArchiveComparison) -> str:
     return json.dumps(c.as_json(), indent=1, sort_keys=False) + "\n"
 
 
@@ -121,7 +121,7 @@ def write_rows(rows: list[dict[str, Any]], name: str, out_dir: Path) -> dict[str
     return T.write_table([{c: r.get(c) for c in sp.names} for r in rows], sp, out_dir)
 
 
-def comparison_rows(c: Comparison) -> list[dict[str, Any]]:
+def comparison_rows(c: ArchiveComparison) -> list[dict[str, Any]]:
     rows = []
     for f in c.findings:
         rows.append(
@@ -176,7 +176,7 @@ def _timing_row(t: TimingComparison) -> dict[str, Any]:
     )
 
 
-def difference_rows(c: Comparison) -> list[dict[str, Any]]:
+def difference_rows(c: ArchiveComparison) -> list[dict[str, Any]]:
     rows = [
         dict(finding=d.finding, key=d.key, column=d.column, a=d.a, b=d.b, detail=d.detail or None)
         for f in c.findings

@@ -16,7 +16,7 @@ from ..core.fsutil import atomic_write_bytes, atomic_write_text
 from ..core.hashing import sha256_file
 from ..reporting.document import DASH, Cell, Num, Numbers, Section, Table
 from ..reporting.render import render_documents
-from .model import SAME, Comparison
+from .model import SAME, ArchiveComparison
 from .output import COMPARE_FORMAT, comparison_rows, difference_rows
 
 SRC = "tables/comparisons.csv"
@@ -38,7 +38,7 @@ def _interval(N: Numbers, r: dict, v: str, lo: str, hi: str) -> list[Any]:
     return parts
 
 
-def _provenance(c: Comparison, root: Path) -> dict[str, Any]:
+def _provenance(c: ArchiveComparison, root: Path) -> dict[str, Any]:
     prov = {
         "manifest_sha256": sha256_file(root / "manifest.json"),
         "plan_sha256": sha256_file(root / "plan.json"),
@@ -55,7 +55,7 @@ def _provenance(c: Comparison, root: Path) -> dict[str, Any]:
     return prov
 
 
-def _overview(c: Comparison, prov: dict[str, Any]) -> Section:
+def _overview(c: ArchiveComparison, prov: dict[str, Any]) -> Section:
     mono = lambda s: Cell([s], cls="mono")  # noqa: E731
     archives = Table(
         "archives",
@@ -94,7 +94,9 @@ def _overview(c: Comparison, prov: dict[str, Any]) -> Section:
             "No A/A control was recorded in either archive: the noise floor is unknown, and the band within which "
             "a ratio of two timings counts as reproduced is the practical threshold alone."
         )
-    return Section("comparison", "Comparison of two sealed archives", intro="", items=[archives, records], notes=notes)
+    return Section(
+        "comparison", "ArchiveComparison of two sealed archives", intro="", items=[archives, records], notes=notes
+    )
 
 
 def _preservation_table(N: Numbers, rows: list[dict[str, Any]]) -> Table:
@@ -155,7 +157,7 @@ def _timings_table(N: Numbers, rows: list[dict[str, Any]]) -> Table:
     )
 
 
-def _differences(c: Comparison) -> Section:
+def _differences(c: ArchiveComparison) -> Section:
     diffs = difference_rows(c)
     diff_tab = Table(
         "differences",
@@ -182,7 +184,7 @@ def _differences(c: Comparison) -> Section:
     )
 
 
-def build(c: Comparison, root: Path) -> tuple[list[Section], Numbers, dict[str, Any]]:
+def build(c: ArchiveComparison, root: Path) -> tuple[list[Section], Numbers, dict[str, Any]]:
     """The comparison report's sections, its number registry and its provenance record."""
     N = Numbers()
     rows = comparison_rows(c)
@@ -204,7 +206,7 @@ def build(c: Comparison, root: Path) -> tuple[list[Section], Numbers, dict[str, 
     return [overview, verdict_sec, diff_sec], N, prov
 
 
-def render_comparison(c: Comparison, root: Path) -> dict[str, Path]:
+def render_comparison(c: ArchiveComparison, root: Path) -> dict[str, Path]:
     sections, N, prov = build(c, root)
     html, tex = render_documents(sections, prov, TITLE)
     paths = {"html": root / "report.html", "tex": root / "report.tex", "numbers": root / "numbers.json"}

@@ -40,7 +40,7 @@ interval, ``a_lo, a_hi`` (and ``b_lo, b_hi``) are the same percentiles of ``D_A`
 alone over the kept draws; for an estimate they are the archive's own interval (``estimates.lo``/``hi``).
 
 **Verdict** (``band`` >= 1: the wider of the practical threshold ``tau`` and the A/A noise
-floors, :class:`refspec.compare.model.NoiseFloor`):
+floors, :class:`refspec.compare.model.ArchiveNoiseFloors`):
 
 * ``not comparable`` -- the comparison is in one archive only, unqualified in either, the
   panels differ, the campaign's registered plan or the pinned inputs differ, or an

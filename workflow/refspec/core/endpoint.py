@@ -82,7 +82,7 @@ def first_difference(a: Endpoint, b: Endpoint) -> int | None:
 
 
 @dataclass(frozen=True)
-class Comparison:
+class EndpointComparison:
     qualified: bool
     first_diff_index: int | None
     ref_token: int | None
@@ -92,10 +92,10 @@ class Comparison:
         return asdict(self)
 
 
-def compare(reference: Endpoint, arm: Endpoint) -> Comparison:
+def compare_endpoints(reference: Endpoint, arm: Endpoint) -> EndpointComparison:
     i = first_difference(reference, arm)
     if i is None:
-        return Comparison(True, None, None, None)
+        return EndpointComparison(True, None, None, None)
     ref_tok = reference.tokens[i] if i < reference.n else None
     arm_tok = arm.tokens[i] if i < arm.n else None
-    return Comparison(False, i, ref_tok, arm_tok)
+    return EndpointComparison(False, i, ref_tok, arm_tok)

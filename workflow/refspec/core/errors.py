@@ -13,6 +13,8 @@ code   meaning
 4      native build failed (download, patch that does not apply, compiler)
 5      runtime failure: admission refused, worker died, decode error,
        pdflatex failed on the report
+70     internal error: an exception that is not a :class:`RefspecError` (a bug;
+       ``EX_SOFTWARE`` of sysexits.h)
 =====  =====================================================================
 
 ``report/check.py`` (standard library only, no refspec import) has its own
@@ -27,6 +29,7 @@ EXIT_USAGE = 2
 EXIT_INTEGRITY = 3
 EXIT_BUILD = 4
 EXIT_RUNTIME = 5
+EXIT_CRASH = 70  # an exception that is not a RefspecError: a bug (EX_SOFTWARE)
 
 
 class RefspecError(Exception):

@@ -283,7 +283,7 @@ def estimate(
 
 
 @dataclass(frozen=True)
-class NoiseFloor:
+class AAControl:
     value: float
     lo: float
     hi: float
@@ -296,11 +296,11 @@ def noise_floor(
     draws: int = DEFAULT_DRAWS,
     seed: int = DEFAULT_SEED,
     threshold: float = DEFAULT_THRESHOLD,
-) -> NoiseFloor:
+) -> AAControl:
     """The A/A control from its log contrasts ``u`` (task log ratios or session contrasts):
     :func:`estimate`'s value and interval, and :func:`noise_verdict`."""
     e = estimate(u, draws, seed, threshold)
-    return NoiseFloor(e.estimate, e.lo, e.hi, e.n_sessions, noise_verdict(e.lo, e.hi, threshold))
+    return AAControl(e.estimate, e.lo, e.hi, e.n_sessions, noise_verdict(e.lo, e.hi, threshold))
 
 
 def noise_reason(lo: float, hi: float, threshold: float) -> str:

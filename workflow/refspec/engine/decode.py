@@ -12,7 +12,7 @@ from __future__ import annotations
 import sys
 
 from ..core.arms import REFERENCE_ARM, select
-from ..core.endpoint import compare
+from ..core.endpoint import compare_endpoints
 from ..core.errors import ConfigError
 from ..core.panels import prompt_tokens
 from ..native.models import ensure_family
@@ -43,7 +43,7 @@ def decode_panel(
     if any(a.speculative for a in arms):
         d = files.draft(draft)
         draft_model = Model(d.path, sha256=d.sha256, n_gpu_layers=gpu_layers, require_placement=True)
-    print(
+    print(  # contract: progress on stderr, where the target was placed
         f"decode: target on {target.placement['device']} ({target.placement['offloaded']}/"
         f"{target.placement['offloadable']} layers offloaded)",
         file=sys.stderr,
@@ -65,7 +65,7 @@ def decode_panel(
                 if arm.name == REFERENCE_ARM:
                     refs[task.task_id] = res
                 ref = refs[task.task_id]
-                cmp = compare(ref.endpoint, res.endpoint)
+                cmp = compare_endpoints(ref.endpoint, res.endpoint)
                 margin = None
                 if not cmp.qualified and cmp.first_diff_index is not None and cmp.first_diff_index < len(ref.margins):
                     margin = ref.margins[cmp.first_diff_index]

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
-import sys
 from pathlib import Path
 
 from ..core.errors import RefspecError
 from ..core.hashing import canonical_json
+
+# warnings on stderr (the text alone, where logging is not configured)
+_log = logging.getLogger(__name__)
 
 
 class Journal:
@@ -37,7 +40,7 @@ class Journal:
         with open(self.path, "rb") as f:
             for raw in f:
                 if not raw.endswith(b"\n"):
-                    print(f"refspec: {self.path}: skipping an incomplete last line", file=sys.stderr)
+                    _log.warning("refspec: %s: skipping an incomplete last line", self.path)
                     break
                 out.append(json.loads(raw))
         return out

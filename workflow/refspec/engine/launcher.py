@@ -1,6 +1,6 @@
 """One launcher: the arm's ``kind`` picks the implementation of its process (:mod:`refspec.engine.process`).
 
-``worker``: refspec's own worker (:mod:`refspec.engine.loopback`); ``server``: a black-box
+``worker``: refspec's own worker (:mod:`refspec.engine.worker_process`); ``server``: a black-box
 llama.cpp server (:mod:`refspec.engine.server`). Each starts a fresh process for a block,
 ledgers the start and records the registered warmup (an excluded row).
 """
@@ -11,9 +11,9 @@ from collections.abc import Callable
 
 from ..core.arms import Arm
 from .context import RunContext
-from .loopback import start_worker
 from .process import ArmProcess
 from .server import start_server
+from .worker_process import start_worker
 
 Launch = Callable[[RunContext, Arm, int], tuple[ArmProcess, dict]]
 LAUNCHERS: dict[str, Launch] = {"worker": start_worker, "server": start_server}

@@ -1,7 +1,7 @@
 """Black-box llama.cpp servers as arms (``kind: server``, see ``anc/servers.md``).
 
 A server arm is qualified and timed like refspec's own arms: :func:`start_server` is what
-:func:`refspec.engine.launcher.start_process` runs for it, and the :class:`ServerWorker` it returns is
+:func:`refspec.engine.launcher.start_process` runs for it, and the :class:`ServerProcess` it returns is
 an arm's process (:class:`refspec.engine.process.ArmProcess`: ``complete``, ``alive``, ``stop``, ``kill``, ...), so
 :func:`refspec.engine.driver.run_block` journals, ledgers and retries its requests the same way.
 
@@ -57,7 +57,7 @@ from .rows import request_row, warmup_record
 from .server_cli import ServerOptions, probe_binary, server_command
 from .spawn import describe_exit, log_tail, spawn
 
-__all__ = ["ServerOptions", "ServerRefused", "ServerWorker", "server_command", "start_server"]
+__all__ = ["ServerOptions", "ServerRefused", "ServerProcess", "server_command", "start_server"]
 
 ENV_LAYOUT = "LLAMA_ATTN_LAYOUT"
 _VOCAB_SAMPLE = 2048
@@ -197,7 +197,7 @@ def vocabulary_problems(base_url: str, ref: Vocabulary, prompt_ids: list[int]) -
 # --------------------------------------------------------------------------- the worker-shaped server
 
 
-class ServerWorker:
+class ServerProcess:
     """A server arm's server: an :class:`refspec.engine.process.ArmProcess`."""
 
     def __init__(
@@ -493,7 +493,7 @@ def _start_binary(ctx: RunContext, arm: Arm, wid: str, wdir: Path, ready: dict):
     return url, proc, log_path, opts
 
 
-def open_server(ctx: RunContext, arm: Arm, wid: str) -> ServerWorker:
+def open_server(ctx: RunContext, arm: Arm, wid: str) -> ServerProcess:
     """Start (or attach to) the arm's server and check it; :class:`ServerRefused` when it cannot be timed."""
     s = arm.server
     ref = reference_vocabulary(ctx.files.target.path, ctx.files.target.sha256, Path(ctx.lib_dir))
@@ -530,12 +530,12 @@ def open_server(ctx: RunContext, arm: Arm, wid: str) -> ServerWorker:
         raise
     ready["props"] = {k: props.get(k) for k in ("model_path", "total_slots", "build_info")}
     ready["vocabulary"] = {"n_vocab": ref.n_vocab, "vocab_type": ref.vocab_type, "checked": True}
-    w = ServerWorker(wid, arm, url, proc, log_path, ready, ref, opts)
+    w = ServerProcess(wid, arm, url, proc, log_path, ready, ref, opts)
     w.tokenizer = (ctx.files.target.path, ctx.files.target.sha256, Path(ctx.lib_dir))
     return w
 
 
-def start_server(ctx: RunContext, arm: Arm, block: int) -> tuple[ServerWorker, dict]:
+def start_server(ctx: RunContext, arm: Arm, block: int) -> tuple[ServerProcess, dict]:
     """Start, check, warm up and record a server arm's server (its :data:`refspec.engine.launcher.LAUNCHERS` entry)."""
     wid = ctx.next_worker_id(arm.name)
     try:

@@ -1,4 +1,4 @@
-"""The worker's HTTP side: a loopback endpoint for one :class:`refspec.engine.worker.Engine`.
+"""The worker's HTTP side: a loopback endpoint for one :class:`refspec.engine.worker_engine.WorkerEngine`.
 
 The chosen port and the worker's identity are written atomically to the ready file
 once the warmup is done (:func:`serve`); the driver waits for that file. The ready file (mode
@@ -47,11 +47,11 @@ from typing import Any
 
 from ..core.arms import Arm
 from ..core.clock import utc_now
-from ..core.errors import EXIT_OK, RefspecError, UsageError
+from ..core.errors import RefspecError, UsageError
 from ..core.fsutil import atomic_write_text
 from ..core.hashing import sha256_json
 from ..native.models import ModelFile
-from .worker import Engine, HTTPError
+from .worker_engine import HTTPError, WorkerEngine
 
 DEFAULT_MAX_BODY = 1 << 20  # bytes
 DRAIN_LIMIT = 8 << 20  # authenticated: an oversized body up to this size is read and discarded before the 413
@@ -458,7 +458,7 @@ class WorkerServer(socketserver.ThreadingMixIn, http.server.HTTPServer):
     block_on_close = True
 
     def __init__(self, addr, *, max_body: int = DEFAULT_MAX_BODY, secret: str | None = None):
-        self.engine: Engine | None = None
+        self.engine: WorkerEngine | None = None
         self.max_body = max_body
         self.secret = secret or secrets.token_urlsafe(32)
         if ":" in str(addr[0]):
@@ -558,7 +558,7 @@ class ServeOptions:
     exit_with_parent: int | None = None
 
 
-def serve(o: ServeOptions) -> int:
+def serve(o: ServeOptions) -> None:
     """Bind, load, warm up, write the ready file, then serve until SIGTERM/SIGINT (or the parent is gone)."""
     stop = {"flag": False}
     server: WorkerServer | None = None
@@ -583,7 +583,7 @@ def serve(o: ServeOptions) -> int:
     server.timeout = 0.25  # handle_request() returns this often to look at the stop flag
     try:
         tf, df, draft_name = o.files()
-        engine = Engine(
+        engine = WorkerEngine(
             family=o.family,
             arm=o.arm,
             target_file=tf,
@@ -594,7 +594,7 @@ def serve(o: ServeOptions) -> int:
         )
         server.engine = engine
         if stop["flag"]:
-            return EXIT_OK
+            return
         engine.run_warmup(o.warmup_cap)
         _write_ready(server, engine, o.ready_file)
         while not stop["flag"]:
@@ -606,12 +606,11 @@ def serve(o: ServeOptions) -> int:
         server.server_close()  # no new connections; the request in flight finishes and is answered
         sys.stderr.write(f"{utc_now()} worker {engine.worker_id} stopped after {engine.served} requests\n")
         engine.close()
-        return EXIT_OK
     finally:
         server.server_close()
 
 
-def _write_ready(server: WorkerServer, engine: Engine, ready_file: str) -> None:
+def _write_ready(server: WorkerServer, engine: WorkerEngine, ready_file: str) -> None:
     """The ready file: the worker's health, URL and secret, written once the warmup is done."""
     host, port = server.server_address[:2]
     ready = {

@@ -30,7 +30,7 @@ from ..core import tables as T
 from ..core.errors import UsageError
 from ..core.fsutil import atomic_write_text
 from ..core.layouts import REPLAYED_LAYOUTS
-from . import operands as R
+from . import operands
 
 CSV_COLUMNS = (
     "backend",
@@ -108,7 +108,7 @@ def gguf_attention_shape(path: str | Path, n_kv: int | None = None) -> Attention
     return AttentionShape(int(n_head), int(n_head_kv), int(d), nk, int(dv), f"gguf:{Path(path).name}:{arch}")
 
 
-def admission_operands(shape: AttentionShape, q: int, seed: int = 0) -> R.Operands:
+def admission_operands(shape: AttentionShape, q: int, seed: int = 0) -> operands.Operands:
     """Small random operands of the lifted shape with a causal continuation mask."""
     rng = np.random.default_rng(seed + q)
     dv = shape.head_dim_v or shape.head_dim
@@ -118,7 +118,7 @@ def admission_operands(shape: AttentionShape, q: int, seed: int = 0) -> R.Operan
     mask = np.full((q, shape.n_kv), -np.inf, dtype=np.float32)
     for j in range(q):
         mask[j, : max(1, shape.n_kv - q + j + 1)] = 0
-    return R.make_operands(
+    return operands.make_operands(
         qa,
         k,
         v,
@@ -205,9 +205,11 @@ def run_admission(
     with tempfile.TemporaryDirectory(prefix="refspec-admission-") as td:
         for q in queries:
             p = Path(td) / f"q{q}.rsop"
-            R.write_operands(p, admission_operands(shape, q))
-            job = R.ReplayJob(p, tuple(layouts), "none", Path(td) / f"q{q}", write_stages=False)
-            reports.append(R.run_replay(tool, [job], backend=backend, threads=threads, workdir=Path(td) / f"w{q}"))
+            operands.write_operands(p, admission_operands(shape, q))
+            job = operands.ReplayJob(p, tuple(layouts), "none", Path(td) / f"q{q}", write_stages=False)
+            reports.append(
+                operands.run_replay(tool, [job], backend=backend, threads=threads, workdir=Path(td) / f"w{q}")
+            )
     report = {**reports[0], "jobs": [j for r in reports for j in r["jobs"]]}
     for q, job in zip(queries, report["jobs"]):
         if job.get("error"):

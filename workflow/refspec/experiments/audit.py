@@ -27,7 +27,7 @@ from ..core.fsutil import atomic_write_text
 from ..core.hashing import sha256_json
 from ..core.layouts import REPLAYED_LAYOUTS
 from ..core.stats import DEFAULT_SEED
-from . import operands as R
+from . import operands
 
 Q_WIDTHS = (1, 2)
 KEY_EXTENTS = (127, 128, 129, 255, 256, 257)
@@ -154,11 +154,11 @@ def fixture_seed(fx: Fixture) -> int:
     return int(sha256_json({"seed": DEFAULT_SEED, "fixture": fx.name})[:8], 16)
 
 
-def build_fixture(fx: Fixture) -> R.Operands:
+def build_fixture(fx: Fixture) -> operands.Operands:
     g = fx.geometry
     q, k, v = make_data(fx.pattern, g, fixture_seed(fx))
     mask = make_mask(fx.mask, g.n_q, g.n_kv)
-    return R.make_operands(
+    return operands.make_operands(
         q,
         k,
         v,
@@ -302,7 +302,7 @@ def _first_mismatch(got: np.ndarray, exp: np.ndarray, labels: dict[str, np.ndarr
 class _Oracle:
     """The operands' address maps and the probes (element, key) of one address-oracle check."""
 
-    def __init__(self, ops: R.Operands, G: _Graph, nq: int, h: int, dv: int):
+    def __init__(self, ops: operands.Operands, G: _Graph, nq: int, h: int, dv: int):
         self.ops, self.G, self.P = ops, G, G.problems
         self.nkv, self.d, self.dv = ops.n_kv, ops.d, dv
         self.r = h // ops.n_head_kv
@@ -465,7 +465,7 @@ def _check_qk(o: _Oracle, kq_id: np.ndarray, kq_idx: np.ndarray) -> None:
             P.append(msg)
 
 
-def address_oracle(ops: R.Operands, ev: dict[str, Any]) -> list[str]:
+def address_oracle(ops: operands.Operands, ev: dict[str, Any]) -> list[str]:
     """Check, from the operand descriptors and the tool-reported graph alone, that every logical
     output element (query j, head a, channel c) is computed from Q(j, a), the K/V of kv head
     a // (h/h_kv) and mask column j, with unchanged operator parameters, and lands at
@@ -507,7 +507,7 @@ def address_oracle(ops: R.Operands, ev: dict[str, Any]) -> list[str]:
 # FP64 scalar oracle
 
 
-def fp64_oracle(ops: R.Operands) -> dict[str, np.ndarray]:
+def fp64_oracle(ops: operands.Operands) -> dict[str, np.ndarray]:
     """Expected stage values in float64 from the stored inputs (logical orders as in replay)."""
     q = ops.logical_q().astype(np.float64)
     k = ops.logical_k().astype(np.float64)
@@ -593,10 +593,12 @@ class _Tally:
     crashes: list[str] = field(default_factory=list)
     addr_failures_clean: list[str] = field(default_factory=list)
     fault_stats: dict[str, dict[str, int]] = field(
-        default_factory=lambda: {f: {"injected": 0, "detected_address": 0, "detected_numeric": 0} for f in R.FAULTS}
+        default_factory=lambda: {
+            f: {"injected": 0, "detected_address": 0, "detected_numeric": 0} for f in operands.FAULTS
+        }
     )
     rel: dict[str, list[int]] = field(default_factory=lambda: {"pq_eq_qb": [0, 0], "q1_all_equal": [0, 0]})
-    mq_diff: dict[str, int] = field(default_factory=lambda: {s: 0 for s in R.STAGES})
+    mq_diff: dict[str, int] = field(default_factory=lambda: {s: 0 for s in operands.STAGES})
     mq_diff_q2: int = 0
     maxerr: dict[str, list[float]] = field(
         default_factory=lambda: {s: [0.0, 0.0] for s in ("kq", "kq_soft_max", "kqv")}
@@ -618,23 +620,25 @@ def _address_row(fx: Fixture, name: str, layout: str, problems: list[str], fault
     }
 
 
-def _chunk_jobs(part: Sequence[Fixture], d: Path, faults: bool) -> tuple[dict, list[R.ReplayJob]]:
+def _chunk_jobs(part: Sequence[Fixture], d: Path, faults: bool) -> tuple[dict, list[operands.ReplayJob]]:
     """Write a chunk's operand files; its replay jobs (clean, then each applicable fault on QB)."""
     ops_by = {}
     jobs = []
     for fx in part:
         ops = build_fixture(fx)
         path = d / f"{fx.file_stem}.rsop"
-        R.write_operands(path, ops)
+        operands.write_operands(path, ops)
         ops_by[str(path)] = (fx, ops)
-        jobs.append(R.ReplayJob(path, REPLAYED_LAYOUTS, "none", d / fx.file_stem))
+        jobs.append(operands.ReplayJob(path, REPLAYED_LAYOUTS, "none", d / fx.file_stem))
         if faults:
             for f in applicable_faults(fx.geometry):
-                jobs.append(R.ReplayJob(path, ("qb",), f, d / fx.file_stem))
+                jobs.append(operands.ReplayJob(path, ("qb",), f, d / fx.file_stem))
     return ops_by, jobs
 
 
-def _clean_evaluation(t: _Tally, fx: Fixture, ops: R.Operands, ev: dict, problems: list[str], stages, exp) -> None:
+def _clean_evaluation(
+    t: _Tally, fx: Fixture, ops: operands.Operands, ev: dict, problems: list[str], stages, exp
+) -> None:
     layout = ev["layout"]
     if problems:
         t.addr_failures_clean.append(f"{fx.name} {layout}: {problems[0]}")
@@ -653,7 +657,7 @@ def _fault_evaluation(t: _Tally, fx: Fixture, fault: str, ev: dict, problems: li
     st["injected"] += 1
     det_addr = bool(problems)
     ref = clean.get(fx.name, {}).get("qb")
-    det_num = ref is not None and any(not R.compare(stages[s], ref[s]).bitwise_equal for s in R.STAGES)
+    det_num = ref is not None and any(not operands.compare(stages[s], ref[s]).bitwise_equal for s in operands.STAGES)
     st["detected_address"] += det_addr
     st["detected_numeric"] += det_num
     name = f"{fx.name}+{fault}"
@@ -679,7 +683,7 @@ def _evaluate_report(t: _Tally, report: dict, ops_by: dict) -> dict[str, dict[st
                 t.crashes.append(f"{fx.name} {layout} [{fault}]: {ev.get('error')}")
                 continue
             problems = address_oracle(ops, ev)
-            stages = R.read_stages(ev["stages"])
+            stages = operands.read_stages(ev["stages"])
             if fault == "none":
                 clean.setdefault(fx.name, {})[layout] = stages
                 _clean_evaluation(t, fx, ops, ev, problems, stages, exp)
@@ -694,12 +698,12 @@ def _relations(t: _Tally, clean: dict[str, dict[str, dict[str, np.ndarray]]]) ->
         if not all(lay in by for lay in REPLAYED_LAYOUTS):
             continue
         nq = by["qb"]["out"].shape[0]
-        eq_pq_qb = all(R.compare(by["pq"][s], by["qb"][s]).bitwise_equal for s in R.STAGES)
+        eq_pq_qb = all(operands.compare(by["pq"][s], by["qb"][s]).bitwise_equal for s in operands.STAGES)
         t.rel["pq_eq_qb"][0] += eq_pq_qb
         t.rel["pq_eq_qb"][1] += 1
         if not eq_pq_qb:
             t.strict_failures.append(f"{name}: pq and qb differ bitwise")
-        mq_eq = {s: R.compare(by["mq"][s], by["pq"][s]).bitwise_equal for s in R.STAGES}
+        mq_eq = {s: operands.compare(by["mq"][s], by["pq"][s]).bitwise_equal for s in operands.STAGES}
         if nq == 1:
             t.rel["q1_all_equal"][0] += all(mq_eq.values()) and eq_pq_qb
             t.rel["q1_all_equal"][1] += 1
@@ -756,7 +760,7 @@ def run_audit(
             d = root / f"chunk{c0 // chunk:03d}"
             d.mkdir(parents=True, exist_ok=True)
             ops_by, jobs = _chunk_jobs(part, d, faults)
-            report = R.run_replay(tool, jobs, backend=backend, threads=threads, workdir=d)
+            report = operands.run_replay(tool, jobs, backend=backend, threads=threads, workdir=d)
             _relations(t, _evaluate_report(t, report, ops_by))
             if progress:
                 progress(min(c0 + chunk, len(fxs)), len(fxs))

@@ -14,9 +14,10 @@ import numpy as np
 
 from ..core.errors import RefspecError, UsageError
 from ..native.runtime import GGML_TYPE_F16, GGML_TYPE_F32, Capture, GGMLTensor
-from . import operands as R
+from . import operands
 
-STAGES = ("kq", "kq_soft_max", "kqv")
+# the native graph's stages a live capture freezes (the stage file adds "out": operands.STAGES)
+CAPTURED_STAGES = ("kq", "kq_soft_max", "kqv")
 
 _ELEM = {"f32": 4, "f16": 2}
 _GGML_TYPES = {GGML_TYPE_F32: "f32", GGML_TYPE_F16: "f16"}
@@ -65,7 +66,7 @@ class OperandCapture(Capture):
     """
 
     def __init__(self, layers: Iterable[int]):
-        super().__init__(STAGES, layers)
+        super().__init__(CAPTURED_STAGES, layers)
         self.extras: dict[int, NodeExtra] = {}
 
     def _source(self, ptr: int | None) -> SourceView | None:
@@ -117,7 +118,7 @@ def _contiguous_nb(ne: Sequence[int], esize: int) -> tuple[int, int, int, int]:
     return tuple(nb)  # type: ignore[return-value]
 
 
-def _view(src: SourceView, ne: Sequence[int], nb: Sequence[int], what: str) -> R.OperandTensor:
+def _view(src: SourceView, ne: Sequence[int], nb: Sequence[int], what: str) -> operands.OperandTensor:
     """An operand tensor of ``ne``/``nb`` starting at ``src``'s first element; blob = bytes it touches."""
     if src.type not in _GGML_TYPES:
         raise CaptureError(f"{what}: unsupported ggml type {src.type}")
@@ -125,12 +126,12 @@ def _view(src: SourceView, ne: Sequence[int], nb: Sequence[int], what: str) -> R
     extent = sum((int(n) - 1) * int(s) for n, s in zip(ne, nb)) + _ELEM[type_]
     if extent > len(src.raw):
         raise CaptureError(f"{what}: the view reaches {extent} bytes past its start, {len(src.raw)} captured")
-    t = R.OperandTensor(type_, tuple(int(x) for x in ne), tuple(int(x) for x in nb), 0, src.raw[:extent])
+    t = operands.OperandTensor(type_, tuple(int(x) for x in ne), tuple(int(x) for x in nb), 0, src.raw[:extent])
     t.check(what)
     return t
 
 
-def _rows_of_one_tensor(views: list[SourceView], ne: Sequence[int], what: str) -> R.OperandTensor | None:
+def _rows_of_one_tensor(views: list[SourceView], ne: Sequence[int], what: str) -> operands.OperandTensor | None:
     """PQ's per-query views as one operand when view j is row j of one tensor (else None)."""
     v0 = views[0]
     step = v0.nb[1]
@@ -144,7 +145,7 @@ def _rows_of_one_tensor(views: list[SourceView], ne: Sequence[int], what: str) -
     return _view(v0, ne, nb, what)
 
 
-def _gathered(views: list[SourceView], what: str) -> R.OperandTensor:
+def _gathered(views: list[SourceView], what: str) -> operands.OperandTensor:
     """PQ's per-query views copied element by element into one contiguous operand.
 
     ``q`` views (d, 1, h, 1) become the compact (d, q, h, 1) permute of a (d, h, q) projection,
@@ -160,7 +161,7 @@ def _gathered(views: list[SourceView], what: str) -> R.OperandTensor:
     if what == "q":
         arr = np.stack([p[0, :, 0, :] for p in parts])  # (q, h, d)
         n_q, h, d = arr.shape
-        return R.OperandTensor(
+        return operands.OperandTensor(
             "f32",
             (d, n_q, h, 1),
             (4, 4 * d * h, 4 * d, 4 * d * h * n_q),
@@ -169,7 +170,7 @@ def _gathered(views: list[SourceView], what: str) -> R.OperandTensor:
         )
     arr = np.stack([p[0, 0, 0, :] for p in parts])  # (q, n_kv)
     n_q, n_kv = arr.shape
-    return R.OperandTensor(
+    return operands.OperandTensor(
         "f32",
         (n_kv, n_q, 1, 1),
         (4, 4 * n_kv, 4 * n_kv * n_q, 4 * n_kv * n_q),
@@ -178,7 +179,7 @@ def _gathered(views: list[SourceView], what: str) -> R.OperandTensor:
     )
 
 
-def _stage_ref(items, layout: str, stage: str) -> R.OperandTensor:
+def _stage_ref(items, layout: str, stage: str) -> operands.OperandTensor:
     arrays = []
     for it in items:
         esize = 4 if it.type == GGML_TYPE_F32 else 2
@@ -196,24 +197,24 @@ def _stage_ref(items, layout: str, stage: str) -> R.OperandTensor:
         if len(arrays) != 1:
             raise CaptureError(f"{stage}: {len(arrays)} nodes for one {layout} micrograph")
         arr = arrays[0]
-    t = R.contiguous_tensor(arr, "f32")
+    t = operands.contiguous_tensor(arr, "f32")
     t.axes = _STAGE_AXES[("mq" if layout == "mq" else "rows", stage)]
     return t
 
 
 def operands_from_capture(
     cap: OperandCapture, layer: int, layout: str, n_q: int, meta: dict[str, Any] | None = None
-) -> R.Operands:
+) -> operands.Operands:
     """The operand file content of one layer's captured micrograph (raises :class:`CaptureError`)."""
     if cap.errors:
         raise CaptureError("; ".join(cap.errors))
     idx = [i for i, it in enumerate(cap.items) if it.layer == layer]
-    by_stage: dict[str, list[int]] = {s: [] for s in STAGES}
+    by_stage: dict[str, list[int]] = {s: [] for s in CAPTURED_STAGES}
     for i in idx:
         base = cap.items[i].name.split("_pq")[0]
         by_stage[base].append(i)
     want = n_q if layout == "pq" else 1
-    for s in STAGES:
+    for s in CAPTURED_STAGES:
         if len(by_stage[s]) != want:
             raise CaptureError(f"layer {layer} {layout}: {len(by_stage[s])} {s} node(s) captured, expected {want}")
         for i in by_stage[s]:
@@ -277,7 +278,7 @@ def operands_from_capture(
         raise UsageError(f"unknown layout {layout!r}")
 
     params = np.array(sm0.op_params[:2], dtype=np.int32).view(np.float32)
-    ops = R.Operands(q, k, v, mask, float(params[0]), float(params[1]), dict(meta or {}))
-    for s in STAGES:
+    ops = operands.Operands(q, k, v, mask, float(params[0]), float(params[1]), dict(meta or {}))
+    for s in CAPTURED_STAGES:
         ops.refs[s] = _stage_ref([cap.items[i] for i in by_stage[s]], layout, s)
     return ops

@@ -510,7 +510,7 @@ def ulp_distance(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 @dataclass
-class Comparison:
+class ArrayComparison:
     bitwise_equal: bool
     n_elements: int
     n_diff: int
@@ -535,7 +535,7 @@ class Comparison:
         }
 
 
-def compare(a: np.ndarray, b: np.ndarray) -> Comparison:
+def compare(a: np.ndarray, b: np.ndarray) -> ArrayComparison:
     """Bitwise comparison of two float32 arrays of the same logical shape."""
     a = np.ascontiguousarray(a, dtype=np.float32)
     b = np.ascontiguousarray(b, dtype=np.float32)
@@ -559,7 +559,9 @@ def compare(a: np.ndarray, b: np.ndarray) -> Comparison:
         max_abs = float("inf")
     u = ulp_distance(a, b)
     nan_mis = int((np.isnan(a) != np.isnan(b)).sum())
-    return Comparison(n_diff == 0, int(a.size), n_diff, max_abs, int(u.max()) if u.size else 0, first, af, bf, nan_mis)
+    return ArrayComparison(
+        n_diff == 0, int(a.size), n_diff, max_abs, int(u.max()) if u.size else 0, first, af, bf, nan_mis
+    )
 
 
 # ------------------------------------------------------------------------------------------

@@ -49,11 +49,11 @@ from ..core.errors import EXIT_FAILED, EXIT_OK, ConfigError, RefspecError, Usage
 from ..core.fsutil import atomic_write_text
 from ..core.hashing import file_digest, sha256_bytes
 from ..core.panels import humaneval_tasks, prompt_tokens
-from ..engine import kvstate as kv
 from ..native.build import OPREPLAY_TOOL as TOOL
 from ..native.runtime import GGML_TYPE_F32, Context, ContextSpec, GGMLTensor, Model
-from . import operands as R
+from . import operands
 from .capture import OperandCapture, SourceView, _view
+from .state import kvstate as kv
 from .state.partition import PartitionArm, load_partition, prefill, task_slug
 
 # node base name -> the ggml op llama.cpp computes under it (build_norm, build_qkv of the pinned source)
@@ -228,7 +228,7 @@ class ProjectionCapture(OperandCapture):
 
 def write_calls(path: Path, calls: list[Call], meta: dict) -> dict[int, str]:
     """The call file of ``refspec-opreplay`` for the calls that are not excluded; returns call index -> id."""
-    tensors: dict[str, R.OperandTensor] = {}
+    tensors: dict[str, operands.OperandTensor] = {}
     entries, ids = [], {}
     for i, c in enumerate(calls):
         if c.excluded:
@@ -245,7 +245,7 @@ def write_calls(path: Path, calls: list[Call], meta: dict) -> dict[int, str]:
         entries.append({"id": cid, "node": c.node, "op": c.op, "op_params": list(c.op_params), "src": srcs})
         ids[i] = cid
     path.parent.mkdir(parents=True, exist_ok=True)
-    R.write_container(path, {"format": "refspec-calls", "meta": meta, "calls": entries}, tensors)
+    operands.write_container(path, {"format": "refspec-calls", "meta": meta, "calls": entries}, tensors)
     return ids
 
 
@@ -257,9 +257,9 @@ def run_tool(tool: Path, calls: Path, *, model: Path, backend: str, threads: int
     cmd += ["--model", str(model), "--backend", backend, "--threads", str(threads)]
     p = subprocess.run(cmd, capture_output=True, text=True)
     if p.returncode not in (0, 1) or not rep.is_file():
-        raise R.ReplayToolError(f"{TOOL} exited {p.returncode}: {p.stderr.strip()[-2000:]}")
+        raise operands.ReplayToolError(f"{TOOL} exited {p.returncode}: {p.stderr.strip()[-2000:]}")
     report = json.loads(rep.read_text(encoding="utf-8"))
-    _h, tensors = R.read_container(out, verify_hashes=False)
+    _h, tensors = operands.read_container(out, verify_hashes=False)
     return report, tensors
 
 
@@ -504,7 +504,7 @@ def run_projection(
                 captured[arm_name] = calls
                 if progress:
                     st = [r["status"] for r in pr.rows if r["task_id"] == task.task_id and r["arm"] == arm_name]
-                    print(
+                    print(  # contract: --progress lines on stderr
                         f"[projection {time.time() - t0:6.0f}s] {task.task_id} {arm_name}: {len(calls)} calls, "
                         + ", ".join(f"{s} {st.count(s)}" for s in STATUSES if st.count(s)),
                         file=sys.stderr,
@@ -517,15 +517,15 @@ def run_projection(
 
 
 def _flip_operand(path: Path, cid: str) -> None:
-    header, tensors = R.read_container(path)
+    header, tensors = operands.read_container(path)
     name = next(n for n in tensors if n.startswith(f"{cid}."))
     t = tensors[name]
     blob = bytearray(t.blob)
     i0 = int(np.argmax(np.abs(t.array()[0, 0, 0].astype(np.float64))))
     blob[t.offset + i0 * t.nb[0] + t.dtype.itemsize - 1] ^= 0x80  # little-endian: the sign bit
-    tensors[name] = R.OperandTensor(t.type, t.ne, t.nb, t.offset, bytes(blob))
+    tensors[name] = operands.OperandTensor(t.type, t.ne, t.nb, t.offset, bytes(blob))
     header.pop("tensors", None)
-    R.write_container(path, header, tensors)
+    operands.write_container(path, header, tensors)
 
 
 def _row(meta, task_id, arm, i, c: Call, cid, results, replayed, cap) -> dict:
@@ -570,7 +570,7 @@ def _row(meta, task_id, arm, i, c: Call, cid, results, replayed, cap) -> dict:
     if len(got) != len(c.out):
         row.update(status="mismatch", reason=f"replayed {len(got)} bytes, captured {len(c.out)}")
         return row
-    cmp = R.compare(_f32(c.out), _f32(got))
+    cmp = operands.compare(_f32(c.out), _f32(got))
     row["elements_differing"] = int(cmp.n_diff)
     if cmp.bitwise_equal:
         row.update(status="qualified", reason=None)
@@ -611,4 +611,5 @@ def summary(doc: dict) -> str:
 
 def exit_code(doc: dict) -> int:
     """0, or 1 when a control failed or a replay on fixed operands did not reproduce its call."""
+    # contract: the study's documented exit status, kept beside the doc it reads (its tests call it here)
     return EXIT_FAILED if doc["problems"] or doc["counts"]["mismatch"] else EXIT_OK

@@ -55,8 +55,8 @@ from ..core.layouts import REPLAYED_LAYOUTS
 from ..engine.transaction import greedy_continuation
 from ..native import models, runtime
 from ..native.runtime import Context, ContextSpec, layout_refusal
-from . import operands as R
-from .capture import STAGES, OperandCapture, operands_from_capture
+from . import operands
+from .capture import CAPTURED_STAGES, OperandCapture, operands_from_capture
 
 STAGE_LABELS = {"kq": "QK", "kq_soft_max": "softmax", "kqv": "AV"}
 PHASES = ("prefill", "continuation")
@@ -178,7 +178,7 @@ class Observation:
     endpoint: Endpoint
     logits_sha256: str  # of the measured rows' logits (bit patterns)
     counters: dict[str, int]
-    operands: R.Operands | None = None
+    operands: operands.Operands | None = None
     error: str | None = None
 
 
@@ -284,8 +284,8 @@ def capture_context(model, ctx: E1Context, prompt: Prompt, settings: Settings, w
             problems.append(f"observation {layout}: visible keys per query {vis}, expected causal from {pos0 + 1}")
         path = wd / f"{ctx.id}.{layout}.rsop"
         try:
-            R.write_operands(path, obs.operands)
-        except R.OperandError as e:
+            operands.write_operands(path, obs.operands)
+        except operands.OperandError as e:
             problems.append(f"observation {layout}: operands refused: {e}")
             continue
         files[layout] = path
@@ -298,11 +298,11 @@ def capture_context(model, ctx: E1Context, prompt: Prompt, settings: Settings, w
 # replay, controls, comparisons
 
 
-def _canonical_ref(t: R.OperandTensor, stage: str) -> np.ndarray:
-    return R._canonical(t, stage)  # the stage-file axis rules (anc/operands.md)
+def _canonical_ref(t: operands.OperandTensor, stage: str) -> np.ndarray:
+    return operands._canonical(t, stage)  # the stage-file axis rules (anc/operands.md)
 
 
-def _short(cmp: R.Comparison) -> str:
+def _short(cmp: operands.ArrayComparison) -> str:
     return f"{cmp.n_diff}/{cmp.n_elements} elements differ, first at {list(cmp.first_diff or ())}"
 
 
@@ -341,10 +341,13 @@ def _replay_twice(
         return stages, reports
     for rep in range(1, REPEATS + 1):
         jobs = [
-            R.ReplayJob(path, REPLAYED_LAYOUTS, "none", wd / f"{ctx.id}.{lay}.r{rep}") for lay, path in files.items()
+            operands.ReplayJob(path, REPLAYED_LAYOUTS, "none", wd / f"{ctx.id}.{lay}.r{rep}")
+            for lay, path in files.items()
         ]
         try:
-            report = R.run_replay(tool, jobs, backend=settings.backend, threads=settings.replay_threads, workdir=wd)
+            report = operands.run_replay(
+                tool, jobs, backend=settings.backend, threads=settings.replay_threads, workdir=wd
+            )
         except RefspecError as e:
             problems.append(f"replay {rep}: {e}")
             continue
@@ -362,33 +365,33 @@ def _replay_twice(
                     continue
                 if ev.get("fallback"):
                     detail.setdefault("fallback", []).append(f"{src}/{ev['layout']} r{rep}")
-                stages[(src, ev["layout"], rep)] = R.read_stages(ev["stages"])
+                stages[(src, ev["layout"], rep)] = operands.read_stages(ev["stages"])
     return stages, reports
 
 
 def _own_path(
     files: dict[str, Path], stages: dict, problems: list[str]
-) -> tuple[dict[str, dict[str, np.ndarray]], dict[str, R.Operands]]:
+) -> tuple[dict[str, dict[str, np.ndarray]], dict[str, operands.Operands]]:
     """Own-path correspondence: a layout's capture replayed with that layout equals the native stages."""
     refs: dict[str, dict[str, np.ndarray]] = {}
-    ops_by: dict[str, R.Operands] = {}
+    ops_by: dict[str, operands.Operands] = {}
     for lay, path in files.items():
         try:
-            ops = R.read_operands(path)
-        except R.OperandError as e:
+            ops = operands.read_operands(path)
+        except operands.OperandError as e:
             problems.append(f"observation {lay}: {e}")
             continue
         ops_by[lay] = ops
-        refs[lay] = {s: _canonical_ref(ops.refs[s], s) for s in STAGES if s in ops.refs}
+        refs[lay] = {s: _canonical_ref(ops.refs[s], s) for s in CAPTURED_STAGES if s in ops.refs}
         got = stages.get((lay, lay, 1))
         if got is None:
             problems.append(f"own-path {lay}: no replay")
             continue
-        for s in STAGES:
+        for s in CAPTURED_STAGES:
             if s not in refs[lay]:
                 problems.append(f"own-path {lay} {s}: no native reference")
                 continue
-            cmp = R.compare(refs[lay][s], got[s])
+            cmp = operands.compare(refs[lay][s], got[s])
             if not cmp.bitwise_equal:
                 problems.append(f"own-path {lay} {s}: native and replay differ ({_short(cmp)})")
     return refs, ops_by
@@ -402,8 +405,8 @@ def _repeatability(stages: dict, problems: list[str]) -> None:
         if other is None:
             problems.append(f"repeatability {src}/{lay}: second replay missing")
             continue
-        for s in STAGES:
-            cmp = R.compare(st[s], other[s])
+        for s in CAPTURED_STAGES:
+            cmp = operands.compare(st[s], other[s])
             if not cmp.bitwise_equal:
                 problems.append(f"repeatability {src}/{lay} {s}: replays differ ({_short(cmp)})")
 
@@ -412,8 +415,8 @@ def _native_relations(refs: dict, ops_by: dict, detail: dict[str, Any]) -> None:
     """Informative: native pq vs native qb, and operand identity across the repaired captures."""
     if "pq" in refs and "qb" in refs:
         detail["native_pq_eq_qb"] = {
-            s: bool(R.compare(refs["pq"][s], refs["qb"][s]).bitwise_equal)
-            for s in STAGES
+            s: bool(operands.compare(refs["pq"][s], refs["qb"][s]).bitwise_equal)
+            for s in CAPTURED_STAGES
             if s in refs["pq"] and s in refs["qb"]
         }
     if "pq" in ops_by and "qb" in ops_by:
@@ -429,7 +432,7 @@ def _native_relations(refs: dict, ops_by: dict, detail: dict[str, Any]) -> None:
         )
 
 
-def _comparison_operands(cmp_ops: R.Operands | None, detail: dict[str, Any]) -> list[int]:
+def _comparison_operands(cmp_ops: operands.Operands | None, detail: dict[str, Any]) -> list[int]:
     """The comparison capture's visible keys per query, key extent and attention shape."""
     vis = _visible(cmp_ops.logical_mask()) if cmp_ops is not None else []
     detail["visible_keys"] = vis
@@ -451,14 +454,14 @@ def _comparison_operands(cmp_ops: R.Operands | None, detail: dict[str, Any]) -> 
 def _stage_comparison(stages: dict, base: str, s: str, ok: bool, reason: str | None) -> tuple[dict, dict]:
     """One stage's layout relations on the comparison capture's operands: (record, table cells)."""
     mq, pq, qb = (stages[(base, lay, 1)][s] for lay in REPLAYED_LAYOUTS)
-    c_pq_qb, c_mq_pq, c_mq_qb = R.compare(pq, qb), R.compare(mq, pq), R.compare(mq, qb)
+    c_pq_qb, c_mq_pq, c_mq_qb = operands.compare(pq, qb), operands.compare(mq, pq), operands.compare(mq, qb)
     rec: dict[str, Any] = {"pq_qb": c_pq_qb.as_dict(), "mq_pq": c_mq_pq.as_dict(), "mq_qb": c_mq_qb.as_dict()}
     for other in (lay for lay in REPLAYED_LAYOUTS if lay != base):  # the same relations on the other captures' operands
         if all((other, lay, 1) in stages for lay in REPLAYED_LAYOUTS):
             o = {lay: stages[(other, lay, 1)][s] for lay in REPLAYED_LAYOUTS}
             rec[f"on_{other}_operands"] = {
-                "pq_eq_qb": R.compare(o["pq"], o["qb"]).bitwise_equal,
-                "mq_eq_pq": R.compare(o["mq"], o["pq"]).bitwise_equal,
+                "pq_eq_qb": operands.compare(o["pq"], o["qb"]).bitwise_equal,
+                "mq_eq_pq": operands.compare(o["mq"], o["pq"]).bitwise_equal,
             }
     max_abs = c_mq_pq.max_abs_diff
     row_ok, row_reason = ok, reason
@@ -511,7 +514,7 @@ def evaluate_context(
     rows = []
     ok = not problems
     reason = "; ".join(problems) if problems else None
-    for s in STAGES:
+    for s in CAPTURED_STAGES:
         rec: dict[str, Any] = {}
         if have:
             rec, row = _stage_comparison(stages, base, s, ok, reason)
@@ -561,7 +564,7 @@ def summarize(
     ok_ctx = {(r["layer"], r["phase"], r["q"]) for r in rows if r["control_ok"]}
     ok_rows = [r for r in rows if r["control_ok"]]
     by_stage: dict[str, Any] = {}
-    for s in STAGES:
+    for s in CAPTURED_STAGES:
         rs = [r for r in ok_rows if r["stage"] == s]
         q1 = [r for r in rs if r["q"] == 1]
         qn = [r for r in rs if r["q"] > 1]
@@ -576,11 +579,11 @@ def summarize(
             "contexts_differing": len(diff),
         }
     # where MQ first differs from the repairs, per context
-    first_stage: dict[str, int] = {s: 0 for s in STAGES}
+    first_stage: dict[str, int] = {s: 0 for s in CAPTURED_STAGES}
     first_stage["none"] = 0
     for key in sorted(ok_ctx):
         rs = {r["stage"]: r for r in ok_rows if (r["layer"], r["phase"], r["q"]) == key}
-        st = next((s for s in STAGES if not rs[s]["mq_eq_pq"]), "none")
+        st = next((s for s in CAPTURED_STAGES if not rs[s]["mq_eq_pq"]), "none")
         first_stage[st] += 1
     # contexts where MQ equals the repairs at every stage, by query width
     all_eq = {"q1": [0, 0], "q_gt1": [0, 0]}
@@ -590,11 +593,11 @@ def summarize(
         slot[0] += all(r["mq_eq_pq"] and r["pq_eq_qb"] for r in rs)
         slot[1] += 1
     # MQ vs QB too (the table measures MQ vs PQ)
-    mq_qb = {s: {"max_abs": 0.0, "max_ulp": 0, "equal": 0, "of": 0} for s in STAGES}
+    mq_qb = {s: {"max_abs": 0.0, "max_ulp": 0, "equal": 0, "of": 0} for s in CAPTURED_STAGES}
     for d in details:
         if not d["control_ok"]:
             continue
-        for s in STAGES:
+        for s in CAPTURED_STAGES:
             c = d["stages"].get(s, {}).get("mq_qb")
             if c:
                 m = mq_qb[s]

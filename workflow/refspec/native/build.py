@@ -409,7 +409,7 @@ def _cached(key: str, make, *, quiet: bool) -> BuildResult:
             if not problems and record.get("key") == key:
                 return result
             if not quiet:
-                print(
+                print(  # contract: a notice on stderr before the rebuild, unless quiet
                     f"refspec build: cached build {root} is inconsistent ({'; '.join(problems)}); rebuilding",
                     file=sys.stderr,
                 )

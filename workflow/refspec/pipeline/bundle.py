@@ -72,7 +72,7 @@ NATIVE_SRC_PARTS = ("ggml/include", "include", "vendor/nlohmann")
 
 
 def _say(msg: str) -> None:
-    print(f"refspec bundle: {msg}", file=sys.stderr, flush=True)
+    print(f"refspec bundle: {msg}", file=sys.stderr, flush=True)  # contract: progress lines on stderr
 
 
 # --------------------------------------------------------------------------- requirements

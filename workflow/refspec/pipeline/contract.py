@@ -14,7 +14,25 @@ folder that imports ``cli`` imports upward. Three rules, read from the source wi
   imports in a function body and in an ``if TYPE_CHECKING:`` block do not count);
 * **in-function imports**: no import of the package's own modules inside a function body,
   unless the import's line carries a comment starting ``# lazy:`` that says why (a heavy
-  optional dependency).
+  optional dependency);
+* **command layer**: only the command layer (``commands/`` and the top-level modules, ``cli.py``
+  and ``__main__.py``) talks to the user and decides how the process ends. Everywhere else a
+  module may not
+
+  - call ``print(`` (report through a return value or an exception; progress and warnings go
+    through :mod:`logging` or a tqdm bar);
+  - import :mod:`argparse` (a domain function takes typed arguments, not a namespace);
+  - end the process: ``sys.exit``, ``os._exit``, a call of ``exit(`` or ``quit(``, any use of
+    ``SystemExit``;
+  - compute an exit code: use an ``EXIT_*`` name (``refspec.core.errors``) anywhere, in a
+    ``return``, an assignment, a comparison or an argument. The one use that is not computing
+    one: an error class's ``exit_code = EXIT_*`` in its class body (the code that error means
+    to the command that catches it), and ``core/errors.py`` itself, which defines the codes.
+
+  Code under ``if __name__ == "__main__":`` is that module's own command line and is not checked.
+  An exception is marked on its line (any line of the call or name, or a comment line just
+  above its first) with a comment starting ``# contract:`` and saying why (an empty reason does
+  not count).
 
 :func:`check` returns every problem, one line each, ``path:line: message``.
 """
@@ -41,8 +59,13 @@ LAYERS = (
 )
 # the report layer's former folder name, at the same place in the order
 LAYER_ALIASES = {"report": "reporting"}
-TOP = "(top)"  # the layer of the top-level modules
+TOP_LAYER = "(top)"  # the layer of the top-level modules
 LAZY_MARK = "# lazy:"
+COMMAND_LAYER = "commands"  # with the top-level modules: where printing and exit codes belong
+CONTRACT_MARK = "# contract:"
+ERRORS_MODULE = "core.errors"  # defines the EXIT_* codes (relative to the package)
+_ENDS_PROCESS = {("sys", "exit"), ("os", "_exit")}
+_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)  # a class body ends at a function
 
 
 @dataclass
@@ -64,12 +87,12 @@ class Module:
 
 
 def layer_of(module: str, mods: dict[str, Module]) -> str | None:
-    """The layer of a module of the package: its folder's (aliases resolved), :data:`TOP` for a
+    """The layer of a module of the package: its folder's (aliases resolved), :data:`TOP_LAYER` for a
     top-level module, ``None`` for a folder outside the order."""
     parts = module.split(".")
     folder_pkg = ".".join(parts[:2])
     if len(parts) == 1 or (len(parts) == 2 and not (folder_pkg in mods and mods[folder_pkg].is_package)):
-        return TOP
+        return TOP_LAYER
     folder = LAYER_ALIASES.get(parts[1], parts[1])
     return folder if folder in LAYERS else None
 
@@ -167,14 +190,14 @@ def _layer_problems(mod: Module, package: str, mods: dict[str, Module]) -> list[
     here = layer_of(mod.name, mods)
     if here is None:
         return [f"{mod.shown}:1: folder {mod.name.split('.')[1]!r} is not in the layer order ({', '.join(LAYERS)})"]
-    if here == TOP:
+    if here == TOP_LAYER:
         return []
     problems = []
     for imp in mod.imports:
         there = layer_of(imp.target, mods)
         if there is None or there == here:
             continue  # a folder outside the order is reported once, at its own modules
-        if there == TOP:
+        if there == TOP_LAYER:
             if imp.target != package:  # the package itself (refspec/__init__.py) is the root, not a layer
                 problems.append(
                     f"{mod.shown}:{imp.line}: upward import: {mod.name} ({here}) imports the top-level {imp.target}"
@@ -196,6 +219,95 @@ def _function_problems(mod: Module) -> list[str]:
         f"{mod.shown}:{line}: import inside a function: {', '.join(targets)} "
         f"(move it to the module's top, or mark the line '{LAZY_MARK} <why>')"
         for line, targets in sorted(by_line.items())
+    ]
+
+
+def _is_main_guard(test: ast.expr) -> bool:
+    """``if __name__ == "__main__":``"""
+    return (
+        isinstance(test, ast.Compare)
+        and isinstance(test.left, ast.Name)
+        and test.left.id == "__name__"
+        and len(test.comparators) == 1
+        and isinstance(test.comparators[0], ast.Constant)
+        and test.comparators[0].value == "__main__"
+    )
+
+
+def _command_findings(tree: ast.Module) -> list[tuple[ast.AST, str]]:
+    """(node, what) for each thing only the command layer may do (module docstring's list)."""
+    found: list[tuple[ast.AST, str]] = []
+    allowed: set[int] = set()  # id() of EXIT_* names that are an error class's exit_code
+
+    def visit(node: ast.AST, in_class: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and _is_main_guard(child.test):
+                for stmt in child.orelse:
+                    visit(ast.Module(body=[stmt], type_ignores=[]), in_class)
+                continue
+            if (
+                in_class
+                and isinstance(child, ast.Assign)
+                and [t.id for t in child.targets if isinstance(t, ast.Name)] == ["exit_code"]
+            ):
+                allowed.update(id(n) for n in ast.walk(child.value))
+            if isinstance(child, ast.Call) and isinstance(child.func, ast.Name):
+                if child.func.id == "print":
+                    found.append((child, "print() call"))
+                elif child.func.id in ("exit", "quit"):
+                    found.append((child, f"{child.func.id}() call (ends the process)"))
+            elif isinstance(child, ast.Import) and any(a.name.split(".")[0] == "argparse" for a in child.names):
+                found.append((child, "import of argparse"))
+            elif isinstance(child, ast.ImportFrom) and (child.module or "").split(".")[0] == "argparse":
+                found.append((child, "import of argparse"))
+            elif isinstance(child, ast.ImportFrom) and any(a.name.startswith("EXIT_") for a in child.names):
+                pass  # the import itself computes nothing; each use of the name is reported
+            elif (
+                isinstance(child, ast.Attribute)
+                and isinstance(child.value, ast.Name)
+                and (child.value.id, child.attr) in _ENDS_PROCESS
+            ):
+                found.append((child, f"{child.value.id}.{child.attr} (ends the process)"))
+            elif isinstance(child, ast.Name) and child.id == "SystemExit":
+                found.append((child, "SystemExit (ends the process)"))
+            elif (isinstance(child, ast.Name) and child.id.startswith("EXIT_") and isinstance(child.ctx, ast.Load)) or (
+                isinstance(child, ast.Attribute) and child.attr.startswith("EXIT_")
+            ):
+                if id(child) not in allowed:
+                    found.append(
+                        (child, f"exit code {getattr(child, 'id', None) or child.attr} (computes an exit code)")
+                    )
+            visit(child, isinstance(child, ast.ClassDef) or (in_class and not isinstance(child, _SCOPES)))
+
+    visit(tree, False)
+    return found
+
+
+def _command_problems(mod: Module, package: str, mods: dict[str, Module]) -> list[str]:
+    here = layer_of(mod.name, mods)
+    if here in (TOP_LAYER, COMMAND_LAYER, None) or mod.name == f"{package}.{ERRORS_MODULE}":
+        return []
+    source = mod.path.read_text(encoding="utf-8")
+    try:
+        tree = ast.parse(source, filename=str(mod.path))
+    except SyntaxError:
+        return []  # reported by _collect
+    comments = _comments(source)
+    lines = source.splitlines()
+
+    def marked(node: ast.AST) -> bool:
+        end = getattr(node, "end_lineno", None) or node.lineno
+        above = node.lineno - 1 if node.lineno > 1 and lines[node.lineno - 2].lstrip().startswith("#") else node.lineno
+        return any(
+            CONTRACT_MARK in comments.get(n, "") and comments[n].split(CONTRACT_MARK, 1)[1].strip()
+            for n in range(above, end + 1)
+        )
+
+    return [
+        f"{mod.shown}:{node.lineno}: {what} outside the command layer ({COMMAND_LAYER}/, cli.py): "
+        f"move it to a command, or mark the line '{CONTRACT_MARK} <why>'"
+        for node, what in _command_findings(tree)
+        if not marked(node)
     ]
 
 
@@ -294,5 +406,6 @@ def check(root: Path, package: str | None = None, show_from: Path | None = None)
     for m in mods.values():
         problems += _layer_problems(m, package, mods)
         problems += _function_problems(m)
+        problems += _command_problems(m, package, mods)
     problems += _cycles(mods)
     return problems

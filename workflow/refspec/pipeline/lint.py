@@ -12,7 +12,8 @@ Every check runs, and each problem is printed, before the command fails (exit 1)
   identical lines, comments, docstrings and imports ignored). ``report/check.py`` stays
   outside it on purpose: the checker recomputes the figures without importing the package;
 * import contract: the package's layer order, no import cycles, no unmarked import of the
-  package inside a function (:mod:`refspec.pipeline.contract`).
+  package inside a function, no printing, argparse or exit codes outside the command layer
+  (:mod:`refspec.pipeline.contract`).
 
 :func:`run_checks` runs them and yields each result; ``refspec lint``
 (:mod:`refspec.commands.lint`) prints them.

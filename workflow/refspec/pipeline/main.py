@@ -57,7 +57,7 @@ def apt_install(packages: list[str]) -> None:
     if not missing:
         return
     env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-    print(f"refspec test: installing {' '.join(missing)} from Debian", file=sys.stderr)
+    print(f"refspec test: installing {' '.join(missing)} from Debian", file=sys.stderr)  # contract: progress
     subprocess.run(["apt-get", "update", "-qq"], env=env, check=False, stdout=subprocess.DEVNULL)
     r = subprocess.run(
         ["apt-get", "install", "-y", "-qq", "--no-install-recommends", *missing],
@@ -66,6 +66,7 @@ def apt_install(packages: list[str]) -> None:
         stdout=subprocess.DEVNULL,
     )
     if r.returncode != 0:
+        # contract: a notice on stderr, the run goes on without them
         print(f"refspec test: could not install {missing}; the tests that need them will skip", file=sys.stderr)
 
 
@@ -96,7 +97,7 @@ def release_stale_lock(base: list[str]) -> None:
     locks = REPO_ROOT / ".snakemake" / "locks"
     if not locks.is_dir() or not any(locks.iterdir()) or _snakemake_running_here():
         return
-    print("refspec main: releasing the lock an interrupted run left behind", file=sys.stderr)
+    print("refspec main: releasing the lock an interrupted run left behind", file=sys.stderr)  # contract: progress
     subprocess.run([*base, "--unlock"], cwd=REPO_ROOT, check=False, stdout=subprocess.DEVNULL)
 
 

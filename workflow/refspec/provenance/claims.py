@@ -28,7 +28,8 @@ from ..core.errors import EXIT_OK, UsageError
 from ..core.fsutil import atomic_write_text
 from .ledger import LEDGER_NAME, Ledger
 
-STAGES = ("replay", "audit", "partition", "crosses", "admission", "projection")
+# the pipeline stages whose claim `refspec stage` records
+CLAIM_STAGES = ("replay", "audit", "partition", "crosses", "admission", "projection")
 CLAIMS = {
     "replay": "PQ and QB give bitwise equal stage outputs on every captured context; MQ differences as tabled",
     "audit": "every clean fixture agrees with the address oracle and every injected fault is detected",
@@ -148,16 +149,17 @@ DERIVE = {
 
 def claim_row(stage: str, d: Path, exit_code: int, record: str | None = None) -> dict:
     if stage not in DERIVE:
-        raise UsageError(f"unknown stage {stage!r} (known: {', '.join(STAGES)})")
+        raise UsageError(f"unknown stage {stage!r} (known: {', '.join(CLAIM_STAGES)})")
     n, failed = DERIVE[stage](d)
     reason = _reason(failed)
+    # contract: reads the exit status the stage's command recorded; computes none
     if exit_code != EXIT_OK and reason is None:
         reason = f"the stage's command exited {exit_code} (see its log)"
     return {
         "stage": stage,
         "record": record or d.name,
         "claim": CLAIMS[stage],
-        "status": "supported" if exit_code == EXIT_OK and not failed else "withheld",
+        "status": "supported" if exit_code == EXIT_OK and not failed else "withheld",  # contract: as above
         "exit_code": exit_code,
         "controls": n,
         "controls_failed": len(failed),

@@ -46,7 +46,8 @@ Crosses (``refspec state crosses``)
 Tables: ``partition``, ``kv_diff`` (partition), ``crosses``, ``frontier``
 (crosses); documented in ``anc/state.md``.
 
-Modules: :mod:`.partition` (the partition study), :mod:`.crosses` (the crosses study),
+Modules: :mod:`.kvstate` (sequence-state structure, payload files, validation, splicing),
+:mod:`.partition` (the partition study), :mod:`.crosses` (the crosses study),
 :mod:`.receiver` (the common receiver and one crosses job), :mod:`.jobs` (the job protocol:
 JSON job files run in a fresh process) and :mod:`.summaries` (the text summaries). The command
 line is :mod:`refspec.commands.state`.

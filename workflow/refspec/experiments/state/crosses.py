@@ -18,7 +18,7 @@ from ...core import tables as T
 from ...core.endpoint import Endpoint, first_difference
 from ...core.errors import UsageError
 from ...core.fsutil import atomic_write_text
-from ...engine import kvstate as kv
+from . import kvstate as kv
 from .jobs import spawn_worker
 from .partition import load_partition, task_slug
 from .receiver import CONTROL_SELECTORS
@@ -147,7 +147,7 @@ def _run_jobs(work: list[dict], workdir: Path, *, parallel: int, progress: bool)
     def one(i: int, job: dict) -> tuple[dict, dict]:
         tag = f"{task_slug(job['task_id'])}.r{job['repeat']}"
         if progress:
-            print(
+            print(  # contract: --progress lines on stderr
                 f"[crosses {time.time() - t0:6.0f}s] process {i + 1}/{len(work)}: {job['task_id']} repeat "
                 f"{job['repeat']}",
                 file=sys.stderr,

@@ -26,6 +26,7 @@ def worker_main(job_path: str, out_path: str) -> int:
         load(job.get("lib_dir"))
         res = run_worker_job(job)
     except RefspecError as e:
+        # contract: the job process's own error line (worker_main is the main of WORKER_CODE's process)
         print(f"refspec state worker: error: {e}", file=sys.stderr)
         return e.exit_code
     atomic_write_text(out_path, json.dumps(res, sort_keys=True) + "\n")

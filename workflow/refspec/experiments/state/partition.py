@@ -24,11 +24,11 @@ from ...core.errors import ConfigError, DecodeError, UsageError
 from ...core.fsutil import atomic_write_text
 from ...core.hashing import sha256_bytes
 from ...core.panels import prompt_tokens
-from ...engine import kvstate as kv
 from ...engine.transaction import greedy_continuation
 from ...native.models import ensure_family
 from ...native.runtime import Context, ContextSpec, Model, top2_margin
 from ...native.vulkan import process_device_env
+from . import kvstate as kv
 
 DEFAULT_SPLITS = (32, 64, 96, 128, -1)
 DEFAULT_UB_SWEEP = (1,)
@@ -194,7 +194,7 @@ def _run_arms(st: _Study, task, prompt: list[int], problems: list[str]) -> tuple
         per_arm[arm.name] = {"chunks": chunks, "degenerate": degenerate, "reps": reps}
         if st.progress:
             el = time.time() - st.t_start
-            print(
+            print(  # contract: --progress lines on stderr
                 f"[partition {el:6.0f}s] {task.task_id} n={n} {arm.name}: {len(rep1[3].tokens)} tokens "
                 f"kv {rep1[2] and sha256_bytes(rep1[2])[:10]}",
                 file=sys.stderr,

@@ -14,8 +14,8 @@ import numpy as np
 from ...core.endpoint import Endpoint
 from ...core.errors import IntegrityError
 from ...core.hashing import sha256_bytes
-from ...engine import kvstate as kv
 from ...native.runtime import Context, ContextSpec, Model
+from . import kvstate as kv
 from .partition import continue_greedy
 
 CONTROL_SELECTORS = ("EMPTY", "ALL")

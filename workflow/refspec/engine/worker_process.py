@@ -1,7 +1,7 @@
 """refspec's own worker as an arm's process: started with ``python -m`` under the worker environment,
 asked over loopback HTTP with a bearer secret (the worker protocol, ``anc/worker.md``).
 
-:func:`start_worker` starts a fresh :class:`Worker` for a block (it waits for the worker's
+:func:`start_worker` starts a fresh :class:`WorkerProcess` for a block (it waits for the worker's
 ready file, checks that the worker is the one asked for and placed as the arm says), ledgers
 the start and records the worker's registered warmup as an excluded row.
 """
@@ -110,7 +110,7 @@ def worker_command(spec: WorkerSpec, ready_path: Path) -> list[str]:
     return cmd
 
 
-class Worker:
+class WorkerProcess:
     """A started worker process (ready: its warmup is done and it listens)."""
 
     def __init__(self, spec: WorkerSpec, proc: subprocess.Popen, ready: dict, log_path: Path, started_ns: int):
@@ -132,7 +132,7 @@ class Worker:
 
     # ---------------------------------------------------------------- lifecycle
     @classmethod
-    def start(cls, spec: WorkerSpec, *, ready_timeout: float = 600.0) -> Worker:
+    def start(cls, spec: WorkerSpec, *, ready_timeout: float = 600.0) -> WorkerProcess:
         wdir = Path(spec.run_dir).resolve() / "workers"  # the worker runs there: every path it gets is absolute
         wdir.mkdir(parents=True, exist_ok=True)
         ready_path = wdir / f"{spec.worker_id}.ready.json"
@@ -373,7 +373,7 @@ def validate_completion(
     return ep, margins, counters, evidence
 
 
-def start_worker(ctx: RunContext, arm: Arm, block: int) -> tuple[Worker, dict]:
+def start_worker(ctx: RunContext, arm: Arm, block: int) -> tuple[WorkerProcess, dict]:
     """Start a fresh worker for ``arm``; ledger its start and record its warmup (an excluded row)."""
     wid = ctx.next_worker_id(arm.name)
     spec = WorkerSpec(
@@ -388,7 +388,7 @@ def start_worker(ctx: RunContext, arm: Arm, block: int) -> tuple[Worker, dict]:
         host=ctx.host,
         warmup_cap=ctx.warmup_cap,
     )
-    w = Worker.start(spec, ready_timeout=ctx.ready_timeout)
+    w = WorkerProcess.start(spec, ready_timeout=ctx.ready_timeout)
     r = w.ready
     pc = placement_columns(r.get("placement"))
     ledger_line(

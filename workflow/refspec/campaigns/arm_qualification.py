@@ -50,7 +50,7 @@ from .derived import natural_key, qualification_counts
 from .evidence import nonvacuity
 from .execution import execute
 
-CAMPAIGN = "confirmation"
+PRESET_CAMPAIGN = "confirmation"
 DEFINITION_NAME = "qualify.yaml"
 SUMMARY_NAME = "summary.json"
 
@@ -102,7 +102,7 @@ def qualify_definition(
     if request_timeout is not None and request_timeout <= 0:
         raise UsageError("--request-timeout must be positive")
     others = [n for n in names if n != reference]
-    defn, _ = load_definition(CAMPAIGN)
+    defn, _ = load_definition(PRESET_CAMPAIGN)
     defn.update(
         {
             "description": f"refspec qualify: {', '.join(others) or 'no arm'} against the reference {reference} on {panel}",
@@ -190,7 +190,7 @@ def run_qualify(
         tmp_defn = Path(tmp) / DEFINITION_NAME
         tmp_defn.write_text(text, encoding="utf-8")
         ctx, crun, computed = prepare(
-            CAMPAIGN, cfg, definition=tmp_defn, out=root, threads=threads, resume=resume, progress=progress
+            PRESET_CAMPAIGN, cfg, definition=tmp_defn, out=root, threads=threads, resume=resume, progress=progress
         )
     dfile = ctx.out / DEFINITION_NAME
     if (ctx.out / PLAN_NAME).is_file():

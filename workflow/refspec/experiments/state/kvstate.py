@@ -42,10 +42,10 @@ from pathlib import Path
 
 import numpy as np
 
-from ..core.errors import DecodeError, IntegrityError
-from ..core.fsutil import atomic_write_bytes
-from ..core.hashing import canonical_json, sha256_bytes
-from ..native.runtime import last_log_errors
+from ...core.errors import DecodeError, IntegrityError
+from ...core.fsutil import atomic_write_bytes
+from ...core.hashing import canonical_json, sha256_bytes
+from ...native.runtime import last_log_errors
 
 STATE_MAGIC = 0xAF143CD8
 PAYLOAD_MAGIC = b"REFSPEC-PAYLOAD/1\n"

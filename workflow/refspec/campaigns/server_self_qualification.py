@@ -2,7 +2,7 @@
 server's batching and speculative decoding lossless against that same server's own greedy
 micro-batch-1 output?
 
-A preset of the confirmation campaign (:mod:`refspec.campaigns.qualify`) with server arms only
+A preset of the confirmation campaign (:mod:`refspec.campaigns.arm_qualification`) with server arms only
 (``anc/servers.md``), written to ``DIR/qualify-arms.yaml`` and run by the campaign engine:
 
 | arm | what runs |

@@ -143,7 +143,7 @@ class CycleTrace:
 # --------------------------------------------------------------------------- the engine side
 
 
-class Engine:
+class WorkerEngine:
     """Models, the arm's runner and the request logic; independent of HTTP."""
 
     def __init__(
