@@ -16,8 +16,7 @@ import pytest
 
 from refspec import cli
 from refspec.core.layouts import REPLAYED_LAYOUTS
-from refspec.experiments import capture
-from refspec.experiments import operands
+from refspec.experiments import capture, operands
 from refspec.experiments import replay as e1
 from refspec.native import build as native
 from refspec.native import models, runtime

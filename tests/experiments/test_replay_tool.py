@@ -226,7 +226,9 @@ def test_layouts_on_random_fixtures(replay_tool, tmp_path, record_property):
     for i, (nq, nkv) in enumerate(cases):
         q, k, v, m = random_case(nq, nkv, seed=10 + i)
         p = tmp_path / f"r{nq}_{nkv}.rsop"
-        operands.write_operands(p, operands.make_operands(q, k, v, m, q_layout="offset" if i % 2 else "compact", kv_size=nkv + 3))
+        operands.write_operands(
+            p, operands.make_operands(q, k, v, m, q_layout="offset" if i % 2 else "compact", kv_size=nkv + 3)
+        )
         jobs.append(operands.ReplayJob(p))
         meta[str(p)] = (nq, nkv, q, k, v, m)
     report = operands.run_replay(replay_tool, jobs, threads=1)
@@ -291,7 +293,9 @@ def test_tool_reports_bad_files_without_crashing(replay_tool, tmp_path):
     bad.write_bytes(good.read_bytes()[:-200])
     with pytest.raises(operands.OperandError, match="truncated"):  # refused before anything runs
         operands.run_replay(replay_tool, [operands.ReplayJob(bad), operands.ReplayJob(good)])
-    report = operands.run_replay(replay_tool, [operands.ReplayJob(bad), operands.ReplayJob(good)], check_inputs=False, validate=False)
+    report = operands.run_replay(
+        replay_tool, [operands.ReplayJob(bad), operands.ReplayJob(good)], check_inputs=False, validate=False
+    )
     jb, jg = report["jobs"]
     assert jb["status"] == "error" and "truncated" in jb["error"]
     assert jg["status"] == "ok" and len(jg["evaluations"]) == 3
