@@ -492,13 +492,13 @@ def section_frontier(sec: Section, a: Archive, N: Numbers) -> None:
         fr = Cell([nums.add(base + ("frontier",), r["frontier"], "d", row=key, column="frontier")])
         am = Cell(["/".join(str(x) for x in r["argmax"])], cls="mono small")
         pair = Cell([f"{r['token_a']}/{r['token_b']}" if r["token_b"] is not None else DASH], cls="mono small")
-        nums = [
+        scores = [
             Cell([nums.add(base + (c,), r[c], ".6f", row=key, column=c)]) if r[c] is not None else Cell([DASH])
             for c in ("additive", "actual", "interaction", "max_abs_interaction")
         ]
         rows.append(
             head
-            + [fr, am, pair, *nums]
+            + [fr, am, pair, *scores]
             + [Cell([r["note"] or ("" if r["repeats_agree"] else "repeats disagree")], cls="small")]
         )
     sec.items.append(
