@@ -227,8 +227,8 @@ def _kv_full_row(a: Archive, N: Numbers, t: str, arm: str, g: list[dict], pr: di
     """The whole sequence KV's differences of one input and arm, and whether its endpoint diverges
     (``pr``: the arm's first-repeat partition row)."""
     tid2 = "state-kv-full"
-    nums_tid2 = ShownTable(N, a, "kv_diff", tid2)
-    nums_tid2 = ShownTable(N, a, "partition", tid2)
+    kv_nums = ShownTable(N, a, "kv_diff", tid2)
+    partition_nums = ShownTable(N, a, "partition", tid2)
     key = dict(task_id=t, arm_b=arm)
     base = ("kv", t, arm)
     changed = sorted({r["layer"] for r in g if r["bytes_differing"] > 0})
@@ -236,7 +236,7 @@ def _kv_full_row(a: Archive, N: Numbers, t: str, arm: str, g: list[dict], pr: di
     if pr is not None and pr["first_diff_vs_A"] is not None:
         label = [
             "diverges @",
-            nums_tid2.add(
+            partition_nums.add(
                 ("partition", t, arm, "first_diff_vs_A"),
                 pr["first_diff_vs_A"],
                 "d",
@@ -249,16 +249,16 @@ def _kv_full_row(a: Archive, N: Numbers, t: str, arm: str, g: list[dict], pr: di
         Cell([arm], cls="mono"),
         Cell(
             [
-                nums_tid2.add(
+                kv_nums.add(
                     base + ("bytes",), sum(r["bytes_differing"] for r in g), "d", row=key, column="bytes_differing"
                 )
             ]
         ),
-        Cell([nums_tid2.add(base + ("layers",), len(changed), "d", row=key, column="layer")]),
-        Cell([nums_tid2.add(base + ("max_abs",), max(r["max_abs"] for r in g), ".6g", row=key, column="max_abs")]),
+        Cell([kv_nums.add(base + ("layers",), len(changed), "d", row=key, column="layer")]),
+        Cell([kv_nums.add(base + ("max_abs",), max(r["max_abs"] for r in g), ".6g", row=key, column="max_abs")]),
         Cell(
             [
-                nums_tid2.add(
+                kv_nums.add(
                     base + ("max_rel_frobenius",),
                     max(r["rel_frobenius"] for r in g),
                     ".6g",
