@@ -100,7 +100,6 @@ DEFAULT_SEED = 20261014
 DEFAULT_DRAWS = 10_000
 DEFAULT_THRESHOLD = 1.02
 DEFAULT_PERCENTILES = (2.5, 97.5)
-MIN_SESSIONS = 5  # fewer session contrasts: the interval is descriptive, no threshold decision
 TOO_FEW_SESSIONS = "too_few_sessions"
 NOISE_OK = "ok"
 NOISE_TOO_HIGH = "noise_too_high"  # the A/A control's verdict, and the decision it forces
@@ -203,118 +202,8 @@ def bootstrap_indices(n: int, draws: int = DEFAULT_DRAWS, seed: int = DEFAULT_SE
     return np.asarray(flat, dtype=np.int64).reshape(draws, n)
 
 
-def bootstrap_means(c: Sequence[float], draws: int = DEFAULT_DRAWS, seed: int = DEFAULT_SEED) -> np.ndarray:
-    """Means of the resampled contrasts, one per draw (log scale)."""
-    arr = np.asarray(c, dtype=np.float64)
-    idx = bootstrap_indices(arr.size, draws, seed)
-    return arr[idx].mean(axis=1)
-
-
-def bootstrap_interval(
-    c: Sequence[float],
-    draws: int = DEFAULT_DRAWS,
-    seed: int = DEFAULT_SEED,
-    percentiles: Sequence[float] = DEFAULT_PERCENTILES,
-) -> tuple[float, ...]:
-    """``exp`` of the given percentiles of the bootstrap means of ``c`` (default 2.5, 97.5)."""
-    m = bootstrap_means(c, draws, seed)
-    return tuple(math.exp(float(v)) for v in np.percentile(m, list(percentiles)))
-
-
-def decide(lo: float, hi: float, threshold: float = DEFAULT_THRESHOLD, noise: str | None = None) -> str:
-    """``exceeds`` if lo > threshold, ``below`` if hi < threshold, else ``inconclusive``;
-    ``noise_too_high`` instead of ``exceeds``/``below`` when the A/A verdict ``noise`` is."""
-    if lo > threshold:
-        out = "exceeds"
-    elif hi < threshold:
-        out = "below"
-    else:
-        return "inconclusive"
-    return NOISE_TOO_HIGH if noise == NOISE_TOO_HIGH else out
-
-
-def noise_verdict(lo: float, hi: float, threshold: float = DEFAULT_THRESHOLD) -> str:
-    """``ok`` when the A/A interval contains 1 and ``hi / lo <= threshold``; else ``noise_too_high``."""
-    if lo <= 1.0 <= hi and hi / lo <= threshold:
-        return NOISE_OK
-    return NOISE_TOO_HIGH
-
-
-def gate(decision: str, noise: str | None) -> str:
-    """A decision already taken, under the A/A verdict ``noise`` (see :func:`decide`)."""
-    if noise == NOISE_TOO_HIGH and decision in ("exceeds", "below"):
-        return NOISE_TOO_HIGH
-    return decision
-
-
-@dataclass(frozen=True)
-class Estimate:
-    estimate: float
-    lo: float
-    hi: float
-    n_sessions: int
-    draws: int
-    seed: int
-    threshold: float
-    decision: str
-
-
-def estimate(
-    c: Sequence[float],
-    draws: int = DEFAULT_DRAWS,
-    seed: int = DEFAULT_SEED,
-    threshold: float = DEFAULT_THRESHOLD,
-) -> Estimate:
-    """``exp(mean c_s)`` with its bootstrap interval and threshold decision."""
-    arr = np.asarray(c, dtype=np.float64)
-    if arr.size == 0:
-        raise StatsError("estimate of no sessions")
-    lo, hi = bootstrap_interval(arr, draws, seed)
-    return Estimate(
-        estimate=math.exp(float(arr.mean())),
-        lo=lo,
-        hi=hi,
-        n_sessions=int(arr.size),
-        draws=int(draws),
-        seed=int(seed),
-        threshold=float(threshold),
-        decision=TOO_FEW_SESSIONS if arr.size < MIN_SESSIONS else decide(lo, hi, threshold),
-    )
-
-
-@dataclass(frozen=True)
-class AAControl:
-    value: float
-    lo: float
-    hi: float
-    n: int
-    verdict: str
-
-
-def noise_floor(
-    u: Sequence[float],
-    draws: int = DEFAULT_DRAWS,
-    seed: int = DEFAULT_SEED,
-    threshold: float = DEFAULT_THRESHOLD,
-) -> AAControl:
-    """The A/A control from its log contrasts ``u`` (task log ratios or session contrasts):
-    :func:`estimate`'s value and interval, and :func:`noise_verdict`."""
-    e = estimate(u, draws, seed, threshold)
-    return AAControl(e.estimate, e.lo, e.hi, e.n_sessions, noise_verdict(e.lo, e.hi, threshold))
-
-
-def noise_reason(lo: float, hi: float, threshold: float) -> str:
-    """Why an A/A verdict is ``noise_too_high`` (the same words in the checker)."""
-    parts = []
-    if not lo <= 1.0 <= hi:
-        parts.append("the A/A interval does not contain 1")
-    if hi / lo > threshold:
-        parts.append(f"the A/A interval is wider than the threshold (hi/lo {hi / lo:.4f} > {threshold:g})")
-    return "; ".join(parts)
-
-
 def too_few_sessions_reason(n: int) -> str:
-    return f"{n} session(s): at least {MIN_SESSIONS} are needed for a decision; the interval is descriptive"
+    return f"{n} session(s): at least {MIN_UNITS} are needed for an interval; no decision"
 
 
 def median(xs: Sequence[float]) -> float:
@@ -324,3 +213,192 @@ def median(xs: Sequence[float]) -> float:
         raise StatsError("median of no times")
     h = len(v) // 2
     return v[h] if len(v) % 2 else (v[h - 1] + v[h]) / 2.0
+
+
+# --------------------------------------------------------------------------- worker-level intervals
+
+CONFIDENCE = 0.95  # the two-sided level of every timing interval
+TARGET_EFFECT = 1.05  # the effect size a timed design should resolve (PQ/QB of about 3-6 %)
+MIN_UNITS = 2  # fewer units (workers of an arm, or sessions): no interval
+NOISE_BIASED = "biased"  # the A/A interval excludes 1
+
+
+def _betacf(a: float, b: float, x: float) -> float:
+    """The continued fraction of the regularized incomplete beta function (modified Lentz)."""
+    tiny = 1e-300
+    qab, qap, qam = a + b, a + 1.0, a - 1.0
+    c, d = 1.0, 1.0 - qab * x / qap
+    d = 1.0 / (d if abs(d) >= tiny else tiny)
+    h = d
+    for m in range(1, 301):
+        m2 = 2 * m
+        for aa in (m * (b - m) * x / ((qam + m2) * (a + m2)), -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))):
+            d = 1.0 + aa * d
+            d = 1.0 / (d if abs(d) >= tiny else tiny)
+            c = 1.0 + aa / c
+            c = c if abs(c) >= tiny else tiny
+            h *= d * c
+        if abs(d * c - 1.0) < 1e-16:
+            break
+    return h
+
+
+def _betai(a: float, b: float, x: float) -> float:
+    """``I_x(a, b)``, the regularized incomplete beta function."""
+    if x <= 0.0:
+        return 0.0
+    if x >= 1.0:
+        return 1.0
+    ln = math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log(1.0 - x)
+    bt = math.exp(ln)
+    if x < (a + 1.0) / (a + b + 2.0):
+        return bt * _betacf(a, b, x) / a
+    return 1.0 - bt * _betacf(b, a, 1.0 - x) / b
+
+
+def t_cdf(t: float, df: float) -> float:
+    """Student's t distribution function with ``df`` (real, > 0) degrees of freedom."""
+    p = 0.5 * _betai(df / 2.0, 0.5, df / (df + t * t))
+    return 1.0 - p if t >= 0 else p
+
+
+def t_quantile(p: float, df: float) -> float:
+    """The ``p`` quantile (0.5 < p < 1) of Student's t: bisection of :func:`t_cdf` to the last bit."""
+    if not 0.5 < p < 1.0 or not df > 0:
+        raise StatsError(f"t quantile of p={p}, df={df}")
+    lo, hi = 0.0, 1.0
+    while t_cdf(hi, df) < p:
+        hi *= 2.0
+    for _ in range(200):
+        mid = (lo + hi) / 2.0
+        if mid in (lo, hi):
+            break
+        if t_cdf(mid, df) < p:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2.0
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A ratio ``exp(D)`` and its two-sided :data:`CONFIDENCE` interval from ``units`` units."""
+
+    value: float
+    lo: float
+    hi: float
+    log_value: float
+    se: float  # standard error of D (log scale)
+    df: float  # degrees of freedom of the t quantile
+    units: int  # the units of variance: workers (blocks) per arm (the smaller side), or sessions
+
+    @property
+    def half_width(self) -> float:
+        """``log(hi / lo) / 2``: the interval's half width on the log scale."""
+        return math.log(self.hi / self.lo) / 2.0
+
+
+def _sample_var(xs: Sequence[float]) -> float:
+    m = math.fsum(xs) / len(xs)
+    return math.fsum((x - m) ** 2 for x in xs) / (len(xs) - 1)
+
+
+def _t_interval(D: float, se: float, df: float, units: int, level: float = CONFIDENCE) -> Interval:
+    q = t_quantile(0.5 + level / 2.0, df)
+    return Interval(math.exp(D), math.exp(D - q * se), math.exp(D + q * se), D, se, df, units)
+
+
+def block_residuals(blocks: Mapping[str, Sequence[tuple[str, float]]], tasks: Iterable[str]) -> dict[str, float]:
+    """The worker residual of every block of one arm: ``r_b = mean_{(t, x) in b} (log x - L(t))``.
+
+    ``blocks`` maps a block (worker) id to its timed requests ``(task, time)``; ``L(t)`` is the
+    arm's mean log time of task ``t`` over all its blocks (:func:`mean_log`, as a paired ratio pools
+    them). Requests of tasks outside ``tasks`` are left out; a block with none has no residual.
+    """
+    keep = set(tasks)
+    pooled: dict[str, list[float]] = {}
+    for b in sorted(blocks):
+        for t, x in blocks[b]:
+            if t in keep:
+                pooled.setdefault(t, []).append(x)
+    L = {t: mean_log(v) for t, v in pooled.items()}
+    out = {}
+    for b in sorted(blocks):
+        terms = [math.log(x) - L[t] for t, x in blocks[b] if t in keep]
+        if terms:
+            out[b] = math.fsum(terms) / len(terms)
+    return out
+
+
+def worker_interval(
+    num_blocks: Mapping[str, Sequence[tuple[str, float]]],
+    den_blocks: Mapping[str, Sequence[tuple[str, float]]],
+    tasks: Iterable[str],
+    level: float = CONFIDENCE,
+) -> Interval:
+    """The paired ratio of two arms with its worker-level (Welch) interval; see the module docstring."""
+    tasks = sorted(tasks)
+    num = {t: [x for b in sorted(num_blocks) for tt, x in num_blocks[b] if tt == t] for t in tasks}
+    den = {t: [x for b in sorted(den_blocks) for tt, x in den_blocks[b] if tt == t] for t in tasks}
+    D = paired_ratio(num, den, tasks).log_ratio
+    ra = list(block_residuals(num_blocks, tasks).values())
+    rb = list(block_residuals(den_blocks, tasks).values())
+    if min(len(ra), len(rb)) < MIN_UNITS:
+        raise StatsError(f"a worker-level interval needs at least {MIN_UNITS} workers per arm ({len(ra)}, {len(rb)})")
+    va, vb = _sample_var(ra) / len(ra), _sample_var(rb) / len(rb)
+    se2 = va + vb
+    if se2 > 0:
+        df = se2 * se2 / (va * va / (len(ra) - 1) + vb * vb / (len(rb) - 1))
+    else:
+        df = float(len(ra) + len(rb) - 2)
+    return _t_interval(D, math.sqrt(se2), df, min(len(ra), len(rb)), level)
+
+
+def session_interval(c: Sequence[float], level: float = CONFIDENCE) -> Interval:
+    """``exp(mean c_s)`` with the one-sample t interval over the session contrasts ``c_s``."""
+    n = len(c)
+    if n < MIN_UNITS:
+        raise StatsError(f"a session interval needs at least {MIN_UNITS} sessions ({n})")
+    D = math.fsum(c) / n
+    return _t_interval(D, math.sqrt(_sample_var(c) / n), float(n - 1), n, level)
+
+
+def noise_floor_of(lo: float, hi: float) -> float:
+    """The A/A floor ``F = max(hi, 1 / lo)``: how far two runs of one recipe can stand apart."""
+    return max(hi, 1.0 / lo)
+
+
+def aa_verdict(lo: float, hi: float) -> str:
+    """``ok`` when the A/A interval contains 1, else ``biased``."""
+    return NOISE_OK if lo <= 1.0 <= hi else NOISE_BIASED
+
+
+def decide_weighed(lo: float, hi: float, threshold: float = DEFAULT_THRESHOLD, floor: float = 1.0) -> str:
+    """The threshold decision weighed by the A/A floor ``F`` (1 without a control):
+
+    ``exceeds`` when lo > tau * F, ``below`` when hi < tau / F; an interval that clears the threshold
+    only inside the band (lo > tau or hi < tau, but not by F) is ``noise_too_high``; else
+    ``inconclusive``."""
+    if lo > threshold * floor:
+        return "exceeds"
+    if hi < threshold / floor:
+        return "below"
+    if lo > threshold or hi < threshold:
+        return NOISE_TOO_HIGH
+    return "inconclusive"
+
+
+def minimum_detectable(lo_aa: float, hi_aa: float, threshold: float = DEFAULT_THRESHOLD) -> float:
+    """The smallest ratio this design decides as ``exceeds``: ``tau * F * sqrt(hi / lo)`` of its A/A control."""
+    return threshold * noise_floor_of(lo_aa, hi_aa) * math.sqrt(hi_aa / lo_aa)
+
+
+def units_needed(units: int, lo_aa: float, hi_aa: float, target: float, threshold: float = DEFAULT_THRESHOLD) -> int | None:
+    """Units (workers per arm, or sessions) for a minimum detectable effect of ``target``: the
+    A/A half width scales as ``1 / sqrt(units)``, and a centred control has ``F = exp(h)``, so
+    ``tau * exp(2 h) <= target`` needs ``units * (h / h*)^2`` with ``h* = log(target / tau) / 2``."""
+    if target <= threshold:
+        return None
+    h = math.log(hi_aa / lo_aa) / 2.0
+    h_star = math.log(target / threshold) / 2.0
+    return max(units, math.ceil(units * (h / h_star) ** 2))
