@@ -29,60 +29,100 @@ contrasts and task point estimates::
 uses this identity. A *task regression* is a task with ``d(t) < 0``
 (task ratio ``exp(d(t)) < 1``: the denominator is slower on that task).
 
-Session contrast (the replication campaign, ``anc/campaigns.md``): within session ``s``,
-with ``L`` pooled over that session's repeats only::
+Session contrast (replication): within session ``s``, with ``L`` pooled over that
+session's repeats only::
 
     c_s = D over the tasks timed for both arms in s
 
-Estimate over ``n`` sessions::
+The unit of variance: the worker
+--------------------------------
+Every block of a campaign is served by one fresh worker process, and a process's
+start-up luck (memory layout and page placement, what ran before it, the page cache)
+moves all of its requests together: the requests of one worker are not independent.
+A/A runs on this machine showed it: the two names of one recipe differed by 11 % with a
+task bootstrap interval of [0.852, 0.960] that excluded 1, and a simulated A/A with a
+worker effect of 5 % and request noise of 1 % covers 1 in about 12 % of runs under the
+task bootstrap but in 95 % under the worker-level interval below
+(``tests/campaigns/test_worker_intervals.py``). The tasks of the panel are fixed (the
+ratio is defined on them); the workers are the random draw.
 
-    estimate = exp((1/n) * sum_s c_s)
+*Worker residuals.* For arm ``a`` with blocks (workers) ``b`` and ``L_a(t)`` its mean
+log time on task ``t`` over all its blocks::
 
-Bootstrap interval (exactly, so that a second implementation reproduces it)::
+    r_{a,b} = mean over the requests (t, x) of block b of (log x - L_a(t))
 
-    rng = random.Random(seed)                     # default seed 20261014
-    for j in 1..draws:                            # default 10,000 draws
-        idx = [rng.randrange(n) for _ in range(n)]   # drawn in this order
-        m_j = mean(c_s[i] for i in idx)
-    lo, hi = exp(P_2.5(m)), exp(P_97.5(m))
+(with blocks that each serve the panel once, ``r_{a,b}`` is the block's mean log time
+minus the arm's, and ``D = mean_b m_{A,b} - mean_b m_{B,b}``).
 
-``P_p`` is the linearly interpolated percentile (numpy's default ``linear``
-method): with the ``N`` values sorted ``x_0 <= ... <= x_{N-1}``,
-``h = (N - 1) * p / 100``, ``P_p = x_floor(h) + (h - floor(h)) * (x_floor(h)+1 - x_floor(h))``.
+*Worker-level interval of a paired ratio* (:func:`worker_interval`, Welch)::
 
-Threshold decision (threshold ``tau``, default 1.02, on the ratio scale)::
+    v_A = s^2(r_A) / n_A,   v_B = s^2(r_B) / n_B     (s^2: sample variance, n - 1)
+    se  = sqrt(v_A + v_B)
+    df  = (v_A + v_B)^2 / (v_A^2 / (n_A - 1) + v_B^2 / (n_B - 1))    (n_A + n_B - 2 when se = 0)
+    [lo, hi] = exp(D -+ t_{0.975, df} * se)
 
-    n < 5 sessions         -> "too_few_sessions" (the interval is descriptive, no decision)
-    lo > tau               -> "exceeds"      (the effect exceeds the practical threshold)
-    hi < tau               -> "below"        (the whole interval is below the threshold)
-    otherwise              -> "inconclusive"
+with ``n_a >= 2`` workers per arm (:data:`MIN_UNITS`); ``units`` is ``min(n_A, n_B)``.
 
-With fewer than ``MIN_SESSIONS`` (5) session contrasts a percentile bootstrap
-has too few distinct resample means to carry a decision (with 2 sessions the
-"interval" is the range of the two contrasts); the estimate and interval are
-still reported, the decision is ``too_few_sessions``.
+*Session interval of an estimate* (:func:`session_interval`): each E2 session has its
+own workers for every arm, so the session contrast ``c_s`` already carries the worker;
+over ``n >= 2`` sessions::
 
-A/A noise floor (``anc/campaigns.md``, "The A/A control"): a timed campaign may
-run one arm twice, as the arm ``X`` and its twin ``X_aa`` (the same recipe under
-another name, in the same blocks and sessions). Its log contrasts ``u_i`` (kind
-``ratio``: the task log ratios ``d(t)`` of ``X_aa`` over ``X`` on the panel,
-pooled over sessions and repeats; kind ``estimate``: the session contrasts
-``c_s`` of ``X_aa`` over ``X``) give ``value = exp(mean u_i)`` and ``[lo, hi]``
-by the same bootstrap as above (:func:`noise_floor`). The noise verdict::
+    estimate = exp(mean c_s),  se = s(c) / sqrt(n),  [lo, hi] = exp(mean c -+ t_{0.975, n-1} * se)
 
-    lo <= 1 <= hi and hi / lo <= tau   -> "ok"
-    otherwise                          -> "noise_too_high"
+Why t intervals and not a bootstrap: with 2 to 8 units the percentile bootstrap's
+variance is ``(n - 1)/n`` of the truth and it has few distinct resamples, so it covers
+less than it states; the t interval is exact for normal unit means, and means of log
+times of whole blocks are close to normal. ``t_{p, df}`` is :func:`t_quantile`: the
+bisection, to the last bit, of ``F(t) = 1 - I_{df/(df+t^2)}(df/2, 1/2) / 2`` with the
+regularized incomplete beta ``I`` from its continued fraction (modified Lentz), so that
+the standard-library checker reproduces every bound.
 
-"Wider than the practical threshold" means ``hi / lo > tau`` (with ``tau``
-1.02: the A/A interval spans more than 2 %). A decision taken beside an A/A
-control whose verdict is ``noise_too_high`` is ``"noise_too_high"`` ("machine
-noise too high") instead of ``exceeds`` or ``below``; ``inconclusive`` and
-``too_few_sessions`` stay as they are (they claim nothing). Without an A/A
-control (or with an unqualified one) the decision is the plain one.
+The A/A control and the decision
+--------------------------------
+A timed campaign may run one arm twice, as ``X`` and its twin ``X_aa`` (the same recipe
+under another name, in the same blocks and sessions). Its interval (kind ``ratio``:
+:func:`worker_interval` of ``X_aa`` over ``X``; kind ``estimate``: :func:`session_interval`
+of their session contrasts) gives::
+
+    verdict = "ok"      if lo <= 1 <= hi
+              "biased"  otherwise (two runs of one recipe differ beyond the model of the noise)
+    F       = max(hi, 1 / lo)                       the A/A floor (>= 1 when ok)
+
+An estimate with interval ``[lo, hi]`` is decided against the threshold ``tau``
+(default 1.02) weighed by the floor of its campaign and family (:func:`decide_weighed`;
+``F = 1`` without a control)::
+
+    lo > tau * F                   -> "exceeds"
+    hi < tau / F                   -> "below"
+    lo > tau  or  hi < tau         -> "noise_too_high"  (clears tau, but only inside the band)
+    otherwise                      -> "inconclusive"
+    fewer than 2 sessions          -> "too_few_sessions" (no interval, no decision)
+
+*Minimum detectable ratio* (:func:`minimum_detectable`): the smallest true ratio whose
+interval, as wide as the control's (half width ``h = log(hi/lo)/2``), clears ``tau * F``::
+
+    mde = tau * F * exp(h)
+
+and, since ``h`` falls as ``1/sqrt(units)`` and a centred control has ``F = exp(h)``, the
+units needed for a minimum detectable ratio ``m`` (:func:`units_needed`, reported for
+``m`` = :data:`TARGET_EFFECT`, 1.05)::
+
+    units * (h / h*)^2,   h* = log(m / tau) / 2
 
 A task point estimate over sessions (for replication regressions) is
 ``exp(mean_s d_s(t))`` over the sessions in which ``t`` is timed for both
 arms; it regresses when below 1.
+
+The seeded resampling indices (:func:`bootstrap_indices`) remain for ``refspec compare``'s
+interval of a ratio between two archives (:mod:`refspec.compare.timings`)::
+
+    rng = random.Random(seed)                     # default seed 20261014
+    for j in 1..draws:                            # default 10,000 draws
+        idx = [rng.randrange(n) for _ in range(n)]   # drawn in this order
+
+``P_p`` is the linearly interpolated percentile (numpy's default ``linear``
+method): with the ``N`` values sorted ``x_0 <= ... <= x_{N-1}``,
+``h = (N - 1) * p / 100``, ``P_p = x_floor(h) + (h - floor(h)) * (x_floor(h)+1 - x_floor(h))``.
 """
 
 from __future__ import annotations
