@@ -43,7 +43,7 @@ A/A runs on this machine showed it: the two names of one recipe differed by 11 %
 task bootstrap interval of [0.852, 0.960] that excluded 1, and a simulated A/A with a
 worker effect of 5 % and request noise of 1 % covers 1 in about 12 % of runs under the
 task bootstrap but in 95 % under the worker-level interval below
-(``tests/campaigns/test_worker_intervals.py``). The tasks of the panel are fixed (the
+(``tests/core/test_worker_intervals.py``). The tasks of the panel are fixed (the
 ratio is defined on them); the workers are the random draw.
 
 *Worker residuals.* For arm ``a`` with blocks (workers) ``b`` and ``L_a(t)`` its mean
