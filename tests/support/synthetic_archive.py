@@ -105,6 +105,7 @@ class _Gen:
             status=status,
             reason=reason,
             t_ns=None,
+            cpu_ns=None,
             n_generated=None,
             stop_reason=None,
             eog=None,
@@ -148,6 +149,7 @@ class _Gen:
         callers = (cyc or n) + 1
         row.update(
             t_ns=int(t),
+            cpu_ns=int(t * 1.9),  # two threads busy for most of the request
             n_generated=n,
             stop_reason=stop,
             eog=eog,
@@ -396,6 +398,7 @@ def make_results(
                             top_competing=f"stress:4242:{comp:.2f}" if comp > 0.5 else None,
                             governor="performance x2",
                             freq_mhz=2400.0,
+                            steal_percent=3.5,
                             busy_threshold=0.5,
                             busy=comp > 0.5,
                         )
@@ -505,11 +508,11 @@ def make_results(
     T.write_table(ratios, "ratios", tdir)
     T.write_table(D.diagnostics_table(reqs, qual, "confirmation"), "diagnostics", tdir)
     T.write_table(pred_rows, "prediction", tdir)
-    contrasts, estimates = D.replication_tables(reqs, qual, draws=draws, seed=boot_seed)
+    contrasts, estimates = D.replication_tables(reqs, qual)
     if aa:
-        noise = NZ.noise_table(reqs, qual, "implementation", draws=draws, seed=boot_seed)
-        noise += NZ.noise_table(reqs, qual, "replication", draws=draws, seed=boot_seed)
-        estimates = NZ.gate_estimates(estimates, [n for n in noise if n["campaign"] == "replication"])
+        noise = NZ.noise_table(reqs, qual, "implementation")
+        noise += NZ.noise_table(reqs, qual, "replication")
+        estimates = NZ.weigh_estimates(estimates, [n for n in noise if n["campaign"] == "replication"])
         T.write_table(noise, "noise", tdir)
         T.write_table(loads, "loads", tdir)
     T.write_table(contrasts, "contrasts", tdir)
