@@ -13,6 +13,7 @@ from refspec_check.qualification import all_qualified, panels
 from refspec_check.stats import (
     TARGET_EFFECT,
     aa_verdict,
+    cpu_pooled_ratio,
     decide_weighed,
     floor_of,
     mean,
@@ -151,15 +152,6 @@ def noise_interval(blocks: dict, times: dict, key: tuple, twin: str, arm: str, t
     return session_interval(cs), len(both)
 
 
-def cpu_pooled_ratio(cpu: dict, key: tuple, num: str, den: str, tasks: list):
-    """The paired ratio of CPU times (requests.cpu_ns > 0) pooled over sessions; None unless every task has both."""
-    a = {t: cpu.get(key + (num, t), []) for t in tasks}
-    b = {t: cpu.get(key + (den, t), []) for t in tasks}
-    if not tasks or not all(a[t] and b[t] for t in tasks):
-        return None
-    return math.exp(paired(a, b, tasks)[0])
-
-
 def _noise_times(tables: dict) -> tuple:
     """twins, (campaign, family, cap, arm) -> worker -> [(task, t_ns)], (..., arm, task, session) -> [t_ns],
     (..., arm, task) -> [cpu_ns] of requests.csv."""
@@ -241,7 +233,7 @@ def check_noise(ctx: Context, qual: dict, boot: dict) -> dict:
         for col, v in got.items():
             c.recomputed += 1
             c.same(tn.where(i, col), row[col], v)
-            if col != "verdict" and v is not None:
+            if col not in ("verdict", "df") and v is not None:  # df is checked, not shown
                 E.add(base + (col,), v, s_n)
         if verdict == "biased" and not row["reason"]:
             c.bad(tn.where(i, "reason"), "the A/A interval excludes 1, but no reason is given")

@@ -143,6 +143,15 @@ def session_interval(cs: list):
     return math.exp(D), lo, hi, float(n - 1), n
 
 
+def cpu_pooled_ratio(cpu: dict, key: tuple, num: str, den: str, tasks: list):
+    """The paired ratio of CPU times (requests.cpu_ns > 0) pooled over sessions; None unless every task has both."""
+    a = {t: cpu.get(key + (num, t), []) for t in tasks}
+    b = {t: cpu.get(key + (den, t), []) for t in tasks}
+    if not tasks or not all(a[t] and b[t] for t in tasks):
+        return None
+    return math.exp(paired(a, b, tasks)[0])
+
+
 def floor_of(lo: float, hi: float) -> float:
     return max(hi, 1.0 / lo)
 

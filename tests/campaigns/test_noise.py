@@ -276,7 +276,7 @@ def test_process_cpu_time_reads_proc_stat():
 @pytest.fixture(scope="module")
 def aa_archive(tmp_path_factory):
     base = tmp_path_factory.mktemp("aa")
-    results = make_results(base / "results", draws=500, aa=True, aa_spread=0.05)
+    results = make_results(base / "results", draws=500, aa=True, aa_spread=0.01, aa_shift=0.04)
     report.render(results, pdf=False)
     return seal_archive(results, base / "archive")
 
@@ -296,17 +296,19 @@ def test_checker_recomputes_the_noise_table(aa_archive):
     assert "A/A noise floor" in html and "Machine load: blocks run on a busy machine" in html
     assert 'data-num="noise|replication|' in html and 'data-num="loadsum|replication|' in html
     noise = (aa_archive / "tables" / "noise.csv").read_text()
-    assert "C_qb_aa" in noise and "M_qb_aa" in noise and "noise_too_high" in noise  # the wide twins are noisy
+    assert "C_qb_aa" in noise and "M_qb_aa" in noise and ",biased," in noise  # the shifted twins are biased
     with open(aa_archive / "tables" / "noise.csv") as f:
-        high = {
-            r["family"]
-            for r in csv.DictReader(f)
-            if r["campaign"] == "replication" and r["verdict"] == "noise_too_high"
-        }
+        floors: dict[str, float] = {}
+        for r in csv.DictReader(f):
+            if r["campaign"] == "replication" and r["floor"]:
+                floors[r["family"]] = max(floors.get(r["family"], 1.0), float(r["floor"]))
     with open(aa_archive / "tables" / "estimates.csv") as f:
-        est = list(csv.DictReader(f))
-    assert high and any(e["decision"] == "noise_too_high" for e in est)
-    assert not any(e["family"] in high and e["decision"] in ("exceeds", "below") for e in est)
+        est = [e for e in csv.DictReader(f) if e["lo"]]
+    assert est and min(floors.values()) > math.exp(0.03)  # the 4 % shift sets the floors
+    for e in est:  # every decision weighs its family's floor
+        lo, hi, thr = float(e["lo"]), float(e["hi"]), float(e["threshold"])
+        assert float(e["floor"]) == floors[e["family"]]
+        assert e["decision"] == S.decide_weighed(lo, hi, thr, floors[e["family"]])
 
 
 def test_edited_aa_number_is_caught(aa_archive, tmp_path):
@@ -324,7 +326,7 @@ def test_edited_aa_number_is_caught(aa_archive, tmp_path):
 
 def test_edited_aa_verdict_and_busy_flag_are_caught(aa_archive, tmp_path):
     dst = _copy(aa_archive, tmp_path)
-    for name, col, old, new in (("noise", "verdict", "noise_too_high", "ok"), ("loads", "busy", "true", "false")):
+    for name, col, old, new in (("noise", "verdict", "biased", "ok"), ("loads", "busy", "true", "false")):
         p = dst / "tables" / f"{name}.csv"
         lines = p.read_text().splitlines()
         i = lines[0].split(",").index(col)

@@ -13,6 +13,7 @@ import datetime as dt
 import functools
 import hashlib
 import json
+import math
 import random
 import subprocess
 import sys
@@ -246,12 +247,14 @@ def make_results(
     draws: int = 2000,
     aa: bool = False,
     aa_spread: float = 0.0,
+    aa_shift: float = 0.0,
 ) -> Path:
     """Write a complete synthetic results folder into ``out`` (tables under ``out/tables``).
 
     ``aa``: the implementation and replication campaigns also run the A/A twins ``M_qb_aa`` and
     ``C_qb_aa`` (``noise`` table, estimates gated by it) and every replication block has a load
-    sample (``loads`` table, one busy block); ``aa_spread`` is the twins' extra log-time noise."""
+    sample (``loads`` table, one busy block); ``aa_spread`` is the twins' extra log-time noise and
+    ``aa_shift`` a constant log shift of the twins' times (a biased control)."""
     out = Path(out)
     tdir = out / "tables"
     g = _Gen(seed, evil)
@@ -329,6 +332,7 @@ def make_results(
                 for t in impl_tasks[fam]:
                     for rep in (1, 2):
                         fa = f * rng.lognormvariate(0, aa_spread) if arm.endswith("_aa") and aa_spread else f
+                        fa *= math.exp(aa_shift) if arm.endswith("_aa") else 1.0
                         g.add("implementation", sess, ai, worker, fam, t, arm, mode, lay, k, ub, mask, cap, rep, fa)
             if fam == FAMILIES[0]:  # refused by admission: every request failed, no worker ever started
                 arm, mode, lay, k, ub, mask = REFUSED_ARM
@@ -378,6 +382,8 @@ def make_results(
                         eff = f * sfac * (1 + 0.01 * rng.uniform(-1, 1) if lay == "pq" else 1)
                         if arm.endswith("_aa") and aa_spread:
                             eff *= rng.lognormvariate(0, aa_spread)
+                        if arm.endswith("_aa"):
+                            eff *= math.exp(aa_shift)
                         g.add("replication", sess, bi, worker, fam, t, arm, mode, lay, k, ub, mask, cap, rep, eff)
                         n_req += 1
                 if aa:
