@@ -476,6 +476,7 @@ def replication_tables(
                         lo=None,
                         hi=None,
                         df=None,
+                        floor=None,
                         n_sessions=0,
                         n_regressions=None,
                         regressed_tasks=None,
@@ -504,6 +505,7 @@ def replication_tables(
                         lo=None,
                         hi=None,
                         df=None,
+                        floor=None,
                         n_sessions=0,
                         n_regressions=None,
                         regressed_tasks=None,
@@ -520,6 +522,7 @@ def replication_tables(
                         lo=None,
                         hi=None,
                         df=None,
+                        floor=None,
                         decision=TOO_FEW_SESSIONS,
                         reason=too_few_sessions_reason(len(cs)),
                     )
@@ -530,6 +533,7 @@ def replication_tables(
                         lo=iv.lo,
                         hi=iv.hi,
                         df=iv.df,
+                        floor=1.0,  # no A/A control weighed in yet (refspec.campaigns.noise.weigh_estimates)
                         decision=decide_weighed(iv.lo, iv.hi, threshold),
                         reason=None,
                     )
