@@ -18,7 +18,7 @@ recomputes, with its own code:
   (reference endpoint, stability, required/completed/matching counts,
   first-divergence index and tokens);
 * every pairwise qualified ratio with its task regressions;
-* every replication session contrast c_s, estimate, bootstrap interval
+* every replication session contrast c_s, estimate, session t interval
   (``workflow/refspec/core/stats.py``'s docstring: random.Random(seed), draws x n randrange(n) indices in
   order, linearly interpolated 2.5/97.5 percentiles, exponentiated; seed,
   draws and threshold from plan.json when present, else from estimates.csv),

@@ -1,4 +1,4 @@
-"""The replication recomputed: session contrasts, estimates with their bootstrap intervals and decisions,
+"""The replication recomputed: session contrasts, estimates with their session t intervals and weighed decisions,
 the A/A noise rows, the loads and the sessions."""
 
 from __future__ import annotations
