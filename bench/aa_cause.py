@@ -107,7 +107,13 @@ def analyze(out: Path) -> dict:
         after_other = [bm[w] for w in ws if prev[w] != "C_qb"]
         first = [x for v in by_w.values() for o, x in v if o == min(oo for oo, _ in v)]
         later = [x for v in by_w.values() for o, x in v if o != min(oo for oo, _ in v)]
-        arm_blocks = {a: {w: [(r["task_id"], float(r[col])) for r in rec if r["worker"] == w] for w in {r["worker"] for r in rec if r["arm"] == a}} for a in RECIPE}
+        arm_blocks = {
+            a: {
+                w: [(r["task_id"], float(r[col])) for r in rec if r["worker"] == w]
+                for w in {r["worker"] for r in rec if r["arm"] == a}
+            }
+            for a in RECIPE
+        }
         iv = worker_interval(arm_blocks["M_qb_aa"], arm_blocks["M_qb"], sorted(tm))
         out_c = {
             "workers": len(bm),
@@ -115,7 +121,10 @@ def analyze(out: Path) -> dict:
             "sd_within_worker": math.sqrt(s2_within),
             "share_between": s2_between / (s2_between + s2_within) if s2_between + s2_within else 0.0,
             "position_slope_per_block": slope,
-            "position_slope_ci": [slope - t_quantile(0.975, len(xs) - 2) * se_slope, slope + t_quantile(0.975, len(xs) - 2) * se_slope],
+            "position_slope_ci": [
+                slope - t_quantile(0.975, len(xs) - 2) * se_slope,
+                slope + t_quantile(0.975, len(xs) - 2) * se_slope,
+            ],
             "aa": {"value": iv.value, "lo": iv.lo, "hi": iv.hi, "workers_per_arm": iv.units},
         }
         if len(after_spec) >= 2 and len(after_other) >= 2:
@@ -153,14 +162,18 @@ def main() -> int:
             continue
         c = res[col]
         print(f"{col}: {c['workers']} workers of one recipe")
-        print(f"  sd between workers {c['sd_between_workers']:.4f}, within a worker {c['sd_within_worker']:.4f} (log), share between {c['share_between']:.2f}")
+        print(
+            f"  sd between workers {c['sd_between_workers']:.4f}, within a worker {c['sd_within_worker']:.4f} (log), share between {c['share_between']:.2f}"
+        )
         lo, hi = c["position_slope_ci"]
         print(f"  position: {c['position_slope_per_block']:+.5f} per block [{lo:+.5f}, {hi:+.5f}]")
         for k in ("after_C_qb_minus_after_other", "first_request_minus_later"):
             if k in c:
                 print(f"  {k}: {c[k]['log']:+.4f} [{c[k]['ci'][0]:+.4f}, {c[k]['ci'][1]:+.4f}] n={c[k]['n']}")
         aa = c["aa"]
-        print(f"  A/A M_qb_aa/M_qb {aa['value']:.4f} [{aa['lo']:.4f}, {aa['hi']:.4f}], {aa['workers_per_arm']} workers per arm")
+        print(
+            f"  A/A M_qb_aa/M_qb {aa['value']:.4f} [{aa['lo']:.4f}, {aa['hi']:.4f}], {aa['workers_per_arm']} workers per arm"
+        )
     return 0
 
 

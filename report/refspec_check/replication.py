@@ -202,7 +202,12 @@ def check_noise(ctx: Context, qual: dict, boot: dict) -> dict:
         kind = "estimate" if camp == "replication" else "ratio"
         c.same(tn.where(i, "kind"), row["kind"], kind)
         thr = boot.get("threshold", row["threshold"])
-        c.same(tn.where(i, "threshold"), row["threshold"], float(thr), "threshold vs plan.json:" if "threshold" in boot else "")
+        c.same(
+            tn.where(i, "threshold"),
+            row["threshold"],
+            float(thr),
+            "threshold vs plan.json:" if "threshold" in boot else "",
+        )
         base = ("noise", camp, fam, twin, row["kind"], cap)
         E.add(base + ("threshold",), float(thr), s_n)
         panel = panels(qual, camp).get((fam, cap))
@@ -211,7 +216,11 @@ def check_noise(ctx: Context, qual: dict, boot: dict) -> dict:
             continue
         tasks = sorted(panel)
         c.same(tn.where(i, "tasks"), row["tasks"], len(tasks))
-        iv, n_both = (None, 0) if not all_qualified(panel, (arm, twin)) else noise_interval(blocks, times, (camp, fam, cap), twin, arm, tasks, kind)
+        iv, n_both = (
+            (None, 0)
+            if not all_qualified(panel, (arm, twin))
+            else noise_interval(blocks, times, (camp, fam, cap), twin, arm, tasks, kind)
+        )
         if iv is not None:
             c.same(tn.where(i, "sessions"), row["sessions"], n_both)
         E.add(base + ("sessions",), n_both if iv is not None else row["sessions"], s_n)

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import itertools
 import json
 import math
 import random
 import re
 
-import numpy as np
 import pytest
 import refspec_check as CHECK
 

@@ -28,7 +28,9 @@ def _arm(rng, n_blocks, task, worker_sd, noise_sd, shift=0.0):
     blocks = {}
     for b in range(n_blocks):
         w = rng.gauss(0.0, worker_sd)
-        blocks[f"w{b}"] = [(f"t{t}", math.exp(1.0 + shift + mu + w + rng.gauss(0.0, noise_sd))) for t, mu in enumerate(task)]
+        blocks[f"w{b}"] = [
+            (f"t{t}", math.exp(1.0 + shift + mu + w + rng.gauss(0.0, noise_sd))) for t, mu in enumerate(task)
+        ]
     return blocks
 
 

@@ -113,7 +113,9 @@ def noise_table(
         tasks = sorted(panel)
         row = dict(campaign=campaign, family=fam, arm=arm, twin=twin, kind=kind, cap=cap, tasks=len(tasks))
         reason = _unqualified_reason(panel, (arm, twin)) if tasks else "no qualification rows"
-        iv, n_sessions, why = (None, 0, None) if reason else aa_interval(blocks, times, fam, cap, twin, arm, tasks, kind)
+        iv, n_sessions, why = (
+            (None, 0, None) if reason else aa_interval(blocks, times, fam, cap, twin, arm, tasks, kind)
+        )
         row.update(threshold=float(threshold), sessions=n_sessions)
         if iv is None:
             row.update(value=None, cpu_value=None, lo=None, hi=None, df=None, units=0)

@@ -433,7 +433,9 @@ def minimum_detectable(lo_aa: float, hi_aa: float, threshold: float = DEFAULT_TH
     return threshold * noise_floor_of(lo_aa, hi_aa) * math.sqrt(hi_aa / lo_aa)
 
 
-def units_needed(units: int, lo_aa: float, hi_aa: float, target: float, threshold: float = DEFAULT_THRESHOLD) -> int | None:
+def units_needed(
+    units: int, lo_aa: float, hi_aa: float, target: float, threshold: float = DEFAULT_THRESHOLD
+) -> int | None:
     """Units (workers per arm, or sessions) for a minimum detectable effect of ``target``: the
     A/A half width scales as ``1 / sqrt(units)``, and a centred control has ``F = exp(h)``, so
     ``tau * exp(2 h) <= target`` needs ``units * (h / h*)^2`` with ``h* = log(target / tau) / 2``."""
