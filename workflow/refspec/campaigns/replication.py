@@ -148,8 +148,8 @@ def analyze(ctx, base: dict) -> dict:
     text = "\n".join(
         [
             f"Replication E2 (Table S5 shape): {len(ctx.task_ids('panel'))} task(s), {len(ctx.sessions)} session(s), "
-            f"blocks of {ctx.defn['block_tasks']} task(s), cap {ctx.defn['cap']}; bootstrap seed {boot['seed']}, "
-            f"{boot['draws']} draws, threshold {boot['threshold']}",
+            f"blocks of {ctx.defn['block_tasks']} task(s), cap {ctx.defn['cap']}; 95 % t intervals over sessions, "
+            f"threshold {boot['threshold']} weighed by the A/A floor",
             f"{timed} {x.upper()}/{y.upper()} requests and {refs} serial references in {workers} fresh workers "
             f"({warm} registered warmups)",
             reference_check(ctx, base),
