@@ -18,7 +18,7 @@ recomputes, with its own code:
   (reference endpoint, stability, required/completed/matching counts,
   first-divergence index and tokens);
 * every pairwise qualified ratio with its task regressions;
-* every replication session contrast c_s, estimate, bootstrap interval
+* every replication session contrast c_s, estimate, session t interval
   (``workflow/refspec/core/stats.py``'s docstring: random.Random(seed), draws x n randrange(n) indices in
   order, linearly interpolated 2.5/97.5 percentiles, exponentiated; seed,
   draws and threshold from plan.json when present, else from estimates.csv),
@@ -79,7 +79,18 @@ from refspec_check.problems import Checker
 from refspec_check.qualification import recompute_qualification, reference_arms
 from refspec_check.results import check_qualification
 from refspec_check.seal import dsse_pae, key_fingerprint, read_public_key
-from refspec_check.stats import bootstrap, decide, gate, mean, median, noise_verdict, paired, percentile
+from refspec_check.stats import (
+    aa_verdict,
+    decide_weighed,
+    mean,
+    median,
+    minimum_detectable,
+    paired,
+    percentile,
+    session_interval,
+    t_quantile,
+    worker_interval,
+)
 from refspec_check.strict_html import _WORD_STRIP, STYLESHEET_SHA256
 from refspec_check.strict_tex import _TEX_NUM_RE, TEX_PREAMBLE_SHA256, tex_id_decode
 from refspec_check.visible import archive_names, ledger_reason_words, visible_digits_problem
@@ -105,23 +116,25 @@ __all__ = [
     "_ed_decode",
     "_ed_equal",
     "_ed_mul",
+    "aa_verdict",
     "archive_names",
-    "bootstrap",
     "check",
     "check_qualification",
-    "decide",
+    "decide_weighed",
     "dsse_pae",
     "ed25519_problem",
-    "gate",
     "key_fingerprint",
     "ledger_reason_words",
     "main",
     "mean",
     "median",
-    "noise_verdict",
+    "minimum_detectable",
     "paired",
     "parse_value",
     "percentile",
+    "session_interval",
+    "t_quantile",
+    "worker_interval",
     "read_public_key",
     "read_tables",
     "recompute_qualification",

@@ -1,4 +1,4 @@
-"""The replication recomputed: session contrasts, estimates with their bootstrap intervals and decisions,
+"""The replication recomputed: session contrasts, estimates with their session t intervals and weighed decisions,
 the A/A noise rows, the loads and the sessions."""
 
 from __future__ import annotations
@@ -10,7 +10,19 @@ from collections import defaultdict
 from refspec_check.context import Context
 from refspec_check.contract import TWIN_SUFFIX
 from refspec_check.qualification import all_qualified, panels
-from refspec_check.stats import bootstrap, decide, gate, mean, noise_verdict, paired
+from refspec_check.stats import (
+    TARGET_EFFECT,
+    aa_verdict,
+    cpu_pooled_ratio,
+    decide_weighed,
+    floor_of,
+    mean,
+    minimum_detectable,
+    paired,
+    session_interval,
+    units_needed,
+    worker_interval,
+)
 
 
 def bootstrap_parameters(plan) -> dict:
@@ -31,14 +43,14 @@ def check_replication(ctx: Context, qual: dict, facts: dict, boot: dict, noise: 
 
     The comparison "X/Y" names two layouts; its arms are the replication arms of the row's family and
     path with those layouts. With both arms qualified on the panel: c_s = mean_t d_s(t) per session s
-    over the tasks timed in s for both arms; estimate = exp(mean_s c_s); [lo, hi] = exp of the 2.5 and
-    97.5 percentiles of ``draws`` bootstrap means of the c_s (random.Random(seed)); decision = exceeds
-    if lo > threshold, below if hi < threshold, else inconclusive, and too_few_sessions under
-    ``MIN_SESSIONS`` contrasts; regressed tasks have mean_s d_s(t) < 0. Seed, draws and threshold come
-    from plan.json when frozen there, else from the row. An A/A twin (arm name ending in _aa) is never a
-    replication arm; under an A/A verdict noise_too_high (``noise``: (campaign, family) -> verdict, as
-    recomputed by check_noise) exceeds and below read noise_too_high. Returns (family, path, comparison)
-    -> decision (for the headline)."""
+    over the tasks timed in s for both arms; estimate = exp(mean_s c_s); [lo, hi] = the one-sample t
+    interval over the c_s (t_{0.975, n-1}); floor F = the largest A/A floor of the campaign and family
+    (``noise``: (campaign, family) -> floor, as recomputed by check_noise; 1 without a control);
+    decision = exceeds if lo > threshold * F, below if hi < threshold / F, noise_too_high if it clears
+    the threshold only inside that band, else inconclusive; too_few_sessions (no interval) under 2
+    contrasts; regressed tasks have mean_s d_s(t) < 0. The threshold comes from plan.json when frozen
+    there, else from the row. An A/A twin (arm name ending in _aa) is never a replication arm. Returns
+    (family, path, comparison) -> decision (for the headline)."""
     c, E, tables, src = ctx.c, ctx.E, ctx.tables, ctx.src
     noise = noise or {}
     est_dec = {}
@@ -58,18 +70,10 @@ def check_replication(ctx: Context, qual: dict, facts: dict, boot: dict, noise: 
     rpanels = panels(qual, "replication")
     for i, row in enumerate(te.rows):
         fam, path, comp = row["family"], row["path"], row["comparison"]
-        seed = boot.get("seed", row["seed"])
-        draws = boot.get("draws", row["draws"])
         thr = boot.get("threshold", row["threshold"])
-        if "seed" in boot:
-            c.same(te.where(i, "seed"), row["seed"], int(seed), "seed vs plan.json:")
-        if "draws" in boot:
-            c.same(te.where(i, "draws"), row["draws"], int(draws), "draws vs plan.json:")
         if "threshold" in boot:
             c.same(te.where(i, "threshold"), row["threshold"], float(thr), "threshold vs plan.json:")
         base = ("est", fam, path, comp)
-        E.add(base + ("draws",), int(draws), s_e)
-        E.add(base + ("seed",), int(seed), s_e)
         E.add(base + ("threshold",), float(thr), s_e)
         try:
             x, y = (p.lower() for p in comp.split("/"))
@@ -105,24 +109,26 @@ def check_replication(ctx: Context, qual: dict, facts: dict, boot: dict, noise: 
             est_dec[(fam, path, comp)] = "unqualified"
             c.same(te.where(i, "decision"), row["decision"], "unqualified")
             continue
-        est = math.exp(mean(cs))
-        lo, hi = bootstrap(cs, int(draws), int(seed))
-        dec = gate(decide(lo, hi, float(thr), len(cs)), noise.get(("replication", fam)))
+        iv = session_interval(cs)
+        floor = noise.get(("replication", fam), 1.0)
+        if iv is None:
+            est, lo, hi, df, floor, dec = math.exp(mean(cs)), None, None, None, None, "too_few_sessions"
+        else:
+            est, lo, hi, df, _n = iv
+            dec = decide_weighed(lo, hi, float(thr), floor)
         est_dec[(fam, path, comp)] = dec
         if dec == "noise_too_high" and not row["reason"]:
             c.bad(te.where(i, "reason"), "machine noise too high, but no reason is given")
         if dec == "too_few_sessions" and not row["reason"]:
-            c.bad(te.where(i, "reason"), "too few sessions for a decision, but no reason is given")
+            c.bad(te.where(i, "reason"), "too few sessions for an interval, but no reason is given")
         reg = [t for t in sorted(per_task) if mean(per_task[t]) < 0]
-        c.recomputed += 5
-        c.same(te.where(i, "estimate"), row["estimate"], est)
-        c.same(te.where(i, "lo"), row["lo"], lo)
-        c.same(te.where(i, "hi"), row["hi"], hi)
-        c.same(te.where(i, "decision"), row["decision"], dec)
-        c.same(te.where(i, "n_regressions"), row["n_regressions"], len(reg))
+        got = dict(estimate=est, lo=lo, hi=hi, df=df, floor=floor, decision=dec, n_regressions=len(reg))
+        for col, v in got.items():
+            c.recomputed += 1
+            c.same(te.where(i, col), row[col], v)
+            if col != "decision" and v is not None:
+                E.add(base + (col,), v, s_e)
         c.same(te.where(i, "regressed_tasks"), row["regressed_tasks"] or "", " ".join(reg))
-        for k, v in (("estimate", est), ("lo", lo), ("hi", hi), ("n_regressions", len(reg))):
-            E.add(base + (k,), v, s_e)
     if "contrasts" in tables:
         for key, j in stated_c.items():
             if key not in seen_c:
@@ -130,62 +136,64 @@ def check_replication(ctx: Context, qual: dict, facts: dict, boot: dict, noise: 
     return est_dec
 
 
-def noise_units(times: dict, key: tuple, twin: str, arm: str, tasks: list, kind: str) -> tuple[list, int]:
-    """(log contrasts of twin over arm, sessions timing both). kind ratio: d(t) per panel task, times
-    pooled over sessions and repeats; kind estimate: c_s per session over the tasks timed for both."""
-    camp, fam, cap = key
+def noise_interval(blocks: dict, times: dict, key: tuple, twin: str, arm: str, tasks: list, kind: str):
+    """((value, lo, hi, df, units) or None, sessions timing both). kind ratio: the Welch interval over
+    the workers (blocks) of twin and arm (times pooled over sessions and repeats); kind estimate: the
+    one-sample t interval over the session contrasts c_s."""
     sessions = sorted({k[5] for k in times if k[:3] == key and k[3] in (twin, arm)})
     both = [s for s in sessions if any(times.get(key + (twin, t, s)) and times.get(key + (arm, t, s)) for t in tasks)]
-
-    def pooled(a, ss):
-        return {t: [x for s in ss for x in times.get(key + (a, t, s), [])] for t in tasks}
-
     if kind == "ratio":
-        num, den = pooled(twin, sessions), pooled(arm, sessions)
-        if any(not num[t] or not den[t] for t in tasks):
-            return [], len(both)
-        _D, d, _reg = paired(num, den, tasks)
-        return [d[t] for t in sorted(d)], len(both)
+        return worker_interval(blocks.get(key + (twin,), {}), blocks.get(key + (arm,), {}), tasks), len(both)
     cs = []
     for s in both:
-        num, den = pooled(twin, [s]), pooled(arm, [s])
-        common = [t for t in tasks if num[t] and den[t]]
-        cs.append(paired(num, den, common)[0])
-    return cs, len(both)
+        num = {t: times.get(key + (twin, t, s), []) for t in tasks}
+        den = {t: times.get(key + (arm, t, s), []) for t in tasks}
+        cs.append(paired(num, den, [t for t in tasks if num[t] and den[t]])[0])
+    return session_interval(cs), len(both)
+
+
+def _noise_times(tables: dict) -> tuple:
+    """twins, (campaign, family, cap, arm) -> worker -> [(task, t_ns)], (..., arm, task, session) -> [t_ns],
+    (..., arm, task) -> [cpu_ns] of requests.csv."""
+    blocks: dict = defaultdict(lambda: defaultdict(list))
+    times: dict = defaultdict(list)
+    cpu: dict = defaultdict(list)
+    twins = set()
+    for r in tables["requests"].rows if "requests" in tables else []:
+        k = (r["campaign"], r["family"], r["cap"], r["arm"])
+        if r["arm"].endswith(TWIN_SUFFIX) and r["status"] != "excluded_warmup":  # the warmup is no control
+            twins.add(k)
+        if r["status"] == "ok" and r["t_ns"] is not None:
+            blocks[k][r["worker"]].append((r["task_id"], float(r["t_ns"])))
+            times[k + (r["task_id"], r["session"])].append(float(r["t_ns"]))
+            if r.get("cpu_ns"):
+                cpu[k + (r["task_id"],)].append(float(r["cpu_ns"]))
+    return twins, blocks, times, cpu
+
+
+def _missing_noise_rows(ctx: Context) -> None:
+    rows = ctx.tables["requests"].rows if "requests" in ctx.tables else []
+    for k in sorted({(r["campaign"], r["family"], r["arm"]) for r in rows if r["status"] != "excluded_warmup"}):
+        if k[2].endswith(TWIN_SUFFIX):
+            ctx.c.bad("noise.csv", f"missing: requests.csv has the A/A twin {k[2]} ({k[0]}, {k[1]}) but no A/A row")
 
 
 def check_noise(ctx: Context, qual: dict, boot: dict) -> dict:
-    """The A/A control (noise.csv): an arm X and its twin X_aa, both qualified on the panel. Log
-    contrasts u of twin over arm (kind ratio: d(t) per task, pooled; kind estimate: c_s per session;
-    kind estimate for the replication campaign, ratio otherwise); value = exp(mean u); [lo, hi] = the
-    bootstrap of u; verdict ok when lo <= 1 <= hi and hi/lo <= threshold, else noise_too_high;
-    unqualified (no value) when either arm fails a panel task. Every twin in requests.csv has its row.
-    Returns (campaign, family) -> noise_too_high when any of its controls is, else ok."""
+    """The A/A control (noise.csv): an arm X and its twin X_aa, both qualified on the panel. Kind ratio
+    (every campaign but replication): value = the paired ratio of twin over arm, [lo, hi] = its Welch
+    interval over the workers (block residuals); kind estimate (replication): the one-sample t interval
+    over the session contrasts c_s. verdict ok when lo <= 1 <= hi, else biased; floor F = max(hi, 1/lo);
+    mde = threshold * F * sqrt(hi/lo); units_needed for 1.05; cpu_value the paired ratio of cpu_ns;
+    unqualified (no value) when either arm fails a panel task or has too few units. Every twin in
+    requests.csv has its row. Returns (campaign, family) -> the largest floor of its controls."""
     c, E, tables, src = ctx.c, ctx.E, ctx.tables, ctx.src
     out: dict = {}
     if "noise" not in tables:
-        twins = sorted(
-            {
-                (r["campaign"], r["family"], r["arm"])
-                for r in tables["requests"].rows
-                if r["status"] != "excluded_warmup"
-            }
-            if "requests" in tables
-            else set()
-        )
-        for k in twins:
-            if k[2].endswith(TWIN_SUFFIX):
-                c.bad("noise.csv", f"missing: requests.csv has the A/A twin {k[2]} ({k[0]}, {k[1]}) but no A/A row")
+        _missing_noise_rows(ctx)
         return out
     tn = tables["noise"]
     s_n = src("noise")
-    times = defaultdict(list)
-    twins = set()
-    for r in tables["requests"].rows if "requests" in tables else []:
-        if r["arm"].endswith(TWIN_SUFFIX) and r["status"] != "excluded_warmup":  # the warmup is no control
-            twins.add((r["campaign"], r["family"], r["cap"], r["arm"]))
-        if r["status"] == "ok" and r["t_ns"] is not None:
-            times[(r["campaign"], r["family"], r["cap"], r["arm"], r["task_id"], r["session"])].append(float(r["t_ns"]))
+    twins, blocks, times, cpu = _noise_times(tables)
     seen = set()
     for i, row in enumerate(tn.rows):
         camp, fam, cap, arm, twin = row["campaign"], row["family"], row["cap"], row["arm"], row["twin"]
@@ -193,9 +201,13 @@ def check_noise(ctx: Context, qual: dict, boot: dict) -> dict:
         c.same(tn.where(i, "twin"), twin, arm + TWIN_SUFFIX)
         kind = "estimate" if camp == "replication" else "ratio"
         c.same(tn.where(i, "kind"), row["kind"], kind)
-        draws, seed, thr = (boot.get(k, row[k]) for k in ("draws", "seed", "threshold"))
-        for k, v in (("draws", int(draws)), ("seed", int(seed)), ("threshold", float(thr))):
-            c.same(tn.where(i, k), row[k], v, f"{k} vs plan.json:" if k in boot else "")
+        thr = boot.get("threshold", row["threshold"])
+        c.same(
+            tn.where(i, "threshold"),
+            row["threshold"],
+            float(thr),
+            "threshold vs plan.json:" if "threshold" in boot else "",
+        )
         base = ("noise", camp, fam, twin, row["kind"], cap)
         E.add(base + ("threshold",), float(thr), s_n)
         panel = panels(qual, camp).get((fam, cap))
@@ -204,36 +216,36 @@ def check_noise(ctx: Context, qual: dict, boot: dict) -> dict:
             continue
         tasks = sorted(panel)
         c.same(tn.where(i, "tasks"), row["tasks"], len(tasks))
-        u, n_both = (
-            ([], 0)
+        iv, n_both = (
+            (None, 0)
             if not all_qualified(panel, (arm, twin))
-            else noise_units(times, (camp, fam, cap), twin, arm, tasks, kind)
+            else noise_interval(blocks, times, (camp, fam, cap), twin, arm, tasks, kind)
         )
-        if u:
+        if iv is not None:
             c.same(tn.where(i, "sessions"), row["sessions"], n_both)
-        E.add(base + ("sessions",), n_both if u else row["sessions"], s_n)
-        if not u:
-            out.setdefault((camp, fam), "ok")
+        E.add(base + ("sessions",), n_both if iv is not None else row["sessions"], s_n)
+        if iv is None:
             c.same(tn.where(i, "verdict"), row["verdict"], "unqualified")
-            for col in ("value", "lo", "hi"):
+            for col in ("value", "lo", "hi", "floor", "mde"):
                 c.same(tn.where(i, col), row[col], None, "unqualified A/A control must have no value:")
             E.add(base + ("units",), 0, s_n)
             continue
-        value = math.exp(mean(u))
-        lo, hi = bootstrap(u, int(draws), int(seed))
-        verdict = noise_verdict(lo, hi, float(thr))
-        if out.get((camp, fam)) != "noise_too_high":
-            out[(camp, fam)] = verdict
-        c.recomputed += 4
-        c.same(tn.where(i, "value"), row["value"], value)
-        c.same(tn.where(i, "lo"), row["lo"], lo)
-        c.same(tn.where(i, "hi"), row["hi"], hi)
-        c.same(tn.where(i, "units"), row["units"], len(u))
-        c.same(tn.where(i, "verdict"), row["verdict"], verdict)
-        if verdict == "noise_too_high" and not row["reason"]:
-            c.bad(tn.where(i, "reason"), "machine noise too high, but no reason is given")
-        for k, v in (("value", value), ("lo", lo), ("hi", hi), ("units", len(u))):
-            E.add(base + (k,), v, s_n)
+        value, lo, hi, df, units = iv
+        verdict = aa_verdict(lo, hi)
+        floor = floor_of(lo, hi)
+        mde = minimum_detectable(lo, hi, float(thr))
+        need = units_needed(units, lo, hi, TARGET_EFFECT, float(thr))
+        cpu_v = cpu_pooled_ratio(cpu, (camp, fam, cap), twin, arm, tasks)
+        out[(camp, fam)] = max(out.get((camp, fam), 1.0), floor)
+        got = dict(value=value, cpu_value=cpu_v, lo=lo, hi=hi, df=df, units=units, floor=floor, mde=mde)
+        got.update(units_needed=need, verdict=verdict)
+        for col, v in got.items():
+            c.recomputed += 1
+            c.same(tn.where(i, col), row[col], v)
+            if col not in ("verdict", "df") and v is not None:  # df is checked, not shown
+                E.add(base + (col,), v, s_n)
+        if verdict == "biased" and not row["reason"]:
+            c.bad(tn.where(i, "reason"), "the A/A interval excludes 1, but no reason is given")
     for k in sorted(twins - seen):
         c.bad(tn.rel, f"no A/A row for the twin {k[3]} ({k[0]}, {k[1]}, cap {k[2]}) of requests.csv")
     return out

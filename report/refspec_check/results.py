@@ -11,7 +11,7 @@ from refspec_check.contract import DIAGNOSTIC_PAIRS, CsvTable
 from refspec_check.digests import endpoint_digest
 from refspec_check.problems import Checker
 from refspec_check.qualification import all_qualified, diagnostic_label, panels, recompute_qualification
-from refspec_check.stats import median, paired
+from refspec_check.stats import cpu_pooled_ratio, median, paired
 
 
 def check_endpoints(ctx: Context) -> None:
@@ -144,16 +144,20 @@ def check_ratios(ctx: Context, qual: dict, facts: dict) -> None:
     On the panel of tasks of (campaign, family, cap), with both arms qualified on every task:
     d(t) = mean_r log t_A(t, r) - mean_r log t_B(t, r), ratio = exp(mean_t d(t)), regressed tasks
     are those with d(t) < 0. path = the arms' common mode, else "mixed". An unqualified comparison
-    has no ratio. Identity on the stated values: ratio(A/C) = ratio(A/B) * ratio(B/C) (within 1e-9)."""
+    has no ratio. cpu_ratio: the same paired ratio of the serving processes' CPU times (cpu_ns), where
+    every task has them for both arms. Identity on the stated values: ratio(A/C) = ratio(A/B) * ratio(B/C) (within 1e-9)."""
     c, E, tables, src = ctx.c, ctx.E, ctx.tables, ctx.src
     if "ratios" not in tables:
         return
     tr = tables["ratios"]
     s_r = src("ratios")
     times = defaultdict(list)
+    cpu = defaultdict(list)
     for r in tables["requests"].rows if "requests" in tables else []:
         if r["status"] == "ok" and r["t_ns"] is not None:
             times[(r["campaign"], r["family"], r["cap"], r["arm"], r["task_id"])].append(float(r["t_ns"]))
+        if r["status"] == "ok" and r.get("cpu_ns"):
+            cpu[(r["campaign"], r["family"], r["cap"], r["arm"], r["task_id"])].append(float(r["cpu_ns"]))
     pcache = {}
     for i, row in enumerate(tr.rows):
         camp, fam, cap, a, b = row["campaign"], row["family"], row["cap"], row["numerator"], row["denominator"]
@@ -176,7 +180,7 @@ def check_ratios(ctx: Context, qual: dict, facts: dict) -> None:
         q_ok = all_qualified(panel, (a, b))
         c.same(tr.where(i, "qualified"), row["qualified"], q_ok)
         if not q_ok:
-            for col in ("ratio", "n_regressions", "regressed_tasks"):
+            for col in ("ratio", "cpu_ratio", "n_regressions", "regressed_tasks"):
                 c.same(tr.where(i, col), row[col], None, "unqualified comparison must have no value:")
             continue
         num = {t: times.get((camp, fam, cap, a, t), []) for t in tasks}
@@ -193,6 +197,11 @@ def check_ratios(ctx: Context, qual: dict, facts: dict) -> None:
         c.same(tr.where(i, "regressed_tasks"), row["regressed_tasks"] or "", " ".join(reg))
         E.add(base + ("ratio",), ratio, s_r)
         E.add(base + ("n_regressions",), len(reg), s_r)
+        cpu_r = cpu_pooled_ratio(cpu, (camp, fam, cap), a, b, tasks)
+        c.recomputed += 1
+        c.same(tr.where(i, "cpu_ratio"), row["cpu_ratio"], cpu_r)
+        if cpu_r is not None:
+            E.add(base + ("cpu_ratio",), cpu_r, s_r)
     check_ratio_transitivity(c, tr)
 
 

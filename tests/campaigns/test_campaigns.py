@@ -135,8 +135,8 @@ def test_round_schedule_reverses_the_arm_order_and_is_reproducible():
         x.record() for x in round_schedule(session_ids(2), ["A", "B", "C"], ["t1", "t2", "t3"], **args)
     ]
     rounds = [[b.arm for b in x.blocks if b.arm != "R"] for x in s]
-    r1, r2 = rounds[0][:3], rounds[0][3:]
-    assert r2 == r1[::-1] and rounds[1][:3] == r1[::-1]  # ABBA over rounds and sessions
+    for x in rounds:
+        assert x[3:] == x[:3][::-1]  # the second round of a pair reverses the first
     pos = Counter()
     for x in s:
         others = [b.arm for b in x.blocks if b.arm != "R"]
@@ -148,6 +148,21 @@ def test_round_schedule_reverses_the_arm_order_and_is_reproducible():
         assert sorted(q.repeat for b in x.blocks if b.arm == "R" for q in b.requests if q.task_id == "t1") == [1, 2]
     one = round_schedule(["s01"], ["A"], ["t1"], caps=[8], repeats=1, block_by="arm", seed=1)[0]
     assert [b.arm for b in one.blocks] == ["R", "A", "R"]
+
+
+def test_round_schedule_draws_a_fresh_order_per_session_and_pair_of_rounds():
+    """A fixed order for the whole campaign makes one arm always follow the same other arm (its
+    predecessor's memory, page cache and draft file): the order must differ between sessions and
+    between pairs of rounds, drawn from the seed."""
+    arms = ["A", "B", "C", "D", "E", "F", "G"]
+    s = round_schedule(session_ids(4), arms, ["t1"], caps=[8], repeats=4, block_by="arm_repeat", seed=5)
+    firsts = set()
+    for x in s:
+        others = [b.arm for b in x.blocks if b.arm != "R"]
+        pairs = [others[0:7], others[14:21]]
+        assert others[7:14] == pairs[0][::-1] and others[21:28] == pairs[1][::-1]
+        firsts.update(tuple(p) for p in pairs)
+    assert len(firsts) == 8  # eight pairs of rounds, eight different orders
 
 
 # --------------------------------------------------------------------------- definitions

@@ -23,57 +23,60 @@ from refspec.reporting import render as report
 from support.synthetic_archive import make_results, run_check, seal_archive
 
 THR = S.DEFAULT_THRESHOLD
-DRAWS = 2000
 
 
 # synthetic session contrasts (natural log): an A/B effect of about 5 %, and three A/A controls
 AB = [0.050, 0.047, 0.052, 0.049, 0.051, 0.048]
 AA_QUIET = [0.0010, -0.0008, 0.0004, -0.0012, 0.0006, 0.0000]  # contains 1, narrow
 AA_DRIFT = [0.030, 0.031, 0.029, 0.032, 0.028, 0.030]  # excludes 1
-AA_WIDE = [-0.050, 0.045, -0.040, 0.052, 0.010, -0.012]  # contains 1, wider than the threshold
+AA_WIDE = [-0.050, 0.045, -0.040, 0.052, 0.010, -0.012]  # contains 1, wide
 
 
 def _decision(aa: list[float], ab: list[float] = AB) -> tuple[str, str]:
-    nf = S.noise_floor(aa, DRAWS, S.DEFAULT_SEED, THR)
-    e = S.estimate(ab, DRAWS, S.DEFAULT_SEED, THR)
-    return nf.verdict, S.gate(e.decision, nf.verdict)
+    nf, e = S.session_interval(aa), S.session_interval(ab)
+    return S.aa_verdict(nf.lo, nf.hi), S.decide_weighed(e.lo, e.hi, THR, S.noise_floor_of(nf.lo, nf.hi))
 
 
 def test_quiet_aa_keeps_the_decision():
-    nf = S.noise_floor(AA_QUIET, DRAWS)
-    assert nf.lo <= 1 <= nf.hi and nf.hi / nf.lo <= THR
+    nf = S.session_interval(AA_QUIET)
+    assert nf.lo <= 1 <= nf.hi
     assert _decision(AA_QUIET) == ("ok", "exceeds")
     assert _decision(AA_QUIET, [-x for x in AB]) == ("ok", "below")
-    lo, hi = S.bootstrap_interval(AB, DRAWS)
-    assert S.decide(lo, hi, THR, noise=nf.verdict) == "exceeds"
 
 
-def test_aa_excluding_one_is_machine_noise():
-    nf = S.noise_floor(AA_DRIFT, DRAWS)
-    assert nf.lo > 1 and nf.hi / nf.lo <= THR  # narrow: only the "contains 1" half of the rule fires
-    assert _decision(AA_DRIFT) == ("noise_too_high", "noise_too_high")
-    assert "does not contain 1" in S.noise_reason(nf.lo, nf.hi, THR)
+def test_aa_excluding_one_is_biased_and_its_floor_still_weighs():
+    nf = S.session_interval(AA_DRIFT)
+    assert nf.lo > 1
+    # F = hi of the control, about 1.032: a 5 % effect (lo about 1.049) clears 1.02, not 1.02 x 1.032;
+    # a 10 % effect clears both
+    assert _decision(AA_DRIFT) == ("biased", "noise_too_high")
+    assert _decision(AA_DRIFT, [x + 0.05 for x in AB]) == ("biased", "exceeds")
 
 
-def test_aa_wider_than_the_threshold_is_machine_noise():
-    nf = S.noise_floor(AA_WIDE, DRAWS)
-    assert nf.lo < 1 < nf.hi and nf.hi / nf.lo > THR  # contains 1: only the width half fires
-    assert _decision(AA_WIDE) == ("noise_too_high", "noise_too_high")
-    assert "wider than the threshold" in S.noise_reason(nf.lo, nf.hi, THR)
+def test_a_wide_aa_is_no_longer_a_veto():
+    """The old rule called every decision beside an A/A interval wider than 2 % machine noise; a
+    clear effect whose interval clears the threshold by the floor is now decided."""
+    nf = S.session_interval(AA_WIDE)
+    assert nf.lo < 1 < nf.hi and nf.hi / nf.lo > THR
+    F = S.noise_floor_of(nf.lo, nf.hi)
+    big = [0.33, 0.35, 0.34, 0.32, 0.36, 0.34]  # a 40 % effect
+    e = S.session_interval(big)
+    assert e.lo > THR * F and S.decide_weighed(e.lo, e.hi, THR, F) == "exceeds"
+    assert _decision(AA_WIDE) == ("ok", "noise_too_high")  # 5 % sits inside this wide band
 
 
-def test_noise_never_turns_an_inconclusive_or_too_few_into_a_claim():
-    assert S.gate("inconclusive", S.NOISE_TOO_HIGH) == "inconclusive"
-    assert S.gate(S.TOO_FEW_SESSIONS, S.NOISE_TOO_HIGH) == S.TOO_FEW_SESSIONS
-    assert S.decide(1.0, 1.05, THR, noise=S.NOISE_TOO_HIGH) == "inconclusive"
+def test_noise_never_turns_an_inconclusive_into_a_claim():
+    assert S.decide_weighed(1.0, 1.05, THR, 1.3) == "inconclusive"
+    assert S.decide_weighed(1.0, 1.05, THR, 1.0) == "inconclusive"
 
 
 @pytest.mark.parametrize("lo,hi", [(0.999, 1.001), (1.001, 1.01), (0.98, 1.01), (0.99, 1.0102), (1.0, 1.02)])
 def test_checker_applies_the_same_rule(lo, hi):
-    assert CHECK.noise_verdict(lo, hi, THR) == S.noise_verdict(lo, hi, THR)
-    for dec in ("exceeds", "below", "inconclusive", "too_few_sessions"):
-        for v in ("ok", "noise_too_high", None):
-            assert CHECK.gate(dec, v) == S.gate(dec, v)
+    assert CHECK.aa_verdict(lo, hi) == S.aa_verdict(lo, hi)
+    for elo, ehi in ((1.03, 1.06), (0.9, 0.95), (1.0, 1.05), (1.021, 1.03)):
+        F = S.noise_floor_of(lo, hi)
+        assert CHECK.decide_weighed(elo, ehi, THR, F) == S.decide_weighed(elo, ehi, THR, F)
+    assert CHECK.minimum_detectable(lo, hi, THR) == S.minimum_detectable(lo, hi, THR)
 
 
 # --------------------------------------------------------------------------- the noise table
@@ -102,7 +105,9 @@ def _requests(aa_shift: dict[str, float], n_sessions: int = 6) -> tuple[list[dic
                         task_id=t,
                         status="ok",
                         t_ns=t_ns,
+                        cpu_ns=int(t_ns * 1.9),
                         block=bi,
+                        worker=f"{s}-w{bi}",
                     )
                 )
     for arm in fac:
@@ -114,7 +119,7 @@ def _requests(aa_shift: dict[str, float], n_sessions: int = 6) -> tuple[list[dic
 def test_noise_table_from_a_small_requests_table():
     shift = {f"s{i + 1:02d}": 0.03 for i in range(6)}  # the twin is 3 % slower in every session
     reqs, qual = _requests(shift)
-    rows = NZ.noise_table(reqs, qual, "replication", draws=DRAWS)
+    rows = NZ.noise_table(reqs, qual, "replication")
     assert len(rows) == 1
     n = rows[0]
     assert (n["arm"], n["twin"], n["kind"], n["units"], n["sessions"], n["tasks"]) == (
@@ -125,7 +130,7 @@ def test_noise_table_from_a_small_requests_table():
         6,
         2,
     )
-    # by hand: c_s = mean over tasks of log(t_twin / t_arm) per session
+    # by hand: c_s = mean over tasks of log(t_twin / t_arm) per session, the t interval over them
     times = {(r["session"], r["arm"], r["task_id"]): r["t_ns"] for r in reqs}
     cs = [
         sum(
@@ -134,17 +139,22 @@ def test_noise_table_from_a_small_requests_table():
         / 2
         for s in sorted(shift)
     ]
+    iv = S.session_interval(cs)
     assert n["value"] == pytest.approx(math.exp(sum(cs) / len(cs)), rel=1e-12)
-    assert n["verdict"] == "noise_too_high" and n["lo"] > 1
-    # the twin is never a replication arm, and the estimate's decision is gated by the control
-    contrasts, est = D.replication_tables(reqs, qual, paths=["spec"], draws=DRAWS)
+    assert (n["lo"], n["hi"], n["df"]) == (iv.lo, iv.hi, 5.0)
+    assert n["verdict"] == "biased" and n["lo"] > 1 and "does not contain 1" in n["reason"]
+    assert n["floor"] == n["hi"] and n["mde"] == pytest.approx(THR * n["hi"] * math.sqrt(n["hi"] / n["lo"]))
+    assert n["cpu_value"] == pytest.approx(n["value"], rel=1e-2)
+    # the twin is never a replication arm; the estimate's decision weighs the control's floor
+    contrasts, est = D.replication_tables(reqs, qual, paths=["spec"])
     assert [e["comparison"] for e in est] == ["PQ/QB"] and est[0]["decision"] == "exceeds"
-    gated = NZ.gate_estimates(est, rows)
-    assert gated[0]["decision"] == "noise_too_high" and "C_qb_aa/C_qb" in gated[0]["reason"]
-    # a quiet twin leaves the decision alone
-    quiet = NZ.noise_table(*_requests({}), "replication", draws=DRAWS)
+    weighed = NZ.weigh_estimates(est, rows)
+    assert weighed[0]["floor"] == n["floor"]
+    assert weighed[0]["decision"] == ("exceeds" if est[0]["lo"] > THR * n["floor"] else "noise_too_high")
+    # a quiet twin: F close to 1, the decision stands
+    quiet = NZ.noise_table(*_requests({}), "replication")
     assert quiet[0]["verdict"] == "ok"
-    assert NZ.gate_estimates(est, quiet)[0]["decision"] == "exceeds"
+    assert NZ.weigh_estimates(est, quiet)[0]["decision"] == "exceeds"
 
 
 def test_a_twins_warmup_is_no_control():
@@ -153,7 +163,7 @@ def test_a_twins_warmup_is_no_control():
     reqs, qual = _requests({})
     for arm in ("C_qb", "C_qb_aa"):
         reqs.append(dict(reqs[0], arm=arm, cap=4, status="excluded_warmup", t_ns=1.0e8, task_id="warmup"))
-    rows = NZ.noise_table(reqs, qual, "replication", draws=DRAWS)
+    rows = NZ.noise_table(reqs, qual, "replication")
     assert [(r["cap"], r["twin"]) for r in rows] == [(24, "C_qb_aa")]
     assert rows[0]["verdict"] != "unqualified"
 
@@ -164,14 +174,25 @@ def test_noise_table_of_a_ratio_campaign_and_unqualified_twin():
         r["campaign"] = "confirmation"
     for q in qual:
         q["campaign"] = "confirmation"
-    rows = NZ.noise_table(reqs, qual, "confirmation", draws=DRAWS)
+    rows = NZ.noise_table(reqs, qual, "confirmation")
     ratio = D.ratios_table(reqs, qual, "confirmation", pairs=[("C_qb_aa", "C_qb")])[0]["ratio"]
-    assert rows[0]["kind"] == "ratio" and rows[0]["units"] == 2
+    # kind ratio: the unit is the worker, six per arm (one per session here)
+    assert rows[0]["kind"] == "ratio" and rows[0]["units"] == 6
     assert rows[0]["value"] == pytest.approx(ratio, rel=1e-12)
     assert all("C_qb_aa" not in (r["numerator"], r["denominator"]) for r in D.ratios_table(reqs, qual, "confirmation"))
     qual[-1]["qualified"] = False
-    bad = NZ.noise_table(reqs, qual, "confirmation", draws=DRAWS)[0]
+    bad = NZ.noise_table(reqs, qual, "confirmation")[0]
     assert bad["verdict"] == "unqualified" and bad["value"] is None and "C_qb_aa" in bad["reason"]
+
+
+def test_one_worker_per_arm_is_no_interval():
+    reqs, qual = _requests({}, n_sessions=1)
+    for r in reqs:
+        r["campaign"] = "confirmation"
+    for q in qual:
+        q["campaign"] = "confirmation"
+    (row,) = NZ.noise_table(reqs, qual, "confirmation")
+    assert row["verdict"] == "unqualified" and "at least 2 workers" in row["reason"]
 
 
 def test_twin_arm_in_the_definition():
@@ -228,7 +249,25 @@ def test_a_real_load_sample_is_json():
         "top",
         "governor",
         "freq_mhz",
+        "steal_jiffies",
+        "total_jiffies",
     }
+    # /proc/stat on Linux: steal and total CPU ticks since boot
+    assert s["total_jiffies"] > 0 and 0 <= s["steal_jiffies"] <= s["total_jiffies"]
+    later = dict(s, steal_jiffies=s["steal_jiffies"] + 5, total_jiffies=s["total_jiffies"] + 200)
+    assert load.steal_percent(s, later) == 2.5
+
+
+def test_process_cpu_time_reads_proc_stat():
+    import os
+
+    t0 = load.process_cpu_ns(os.getpid())
+    x = 0
+    for i in range(3_000_000):
+        x += i * i
+    t1 = load.process_cpu_ns(os.getpid())
+    assert t0 is not None and t1 >= t0 + 10_000_000  # at least one clock tick of work
+    assert load.process_cpu_ns(None) is None and load.process_cpu_ns(2**22 + 12345) is None
 
 
 # --------------------------------------------------------------------------- the checker
@@ -237,7 +276,7 @@ def test_a_real_load_sample_is_json():
 @pytest.fixture(scope="module")
 def aa_archive(tmp_path_factory):
     base = tmp_path_factory.mktemp("aa")
-    results = make_results(base / "results", draws=500, aa=True, aa_spread=0.05)
+    results = make_results(base / "results", draws=500, aa=True, aa_spread=0.01, aa_shift=0.04)
     report.render(results, pdf=False)
     return seal_archive(results, base / "archive")
 
@@ -257,17 +296,19 @@ def test_checker_recomputes_the_noise_table(aa_archive):
     assert "A/A noise floor" in html and "Machine load: blocks run on a busy machine" in html
     assert 'data-num="noise|replication|' in html and 'data-num="loadsum|replication|' in html
     noise = (aa_archive / "tables" / "noise.csv").read_text()
-    assert "C_qb_aa" in noise and "M_qb_aa" in noise and "noise_too_high" in noise  # the wide twins are noisy
+    assert "C_qb_aa" in noise and "M_qb_aa" in noise and ",biased," in noise  # the shifted twins are biased
     with open(aa_archive / "tables" / "noise.csv") as f:
-        high = {
-            r["family"]
-            for r in csv.DictReader(f)
-            if r["campaign"] == "replication" and r["verdict"] == "noise_too_high"
-        }
+        floors: dict[str, float] = {}
+        for r in csv.DictReader(f):
+            if r["campaign"] == "replication" and r["floor"]:
+                floors[r["family"]] = max(floors.get(r["family"], 1.0), float(r["floor"]))
     with open(aa_archive / "tables" / "estimates.csv") as f:
-        est = list(csv.DictReader(f))
-    assert high and any(e["decision"] == "noise_too_high" for e in est)
-    assert not any(e["family"] in high and e["decision"] in ("exceeds", "below") for e in est)
+        est = [e for e in csv.DictReader(f) if e["lo"]]
+    assert est and min(floors.values()) > math.exp(0.03)  # the 4 % shift sets the floors
+    for e in est:  # every decision weighs its family's floor
+        lo, hi, thr = float(e["lo"]), float(e["hi"]), float(e["threshold"])
+        assert float(e["floor"]) == floors[e["family"]]
+        assert e["decision"] == S.decide_weighed(lo, hi, thr, floors[e["family"]])
 
 
 def test_edited_aa_number_is_caught(aa_archive, tmp_path):
@@ -285,7 +326,7 @@ def test_edited_aa_number_is_caught(aa_archive, tmp_path):
 
 def test_edited_aa_verdict_and_busy_flag_are_caught(aa_archive, tmp_path):
     dst = _copy(aa_archive, tmp_path)
-    for name, col, old, new in (("noise", "verdict", "noise_too_high", "ok"), ("loads", "busy", "true", "false")):
+    for name, col, old, new in (("noise", "verdict", "biased", "ok"), ("loads", "busy", "true", "false")):
         p = dst / "tables" / f"{name}.csv"
         lines = p.read_text().splitlines()
         i = lines[0].split(",").index(col)

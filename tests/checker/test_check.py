@@ -132,19 +132,18 @@ def test_edited_csv_value(copy):
     assert any("subject 'tables/requests.csv'" in l for l in mm)
 
 
-def test_changed_seed_in_plan(copy):
+def test_changed_threshold_in_plan(copy):
     p = copy / "plan.json"
     plan = json.loads(p.read_text())
-    plan["bootstrap"]["seed"] += 1
+    plan["bootstrap"]["threshold"] = 1.5
     p.write_text(json.dumps(plan, indent=1) + "\n")
     code, out = run_check(copy)
     assert code == 1
     mm = mismatches(out)
     assert any(
-        l.startswith("MISMATCH tables/estimates.csv:") and "column seed" in l and "plan.json" in l for l in mm
+        l.startswith("MISMATCH tables/estimates.csv:") and "column threshold" in l and "plan.json" in l for l in mm
     ), out
-    assert any(l.startswith("MISMATCH tables/estimates.csv:") and ("column lo" in l or "column hi" in l) for l in mm)
-    assert any(l.startswith("MISMATCH numbers.json: est|") and "|seed" in l for l in mm)
+    assert any(l.startswith("MISMATCH numbers.json: est|") and "|threshold" in l for l in mm)
     assert any("provenance.plan_sha256" in l for l in mm)
 
 
@@ -298,7 +297,7 @@ def test_frozen_prediction_must_be_the_predictors_output(copy):
 
 
 def test_too_few_sessions_is_not_a_decision(tmp_path):
-    results = make_results(tmp_path / "results", n_sessions=3, draws=500)
+    results = make_results(tmp_path / "results", n_sessions=1, draws=500)
     report.render(results, pdf=False)
     archive = seal_archive(results, tmp_path / "archive")
     code, out = run_check(archive)

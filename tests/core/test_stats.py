@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import itertools
 import json
 import math
 import random
 import re
 
-import numpy as np
 import pytest
 import refspec_check as CHECK
 
@@ -57,65 +55,11 @@ def test_paired_ratio_refuses_missing_times():
 # --------------------------------------------------------------------------- bootstrap
 
 
-def _weighted_quantile(atoms: dict[float, int], total: int, p: float) -> float:
-    """The p-th percentile of a discrete distribution (value where the CDF first reaches p/100)."""
-    acc = 0
-    for v in sorted(atoms):
-        acc += atoms[v]
-        if acc / total >= p / 100.0:
-            return v
-    return max(atoms)
-
-
-def test_bootstrap_three_sessions_enumeration():
-    c = [0.010, 0.030, 0.080]
-    n = len(c)
-    # all 27 equally likely ordered resamples
-    atoms: dict[float, int] = {}
-    for idx in itertools.product(range(n), repeat=n):
-        m = round(sum(c[i] for i in idx) / n, 15)
-        atoms[m] = atoms.get(m, 0) + 1
-    assert sum(atoms.values()) == 27 and len(atoms) == 10
-    # none of the tested levels sits on a CDF step (multiples of 1/27)
-    levels = (2.5, 25.0, 50.0, 75.0, 97.5)
-    means = S.bootstrap_means(c, draws=10_000, seed=S.DEFAULT_SEED)
-    for p in levels:
-        exact = _weighted_quantile(atoms, 27, p)
-        sampled = float(np.percentile(means, p))
-        assert sampled == pytest.approx(exact, abs=1e-12), p
-    lo, hi = S.bootstrap_interval(c)
-    assert lo == pytest.approx(math.exp(min(c)), rel=1e-12)
-    assert hi == pytest.approx(math.exp(max(c)), rel=1e-12)
-    # empirical frequencies of the 10 atoms agree with the enumeration weights
-    vals, counts = np.unique(np.round(means, 15), return_counts=True)
-    for v, k in zip(vals, counts):
-        assert k / 10_000 == pytest.approx(atoms[float(v)] / 27, abs=0.02)
-    # the standard-library implementation gives the same seeded interval
-    lo2, hi2 = CHECK.bootstrap(c, 10_000, S.DEFAULT_SEED)
-    assert abs(lo - lo2) <= 1e-12 and abs(hi - hi2) <= 1e-12
-    for p in levels:
-        a = S.bootstrap_interval(c, percentiles=(p,))[0]
-        b = CHECK.bootstrap(c, 10_000, S.DEFAULT_SEED, percentiles=(p,))[0]
-        assert abs(a - b) <= 1e-12
-
-
 def test_bootstrap_indices_follow_the_documented_draw_order():
     idx = S.bootstrap_indices(4, draws=5, seed=99)
     rng = random.Random(99)
     expect = [[rng.randrange(4) for _ in range(4)] for _ in range(5)]
     assert idx.tolist() == expect
-
-
-def test_fixed_seed_is_reproducible_and_seed_matters():
-    c = [0.021, -0.004, 0.035, 0.012, 0.050, 0.008]
-    a = S.bootstrap_interval(c, draws=10_000, seed=20261014)
-    b = S.bootstrap_interval(c, draws=10_000, seed=20261014)
-    assert a == b
-    d = S.bootstrap_interval(c, draws=10_000, seed=20261015)
-    assert d != a
-    e1 = S.estimate(c)
-    e2 = S.estimate(c)
-    assert e1 == e2 and e1.seed == 20261014 and e1.draws == 10_000 and e1.threshold == 1.02
 
 
 def test_percentile_is_linear_interpolation():
@@ -128,12 +72,26 @@ def test_percentile_is_linear_interpolation():
 
 
 @pytest.mark.parametrize(
-    "lo,hi,decision",
-    [(1.03, 1.05, "exceeds"), (1.02, 1.05, "inconclusive"), (0.99, 1.019, "below"), (1.0, 1.02, "inconclusive")],
+    "lo,hi,floor,decision",
+    [
+        (1.03, 1.05, 1.0, "exceeds"),
+        (1.02, 1.05, 1.0, "inconclusive"),
+        (0.99, 1.019, 1.0, "below"),
+        (1.0, 1.02, 1.0, "inconclusive"),
+        (1.03, 1.05, 1.02, "noise_too_high"),
+        (1.05, 1.10, 1.02, "exceeds"),
+    ],
 )
-def test_decision(lo, hi, decision):
-    assert S.decide(lo, hi, 1.02) == decision
-    assert CHECK.decide(lo, hi, 1.02) == decision
+def test_decision(lo, hi, floor, decision):
+    assert S.decide_weighed(lo, hi, 1.02, floor) == decision
+    assert CHECK.decide_weighed(lo, hi, 1.02, floor) == decision
+
+
+def _blocks(rng, n, tasks, shift=0.0):
+    return {
+        f"w{b}": [(t, rng.lognormvariate(21 + shift, 0.05)) for t in tasks for _ in range(rng.randint(1, 2))]
+        for b in range(n)
+    }
 
 
 def test_pipeline_and_checker_agree_on_random_data():
@@ -149,24 +107,27 @@ def test_pipeline_and_checker_agree_on_random_data():
         assert abs(pr.ratio - math.exp(D)) <= 1e-12
         assert list(pr.regressed) == reg
         assert all(abs(pr.task_log_ratios[t] - d[t]) <= 1e-12 for t in tasks)
-        cs = [rng.gauss(0.02, 0.02) for _ in range(rng.randint(1, 8))]
-        seed = rng.randrange(2**31)
-        draws = rng.choice([1, 7, 500, 3000])
-        e = S.estimate(cs, draws=draws, seed=seed)
-        lo, hi = CHECK.bootstrap(cs, draws, seed)
-        assert abs(e.lo - lo) <= 1e-12 and abs(e.hi - hi) <= 1e-12
-        assert abs(e.estimate - math.exp(CHECK.mean(cs))) <= 1e-12
-        assert e.decision == CHECK.decide(lo, hi, 1.02, len(cs))
+        cs = [rng.gauss(0.02, 0.02) for _ in range(rng.randint(2, 8))]
+        e = S.session_interval(cs)
+        v, lo, hi, df, n = CHECK.session_interval(cs)
+        assert abs(e.lo - lo) <= 1e-12 and abs(e.hi - hi) <= 1e-12 and abs(e.value - v) <= 1e-12
+        assert e.df == df and e.units == n == len(cs)
+        a, b = _blocks(rng, rng.randint(2, 7), tasks), _blocks(rng, rng.randint(2, 7), tasks, 0.03)
+        w = S.worker_interval(a, b, tasks)
+        v, lo, hi, df, n = CHECK.worker_interval(a, b, tasks)
+        assert abs(w.value - v) <= 1e-12 and abs(w.lo - lo) <= 1e-12 and abs(w.hi - hi) <= 1e-12
+        assert abs(w.df - df) <= 1e-9 * df and w.units == n
+        assert S.minimum_detectable(w.lo, w.hi) == pytest.approx(CHECK.minimum_detectable(lo, hi, 1.02), rel=1e-12)
         times = [x for v in num.values() for x in v]
         assert S.median(times) == CHECK.median(times)
 
 
-def test_fewer_than_five_sessions_get_no_decision():
-    for n in (1, 2, 4):
-        e = S.estimate([0.05] * n, draws=200)
-        assert e.lo > 1.02 and e.decision == S.TOO_FEW_SESSIONS == CHECK.decide(e.lo, e.hi, 1.02, n)
-    e = S.estimate([0.05, 0.06, 0.05, 0.07, 0.06], draws=200)
-    assert e.decision == "exceeds" == CHECK.decide(e.lo, e.hi, 1.02, 5)
+def test_fewer_than_two_sessions_get_no_interval():
+    with pytest.raises(S.StatsError, match="at least 2 sessions"):
+        S.session_interval([0.05])
+    assert CHECK.session_interval([0.05]) is None
+    e = S.session_interval([0.05, 0.06, 0.05, 0.07, 0.06])
+    assert S.decide_weighed(e.lo, e.hi) == "exceeds"
 
 
 # --------------------------------------------------------------------------- qualification
@@ -311,6 +272,7 @@ def _req_row(**kw):
         status="ok",
         reason=None,
         t_ns=123456789,
+        cpu_ns=240000000,
         n_generated=3,
         stop_reason="eog",
         eog=True,
@@ -344,6 +306,7 @@ def test_write_read_round_trip(tmp_path):
             status="failed",
             reason="worker died",
             t_ns=None,
+            cpu_ns=None,
             n_generated=None,
             stop_reason=None,
             eog=None,
@@ -384,9 +347,9 @@ def test_csv_encodings(tmp_path):
         n_tasks=12,
         n_regressions=0,
         regressed_tasks="",
-        draws=10000,
-        seed=20261014,
+        df=5.0,
         threshold=1.02,
+        floor=1.1,
         decision="exceeds",
         reason=None,
     )

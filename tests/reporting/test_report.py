@@ -370,14 +370,15 @@ def test_main_prints_the_same_headline(rendered):
         assert line.rstrip().endswith(shown) and h["finding"] in line
 
 
-def test_fewer_than_five_sessions_say_too_few_sessions(tmp_path):
-    results = make_results(tmp_path / "few", n_sessions=3, draws=300)
+def test_one_session_says_too_few_sessions_and_three_get_a_t_interval(tmp_path):
+    results = make_results(tmp_path / "one", n_sessions=1, draws=300)
     est = T.read_records("estimates", results)
     assert est and all(
         r["decision"] == "too_few_sessions"
-        and r["n_sessions"] == 3
-        and r["lo"] is not None
-        and "at least 5" in r["reason"]
+        and r["n_sessions"] == 1
+        and r["lo"] is None
+        and r["estimate"] is not None
+        and "at least 2" in r["reason"]
         for r in est
     )
     report.render(results, pdf=False)
@@ -390,6 +391,9 @@ def test_fewer_than_five_sessions_say_too_few_sessions(tmp_path):
     table = table[: table.index("</table>")]
     assert table.count(">too few sessions<") == 4
     assert not re.search(r">(exceeds|inconclusive|below)<", table)
+    # three sessions: a t interval with two degrees of freedom, and a decision
+    three = T.read_records("estimates", make_results(tmp_path / "three", n_sessions=3, draws=300))
+    assert all(r["lo"] is not None and r["df"] == 2.0 and r["decision"] != "too_few_sessions" for r in three)
 
 
 def test_diagnostic_timings_have_their_own_labelled_table(rendered):

@@ -13,6 +13,7 @@ import datetime as dt
 import functools
 import hashlib
 import json
+import math
 import random
 import subprocess
 import sys
@@ -105,6 +106,7 @@ class _Gen:
             status=status,
             reason=reason,
             t_ns=None,
+            cpu_ns=None,
             n_generated=None,
             stop_reason=None,
             eog=None,
@@ -148,6 +150,7 @@ class _Gen:
         callers = (cyc or n) + 1
         row.update(
             t_ns=int(t),
+            cpu_ns=int(t * 1.9),  # two threads busy for most of the request
             n_generated=n,
             stop_reason=stop,
             eog=eog,
@@ -244,12 +247,14 @@ def make_results(
     draws: int = 2000,
     aa: bool = False,
     aa_spread: float = 0.0,
+    aa_shift: float = 0.0,
 ) -> Path:
     """Write a complete synthetic results folder into ``out`` (tables under ``out/tables``).
 
     ``aa``: the implementation and replication campaigns also run the A/A twins ``M_qb_aa`` and
     ``C_qb_aa`` (``noise`` table, estimates gated by it) and every replication block has a load
-    sample (``loads`` table, one busy block); ``aa_spread`` is the twins' extra log-time noise."""
+    sample (``loads`` table, one busy block); ``aa_spread`` is the twins' extra log-time noise and
+    ``aa_shift`` a constant log shift of the twins' times (a biased control)."""
     out = Path(out)
     tdir = out / "tables"
     g = _Gen(seed, evil)
@@ -327,6 +332,7 @@ def make_results(
                 for t in impl_tasks[fam]:
                     for rep in (1, 2):
                         fa = f * rng.lognormvariate(0, aa_spread) if arm.endswith("_aa") and aa_spread else f
+                        fa *= math.exp(aa_shift) if arm.endswith("_aa") else 1.0
                         g.add("implementation", sess, ai, worker, fam, t, arm, mode, lay, k, ub, mask, cap, rep, fa)
             if fam == FAMILIES[0]:  # refused by admission: every request failed, no worker ever started
                 arm, mode, lay, k, ub, mask = REFUSED_ARM
@@ -376,6 +382,8 @@ def make_results(
                         eff = f * sfac * (1 + 0.01 * rng.uniform(-1, 1) if lay == "pq" else 1)
                         if arm.endswith("_aa") and aa_spread:
                             eff *= rng.lognormvariate(0, aa_spread)
+                        if arm.endswith("_aa"):
+                            eff *= math.exp(aa_shift)
                         g.add("replication", sess, bi, worker, fam, t, arm, mode, lay, k, ub, mask, cap, rep, eff)
                         n_req += 1
                 if aa:
@@ -396,6 +404,7 @@ def make_results(
                             top_competing=f"stress:4242:{comp:.2f}" if comp > 0.5 else None,
                             governor="performance x2",
                             freq_mhz=2400.0,
+                            steal_percent=3.5,
                             busy_threshold=0.5,
                             busy=comp > 0.5,
                         )
@@ -505,11 +514,11 @@ def make_results(
     T.write_table(ratios, "ratios", tdir)
     T.write_table(D.diagnostics_table(reqs, qual, "confirmation"), "diagnostics", tdir)
     T.write_table(pred_rows, "prediction", tdir)
-    contrasts, estimates = D.replication_tables(reqs, qual, draws=draws, seed=boot_seed)
+    contrasts, estimates = D.replication_tables(reqs, qual)
     if aa:
-        noise = NZ.noise_table(reqs, qual, "implementation", draws=draws, seed=boot_seed)
-        noise += NZ.noise_table(reqs, qual, "replication", draws=draws, seed=boot_seed)
-        estimates = NZ.gate_estimates(estimates, [n for n in noise if n["campaign"] == "replication"])
+        noise = NZ.noise_table(reqs, qual, "implementation")
+        noise += NZ.noise_table(reqs, qual, "replication")
+        estimates = NZ.weigh_estimates(estimates, [n for n in noise if n["campaign"] == "replication"])
         T.write_table(noise, "noise", tdir)
         T.write_table(loads, "loads", tdir)
     T.write_table(contrasts, "contrasts", tdir)

@@ -30,6 +30,7 @@ not qualified; they are never qualified ratios.
 from __future__ import annotations
 
 import datetime as dt
+import math
 import re
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
@@ -39,15 +40,15 @@ from ..core.arms import REFERENCE_ARM, is_twin
 from ..core.endpoint import first_divergence
 from ..core.layouts import LAYOUT_ORDER
 from ..core.stats import (
-    DEFAULT_DRAWS,
-    DEFAULT_SEED,
     DEFAULT_THRESHOLD,
+    MIN_UNITS,
     TOO_FEW_SESSIONS,
     StatsError,
-    estimate,
+    decide_weighed,
     median,
     paired_ratio,
     ratio_of_pooled,
+    session_interval,
     too_few_sessions_reason,
 )
 from ..core.tables import records
@@ -96,15 +97,27 @@ def _arm_facts(reqs: list[dict]) -> dict[tuple[str, str, str], tuple[str, str]]:
     return out
 
 
-def _arms_and_times(reqs: list[dict]) -> tuple[dict, dict]:
-    """(family, cap) -> arms requested; (family, cap, arm, task) -> times of the ok requests (ns)."""
+def _arms_and_times(reqs: list[dict], column: str = "t_ns") -> tuple[dict, dict]:
+    """(family, cap) -> arms requested; (family, cap, arm, task) -> times of the ok requests (ns):
+    wall times (``t_ns``) or the serving process's CPU times (``cpu_ns``, where recorded and > 0)."""
     arm_caps: dict[tuple[str, int], set] = defaultdict(set)
     times: dict[tuple, list[float]] = defaultdict(list)
     for r in reqs:
         arm_caps[(r["family"], int(r["cap"]))].add(r["arm"])
-        if r["status"] == "ok" and r["t_ns"] is not None:
-            times[(r["family"], int(r["cap"]), r["arm"], r["task_id"])].append(float(r["t_ns"]))
+        v = r.get(column)
+        if r["status"] == "ok" and v is not None and v > 0:
+            times[(r["family"], int(r["cap"]), r["arm"], r["task_id"])].append(float(v))
     return arm_caps, times
+
+
+def cpu_ratio(cpu_times: dict, fam: str, cap: int, num: str, den: str, tasks: Sequence[str]) -> float | None:
+    """The paired ratio of the serving processes' CPU times (``requests.cpu_ns``) on ``tasks``, beside the
+    wall-time ratio; None unless every task has CPU times of both arms."""
+    a = {t: cpu_times.get((fam, cap, num, t), []) for t in tasks}
+    b = {t: cpu_times.get((fam, cap, den, t), []) for t in tasks}
+    if not tasks or not all(a[t] and b[t] for t in tasks):
+        return None
+    return paired_ratio(a, b, tasks).ratio
 
 
 def _times(reqs: list[dict], campaign: str, by_session: bool = False) -> dict:
@@ -293,6 +306,7 @@ def ratios_table(
     qual = records(qualification)
     facts = _arm_facts(reqs)
     arm_caps, times = _arms_and_times(reqs)
+    _caps, cpu_times = _arms_and_times(reqs, "cpu_ns")
     panels = _panels(qual, campaign)
     rows = []
     for fam, cap in sorted(panels):
@@ -316,12 +330,15 @@ def ratios_table(
                 row.update(
                     qualified=True,
                     ratio=pr.ratio,
+                    cpu_ratio=cpu_ratio(cpu_times, fam, cap, a, b, tasks),
                     n_regressions=pr.n_regressions,
                     regressed_tasks=" ".join(pr.regressed),
                     reason=None,
                 )
             else:
-                row.update(qualified=False, ratio=None, n_regressions=None, regressed_tasks=None, reason=reason)
+                row.update(
+                    qualified=False, ratio=None, cpu_ratio=None, n_regressions=None, regressed_tasks=None, reason=reason
+                )
             rows.append(row)
     return rows
 
@@ -422,8 +439,6 @@ def replication_tables(
     campaign: str = "replication",
     comparisons: Sequence[tuple[str, str]] = (("pq", "qb"),),
     paths: Sequence[str] = ("target", "spec"),
-    draws: int = DEFAULT_DRAWS,
-    seed: int = DEFAULT_SEED,
     threshold: float = DEFAULT_THRESHOLD,
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Rows of the ``contrasts`` and ``estimates`` tables.
@@ -454,12 +469,14 @@ def replication_tables(
                 comp = f"{x.upper()}/{y.upper()}"
                 base = dict(family=fam, path=path, comparison=comp)
                 reason = _unqualified_reason(panel, (a, b))
-                est_row = dict(base, n_tasks=len(tasks), draws=int(draws), seed=int(seed), threshold=float(threshold))
+                est_row = dict(base, n_tasks=len(tasks), threshold=float(threshold))
                 if reason is not None:
                     est_row.update(
                         estimate=None,
                         lo=None,
                         hi=None,
+                        df=None,
+                        floor=None,
                         n_sessions=0,
                         n_regressions=None,
                         regressed_tasks=None,
@@ -487,6 +504,8 @@ def replication_tables(
                         estimate=None,
                         lo=None,
                         hi=None,
+                        df=None,
+                        floor=None,
                         n_sessions=0,
                         n_regressions=None,
                         regressed_tasks=None,
@@ -495,18 +514,29 @@ def replication_tables(
                     )
                     estimates.append(est_row)
                     continue
-                e = estimate(cs, draws, seed, threshold)
                 _pts, reg = ratio_of_pooled(per_task)
-                est_row.update(
-                    estimate=e.estimate,
-                    lo=e.lo,
-                    hi=e.hi,
-                    n_sessions=e.n_sessions,
-                    n_regressions=len(reg),
-                    regressed_tasks=" ".join(reg),
-                    decision=e.decision,
-                    reason=too_few_sessions_reason(e.n_sessions) if e.decision == TOO_FEW_SESSIONS else None,
-                )
+                est_row.update(n_sessions=len(cs), n_regressions=len(reg), regressed_tasks=" ".join(reg))
+                if len(cs) < MIN_UNITS:
+                    est_row.update(
+                        estimate=math.exp(math.fsum(cs) / len(cs)),
+                        lo=None,
+                        hi=None,
+                        df=None,
+                        floor=None,
+                        decision=TOO_FEW_SESSIONS,
+                        reason=too_few_sessions_reason(len(cs)),
+                    )
+                else:
+                    iv = session_interval(cs)
+                    est_row.update(
+                        estimate=iv.value,
+                        lo=iv.lo,
+                        hi=iv.hi,
+                        df=iv.df,
+                        floor=1.0,  # no A/A control weighed in yet (refspec.campaigns.noise.weigh_estimates)
+                        decision=decide_weighed(iv.lo, iv.hi, threshold),
+                        reason=None,
+                    )
                 estimates.append(est_row)
     return contrasts, estimates
 

@@ -163,12 +163,7 @@ def aa_and_load(ctx: Context, run, base: dict, tables: dict) -> list[str]:
     if any(is_twin(n) for n in ctx.arms) and "noise" not in tables:
         boot = ctx.plan.get("bootstrap") or ctx.defn["bootstrap"]
         tables["noise"] = noise_table(
-            base["requests"],
-            base["qualification"],
-            ctx.name,
-            draws=int(boot["draws"]),
-            seed=int(boot["seed"]),
-            threshold=float(boot["threshold"]),
+            base["requests"], base["qualification"], ctx.name, threshold=float(boot["threshold"])
         )
         texts.append(noise_text(tables["noise"]))
     loads = loads_table(run.ledger_records(), ctx.name, ctx.family)

@@ -31,63 +31,76 @@ from typing import Any
 
 from ..core.arms import is_twin, twin_of
 from ..core.stats import (
-    DEFAULT_DRAWS,
-    DEFAULT_SEED,
     DEFAULT_THRESHOLD,
+    NOISE_BIASED,
     NOISE_TOO_HIGH,
-    gate,
-    noise_floor,
-    noise_reason,
+    TARGET_EFFECT,
+    StatsError,
+    aa_verdict,
+    decide_weighed,
+    minimum_detectable,
+    noise_floor_of,
     paired_ratio,
+    session_interval,
+    units_needed,
+    worker_interval,
 )
 from ..core.tables import records
-from .derived import _panels, _unqualified_reason
+from ..engine.load import steal_percent
+from .derived import _arms_and_times, _panels, _unqualified_reason, cpu_ratio
 
 KIND_OF = {"replication": "estimate"}  # every other campaign's A/A control is of kind ratio
 
 
-def _times(reqs: list[dict]) -> dict:
-    """(family, cap, arm, task, session) -> [t_ns] of the ok rows."""
-    out: dict[tuple, list[float]] = defaultdict(list)
+def _blocks(reqs: list[dict]) -> dict:
+    """(family, cap, arm) -> worker -> [(task, t_ns)] and (family, cap, arm, task, session) -> [t_ns],
+    of the ok rows."""
+    blocks: dict[tuple, dict[str, list]] = defaultdict(lambda: defaultdict(list))
+    times: dict[tuple, list[float]] = defaultdict(list)
     for r in reqs:
         if r["status"] == "ok" and r["t_ns"] is not None:
-            out[(r["family"], int(r["cap"]), r["arm"], r["task_id"], r["session"])].append(float(r["t_ns"]))
+            blocks[(r["family"], int(r["cap"]), r["arm"])][r["worker"]].append((r["task_id"], float(r["t_ns"])))
+            times[(r["family"], int(r["cap"]), r["arm"], r["task_id"], r["session"])].append(float(r["t_ns"]))
+    return blocks, times
+
+
+def session_contrasts(times: dict, fam: str, cap: int, num: str, den: str, tasks: list[str]) -> dict[str, float]:
+    """session -> c_s, the paired log ratio of ``num`` over ``den`` on the tasks both timed in it."""
+    sessions = sorted({k[4] for k in times if k[0] == fam and k[1] == cap and k[2] in (num, den)})
+    out = {}
+    for s in sessions:
+        a = {t: times.get((fam, cap, num, t, s), []) for t in tasks}
+        b = {t: times.get((fam, cap, den, t, s), []) for t in tasks}
+        common = [t for t in tasks if a[t] and b[t]]
+        if common:
+            out[s] = paired_ratio(a, b, common).log_ratio
     return out
 
 
-def _contrasts(times: dict, fam: str, cap: int, twin: str, arm: str, tasks: list[str], kind: str) -> tuple:
-    """(log contrasts, sessions timing both arms) of ``twin`` over ``arm``."""
-    sessions = sorted({k[4] for k in times if k[0] == fam and k[1] == cap and k[2] in (twin, arm)})
-
-    def pooled(a: str, ss: list[str]) -> dict[str, list[float]]:
-        return {t: [x for s in ss for x in times.get((fam, cap, a, t, s), [])] for t in tasks}
-
-    both = [
-        s
-        for s in sessions
-        if any(times.get((fam, cap, twin, t, s)) and times.get((fam, cap, arm, t, s)) for t in tasks)
-    ]
-    if kind == "ratio":
-        return list(paired_ratio(pooled(twin, sessions), pooled(arm, sessions), tasks).task_log_ratios.values()), both
-    cs = []
-    for s in both:
-        num, den = pooled(twin, [s]), pooled(arm, [s])
-        cs.append(paired_ratio(num, den, [t for t in tasks if num[t] and den[t]]).log_ratio)
-    return cs, both
+def aa_interval(blocks: dict, times: dict, fam: str, cap: int, twin: str, arm: str, tasks: list[str], kind: str):
+    """(the A/A :class:`~refspec.core.stats.Interval`, sessions timing both), or (None, sessions, reason)."""
+    cs = session_contrasts(times, fam, cap, twin, arm, tasks)
+    try:
+        if kind == "ratio":
+            iv = worker_interval(blocks[(fam, cap, twin)], blocks[(fam, cap, arm)], tasks)
+        else:
+            iv = session_interval(list(cs.values()))
+    except StatsError as e:
+        return None, len(cs), str(e)
+    return iv, len(cs), None
 
 
 def noise_table(
     requests: Any,
     qualification: Any,
     campaign: str,
-    draws: int = DEFAULT_DRAWS,
-    seed: int = DEFAULT_SEED,
     threshold: float = DEFAULT_THRESHOLD,
 ) -> list[dict[str, Any]]:
     """Rows of the ``noise`` table for one campaign: one per family, cap and twin arm."""
     reqs = [r for r in records(requests) if r["campaign"] == campaign]
     panels = _panels(records(qualification), campaign)
-    times = _times(reqs)
+    blocks, times = _blocks(reqs)
+    _caps, cpu_times = _arms_and_times(reqs, "cpu_ns")
     kind = KIND_OF.get(campaign, "ratio")
     # a twin's timed requests (its registered warmup, at the warmup cap, is no control)
     twins = sorted(
@@ -98,42 +111,57 @@ def noise_table(
         arm = twin_of(twin)
         panel = panels.get((fam, cap), {})
         tasks = sorted(panel)
-        row = dict(
-            campaign=campaign,
-            family=fam,
-            arm=arm,
-            twin=twin,
-            kind=kind,
-            cap=cap,
-            tasks=len(tasks),
-            draws=int(draws),
-            seed=int(seed),
-            threshold=float(threshold),
-        )
+        row = dict(campaign=campaign, family=fam, arm=arm, twin=twin, kind=kind, cap=cap, tasks=len(tasks))
         reason = _unqualified_reason(panel, (arm, twin)) if tasks else "no qualification rows"
-        u, both = ([], []) if reason else _contrasts(times, fam, cap, twin, arm, tasks, kind)
-        if reason or not u:
-            row.update(value=None, lo=None, hi=None, units=0, sessions=len(both), verdict="unqualified")
-            row["reason"] = reason or "no session timed both arms"
+        iv, n_sessions, why = (
+            (None, 0, None) if reason else aa_interval(blocks, times, fam, cap, twin, arm, tasks, kind)
+        )
+        row.update(threshold=float(threshold), sessions=n_sessions)
+        if iv is None:
+            row.update(value=None, cpu_value=None, lo=None, hi=None, df=None, units=0)
+            row.update(floor=None, mde=None, units_needed=None)
+            row.update(verdict="unqualified", reason=reason or why or "no session timed both arms")
         else:
-            nf = noise_floor(u, draws, seed, threshold)
-            row.update(value=nf.value, lo=nf.lo, hi=nf.hi, units=nf.n, sessions=len(both), verdict=nf.verdict)
-            row["reason"] = noise_reason(nf.lo, nf.hi, threshold) if nf.verdict == NOISE_TOO_HIGH else None
+            verdict = aa_verdict(iv.lo, iv.hi)
+            row.update(
+                value=iv.value,
+                cpu_value=cpu_ratio(cpu_times, fam, cap, twin, arm, tasks),
+                lo=iv.lo,
+                hi=iv.hi,
+                df=iv.df,
+                units=iv.units,
+                floor=noise_floor_of(iv.lo, iv.hi),
+                mde=minimum_detectable(iv.lo, iv.hi, threshold),
+                units_needed=units_needed(iv.units, iv.lo, iv.hi, TARGET_EFFECT, threshold),
+                verdict=verdict,
+                reason="the A/A interval does not contain 1" if verdict == NOISE_BIASED else None,
+            )
         rows.append(row)
     return rows
 
 
-def gate_estimates(estimates: list[dict], noise: list[dict]) -> list[dict]:
-    """The estimates with ``exceeds``/``below`` turned into ``noise_too_high`` where the A/A control
-    of their family is ``noise_too_high`` (the reason names the control)."""
-    high = {n["family"]: n for n in noise if n["verdict"] == NOISE_TOO_HIGH}
+def weigh_estimates(estimates: list[dict], noise: list[dict]) -> list[dict]:
+    """The estimates decided under the A/A floor of their family (:func:`~refspec.core.stats.decide_weighed`):
+    the floor is the largest of the family's controls; an estimate decided only inside the band says so."""
+    floors: dict[str, dict] = {}
+    for n in noise:
+        if n["floor"] is not None and (n["family"] not in floors or n["floor"] > floors[n["family"]]["floor"]):
+            floors[n["family"]] = n
     out = []
     for e in estimates:
-        n = high.get(e["family"])
-        dec = gate(e["decision"], n["verdict"] if n else None)
-        if dec != e["decision"]:
-            e = dict(e, decision=dec, reason=f"machine noise too high: A/A {n['twin']}/{n['arm']}: {n['reason']}")
-        out.append(e)
+        n = floors.get(e["family"])
+        if e["lo"] is None:
+            out.append(dict(e, floor=None))
+            continue
+        floor = n["floor"] if n else 1.0
+        dec = decide_weighed(e["lo"], e["hi"], float(e["threshold"]), floor)
+        reason = e["reason"]
+        if dec == NOISE_TOO_HIGH:
+            reason = (
+                f"machine noise too high: the interval clears the threshold {e['threshold']:g} but not by the"
+                f" A/A floor {floor:.4f} ({n['twin']}/{n['arm']})"
+            )
+        out.append(dict(e, floor=floor, decision=dec, reason=reason))
     return out
 
 
@@ -141,15 +169,23 @@ def noise_text(rows: list[dict]) -> str:
     """The summary's A/A lines."""
     if not rows:
         return "A/A control: none (aa_arm is null)"
-    lines = ["A/A control (noise floor; twin/arm, same blocks and sessions):"]
+    lines = ["A/A control (noise floor; twin/arm, same blocks and sessions; 95 % worker-level interval):"]
     for n in rows:
         if n["value"] is None:
             lines.append(f"  {n['family']} {n['twin']}/{n['arm']}: - ({n['reason']})")
-        else:
-            lines.append(
-                f"  {n['family']} {n['twin']}/{n['arm']} ({n['kind']}, {n['units']} units): {n['value']:.6f} "
-                f"[{n['lo']:.6f}, {n['hi']:.6f}] {n['verdict']}" + (f" ({n['reason']})" if n["reason"] else "")
-            )
+            continue
+        unit = "workers per arm" if n["kind"] == "ratio" else "sessions"
+        lines.append(
+            f"  {n['family']} {n['twin']}/{n['arm']} ({n['kind']}, {n['units']} {unit}): {n['value']:.6f} "
+            f"[{n['lo']:.6f}, {n['hi']:.6f}] {n['verdict']}" + (f" ({n['reason']})" if n["reason"] else "")
+        )
+        if n["cpu_value"] is not None:
+            lines.append(f"    CPU time (user + system of the serving processes): {n['cpu_value']:.6f}")
+        need = f"{n['units_needed']} {unit}" if n["units_needed"] is not None else "-"
+        lines.append(
+            f"    floor {n['floor']:.4f}; minimum detectable ratio {n['mde']:.4f}"
+            f" (threshold {n['threshold']:g} x floor x half width); {TARGET_EFFECT:g} needs about {need}"
+        )
     return "\n".join(lines)
 
 
@@ -179,6 +215,7 @@ def loads_table(ledger: list[dict], campaign: str, family: str) -> list[dict[str
             top_competing=" | ".join(x for x in (_top(b), _top(a)) if x) or None,
             governor=b.get("governor"),
             freq_mhz=b.get("freq_mhz"),
+            steal_percent=steal_percent(b, a),
             busy_threshold=float(r["busy_threshold"]),
             busy=bool(r["busy"]),
         )

@@ -21,7 +21,7 @@ from ..core.errors import ConfigError
 from .confirmation import named_arms
 from .derived import replication_tables
 from .evidence import COMPARED_COUNTERS
-from .noise import gate_estimates, noise_table, noise_text
+from .noise import noise_table, noise_text, weigh_estimates
 from .scheduler import abba_schedule, session_ids
 from .text import fmt_ratio, table_text
 
@@ -110,19 +110,10 @@ def analyze(ctx, base: dict) -> dict:
         campaign="replication",
         comparisons=[(x, y)],
         paths=ctx.defn["paths"],
-        draws=int(boot["draws"]),
-        seed=int(boot["seed"]),
         threshold=float(boot["threshold"]),
     )
-    noise = noise_table(
-        base["requests"],
-        base["qualification"],
-        "replication",
-        draws=int(boot["draws"]),
-        seed=int(boot["seed"]),
-        threshold=float(boot["threshold"]),
-    )
-    estimates = gate_estimates(estimates, noise)
+    noise = noise_table(base["requests"], base["qualification"], "replication", threshold=float(boot["threshold"]))
+    estimates = weigh_estimates(estimates, noise)
     rows = []
     arm_label = {"target": "M", "spec": "C"}
     for e in estimates:
@@ -157,8 +148,8 @@ def analyze(ctx, base: dict) -> dict:
     text = "\n".join(
         [
             f"Replication E2 (Table S5 shape): {len(ctx.task_ids('panel'))} task(s), {len(ctx.sessions)} session(s), "
-            f"blocks of {ctx.defn['block_tasks']} task(s), cap {ctx.defn['cap']}; bootstrap seed {boot['seed']}, "
-            f"{boot['draws']} draws, threshold {boot['threshold']}",
+            f"blocks of {ctx.defn['block_tasks']} task(s), cap {ctx.defn['cap']}; 95 % t intervals over sessions, "
+            f"threshold {boot['threshold']} weighed by the A/A floor",
             f"{timed} {x.upper()}/{y.upper()} requests and {refs} serial references in {workers} fresh workers "
             f"({warm} registered warmups)",
             reference_check(ctx, base),

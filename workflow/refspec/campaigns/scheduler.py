@@ -128,9 +128,10 @@ def round_schedule(
 ) -> list[SessionPlan]:
     """Blocks of whole arms, counterbalanced by reversing the arm order.
 
-    The arm order (without the reference) is drawn once from the seed; session
-    ``i`` in round ``r`` uses it forward when ``i + r`` is even and reversed
-    otherwise (so positions balance over sessions and rounds). ``block_by =
+    The arm order (without the reference) is drawn afresh from the seed for every session
+    and pair of rounds; the second round of a pair runs it reversed (so within a pair every
+    arm has the same mean position, and which arm precedes which is random across sessions
+    and pairs instead of fixed for the whole campaign). ``block_by =
     arm_repeat``: one round per repeat, each round the reference block then
     every other arm (one repeat each); ``arm``: the reference, every arm with
     all its repeats, the reference again. The reference runs
@@ -139,10 +140,10 @@ def round_schedule(
     requests go cap by cap, repeat by repeat, tasks in a seeded order.
     """
     ref_reps = reference_repeats or max(2, repeats)
-    base = _shuffled(others, derive_rng(seed, "arm-order"))
 
-    def order(si: int, r: int) -> list[str]:
-        return list(base) if (si + r) % 2 == 0 else list(reversed(base))
+    def order(sid: str, r: int) -> list[str]:
+        drawn = _shuffled(others, derive_rng(seed, "arm-order", sid, (r - 1) // 2))
+        return drawn if r % 2 == 1 else drawn[::-1]
 
     out = []
     for si, sid in enumerate(sessions):
@@ -160,14 +161,14 @@ def round_schedule(
         if block_by == "arm_repeat":
             for r in range(1, repeats + 1):
                 add(reference, [r] if r <= ref_reps else [], f"reference, round {r}")
-                for a in order(si, r):
+                for a in order(sid, r):
                     add(a, [r], f"round {r}")
             for r in range(repeats + 1, ref_reps + 1):
                 add(reference, [r], "reference, closing")
         elif block_by == "arm":
             first = (ref_reps + 1) // 2
             add(reference, range(1, first + 1), "reference, opening")
-            for a in order(si, 1):
+            for a in order(sid, 1):
                 add(a, range(1, repeats + 1), "all repeats")
             add(reference, range(first + 1, ref_reps + 1), "reference, closing")
         else:  # pragma: no cover - the schema allows only these two

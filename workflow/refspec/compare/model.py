@@ -158,8 +158,10 @@ class ArchiveNoiseFloors:
         return self.a is not None or self.b is not None
 
     def band(self, threshold: float) -> float:
-        """The reproduction band's upper edge: the wider of the practical threshold and the noise floors."""
-        return max([threshold] + [f for f in (self.a, self.b) if f is not None])
+        """The reproduction band's upper edge: the practical threshold widened by the larger noise floor,
+        ``tau * max(F_A, F_B)`` (``tau`` alone without a floor), the band inside which an estimate's
+        decision is "machine noise too high" (``refspec.core.stats.decide_weighed``)."""
+        return threshold * max([1.0] + [f for f in (self.a, self.b) if f is not None])
 
 
 @dataclass

@@ -39,8 +39,9 @@ A draw where ``D_A`` or ``D_B`` is undefined is dropped. ``lo, hi`` = exp of the
 interval, ``a_lo, a_hi`` (and ``b_lo, b_hi``) are the same percentiles of ``D_A`` (``D_B``)
 alone over the kept draws; for an estimate they are the archive's own interval (``estimates.lo``/``hi``).
 
-**Verdict** (``band`` >= 1: the wider of the practical threshold ``tau`` and the A/A noise
-floors, :class:`refspec.compare.model.ArchiveNoiseFloors`):
+**Verdict** (``band`` >= 1: the practical threshold ``tau`` widened by the larger A/A noise
+floor, ``tau * max(F_A, F_B)``, :class:`refspec.compare.model.ArchiveNoiseFloors`; the band of the
+weighed decision, ``refspec.core.stats.decide_weighed``):
 
 * ``not comparable`` -- the comparison is in one archive only, unqualified in either, the
   panels differ, the campaign's registered plan or the pinned inputs differ, or an

@@ -36,6 +36,7 @@ from .attempts import Attempt, AttemptQueue
 from .context import Planned, RunContext, ledger_line, record
 from .errors import InvalidResponse, RequestError, SequenceGap, TransportError, WorkerError
 from .launcher import start_process
+from .load import process_cpu_ns
 from .process import ArmProcess, Completion
 from .rows import endpoint_row, failed_record, request_row
 from .spawn import describe_exit
@@ -160,6 +161,7 @@ def _run_attempt(b: _Block) -> str:
             ctx, b.arm, b.index, worker.worker_id, p, b.order, a.attempt, reason, a.retry_of, sha256_json(ids)
         )
 
+    cpu0 = process_cpu_ns(worker.pid)
     try:
         c = worker.complete(ids, p.cap, request_id=rid, timeout=ctx.request_timeout)
     except RequestError as e:
@@ -172,7 +174,8 @@ def _run_attempt(b: _Block) -> str:
     except (TransportError, InvalidResponse) as e:
         _lost_worker(b, a, failed, e)
         return _GO
-    _record_ok(b, a, ids, c)
+    cpu1 = process_cpu_ns(worker.pid)
+    _record_ok(b, a, ids, c, None if cpu0 is None or cpu1 is None else cpu1 - cpu0)
     b.order += 1
     return _GO
 
@@ -206,7 +209,7 @@ def _lost_worker(b: _Block, a: Attempt, failed, e: RefspecError) -> None:
     b.queue.retry(a, rec["ledger_seq"])
 
 
-def _record_ok(b: _Block, a: Attempt, ids: list[int], c: Completion) -> None:
+def _record_ok(b: _Block, a: Attempt, ids: list[int], c: Completion, cpu_ns: int | None) -> None:
     """A completed attempt: its ``requests`` row, an ``attempt`` ledger line and its journal record."""
     ctx, arm, worker, p = b.ctx, b.arm, b.worker, a.planned
     row = request_row(
@@ -222,6 +225,7 @@ def _record_ok(b: _Block, a: Attempt, ids: list[int], c: Completion) -> None:
         status="ok",
         reason=None,
         t_ns=c.t_ns,
+        cpu_ns=cpu_ns,
         endpoint=c.endpoint,
         counters=c.counters,
         placement=worker.placement,

@@ -33,6 +33,44 @@ def _own_pids() -> set[int]:
     return {me.pid, 0} | kids
 
 
+CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def process_cpu_ns(pid: int | None) -> int | None:
+    """User plus system CPU time of process ``pid`` and its threads, from ``/proc/<pid>/stat``
+    (fields 14 and 15, in clock ticks of ``1/CLK_TCK`` s: 10 ms at 100 Hz), in ns; None where unreadable."""
+    if pid is None:
+        return None
+    try:
+        with open(f"/proc/{int(pid)}/stat", encoding="ascii") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) * 1_000_000_000 // CLK_TCK
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def cpu_jiffies(path: str = "/proc/stat") -> tuple[int, int] | None:
+    """(steal, total) clock ticks of all CPUs since boot, from the ``cpu`` line of ``/proc/stat``
+    (steal: the time a hypervisor ran something else while this guest wanted the CPU); None where unreadable."""
+    try:
+        with open(path, encoding="ascii") as f:
+            vals = [int(v) for v in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    if len(vals) < 8:
+        return None
+    return vals[7], sum(vals[:8])
+
+
+def steal_percent(before: dict, after: dict) -> float | None:
+    """The machine's steal time between two samples, in percent of all CPU time; None where unread."""
+    b, a = before.get("steal_jiffies"), after.get("steal_jiffies")
+    tb, ta = before.get("total_jiffies"), after.get("total_jiffies")
+    if None in (b, a, tb, ta) or ta <= tb:
+        return None
+    return round(100.0 * (a - b) / (ta - tb), 3)
+
+
 def cpufreq(root: str = "/sys/devices/system/cpu") -> tuple[str | None, float | None]:
     """(governors with their core counts, e.g. ``performance x2``; mean scaling_cur_freq in MHz), None where unreadable."""
     govs: Counter = Counter()
@@ -82,6 +120,7 @@ def sample(window_s: float = WINDOW_S, top: int = TOP) -> dict:
     except OSError:
         load1 = None
     gov, freq = cpufreq()
+    jiffies = cpu_jiffies()
     return {
         "load1": load1,
         "cpu_percent": round(float(total), 2),
@@ -89,6 +128,8 @@ def sample(window_s: float = WINDOW_S, top: int = TOP) -> dict:
         "top": used[:top],
         "governor": gov,
         "freq_mhz": freq,
+        "steal_jiffies": jiffies[0] if jiffies else None,
+        "total_jiffies": jiffies[1] if jiffies else None,
     }
 
 

@@ -11,7 +11,7 @@ from typing import Any
 from ...core import stats as S
 from ..document import DASH, Archive, Cell, Numbers, Section, ShownTable, Table, absent_note
 
-VERDICT_TEXT = {S.NOISE_OK: "A/A ok", S.NOISE_TOO_HIGH: "machine noise too high", "unqualified": "A/A not qualified"}
+VERDICT_TEXT = {S.NOISE_OK: "A/A ok", S.NOISE_BIASED: "A/A biased", "unqualified": "A/A not qualified"}
 
 
 def aa_rows(a: Archive, campaign: str, family: str | None = None) -> list[dict[str, Any]]:
@@ -19,7 +19,7 @@ def aa_rows(a: Archive, campaign: str, family: str | None = None) -> list[dict[s
 
 
 def aa_parts(a: Archive, N: Numbers, r: dict[str, Any]) -> list[Any]:
-    """``twin/arm value [lo, hi] verdict`` of one noise row, its numbers registered."""
+    """``twin/arm value [lo, hi] verdict, floor F, minimum detectable M`` of one noise row, its numbers registered."""
     nums = ShownTable(N, a, "noise", "noise")
     key = dict(campaign=r["campaign"], family=r["family"], arm=r["arm"], twin=r["twin"], kind=r["kind"], cap=r["cap"])
     base = ("noise", r["campaign"], r["family"], r["twin"], r["kind"], r["cap"])
@@ -29,7 +29,10 @@ def aa_parts(a: Archive, N: Numbers, r: dict[str, Any]) -> list[Any]:
     v = nums.add(base + ("value",), r["value"], ".6f", row=key, column="value")
     lo = nums.add(base + ("lo",), r["lo"], ".6f", row=key, column="lo")
     hi = nums.add(base + ("hi",), r["hi"], ".6f", row=key, column="hi")
-    return head + [v, " [", lo, ", ", hi, "] ", VERDICT_TEXT.get(r["verdict"], r["verdict"])]
+    floor = nums.add(base + ("floor",), r["floor"], ".4f", row=key, column="floor")
+    mde = nums.add(base + ("mde",), r["mde"], ".4f", row=key, column="mde")
+    verdict = VERDICT_TEXT.get(r["verdict"], r["verdict"])
+    return head + [v, " [", lo, ", ", hi, "] ", verdict, ", floor ", floor, ", minimum detectable ", mde]
 
 
 def aa_cell(a: Archive, N: Numbers, campaign: str, family: str) -> Cell:
@@ -48,11 +51,15 @@ def section_noise(a: Archive, N: Numbers) -> Section:
         "noise",
         "Noise floor: A/A control and machine load",
         "The A/A control runs one arm twice, as the arm and its twin <arm>_aa (the same recipe), in the "
-        "same blocks and sessions on fresh workers. Value: exp of the mean of the log contrasts of twin over "
-        "arm (kind ratio: the panel tasks' paired log ratios; kind estimate: the session contrasts); interval: "
-        "the same percentile bootstrap as the estimates. Verdict: ok when the interval contains one and "
-        "hi/lo is at most the threshold, machine noise too high otherwise; then an estimate's exceeds or "
-        "below decision of that campaign and family reads machine noise too high. Machine load: every block "
+        "same blocks and sessions on fresh workers. Kind ratio: the paired ratio of twin over arm on the panel "
+        "tasks, with a 95% Welch interval whose units are the workers (each block is one fresh process, and "
+        "the tasks of a block share its start-up luck); kind estimate: the t interval over the session "
+        "contrasts. Verdict: ok when the interval contains one, biased otherwise. Floor F = max(hi, 1/lo): an "
+        "estimate is decided only when its interval clears the threshold by F. Minimum detectable ratio: "
+        "threshold x F x sqrt(hi/lo), the smallest effect this design decides; the units (workers per arm, or "
+        "sessions) for the target effect, a minimum detectable ratio of TARGET_EFFECT in refspec.core.stats "
+        "(the size of the paper's PQ/QB effect), scale as (half width / target half width) squared. The CPU-time A/A ratio "
+        "(user plus system time of the serving processes) stands beside the wall-time one. Machine load: every block "
         "is sampled before and after; a block during which competing processes (not the run's own) used "
         "more CPU than the busy threshold is flagged, and kept.",
     )
@@ -78,14 +85,25 @@ def _noise_table(a: Archive, N: Numbers) -> Table:
         units = nums.add(base + ("units",), r["units"], "d", row=key, column="units")
         sess = nums.add(base + ("sessions",), r["sessions"], "d", row=key, column="sessions")
         thr = nums.add(base + ("threshold",), r["threshold"], ".4f", row=key, column="threshold")
+        cpu = r.get("cpu_value")
+        cpu_cell = [nums.add(base + ("cpu_value",), cpu, ".6f", row=key, column="cpu_value")] if cpu else [DASH]
+        need = r.get("units_needed")
+        unit = "workers per arm" if r["kind"] == "ratio" else "sessions"
+        need_cell = (
+            [nums.add(base + ("units_needed",), need, "d", row=key, column="units_needed"), f" {unit}"]
+            if need is not None
+            else [DASH]
+        )
         rows.append(
             [
                 Cell([r["campaign"]]),
                 Cell([r["family"]]),
                 Cell([r["kind"]]),
                 Cell(aa_parts(a, N, r), cls=r["verdict"]),
+                Cell(cpu_cell),
                 Cell([thr]),
                 Cell([units, " / ", sess]),
+                Cell(need_cell),
                 Cell([r["reason"] or ""], cls="reason"),
             ]
         )
@@ -93,9 +111,19 @@ def _noise_table(a: Archive, N: Numbers) -> Table:
         "noise",
         "A/A control (twin / arm)",
         [a.src("noise")],
-        ["campaign", "family", "kind", "A/A ratio [95% interval] verdict", "threshold", "units / sessions", "reason"],
+        [
+            "campaign",
+            "family",
+            "kind",
+            "A/A ratio [95% interval] verdict, floor, minimum detectable ratio",
+            "CPU-time A/A",
+            "threshold",
+            "units / sessions",
+            "units for the target effect",
+            "reason",
+        ],
         rows,
-        numeric=[False, False, False, True, True, True, False],
+        numeric=[False, False, False, True, True, True, True, True, False],
     )
 
 

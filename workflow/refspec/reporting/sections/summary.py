@@ -202,9 +202,12 @@ def _estimates(a: Archive, N: Numbers, h: Headline, timing: str) -> None:
             parts = [DASH, " ", decision_text(r["decision"])]
         else:
             e = nums.add(b + ("estimate",), r["estimate"], ".6f", row=key, column="estimate")
-            lo = nums.add(b + ("lo",), r["lo"], ".6f", row=key, column="lo")
-            hi = nums.add(b + ("hi",), r["hi"], ".6f", row=key, column="hi")
-            parts = [e, " [", lo, ", ", hi, "] ", decision_text(r["decision"])]
+            if r["lo"] is None:
+                parts = [e, " ", decision_text(r["decision"])]
+            else:
+                lo = nums.add(b + ("lo",), r["lo"], ".6f", row=key, column="lo")
+                hi = nums.add(b + ("hi",), r["hi"], ".6f", row=key, column="hi")
+                parts = [e, " [", lo, ", ", hi, "] ", decision_text(r["decision"])]
         parts += [" (", ns, " sessions)"]
         for n in aa_rows(a, "replication", r["family"]):
             parts += [" \u00b7 A/A "] + aa_parts(a, N, n)

@@ -18,7 +18,9 @@ from .vocabulary import CAMPAIGN_TITLES, WORDS, campaigns_in
     "Qualified latency ratios",
     "Numerator time / denominator time: exp of the mean over panel tasks of the paired log-time difference "
     "(paper Tables S2, S3). A regression is a task on which the denominator is slower (task ratio below one). "
-    "Comparisons with a failed qualification are shown as a dash with the reason.",
+    "Comparisons with a failed qualification are shown as a dash with the reason. The CPU-time ratio is the "
+    "same ratio over the user plus system CPU time of the serving processes (requests.cpu_ns), beside the "
+    "wall-time ratio, never in its place.",
     table="ratios",
     absent="confirmation / implementation ratios not run",
 )
@@ -39,11 +41,16 @@ def section_ratios(sec: Section, a: Archive, N: Numbers) -> None:
             nt = nums.add(base + ("n_tasks",), r["n_tasks"], "d", row=key, column="n_tasks")
             if r["qualified"] and r["ratio"] is not None:
                 cells.append(Cell([nums.add(base + ("ratio",), r["ratio"], ".6f", row=key, column="ratio")]))
+                cpu = r.get("cpu_ratio")
+                cells.append(
+                    Cell([nums.add(base + ("cpu_ratio",), cpu, ".6f", row=key, column="cpu_ratio")] if cpu else [DASH])
+                )
                 nr = nums.add(base + ("n_regressions",), r["n_regressions"], "d", row=key, column="n_regressions")
                 cells.append(Cell([nr, "/", nt]))
                 cells.append(Cell([r["regressed_tasks"] or ""], cls="mono small"))
             else:
                 cells.append(Cell([DASH], cls="bad", title="not qualified"))
+                cells.append(Cell([DASH]))
                 cells.append(Cell([DASH, "/", nt]))
                 cells.append(Cell([r["reason"] or "not qualified"], cls="reason"))
             if aa:
@@ -54,10 +61,10 @@ def section_ratios(sec: Section, a: Archive, N: Numbers) -> None:
                 tid,
                 f"{CAMPAIGN_TITLES.get(camp, camp)} ratios",
                 [src] + ([a.src("noise")] if aa else []),
-                ["family", "path", "comparison", "ratio", "regressions", "regressed tasks / reason"]
+                ["family", "path", "comparison", "ratio", "CPU-time ratio", "regressions", "regressed tasks / reason"]
                 + (["A/A noise floor"] if aa else []),
                 rows,
-                numeric=[False, False, False, True, True, False] + ([False] if aa else []),
+                numeric=[False, False, False, True, True, True, False] + ([False] if aa else []),
             )
         )
     # cost figure: GS/QB and PQ/QB of the implementation campaign
@@ -205,21 +212,21 @@ def section_replication(a: Archive, N: Numbers, boot: dict[str, Any]) -> Section
         "replication",
         "Replication estimates (E2)",
         "Session contrast c_s = mean over tasks of (mean log t_NUM - mean log t_DEN) within session s; "
-        "estimate = exp(mean_s c_s); percentile bootstrap over sessions (random.Random(seed), draws x n "
-        "randrange(n) indices, linear 2.5/97.5 percentiles, exponentiated). Above one favours QB "
-        "(paper Table S5). Decision: exceeds when the lower bound is above the threshold, below when the "
-        "upper bound is below it, inconclusive otherwise. An interval from fewer than "
-        f"{WORDS.get(S.MIN_SESSIONS, S.MIN_SESSIONS)} sessions is descriptive only and shown as \u201ctoo few sessions\u201d instead of a decision."
-        " When the campaign's A/A control has the verdict machine noise too high, an exceeds or below "
-        "decision is shown as \u201cmachine noise too high\u201d instead (noise section).",
+        "estimate = exp(mean_s c_s); 95% interval: the one-sample t interval over the sessions, "
+        "exp(mean c -+ q s / sqrt(n)), q the two-sided 95% quantile of Student's t with n - 1 degrees of freedom; each session has its own fresh workers, so the session is "
+        "the unit of variance. Above one favours QB (paper Table S5). Decision, weighed by the floor F of the "
+        "campaign's A/A control (noise section; F = 1 without one): exceeds when the lower bound is above the "
+        "threshold times F, below when the upper bound is below the threshold over F, machine noise too high "
+        "when the interval clears the threshold only inside that band, inconclusive otherwise; with fewer "
+        f"than {WORDS.get(S.MIN_UNITS, S.MIN_UNITS)} sessions there is no interval (too few sessions).",
     )
     if not a.has("estimates"):
         sec.notes.append(absent_note("estimates", "replication not run"))
     else:
         sec.items.extend(_estimate_items(a, N))
     if boot:
-        # the values themselves are the table's checked draws, seed and threshold numbers
-        sec.notes.append("plan.json freezes the bootstrap settings: " + ", ".join(sorted(boot)) + " (as in the table)")
+        # the value itself is the table's checked threshold number
+        sec.notes.append("plan.json freezes the threshold (as in the table)")
     if a.has("contrasts"):
         sec.items.append(_contrasts_table(a, N))
     elif a.has("estimates"):
@@ -244,7 +251,7 @@ def _estimate_items(a: Archive, N: Numbers) -> list[Table | Figure]:
     items: list[Table | Figure] = [
         Table(
             tid,
-            "Replication estimates with bootstrap intervals",
+            "Replication estimates with 95% session intervals",
             [src] + ([a.src("noise")] if aa else []),
             [
                 "family",
@@ -256,7 +263,7 @@ def _estimate_items(a: Archive, N: Numbers) -> list[Table | Figure]:
                 "threshold",
                 "sessions",
                 "regressions",
-                "draws / seed",
+                "df / floor",
                 "regressed tasks / reason",
             ]
             + (["A/A noise floor"] if aa else []),
@@ -269,14 +276,14 @@ def _estimate_items(a: Archive, N: Numbers) -> list[Table | Figure]:
         items.append(
             Figure(
                 "fig-replication",
-                "Replication ratios with 95% bootstrap intervals",
+                "Replication ratios with 95% session intervals",
                 [src],
                 interval_figure(
-                    "Replication ratios with 95% bootstrap intervals",
+                    "Replication ratios with 95% session intervals",
                     pts,
                     [(1.0, "ref", "1"), (thr_v, "thr", f"threshold {thr_v:g}")],
                 ),
-                "Point: exp(mean c_s); whiskers: bootstrap interval. Blue: target-only; "
+                "Point: exp(mean c_s); whiskers: the t interval over sessions. Blue: target-only; "
                 "orange: speculative. Dashed: practical threshold.",
             )
         )
@@ -291,8 +298,15 @@ def _estimate_row(a: Archive, N: Numbers, tid: str, r: dict) -> tuple[list[Cell]
     cells = [Cell([r["family"]]), Cell([r["path"]]), Cell([r["comparison"]], cls="mono")]
     nt = nums.add(base + ("n_tasks",), r["n_tasks"], "d", row=key, column="n_tasks")
     ns = nums.add(base + ("n_sessions",), r["n_sessions"], "d", row=key, column="n_sessions")
-    draws = nums.add(base + ("draws",), r["draws"], "d", row=key, column="draws")
-    seed = nums.add(base + ("seed",), r["seed"], "d", row=key, column="seed")
+    df_fl = (
+        [
+            nums.add(base + ("df",), r["df"], ".0f", row=key, column="df"),
+            " / ",
+            nums.add(base + ("floor",), r["floor"], ".4f", row=key, column="floor"),
+        ]
+        if r.get("df") is not None
+        else [DASH]
+    )
     thr = nums.add(base + ("threshold",), r["threshold"], ".4f", row=key, column="threshold")
     if r["estimate"] is None:
         cells += [
@@ -302,28 +316,28 @@ def _estimate_row(a: Archive, N: Numbers, tid: str, r: dict) -> tuple[list[Cell]
             Cell([thr]),
             Cell([ns]),
             Cell([DASH, "/", nt]),
-            Cell([draws, " / ", seed], cls="small"),
+            Cell(df_fl, cls="small"),
             Cell([r["reason"] or "not qualified"], cls="reason"),
         ]
         pt = dict(label=f"{r['family']} {r['path']} {r['comparison']}", value=None, note=f"{DASH} not qualified")
         return cells, pt
     e = nums.add(base + ("estimate",), r["estimate"], ".6f", row=key, column="estimate")
-    lo = nums.add(base + ("lo",), r["lo"], ".6f", row=key, column="lo")
-    hi = nums.add(base + ("hi",), r["hi"], ".6f", row=key, column="hi")
     nr = nums.add(base + ("n_regressions",), r["n_regressions"], "d", row=key, column="n_regressions")
-    few = r["decision"] == S.TOO_FEW_SESSIONS
+    few = r["lo"] is None
+    if few:
+        interval = Cell([DASH], title="too few sessions for an interval")
+    else:
+        lo = nums.add(base + ("lo",), r["lo"], ".6f", row=key, column="lo")
+        hi = nums.add(base + ("hi",), r["hi"], ".6f", row=key, column="hi")
+        interval = Cell(["[", lo, ", ", hi, "]"])
     cells += [
         Cell([e]),
-        Cell(
-            ["[", lo, ", ", hi, "]"],
-            cls="descriptive" if few else "",
-            title="descriptive: too few sessions for a decision" if few else "",
-        ),
+        interval,
         Cell([decision_text(r["decision"])], cls=r["decision"]),
         Cell([thr]),
         Cell([ns]),
         Cell([nr, "/", nt]),
-        Cell([draws, " / ", seed], cls="small"),
+        Cell(df_fl, cls="small"),
         Cell([r["regressed_tasks"] or ""], cls="mono small"),
     ]
     pt = dict(
