@@ -18,7 +18,9 @@ From the ``requests`` table it reports, for the recipe's blocks (both names pool
 * the first request of a block against the later ones;
 * the A/A contrast itself with its worker-level interval, in wall time and in CPU time.
 
-Machines are shared: run it alone. It prints a table and writes ``aa_cause.json`` beside the run.
+Machines are shared: run it alone. It prints a table and writes ``aa_cause.json`` into the folder of
+its own run (``--out``); ``--analyze`` reads a campaign folder (for example a default run's
+``results/default/campaigns/implementation``) and writes nothing there (``--json PATH`` to keep it).
 """
 
 from __future__ import annotations
@@ -143,6 +145,7 @@ def main() -> int:
     ap.add_argument("--analyze", type=Path, help="only analyze an earlier run's folder")
     ap.add_argument("--repeats", type=int, default=8)
     ap.add_argument("--cap", type=int, default=32)
+    ap.add_argument("--json", type=Path, help="also write the analysis as JSON here")
     a = ap.parse_args()
     out = a.analyze or a.out
     if out is None:
@@ -156,7 +159,10 @@ def main() -> int:
             check=True,
         )
     res = analyze(out)
-    (out / "aa_cause.json").write_text(json.dumps(res, indent=1) + "\n", encoding="utf-8")
+    if a.analyze is None:  # its own folder; an analyzed results folder is never written to
+        (out / "aa_cause.json").write_text(json.dumps(res, indent=1) + "\n", encoding="utf-8")
+    if a.json:
+        a.json.write_text(json.dumps(res, indent=1) + "\n", encoding="utf-8")
     for col in ("t_ns", "cpu_ns"):
         if col not in res:
             continue
