@@ -213,9 +213,9 @@ def section_replication(a: Archive, N: Numbers, boot: dict[str, Any]) -> Section
         "Replication estimates (E2)",
         "Session contrast c_s = mean over tasks of (mean log t_NUM - mean log t_DEN) within session s; "
         "estimate = exp(mean_s c_s); 95% interval: the one-sample t interval over the sessions, "
-        "exp(mean c -+ q s / sqrt(n)), q the two-sided 95% quantile of Student's t with n - 1 degrees of freedom; each session has its own fresh workers, so the session is "
+        "exp(mean c -+ q s / sqrt(n)), q the two-sided 95% quantile of Student's t with n minus one degrees of freedom; each session has its own fresh workers, so the session is "
         "the unit of variance. Above one favours QB (paper Table S5). Decision, weighed by the floor F of the "
-        "campaign's A/A control (noise section; F = 1 without one): exceeds when the lower bound is above the "
+        "campaign's A/A control (noise section; without a control F is one): exceeds when the lower bound is above the "
         "threshold times F, below when the upper bound is below the threshold over F, machine noise too high "
         "when the interval clears the threshold only inside that band, inconclusive otherwise; with fewer "
         f"than {WORDS.get(S.MIN_UNITS, S.MIN_UNITS)} sessions there is no interval (too few sessions).",
