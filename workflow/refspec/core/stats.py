@@ -139,10 +139,9 @@ from .errors import IntegrityError
 DEFAULT_SEED = 20261014
 DEFAULT_DRAWS = 10_000
 DEFAULT_THRESHOLD = 1.02
-DEFAULT_PERCENTILES = (2.5, 97.5)
 TOO_FEW_SESSIONS = "too_few_sessions"
 NOISE_OK = "ok"
-NOISE_TOO_HIGH = "noise_too_high"  # the A/A control's verdict, and the decision it forces
+NOISE_TOO_HIGH = "noise_too_high"  # an estimate that clears the threshold only inside the A/A band
 
 
 class StatsError(IntegrityError, ValueError):
