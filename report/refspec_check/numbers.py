@@ -7,6 +7,7 @@ import hashlib
 import os
 import re
 
+from refspec_check.bound import check_bound_text, check_precision
 from refspec_check.context import Expected
 from refspec_check.contract import posix_rel
 from refspec_check.problems import REL_TOL, Checker, fmt
@@ -81,6 +82,7 @@ def compare_shown(c: Checker, E: Expected, where: str, nid: str, text: str):
     c.compared += 1
     if displayed_matches(text, exp[0]):
         c.matched += 1
+        check_precision(c, where, nid, text, exp[0])
     else:
         c.bad(where, f"shows {text!r}, recomputed {fmt(exp[0])}")
     return exp
@@ -110,6 +112,7 @@ def check_html(c: Checker, E: Expected, rep: Report, stated: dict) -> None:
         if href.startswith("#") and href[1:] not in rep.hp.ids:
             c.bad(f"{rep.html_rel}:{line} href={href!r}", "link to an id the report does not have")
     check_visible_digits(c, rep)
+    check_bound_text(c, rep)
     for attr, val, line in rep.hp.links:
         where = f"{rep.html_rel}:{line} {attr}={val!r}"
         if val.startswith("#"):

@@ -1,0 +1,130 @@
+"""The report format's fixed text and number precisions, as report/check.py pins them
+(``report/refspec_check/format.json``).
+
+:func:`extract` reads them from the renderer itself: every string literal of
+``refspec.reporting`` and of ``refspec.compare.report`` (and each literal piece of an f-string; docstrings excepted) and the text of the
+templates outside their tags and Jinja expressions, white space collapsed; and the precision of each
+number column, from every ``ShownTable.add(..., fmt, column=...)`` call whose format and column are
+literals, completed by :data:`COLUMN_FORMATS` for the calls that compute them. ``refspec lint`` and
+tests/checker/test_report_bound.py keep the pinned file equal to :func:`extract`: a change of the
+renderer's text or precision is a change of the report format, and the checker learns it from this file.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+from pathlib import Path
+
+from ..core.paths import REPO_ROOT
+
+PINNED = REPO_ROOT / "report" / "refspec_check" / "format.json"
+REPORTING = Path(__file__).resolve().parent
+COMPARE_REPORT = REPORTING.parent / "compare" / "report.py"
+TEMPLATES = REPO_ROOT / "report" / "templates"
+
+# precisions of the columns whose ``add`` call computes its format or column (a loop over columns)
+COLUMN_FORMATS = {
+    "actual": ".6f",
+    "additive": ".6f",
+    "arm_token": "d",
+    "bytes": "d",
+    "control_ok": "d",
+    "coordinates": "d",
+    "detected": "d",
+    "differs": "d",
+    "divergent_predicted": "d",
+    "divergent_runs": "d",
+    "divergent_tasks": "d",
+    "donor": "d",
+    "endpoint_class": "d",
+    "false": "d",
+    "faults": "d",
+    "first_layer": "d",
+    "fixtures": "d",
+    "inputs": "d",
+    "interaction": ".6f",
+    "kv_class": "d",
+    "layers": "d",
+    "logits_class": "d",
+    "max_abs_err": ".6g",
+    "max_abs_interaction": ".6f",
+    "max_abs_mq": ".6g",
+    "max_rel_err": ".6g",
+    "max_rel_frobenius": ".6g",
+    "max_ulp_mq": "d",
+    "max_visible_keys": "d",
+    "median_denominator_ms": ".2f",
+    "median_numerator_ms": ".2f",
+    "mq_eq_pq": "d",
+    "ops": "d",
+    "oracle_ok": "d",
+    "processes": "d",
+    "recipient_changed": "d",
+    "recipient_unchanged": "d",
+    "records": "d",
+    "ref_margin": ".4g",
+    "ref_token": "d",
+    "shams": "d",
+    "shams_ok": "d",
+    "stable_tasks": "d",
+    "tasks": "d",
+    "third": "d",
+}
+
+
+def _norm(s: str) -> str:
+    return " ".join(s.split())
+
+
+def _docstrings(tree: ast.AST) -> set[int]:
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+                out.add(id(first.value))
+    return out
+
+
+def extract() -> dict:
+    """``{"fragments": [...], "formats": {column: fmt}}`` of the renderer as it is."""
+    frags: set[str] = set()
+    formats: dict[str, str] = dict(COLUMN_FORMATS)
+    for p in [*sorted(REPORTING.rglob("*.py")), COMPARE_REPORT]:
+        tree = ast.parse(p.read_text(encoding="utf-8"))
+        docs = _docstrings(tree)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs:
+                s = _norm(node.value)
+                if s:
+                    frags.add(s)
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "add":
+                kw = {k.arg: k.value for k in node.keywords}
+                col, fmt = kw.get("column"), node.args[2] if len(node.args) > 2 else None
+                if isinstance(col, ast.Constant) and isinstance(fmt, ast.Constant):
+                    formats[col.value] = fmt.value
+    for p in sorted(TEMPLATES.glob("*.j2")):
+        t = re.sub(r"\{%.*?%\}|\{\{.*?\}\}|\{#.*?#\}|\(\(\(.*?\)\)\)|\(\(\*.*?\*\)\)", "\x00", p.read_text("utf-8"), flags=re.S)
+        if p.name.endswith(".html.j2"):
+            t = re.sub(r"<style>.*?</style>", "\x00", t, flags=re.S)
+            t = re.sub(r"<[^>]*>", "\x00", t)
+        for piece in t.split("\x00"):
+            s = _norm(piece)
+            if s:
+                frags.add(s)
+    return {"fragments": sorted(frags), "formats": dict(sorted(formats.items()))}
+
+
+def render_pinned() -> str:
+    return json.dumps(extract(), ensure_ascii=False, indent=0) + "\n"
+
+
+def pinned_problem() -> str | None:
+    """Why report/refspec_check/format.json is not the renderer's format (None when it is)."""
+    want = render_pinned()
+    have = PINNED.read_text(encoding="utf-8") if PINNED.is_file() else ""
+    if have != want:
+        return f"{PINNED.relative_to(REPO_ROOT)} differs from the renderer's text and precisions: run `refspec format-text --write`"
+    return None
