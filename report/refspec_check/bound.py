@@ -57,6 +57,9 @@ DISPLAY = {
 
 NUM = "\x00"  # a checked number inside a text run
 
+# key columns a campaign's ledger record may leave out (its folder names the campaign, the campaign one family)
+IMPLIED = ("campaign", "family")
+
 
 def norm(s: str) -> str:
     return " ".join(s.split())
@@ -172,9 +175,9 @@ class Records:
         if ik not in self._key_index:
             self._key_index[ik] = [
                 r
-                for rows in self.csv.values()
+                for src, rows in self.csv.items()
                 for r in rows
-                if all(k in r and norm(r[k] or "") == v for k, v in want)
+                if all(norm(r[k] or "") == v if k in r else (src.endswith(".jsonl") and k in IMPLIED) for k, v in want)
             ] if want else []
         return self._key_index[ik]
 

@@ -63,4 +63,78 @@ def check_headline(c: Checker, E: Expected, rep: Report, stated: dict, est_dec: 
             f"{rep.html_rel} summary table",
             f"shows {len(shown_head)} numbers that differ from the {len(head_ids)} numbers of numbers.json's headline",
         )
+    check_headline_complete(c, E, rep, set(shown_head))
     return head
+
+
+# campaigns with their own tables instead of headline rows (the phase-mask sweep, the prediction)
+OWN_TABLES = ("phase_mask", "prediction")
+
+
+def refused_arms(c: Checker) -> set[tuple]:
+    """(campaign, family, arm) of arms no request of which ran: every non-warmup row of requests.csv failed
+    because no worker started (the admission guard refuses an arm at worker start)."""
+    t = c.tables.get("requests")
+    rows: dict[tuple, list] = {}
+    for r in t.rows if t is not None else []:
+        if r.get("status") != "excluded_warmup":
+            rows.setdefault((r.get("campaign"), r.get("family"), r.get("arm")), []).append(r)
+    return {
+        k
+        for k, rs in rows.items()
+        if all(r.get("status") == "failed" and str(r.get("reason") or "").startswith("no worker:") for r in rs)
+    }
+
+
+def required_in_headline(c: Checker, E: Expected) -> dict[str, str]:
+    """The numbers the headline must show (id -> what it stands for), recomputed from the tables:
+
+    * preservation: matching / required of every arm of every campaign (but the sweep and the prediction),
+      and its count of failed tasks where tasks fail (a refused arm says "refused" instead);
+    * the first divergence of every failing arm that ran (its earliest, by index then task);
+    * every qualified ratio of the confirmation and the A/A control of each campaign and family it shows;
+    * every E2 estimate's session count (and the replication's A/A control);
+    * the E1 counts of every family and stage, and the prediction's totals."""
+    refused = refused_arms(c)
+    need: dict[str, str] = {}
+    first: dict[tuple, tuple] = {}
+    shown_ratio: set[tuple] = set()
+    for nid in E.items:
+        p = nid.split("|")
+        if p[0] == "qual" and len(p) == 5 and p[1] not in OWN_TABLES:
+            k = (p[1], p[2], p[3])
+            if p[4] in ("matching", "required") or (p[4] == "tasks_failed" and E.items[nid][0] and k not in refused):
+                need[nid] = f"{p[4]} of {' '.join(k)}"
+        elif p[0] == "qfail" and len(p) == 7 and p[6] == "first_diff_index" and p[1] not in OWN_TABLES:
+            k = (p[1], p[2], p[4])
+            if k not in refused:
+                cand = (E.items[nid][0], p[3], nid)
+                if k not in first or cand < first[k]:
+                    first[k] = cand
+        elif p[0] == "ratio" and len(p) == 7 and p[1] == "confirmation" and p[6] == "ratio":
+            need[nid] = f"qualified ratio {p[4]}/{p[5]} of {p[1]} {p[2]}"
+            shown_ratio.add((p[1], p[2], p[3]))
+        elif p[0] == "est" and p[-1] == "n_sessions":
+            need[nid] = f"E2 estimate {' '.join(p[1:-1])}"
+            shown_ratio.add(("replication", p[1], None))
+        elif p[0] == "replay" and len(p) == 4 and p[3] in ("pq_eq_qb", "contexts"):
+            need[nid] = f"E1 {p[3]} of {p[1]} {p[2]}"
+        elif p[0] == "predsum" and p[-1] in ("predicted_matches", "live_runs", "reference_matches"):
+            need[nid] = f"prediction {p[2]} of {p[1]}"
+    for k, (_i, _task, nid) in first.items():
+        need[nid] = f"first divergence of {' '.join(k)}"
+    for nid in E.items:
+        p = nid.split("|")
+        if p[0] == "noise" and len(p) == 7 and p[6] == "value":
+            camp, fam, cap = p[1], p[2], p[5]
+            if (camp, fam, cap) in shown_ratio or (camp == "replication" and (camp, fam, None) in shown_ratio):
+                need[nid] = f"A/A control {p[3]} of {camp} {fam}"
+    return need
+
+
+def check_headline_complete(c: Checker, E: Expected, rep: Report, shown: set[str]) -> None:
+    """Every number :func:`required_in_headline` names is in the report's summary table."""
+    c.identities += 1
+    for nid, what in sorted(required_in_headline(c, E).items()):
+        if nid not in shown:
+            c.bad(f"{rep.html_rel} summary table", f"the headline leaves out the {what} ({nid})")
