@@ -79,6 +79,8 @@ def value_texts(v: str) -> set[str]:
     raw += [r[:QUOTE_CHARS] + " \u2026" for r in list(raw) if len(r) > QUOTE_CHARS]
     out = {norm(r) for r in raw if norm(r)}
     v = norm(v)
+    if " " in v and all(x.lstrip("-").isdigit() for x in v.split()):  # an integer list cell (argmax tokens)
+        out.add("/".join(v.split()))
     if v in DISPLAY:
         out.add(DISPLAY[v])
     if v in ("True", "False"):
@@ -190,9 +192,17 @@ def _csv_text(v) -> str:
     return norm(str(v))
 
 
+# the pairs a report writes as one label "a/b" (a ratio's numerator over its denominator, an A/A twin over
+# its arm, a pair of tokens, query over key-value heads)
+PAIRS = (("numerator", "denominator"), ("twin", "arm"), ("token_a", "token_b"), ("n_head", "n_head_kv"))
+
+
 def labels_of(records: list[dict[str, str]]) -> set[str]:
     out: set[str] = set()
     for r in records:
+        for a, b in PAIRS:
+            if r.get(a) and r.get(b):
+                out.add(f"{norm(r[a])}/{norm(r[b])}")
         for k, v in r.items():
             if k:
                 out.add(k)
@@ -211,6 +221,8 @@ class Segmenter:
                 self.by_first[s[0]].append(s)
 
     def bound(self, text: str, labels: set[str]) -> bool:
+        """Whether ``text`` segments into fragments and ``labels``; two labels joined by a slash ("C3/M3")
+        are not a segmentation: a ratio's or a pair's label is one label of its row (:data:`PAIRS`)."""
         text = norm(text)
         n = len(text)
         if n == 0:
@@ -219,22 +231,25 @@ class Segmenter:
         for s in labels:
             if s:
                 extra[s[0]].append(s)
-        reach = [False] * (n + 1)
-        reach[0] = True
+        # states reached at each position: F after fixed text, L after a label, S after "label /"
+        reach: list[set[str]] = [set() for _ in range(n + 1)]
+        reach[0].add("F")
         for i in range(n):
-            if not reach[i]:
+            st = reach[i]
+            if not st:
                 continue
             ch = text[i]
             if ch == " ":
-                reach[i + 1] = True
+                reach[i + 1] |= st
                 continue
             for s in self.by_first.get(ch, ()):
                 if text.startswith(s, i):
-                    reach[i + len(s)] = True
-            for s in extra.get(ch, ()):
-                if text.startswith(s, i):
-                    reach[i + len(s)] = True
-        return reach[n]
+                    reach[i + len(s)] |= {"S" if x in ("L", "S") and s == "/" else "F" for x in st}
+            if st - {"S"}:
+                for s in extra.get(ch, ()):
+                    if text.startswith(s, i):
+                        reach[i + len(s)].add("L")
+        return bool(reach[n])
 
 
 class TableText(HTMLParser):

@@ -92,7 +92,7 @@ def extract() -> dict:
     """``{"fragments": [...], "formats": {column: fmt}}`` of the renderer as it is."""
     frags: set[str] = set()
     formats: dict[str, str] = dict(COLUMN_FORMATS)
-    for p in [*sorted(REPORTING.rglob("*.py")), COMPARE_REPORT]:
+    for p in [*sorted(q for q in REPORTING.rglob("*.py") if q.name != "format_text.py"), COMPARE_REPORT]:
         tree = ast.parse(p.read_text(encoding="utf-8"))
         docs = _docstrings(tree)
         for node in ast.walk(tree):
@@ -126,5 +126,9 @@ def pinned_problem() -> str | None:
     want = render_pinned()
     have = PINNED.read_text(encoding="utf-8") if PINNED.is_file() else ""
     if have != want:
-        return f"{PINNED.relative_to(REPO_ROOT)} differs from the renderer's text and precisions: run `refspec format-text --write`"
+        return f"{PINNED.relative_to(REPO_ROOT)} differs from the renderer's text and precisions: regenerate it with `./run shell -c 'python -m refspec.reporting.format_text'`"
     return None
+
+
+if __name__ == "__main__":
+    PINNED.write_text(render_pinned(), encoding="utf-8")
