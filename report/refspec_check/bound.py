@@ -260,12 +260,14 @@ class TableText(HTMLParser):
         super().__init__(convert_charrefs=True)
         self.tables: list[dict] = []
         self.runs: list[tuple[str, int]] = []
+        self.run_ids: list[list[str]] = []  # the checked numbers of each run, in order
         self._t: dict | None = None
         self._row: list | None = None
         self._cell: list | None = None
         self._num = False
         self._skip = 0  # inside <svg>, <style>, <title> (checked elsewhere)
         self._run: list[str] = []
+        self._ids: list[str] = []
         self._run_line = 0
         self._srcs: list[str] = []
         self._in_src = False
@@ -273,7 +275,8 @@ class TableText(HTMLParser):
     def _flush(self):
         if self._run and norm("".join(self._run).replace(NUM, " ")):
             self.runs.append(("".join(self._run), self._run_line))
-        self._run = []
+            self.run_ids.append(self._ids)
+        self._run, self._ids = [], []
 
     def handle_starttag(self, tag, attrs):
         a = dict(attrs)
@@ -287,6 +290,7 @@ class TableText(HTMLParser):
                 if not self._run:
                     self._run_line = self.getpos()[0]
                 self._run.append(NUM)
+                self._ids.append(a["data-num"])
             self._num = True
             return
         if self._cell is None:
@@ -506,8 +510,84 @@ class Binder:
                     )
 
 
+def _with_ids(text: str, ids: list[str], mark: str) -> str | None:
+    """``text`` with each ``mark`` (a checked number) replaced by ``{id}`` in order; None when they do not pair."""
+    pieces = text.split(mark)
+    if len(pieces) != len(ids) + 1:
+        return None
+    out = [pieces[0]]
+    for nid, piece in zip(ids, pieces[1:]):
+        out += [" {" + nid + "} ", piece]
+    return norm("".join(out))
+
+
+def html_units(tp: TableText) -> tuple[list[str], list[str]]:
+    """The HTML's table rows and its other text runs, each as one line of text with ``{id}`` for its numbers."""
+    rows = []
+    for t in tp.tables:
+        for _line, cells in t["rows"]:
+            text, ids = [], []
+            for _tag, parts in cells:
+                for kind, v in parts:
+                    if kind == "num":
+                        text.append(NUM)
+                        ids.append(v)
+                    else:
+                        text.append(v)
+                text.append(" ")
+            rows.append(_with_ids("".join(text), ids, NUM) or "")
+    runs = [_with_ids(text, ids, NUM) or "" for (text, _l), ids in zip(tp.runs, tp.run_ids)]
+    return rows, runs
+
+
+def tex_visible(s: str) -> str:
+    """Text as report.tex shows it (refspec.reporting.tex.tex_escape: dashes as '---' and '--', other
+    characters than printable ASCII and the escaped symbols as '?')."""
+    out = []
+    for ch in s:
+        if ch in "\u2014\u2013":
+            out.append("---" if ch == "\u2014" else "--")
+        elif ch in "\u00a7\u00b7\u00d7\u2264\u2265" or 32 <= ord(ch) <= 126:
+            out.append(ch)
+        else:
+            out.append(" " if ord(ch) < 32 else "?")
+    return "".join(out)
+
+
+def check_tex_rows(c: Checker, rep: Report, tp: TableText) -> None:
+    """report.tex says what report.html says: each table row of report.tex (a line with cells ``&``
+    ending in ``\\\\``) is one row of report.html, with the same text and the same numbers in the same
+    places, and every row of report.html is in report.tex. The HTML rows are bound (``check_bound_text``),
+    so a TeX row equal to one is bound too."""
+    if rep.tex is None:
+        return
+    rows, _runs = html_units(tp)
+    want: dict[str, int] = defaultdict(int)
+    for r in rows:
+        want[norm(tex_visible(r))] += 1
+    ids_at: dict[int, list[str]] = defaultdict(list)
+    for nid, _text, line in rep.tex.nums:
+        ids_at[line].append(nid)
+    with open(os.path.join(rep.dir, "report.tex"), encoding="utf-8") as f:
+        src = f.read().split("\n")
+    for text, line in rep.tex.text:
+        raw = src[line - 1] if 0 < line <= len(src) else ""
+        if "&" not in raw or not raw.rstrip().endswith("\\\\"):
+            continue
+        got = _with_ids(text, ids_at.get(line, []), "#")
+        c.identities += 1
+        if got is None or want.get(got, 0) <= 0:
+            c.bad(f"{rep.tex_rel}:{line}", f"table row {norm(text)[:90]!r} is no row of report.html")
+            continue
+        want[got] -= 1
+    for r, n in want.items():
+        if n > 0:
+            c.bad(rep.tex_rel, f"row {r[:90]!r} of report.html is not in report.tex")
+
+
 def check_bound_text(c: Checker, rep: Report) -> None:
-    """Every visible text run of report.html bound (see the module's docstring)."""
+    """Every visible text run of report.html bound (see the module's docstring), and report.tex's table
+    rows equal to report.html's (``check_tex_rows``)."""
     tp = TableText()
     tp.feed(rep.html_text)
     tp.close()
@@ -516,6 +596,7 @@ def check_bound_text(c: Checker, rep: Report) -> None:
         b.check_table(t)
         c.identities += 1
     b.check_runs(tp.runs)
+    check_tex_rows(c, rep, tp)
 
 
 def check_precision(c: Checker, where: str, nid: str, text: str, value) -> None:

@@ -7,7 +7,7 @@ import hashlib
 import os
 import re
 
-from refspec_check.bound import check_bound_text, check_precision
+from refspec_check.bound import check_bound_text, check_precision, tex_visible
 from refspec_check.context import Expected
 from refspec_check.contract import posix_rel
 from refspec_check.problems import REL_TOL, Checker, fmt
@@ -126,20 +126,6 @@ def check_html(c: Checker, E: Expected, rep: Report, stated: dict) -> None:
             c.bad(where, "link leaves the archive")
         elif not os.path.isfile(p):
             c.bad(where, "linked file is missing")
-
-
-def tex_visible(name: str) -> str:
-    """A name as report.tex shows it (refspec.reporting.tex.tex_escape: other characters than
-    printable ASCII become '?' or a space, dashes '---' and '--')."""
-    out = []
-    for ch in name:
-        if ch in "\u2014\u2013":
-            out.append("---" if ch == "\u2014" else "--")
-        elif ch in "\u00a7\u00b7\u00d7\u2264\u2265" or 32 <= ord(ch) <= 126:
-            out.append(ch)
-        else:
-            out.append(" " if ord(ch) < 32 else "?")
-    return "".join(out)
 
 
 def check_tex(c: Checker, E: Expected, rep: Report, stated: dict) -> None:

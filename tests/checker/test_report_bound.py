@@ -30,8 +30,8 @@ def stage(tmp_path_factory) -> Path:
     return results
 
 
-def resealed(stage: Path, dst: Path, edit_html=None, edit_numbers=None) -> Path:
-    """A copy of ``stage`` with report.html and numbers.json edited, sealed with the signer's valid key."""
+def resealed(stage: Path, dst: Path, edit_html=None, edit_numbers=None, edit_tex=None) -> Path:
+    """A copy of ``stage`` with report.html, numbers.json or report.tex edited, sealed with the signer's valid key."""
     work = dst.with_name(dst.name + "-stage")
     shutil.copytree(stage, work)
     for p in work.rglob("*"):
@@ -42,6 +42,11 @@ def resealed(stage: Path, dst: Path, edit_html=None, edit_numbers=None) -> Path:
         after = edit_html(before)
         assert after != before, "the edit changed nothing"
         h.write_text(after, encoding="utf-8")
+    if edit_tex is not None:
+        t = work / "report.tex"
+        before = t.read_text(encoding="utf-8")
+        t.write_text(edit_tex(before), encoding="utf-8")
+        assert t.read_text(encoding="utf-8") != before, "the edit changed nothing"
     if edit_numbers is not None:
         n = work / "numbers.json"
         doc = json.loads(n.read_text(encoding="utf-8"))
@@ -216,3 +221,23 @@ def test_rendered_numbers_have_the_pinned_precision(stage):
     wrong = [(n["id"], n["fmt"]) for n in doc["numbers"] if formats.get(n["id"].rsplit("|", 1)[-1]) != n["fmt"]]
     assert not wrong, wrong[:5]
 
+
+
+TEX_EDITS = [
+    ("a verdict changed in report.tex", lambda t: t.replace("& inconclusive &", "& exceeds &", 1), "is no row of report.html"),
+    ("a ratio label inverted in report.tex", lambda t: t.replace("& M3/C3 &", "& C3/M3 &", 1), "is no row of report.html"),
+    (
+        "a table row dropped from report.tex",
+        lambda t: "\n".join(x for x in t.split("\n") if not (x.startswith("llama31-8b & mixed & M3/C3 &"))),
+        "is not in report.tex",
+    ),
+]
+
+
+@pytest.mark.parametrize("what,edit_tex,phrase", TEX_EDITS, ids=[e[0] for e in TEX_EDITS])
+def test_tex_edit_refused(stage, tmp_path, what, edit_tex, phrase):
+    """report.tex's rows are report.html's rows: a word or a row changed in the TeX alone is refused."""
+    arch = resealed(stage, tmp_path / "archive", edit_tex=edit_tex)
+    code, out = run_check(arch)
+    assert code == 1, f"{what}: check.py accepted it\n{out}"
+    assert phrase in out, f"{what}: refused, but not for its rows\n{out}"
