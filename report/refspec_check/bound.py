@@ -126,9 +126,17 @@ class Records:
                                 continue
                             self._walk(rec)
                             if isinstance(rec, dict):
-                                lines.append({str(k): "" if v is None else str(v) for k, v in rec.items() if not isinstance(v, (dict, list))})
+                                lines.append(
+                                    {
+                                        str(k): "" if v is None else str(v)
+                                        for k, v in rec.items()
+                                        if not isinstance(v, (dict, list))
+                                    }
+                                )
         # the files of the archive (the report names its sources by path; check_html checks every link)
-        self.names: set[str] = {os.path.relpath(os.path.join(c.archive, f), rep.dir).replace(os.sep, "/") for f in c.tree}
+        self.names: set[str] = {
+            os.path.relpath(os.path.join(c.archive, f), rep.dir).replace(os.sep, "/") for f in c.tree
+        }
         for rows in self.csv.values():
             for r in rows:
                 for v in r.values():
@@ -175,12 +183,18 @@ class Records:
         want = tuple(sorted((str(k), _csv_text(v)) for k, v in key.items()))
         ik = ("*", want)
         if ik not in self._key_index:
-            self._key_index[ik] = [
-                r
-                for src, rows in self.csv.items()
-                for r in rows
-                if all(norm(r[k] or "") == v if k in r else (src.endswith(".jsonl") and k in IMPLIED) for k, v in want)
-            ] if want else []
+            self._key_index[ik] = (
+                [
+                    r
+                    for src, rows in self.csv.items()
+                    for r in rows
+                    if all(
+                        norm(r[k] or "") == v if k in r else (src.endswith(".jsonl") and k in IMPLIED) for k, v in want
+                    )
+                ]
+                if want
+                else []
+            )
         return self._key_index[ik]
 
 
@@ -365,7 +379,9 @@ class Binder:
         self.c, self.rep = c, rep
         self.R = Records(c, rep)
         self.stated = {
-            n["id"]: n for n in rep.numbers_doc.get("numbers", []) if isinstance(n, dict) and isinstance(n.get("id"), str)
+            n["id"]: n
+            for n in rep.numbers_doc.get("numbers", [])
+            if isinstance(n, dict) and isinstance(n.get("id"), str)
         }
         vocabulary = self.R.names | set(DISPLAY.values()) | set(DISPLAY)
         self.seg = Segmenter({f for f in FORMAT_TEXT if f not in vocabulary})
@@ -431,7 +447,6 @@ class Binder:
             ids = [v for _tag, parts in cells for kind, v in parts if kind == "num"]
             for nid in ids:
                 self.check_number_row(nid, line, tid)
-            row_recs = [r for nid in ids for r in self.records(nid)]
             if not ids:
                 self.bind_free_row(line, tid, cells, source_recs)
                 continue
@@ -476,12 +491,8 @@ class Binder:
         for (i, j), keys in grid.items():
             for key in keys:
                 for k, v in key.items():
-                    along_row = {
-                        kk[k] for (ii, _jj), ks in grid.items() if ii == i for kk in ks if k in kk
-                    }
-                    down_col = {
-                        kk[k] for (_ii, jj), ks in grid.items() if jj == j for kk in ks if k in kk
-                    }
+                    along_row = {kk[k] for (ii, _jj), ks in grid.items() if ii == i for kk in ks if k in kk}
+                    down_col = {kk[k] for (_ii, jj), ks in grid.items() if jj == j for kk in ks if k in kk}
                     if len(along_row) > 1 and len(down_col) > 1:
                         self.c.bad(
                             f"{self.rep.html_rel}:{body[i][0]}",

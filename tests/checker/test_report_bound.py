@@ -154,7 +154,9 @@ DROP_DIVERGENCE = _drop_headline(lambda finding, scope: finding == "first diverg
 EDITS = [
     (
         "a verdict changed: inconclusive reads exceeds",
-        lambda h: _in_table(h, "estimates", '<td class="inconclusive">inconclusive</td>', '<td class="inconclusive">exceeds</td>'),
+        lambda h: _in_table(
+            h, "estimates", '<td class="inconclusive">inconclusive</td>', '<td class="inconclusive">exceeds</td>'
+        ),
         None,
         "'exceeds' in table 'estimates'",
     ),
@@ -185,17 +187,26 @@ EDITS = [
     ("two checked spans moved between rows", _swap_spans_between_rows, None, "sits in a row and a column"),
     (
         "a column header rewritten",
-        lambda h: _in_table(h, "ratios-confirmation", '<th scope="col">comparison</th>', '<th scope="col">slower arm / faster arm</th>'),
+        lambda h: _in_table(
+            h, "ratios-confirmation", '<th scope="col">comparison</th>', '<th scope="col">slower arm / faster arm</th>'
+        ),
         None,
         "a header neither",
     ),
     (
         "provenance text claims another device",
-        lambda h: _in_table(h, "provenance", '<td class="mono">GPU: none</td>', '<td class="mono">GPU: NVIDIA H200</td>'),
+        lambda h: _in_table(
+            h, "provenance", '<td class="mono">GPU: none</td>', '<td class="mono">GPU: NVIDIA H200</td>'
+        ),
         None,
         "a row no single record of the archive holds",
     ),
-    ("the failing arm dropped from the headline", _drop_failing_arm, _drop_failing_arm_numbers, "the headline leaves out"),
+    (
+        "the failing arm dropped from the headline",
+        _drop_failing_arm,
+        _drop_failing_arm_numbers,
+        "the headline leaves out",
+    ),
     ("the first-divergence rows dropped from the headline", *DROP_DIVERGENCE, "first divergence of"),
     ("a number shown with zero decimals", _zero_decimals, None, "precision '.6f'"),
 ]
@@ -222,10 +233,17 @@ def test_rendered_numbers_have_the_pinned_precision(stage):
     assert not wrong, wrong[:5]
 
 
-
 TEX_EDITS = [
-    ("a verdict changed in report.tex", lambda t: t.replace("& inconclusive &", "& exceeds &", 1), "is no row of report.html"),
-    ("a ratio label inverted in report.tex", lambda t: t.replace("& M3/C3 &", "& C3/M3 &", 1), "is no row of report.html"),
+    (
+        "a verdict changed in report.tex",
+        lambda t: t.replace("& inconclusive &", "& exceeds &", 1),
+        "is no row of report.html",
+    ),
+    (
+        "a ratio label inverted in report.tex",
+        lambda t: t.replace("& M3/C3 &", "& C3/M3 &", 1),
+        "is no row of report.html",
+    ),
     (
         "a table row dropped from report.tex",
         lambda t: "\n".join(x for x in t.split("\n") if not (x.startswith("llama31-8b & mixed & M3/C3 &"))),

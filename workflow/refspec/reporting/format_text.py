@@ -106,7 +106,9 @@ def extract() -> dict:
                 if isinstance(col, ast.Constant) and isinstance(fmt, ast.Constant):
                     formats[col.value] = fmt.value
     for p in sorted(TEMPLATES.glob("*.j2")):
-        t = re.sub(r"\{%.*?%\}|\{\{.*?\}\}|\{#.*?#\}|\(\(\(.*?\)\)\)|\(\(\*.*?\*\)\)", "\x00", p.read_text("utf-8"), flags=re.S)
+        t = re.sub(
+            r"\{%.*?%\}|\{\{.*?\}\}|\{#.*?#\}|\(\(\(.*?\)\)\)|\(\(\*.*?\*\)\)", "\x00", p.read_text("utf-8"), flags=re.S
+        )
         if p.name.endswith(".html.j2"):
             t = re.sub(r"<style>.*?</style>", "\x00", t, flags=re.S)
             t = re.sub(r"<[^>]*>", "\x00", t)
