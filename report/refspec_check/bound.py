@@ -30,6 +30,7 @@ the archive holds. The segmentation is a dynamic programme over the characters o
 from __future__ import annotations
 
 import csv
+import functools
 import json
 import os
 from collections import defaultdict
@@ -70,7 +71,8 @@ REFUSAL_PREFIX = "worker start failed: "
 QUOTE_CHARS = 400
 
 
-def value_texts(v: str) -> set[str]:
+@functools.lru_cache(maxsize=None)
+def value_texts(v: str) -> frozenset[str]:
     """The ways the report writes one cell: as stored, its display text, a boolean in lower case, a refusal
     reason without its prefix and cut to :data:`QUOTE_CHARS` characters."""
     raw = [v]
@@ -85,7 +87,7 @@ def value_texts(v: str) -> set[str]:
         out.add(DISPLAY[v])
     if v in ("True", "False"):
         out.add(v.lower())
-    return out
+    return frozenset(out)
 
 
 class Records:
@@ -146,6 +148,7 @@ class Records:
             for v in d.values():
                 self.names |= value_texts(v)
         self._key_index: dict[tuple, list[dict[str, str]]] = {}
+        self._pair_index: dict | None = None
 
     def _walk(self, obj, depth: int = 0) -> None:
         if depth > 12:
@@ -178,24 +181,39 @@ class Records:
         return self._key_index[ik]
 
     def related(self, key: dict) -> list[dict[str, str]]:
-        """The rows of every CSV that hold all of ``key``'s columns with its values (a refused arm's reason in
-        requests.csv beside its qualification counts)."""
+        """The rows of every CSV (and ledger) that hold all of ``key``'s columns with its values (a refused
+        arm's reason in requests.csv or its campaign's ledger beside its qualification counts)."""
         want = tuple(sorted((str(k), _csv_text(v)) for k, v in key.items()))
         ik = ("*", want)
         if ik not in self._key_index:
-            self._key_index[ik] = (
-                [
+            anchor = [kv for kv in want if kv[0] not in IMPLIED] or list(want)
+            if not want:
+                found = []
+            else:
+                pool = min((self._pairs().get(kv, []) for kv in anchor), key=len)
+                found = [
                     r
-                    for src, rows in self.csv.items()
-                    for r in rows
+                    for src, r in pool
                     if all(
                         norm(r[k] or "") == v if k in r else (src.endswith(".jsonl") and k in IMPLIED) for k, v in want
                     )
                 ]
-                if want
-                else []
-            )
+                if not [kv for kv in want if kv[0] not in IMPLIED]:
+                    found = [r for src, r in pool if all(norm(r.get(k) or "") == v for k, v in want)]
+            self._key_index[ik] = found
         return self._key_index[ik]
+
+    def _pairs(self) -> dict[tuple[str, str], list[tuple[str, dict]]]:
+        """(column, value) -> the rows holding it, over every table read."""
+        if self._pair_index is None:
+            idx: dict[tuple[str, str], list] = defaultdict(list)
+            for src, rows in self.csv.items():
+                for r in rows:
+                    for k, v in r.items():
+                        if v:
+                            idx[(k, norm(v))].append((src, r))
+            self._pair_index = idx
+        return self._pair_index
 
 
 def _csv_text(v) -> str:
@@ -211,17 +229,32 @@ def _csv_text(v) -> str:
 PAIRS = (("numerator", "denominator"), ("twin", "arm"), ("token_a", "token_b"), ("n_head", "n_head_kv"))
 
 
+_RECORD_LABELS: dict[int, tuple[dict, frozenset[str]]] = {}
+
+
 def labels_of(records: list[dict[str, str]]) -> set[str]:
+    """The labels the rows ``records`` give the text beside them: their values as written, their
+    column names and their pair labels."""
     out: set[str] = set()
     for r in records:
-        for a, b in PAIRS:
-            if r.get(a) and r.get(b):
-                out.add(f"{norm(r[a])}/{norm(r[b])}")
-        for k, v in r.items():
-            if k:
-                out.add(k)
-            if v:
-                out |= value_texts(v)
+        hit = _RECORD_LABELS.get(id(r))
+        if hit is None or hit[0] is not r:
+            hit = (r, frozenset(_record_labels(r)))
+            _RECORD_LABELS[id(r)] = hit
+        out |= hit[1]
+    return out
+
+
+def _record_labels(r: dict[str, str]) -> set[str]:
+    out: set[str] = set()
+    for a, b in PAIRS:
+        if r.get(a) and r.get(b):
+            out.add(f"{norm(r[a])}/{norm(r[b])}")
+    for k, v in r.items():
+        if k:
+            out.add(k)
+        if v:
+            out |= value_texts(v)
     return out
 
 
