@@ -115,6 +115,15 @@ def prescan(text: str) -> list[tuple[int, str]]:
                     )
                 )
             body = text[i:end]
+            k = body.find("</")
+            if k >= 0:  # the first only: a browser reads all that follows as the element's text
+                out.append(
+                    (
+                        _line(text, i + k),
+                        f"{body[k : k + 10]!r} inside <{name}>: html.parser may end the element there, a browser "
+                        f"does not (it reads on to line {_line(text, end)})",
+                    )
+                )
             if name in RAW_TEXT and hashlib.sha256(body.encode("utf-8")).hexdigest() != STYLESHEET_SHA256:
                 out.append((line, "the stylesheet a browser reads is not the report format's (sha256 differs)"))
             if name in RCDATA and "<" in body:
