@@ -143,7 +143,9 @@ class StrictTeX:
                 # the body (not in a table cell, a box or a paragraph, where its labels would read
                 # as the cell's text)
                 if i == 0 or body[i - 1] != "\\begin{center}" or [e for e, _n in self.envs] != ["center"]:
-                    self.bad(no, "a figure outside the report's figure environment (\\begin{center} on the line before)")
+                    self.bad(
+                        no, "a figure outside the report's figure environment (\\begin{center} on the line before)"
+                    )
                 elif self.depth:
                     self.bad(no, "a figure inside a group or box")
                 else:
