@@ -266,3 +266,20 @@ def test_a_number_is_never_a_name():
         assert CHECK.visible_digits_problem(w, names), w
     for w in ("HumanEval/8", "w05-C_k5u6", "E2", "S13", "123456789012", "(HumanEval/8)"):
         assert not CHECK.visible_digits_problem(w, names), w
+
+
+def test_the_renderer_shows_other_characters_of_the_data_as_question_marks():
+    """A name or reason of the archive holding a character outside the repertoire (a bidi control
+    in a task name, a letter outside ASCII in a log line quoted by a ledger reason) is written into
+    report.html as '?' (a control as a space), as report.tex writes it, so a clean report always
+    passes the repertoire; markup (the figures) is written as it is."""
+    import markupsafe
+    from refspec_check import repertoire
+
+    from refspec.reporting.render import HTML_CHARS, html_text
+
+    assert html_text("task\u202e1\tcaf\u00e9 \u2014 \u2026") == "task?1 caf? \u2014 \u2026"
+    assert repertoire.problems(html_text("".join(map(chr, range(0x2000, 0x2100))))) == []
+    m = markupsafe.Markup("<svg>\u00e9</svg>")
+    assert html_text(m) is m
+    assert set(HTML_CHARS) == set(repertoire.RENDERER_CHARS)
