@@ -19,6 +19,7 @@ which Python's html.parser (StrictHTML) and the HTML5 tokenizer agree.
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import re
 
@@ -40,8 +41,10 @@ RCDATA = ("title",)
 REFUSED = ("script", "textarea", "xmp", "iframe", "noembed", "noframes", "noscript", "plaintext")
 
 
-def _line(text: str, pos: int) -> int:
-    return text.count("\n", 0, pos) + 1
+def _line_of(text: str):
+    """pos -> the line of ``text`` holding it."""
+    starts = [m.end() for m in re.finditer("\n", text)]
+    return lambda pos: bisect.bisect_right(starts, pos) + 1
 
 
 def browser_end(text: str, name: str, start: int) -> int:
@@ -64,6 +67,8 @@ def browser_end(text: str, name: str, start: int) -> int:
 def prescan(text: str) -> list[tuple[int, str]]:
     """(line, problem) for everything in ``text`` outside the language both parsers read alike."""
     out = list(repertoire.problems(text))
+    _line = lambda _t, pos: line_of(pos)  # noqa: E731
+    line_of = _line_of(text)
     for m in re.finditer("&", text):
         if not _ENTITY_RE.match(text, m.start()):
             out.append(

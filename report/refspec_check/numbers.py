@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import re
@@ -162,7 +163,7 @@ def check_tex(c: Checker, E: Expected, rep: Report, stated: dict) -> None:
         c.bad(f"{rep.tex_rel}:{line}", msg)
     names = visible_names(c, rep)
     names |= {tex_visible(n) for n in names}
-    bound = {tex_visible(b) for b in bound_texts(c, rep)}
+    bound = functools.cache(lambda: {tex_visible(b) for b in bound_texts(c, rep)})
     for text, line in tp.text:
         for word in digit_problems(text, names, bound):
             c.bad(f"{rep.tex_rel}:{line}", f"digits {word!r} in visible text outside a checked number")

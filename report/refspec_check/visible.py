@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
+from collections.abc import Callable
 
 from refspec_check.contract import COLUMNS, COMPARE_COLUMNS, DIAGNOSTIC_PAIRS, S
 from refspec_check.problems import Checker
@@ -181,9 +183,10 @@ def bound_spans(text: str, bound: set[str]) -> list[tuple[int, int]]:
     return spans
 
 
-def digit_problems(text: str, names: set[str], bound: set[str]) -> list[str]:
+def digit_problems(text: str, names: set[str], bound: Callable[[], set[str]]) -> list[str]:
     """The words of visible ``text`` whose digits are outside the format: ``visible_digits_problem``,
-    unless the word lies inside a whole quoted text of ``bound_texts``."""
+    unless the word lies inside a whole quoted text of ``bound()`` (``bound_texts``, computed only
+    where a word needs it)."""
     t = _norm(TABLE_REF_RE.sub(lambda m: " " * len(m.group(0)), text))
     bad = []
     spans = None
@@ -191,7 +194,7 @@ def digit_problems(text: str, names: set[str], bound: set[str]) -> list[str]:
         if not visible_digits_problem(m.group(0), names):
             continue
         if spans is None:
-            spans = bound_spans(t, bound)
+            spans = bound_spans(t, bound())
         if not any(s <= m.start() and m.end() <= e for s, e in spans):
             bad.append(m.group(0))
     return bad
@@ -217,7 +220,7 @@ def check_visible_digits(c: Checker, rep: Report) -> None:
     in the text around it, so a digit written against it is refused). The text of the figures
     (axis ticks, counts and labels drawn in SVG) is the exception: see anc/report.md."""
     names = visible_names(c, rep)
-    bound = bound_texts(c, rep)
+    bound = functools.cache(lambda: bound_texts(c, rep))
     for text, line, ctx in rep.hp.text:
         if ctx == "svg":
             continue
