@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import re
@@ -14,7 +15,7 @@ from refspec_check.problems import REL_TOL, Checker, fmt
 from refspec_check.report import Report
 from refspec_check.seal import _inside
 from refspec_check.strict_html import STYLESHEET_SHA256
-from refspec_check.visible import check_visible_digits, visible_digits_problem, visible_names, visible_words
+from refspec_check.visible import bound_texts, check_visible_digits, digit_problems, visible_names
 
 _NUM_RE = re.compile(r"^(-?)(\d+)(?:\.(\d*))?(?:[eE]([+-]?\d+))?$")
 
@@ -151,7 +152,7 @@ def check_tex(c: Checker, E: Expected, rep: Report, stated: dict) -> None:
         c.bad(f"{rep.tex_rel}:{line}", msg)
     names = visible_names(c, rep)
     names |= {tex_visible(n) for n in names}
+    bound = functools.cache(lambda: {tex_visible(b) for b in bound_texts(c, rep)})
     for text, line in tp.text:
-        for word in visible_words(text):
-            if visible_digits_problem(word, names):
-                c.bad(f"{rep.tex_rel}:{line}", f"digits {word!r} in visible text outside a checked number")
+        for word in digit_problems(text, names, bound):
+            c.bad(f"{rep.tex_rel}:{line}", f"digits {word!r} in visible text outside a checked number")

@@ -6,6 +6,7 @@ import json
 import os
 
 from refspec_check.contract import posix_rel
+from refspec_check.html5 import prescan
 from refspec_check.problems import Checker, Unreadable
 from refspec_check.strict_html import StrictHTML
 from refspec_check.strict_tex import StrictTeX
@@ -54,6 +55,8 @@ def read_report(c: Checker) -> Report | None:
         hp = StrictHTML()
         hp.feed(html_text)
         hp.close()
+        # what a browser reads differently from html.parser, and characters outside the repertoire
+        hp.problems = list(dict.fromkeys(prescan(html_text) + hp.problems))
     except (OSError, UnicodeDecodeError) as e:
         c.unread(posix_rel(html_path, c.archive), f"cannot read ({e})")
         return None

@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 from html.parser import HTMLParser
 
+from refspec_check import repertoire
+
 # Elements and their attributes: exactly what the renderer writes. Anything else (another element,
 # attribute or value, an inline ``style``, ``hidden``, an event handler, a comment, a second
 # stylesheet) is refused with its line.
@@ -201,6 +203,8 @@ class StrictHTML(HTMLParser):
             if v is None:
                 self.bad(f"attribute {k} on <{tag}> has no value")
                 continue
+            for _l, msg in repertoire.problems(v):
+                self.bad(f"{k}= on <{tag}>: {msg}")
             pat = ATTR_VALUES.get(k)
             if pat is not None and not pat.fullmatch(v):
                 self.bad(f"{k}={v[:60]!r} on <{tag}> is not a value of the report format")
@@ -210,6 +214,11 @@ class StrictHTML(HTMLParser):
             self.bad(f"<meta {' '.join(f'{k}={v!r}' for k, v in attrs)}> is not in the report format")
         if tag == "style" and not (self.stack and self.stack[-1][0] == "head"):
             self.bad("<style> outside <head>")
+        parent = self.stack[-1][0] if self.stack else ""
+        if tag == "svg" and parent != "figure":
+            self.bad(f"<svg> inside <{parent}>: a drawing is only a figure's (<figure><svg>)")
+        if tag == "figure" and parent != "section":
+            self.bad(f"<figure> inside <{parent}>: a figure stands in a section, not in a table cell or paragraph")
         if "id" in a and a["id"] is not None:
             if a["id"] in self.ids:
                 self.bad(f"duplicate id {a['id']!r} (first on line {self.ids[a['id']]})")
@@ -271,6 +280,9 @@ class StrictHTML(HTMLParser):
             self._table = None
 
     def handle_data(self, data):
+        line = self.getpos()[0]
+        for k, msg in repertoire.problems(data, line):
+            self.problems.append((k, msg))
         if self._num is not None:
             self._buf.append(data)
             return

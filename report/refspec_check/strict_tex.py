@@ -5,6 +5,8 @@ from __future__ import annotations
 import hashlib
 import re
 
+from refspec_check import repertoire
+
 # sha256 of report.tex up to and including its "\begin{document}" line: the renderer's preamble
 # (its packages, the figures' colours and the one macro \rsnum). Any other preamble (\rsnum
 # redefined, a \catcode, \input, another package) is refused; tests/checker/test_report_strict.py keeps
@@ -137,6 +139,19 @@ class StrictTeX:
                 continue
             if line == TIKZ_BEGIN:
                 box = ()
+                # a figure is the renderer's: its own lines, directly in a center environment of
+                # the body (not in a table cell, a box or a paragraph, where its labels would read
+                # as the cell's text)
+                if i == 0 or body[i - 1] != "\\begin{center}" or [e for e, _n in self.envs] != ["center"]:
+                    self.bad(
+                        no, "a figure outside the report's figure environment (\\begin{center} on the line before)"
+                    )
+                elif self.depth:
+                    self.bad(no, "a figure inside a group or box")
+                else:
+                    end = next((j for j in range(i + 1, len(body)) if body[j] == "\\end{tikzpicture}"), None)
+                    if end is not None and body[end + 1 : end + 2] != ["\\end{center}"]:
+                        self.bad(no, "a figure not closed by \\end{center} on the line after its picture")
                 continue
             vis = self.scan(line, no)
             self.text.append(("".join(vis), no))
@@ -267,7 +282,7 @@ class StrictTeX:
             elif ch == "&":
                 vis.append(" ")
             elif ord(ch) < 32 or ord(ch) > 126:
-                self.bad(no, f"character {ch!r} (the report's LaTeX is printable ASCII)")
+                self.bad(no, f"character {repertoire.describe(ch)} (the report's LaTeX is printable ASCII)")
             else:
                 vis.append(ch)
             i += 1

@@ -171,6 +171,26 @@ def device_summary(a: Archive) -> str:
     )
 
 
+# the non-ASCII characters the report writes (report/refspec_check/repertoire.py pins the same set:
+# check.py refuses every other character a reader sees)
+HTML_CHARS = frozenset("\u00a7\u00b7\u00d7\u2013\u2014\u2026\u2264\u2265")
+
+
+def html_text(v):
+    """A value written into report.html: a string's characters outside printable ASCII, the line
+    break and ``HTML_CHARS`` (a control, a bidi control, a letter outside ASCII in a name or a
+    reason) shown as '?' (a control as a space), as tex_escape does for report.tex; markup as it is."""
+    import markupsafe
+
+    if not isinstance(v, str) or isinstance(v, markupsafe.Markup):
+        return v
+    if all(32 <= ord(ch) <= 126 or ch == "\n" or ch in HTML_CHARS for ch in v):
+        return v
+    return "".join(
+        ch if 32 <= ord(ch) <= 126 or ch == "\n" or ch in HTML_CHARS else " " if ord(ch) < 32 else "?" for ch in v
+    )
+
+
 def _env_html():
     import jinja2
 
@@ -179,6 +199,7 @@ def _env_html():
         autoescape=True,
         undefined=jinja2.StrictUndefined,
         keep_trailing_newline=True,
+        finalize=html_text,
     )
     return env
 
