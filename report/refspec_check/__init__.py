@@ -46,7 +46,10 @@ shown in the report, and the seal: its envelope in canonical form, its Ed25519 s
 (RFC 8032, checked here with integer arithmetic and hashlib.sha512; see
 ``ed25519_problem`` for the strict rules), its key id against ``--pubkey``, its chain
 against ``--expect-previous``, and every file digest listed in its statement (sha256 and
-size); a symbolic link anywhere in the archive is a mismatch.
+size); a symbolic link anywhere in the archive is a mismatch. report.pdf is compiled again from
+report.tex where pdflatex is present and compared byte for byte (``pdf``), otherwise printed as
+``NOT CHECKED`` with the reason; a sealed archive holding any file but its report and data
+records (a campaign's summary.txt, a README) is a mismatch (``files``).
 
 Exit status: 0 all consistent, 1 mismatches (each printed with its location),
 2 unreadable input (no archive, no report/numbers.json, malformed files, a

@@ -7,8 +7,10 @@ import os
 from refspec_check.comparison import check_comparison
 from refspec_check.context import Context
 from refspec_check.contract import COMPARISON_FORMAT, posix_rel, read_plan, read_tables
+from refspec_check.files import check_archive_files
 from refspec_check.headline import check_headline
 from refspec_check.numbers import check_html, check_numbers, check_tex
+from refspec_check.pdf import check_pdf
 from refspec_check.problems import EXIT_UNREADABLE, Checker
 from refspec_check.provenance import check_data_seal, check_provenance
 from refspec_check.qualification import arm_facts, reference_arms
@@ -44,6 +46,7 @@ def check(archive: str, quiet: bool = False, unsealed: bool = False, trust: Trus
     rep = read_report(c)
     if rep is None:
         return EXIT_UNREADABLE, c
+    check_archive_files(c, rep.dir)
     if rep.numbers_doc.get("format") == COMPARISON_FORMAT:
         return check_comparison(c, rep, unsealed, trust)  # a comparison archive (refspec compare)
     tables = read_tables(c)
@@ -75,6 +78,7 @@ def check(archive: str, quiet: bool = False, unsealed: bool = False, trust: Trus
     stated = check_numbers(c, E, rep)
     check_html(c, E, rep, stated)
     check_tex(c, E, rep, stated)
+    check_pdf(c, rep.dir, rep.tex is not None and not rep.tex.problems)
     prov = check_provenance(c, rep)
     head = check_headline(c, E, rep, stated, est_dec)
     check_data_seal(c, rep, prov, head)

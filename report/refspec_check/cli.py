@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import traceback
 
@@ -66,10 +67,13 @@ def run(a) -> int:
             print(f"UNREADABLE {p}")
         for p in c.problems:
             print(f"MISMATCH {p}")
+    for rel, why in sorted(c.unchecked.items()):  # printed even with --quiet: the reader must know
+        print(f"NOT CHECKED {rel}: {why}")
+    checked = [p for p in c.files if os.path.relpath(p, c.archive).replace(os.sep, "/") not in c.unchecked]
     print(
         f"check: {c.recomputed} numbers recomputed; {c.matched} of {c.compared} comparisons matched; "
-        f"{c.identities} identities; {len(c.files)} files checked; {len(c.problems)} mismatches; "
-        f"{len(c.unreadable)} unreadable"
+        f"{c.identities} identities; {len(checked)} files checked; {len(c.unchecked)} not checked; "
+        f"{len(c.problems)} mismatches; {len(c.unreadable)} unreadable"
     )
     if c.reproduces is not None:
         print("reproduces: " + c.reproduces)

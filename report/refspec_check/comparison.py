@@ -21,6 +21,7 @@ from refspec_check.contract import (
 )
 from refspec_check.digests import sha256_file
 from refspec_check.numbers import check_html, check_numbers, check_tex
+from refspec_check.pdf import check_pdf
 from refspec_check.problems import Checker
 from refspec_check.provenance import check_provenance
 from refspec_check.report import Report
@@ -391,5 +392,6 @@ def check_comparison(c: Checker, rep: Report, unsealed: bool, trust: Trust) -> t
     stated_nums = check_numbers(c, ctx.E, rep)
     check_html(c, ctx.E, rep, stated_nums)
     check_tex(c, ctx.E, rep, stated_nums)
+    check_pdf(c, rep.dir, rep.tex is not None and not rep.tex.problems)
     check_provenance(c, rep)
     return check_sealed(c, unsealed, trust)

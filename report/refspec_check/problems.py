@@ -21,6 +21,7 @@ class Checker:
         self.quiet = quiet
         self.problems: list[str] = []
         self.unreadable: list[str] = []
+        self.unchecked: dict[str, str] = {}  # archive file (relative) -> why check.py did not check it
         self.recomputed = 0  # numbers computed by this checker
         self.compared = 0  # comparisons of a stated number with a recomputed one
         self.matched = 0

@@ -165,7 +165,7 @@ def test_small_workflow_end_to_end_and_rerun_is_a_no_op(tmp_path):
         assert journal.read_bytes() == before  # the campaign did not run again
         elapsed = _check_archive(res, tmp_path, pdf=True)
         print(f"check.py on the workflow's archive (with report.tex and report.pdf): {elapsed:.2f} s")
-        assert elapsed < 5
+        assert elapsed < 10  # check.py compiles report.tex again (two pdflatex passes) and compares report.pdf
     # every rule kept a log
     for rule in (
         "native_build",

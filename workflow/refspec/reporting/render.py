@@ -66,6 +66,12 @@ from .svg import COLORS
 from .tex import TexRaw, tex_cell, tex_finalize
 
 NUMBERS_FORMAT = "refspec-numbers/1"
+# the provenance section's note on report.pdf (what report/refspec_check/pdf.py does)
+PDF_NOTE = (
+    "report.pdf is report.tex compiled by pdflatex, reproducibly (a fixed SOURCE_DATE_EPOCH, the same passes): "
+    "report/check.py compiles report.tex again where pdflatex is present and refuses a report.pdf whose bytes "
+    "differ; where pdflatex is absent it says plainly that report.pdf is not checked."
+)
 TEMPLATE_DIR = REPO_ROOT / "report" / "templates"
 
 
@@ -106,6 +112,7 @@ def build(
     sections.insert(0, summary)
     if a.notes:
         prov_sec.notes.extend(a.notes)
+    prov_sec.notes.append(PDF_NOTE)
     ran_on = device_summary(a)
     if ran_on:
         prov["devices"] = ran_on
@@ -310,6 +317,11 @@ def render(
 
 def compile_pdf(tex_path: Path, timeout: int = 300) -> Path | None:
     """Compile ``report.tex`` with pdflatex when present; return the PDF path or None when TeX is absent.
+
+    The compile is reproducible: report.tex alone in an empty folder, ``SOURCE_DATE_EPOCH=0`` with
+    ``FORCE_SOURCE_DATE=1`` (the info dictionary's dates and the trailer /ID are fixed), two passes,
+    so the same pdfTeX makes the same bytes. ``report/check.py`` (``refspec_check/pdf.py``) compiles
+    report.tex the same way and compares the bytes with report.pdf; change both together.
 
     Raises :class:`refspec.core.errors.RenderError` (exit code 5) with the log tail when pdflatex fails.
     """
