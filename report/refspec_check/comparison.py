@@ -30,6 +30,8 @@ from refspec_check.report import Report
 from refspec_check.seal import Trust, check_sealed
 from refspec_check.stats import mean, percentile
 
+#: the start of the report's note on a floor given by hand (refspec.compare.report.GIVEN_FLOOR_NOTE)
+GIVEN_FLOOR = "The noise floor was given by hand (refspec compare --noise-floor)"
 #: the tables of a compared archive that refspec compare reads and carries (refspec.compare.TABLES_READ)
 COMPARED_TABLES = tuple(
     dict.fromkeys(tuple(v[0] for v in COMPARE_FINDINGS.values()) + ("requests", "ratios", "estimates", "noise"))
@@ -458,6 +460,12 @@ def check_comparison(c: Checker, rep: Report, unsealed: bool, trust: Trust) -> t
         want = check_comparisons_table(ctx, ins, read_plan(c) or {})
     if want is not None:
         check_report_words(c, rep, want)
+        given = ((read_plan(c) or {}).get("noise_floor") or {}).get("given")
+        if given is not None and rep is not None and GIVEN_FLOOR not in " ".join((rep.html_text or "").split()):
+            c.bad(
+                rep.html_rel,
+                "the noise floor was given by hand (plan.json noise_floor.given), the report does not say so",
+            )
     stated_nums = check_numbers(c, ctx.E, rep)
     check_html(c, ctx.E, rep, stated_nums)
     check_tex(c, ctx.E, rep, stated_nums)

@@ -190,3 +190,27 @@ def test_swapped_arm_labels_are_refused(env):
         _lie(env, "relabelled", relabel),
         "numerator=M_qb denominator=R path=target comparison=R/M_qb] column numerator: label 'M_qb' != recomputed 'R'",
     )
+
+
+def test_a_noise_floor_given_by_hand_checks(env):
+    """refspec compare --noise-floor: the band is the threshold widened by that floor, recorded in plan.json."""
+    out = env["base"] / "given-floor"
+    code = main(
+        [
+            "compare",
+            str(env["a"]),
+            str(env["b"]),
+            "--pubkey",
+            str(signer_pubkey()),
+            "--noise-floor",
+            "1.25",
+            "--out",
+            str(out),
+            "--key",
+            str(env["key"].private_path),
+        ]
+    )
+    assert code == 1
+    assert json.loads((out / "plan.json").read_text())["noise_floor"]["given"] == 1.25
+    code, text = _check(out)
+    assert code == 0, text[-4000:]
