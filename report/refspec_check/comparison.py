@@ -11,7 +11,14 @@ import re
 from collections import defaultdict
 
 from refspec_check.comparison_report import check_report_words
-from refspec_check.comparison_rows import LABELS, band_of, expected_preservation, expected_timings
+from refspec_check.comparison_rows import (
+    LABELS,
+    band_of,
+    expected_preservation,
+    expected_timings,
+    pinned_inputs,
+    plans_same,
+)
 from refspec_check.context import Context
 from refspec_check.contract import (
     COLUMNS,
@@ -459,7 +466,13 @@ def check_comparison(c: Checker, rep: Report, unsealed: bool, trust: Trust) -> t
     if "comparisons" in tables:
         want = check_comparisons_table(ctx, ins, read_plan(c) or {})
     if want is not None:
-        check_report_words(c, rep, want)
+        check_report_words(
+            c,
+            rep,
+            want,
+            plans_same(ins["a"].get("plan"), ins["b"].get("plan")),
+            pinned_inputs(ins["a"].get("manifest")) == pinned_inputs(ins["b"].get("manifest")),
+        )
         given = ((read_plan(c) or {}).get("noise_floor") or {}).get("given")
         if given is not None and rep is not None and GIVEN_FLOOR not in " ".join((rep.html_text or "").split()):
             c.bad(

@@ -14,6 +14,9 @@ from refspec_check.report import Report
 #: refspec.compare.report.VERDICT_CLASS: the class (colour) of a verdict cell
 VERDICT_CLASS = {"same": "ok", "reproduced": "ok", "differs": "bad", "not comparable": "unqualified"}
 ALL_SAME = "Every preservation finding is the same."
+#: refspec.compare.report._overview: the notes on the registered plans and the pinned inputs (same, differ)
+PLAN_NOTES = ("The registered plans are the same.", "The registered plans differ:")
+PINNED_NOTES = ("The pinned inputs are the same.", "The pinned inputs differ:")
 SOME_DIFFER = "At least one preservation finding differs."
 _ITEM = re.compile(r"cmp\|(.+)\|[a-z_]+$")
 _TR = re.compile(r"<tr\b[^>]*>(.*?)</tr>", re.S)
@@ -124,13 +127,24 @@ def _check_summary(c: Checker, where: str, text: str, want: list) -> None:
         c.bad(where, f"says {wrong!r}; the carried inputs give {right!r}")
 
 
-def check_report_words(c: Checker, rep: Report, want: list) -> None:
-    """report.html and report.tex of a comparison archive: every row shows its recomputed labels and verdict."""
+def _check_notes(c: Checker, where: str, text: str, plans_same: bool, pinned_same: bool) -> None:
+    """The overview's notes on the registered plans and the pinned inputs say what the carried records give."""
+    flat = " ".join(text.split())
+    for (same_note, differ_note), same in ((PLAN_NOTES, plans_same), (PINNED_NOTES, pinned_same)):
+        right, wrong = (same_note, differ_note) if same else (differ_note, same_note)
+        if right not in flat or wrong in flat:
+            c.bad(where, f"does not say {right!r}, what the carried plans and manifests give")
+
+
+def check_report_words(c: Checker, rep: Report, want: list, plans_same: bool = True, pinned_same: bool = True) -> None:
+    """report.html and report.tex of a comparison archive: every row shows its recomputed labels and verdict,
+    the summary and the notes on the plans and pinned inputs are the recomputed ones."""
     if rep is None:
         return
     text = rep.html_text or ""
     _check_rows(c, rep.html_rel, _html_rows(text), want, with_class=True)
     _check_summary(c, rep.html_rel, html.unescape(_TAG.sub(" ", text)), want)
+    _check_notes(c, rep.html_rel, html.unescape(_TAG.sub(" ", text)), plans_same, pinned_same)
     tex_path = os.path.join(rep.dir, "report.tex")
     if os.path.isfile(tex_path):
         try:
@@ -141,3 +155,4 @@ def check_report_words(c: Checker, rep: Report, want: list) -> None:
             return
         _check_rows(c, rep.tex_rel, _tex_rows(tex), want, with_class=False)
         _check_summary(c, rep.tex_rel, tex, want)
+        _check_notes(c, rep.tex_rel, tex, plans_same, pinned_same)

@@ -79,6 +79,11 @@ def plan_differs(plan_a: dict, plan_b: dict, campaign: str) -> bool:
     return False
 
 
+def plans_same(plan_a: dict, plan_b: dict) -> bool:
+    """Whether the registered plans (without their derived digests) are the same."""
+    return _registered(plan_a) == _registered(plan_b)
+
+
 def pinned_inputs(manifest: dict) -> dict:
     """The pinned inputs of a manifest (refspec.compare.inputs.pinned): sdist/patch/model/panel sha256, the
     package set (names and versions) and the config without ``results`` and ``reproduces``."""

@@ -214,3 +214,20 @@ def test_a_noise_floor_given_by_hand_checks(env):
     assert json.loads((out / "plan.json").read_text())["noise_floor"]["given"] == 1.25
     code, text = _check(out)
     assert code == 0, text[-4000:]
+
+
+def test_a_claimed_pinned_difference_hiding_every_timing_is_refused(env):
+    """The signer says the pinned inputs differ, so that no timing (the differing ones included) is comparable."""
+
+    def claim(c):
+        line = "changed buildDefinition.resolvedDependencies[model:smollm2-135m].digest.sha256"
+        c.inputs.pinned_differences = [line]
+        for t in c.timings:
+            t.verdict, t.reason = "not comparable", f"pinned inputs differ (1: {line})"
+
+    _refused(
+        _lie(env, "claimed-pinned", claim),
+        "column verdict: verdict 'not comparable' != recomputed 'differs'",
+        "report.html: does not say 'The pinned inputs are the same.', what the carried plans and manifests give",
+        "report.tex: does not say 'The pinned inputs are the same.'",
+    )
