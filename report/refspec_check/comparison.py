@@ -7,8 +7,18 @@ import json
 import math
 import os
 import random
+import re
 from collections import defaultdict
 
+from refspec_check.comparison_report import check_report_words
+from refspec_check.comparison_rows import (
+    LABELS,
+    band_of,
+    expected_preservation,
+    expected_timings,
+    pinned_inputs,
+    plans_same,
+)
 from refspec_check.context import Context
 from refspec_check.contract import (
     COLUMNS,
@@ -27,6 +37,13 @@ from refspec_check.provenance import check_provenance
 from refspec_check.report import Report
 from refspec_check.seal import Trust, check_sealed
 from refspec_check.stats import mean, percentile
+
+#: the start of the report's note on a floor given by hand (refspec.compare.report.GIVEN_FLOOR_NOTE)
+GIVEN_FLOOR = "The noise floor was given by hand (refspec compare --noise-floor)"
+#: the tables of a compared archive that refspec compare reads and carries (refspec.compare.TABLES_READ)
+COMPARED_TABLES = tuple(
+    dict.fromkeys(tuple(v[0] for v in COMPARE_FINDINGS.values()) + ("requests", "ratios", "estimates", "noise"))
+)
 
 
 def _statement_of(c: Checker, path: str, where: str):
@@ -72,16 +89,32 @@ def compare_inputs_read(c: Checker, lab: str, compares: dict) -> dict:
                 "sha256 (as sealed in the compared archive)",
             )
     tables = {}
-    for name in ("requests", "qualification", "ratios", "estimates") + tuple(
-        dict.fromkeys(v[0] for v in COMPARE_FINDINGS.values())
-    ):
+    for name in COMPARED_TABLES:
         p = os.path.join(d, "tables", name + ".csv")
+        rel = f"tables/{name}.csv"
+        if not os.path.isfile(p) and rel in subjects and f"tables/{name}.parquet" in subjects:
+            c.bad(f"inputs/{lab}/{rel}", "the compared archive sealed this table, but the comparison does not carry it")
         if os.path.isfile(p) and name not in tables:
             t = read_csv_table(c, name, p, posix_rel(p, c.archive), dict(COLUMNS[name], **COMPARE_EXTRA.get(name, {})))
             if t is not None:
                 tables[name] = t.rows
     out["tables"] = tables
+    out["plan"] = _json_file(c, os.path.join(d, "plan.json"), f"inputs/{lab}/plan.json")
+    out["manifest"] = _json_file(c, os.path.join(d, "manifest.json"), f"inputs/{lab}/manifest.json")
     return out
+
+
+def _json_file(c: Checker, path: str, where: str):
+    if not os.path.isfile(path):
+        c.unread(where, "not carried")
+        return {}
+    try:
+        with open(path, encoding="utf-8") as f:
+            doc = json.load(f)
+    except (OSError, ValueError) as e:
+        c.unread(where, f"not JSON ({e})")
+        return {}
+    return doc if isinstance(doc, dict) else {}
 
 
 def _cell(v) -> str | None:
@@ -224,7 +257,7 @@ def recompute_timing(row: dict, ins: dict):
             diffs.append(b_ - a_)
             xa.append(a_)
             xb.append(b_)
-    iv = lambda xs: [math.exp(percentile(sorted(xs), p)) for p in (2.5, 97.5)]  # noqa: E731
+    iv = lambda xs: [math.exp(percentile(sorted(xs), p)) for p in (2.5, 97.5)] if xs else [None, None]  # noqa: E731
     lo, hi = iv(diffs)
     return dict(
         a_point=math.exp(da),
@@ -237,6 +270,7 @@ def recompute_timing(row: dict, ins: dict):
         n_tasks=len(tasks),
         n_sessions_a=len(sa),
         n_sessions_b=len(sb),
+        kept=len(diffs),
     )
 
 
@@ -317,14 +351,12 @@ def check_compared_values(ctx: Context, i: int, row: dict, ins: dict) -> None:
             E.add(("cmp", item, col), stated, src)
 
 
-def check_timing_recomputed(ctx: Context, i: int, row: dict, ins: dict) -> None:
-    """A timing row's ratio B/A, interval, counts, points and verdict recomputed from the carried requests."""
+def check_timing_recomputed(ctx: Context, i: int, row: dict, rc: dict | None) -> None:
+    """A timing row's ratio B/A, interval, counts and points recomputed from the carried requests (``rc``)."""
     c, E, t, src = ctx.c, ctx.E, ctx.tables["comparisons"], ctx.src("comparisons")
     item = row["item"]
-    try:
-        rc = recompute_timing(row, ins)
-    except (KeyError, ZeroDivisionError, ValueError, IndexError) as e:
-        c.bad(t.where(i), f"cannot recompute the timing from the carried requests ({e})")
+    if rc is None:
+        c.bad(t.where(i, "ratio"), "states a ratio B/A, but the carried requests give none")
         return
     for col in ("ratio", "lo", "hi", "n_tasks", "n_sessions_a", "n_sessions_b"):
         c.same(t.where(i, col), row[col], rc[col])
@@ -339,22 +371,16 @@ def check_timing_recomputed(ctx: Context, i: int, row: dict, ins: dict) -> None:
             for k, b_ in enumerate(("lo", "hi")):
                 c.same(t.where(i, lab + "_" + b_), row[lab + "_" + b_], rc[lab + "_iv"][k])
                 E.add(("cmp", item, lab + "_" + b_), rc[lab + "_iv"][k], src)
-    band = row["band"]
-    if row["verdict"] != "not comparable":
-        want = (
-            "reproduced"
-            if (rc["lo"] <= 1.0 <= rc["hi"] or (1.0 / band <= rc["lo"] and rc["hi"] <= band))
-            else "differs"
-        )
-        c.same(t.where(i, "verdict"), row["verdict"], want)
 
 
-def check_timing_row(ctx: Context, i: int, row: dict, ins: dict) -> None:
-    """A timing row: the compared archives' values, its band, and (when it has a ratio) its recomputation."""
+def check_timing_row(ctx: Context, i: int, row: dict, ins: dict, want: dict) -> None:
+    """A timing row: the compared archives' values, its band (the recomputed one), and (when it has a ratio)
+    its recomputation."""
     check_compared_values(ctx, i, row, ins)
-    ctx.E.add(("cmp", row["item"], "band"), row["band"], ctx.src("comparisons"))
-    if row["ratio"] is not None:
-        check_timing_recomputed(ctx, i, row, ins)
+    ctx.c.same(ctx.tables["comparisons"].where(i, "band"), row["band"], want["band"], "band tau * max(F_A, F_B)")
+    ctx.E.add(("cmp", row["item"], "band"), want["band"], ctx.src("comparisons"))
+    if row["ratio"] is not None or want["rc"] is not None:
+        check_timing_recomputed(ctx, i, row, want["rc"])
 
 
 def check_differences(ctx: Context, got_diffs: dict) -> None:
@@ -367,16 +393,66 @@ def check_differences(ctx: Context, got_diffs: dict) -> None:
         ctx.c.same(f"{td.rel} [{' '.join(k)}]", stated.get(k), got_diffs.get(k), "differing cell (A, B)")
 
 
-def check_comparisons_table(ctx: Context, ins: dict) -> None:
-    """comparisons.csv row by row (preservation findings, timings), then differences.csv."""
+def expected_rows(c: Checker, ins: dict, cmp_plan: dict) -> list:
+    """Every row comparisons.csv must hold, in order, recomputed from the carried inputs."""
+    band = band_of(c, ins, cmp_plan, "plan.json")
+    pres = expected_preservation(ins, recompute_finding)
+    tim = expected_timings(ins, band, lambda row: recompute_timing(row, ins))
+    return pres + tim
+
+
+def check_completeness(ctx: Context, want: list) -> dict:
+    """Each recomputed row present exactly once, no row the recomputation does not give, in the recomputed
+    order; returns item -> (index of its row, the recomputed row)."""
+    c, t = ctx.c, ctx.tables["comparisons"]
+    wanted = {w["item"]: w for w in want}
+    seen: dict = {}
+    for i, row in enumerate(t.rows):
+        item = row["item"]
+        if item not in wanted:
+            c.bad(t.where(i, "item"), f"a row the carried inputs do not give ({item!r}, verdict {row['verdict']!r})")
+        elif item in seen:
+            c.bad(t.where(i, "item"), f"{item!r} listed again (first at row {seen[item] + 1})")
+        else:
+            seen[item] = i
+    for w in want:
+        if w["item"] not in seen:
+            c.bad(t.rel, f"row {w['item']!r} missing: the carried inputs give it, with verdict {w['verdict']!r}")
+    order = [w["item"] for w in want if w["item"] in seen]
+    if order != sorted(order, key=lambda it: seen[it]):
+        c.bad(t.rel, "the rows are not in the order the comparison gives them (preservation findings, then timings)")
+    return {it: (i, wanted[it]) for it, i in seen.items()}
+
+
+def check_labels(ctx: Context, i: int, row: dict, want: dict) -> None:
+    """The label columns and the verdict of a row equal the recomputed ones; its reason is the recomputed one."""
+    c, t = ctx.c, ctx.tables["comparisons"]
+    for col in LABELS:
+        c.same(t.where(i, col), row[col], want[col], "label")
+    c.same(t.where(i, "verdict"), row["verdict"], want["verdict"], "verdict")
+    if not re.fullmatch(want["reason_re"], row["reason"] or ""):
+        c.bad(t.where(i, "reason"), f"{row['reason']!r} is not the reason the carried inputs give")
+
+
+def check_comparisons_table(ctx: Context, ins: dict, cmp_plan: dict) -> list:
+    """comparisons.csv: complete, then row by row (labels, verdicts, numbers), then differences.csv; returns
+    the recomputed rows (for the report's visible words)."""
+    want = expected_rows(ctx.c, ins, cmp_plan)
+    present = check_completeness(ctx, want)
     got_diffs: dict = {}
-    for i, row in enumerate(ctx.tables["comparisons"].rows):
-        if row["section"] == "preservation" and row["item"] in COMPARE_FINDINGS:
-            check_preservation_row(ctx, i, row, ins, got_diffs)
-        elif row["section"] == "timing":
-            check_timing_row(ctx, i, row, ins)
+    for w in want:
+        if w["section"] == "preservation":
+            got_diffs.update({(w["item"], k, col): v for (k, col), v in w["cells"].items()})
+    for _item, (i, w) in present.items():
+        row = ctx.tables["comparisons"].rows[i]
+        check_labels(ctx, i, row, w)
+        if w["section"] == "preservation":
+            check_preservation_row(ctx, i, row, ins, {})
+        else:
+            check_timing_row(ctx, i, row, ins, w)
     if "differences" in ctx.tables:
         check_differences(ctx, got_diffs)
+    return want
 
 
 def check_comparison(c: Checker, rep: Report, unsealed: bool, trust: Trust) -> tuple[int, Checker]:
@@ -387,8 +463,23 @@ def check_comparison(c: Checker, rep: Report, unsealed: bool, trust: Trust) -> t
     ins = {lab: compare_inputs_read(c, lab, compares or {}) for lab in ("a", "b")}
     comparisons_src = posix_rel(os.path.join(c.archive, "tables", "comparisons.csv"), rep.dir)
     ctx = Context(c, tables, lambda _name: comparisons_src)
+    want = None
     if "comparisons" in tables:
-        check_comparisons_table(ctx, ins)
+        want = check_comparisons_table(ctx, ins, read_plan(c) or {})
+    if want is not None:
+        check_report_words(
+            c,
+            rep,
+            want,
+            plans_same(ins["a"].get("plan"), ins["b"].get("plan")),
+            pinned_inputs(ins["a"].get("manifest")) == pinned_inputs(ins["b"].get("manifest")),
+        )
+        given = ((read_plan(c) or {}).get("noise_floor") or {}).get("given")
+        if given is not None and rep is not None and GIVEN_FLOOR not in " ".join((rep.html_text or "").split()):
+            c.bad(
+                rep.html_rel,
+                "the noise floor was given by hand (plan.json noise_floor.given), the report does not say so",
+            )
     stated_nums = check_numbers(c, ctx.E, rep)
     check_html(c, ctx.E, rep, stated_nums)
     check_tex(c, ctx.E, rep, stated_nums)

@@ -133,7 +133,7 @@ def compare_archives(a: ArchiveData, b: ArchiveData, noise_floor: float | None =
         )
     findings = compare_preservation(a, b)
     timings = compare_timings(a, b, inputs, band)
-    return ArchiveComparison(a, b, inputs, findings, timings, noise, threshold, band, notes)
+    return ArchiveComparison(a, b, inputs, findings, timings, noise, threshold, band, notes, noise_given=noise_floor)
 
 
 def cleanup(*archives: ArchiveData) -> None:

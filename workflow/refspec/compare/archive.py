@@ -49,7 +49,7 @@ def write_results(c: ArchiveComparison, root: Path) -> None:
         "campaign": COMPARE_CAMPAIGN,
         "format": COMPARE_FORMAT,
         "bootstrap": dict(c.inputs.bootstrap_a),
-        "noise_floor": {"recorded": c.noise.recorded, "a": c.noise.a, "b": c.noise.b},
+        "noise_floor": {"recorded": c.noise.recorded, "a": c.noise.a, "b": c.noise.b, "given": c.noise_given},
         "band": c.band,
         "a": c.a.ref(),
         "b": c.b.ref(),

@@ -175,6 +175,7 @@ class ArchiveComparison:
     threshold: float
     band: float
     notes: list[str] = field(default_factory=list)
+    noise_given: float | None = None  # the floor given by hand (--noise-floor), which replaced the archives' own
 
     @property
     def preservation_same(self) -> bool:

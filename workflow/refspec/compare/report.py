@@ -22,6 +22,11 @@ from .output import COMPARE_FORMAT, comparison_rows, difference_rows
 SRC = "tables/comparisons.csv"
 DIFF_SRC = "tables/differences.csv"
 TITLE = "refspec report"  # the report format pins the preamble, title included
+#: the note of a comparison whose noise floor was given by hand (``--noise-floor``); report/check.py pins it
+GIVEN_FLOOR_NOTE = (
+    "The noise floor was given by hand (refspec compare --noise-floor), not taken from the archives' A/A "
+    "controls: the band is the practical threshold widened by that floor."
+)
 VERDICT_CLASS = {"same": "ok", "reproduced": "ok", "differs": "bad", "not comparable": "unqualified"}
 
 
@@ -89,7 +94,9 @@ def _overview(c: ArchiveComparison, prov: dict[str, Any]) -> Section:
         if not c.inputs.pinned_differences
         else "The pinned inputs differ: no timing is comparable (see the differences)."
     )
-    if not c.noise.recorded:
+    if c.noise_given is not None:
+        notes.append(GIVEN_FLOOR_NOTE)
+    elif not c.noise.recorded:
         notes.append(
             "No A/A control was recorded in either archive: the noise floor is unknown, and the band within which "
             "a ratio of two timings counts as reproduced is the practical threshold alone."

@@ -1,0 +1,233 @@
+"""A comparison archive (``refspec compare A B --out``) changed by its signer and sealed again with a valid
+key: report/check.py recomputes every row, label, verdict and the band from the two carried inputs, so a
+deleted "differs" row, a changed timing verdict, an inflated band or a verdict word changed in the report
+is refused (anc/compare.md)."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from refspec.campaigns import derived as D
+from refspec.campaigns import noise as NZ
+from refspec.cli import main
+from refspec.compare import compare_archives, load_verified
+from refspec.compare.archive import write_archive
+from refspec.compare.model import ArchiveNoiseFloors
+from refspec.compare.timings import verdict
+from refspec.core import tables as T
+from refspec.provenance import keys
+from refspec.provenance.seal import seal
+from support.synthetic_archive import make_results, run_check, seal_archive, signer_pubkey
+
+
+def _slower_pq_and_one_endpoint(res: Path) -> None:
+    """B: the replication's PQ arms 1.5x slower (its E2 estimates recomputed) and one endpoint changed."""
+    reqs = T.read_records("requests", res)
+    for r in reqs:
+        if r["campaign"] == "replication" and r["layout"] == "pq" and r["t_ns"] is not None:
+            r["t_ns"] = int(r["t_ns"] * 1.5)
+    qual = T.read_records("qualification", res)
+    contrasts, estimates = D.replication_tables(reqs, qual)
+    noise = [n for n in T.read_records("noise", res) if n["campaign"] == "replication"]
+    estimates = NZ.weigh_estimates(estimates, noise)
+    for name, rows in (("requests", reqs), ("contrasts", contrasts), ("estimates", estimates)):
+        T.write_table(rows, name, res / "tables")
+    eps = T.read_records("endpoints", res)
+    e = next(e for e in eps if e["campaign"] == "confirmation" and len(e["tokens"]) > 5)
+    e["tokens"] = e["tokens"][:5] + [e["tokens"][5] + 1] + e["tokens"][6:]
+    e["last_token"] = e["tokens"][-1]
+    e["endpoint_sha256"] = T.endpoint_sha256(e["tokens"], e["eog"], e["stop_reason"])
+    T.write_table(eps, "endpoints", res / "tables")
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory):
+    base = tmp_path_factory.mktemp("compare-tamper")
+    ra = make_results(base / "results-a", draws=300, aa=True)
+    rb = base / "results-b"
+    shutil.copytree(ra, rb)
+    _slower_pq_and_one_endpoint(rb)
+    a, b = seal_archive(ra, base / "a"), seal_archive(rb, base / "b")
+    key = keys.generate(base / "keys", name="compare_signer")
+    out = base / "comparison"
+    code = main(
+        ["compare", str(a), str(b), "--pubkey", str(signer_pubkey()), "--out", str(out), "--key", str(key.private_path)]
+    )
+    assert code == 1  # the endpoint differs
+    return {"base": base, "a": a, "b": b, "key": key, "out": out}
+
+
+def _lie(env, name: str, change) -> Path:
+    """The signer's comparison: the real comparison of A and B, changed by ``change``, written and sealed by
+    the comparison's own writer with his valid key (tables, numbers.json and both reports agree)."""
+    a = load_verified(env["a"], signer_pubkey(), "A")
+    b = load_verified(env["b"], signer_pubkey(), "B")
+    c = compare_archives(a, b)
+    change(c)
+    out = env["base"] / name
+    write_archive(c, out, key=env["key"].private_path)
+    return out
+
+
+def _reseal_edited(env, name: str, edit) -> Path:
+    """The clean comparison archive with its files edited by ``edit(folder)`` and sealed again (same
+    statement: campaign compare, the same compared archives) with the signer's valid key."""
+    st = json.loads((env["out"] / "SEAL.dsse.json").read_text())
+    import base64
+
+    pred = json.loads(base64.b64decode(st["payload"]))["predicate"]
+    work = env["base"] / f"{name}-results"
+    shutil.copytree(env["out"], work)
+    (work / "SEAL.dsse.json").unlink()
+    edit(work)
+    out = env["base"] / name
+    seal(work, out, key=env["key"].private_path, campaign="compare", predicate_extra={"compares": pred["compares"]})
+    return out
+
+
+def _check(archive: Path) -> tuple[int, str]:
+    return run_check(archive, pubkey=env_key(archive))
+
+
+def env_key(archive: Path) -> Path:
+    return archive.parent / "keys" / "compare_signer.pub"
+
+
+def _refused(archive: Path, *needles: str) -> str:
+    code, out = _check(archive)
+    assert code == 1, out[-3000:]
+    for n in needles:
+        assert n in out, (n, out[-3000:])
+    return out
+
+
+def test_the_clean_comparison_archive_checks(env):
+    code, out = _check(env["out"])
+    assert code == 0, out[-4000:]
+    assert "OK:" in out
+
+
+def test_a_deleted_differs_row_is_refused(env):
+    def drop(c):
+        assert [f.verdict for f in c.findings if f.finding == "endpoints"] == ["differs"]
+        c.findings = [f for f in c.findings if f.finding != "endpoints"]
+
+    out = _refused(
+        _lie(env, "no-endpoints", drop),
+        "row 'endpoints' missing: the carried inputs give it, with verdict 'differs'",
+        "At least one preservation finding differs.",
+    )
+    assert "report.html" in out and "report.tex" in out
+
+
+def test_a_changed_timing_verdict_is_refused(env):
+    item = "estimate|smollm2-135m|spec|PQ/QB"
+
+    def hide(c):
+        (t,) = [t for t in c.timings if t.id == item]
+        assert t.verdict == "differs"
+        t.verdict, t.reason = "not comparable", "the panels differ"
+
+    _refused(
+        _lie(env, "hidden-timing", hide),
+        "path=spec comparison=PQ/QB] column verdict: verdict 'not comparable' != recomputed 'differs'",
+        f"[row of {item}]: column 10 reads 'not comparable', the carried inputs give 'differs'",
+    )
+
+
+def test_an_inflated_band_is_refused(env):
+    def widen(c):
+        assert any(t.verdict == "differs" for t in c.timings)
+        c.band = 2.0
+        c.noise = ArchiveNoiseFloors(2.0 / c.threshold, c.noise.b)
+        for t in c.timings:
+            t.band = 2.0
+            if t.lo is not None and t.verdict != "not comparable":
+                t.verdict = verdict(t.lo, t.hi, 2.0)
+                t.reason = "the interval contains 1" if t.lo <= 1.0 <= t.hi else "the interval lies within the band"
+
+    out = _refused(
+        _lie(env, "wide-band", widen),
+        "band tau * max(F_A, F_B) 2.0 != recomputed",
+        "plan.json noise_floor.a: A's A/A noise floor",
+        "verdict 'reproduced' != recomputed 'differs'",
+    )
+    assert re.search(r"cmp\|estimate\|smollm2-135m\|spec\|PQ/QB\|band", out), out[-3000:]
+
+
+def test_a_verdict_word_changed_in_the_report_is_refused(env):
+    def edit(folder: Path) -> None:
+        h = (folder / "report.html").read_text()
+        row = re.search(r"<tr>(?:(?!</tr>).)*cmp\|endpoints\|rows_a(?:(?!</tr>).)*</tr>", h, re.S).group(0)
+        (folder / "report.html").write_text(
+            h.replace(row, row.replace('<td class="bad">differs</td>', '<td class="ok">same</td>'))
+        )
+        t = (folder / "report.tex").read_text()
+        line = next(x for x in t.splitlines() if "cmp|endpoints|rows_a" in x)
+        (folder / "report.tex").write_text(t.replace(line, line.replace(" & differs & ", " & same & ")))
+
+    _refused(
+        _reseal_edited(env, "word", edit),
+        "report.html [row of endpoints]: column 6 reads 'same', the carried inputs give 'differs'",
+        "report.html [row of endpoints]: the verdict is shown as 'ok', not as 'bad'",
+        "report.tex [row of endpoints]: column 6 reads 'same', the carried inputs give 'differs'",
+    )
+
+
+def test_swapped_arm_labels_are_refused(env):
+    item = "ratio|implementation|smollm2-135m|64|R/M_qb"
+
+    def relabel(c):
+        (t,) = [t for t in c.timings if t.id == item]
+        t.numerator, t.denominator = t.denominator, t.numerator
+
+    _refused(
+        _lie(env, "relabelled", relabel),
+        "numerator=M_qb denominator=R path=target comparison=R/M_qb] column numerator: label 'M_qb' != recomputed 'R'",
+    )
+
+
+def test_a_noise_floor_given_by_hand_checks(env):
+    """refspec compare --noise-floor: the band is the threshold widened by that floor, recorded in plan.json."""
+    out = env["base"] / "given-floor"
+    code = main(
+        [
+            "compare",
+            str(env["a"]),
+            str(env["b"]),
+            "--pubkey",
+            str(signer_pubkey()),
+            "--noise-floor",
+            "1.25",
+            "--out",
+            str(out),
+            "--key",
+            str(env["key"].private_path),
+        ]
+    )
+    assert code == 1
+    assert json.loads((out / "plan.json").read_text())["noise_floor"]["given"] == 1.25
+    code, text = _check(out)
+    assert code == 0, text[-4000:]
+
+
+def test_a_claimed_pinned_difference_hiding_every_timing_is_refused(env):
+    """The signer says the pinned inputs differ, so that no timing (the differing ones included) is comparable."""
+
+    def claim(c):
+        line = "changed buildDefinition.resolvedDependencies[model:smollm2-135m].digest.sha256"
+        c.inputs.pinned_differences = [line]
+        for t in c.timings:
+            t.verdict, t.reason = "not comparable", f"pinned inputs differ (1: {line})"
+
+    _refused(
+        _lie(env, "claimed-pinned", claim),
+        "column verdict: verdict 'not comparable' != recomputed 'differs'",
+        "report.html: does not say 'The pinned inputs are the same.', what the carried plans and manifests give",
+        "report.tex: does not say 'The pinned inputs are the same.'",
+    )
