@@ -496,13 +496,13 @@ def _split_expected(parts: list[str]) -> list[str]:
     return _marks("".join(parts))
 
 
-def _compare(c: Checker, where: str, fid: str, shown: list[str], want: list[str], limit: int = 4) -> bool:
+def _compare(c: Checker, where: str, fid: str, shown: list[str], want: list[str], limit: int = 4, at=None) -> bool:
     """Mark by mark; each differing mark is a problem (the first ``limit``, then a count)."""
     diffs = [i for i in range(max(len(shown), len(want))) if i >= len(shown) or i >= len(want) or shown[i] != want[i]]
     for i in diffs[:limit]:
         got = shown[i].strip() if i < len(shown) else "nothing"
         exp = want[i].strip() if i < len(want) else "nothing"
-        c.bad(where, f"figure {fid} mark {i + 1}: {got[:160]!r} where its data draws {exp[:160]!r}")
+        c.bad(at(i) if at else where, f"figure {fid} mark {i + 1}: {got[:160]!r} where its data draws {exp[:160]!r}")
     if len(diffs) > limit:
         c.bad(where, f"figure {fid}: {len(diffs) - limit} more marks differ from the drawing of its data")
     if len(shown) != len(want):
@@ -571,7 +571,7 @@ def check_figures_tex(c: Checker, rep, figs: dict[str, Fig], order: list[str]) -
         want = f.tex()
         first = i - 2  # \subsection*{title}, \begin{center}, then the picture
         shown = lines[max(first, 0) : max(first, 0) + len(want)]
-        _compare(c, where, f.id, shown, want)
+        _compare(c, where, f.id, shown, want, at=lambda n, top=max(first, 0): f"{rel}:{top + n + 1}")
     if len(starts) < len(want_ids):
         for fid in want_ids[len(starts) :]:
             c.bad(rel, f"figure {fid} is missing: the archive's tables call for it ({figs[fid].title})")
