@@ -408,7 +408,6 @@ def fig_diagnostics(tables: dict, src) -> Fig | None:
     )
 
 
-DEFAULT_THRESHOLD = 1.02  # refspec.core.stats.DEFAULT_THRESHOLD (only when estimates has no row, so never drawn)
 
 
 def fig_replication(tables: dict, src) -> Fig | None:
