@@ -408,8 +408,6 @@ def fig_diagnostics(tables: dict, src) -> Fig | None:
     )
 
 
-
-
 def fig_replication(tables: dict, src) -> Fig | None:
     """timing.py _estimate_items: each estimate with its session interval, the threshold dashed."""
     rows = _rows(tables, "estimates")
