@@ -158,3 +158,15 @@ def test_a_redrawn_figure_is_refused(stage, tmp_path, what, name, edit, words):
     assert code == 1 and lines, (what, out[-3000:])
     assert any(all(w in ln for w in words) for ln in lines), (what, lines[:5])
     print(what, "->", lines[0])
+
+
+@pytest.mark.parametrize("kw", [dict(evil=False, aa=True, n_sessions=3)], ids=["A/A control, three sessions"])
+def test_other_data_draws_figures_check_py_accepts(tmp_path, kw):
+    """Another archive's data (honest arms, an A/A control, three sessions) draws other figures;
+    check.py redraws the same ones."""
+    results = make_results(tmp_path / "results", draws=300, **kw)
+    report.render(results, pdf=False)
+    html = (results / "report.html").read_text()
+    assert '<figure id="fig-replication">' in html
+    code, out = run_check(sealed(results, tmp_path / "sealed"))
+    assert code == 0, out[-3000:]
