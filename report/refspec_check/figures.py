@@ -496,6 +496,8 @@ def _split_expected(parts: list[str]) -> list[str]:
 def _compare(c: Checker, where: str, fid: str, shown: list[str], want: list[str], limit: int = 4, at=None) -> bool:
     """Mark by mark; each differing mark is a problem (the first ``limit``, then a count)."""
     diffs = [i for i in range(max(len(shown), len(want))) if i >= len(shown) or i >= len(want) or shown[i] != want[i]]
+    c.compared += max(len(shown), len(want))  # one comparison per mark (the summary line counts them)
+    c.matched += max(len(shown), len(want)) - len(diffs)
     for i in diffs[:limit]:
         got = shown[i].strip() if i < len(shown) else "nothing"
         exp = want[i].strip() if i < len(want) else "nothing"
