@@ -8,6 +8,7 @@ from refspec_check.comparison import check_comparison
 from refspec_check.context import Context
 from refspec_check.contract import COMPARISON_FORMAT, posix_rel, read_plan, read_tables
 from refspec_check.files import check_archive_files
+from refspec_check.figures import check_figures
 from refspec_check.headline import check_headline
 from refspec_check.numbers import check_html, check_numbers, check_tex
 from refspec_check.pdf import check_pdf
@@ -79,6 +80,7 @@ def check(archive: str, quiet: bool = False, unsealed: bool = False, trust: Trus
     check_html(c, E, rep, stated)
     check_tex(c, E, rep, stated)
     check_pdf(c, rep.dir, rep.tex is not None and not rep.tex.problems)
+    check_figures(c, tables, src, rep)
     prov = check_provenance(c, rep)
     head = check_headline(c, E, rep, stated, est_dec)
     check_data_seal(c, rep, prov, head)

@@ -1,5 +1,10 @@
 """The report's figures: :class:`Canvas`, a drawing list rendered both as inline SVG and as
-TikZ, and the chart shapes the sections draw on it (interval, strip and bar charts)."""
+TikZ, and the chart shapes the sections draw on it (interval, strip and bar charts).
+
+``report/check.py`` redraws every figure from the archive's tables with its own copy of this
+drawing (``report/refspec_check/figures.py``: the same scale, marks, order and decimals) and
+refuses a figure whose marks differ, so a change to a chart here, or to a section's figure call,
+needs the same change there (tests/checker/test_report_figures.py renders and checks them)."""
 
 from __future__ import annotations
 
