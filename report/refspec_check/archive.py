@@ -7,8 +7,8 @@ import os
 from refspec_check.comparison import check_comparison
 from refspec_check.context import Context
 from refspec_check.contract import COMPARISON_FORMAT, posix_rel, read_plan, read_tables
-from refspec_check.files import check_archive_files
 from refspec_check.figures import check_figures
+from refspec_check.files import check_archive_files
 from refspec_check.headline import check_headline
 from refspec_check.numbers import check_html, check_numbers, check_tex
 from refspec_check.pdf import check_pdf

@@ -71,7 +71,7 @@ REFUSAL_PREFIX = "worker start failed: "
 QUOTE_CHARS = 400
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def value_texts(v: str) -> frozenset[str]:
     """The ways the report writes one cell: as stored, its display text, a boolean in lower case, a refusal
     reason without its prefix and cut to :data:`QUOTE_CHARS` characters."""
