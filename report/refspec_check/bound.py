@@ -307,14 +307,12 @@ class TableText(HTMLParser):
         super().__init__(convert_charrefs=True)
         self.tables: list[dict] = []
         self.runs: list[tuple[str, int]] = []
-        self.run_ids: list[list[str]] = []  # the checked numbers of each run, in order
         self._t: dict | None = None
         self._row: list | None = None
         self._cell: list | None = None
         self._num = False
         self._skip = 0  # inside <svg>, <style>, <title> (checked elsewhere)
         self._run: list[str] = []
-        self._ids: list[str] = []
         self._run_line = 0
         self._srcs: list[str] = []
         self._in_src = False
@@ -322,8 +320,7 @@ class TableText(HTMLParser):
     def _flush(self):
         if self._run and norm("".join(self._run).replace(NUM, " ")):
             self.runs.append(("".join(self._run), self._run_line))
-            self.run_ids.append(self._ids)
-        self._run, self._ids = [], []
+        self._run = []
 
     def handle_starttag(self, tag, attrs):
         a = dict(attrs)
@@ -337,7 +334,6 @@ class TableText(HTMLParser):
                 if not self._run:
                     self._run_line = self.getpos()[0]
                 self._run.append(NUM)
-                self._ids.append(a["data-num"])
             self._num = True
             return
         if self._cell is None:
@@ -554,19 +550,9 @@ class Binder:
                     )
 
 
-def _with_ids(text: str, ids: list[str], mark: str) -> str | None:
-    """``text`` with each ``mark`` (a checked number) replaced by ``{id}`` in order; None when they do not pair."""
-    pieces = text.split(mark)
-    if len(pieces) != len(ids) + 1:
-        return None
-    out = [pieces[0]]
-    for nid, piece in zip(ids, pieces[1:]):
-        out += [" {" + nid + "} ", piece]
-    return norm("".join(out))
-
-
-def html_units(tp: TableText) -> tuple[list[str], list[str]]:
-    """The HTML's table rows and its other text runs, each as one line of text with ``{id}`` for its numbers."""
+def html_rows(tp: TableText) -> list[tuple[str, tuple[str, ...]]]:
+    """The HTML's table rows, each as one line of text (``#`` for a checked number, cells space-separated)
+    with the ids of its numbers in order."""
     rows = []
     for t in tp.tables:
         for _line, cells in t["rows"]:
@@ -574,14 +560,13 @@ def html_units(tp: TableText) -> tuple[list[str], list[str]]:
             for _tag, parts in cells:
                 for kind, v in parts:
                     if kind == "num":
-                        text.append(NUM)
+                        text.append("#")
                         ids.append(v)
                     else:
                         text.append(v)
                 text.append(" ")
-            rows.append(_with_ids("".join(text), ids, NUM) or "")
-    runs = [_with_ids(text, ids, NUM) or "" for (text, _l), ids in zip(tp.runs, tp.run_ids)]
-    return rows, runs
+            rows.append((norm("".join(text)), tuple(ids)))
+    return rows
 
 
 def tex_visible(s: str) -> str:
@@ -605,10 +590,9 @@ def check_tex_rows(c: Checker, rep: Report, tp: TableText) -> None:
     so a TeX row equal to one is bound too."""
     if rep.tex is None:
         return
-    rows, _runs = html_units(tp)
-    want: dict[str, int] = defaultdict(int)
-    for r in rows:
-        want[norm(tex_visible(r))] += 1
+    want: dict[tuple, int] = defaultdict(int)
+    for text, ids in html_rows(tp):
+        want[(norm(tex_visible(text)), ids)] += 1
     ids_at: dict[int, list[str]] = defaultdict(list)
     for nid, _text, line in rep.tex.nums:
         ids_at[line].append(nid)
@@ -618,13 +602,13 @@ def check_tex_rows(c: Checker, rep: Report, tp: TableText) -> None:
         raw = src[line - 1] if 0 < line <= len(src) else ""
         if "&" not in raw or not raw.rstrip().endswith("\\\\"):
             continue
-        got = _with_ids(text, ids_at.get(line, []), "#")
+        got = (norm(text), tuple(ids_at.get(line, [])))
         c.identities += 1
-        if got is None or want.get(got, 0) <= 0:
+        if want.get(got, 0) <= 0:
             c.bad(f"{rep.tex_rel}:{line}", f"table row {norm(text)[:90]!r} is no row of report.html")
             continue
         want[got] -= 1
-    for r, n in want.items():
+    for (r, _ids), n in want.items():
         if n > 0:
             c.bad(rep.tex_rel, f"row {r[:90]!r} of report.html is not in report.tex")
 
