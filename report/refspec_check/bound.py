@@ -136,9 +136,10 @@ class Records:
                                     }
                                 )
         # the files of the archive (the report names its sources by path; check_html checks every link)
-        self.names: set[str] = {
+        self.paths: set[str] = {
             os.path.relpath(os.path.join(c.archive, f), rep.dir).replace(os.sep, "/") for f in c.tree
         }
+        self.names: set[str] = set()
         for rows in self.csv.values():
             for r in rows:
                 for v in r.values():
@@ -450,8 +451,8 @@ class Binder:
                 f"its row {n.get('row')!r} is no row of {n.get('source')!r}",
             )
             return False
-        parts = set(nid.split("|"))
-        named = {k: v for k, v in n["row"].items() if _csv_text(v) in parts}
+        framed = f"|{nid}|"
+        named = {k: v for k, v in n["row"].items() if f"|{_csv_text(v)}|" in framed}
         unnamed = {k: v for k, v in n["row"].items() if k not in named and isinstance(v, str)}
         narrowed = unnamed and len(self.R.rows_of(n["source"], n["row"])) != len(
             self.R.rows_of(n["source"], {k: v for k, v in n["row"].items() if k not in unnamed})
@@ -505,8 +506,8 @@ class Binder:
         """The key items of a number's row that its id names (other items of the row are attributes)."""
         n = self.stated.get(nid) or {}
         row = n.get("row") if isinstance(n.get("row"), dict) else {}
-        parts = set(nid.split("|"))
-        return {f"{n.get('source')}:{k}": _csv_text(v) for k, v in row.items() if _csv_text(v) in parts}
+        framed = f"|{nid}|"
+        return {f"{n.get('source')}:{k}": _csv_text(v) for k, v in row.items() if f"|{_csv_text(v)}|" in framed}
 
     def check_grid(self, tid: str, body: list) -> None:
         """Outside the headline, each key a table's numbers name is constant along its table row (the row's
@@ -543,7 +544,7 @@ class Binder:
     def check_runs(self, runs: list[tuple[str, int]]) -> None:
         for text, line in runs:
             for piece in text.split(NUM):
-                if not self.seg_names.bound(piece, self.R.names):
+                if not self.seg_names.bound(piece, self.R.names | self.R.paths):
                     self.c.bad(
                         f"{self.rep.html_rel}:{line}",
                         f"text {norm(piece)[:90]!r} is neither the report format's text nor a name of the archive",

@@ -18,6 +18,8 @@ import time
 from pathlib import Path
 
 import pytest
+from refspec_check.report import read_report
+from refspec_check.visible import bound_texts, digit_problems, visible_names
 
 from refspec.core.paths import REPO_ROOT
 from refspec.provenance.seal import seal
@@ -367,11 +369,8 @@ def compare_with_numbers(archive: Path, nodes: list[dict]) -> tuple[int, list[st
     text = {n["id"]: n["text"] for n in doc["numbers"]}
     c = CHECK.Checker(str(archive))
     CHECK.read_tables(c)
-    names = CHECK.archive_names(c)
-    for v in doc.get("provenance", {}).values():
-        if isinstance(v, str):
-            names.add(v)
-            names.update(x.strip(CHECK._WORD_STRIP) for x in v.split())
+    rep = read_report(c)
+    names = visible_names(c, rep)
     problems, seen, compared = [], set(), 0
     for n in nodes:
         if n["num"] is not None:
@@ -382,7 +381,7 @@ def compare_with_numbers(archive: Path, nodes: list[dict]) -> tuple[int, list[st
             if n["color"] in ("rgb(255, 255, 255)", "rgba(0, 0, 0, 0)"):
                 problems.append(f"{n['num']}: drawn in {n['color']}")
         elif not n["svg"]:
-            bad = [w for w in n["text"].split() if CHECK.visible_digits_problem(w, names)]
+            bad = digit_problems(n["text"], names, lambda: bound_texts(c, rep))
             if bad:
                 problems.append(f"digits {bad} outside a checked number: {n['text'][:80]!r}")
     problems += [f"{nid}: not visible" for nid in sorted(set(text) - seen)]

@@ -26,6 +26,17 @@ TEMPLATES = REPO_ROOT / "report" / "templates"
 
 # precisions of the columns whose ``add`` call computes its format or column (a loop over columns)
 COLUMN_FORMATS = {
+    # refspec.compare.report: the two archives' values and intervals, row counts and the band
+    "a_value": ".6f",
+    "a_lo": ".6f",
+    "a_hi": ".6f",
+    "b_value": ".6f",
+    "b_lo": ".6f",
+    "b_hi": ".6f",
+    "band": ".6f",
+    "rows_a": "d",
+    "rows_b": "d",
+    "rows_differing": "d",
     "actual": ".6f",
     "additive": ".6f",
     "arm_token": "d",
