@@ -1,12 +1,27 @@
-"""Shared fixtures: the patched native build and the embedded default family's model files.
+"""Shared fixtures: the patched native build, the embedded default family's model files and a
+small real study, sealed (``small_study``); and the account of every skipped test.
 
-Both are prepared once per test session (a first run builds the libraries and
-derives the model files; later runs find them in the cache).
+The build and the model files are prepared once per test session (a first run builds the
+libraries and derives the model files; later runs find them in the cache). The small study is run
+once per test session into its temporary folder.
+
+Every skip is accounted for: the suite ends with the skipped tests grouped by reason, and a skip
+whose reason is not an opt-in group (``opt-in:``, the markers of pyproject.toml whose
+description says so, with their cost) or this machine's hardware (``hardware:``, a CUDA device
+or GPU backend absent, or present where the test is of the CPU-only path) fails the run: it is
+something the set-up could build, install or generate (``./run test`` installs the Debian
+packages the tests need as root with apt, builds the Vulkan backend where it can, and the tests
+make the archives they read).
 """
 
 from __future__ import annotations
 
 import pytest
+
+#: the reason prefixes of the skips a run may end with (see the module's docstring)
+OPT_IN = "opt-in:"
+HARDWARE = "hardware:"
+ACCOUNTED = (OPT_IN, HARDWARE)
 
 
 @pytest.fixture(scope="session")
@@ -56,6 +71,20 @@ def replay_tool():
     return Path(env) if env else native.current().replay_tool
 
 
+@pytest.fixture(scope="session")
+def small_study(tmp_path_factory, native_build, family_files):
+    """A small real study run by the workflow and sealed (:mod:`support.small_study`): the
+    implementation and replication campaigns (with the A/A twin of C_qb) and the state stages."""
+    from support.small_study import run_small_study
+
+    study = run_small_study(tmp_path_factory.mktemp("small-study"))
+    _SMALL_STUDY.append(study)
+    return study
+
+
+_SMALL_STUDY: list = []
+
+
 def opt_in_markers(config) -> list[str]:
     """The markers whose description in pyproject.toml says ``opt-in``: their tests run only when
     ``-m`` names them, under a plain ``pytest`` and under ``./run test`` alike."""
@@ -74,7 +103,73 @@ def pytest_collection_modifyitems(config, items):
     for marker in opt_in_markers(config):
         if marker in (config.option.markexpr or ""):
             continue
-        skip = pytest.mark.skip(reason=f"opt-in: ./run test -m {marker}")
+        skip = pytest.mark.skip(reason=f"{OPT_IN} ./run test -m {marker}")
         for item in items:
             if marker in item.keywords:
                 item.add_marker(skip)
+
+
+# --------------------------------------------------------------------------- the account of skips
+
+_SKIPPED: list[tuple[str, str]] = []  # (test id, reason)
+
+
+def _skip_reason(report) -> str:
+    lr = report.longrepr
+    text = lr[2] if isinstance(lr, tuple) and len(lr) == 3 else str(lr)
+    return text[len("Skipped: ") :] if text.startswith("Skipped: ") else text
+
+
+def pytest_runtest_logreport(report):
+    if report.skipped and not hasattr(report, "wasxfail") and (report.when == "setup" or report.when == "call"):
+        _SKIPPED.append((report.nodeid, _skip_reason(report)))
+
+
+def pytest_collectreport(report):
+    if report.skipped:
+        _SKIPPED.append((report.nodeid, _skip_reason(report)))
+
+
+def unaccounted(skipped: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """The skips whose reason is neither an opt-in group nor this machine's hardware."""
+    return [(t, r) for t, r in skipped if not r.startswith(ACCOUNTED)]
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """A run with an unaccounted skip fails (exit 1), as a failed test does."""
+    if unaccounted(_SKIPPED) and exitstatus == 0:
+        session.exitstatus = 1
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    tr = terminalreporter
+    for study in _SMALL_STUDY:
+        tr.write_line(study.summary())
+    if not _SKIPPED:
+        return
+    costs = {}
+    for line in config.getini("markers"):
+        name, _, description = line.partition(":")
+        costs[f"{OPT_IN} ./run test -m {name.split('(')[0].strip()}"] = description.strip()
+    by_reason: dict[str, list[str]] = {}
+    for test, reason in _SKIPPED:
+        by_reason.setdefault(reason, []).append(test)
+    bad = unaccounted(_SKIPPED)
+    tr.section(f"skipped: {len(_SKIPPED)} test(s) by reason", sep="=")
+    for group, title in ((OPT_IN, "opt-in groups"), (HARDWARE, "this machine's hardware"), (None, "UNACCOUNTED")):
+        reasons = [r for r in by_reason if (r.startswith(group) if group else not r.startswith(ACCOUNTED))]
+        if not reasons:
+            continue
+        tr.write_line(f"{title}:")
+        for reason in sorted(reasons):
+            tests = by_reason[reason]
+            cost = f" [{costs[reason]}]" if reason in costs else ""
+            tr.write_line(f"  {len(tests):3d}  {reason}{cost}")
+            for t in sorted(tests):
+                tr.write_line(f"         {t}")
+    if bad:
+        tr.write_line(
+            f"{len(bad)} skip(s) neither opt-in nor hardware: the set-up could build, install or generate what "
+            "they need, so the run fails (exit 1) until it does",
+            red=True,
+        )

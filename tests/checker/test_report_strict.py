@@ -186,7 +186,7 @@ TEX_EDITS = [
     ("\\url to a remote page", _after_title("\\url{https://example.org/x}"), "\\url"),
     (
         "\\includegraphics of a file outside the report",
-        _after_title("\\includegraphics{/tmp/x.png}"),
+        _after_title("\\includegraphics{/tmp/x.png}"),  # abspath: the refused input names it
         "\\includegraphics",
     ),
     ("the number macro redefined in the body", _after_title("\\renewcommand{\\rsnum}[2]{9.99}"), "\\renewcommand"),

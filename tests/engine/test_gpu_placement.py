@@ -66,7 +66,7 @@ def test_model_placement_on_this_host(lib_path, family_files):
     devs = runtime.devices()
     assert devs and any(d["type"] == "cpu" for d in devs)
     if runtime.accelerators():
-        pytest.skip("this host has a GPU backend: tests/gpu/check.sh covers it")
+        pytest.skip("hardware: this host has a GPU backend (tests/gpu/check.sh covers it)")
     m = runtime.Model(family_files.target.path, sha256=family_files.target.sha256, n_gpu_layers=-1)
     try:
         p = m.placement
@@ -104,7 +104,7 @@ def test_driver_refuses_to_time_without_the_device(tmp_path, lib_path, family_fi
     arms_file = one_thread_arms(tmp_path / "arms.yaml")
     runtime.load(lib_path)
     if runtime.accelerators():
-        pytest.skip("this host has a GPU backend")
+        pytest.skip("hardware: this host has a GPU backend")
     arm = load_arms(arms_file)["R"].with_(gpu_layers=-1)
     tasks = humaneval_tasks([0])
     ctx = RunContext(
@@ -235,7 +235,7 @@ def test_device_check_skips_without_cuda(tmp_path):
     from refspec.core.paths import REPO_ROOT
 
     if shutil.which("nvidia-smi") and subprocess.run(["nvidia-smi", "-L"], capture_output=True).returncode == 0:
-        pytest.skip("this host has a CUDA device")
+        pytest.skip("hardware: this host has a CUDA device (tests/gpu/check.sh covers it)")
     r = subprocess.run(
         ["bash", str(REPO_ROOT / "tests" / "gpu" / "check.sh"), "--out", str(tmp_path)],
         capture_output=True,

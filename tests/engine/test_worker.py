@@ -306,7 +306,7 @@ def test_worker_environment_is_scrubbed(lib_path):
         2,
         base={
             "PATH": "/bin",
-            "HOME": "/root",
+            "HOME": "/root",  # abspath: an environment the worker must not pass on
             "SECRET_TOKEN": "x",
             "PYTHONPATH": "/evil",
             "LD_PRELOAD": "/evil.so",

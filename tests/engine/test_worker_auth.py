@@ -255,7 +255,8 @@ def test_a_trickling_client_does_not_stall_health(worker):
 
 
 def test_the_openai_client_works_with_the_secret(worker):
-    openai = pytest.importorskip("openai")
+    import openai  # pinned in envs/requirements.txt
+
     client = openai.OpenAI(api_key=worker.secret, base_url=worker.url + "/v1", max_retries=0, timeout=120)
     models = client.models.list()
     ids = [m.id for m in models.data]

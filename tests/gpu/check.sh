@@ -4,7 +4,7 @@
 #   bash tests/gpu/check.sh [--bundle DIR] [--prefix DIR] [--out DIR] [--jobs N] [--rehearse-on-cpu]
 #
 # From an offline bundle (refspec bundle; --bundle: the bundle folder, installed into --prefix,
-# default /tmp/refspec-gpu) or from an environment where `refspec` already runs, it builds the
+# default: prefix= below) or from an environment where `refspec` already runs, it builds the
 # patched llama.cpp for CUDA (cached by its inputs), derives the embedded family's files, and runs
 # the workflow with tests/gpu/config.yaml: confirmation (R, M0, M3, C3, R_prod; 4 tasks, cap 128),
 # implementation (qb/pq/gs, target-only and speculative), replication (3 short sessions), E1
@@ -19,7 +19,7 @@
 # 4 build failed.
 set -uo pipefail
 
-bundle="" prefix="/tmp/refspec-gpu" out="" jobs="" rehearse=0
+bundle="" prefix="/tmp/refspec-gpu" out="" jobs="" rehearse=0  # abspath: the device host's install prefix (written, not an input)
 while [ $# -gt 0 ]; do
     case "$1" in
         --bundle) bundle="$2"; shift 2 ;;

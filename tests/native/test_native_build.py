@@ -149,7 +149,7 @@ def test_patch_that_does_not_apply_is_an_error(build, tmp_path):
 @pytest.mark.cuda
 def test_cuda_build_when_available():
     if shutil.which("nvcc") is None or shutil.which("nvidia-smi") is None:
-        pytest.skip("no CUDA toolkit/device on this machine: the CUDA build runs on GPU hosts only")
+        pytest.skip("hardware: no CUDA device (and toolkit) on this machine: the CUDA build runs on GPU hosts only")
     res = native.build(native.BuildOptions(backend="cuda"), quiet=True)
     assert any(n.startswith("libggml-cuda") for n in res.record["files"])
 

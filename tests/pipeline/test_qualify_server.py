@@ -1,6 +1,7 @@
 """``refspec qualify --server-binary``: a llama-server against its own micro-batch-1 reference, end to
-end on refspec's stock llama-server build of the pinned source (skipped unless that build is cached:
-``./run test -m server_build`` makes it), with a sealed archive that report/check.py accepts."""
+end on refspec's stock llama-server build of the pinned source, with a sealed archive that
+report/check.py accepts. The end-to-end test is of the ``server_build`` opt-in group (it builds the
+stock llama-server, or finds it cached: ``./run test -m server_build``)."""
 
 from __future__ import annotations
 
@@ -26,14 +27,9 @@ def qualify(*args, cwd=REPO, timeout=1800):
 
 @pytest.fixture(scope="module")
 def stock_server():
-    from refspec.core.paths import cache_dir
     from refspec.native import build as native
 
-    opts = native.BuildOptions()
-    root = cache_dir() / "native" / native.build_key(opts, "server", "stock")[:16]
-    if not (root / native.BUILD_RECORD).is_file():
-        pytest.skip("refspec's stock llama-server is not built (./run test -m server_build builds it)")
-    return native.build_server(opts, "stock", quiet=True).tool("llama-server")
+    return native.build_server(native.BuildOptions(), "stock", quiet=True).tool("llama-server")
 
 
 def test_usage_errors_exit_2(tmp_path, family_files):
@@ -46,6 +42,7 @@ def test_usage_errors_exit_2(tmp_path, family_files):
     assert p.returncode == 2 and "--model" in p.stderr
 
 
+@pytest.mark.server_build
 def test_qualify_stock_server_end_to_end(tmp_path, stock_server, family_files):
     out = tmp_path / "q"
     draft = family_files.draft(family_files.default_draft).path

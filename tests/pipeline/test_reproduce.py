@@ -1,8 +1,9 @@
-"""``refspec reproduce ARCHIVE`` (anc/reproduce.md) on copies of the default run's sealed data
-archive: the config rebuilt from the manifest, a changed pinned input refused (exit 3) with its
-difference named and accepted with ``--allow``, the Snakemake rules resolved (dry run), the
-``reproduces`` predicate verified and shown; the full reproduction is opt-in
-(``./run test -m reproduce_full``)."""
+"""``refspec reproduce ARCHIVE`` (anc/reproduce.md) on copies of the sealed data archive of a small
+real study (the session's ``small_study``): the config rebuilt from the manifest, a changed pinned
+input refused (exit 3) with its difference named and accepted with ``--allow``, the Snakemake rules
+resolved (dry run), the ``reproduces`` predicate verified and shown, and the small study reproduced
+end to end and compared with its archive (every preservation finding the same). The full
+reproduction of the default study is opt-in (``./run test -m reproduce_full``)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from refspec.cli import main
 from refspec.compare import load_verified
@@ -26,33 +28,36 @@ from refspec.provenance.seal import seal
 from refspec.provenance.verify import verify_archive
 from refspec.reporting.render import render
 from refspec.reporting.sections.provenance import reproduction_rows
+from support.small_study import run_main, study_env
 
-DEFAULT = Path("/tmp/fresh-main2/results/default")
-SEALED = DEFAULT / "sealed-data"
-SIGNER = DEFAULT / "provenance" / "signer.pub"
-CONFIG = DEFAULT.parent.parent / "config" / "config.yaml"
 MODEL = "model:smollm2-135m/target"
 PACKAGE = "pkg:pypi/numpy"
 
-pytestmark = pytest.mark.skipif(not (SEALED / "SEAL.dsse.json").is_file(), reason=f"no sealed default run at {SEALED}")
-
 
 @pytest.fixture(scope="module")
-def env(tmp_path_factory):
+def env(tmp_path_factory, small_study):
     base = tmp_path_factory.mktemp("reproduce")
     kp = keys.generate(base / "keys", name="reproduce_test")
     a = base / "a"
-    shutil.copytree(SEALED, a)  # a copy: the run's own archive is never touched
-    arch = load_verified(a, SIGNER, "A", keys.public_fingerprint(SIGNER), base)
-    return {"base": base, "key": kp, "a": a, "archive": arch, "keyid": keys.public_fingerprint(kp.public_path)}
+    shutil.copytree(small_study.sealed, a)  # a copy: the study's own archive is never touched
+    signer = small_study.signer
+    arch = load_verified(a, signer, "A", keys.public_fingerprint(signer), base)
+    return {
+        "base": base,
+        "key": kp,
+        "a": a,
+        "archive": arch,
+        "keyid": keys.public_fingerprint(kp.public_path),
+        "signer": signer,
+        "config": small_study.config,
+    }
 
 
 @pytest.fixture(scope="module")
 def same_machine(env):
-    """This machine's pinned inputs are the default archive's (else the tests of one change skip)."""
+    """This machine's pinned inputs are the archive's: the study was made here."""
     check = R.check_inputs(env["archive"], R.archived_config(env["archive"].manifest))
-    if check.refused:
-        pytest.skip("this machine's pinned inputs differ from the default archive's: " + check.refused[0].line())
+    assert not check.refused, [d.line() for d in check.refused]
     return check
 
 
@@ -94,10 +99,9 @@ def test_the_config_rebuilt_from_the_manifest_is_the_config_that_made_the_archiv
     cfg = R.archived_config(env["archive"].manifest)
     ext = env["archive"].manifest["buildDefinition"]["externalParameters"]
     assert sha256_json(cfg) == ext["config_sha256"]
-    if CONFIG.is_file():
-        copy = tmp_path / "config.yaml"
-        shutil.copyfile(CONFIG, copy)
-        assert cfg == read_config_file(copy)
+    copy = tmp_path / "config.yaml"
+    shutil.copyfile(env["config"], copy)
+    assert cfg == read_config_file(copy)
     rep = {"seal_sha256": "0" * 64, "keyid": "SHA256:" + "1" * 64, "archive_id": "x"}
     again = R.reproduction_config(env["archive"].manifest, "results/r", rep)
     assert {k: v for k, v in again.items() if k not in ("results", "reproduces")} == {
@@ -161,7 +165,9 @@ def test_a_changed_package_version_is_refused(env, same_machine, capsys):
 
 
 def test_an_archive_under_another_key_is_refused(env, capsys):
-    code = main(["reproduce", str(env["a"]), "--expect-keyid", env["keyid"], "--pubkey", str(SIGNER), "--dry-run"])
+    code = main(
+        ["reproduce", str(env["a"]), "--expect-keyid", env["keyid"], "--pubkey", str(env["signer"]), "--dry-run"]
+    )
     assert code == 3 and "does not verify" in capsys.readouterr().err
 
 
@@ -216,17 +222,15 @@ def test_the_seal_names_what_it_reproduces(env, tmp_path, capsys):
 
 
 def test_check_py_shows_and_checks_the_reproduces_field():
-    sys.path.insert(0, str(REPO_ROOT / "report"))
-    try:
-        import check
-    finally:
-        sys.path.pop(0)
+    from refspec_check.problems import Checker
+    from refspec_check.seal import check_reproduces
+
     good = {"seal_sha256": "a" * 64, "keyid": "SHA256:" + "b" * 64, "archive_id": "x"}
-    c = check.Checker(".")
-    check.check_reproduces(c, {"predicate": {"reproduces": good}})
+    c = Checker(".")
+    check_reproduces(c, {"predicate": {"reproduces": good}})
     assert c.problems == [] and c.reproduces == f"seal {'a' * 64} key SHA256:{'b' * 64} archive x"
-    c = check.Checker(".")
-    check.check_reproduces(c, {"predicate": {"reproduces": dict(good, keyid="SHA256:zz")}})
+    c = Checker(".")
+    check_reproduces(c, {"predicate": {"reproduces": dict(good, keyid="SHA256:zz")}})
     assert any("keyid" in p for p in c.problems)
 
 
@@ -256,26 +260,91 @@ def test_the_report_shows_the_reproduction_and_check_py_recomputes_it(env, tmp_p
     assert r.returncode == 1 and "provenance.reproduces_accepted" in r.stdout
 
 
+def test_reproducing_the_small_study_gives_the_same_preservation_findings(small_study, tmp_path):
+    """``refspec reproduce`` end to end on the small study's archive: the registered plan run again
+    by the workflow, the reproduction sealed, and ``refspec compare`` of the two exits 0 with every
+    preservation finding "same" (and the findings with rows hold rows in both)."""
+    a = tmp_path / "a"
+    shutil.copytree(small_study.sealed, a)
+    keyid = keys.public_fingerprint(small_study.signer)
+    out = tmp_path / "reproduction"
+    r = subprocess.run(
+        [sys.executable, "-m", "refspec.cli", "reproduce", str(a), "--expect-keyid", keyid]
+        + ["--pubkey", str(small_study.signer), "--out", str(out), "--cores", "2"],
+        cwd=REPO_ROOT,
+        env=small_study.env,
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
+    assert "pinned inputs: the same as the archive's" in r.stdout
+    assert "reproduction archive:" in r.stdout and "registered plan: the same" in r.stdout
+    assert "preservation: 7 of 7 findings same" in r.stdout, r.stdout[-4000:]
+    b = out / "archive"
+    v = verify_archive(b, out / "provenance" / "signer.pub")
+    assert (
+        v.ok
+        and v.statement["predicate"]["reproduces"]["seal_sha256"] == verify_archive(a, small_study.signer).seal_sha256
+    )
+    # refspec compare of the two, as a user runs it
+    c = subprocess.run(
+        [sys.executable, "-m", "refspec.cli", "compare", str(a), str(b), "--pubkey-a", str(small_study.signer)]
+        + ["--pubkey-b", str(out / "provenance" / "signer.pub"), "--json"],
+        cwd=REPO_ROOT,
+        env=small_study.env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert c.returncode == 0, c.stdout[-4000:] + c.stderr[-4000:]
+    doc = json.loads(c.stdout)
+    pres = {f["finding"]: f for f in doc["preservation"]}
+    assert {k: f["verdict"] for k, f in pres.items()} == dict.fromkeys(
+        ("qualification", "first_divergence", "endpoints", "replay", "phase_masks", "partition", "crosses"), "same"
+    )
+    for k in ("qualification", "first_divergence", "endpoints", "partition", "crosses"):
+        assert pres[k]["rows_a"] > 0 and pres[k]["rows_a"] == pres[k]["rows_b"], pres[k]
+    assert {t["kind"] for t in doc["timings"]} == {"ratio", "estimate"}
+    shown = r.stdout[r.stdout.index("reproduction archive:") :]
+    print(shown)
+
+
+def _default_study(tmp: Path) -> Path:
+    """The default study's results folder: the clone's own (``./run main``'s results/default) when
+    it is sealed, else the default study run here first (the ``./run main`` job, results in ``tmp``)."""
+    own = REPO_ROOT / "results" / "default"
+    if (own / "sealed-data" / "SEAL.dsse.json").is_file():
+        return own
+    cfg = yaml.safe_load((REPO_ROOT / "config" / "config.yaml").read_text())
+    cfg["results"] = str(tmp / "default")
+    path = tmp / "config.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    r = run_main(["--configfile", str(path)], tmp, timeout=3600)
+    assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
+    return tmp / "default"
+
+
 @pytest.mark.reproduce_full
 def test_reproducing_the_default_archive_gives_the_same_preservation_findings(tmp_path):
-    """The whole default study again (about 12 minutes on 2 cores), then compare: every preservation
-    finding is "same"."""
+    """The whole default study again (about 12 minutes on 2 cores, after the default study itself
+    where this clone has not run it), then compare: every preservation finding is "same"."""
+    default = _default_study(tmp_path)
+    signer = default / "provenance" / "signer.pub"
     a = tmp_path / "a"
-    shutil.copytree(SEALED, a)
-    keyid = keys.public_fingerprint(SIGNER)
-    out = REPO_ROOT / "results" / f"reproduce-test-{tmp_path.name}"
-    try:
-        r = subprocess.run(
-            [str(REPO_ROOT / "workflow" / "bin" / "refspec"), "reproduce", str(a), "--expect-keyid", keyid]
-            + ["--pubkey", str(SIGNER), "--out", str(out)],
-            cwd=REPO_ROOT,
-            capture_output=True,
-            text=True,
-        )
-        assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
-        assert "reproduction archive:" in r.stdout and "registered plan: the same" in r.stdout
-        assert "preservation: 7 of 7 findings same" in r.stdout
-        v = verify_archive(out / "archive", out / "provenance" / "signer.pub")
-        assert v.ok and v.statement["predicate"]["reproduces"]["seal_sha256"] == verify_archive(a, SIGNER).seal_sha256
-    finally:
-        shutil.rmtree(out, ignore_errors=True)
+    shutil.copytree(default / "sealed-data", a)
+    keyid = keys.public_fingerprint(signer)
+    out = tmp_path / "reproduction"
+    r = subprocess.run(
+        [sys.executable, "-m", "refspec.cli", "reproduce", str(a), "--expect-keyid", keyid]
+        + ["--pubkey", str(signer), "--out", str(out)],
+        cwd=REPO_ROOT,
+        env=study_env(tmp_path),
+        capture_output=True,
+        text=True,
+    )
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
+    assert "reproduction archive:" in r.stdout and "registered plan: the same" in r.stdout
+    assert "preservation: 7 of 7 findings same" in r.stdout
+    v = verify_archive(out / "archive", out / "provenance" / "signer.pub")
+    assert v.ok and v.statement["predicate"]["reproduces"]["seal_sha256"] == verify_archive(a, signer).seal_sha256

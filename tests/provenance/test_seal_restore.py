@@ -53,7 +53,7 @@ def test_restore_refuses_unsafe_members_and_writes_nothing(case, extra, expected
     assert not r.ok
     assert any(expected in p for p in r.verify.problems), r.verify.problems
     assert list(work.iterdir()) == []  # neither DEST nor a staging folder
-    assert not Path("/tmp/refspec-evil").exists()
+    assert not Path("/tmp/refspec-evil").exists()  # abspath: where the refused member would have gone
 
 
 @pytest.mark.parametrize("case,build,expected", CANONICAL_CASES, ids=[c[0] for c in CANONICAL_CASES])

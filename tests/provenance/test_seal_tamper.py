@@ -328,7 +328,7 @@ def _add_bytes(tf, name, data=b"x", type_=tarfile.REGTYPE, linkname=""):
 
 TAR_CASES = [
     ("dotdot", lambda tf: _add_bytes(tf, "../x"), "'..' in path"),
-    ("absolute", lambda tf: _add_bytes(tf, "/tmp/refspec-evil"), "absolute path"),
+    ("absolute", lambda tf: _add_bytes(tf, "/tmp/refspec-evil"), "absolute path"),  # abspath: the refused member
     ("symlink", lambda tf: _add_bytes(tf, "link", type_=tarfile.SYMTYPE, linkname="/etc/passwd"), "symbolic link"),
     ("hardlink", lambda tf: _add_bytes(tf, "hard", type_=tarfile.LNKTYPE, linkname="plan.json"), "hard link"),
     ("device", lambda tf: _add_bytes(tf, "dev", type_=tarfile.CHRTYPE), "device file"),

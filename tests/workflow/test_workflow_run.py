@@ -22,30 +22,9 @@ import pytest
 import yaml
 
 from refspec.core.paths import REPO_ROOT
+from support.small_study import run_main, study_env
 
-
-def _env(tmp: Path, without_tex: bool = False) -> dict:
-    env = dict(os.environ)
-    path = env.get("PATH", "")
-    if without_tex:
-        path = _path_without(tmp / "no-tex-bin", "pdflatex", path)
-    env["PATH"] = f"{Path(sys.executable).parent}:{path}"
-    env["REFSPEC_KEY_DIR"] = str(tmp / "keys")  # a throwaway signing key, outside the repository
-    return env
-
-
-def _path_without(shadow: Path, hidden: str, path: str) -> str:
-    """A PATH of one folder linking every program of ``path`` (first wins) but ``hidden``: the
-    machine as it is before TeX is installed."""
-    shadow.mkdir(parents=True, exist_ok=True)
-    for d in path.split(os.pathsep):
-        if not d or not Path(d).is_dir():
-            continue
-        for exe in Path(d).iterdir():
-            link = shadow / exe.name
-            if exe.name != hidden and not link.exists() and not link.is_symlink():
-                link.symlink_to(exe)
-    return str(shadow)
+_env = study_env
 
 
 def _tiny(tmp: Path, name: str = "confirmation") -> Path:
@@ -130,16 +109,7 @@ def _check_archive(res: Path, tmp: Path, arm: str = "C3", pdf: bool | None = Non
     return elapsed
 
 
-def _main(cfg_args: list[str], tmp: Path, without_tex: bool = False) -> subprocess.CompletedProcess:
-    """``./run main ARGS`` (the same entry point, in this environment)."""
-    return subprocess.run(
-        [sys.executable, "-m", "refspec.cli", "main", *cfg_args, "--cores", "2"],
-        cwd=REPO_ROOT,
-        env=_env(tmp, without_tex),
-        capture_output=True,
-        text=True,
-        timeout=1200,
-    )
+_main = run_main
 
 
 def test_small_workflow_end_to_end_and_rerun_is_a_no_op(tmp_path):

@@ -1,0 +1,174 @@
+"""A small real study, run and sealed by the real workflow, for the tests that need a sealed
+archive (``refspec compare``, ``refspec reproduce``) and for the workflow tests.
+
+:func:`run_small_study` writes a config (:func:`small_study_config`) and runs ``refspec main`` on it
+(Snakemake, as ``./run main`` does): the native build and the embedded family's model files from
+the shared cache, real workers on the real SmolLM2 files, the assembled results sealed
+(``sealed-data``), reported, sealed again (``archive``) and checked. The study is
+
+* ``implementation``: R, M_qb, M_pq and C_pq on HumanEval/0 at cap 32, two fresh workers per arm
+  (the qualified ratios);
+* ``replication``: the five E2 arms and the A/A twin ``C_qb_aa`` of C_qb on HumanEval/0 at cap 16,
+  three sessions (the session contrasts, the estimates and the A/A noise floor);
+* the state stages: the prefill partition of HumanEval/2 at cap 34 (U1 leaves A's endpoint at
+  index 32) and the crosses of A and U1 on it in two processes.
+
+The study runs into a temporary folder of the test session (nothing is cached between sessions:
+every session tests the pipeline of its own checkout). The signing key is a throwaway one of that
+folder (``REFSPEC_KEY_DIR``).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from .paths import REPO_ROOT
+
+#: the campaigns of the small study, as changes of their definitions in config/campaigns/
+CAMPAIGNS: dict[str, dict] = {
+    "implementation": {
+        "arms": ["R", "M_qb", "M_pq", "C_pq"],
+        "panel": {"source": "humaneval", "tasks": "0"},
+        "cap": 32,
+        "repeats": 2,
+        "sessions": 1,
+        "warmup_cap": 2,
+        "aa_arm": None,
+    },
+    "replication": {
+        "panel": {"source": "humaneval", "tasks": "0"},
+        "block_tasks": 1,
+        "references_per_session": 1,
+        "cap": 16,
+        "sessions": 3,
+        "gap_s": 0,
+        "warmup_cap": 2,
+        "aa_arm": "C_qb",
+    },
+}
+
+#: the state stages of the small study (the config's ``state``)
+STATE = {
+    "tasks": "2",
+    "cap": 34,
+    "splits": [-1],
+    "ub_sweep": [1],
+    "repeats": 1,
+    "pair": ["A", "U1"],
+    "divergent": 1,
+    "stable": 0,
+    "cross_repeats": 2,
+}
+
+
+def study_env(tmp: Path, without_tex: bool = False) -> dict[str, str]:
+    """The environment of a workflow run in ``tmp``: this interpreter's folder first on PATH and a
+    throwaway signing key under ``tmp/keys`` (outside the repository); ``without_tex``: the
+    machine as it is before TeX is installed (no pdflatex on PATH)."""
+    env = dict(os.environ)
+    path = env.get("PATH", "")
+    if without_tex:
+        path = path_without(tmp / "no-tex-bin", "pdflatex", path)
+    env["PATH"] = f"{Path(sys.executable).parent}:{path}"
+    env["REFSPEC_KEY_DIR"] = str(tmp / "keys")
+    return env
+
+
+def path_without(shadow: Path, hidden: str, path: str) -> str:
+    """A PATH of one folder linking every program of ``path`` (first wins) but ``hidden``."""
+    shadow.mkdir(parents=True, exist_ok=True)
+    for d in path.split(os.pathsep):
+        if not d or not Path(d).is_dir():
+            continue
+        for exe in Path(d).iterdir():
+            link = shadow / exe.name
+            if exe.name != hidden and not link.exists() and not link.is_symlink():
+                link.symlink_to(exe)
+    return str(shadow)
+
+
+def run_main(cfg_args: list[str], tmp: Path, without_tex: bool = False, timeout: int = 1200):
+    """``./run main ARGS --cores 2`` (the same entry point, in this environment)."""
+    return subprocess.run(
+        [sys.executable, "-m", "refspec.cli", "main", *cfg_args, "--cores", "2"],
+        cwd=REPO_ROOT,
+        env=study_env(tmp, without_tex),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def small_study_config(tmp: Path) -> Path:
+    """The small study's config (and its campaign definitions) under ``tmp``, results in ``tmp/res``."""
+    defs = tmp / "defs"
+    defs.mkdir(parents=True, exist_ok=True)
+    for name, change in CAMPAIGNS.items():
+        d = yaml.safe_load((REPO_ROOT / "config" / "campaigns" / f"{name}.yaml").read_text())
+        d.update(change)
+        (defs / f"{name}.yaml").write_text(yaml.safe_dump(d))
+    cfg = {
+        "family": "smollm2-135m",
+        "threads": 1,
+        "results": str(tmp / "res"),
+        "panel": {"source": "humaneval", "tasks": "0-2"},
+        "campaigns": {"run": list(CAMPAIGNS), "preset": "default", "definitions": str(defs)},
+        "stages": {"audit": False, "replay": False, "partition": True, "crosses": True, "admission": False},
+        "state": dict(STATE),
+    }
+    path = tmp / "config.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+@dataclass(frozen=True)
+class SmallStudy:
+    """A sealed small study: its config, results folder and the numbers of its run."""
+
+    tmp: Path
+    config: Path
+    results: Path
+    seconds: float
+
+    @property
+    def sealed(self) -> Path:
+        """The sealed data archive (what ``refspec compare`` and ``refspec reproduce`` read)."""
+        return self.results / "sealed-data"
+
+    @property
+    def signer(self) -> Path:
+        return self.results / "provenance" / "signer.pub"
+
+    @property
+    def env(self) -> dict[str, str]:
+        return study_env(self.tmp)
+
+    def size(self) -> tuple[int, int]:
+        """Files and bytes of the sealed data archive."""
+        files = [p for p in self.sealed.rglob("*") if p.is_file()]
+        return len(files), sum(p.stat().st_size for p in files)
+
+    def summary(self) -> str:
+        n, b = self.size()
+        return f"small study: sealed in {self.seconds:.0f} s, sealed-data {n} files, {b} bytes"
+
+
+def run_small_study(tmp: Path) -> SmallStudy:
+    """Run and seal the small study under ``tmp``; a failed run raises with the log's tail."""
+    cfg = small_study_config(tmp)
+    t0 = time.monotonic()
+    r = run_main(["--configfile", str(cfg)], tmp)
+    seconds = time.monotonic() - t0
+    if r.returncode != 0:
+        raise RuntimeError(f"the small study failed (exit {r.returncode}):\n" + (r.stdout + r.stderr)[-6000:])
+    study = SmallStudy(tmp, cfg, tmp / "res", seconds)
+    if not (study.sealed / "SEAL.dsse.json").is_file():
+        raise RuntimeError(f"the small study made no sealed archive at {study.sealed}")
+    return study
