@@ -1,4 +1,4 @@
-"""Vacuity as a verdict, recomputed (refspec.campaigns.vacuity implements the same rule).
+"""Vacuity as a verdict, recomputed (refspec.core.vacuity implements the same rule).
 
 Unrepaired arm: phase mask 0 and micro-batch capacity ub > 1 (requests.csv). A panel (campaign,
 family; not the phase-mask sweep nor the prediction) that ran an unrepaired arm is vacuous when no

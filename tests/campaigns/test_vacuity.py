@@ -1,4 +1,4 @@
-"""Vacuity of a qualification panel (refspec.campaigns.vacuity) and ``refspec qualify``'s verdict lines.
+"""Vacuity of a qualification panel (refspec.core.vacuity) and ``refspec qualify``'s verdict lines.
 
 Unrepaired arms are those with phase mask 0 and micro-batch capacity above 1 (M0, C0, R_prod, the stock
 servers); a panel that ran one is vacuous when none diverges from the reference on any task. Then the
@@ -8,7 +8,7 @@ arm diverges the lines read as before."""
 from __future__ import annotations
 
 from refspec.campaigns.arm_qualification import format_summary
-from refspec.campaigns.vacuity import is_unrepaired, panel_exposure
+from refspec.core.vacuity import is_unrepaired, panel_exposure
 
 # arm -> (mode, layout, ub, mask), as config/arms.yaml defines them
 ARMS = {

@@ -43,13 +43,13 @@ from ..core.errors import UsageError
 from ..core.fsutil import atomic_write_text
 from ..core.hashing import sha256_file
 from ..core.panels import panel_spec, parse_range
+from ..core.vacuity import is_unrepaired, panel_exposure, vacuous_text
 from ..provenance.plan import PLAN_NAME
 from .context import prepare
 from .definitions import load_definition
 from .derived import natural_key, qualification_counts
 from .evidence import nonvacuity
 from .execution import execute
-from .vacuity import is_unrepaired, panel_exposure, vacuous_text
 
 PRESET_CAMPAIGN = "confirmation"
 DEFINITION_NAME = "qualify.yaml"
@@ -277,7 +277,7 @@ def build_summary(ctx, tables: dict, records: list[dict], *, panel_spec: str) ->
             if entry["vacuous"]:
                 vacuous.append(a.name)
         arms_out.append(entry)
-    # vacuity (refspec.campaigns.vacuity): did any unrepaired arm leave the reference on some task?
+    # vacuity (refspec.core.vacuity): did any unrepaired arm leave the reference on some task?
     ex = panel_exposure(qual, requests).get((ctx.name, ctx.family))
     for entry in arms_out:
         entry["unrepaired"] = is_unrepaired(entry["ub"], entry["mask"])

@@ -8,7 +8,7 @@ command and then
 
 * on exit 0 or 1, derives the stage's ``claims`` row from the tables the command wrote in
   ``DIR`` (``supported``; ``withheld`` with the failed controls as the reason; ``vacuous`` when the
-  controls pass but no partition arm differs on any input, see :mod:`refspec.campaigns.vacuity`), writes it
+  controls pass but no partition arm differs on any input, see :mod:`refspec.core.vacuity`), writes it
   there (``claims.parquet/.csv``, ``claim.json``), appends a ``stage_claim`` record to the
   run's ledger and writes ``FILE`` (the workflow's completion marker); it exits 0, so the
   run goes on to seal and report the record with the claim withheld;
@@ -24,10 +24,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ..campaigns.vacuity import VACUOUS, partition_exposure, vacuous_text
 from ..core import tables as T
 from ..core.errors import EXIT_OK, UsageError
 from ..core.fsutil import atomic_write_text
+from ..core.vacuity import VACUOUS, partition_exposure, vacuous_text
 from .ledger import LEDGER_NAME, Ledger
 
 # the pipeline stages whose claim `refspec stage` records
@@ -168,7 +168,7 @@ def claim_row(stage: str, d: Path, exit_code: int, record: str | None = None) ->
     claim, status = CLAIMS[stage], "supported" if ok else "withheld"
     prows = _partition_rows(stage, d)
     if status == "supported" and prows is not None:
-        # no partition arm differs on any input: the study had nothing to find (refspec.campaigns.vacuity)
+        # no partition arm differs on any input: the study had nothing to find (refspec.core.vacuity)
         ex = partition_exposure(prows)
         if ex["vacuous"]:
             claim, status = vacuous_text(ex["screened"]), VACUOUS

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ...campaigns.vacuity import VACUOUS, partition_exposure
+from ...core.vacuity import VACUOUS, partition_exposure
 from ..document import Archive, Cell, Numbers, Section, ShownTable, Table, table_section
 from .vocabulary import VACUOUS_TAIL, VACUOUS_TEXT
 

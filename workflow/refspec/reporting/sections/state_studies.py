@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from ...campaigns.vacuity import partition_exposure
+from ...core.vacuity import partition_exposure
 from ..document import DASH, Archive, Cell, Numbers, Section, ShownTable, Table, table_section
 from .vocabulary import VACUOUS_TAIL, VACUOUS_TEXT
 
@@ -123,7 +123,7 @@ def section_partition(sec: Section, a: Archive, N: Numbers) -> None:
         )
     )
     if partition_exposure(prows)["vacuous"]:
-        # no arm differs from A on any input: the study had nothing to find (refspec.campaigns.vacuity)
+        # no arm differs from A on any input: the study had nothing to find (refspec.core.vacuity)
         sec.items.append(
             Table(
                 "state-partition-verdict",

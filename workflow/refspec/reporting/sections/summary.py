@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...campaigns.derived import arm_sort_key, qualification_counts
-from ...campaigns.vacuity import panel_exposure
 from ...core.campaign_names import REPORT_ORDER
+from ...core.vacuity import panel_exposure
 from ..document import DASH, Archive, Cell, Num, Numbers, Section, ShownTable, Table
 from .noise import aa_parts, aa_rows
 from .prediction import prediction_totals
@@ -95,7 +95,7 @@ def section_summary(
 
 def vacuity_parts(a: Archive, N: Numbers, camp: str, fam: str, tid: str) -> list[Any]:
     """ "vacuous: no exposed input in N screened" where the panel's unrepaired arms never diverge
-    (:mod:`refspec.campaigns.vacuity`; N, the panel's tasks, a checked number); [] otherwise."""
+    (:mod:`refspec.core.vacuity`; N, the panel's tasks, a checked number); [] otherwise."""
     ex = panel_exposure(a.rows("qualification"), a.rows("requests")).get((camp, fam))
     if ex is None or not ex["vacuous"]:
         return []
