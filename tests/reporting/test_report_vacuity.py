@@ -86,3 +86,43 @@ def test_checker_refuses_preserved_on_a_vacuous_panel(rendered, tmp_path):
     assert code == 1, out
     assert f"confirmation {QUIET}: no unrepaired arm diverges on any task" in out, out
     assert "is vacuous, but the row says 'preserved'" in out, out
+
+
+@pytest.fixture(scope="module")
+def partitioned(tmp_path_factory) -> Path:
+    """The synthetic archive with a partition study whose arms A and B agree on every input, and its claim."""
+    from refspec.core import tables as T
+    from refspec.provenance.claims import claim_row
+
+    results = make_results(tmp_path_factory.mktemp("vacuous-partition") / "results", draws=300)
+    tdir = results / "tables"
+    toks = [5, 6, 7]
+    base = dict(family=LOUD, prompt_len=30, degenerate=False, cap=3, callers=1, micrographs=1, n=3, eog=False)
+    base |= dict(last_token=7, stop_reason="cap", initial_token=5, initial_margin=0.25, kv_bytes=64)
+    base |= dict(endpoint_sha256=T.endpoint_sha256(toks, False, "cap"), tokens=toks, first_diff_vs_A=None)
+    base |= dict(logits_sha256="1" * 64, kv_sha256="2" * 64, kv_payload=None, logits_payload=None)
+    rows = [
+        base
+        | dict(task_id=t, arm=arm, repeat=rep, ub=4, partition=[30] if arm == "A" else [15, 15])
+        | dict(endpoint_class=0, kv_class=0, logits_class=0)
+        for t in ("HumanEval/0", "HumanEval/1")
+        for arm in ("A", "B")
+        for rep in (1, 2)
+    ]
+    T.write_table(rows, "partition", tdir)
+    T.write_table([claim_row("partition", tdir, 0, "campaigns/partition")], "claims", tdir)
+    report.render(results, pdf=False)
+    return results
+
+
+def test_vacuous_partition_reads_vacuous_and_checks(partitioned, tmp_path):
+    claims = json.loads((partitioned / "numbers.json").read_text(encoding="utf-8"))
+    nums = {n["id"]: n for n in claims["numbers"]}
+    assert nums["partition|inputs"]["value"] == 2
+    html = (partitioned / "report.html").read_text(encoding="utf-8")
+    assert 'data-table="state-partition-verdict"' in html and 'data-table="claims"' in html
+    claims_table = html[html.index('data-table="claims"') :]
+    assert "vacuous: no exposed input in" in claims_table[: claims_table.index("</table>")]
+    assert "supported" not in claims_table[: claims_table.index("</table>")]
+    code, out = run_check(seal_archive(partitioned, tmp_path / "archive"))
+    assert code == 0, out

@@ -129,9 +129,10 @@ def section_partition(sec: Section, a: Archive, N: Numbers) -> None:
                 "state-partition-verdict",
                 "Partition verdict",
                 [src],
-                ["verdict"],
+                ["study", "verdict"],
                 [
                     [
+                        Cell(["prefill partition"]),
                         Cell(
                             [
                                 VACUOUS_TEXT,
@@ -139,10 +140,10 @@ def section_partition(sec: Section, a: Archive, N: Numbers) -> None:
                                 VACUOUS_TAIL,
                             ],
                             cls="warn",
-                        )
+                        ),
                     ]
                 ],
-                numeric=[False],
+                numeric=[False, False],
             )
         )
     problems = [
