@@ -5,6 +5,7 @@ from __future__ import annotations
 from refspec_check.context import Expected
 from refspec_check.problems import Checker
 from refspec_check.report import Report
+from refspec_check.vacuity import NOT_WITH_VACUITY, VACUOUS_TAIL, VACUOUS_TEXT
 
 DECISION_TEXT = {"too_few_sessions": "too few sessions", "noise_too_high": "machine noise too high"}
 
@@ -41,6 +42,7 @@ def check_headline(c: Checker, E: Expected, rep: Report, stated: dict, est_dec: 
                 texts.append(part)
             else:
                 c.unread(where, f"part {part!r} is neither text nor {{num: id}}")
+        check_vacuity_words(c, E, where, h["parts"], "".join(texts))
         if "decision" in h:  # E2 rows
             key = h.get("key") if isinstance(h.get("key"), dict) else {}
             k = (key.get("family"), key.get("path"), key.get("comparison"))
@@ -65,6 +67,31 @@ def check_headline(c: Checker, E: Expected, rep: Report, stated: dict, est_dec: 
         )
     check_headline_complete(c, E, rep, set(shown_head))
     return head
+
+
+def check_vacuity_words(c: Checker, E: Expected, where: str, parts: list, text: str) -> None:
+    """A headline row of a vacuous panel (its numbers' campaign and family; refspec_check.vacuity) says
+    "vacuous: no exposed input in N screened" and never "preserved" or "one state"; a row of an exposed
+    panel never says "vacuous"."""
+    panels = set()
+    for part in parts:
+        if isinstance(part, dict) and isinstance(part.get("num"), str):
+            p = part["num"].split("|")
+            if p[0] in ("qual", "ratio", "vacuity") and len(p) >= 3:
+                panels.add((p[1], p[2]))
+    for camp, fam in sorted(panels):
+        c.identities += 1
+        vac = E.items.get(f"vacuity|{camp}|{fam}|screened")
+        if vac is None:
+            if "vacuous" in text.lower():
+                c.bad(where, f"says vacuous, but an unrepaired arm of {camp} {fam} diverges (or none ran)")
+            continue
+        want = f"{VACUOUS_TEXT}{vac[0]}{VACUOUS_TAIL}"
+        if want not in text:
+            c.bad(where, f"{camp} {fam}: no unrepaired arm diverges on any task, but the row does not say {want!r}")
+        for w in NOT_WITH_VACUITY:
+            if w in text.lower():
+                c.bad(where, f"{camp} {fam} is vacuous, but the row says {w!r}")
 
 
 # campaigns with their own tables instead of headline rows (the phase-mask sweep, the prediction)
@@ -94,7 +121,8 @@ def required_in_headline(c: Checker, E: Expected) -> dict[str, str]:
     * the first divergence of every failing arm that ran (its earliest, by index then task);
     * every qualified ratio of the confirmation and the A/A control of each campaign and family it shows;
     * every E2 estimate's session count (and the replication's A/A control);
-    * the E1 counts of every family and stage, and the prediction's totals."""
+    * the E1 counts of every family and stage, and the prediction's totals;
+    * the number screened of every vacuous panel (its verdict "vacuous: no exposed input in N screened")."""
     refused = refused_arms(c)
     need: dict[str, str] = {}
     first: dict[tuple, tuple] = {}
@@ -119,6 +147,8 @@ def required_in_headline(c: Checker, E: Expected) -> dict[str, str]:
             shown_ratio.add(("replication", p[1], None))
         elif p[0] == "replay" and len(p) == 4 and p[3] in ("pq_eq_qb", "contexts"):
             need[nid] = f"E1 {p[3]} of {p[1]} {p[2]}"
+        elif p[0] == "vacuity" and len(p) == 4:
+            need[nid] = f"vacuity verdict of {p[1]} {p[2]}"
         elif p[0] == "predsum" and p[-1] in ("predicted_matches", "live_runs", "reference_matches"):
             need[nid] = f"prediction {p[2]} of {p[1]}"
     for k, (_i, _task, nid) in first.items():

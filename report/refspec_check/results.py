@@ -12,6 +12,7 @@ from refspec_check.digests import endpoint_digest
 from refspec_check.problems import Checker
 from refspec_check.qualification import all_qualified, diagnostic_label, panels, recompute_qualification
 from refspec_check.stats import cpu_pooled_ratio, median, paired
+from refspec_check.vacuity import panel_exposure
 
 
 def check_endpoints(ctx: Context) -> None:
@@ -135,6 +136,10 @@ def check_qualification(ctx: Context, references: dict | None = None) -> dict:
         c.identities += 1
         if m > r:
             c.bad(s_q, f"{camp} {fam} {arm}: more matching endpoints ({m}) than required ({r})")
+    if "requests" in tables:  # vacuity: the panels whose unrepaired arms never diverge
+        for (camp, fam), ex in panel_exposure(qual, tables["requests"].rows).items():
+            if ex["vacuous"]:
+                E.add(("vacuity", camp, fam, "screened"), ex["screened"], s_q)
     return qual
 
 

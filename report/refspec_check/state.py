@@ -9,6 +9,7 @@ from refspec_check.context import Context
 from refspec_check.contract import CsvTable
 from refspec_check.digests import endpoint_digest
 from refspec_check.qualification import first_difference
+from refspec_check.vacuity import partition_vacuous
 
 
 def _classes(values) -> list:
@@ -383,8 +384,9 @@ def check_claims(ctx: Context, nat: dict) -> None:
 
     controls and controls_failed as recomputed by ``claim_controls``; for admission, controls -
     controls_failed = the (backend, layout, q) evaluations with rows in admission.csv; for projection,
-    ``check_projection_claim``. A claim with a failed control is withheld; supported exactly when the exit code is 0 and no control failed; a
-    withheld claim has a reason."""
+    ``check_projection_claim``. A claim with a failed control is withheld; supported or vacuous exactly when the
+    exit code is 0 and no control failed; a partition or crosses claim is vacuous exactly when no partition
+    arm differs from A on any input (refspec_check.vacuity); a withheld claim has a reason."""
     c, E, tables, src = ctx.c, ctx.E, ctx.tables, ctx.src
     cl = tables.get("claims")
     if cl is None:
@@ -415,11 +417,22 @@ def check_claims(ctx: Context, nat: dict) -> None:
         c.identities += 1
         if r["controls_failed"] > 0 and r["status"] != "withheld":
             c.bad(cl.where(i, "status"), f"{r['controls_failed']} control(s) failed but the claim is not withheld")
-        if (r["status"] == "supported") != (r["exit_code"] == 0 and r["controls_failed"] == 0):
+        ok = r["exit_code"] == 0 and r["controls_failed"] == 0
+        if (r["status"] in ("supported", "vacuous")) != ok:
             c.bad(
                 cl.where(i, "status"),
                 f"status {r['status']} with exit code {r['exit_code']} and {r['controls_failed']} failed control(s)",
             )
+        if ok and st in ("partition", "crosses") and nat:
+            n_in, vac = partition_vacuous(nat)
+            c.identities += 1
+            if vac and r["status"] != "vacuous":
+                c.bad(
+                    cl.where(i, "status"),
+                    f"{r['status']}, but no partition arm differs on any of the {n_in} inputs: the claim is vacuous",
+                )
+            elif not vac and r["status"] == "vacuous":
+                c.bad(cl.where(i, "status"), "vacuous, but a partition arm differs on some input")
         if r["status"] == "withheld" and not r["reason"]:
             c.bad(cl.where(i, "reason"), "a withheld claim needs its reason")
         E.add(("claim", st, rec, "controls"), r["controls"], s_l)

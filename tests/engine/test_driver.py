@@ -239,3 +239,28 @@ def test_cli_refuses_to_mix_runs_and_unknown_arms(qualified, lib_path, capsys, m
     assert cli.main(base + ["--arms", "R,M3,C3", "--out", str(root), "--resume"]) == 0
     out = capsys.readouterr().out
     assert "refspec qualify: smollm2-135m, panel humaneval:0-1 (2 tasks)" in out and "INCOMPLETE" not in out
+
+
+def test_qualify_states_whether_its_panel_is_vacuous(tmp_path, lib_path, family_files, monkeypatch):
+    """With an unrepaired arm (M0) on the panel, the summary and the verdict lines state the panel's
+    vacuity exactly as the qualification rows give it: vacuous where M0 never leaves R."""
+    monkeypatch.setenv("LLAMA_CPP_LIB_PATH", str(lib_path))
+    res = run_qualify(
+        load_config(None),
+        family=FAMILY,
+        panel="humaneval:0",
+        arms="R,M0,M3",
+        repeats=1,
+        cap=8,
+        out=tmp_path / "run",
+        threads=1,
+        progress=False,
+    )
+    s = res.summary
+    m0 = next(q for q in res.qualification if q["arm"] == "M0")
+    assert s["exposure"]["unrepaired"] == ["M0"] and s["exposure"]["screened"] == 1
+    assert s["exposure"]["vacuous"] is (m0["first_diff_index"] is None)
+    text = format_summary(s)
+    m3 = next(ln for ln in text.splitlines() if ln.startswith("M3 "))
+    assert m3.endswith("vacuous: no exposed input in 1 screened") is s["exposure"]["vacuous"], text
+    assert [a["unrepaired"] for a in s["arms"]] == [False, True, False]

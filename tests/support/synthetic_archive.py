@@ -248,13 +248,15 @@ def make_results(
     aa: bool = False,
     aa_spread: float = 0.0,
     aa_shift: float = 0.0,
+    unexposed: str | None = None,
 ) -> Path:
     """Write a complete synthetic results folder into ``out`` (tables under ``out/tables``).
 
     ``aa``: the implementation and replication campaigns also run the A/A twins ``M_qb_aa`` and
     ``C_qb_aa`` (``noise`` table, estimates gated by it) and every replication block has a load
     sample (``loads`` table, one busy block); ``aa_spread`` is the twins' extra log-time noise and
-    ``aa_shift`` a constant log shift of the twins' times (a biased control)."""
+    ``aa_shift`` a constant log shift of the twins' times (a biased control); ``unexposed``: a family
+    whose unrepaired confirmation arms (M0, C0, R_prod) never diverge (a vacuous panel)."""
     out = Path(out)
     tdir = out / "tables"
     g = _Gen(seed, evil)
@@ -294,8 +296,8 @@ def make_results(
     # --- confirmation: 2 families x 5 arms x 6 tasks x 2 sessions x 2 repeats
     conf_tasks = {f: _tasks(6, rng) for f in FAMILIES}
     for fam in FAMILIES:
-        m0_fail = set(conf_tasks[fam][:2])
-        prod_fail = set(conf_tasks[fam][1:4]) if fam == "llama31-8b" else set()
+        m0_fail = set(conf_tasks[fam][:2]) if fam != unexposed else set()
+        prod_fail = set(conf_tasks[fam][1:4]) if fam == "llama31-8b" and fam != unexposed else set()
         for si, sess in enumerate(("c1", "c2")):
             for ai, (arm, mode, lay, k, ub, mask, f) in enumerate(ARMS_CONF):
                 worker = f"{sess}-{fam}-{arm}"

@@ -43,6 +43,7 @@ from ..core.errors import UsageError
 from ..core.fsutil import atomic_write_text
 from ..core.hashing import sha256_file
 from ..core.panels import panel_spec, parse_range
+from ..core.vacuity import is_unrepaired, panel_exposure, vacuous_text
 from ..provenance.plan import PLAN_NAME
 from .context import prepare
 from .definitions import load_definition
@@ -276,6 +277,10 @@ def build_summary(ctx, tables: dict, records: list[dict], *, panel_spec: str) ->
             if entry["vacuous"]:
                 vacuous.append(a.name)
         arms_out.append(entry)
+    # vacuity (refspec.core.vacuity): did any unrepaired arm leave the reference on some task?
+    ex = panel_exposure(qual, requests).get((ctx.name, ctx.family))
+    for entry in arms_out:
+        entry["unrepaired"] = is_unrepaired(entry["ub"], entry["mask"])
     arm_pos = {a.name: i for i, a in enumerate(arms)}
     divergences = [
         {
@@ -340,6 +345,7 @@ def build_summary(ctx, tables: dict, records: list[dict], *, panel_spec: str) ->
         "arms": arms_out,
         "divergences": divergences,
         "vacuous_arms": vacuous,
+        "exposure": ex,
         "status_counts": status,
         "failures": failures,
         "incomplete": [list(x) for x in incomplete],
@@ -358,6 +364,7 @@ def format_summary(s: dict) -> str:
         f"{s['panel']['tasks']} tasks"
         + (f"; UNSTABLE (not used): {' '.join(ref['unstable_tasks'])}" if ref["unstable_tasks"] else "")
     )
+    exposure = s.get("exposure")
     hdr = f"{'arm':8s} {'mode':6s} {'layout':6s} {'matches':>9s} {'tasks':>7s} {'accept':>7s} {'median ms':>10s}  non-vacuity"
     lines.append(hdr)
     for a in s["arms"]:
@@ -381,9 +388,12 @@ def format_summary(s: dict) -> str:
                         f"rows/micrograph {rpm:.2f}" if rpm is not None else "rows/micrograph -"
                     ) + f", {lay} {ev[lay]}"
                 nv = ("VACUOUS: " if a["vacuous"] else "ok: ") + detail
+        verdict = ""
+        if exposure and exposure["vacuous"] and a["arm"] != ref.get("arm", REFERENCE_ARM) and not a.get("unrepaired"):
+            verdict = "  " + vacuous_text(exposure["screened"])
         lines.append(
             f"{a['arm']:8s} {a['mode']:6s} {a['layout']:6s} {a['matching']:>4d}/{a['required']:<4d} "
-            f"{a['tasks_qualified']:>3d}/{a['tasks']:<3d} {acc:>7s} {med:>10s}  {nv}"
+            f"{a['tasks_qualified']:>3d}/{a['tasks']:<3d} {acc:>7s} {med:>10s}  {nv}{verdict}"
         )
     if s["divergences"]:
         r = ref.get("arm", REFERENCE_ARM)
@@ -397,6 +407,11 @@ def format_summary(s: dict) -> str:
                 f"  {d['arm']:8s} {d['task_id']:14s} index {d['first_diff_index']:>4d}  {r} {d['ref_token']}  "
                 f"arm {d['arm_token']}  margin {m}  ({d['n_matching']}/{d['n_required']} match)"
             )
+    if exposure is not None and exposure["vacuous"]:
+        lines.append(
+            f"{vacuous_text(exposure['screened'])}: the unrepaired arms ({', '.join(exposure['unrepaired'])}) "
+            f"never diverge from {ref.get('arm', REFERENCE_ARM)}; the other arms' matches show nothing"
+        )
     if s["vacuous_arms"]:
         lines.append(f"VACUOUS qualification (no evidence of the exercised path): {', '.join(s['vacuous_arms'])}")
     if s["failures"]:

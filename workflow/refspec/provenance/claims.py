@@ -7,7 +7,8 @@ and exits 1. ``refspec stage NAME --dir DIR --done FILE -- COMMAND ...`` runs th
 command and then
 
 * on exit 0 or 1, derives the stage's ``claims`` row from the tables the command wrote in
-  ``DIR`` (``supported``, or ``withheld`` with the failed controls as the reason), writes it
+  ``DIR`` (``supported``; ``withheld`` with the failed controls as the reason; ``vacuous`` when the
+  controls pass but no partition arm differs on any input, see :mod:`refspec.core.vacuity`), writes it
   there (``claims.parquet/.csv``, ``claim.json``), appends a ``stage_claim`` record to the
   run's ledger and writes ``FILE`` (the workflow's completion marker); it exits 0, so the
   run goes on to seal and report the record with the claim withheld;
@@ -26,6 +27,7 @@ from pathlib import Path
 from ..core import tables as T
 from ..core.errors import EXIT_OK, UsageError
 from ..core.fsutil import atomic_write_text
+from ..core.vacuity import VACUOUS, partition_exposure, vacuous_text
 from .ledger import LEDGER_NAME, Ledger
 
 # the pipeline stages whose claim `refspec stage` records
@@ -137,6 +139,16 @@ def derive_projection(d: Path) -> tuple[int, list[str]]:
     return sum(r["status"] != "excluded" for r in rows), failed
 
 
+def _partition_rows(stage: str, d: Path) -> list[dict] | None:
+    """The partition rows a partition or crosses stage stands on (None for the other stages)."""
+    if stage == "partition":
+        return T.read_records("partition", d)
+    if stage == "crosses":
+        meta = json.loads((d / "crosses.json").read_text(encoding="utf-8"))
+        return T.read_records("partition", meta["partition"])
+    return None
+
+
 DERIVE = {
     "replay": derive_replay,
     "audit": derive_audit,
@@ -152,14 +164,22 @@ def claim_row(stage: str, d: Path, exit_code: int, record: str | None = None) ->
         raise UsageError(f"unknown stage {stage!r} (known: {', '.join(CLAIM_STAGES)})")
     n, failed = DERIVE[stage](d)
     reason = _reason(failed)
+    ok = exit_code == EXIT_OK and not failed  # contract: reads the exit status the stage's command recorded
+    claim, status = CLAIMS[stage], "supported" if ok else "withheld"
+    prows = _partition_rows(stage, d)
+    if status == "supported" and prows is not None:
+        # no partition arm differs on any input: the study had nothing to find (refspec.core.vacuity)
+        ex = partition_exposure(prows)
+        if ex["vacuous"]:
+            claim, status = vacuous_text(ex["screened"]), VACUOUS
     # contract: reads the exit status the stage's command recorded; computes none
     if exit_code != EXIT_OK and reason is None:
         reason = f"the stage's command exited {exit_code} (see its log)"
     return {
         "stage": stage,
         "record": record or d.name,
-        "claim": CLAIMS[stage],
-        "status": "supported" if exit_code == EXIT_OK and not failed else "withheld",  # contract: as above
+        "claim": claim,
+        "status": status,
         "exit_code": exit_code,
         "controls": n,
         "controls_failed": len(failed),

@@ -77,6 +77,7 @@ COLUMN_FORMATS = {
     "records": "d",
     "ref_margin": ".4g",
     "ref_token": "d",
+    "screened": "d",
     "shams": "d",
     "shams_ok": "d",
     "stable_tasks": "d",

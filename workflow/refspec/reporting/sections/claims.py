@@ -2,7 +2,16 @@
 
 from __future__ import annotations
 
+from ...core.vacuity import VACUOUS, partition_exposure
 from ..document import Archive, Cell, Numbers, Section, ShownTable, Table, table_section
+from .vocabulary import VACUOUS_TAIL, VACUOUS_TEXT
+
+
+def vacuity_parts(a: Archive, N: Numbers, tid: str) -> list:
+    """ "vacuous: no exposed input in N screened" with N the partition study's inputs, as a checked number."""
+    n = partition_exposure(a.rows("partition"))["screened"]
+    num = ShownTable(N, a, "partition", tid).add(("partition", "inputs"), n, "d", row={}, column="task_id")
+    return [VACUOUS_TEXT, num, VACUOUS_TAIL]
 
 
 @table_section(
@@ -21,11 +30,15 @@ def section_claims(sec: Section, a: Archive, N: Numbers) -> None:
         key = dict(stage=r["stage"], record=r["record"])
         base = ("claim", r["stage"], r["record"])
         ok = r["status"] == "supported"
+        vac = r["status"] == VACUOUS and a.has("partition")
         rows.append(
             [
                 Cell([r["stage"]], cls="mono"),
                 Cell([r["record"]], cls="mono small"),
-                Cell([r["status"] if ok else "WITHHELD"], cls="ok" if ok else "bad"),
+                Cell(
+                    [r["status"] if ok or r["status"] == VACUOUS else "WITHHELD"],
+                    cls="ok" if ok else "warn" if r["status"] == VACUOUS else "bad",
+                ),
                 Cell(
                     [
                         nums.add(
@@ -35,7 +48,7 @@ def section_claims(sec: Section, a: Archive, N: Numbers) -> None:
                         nums.add(base + ("controls",), r["controls"], "d", row=key, column="controls"),
                     ]
                 ),
-                Cell([r["claim"]], cls="small"),
+                Cell(vacuity_parts(a, N, tid) if vac else [r["claim"]], cls="small"),
                 Cell([r["reason"] or ""], cls="reason"),
             ]
         )
@@ -49,6 +62,6 @@ def section_claims(sec: Section, a: Archive, N: Numbers) -> None:
             numeric=[False, False, False, True, False, False],
         )
     )
-    withheld = [r for r in a.rows("claims") if r["status"] != "supported"]
+    withheld = [r for r in a.rows("claims") if r["status"] not in ("supported", VACUOUS)]
     if withheld:
         sec.notes.append("withheld: " + "; ".join(f"{r['stage']} ({r['record']}): {r['reason']}" for r in withheld))

@@ -8,7 +8,9 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
+from ...core.vacuity import partition_exposure
 from ..document import DASH, Archive, Cell, Numbers, Section, ShownTable, Table, table_section
+from .vocabulary import VACUOUS_TAIL, VACUOUS_TEXT
 
 SELECTOR_ORDER = ("L0_K", "L0_V", "L0_KV", "K_ALL", "V_ALL", "EARLY", "MIDDLE", "LATE", "PREFIX", "TAIL")
 OUTCOME_CODE = {"recipient": "=", "donor": "D", "third": "T"}
@@ -120,6 +122,30 @@ def section_partition(sec: Section, a: Archive, N: Numbers) -> None:
             numeric=[False, True, True, True],
         )
     )
+    if partition_exposure(prows)["vacuous"]:
+        # no arm differs from A on any input: the study had nothing to find (refspec.core.vacuity)
+        sec.items.append(
+            Table(
+                "state-partition-verdict",
+                "Partition verdict",
+                [src],
+                ["study", "verdict"],
+                [
+                    [
+                        Cell(["prefill partition"]),
+                        Cell(
+                            [
+                                VACUOUS_TEXT,
+                                nums_tid2.add(("partition", "inputs"), n_in, "d", row={}, column="task_id"),
+                                VACUOUS_TAIL,
+                            ],
+                            cls="warn",
+                        ),
+                    ]
+                ],
+                numeric=[False, False],
+            )
+        )
     problems = [
         r
         for r in a.rows("partition")

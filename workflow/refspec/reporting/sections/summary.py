@@ -8,12 +8,13 @@ from typing import Any
 
 from ...campaigns.derived import arm_sort_key, qualification_counts
 from ...core.campaign_names import REPORT_ORDER
+from ...core.vacuity import panel_exposure
 from ..document import DASH, Archive, Cell, Num, Numbers, Section, ShownTable, Table
 from .noise import aa_parts, aa_rows
 from .prediction import prediction_totals
 from .qualification import refused_arms
 from .timing import decision_text
-from .vocabulary import STAGE_ORDER, campaigns_in, tasks_fail
+from .vocabulary import STAGE_ORDER, VACUOUS_TAIL, VACUOUS_TEXT, campaigns_in, tasks_fail
 
 
 def _parts_json(parts: list[Any]) -> list[Any]:
@@ -92,8 +93,25 @@ def section_summary(
     return sec, h.head
 
 
+def vacuity_parts(a: Archive, N: Numbers, camp: str, fam: str, tid: str) -> list[Any]:
+    """ "vacuous: no exposed input in N screened" where the panel's unrepaired arms never diverge
+    (:mod:`refspec.core.vacuity`; N, the panel's tasks, a checked number); [] otherwise."""
+    ex = panel_exposure(a.rows("qualification"), a.rows("requests")).get((camp, fam))
+    if ex is None or not ex["vacuous"]:
+        return []
+    n = ShownTable(N, a, "qualification", tid).add(
+        ("vacuity", camp, fam, "screened"),
+        ex["screened"],
+        "d",
+        row=dict(campaign=camp, family=fam),
+        column="task_id",
+    )
+    return [VACUOUS_TEXT, n, VACUOUS_TAIL, " (no unrepaired arm diverged) \u00b7 "]
+
+
 def _preservation(a: Archive, N: Numbers, h: Headline, facts: dict[tuple, tuple]) -> None:
-    """Preservation per arm: matching / required endpoints of each campaign and family."""
+    """Preservation per arm: matching / required endpoints of each campaign and family; a panel whose
+    unrepaired arms never diverge opens with its vacuity verdict."""
     counts = [c for c in qualification_counts(a.rows("qualification")) if c["campaign"] not in OWN_TABLES]
     for camp in campaigns_in(counts):
         refused = refused_arms(a, camp)
@@ -118,7 +136,8 @@ def _preservation(a: Archive, N: Numbers, h: Headline, facts: dict[tuple, tuple]
                     f = nums.add(b + ("tasks_failed",), failed, "d", row=key, column="tasks_failed")
                     g += [" (", f, tasks_fail(failed)]
                 groups.append(g)
-            h.add("preservation: matching / required", f"{camp} {fam}", _join(groups))
+            parts = vacuity_parts(a, N, camp, fam, tid) + _join(groups)
+            h.add("preservation: matching / required", f"{camp} {fam}", parts)
 
 
 def _first_divergences(a: Archive, N: Numbers, h: Headline) -> None:
@@ -188,7 +207,8 @@ def _qualified_ratios(a: Archive, N: Numbers, h: Headline, facts: dict[tuple, tu
         by, key=lambda k: (REPORT_ORDER.index(k[0]) if k[0] in REPORT_ORDER else 99, k[1], k[2])
     ):
         groups = by[(camp, fam, cap)] + [["A/A "] + aa_parts(a, N, n) for n in aa_rows(a, camp, fam)]
-        h.add("qualified ratios" + timing, f"{camp} {fam} cap {cap}", _join(groups))
+        parts = vacuity_parts(a, N, camp, fam, f"ratios-{camp}") + _join(groups)
+        h.add("qualified ratios" + timing, f"{camp} {fam} cap {cap}", parts)
 
 
 def _estimates(a: Archive, N: Numbers, h: Headline, timing: str) -> None:

@@ -1,0 +1,95 @@
+"""Vacuity as a verdict: a qualification or a state study that had nothing to find.
+
+A qualification means something only where an unrepaired arm leaves the reference; a partition
+study only where its arms differ. Where neither happened on any input a stage ran, the report, the
+claims table, the headline and ``refspec qualify`` say ``vacuous: no exposed input in N screened``
+(``N`` the inputs run), never that the repair preserved the reference or that the arms form one
+state. ``report/check.py`` implements the same rule again (``refspec_check/vacuity.py``); change one
+only together with the other and with anc/arms.md.
+
+*Unrepaired arm* (anc/arms.md): an arm with phase mask 0 (no target phase runs a repaired layout)
+and a target micro-batch capacity above 1 (``ub > 1``), read from its ``requests`` rows. That is
+M0, C0, R_prod, the stock servers S_stock and S_stock_spec, and their A/A twins; never the
+reference R (micro-batch 1) and never an arm with a repair (mask 3, mask 15).
+
+*Exposed task* of a panel (campaign, family): a task on which some unrepaired arm's qualification
+row has a first divergence from the reference (``first_diff_index`` not null). A panel that ran an
+unrepaired arm and has no exposed task is vacuous; a panel that ran none has no such verdict (its
+controls are another campaign's). The phase-mask sweep and the prediction have their own tables and
+no verdict here.
+
+*Exposed input* of the partition study: a task on which some arm's repeat-1 row has a nonzero
+endpoint, KV or initial-logits class (it differs from A). No exposed input: the partition stage's
+and the crosses stage's claims are ``vacuous``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+VACUOUS = "vacuous"
+VACUOUS_TEXT = "vacuous: no exposed input in "  # followed by the number screened, then VACUOUS_TAIL
+VACUOUS_TAIL = " screened"
+# campaigns with their own tables (the phase-mask sweep, the prediction): no panel verdict
+OWN_TABLES = ("phase_mask", "prediction")
+
+
+def vacuous_text(n: int) -> str:
+    """The verdict as plain text (CLI lines and stored claims; the report shows ``n`` as a number)."""
+    return f"{VACUOUS_TEXT}{n}{VACUOUS_TAIL}"
+
+
+def is_unrepaired(ub: Any, mask: Any) -> bool:
+    """An arm without the repair: phase mask 0 and a micro-batch capacity above 1."""
+    return ub is not None and mask is not None and int(mask) == 0 and int(ub) > 1
+
+
+def unrepaired_arms(requests: Iterable[dict]) -> dict[tuple[str, str], set[str]]:
+    """(campaign, family) -> the unrepaired arms that have ``requests`` rows there."""
+    out: dict[tuple[str, str], set[str]] = {}
+    for r in requests:
+        if r["campaign"] in OWN_TABLES:
+            continue
+        if is_unrepaired(r.get("ub"), r.get("mask")):
+            out.setdefault((r["campaign"], r["family"]), set()).add(r["arm"])
+    return out
+
+
+def panel_exposure(qualification: Iterable[dict], requests: Iterable[dict]) -> dict[tuple[str, str], dict]:
+    """(campaign, family) -> {unrepaired, screened, exposed, vacuous} for each panel that ran an
+    unrepaired arm: screened = its tasks with qualification rows, exposed = those where an unrepaired
+    arm diverges from the reference."""
+    unrep = unrepaired_arms(requests)
+    tasks: dict[tuple[str, str], set[str]] = {}
+    exposed: dict[tuple[str, str], set[str]] = {}
+    for q in qualification:
+        k = (q["campaign"], q["family"])
+        if k not in unrep:
+            continue
+        tasks.setdefault(k, set()).add(q["task_id"])
+        if q["arm"] in unrep[k] and q["first_diff_index"] is not None:
+            exposed.setdefault(k, set()).add(q["task_id"])
+    return {
+        k: dict(
+            unrepaired=sorted(unrep[k]),
+            screened=len(tasks[k]),
+            exposed=len(exposed.get(k, ())),
+            vacuous=not exposed.get(k),
+        )
+        for k in sorted(tasks)
+    }
+
+
+def partition_exposure(partition: Iterable[dict]) -> dict:
+    """{screened, exposed, vacuous} of a partition table: inputs with repeat-1 rows, and those on which
+    some arm's endpoint, KV or initial-logits class is nonzero."""
+    screened: set[str] = set()
+    exposed: set[str] = set()
+    for r in partition:
+        if r["repeat"] != 1:
+            continue
+        screened.add(r["task_id"])
+        if r["endpoint_class"] or r["kv_class"] or r["logits_class"]:
+            exposed.add(r["task_id"])
+    return dict(screened=len(screened), exposed=len(exposed), vacuous=bool(screened) and not exposed)
