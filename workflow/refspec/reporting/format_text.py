@@ -4,8 +4,8 @@
 :func:`extract` reads them from the renderer itself: every string literal of
 ``refspec.reporting`` and of ``refspec.compare.report`` (and each literal piece of an f-string; docstrings excepted) and the text of the
 templates outside their tags and Jinja expressions, white space collapsed; and the precision of each
-number column, from every ``ShownTable.add(..., fmt, column=...)`` call whose format and column are
-literals, completed by :data:`COLUMN_FORMATS` for the calls that compute them. ``refspec lint`` and
+number column, from every ``ShownTable.add(id, value, fmt, ...)`` call whose format and the last part of
+whose id are literals, completed by :data:`COLUMN_FORMATS` for the calls that compute them. ``refspec lint`` and
 tests/checker/test_report_bound.py keep the pinned file equal to :func:`extract`: a change of the
 renderer's text or precision is a change of the report format, and the checker learns it from this file.
 """
@@ -26,6 +26,14 @@ TEMPLATES = REPO_ROOT / "report" / "templates"
 
 # precisions of the columns whose ``add`` call computes its format or column (a loop over columns)
 COLUMN_FORMATS = {
+    # the projection replay: calls by outcome, positions compared
+    "calls": "d",
+    "qualified": "d",
+    "mismatch": "d",
+    "excluded": "d",
+    "error": "d",
+    "positions": "d",
+    "positions_differing": "d",
     # refspec.compare.report: the two archives' values and intervals, row counts and the band
     "a_value": ".6f",
     "a_lo": ".6f",
@@ -100,6 +108,17 @@ def _docstrings(tree: ast.AST) -> set[int]:
     return out
 
 
+def _id_column(node: ast.AST) -> str | None:
+    """The last part of a number's id as the ``add`` call writes it (``base + ("calls",)``, ``(..., "ratio")``):
+    the column the checker keys a precision by."""
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        node = node.right
+    if isinstance(node, ast.Tuple) and node.elts and isinstance(node.elts[-1], ast.Constant):
+        v = node.elts[-1].value
+        return v if isinstance(v, str) else None
+    return None
+
+
 def extract() -> dict:
     """``{"fragments": [...], "formats": {column: fmt}}`` of the renderer as it is."""
     frags: set[str] = set()
@@ -113,10 +132,14 @@ def extract() -> dict:
                 if s:
                     frags.add(s)
             elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "add":
+                fmt = node.args[2] if len(node.args) > 2 else None
+                col = _id_column(node.args[0]) if node.args else None
                 kw = {k.arg: k.value for k in node.keywords}
-                col, fmt = kw.get("column"), node.args[2] if len(node.args) > 2 else None
-                if isinstance(col, ast.Constant) and isinstance(fmt, ast.Constant):
-                    formats[col.value] = fmt.value
+                named = kw.get("column")
+                if isinstance(fmt, ast.Constant):
+                    for c in (col, named.value if isinstance(named, ast.Constant) else None):
+                        if c is not None:
+                            formats.setdefault(c, fmt.value)
     for p in sorted(TEMPLATES.glob("*.j2")):
         t = re.sub(
             r"\{%.*?%\}|\{\{.*?\}\}|\{#.*?#\}|\(\(\(.*?\)\)\)|\(\(\*.*?\*\)\)", "\x00", p.read_text("utf-8"), flags=re.S
