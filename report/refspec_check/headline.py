@@ -48,6 +48,11 @@ def check_headline(c: Checker, E: Expected, rep: Report, stated: dict, est_dec: 
             k = (key.get("family"), key.get("path"), key.get("comparison"))
             head_est[k] = j
             exp = est_dec.get(k)
+            row_ids = {p["num"] for p in h["parts"] if isinstance(p, dict) and isinstance(p.get("num"), str)}
+            for nid in E.items:
+                q = nid.split("|")
+                if q[:3] == ["noise", "replication", str(k[0])] and q[-1] == "value" and nid not in row_ids:
+                    c.bad(where, f"E2 row {' '.join(map(str, k))} leaves out its A/A control ({nid})")
             if exp is None:
                 c.bad(where, f"E2 row {k} has no estimate in estimates.csv")
             else:

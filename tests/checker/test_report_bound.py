@@ -259,3 +259,36 @@ def test_tex_edit_refused(stage, tmp_path, what, edit_tex, phrase):
     code, out = run_check(arch)
     assert code == 1, f"{what}: check.py accepted it\n{out}"
     assert phrase in out, f"{what}: refused, but not for its rows\n{out}"
+
+
+def _drop_aa_from_e2(doc: dict) -> None:
+    for h in doc["headline"]:
+        if "decision" in h and " \u00b7 A/A " in h["parts"]:
+            h["parts"] = h["parts"][: h["parts"].index(" \u00b7 A/A ")]
+            return
+    raise AssertionError("no E2 row with an A/A control")
+
+
+def test_an_e2_row_without_its_aa_control_is_refused(tmp_path_factory):
+    """Each E2 row of the headline carries its family's A/A control: dropped from one row (the other
+    rows still show it, HTML, TeX and numbers.json edited alike), it is refused."""
+    base = tmp_path_factory.mktemp("bound-aa")
+    results = make_results(base / "results", draws=300, aa=True)
+    report.render(results, pdf=False)
+
+    def html(h: str) -> str:
+        i, j = _table(h, "summary")
+        body = h[i:j]
+        new = re.sub(r" · A/A [^ ]+/[^ ]+ <span.*?(?=</td>)", "", body, count=1)
+        assert new != body
+        return h[:i] + new + h[j:]
+
+    def tex(t: str) -> str:
+        lines = t.split("\n")
+        k = next(n for n, x in enumerate(lines) if x.startswith("E2 estimate") and " A/A " in x)
+        lines[k] = re.sub(r" \\textperiodcentered\{\} A/A .*?(?= \\\\)", "", lines[k], count=1)
+        return "\n".join(lines)
+
+    arch = resealed(results, base / "archive", html, _drop_aa_from_e2, tex)
+    code, out = run_check(arch)
+    assert code == 1 and "leaves out its A/A control" in out, out
