@@ -18,6 +18,9 @@ from refspec_check.problems import Checker
 
 REPORT_FILES = ("report.html", "report.tex", "report.pdf", "numbers.json")
 DATA_SUFFIXES = (".json", ".jsonl", ".csv", ".parquet")
+# the empty marker Snakemake writes into a folder it made as a rule's output (the sealed archive):
+# it holds nothing a reader could read, and a marker with content is refused like any other file
+EMPTY_MARKERS = (".snakemake_timestamp",)
 
 
 def check_archive_files(c: Checker, report_dir: str) -> None:
@@ -27,6 +30,8 @@ def check_archive_files(c: Checker, report_dir: str) -> None:
     report = {posix_rel(os.path.join(report_dir, n), c.archive) for n in REPORT_FILES}
     for rel in sorted(c.tree):
         if rel in report or rel.endswith(DATA_SUFFIXES):
+            continue
+        if os.path.basename(rel) in EMPTY_MARKERS and os.path.getsize(os.path.join(c.archive, rel)) == 0:
             continue
         c.bad(
             rel,

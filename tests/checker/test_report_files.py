@@ -188,3 +188,21 @@ def test_a_document_nothing_checks_is_refused(tmp_path, name):
         "holds its report and data records only; the campaign summaries stay in the results folder)"
     ], out
     print("\n" + bad[0])
+
+
+def test_snakemakes_empty_folder_marker_is_accepted_and_a_full_one_refused(tmp_path):
+    """Snakemake writes an empty .snakemake_timestamp into a folder output (the sealed archive of
+    ``./run main``): accepted while empty, refused as an unchecked document once it holds text."""
+    from refspec_check.files import check_archive_files
+    from refspec_check.problems import Checker
+
+    (tmp_path / "SEAL.dsse.json").write_text("{}")
+    marker = tmp_path / ".snakemake_timestamp"
+    marker.write_bytes(b"")
+    c = Checker(str(tmp_path))
+    c.tree = {"SEAL.dsse.json", ".snakemake_timestamp"}
+    check_archive_files(c, str(tmp_path))
+    assert c.problems == []
+    marker.write_text("every timing reproduced\n")
+    check_archive_files(c, str(tmp_path))
+    assert len(c.problems) == 1 and ".snakemake_timestamp" in c.problems[0]
