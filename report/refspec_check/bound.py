@@ -487,7 +487,9 @@ class Binder:
                     column_recs[j] += self.records(nid)
                 if not cell_ids:
                     text = "".join(v for _k, v in parts)
-                    if not self.seg.bound(text, row_labels):
+                    if not self.seg.bound(text, row_labels) and not self.seg.bound(
+                        text, row_labels | self.study_labels(ids)
+                    ):
                         self.refuse(line, tid, text, "neither the report format's text nor a value of its row")
                     continue
                 for text, nid in _chunks(parts):
@@ -501,6 +503,20 @@ class Binder:
                 recs = column_recs.get(j) or source_recs
                 if not self.seg_names.bound(text, labels_of(recs)):
                     self.refuse(line, tid, text, "a header neither of the report format nor a value of its column")
+
+    def study_labels(self, ids: list[str]) -> set[str]:
+        """What a cell without numbers may also say: the A/A control rows (noise.csv) of the campaign and
+        family of its table row's numbers (the control beside a ratio, shown without numbers when it has
+        no value)."""
+        out: set[str] = set()
+        noise = [s for s in self.R.csv if s.endswith("noise.csv")]
+        for nid in ids[:1]:
+            row = (self.stated.get(nid) or {}).get("row")
+            if isinstance(row, dict) and noise:
+                sub = {k: row[k] for k in ("campaign", "family") if k in row}
+                if sub:
+                    out |= labels_of(self.R.rows_of(noise[0], sub))
+        return out
 
     def keys_of(self, nid: str) -> dict[str, str]:
         """The key items of a number's row that its id names (other items of the row are attributes)."""
