@@ -187,20 +187,19 @@ class Records:
         want = tuple(sorted((str(k), _csv_text(v)) for k, v in key.items()))
         ik = ("*", want)
         if ik not in self._key_index:
-            anchor = [kv for kv in want if kv[0] not in IMPLIED] or list(want)
-            if not want:
-                found = []
-            else:
-                pool = min((self._pairs().get(kv, []) for kv in anchor), key=len)
+            # a ledger line may leave out the campaign and family only beside a key of its own (an arm)
+            own = [kv for kv in want if kv[0] not in IMPLIED]
+            found = []
+            if want:
+                pool = min((self._pairs().get(kv, []) for kv in own or want), key=len)
                 found = [
                     r
                     for src, r in pool
                     if all(
-                        norm(r[k] or "") == v if k in r else (src.endswith(".jsonl") and k in IMPLIED) for k, v in want
+                        norm(r[k] or "") == v if k in r else (bool(own) and src.endswith(".jsonl") and k in IMPLIED)
+                        for k, v in want
                     )
                 ]
-                if not [kv for kv in want if kv[0] not in IMPLIED]:
-                    found = [r for src, r in pool if all(norm(r.get(k) or "") == v for k, v in want)]
             self._key_index[ik] = found
         return self._key_index[ik]
 
