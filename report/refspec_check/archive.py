@@ -24,6 +24,7 @@ from refspec_check.results import (
     check_qualified_ratios,
     check_ratios,
 )
+from refspec_check.screen import check_exposed_repairs, check_screen
 from refspec_check.seal import Trust, check_sealed, check_tree
 from refspec_check.state import check_state
 from refspec_check.summaries import (
@@ -62,6 +63,8 @@ def check(archive: str, quiet: bool = False, unsealed: bool = False, trust: Trus
     facts = arm_facts(reqs)
     check_endpoints(ctx)
     qual = check_qualification(ctx, reference_arms(plan))
+    check_screen(ctx, plan)
+    check_exposed_repairs(ctx, qual)
     check_ratios(ctx, qual, facts)
     check_diagnostics(ctx, qual, facts)
     check_qualified_ratios(ctx)

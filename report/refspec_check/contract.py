@@ -340,23 +340,50 @@ STATE_COLUMNS = {
     ),
 }
 
+# the divergence screen (check_screen)
+SCREEN_COLUMNS = {
+    "divergence_screen": dict(
+        family=S,
+        task_id=S,
+        arm=S,
+        rank=I,
+        prompt_tokens=I,
+        risk_margin=F,
+        exposed=B,
+        control=B,
+        status=S,
+        n_tokens=I,
+        stop_reason=S,
+        first_diff_index=I,
+        ref_token=I,
+        arm_token=I,
+        ref_margin=F,
+        arm_margin=F,
+    ),
+}
+
 COLUMNS.update(STATE_COLUMNS)
+COLUMNS.update(SCREEN_COLUMNS)
 TABLE_NAMES = (
-    "requests",
-    "endpoints",
-    "qualification",
-    "sessions",
-    "contrasts",
-    "estimates",
-    "ratios",
-    "replay",
-    "audit",
-    "phase_masks",
-    "diagnostics",
-    "prediction",
-    "noise",
-    "loads",
-) + tuple(STATE_COLUMNS)
+    (
+        "requests",
+        "endpoints",
+        "qualification",
+        "sessions",
+        "contrasts",
+        "estimates",
+        "ratios",
+        "replay",
+        "audit",
+        "phase_masks",
+        "diagnostics",
+        "prediction",
+        "noise",
+        "loads",
+    )
+    + tuple(STATE_COLUMNS)
+    + tuple(SCREEN_COLUMNS)
+)
 
 
 def parse_value(kind: str, text: str):

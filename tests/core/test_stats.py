@@ -416,6 +416,7 @@ def test_schemas_are_documented():
         "projection",
         "noise",
         "loads",
+        "divergence_screen",
     }
     for name, sp in T.TABLES.items():
         raw = json.loads(sp.path.read_text())

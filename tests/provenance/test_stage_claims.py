@@ -139,7 +139,14 @@ def test_workflow_seals_and_reports_the_withheld_claim(sabotaged_tool, tmp_path)
         "results": str(tmp_path / "res"),
         "panel": {"source": "humaneval", "tasks": "0"},
         "campaigns": {"run": [], "preset": "default"},
-        "stages": {"audit": True, "replay": False, "partition": False, "crosses": False, "admission": False},
+        "stages": {
+            "audit": True,
+            "replay": False,
+            "partition": False,
+            "crosses": False,
+            "admission": False,
+            "screen": False,
+        },
     }
     cp = tmp_path / "config.yaml"
     cp.write_text(yaml.safe_dump(cfg))

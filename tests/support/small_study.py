@@ -10,6 +10,8 @@ the shared cache, real workers on the real SmolLM2 files, the assembled results 
   (the qualified ratios);
 * ``replication``: the five E2 arms and the A/A twin ``C_qb_aa`` of C_qb on HumanEval/0 at cap 16,
   three sessions (the session contrasts, the estimates and the A/A noise floor);
+* the divergence screen: R on HumanEval/0-2 at cap 34, the unrepaired arms on at most two of them
+  (:data:`SCREEN`);
 * the state stages: the prefill partition of HumanEval/2 at cap 34 (U1 leaves A's endpoint at
   index 32) and the crosses of A and U1 on it in two processes.
 
@@ -68,6 +70,18 @@ STATE = {
 }
 
 
+# the divergence screen: R on HumanEval/0-2 at cap 34, then M0, C0 and R_prod in R's order of
+# smallest margin until one task diverges (two tried at most), plus one stable control
+SCREEN = {
+    "panel": {"source": "humaneval", "tasks": "0-2"},
+    "cap": 34,
+    "arms": ["M0", "C0", "R_prod"],
+    "want": 1,
+    "budget": 2,
+    "controls": 1,
+}
+
+
 def study_env(tmp: Path, without_tex: bool = False) -> dict[str, str]:
     """The environment of a workflow run in ``tmp``: this interpreter's folder first on PATH and a
     throwaway signing key under ``tmp/keys`` (outside the repository); ``without_tex``: the
@@ -120,8 +134,16 @@ def small_study_config(tmp: Path) -> Path:
         "results": str(tmp / "res"),
         "panel": {"source": "humaneval", "tasks": "0-2"},
         "campaigns": {"run": list(CAMPAIGNS), "preset": "default", "definitions": str(defs)},
-        "stages": {"audit": False, "replay": False, "partition": True, "crosses": True, "admission": False},
+        "stages": {
+            "audit": False,
+            "replay": False,
+            "partition": True,
+            "crosses": True,
+            "admission": False,
+            "screen": True,
+        },
         "state": dict(STATE),
+        "screen": dict(SCREEN),
     }
     path = tmp / "config.yaml"
     path.write_text(yaml.safe_dump(cfg))

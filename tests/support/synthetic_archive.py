@@ -35,6 +35,62 @@ DRAFTS = {"smollm2-135m": "smollm2-135m-q4_1", "llama31-8b": "llama32-1b-q8_0"}
 EVIL = "<script>alert('x')</script> {{ 7*7 }} {% if %} & \\textbf{x} $_^#%~"
 
 
+def _screen(fam: str, conf: list[str], unexposed: str | None, cap: int) -> tuple[list[dict], dict]:
+    """The divergence screen that froze ``conf`` as the confirmation's panel (refspec.experiments.divergence):
+    two discovery tasks beside it; M0 and C0 diverge on the first two confirmation tasks (none for the
+    ``unexposed`` family), which have the smallest margins; the rest are the stable controls."""
+    extra = ["HumanEval/90", "HumanEval/91"]
+    exposed = [] if fam == unexposed else conf[:2]
+    risk = {t: 0.01 * (i + 1) for i, t in enumerate(exposed)}
+    risk |= {t: 1.0 + 0.1 * i for i, t in enumerate(extra)}
+    risk |= {t: 10.0 - i for i, t in enumerate(conf) if t not in exposed}
+    panel = conf + extra
+    order = sorted(panel, key=lambda t: (risk[t], panel.index(t)))
+    want, budget = (len(exposed), len(exposed)) if exposed else (2, 2)
+    tried = order[:budget]
+    controls = [t for t in sorted(panel, key=lambda t: -risk[t]) if t not in exposed][: len(conf) - len(exposed)]
+    rows = []
+    for t in panel:
+        base = dict(
+            family=fam,
+            task_id=t,
+            rank=order.index(t) + 1,
+            prompt_tokens=100 + panel.index(t),
+            risk_margin=risk[t],
+            exposed=t in exposed,
+            control=t in controls,
+        )
+        none = dict(first_diff_index=None, ref_token=None, arm_token=None, ref_margin=None, arm_margin=None)
+        rows.append(base | none | dict(arm="R", status="reference", n_tokens=cap, stop_reason="cap"))
+        for arm in ("M0", "C0", "R_prod"):
+            if t not in tried:
+                rows.append(base | none | dict(arm=arm, status="not tried", n_tokens=None, stop_reason=None))
+            elif t in exposed and arm != "R_prod":
+                rows.append(
+                    base
+                    | dict(arm=arm, status="diverges", n_tokens=cap, stop_reason="cap", first_diff_index=4)
+                    | dict(ref_token=17, arm_token=29, ref_margin=risk[t], arm_margin=0.03)
+                )
+            else:
+                rows.append(base | none | dict(arm=arm, status="matches", n_tokens=cap, stop_reason="cap"))
+    rec = {
+        "format": 1,
+        "family": fam,
+        "panel": {"source": "file", "tasks": panel, "sha256": "0" * 64},
+        "cap": cap,
+        "want": want,
+        "budget": budget,
+        "controls_wanted": len(conf) - len(exposed),
+        "order": order,
+        "tried": tried,
+        "exposed": exposed,
+        "controls": controls,
+        "stopped": "want" if exposed else "budget",
+        "exposed_panel": {"file": "exposed-panel.jsonl", "sha256": "0" * 64, "tasks": exposed + controls},
+    }
+    return rows, rec
+
+
 def _tasks(n: int, rng: random.Random) -> list[str]:
     pool = [f"MBPP/{i}" for i in (123, 140, 255, 401, 413, 418, 476, 79)] + [
         f"GSM8K/{i}" for i in (111, 120, 1308, 141, 322, 443, 562, 660)
@@ -321,6 +377,8 @@ def make_results(
                             continue
                         add(diverge_at=div)
 
+    screens = {fam: _screen(fam, conf_tasks[fam], unexposed, cap) for fam in FAMILIES}
+
     # --- implementation: 2 families x 7 arms x 5 tasks x 2 sessions x 2 repeats
     impl_tasks = {f: _tasks(5, rng) for f in FAMILIES}
     if evil:
@@ -501,6 +559,11 @@ def make_results(
         )
 
     reqs, eps = g.requests, g.endpoints
+    T.write_table([r for rows, _rec in screens.values() for r in rows], "divergence_screen", tdir)
+    for fam, (_rows, rec) in screens.items():
+        sdir = out / "campaigns" / fam / "screen"
+        sdir.mkdir(parents=True, exist_ok=True)
+        (sdir / "screen.json").write_text(json.dumps(rec, indent=1, sort_keys=True) + "\n")
     T.write_table(reqs, "requests", tdir)
     T.write_table(eps, "endpoints", tdir)
     margins = {
@@ -608,10 +671,22 @@ def make_results(
                 "campaign": "synthetic",
                 "bootstrap": {"seed": boot_seed, "draws": draws, "threshold": S.DEFAULT_THRESHOLD},
                 "campaigns": {
+                    **{
+                        f"{fam}/confirmation": {
+                            "panels": {
+                                "confirm": {
+                                    "source": "screen",
+                                    "tasks": rec["exposed_panel"]["tasks"],
+                                    "screen": {"cap": rec["cap"]},
+                                }
+                            }
+                        }
+                        for fam, (_rows, rec) in screens.items()
+                    },
                     "prediction": {
                         "prediction_selection": {"predictor": "M0", "live_arm": "C0"},
                         "predictions": {"predictor": "M0", "cap": pcap, "endpoints": frozen},
-                    }
+                    },
                 },
             },
             indent=1,

@@ -48,7 +48,14 @@ def _tiny(tmp: Path, name: str = "confirmation") -> Path:
         "results": str(tmp / "res"),
         "panel": {"source": "humaneval", "tasks": "0-1"},
         "campaigns": {"run": [name], "preset": "default", "definitions": str(defs)},
-        "stages": {"audit": False, "replay": False, "partition": False, "crosses": False, "admission": False},
+        "stages": {
+            "audit": False,
+            "replay": False,
+            "partition": False,
+            "crosses": False,
+            "admission": False,
+            "screen": False,
+        },
     }
     path = tmp / "config.yaml"
     path.write_text(yaml.safe_dump(cfg))

@@ -66,6 +66,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
         "refspec.commands.stage",
         "run a controlled stage's command and record its claim (supported or withheld)",
     ),
+    "screen": (
+        "refspec.commands.screen",
+        "divergence screen: where the unrepaired arms leave R, on tasks ranked by R's smallest margin",
+    ),
     "state": (
         "refspec.commands.state",
         "state formation and transfer: prefill partitions, KV crosses and subset swaps",

@@ -11,6 +11,7 @@ rule campaign:
         models=f"{PROV}/models.txt",
         manifest=f"{PROV}/manifest.json",
         definition=lambda wildcards: f"{DEFINITIONS}/{slot_name(wildcards.name)}.yaml",
+        screen=lambda wildcards: screen_input(wildcards.name),
     output:
         f"{RESULTS}/campaigns/{{name}}.done",
     log:
@@ -59,3 +60,32 @@ rule audit:
     shell:
         "refspec stage audit --dir {params.out} --done {output} --results {params.results}"
         " -- audit --config {input.cfg} --out {params.out} --threads {threads} > {log} 2>&1"
+
+
+rule divergence_screen:
+    # R decodes the discovery panel; the unrepaired arms run on its tasks by R's smallest margin
+    # until enough diverge (anc/screen.md); the frozen exposed panel is read by the campaigns
+    input:
+        cfg=CONFIGFILE,
+        build=f"{PROV}/BUILD.json",
+        models=f"{PROV}/models.txt",
+    output:
+        f"{RESULTS}/campaigns/{{slot}}.done",
+    log:
+        f"{LOGS}/{{slot}}.log",
+    benchmark:
+        f"{BENCH}/{{slot}}.tsv"
+    wildcard_constraints:
+        slot="|".join(SCREEN_SLOTS) if SCREEN_SLOTS else "(?!)",
+    conda:
+        "../../envs/refspec.yaml"
+    threads: workflow.cores
+    params:
+        results=lambda wildcards, output: results_of(output[0], wildcards.slot),
+        family=lambda wildcards: (
+            f"--family {slot_family(wildcards.slot)}" if MULTI else ""
+        ),
+    shell:
+        "refspec screen --config {input.cfg} {params.family} --no-progress"
+        " --out {params.results}/campaigns/{wildcards.slot} > {log} 2>&1"
+        " && cp {log} {output}"

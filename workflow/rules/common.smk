@@ -6,6 +6,7 @@ from pathlib import Path
 # this clone's package (./run puts it first on PYTHONPATH too)
 sys.path.insert(0, str(Path(workflow.basedir) / "workflow"))
 from refspec.provenance.manifest import source_paths
+from refspec.campaigns.definitions import load_definition
 
 RESULTS = config["results"]
 LOGS = f"{RESULTS}/logs"
@@ -61,8 +62,15 @@ def results_of(done, slot):
 
 # directories assembled into the archive: each campaign's folder (ready once its marker is)
 # controlled stages (`refspec stage`): folder campaigns/<slot>, completion marker <slot>.done
+# the divergence screen of each family (its exposed panel: campaigns whose panel source is screen)
+SCREEN_SLOTS = (
+    [f"{f}/screen" if MULTI else "screen" for f in FAMILIES]
+    if config["stages"]["screen"]
+    else []
+)
 STAGE_SLOTS = (
     ["audit"] * bool(config["stages"]["audit"])
+    + SCREEN_SLOTS
     + REPLAY_SLOTS
     + [
         s
@@ -72,6 +80,24 @@ STAGE_SLOTS = (
 )
 CAMPAIGN_DONE = [f"{RESULTS}/campaigns/{s}.done" for s in SLOTS + STAGE_SLOTS]
 DEFINITIONS = config["campaigns"]["definitions"]
+
+
+def screen_input(slot):
+    """The divergence screen's marker when the campaign's panel is the screen's exposed panel."""
+    defn, _ = load_definition(
+        slot_name(slot),
+        config["campaigns"]["preset"],
+        f"{DEFINITIONS}/{slot_name(slot)}.yaml",
+    )
+    if (defn.get("panel") or {}).get("source") != "screen":
+        return []
+    screen = f"{slot_family(slot)}/screen" if MULTI else "screen"
+    if screen not in SCREEN_SLOTS:
+        raise ValueError(
+            f"campaign {slot_name(slot)} confirms on the divergence screen's panel: turn stages.screen on"
+        )
+    return [f"{RESULTS}/campaigns/{screen}.done"]
+
 # the code the manifest pins, the files its source digest hashes (refspec.provenance.manifest,
 # SOURCE_ROOTS): a change to any of it makes a new manifest (and the freeze check then refuses
 # to resume a campaign begun under the old one)

@@ -21,6 +21,7 @@ from ..core.fsutil import atomic_write_text
 from ..core.hashing import sha256_file, sha256_json
 from ..core.panels import resolve_panel, write_panel
 from ..core.paths import REPO_ROOT
+from ..experiments.divergence import SCREEN_RECORD, read_screen
 from ..native import build as native
 from ..native.models import config_families_file, ensure_family
 from ..provenance import plan as planmod
@@ -113,13 +114,36 @@ def _frozen_plan(cdir: Path, resume: bool) -> dict:
         raise IntegrityError(f"{path}: not a readable plan ({e}); the campaign cannot be resumed from it") from e
 
 
-def _panels(name: str, mod: ModuleType, defn: dict, cfg: dict, base: Path) -> tuple[dict, dict]:
+def _screened(spec, screen_dir: Path):
+    """A panel spec with ``source: screen`` as the exposed panel file the divergence screen froze
+    in ``screen_dir``, and that screen's record (its digest goes into the plan); others as they are."""
+    if not (isinstance(spec, dict) and spec.get("source") == "screen"):
+        return spec, None
+    rec = read_screen(screen_dir)
+    return {"source": "file", "file": str(screen_dir / rec["exposed_panel"]["file"])}, rec
+
+
+def _panels(name: str, mod: ModuleType, defn: dict, cfg: dict, base: Path, screen_dir: Path) -> tuple[dict, dict]:
     """role -> tasks and role -> panel record (with the panel file's digest, nothing written yet)."""
     if "panel" not in defn and name != "prediction":  # the run's panel (config.yaml: panel) unless the design names one
         defn["panel"] = dict(cfg["panel"])
     panels, precs = {}, {}
     for role, spec in mod.panels(defn).items():
+        spec, screened = _screened(spec, screen_dir)
         panels[role], precs[role] = resolve_panel(spec, base)
+        if screened is not None:
+            if defn.get("cap") is not None and int(defn["cap"]) != int(screened["cap"]):
+                raise ConfigError(
+                    f"campaign {name} runs at cap {defn['cap']} on the divergence screen's panel, screened at cap "
+                    f"{screened['cap']}: the exposure it found lies within the screen's cap"
+                )
+            precs[role]["source"] = "screen"
+            precs[role]["screen"] = {
+                "record_sha256": sha256_file(screen_dir / SCREEN_RECORD),
+                "exposed": screened["exposed"],
+                "controls": screened["controls"],
+                "cap": screened["cap"],
+            }
     ids = [t.task_id for ts in panels.values() for t in ts]
     if len(set(ids)) != len(ids):
         raise ConfigError(f"campaign {name}: a task appears in more than one panel")
@@ -255,7 +279,7 @@ def prepare(
         raise UsageError("--threads must be at least 1")
     cdir.mkdir(parents=True, exist_ok=True)
 
-    panels, precs = _panels(name, mod, defn, cfg, dpath.parent)
+    panels, precs = _panels(name, mod, defn, cfg, dpath.parent, campaign_dir(out_root, "screen", fam, cfg))
     arms = _arms(name, mod, defn, cfg, nthreads)
     arms_file = cdir / "arms.yaml"
     files, draft, models = _models(fam, cfg, defn, arms)

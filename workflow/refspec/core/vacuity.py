@@ -28,6 +28,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from .arms import is_twin
+
 VACUOUS = "vacuous"
 VACUOUS_TEXT = "vacuous: no exposed input in "  # followed by the number screened, then VACUOUS_TAIL
 VACUOUS_TAIL = " screened"
@@ -93,3 +95,33 @@ def partition_exposure(partition: Iterable[dict]) -> dict:
         if r["endpoint_class"] or r["kv_class"] or r["logits_class"]:
             exposed.add(r["task_id"])
     return dict(screened=len(screened), exposed=len(exposed), vacuous=bool(screened) and not exposed)
+
+
+def exposed_repairs(qualification: Iterable[dict], requests: Iterable[dict]) -> dict[tuple, tuple[int, int]]:
+    """(campaign, family, arm) -> (k, n) for every repaired arm (phase mask above 0, not an A/A twin)
+    of a panel that ran an unrepaired arm: n = the panel's exposed tasks (an unrepaired arm diverges
+    from the reference there), k = those of them on which the repaired arm qualifies ("M3 reproduces
+    R on k of n tasks where an unrepaired arm diverges"). A panel without an exposed task has no
+    entry (its verdict is vacuity, above)."""
+    reqs = list(requests)
+    unrep = unrepaired_arms(reqs)
+    repaired: dict[tuple[str, str], set[str]] = {}
+    for r in reqs:
+        if r["campaign"] in OWN_TABLES or r.get("mask") is None or int(r["mask"]) == 0:
+            continue
+        if is_twin(str(r["arm"])):  # the A/A twin repeats its arm (anc/campaigns.md)
+            continue
+        repaired.setdefault((r["campaign"], r["family"]), set()).add(r["arm"])
+    qual: dict[tuple, bool] = {}
+    exposed: dict[tuple, set] = {}
+    for q in qualification:
+        k = (q["campaign"], q["family"])
+        qual[(*k, q["arm"], q["task_id"], q["cap"])] = bool(q["qualified"])
+        if q["arm"] in unrep.get(k, ()) and q["first_diff_index"] is not None:
+            exposed.setdefault(k, set()).add((q["task_id"], q["cap"]))
+    out = {}
+    for (camp, fam), tasks in exposed.items():
+        for arm in repaired.get((camp, fam), ()):
+            k = sum(1 for t, cap in tasks if qual.get((camp, fam, arm, t, cap)))
+            out[(camp, fam, arm)] = (k, len(tasks))
+    return dict(sorted(out.items()))

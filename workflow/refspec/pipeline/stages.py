@@ -43,6 +43,8 @@ SEAL_FILE = "SEAL.dsse.json"
 # it, and report/check.py refuses a sealed archive carrying a document it does not check.
 CAMPAIGN_RECORDS = (
     "plan.json",
+    "screen.json",
+    "exposed-panel.jsonl",
     "ledger.jsonl",
     "journal.jsonl",
     "timed_audit.json",

@@ -57,6 +57,9 @@ COLUMN_FORMATS = {
     "divergent_runs": "d",
     "divergent_tasks": "d",
     "donor": "d",
+    "arm_margin": ".4g",
+    "controls": "d",
+    "discovery": "d",
     "endpoint_class": "d",
     "false": "d",
     "faults": "d",
@@ -91,6 +94,7 @@ COLUMN_FORMATS = {
     "stable_tasks": "d",
     "tasks": "d",
     "third": "d",
+    "tried": "d",
 }
 
 

@@ -53,6 +53,7 @@ from .sections.numerical import section_audit, section_replay
 from .sections.prediction import section_prediction
 from .sections.provenance import section_ledger, section_provenance
 from .sections.qualification import section_masks, section_qualification
+from .sections.screen import section_screen
 from .sections.state_studies import (
     section_crosses,
     section_frontier,
@@ -84,6 +85,7 @@ def build(
     prov_sec, prov = section_provenance(a, pubkey_fingerprint, data_seal)
     sections = [
         prov_sec,
+        section_screen(a, N),
         section_qualification(a, N),
         section_ratios(a, N),
         section_diagnostics(a, N),

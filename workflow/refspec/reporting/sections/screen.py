@@ -1,0 +1,145 @@
+"""The divergence screen section: which tasks the unrepaired arms were tried on, in order of R's
+smallest margin, where each diverged, and what the repairs did on the tasks where an unrepaired arm
+diverges (from the qualification table)."""
+
+from __future__ import annotations
+
+from ...campaigns.derived import arm_sort_key
+from ...core.vacuity import exposed_repairs
+from ..document import DASH, Archive, Cell, Numbers, Section, ShownTable, Table, table_section
+
+SCREEN_COLUMNS = (
+    ("first_diff_index", "d"),
+    ("ref_token", "d"),
+    ("arm_token", "d"),
+    ("ref_margin", ".4g"),
+    ("arm_margin", ".4g"),
+)
+
+
+@table_section(
+    "screen",
+    "Divergence screen",
+    "R decodes the discovery panel; its tasks are ranked by the smallest margin between R's two largest logits, and the "
+    "unrepaired arms decode them in that order until enough diverge or the budget of tasks ends "
+    "(campaigns/screen/screen.json holds the rule, the order and the frozen exposed panel). "
+    "The confirmation runs on the exposed tasks and the stable controls.",
+    table="divergence_screen",
+    absent="the divergence screen did not run",
+)
+def section_screen(sec: Section, a: Archive, N: Numbers) -> None:
+    rows = a.rows("divergence_screen")
+    tasks: dict[tuple[str, str], dict] = {}
+    for r in rows:
+        tasks.setdefault((r["family"], r["task_id"]), r)
+    fams = sorted({f for f, _ in tasks})
+    nums = ShownTable(N, a, "divergence_screen", "screen-summary")
+    srows = []
+    for fam in fams:
+        ts = [r for (f, _), r in tasks.items() if f == fam]
+        tried = {r["task_id"] for r in rows if r["family"] == fam and r["status"] in ("diverges", "matches")}
+        key = dict(family=fam)
+        values = {
+            "discovery": len(ts),
+            "tried": len(tried),
+            "exposed": sum(1 for r in ts if r["exposed"]),
+            "controls": sum(1 for r in ts if r["control"]),
+        }
+        cells = [Cell([fam])]
+        for col, v in values.items():
+            cells.append(Cell([nums.add(("screen", fam, col), v, "d", row=key, column=col)]))
+        srows.append(cells)
+    sec.items.append(
+        Table(
+            "screen-summary",
+            "Tasks decoded by R, tried by the unrepaired arms, exposed, and kept as stable controls",
+            [a.src("divergence_screen")],
+            ["family", "discovery tasks", "tried", "exposed", "controls"],
+            srows,
+            numeric=[False] + [True] * 4,
+        )
+    )
+    nums = ShownTable(N, a, "divergence_screen", "screen-tasks")
+    trows = []
+    for r in sorted(
+        (r for r in rows if r["status"] in ("diverges", "matches")),
+        key=lambda r: (r["family"], r["rank"], arm_sort_key(r["arm"])),
+    ):
+        key = dict(family=r["family"], task_id=r["task_id"], arm=r["arm"])
+        base = ("screen", r["family"], r["task_id"], r["arm"])
+        cells = [
+            Cell([r["family"]]),
+            Cell([r["task_id"]], cls="mono"),
+            Cell([nums.add(base + ("rank",), r["rank"], "d", row=key, column="rank")]),
+            Cell([nums.add(base + ("prompt_tokens",), r["prompt_tokens"], "d", row=key, column="prompt_tokens")]),
+            Cell(
+                [DASH]
+                if r["risk_margin"] is None
+                else [nums.add(base + ("risk_margin",), r["risk_margin"], ".4g", row=key, column="risk_margin")]
+            ),
+            Cell([r["arm"]], cls="mono"),
+            Cell([r["status"]], cls="bad" if r["status"] == "diverges" else "ok"),
+        ]
+        for col, fmt in SCREEN_COLUMNS:
+            v = r[col]
+            cells.append(Cell([DASH] if v is None else [nums.add(base + (col,), v, fmt, row=key, column=col)]))
+        trows.append(cells)
+    if trows:
+        sec.items.append(
+            Table(
+                "screen-tasks",
+                "Tasks tried, in screen order: each unrepaired arm against R",
+                [a.src("divergence_screen")],
+                [
+                    "family",
+                    "task",
+                    "rank",
+                    "prompt tokens",
+                    "risk margin",
+                    "arm",
+                    "status",
+                    "first diff",
+                    "ref token",
+                    "arm token",
+                    "ref margin",
+                    "arm margin",
+                ],
+                trows,
+                numeric=[False, False, True, True, True, False, False] + [True] * 5,
+            )
+        )
+    if not a.has("qualification"):
+        return
+    reps = exposed_repairs(a.rows("qualification"), a.rows("requests"))
+    nums = ShownTable(N, a, "qualification", "screen-repairs")
+    rrows = []
+    for (camp, fam, arm), (k, n) in sorted(reps.items(), key=lambda x: (x[0][0], x[0][1], arm_sort_key(x[0][2]))):
+        key = dict(campaign=camp, family=fam, arm=arm)
+        base = ("exprep", camp, fam, arm)
+        rrows.append(
+            [
+                Cell([camp]),
+                Cell([fam]),
+                Cell([arm], cls="mono"),
+                Cell(
+                    [
+                        nums.add(base + ("reproduces",), k, "d", row=key, column="qualified"),
+                        " of ",
+                        nums.add(base + ("exposed",), n, "d", row=key, column="task_id"),
+                    ],
+                    cls="ok" if k == n else "bad",
+                ),
+            ]
+        )
+    if rrows:
+        sec.items.append(
+            Table(
+                "screen-repairs",
+                "Each repaired arm on the exposed tasks of its campaign: the tasks where an unrepaired arm "
+                "(no phase of the repair, a micro-batch above one) diverges from R",
+                [a.src("qualification")],
+                ["campaign", "family", "arm", "reproduces R on (of the exposed tasks)"],
+                rrows,
+                numeric=[False, False, False, True],
+            )
+        )
