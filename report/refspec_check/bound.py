@@ -36,6 +36,7 @@ import os
 from collections import defaultdict
 from html.parser import HTMLParser
 
+from refspec_check.divergence import DIVERGENCE_TEXT
 from refspec_check.problems import Checker
 from refspec_check.report import Report
 
@@ -47,8 +48,10 @@ with open(os.path.join(_HERE, "format.json"), encoding="utf-8") as _f:
 FORMAT_TEXT: frozenset[str] = frozenset(_FORMAT["fragments"])
 NUMBER_FORMATS: dict[str, str] = dict(_FORMAT["formats"])
 
-# how a verdict column's code is written (refspec.reporting.sections: timing.DECISION_TEXT, noise.VERDICT_TEXT)
+# how a verdict column's code is written (refspec.reporting.sections: timing.DECISION_TEXT, noise.VERDICT_TEXT;
+# a first divergence's class: refspec.core.divergence.DIVERGENCE_TEXT)
 DISPLAY = {
+    **DIVERGENCE_TEXT,
     "too_few_sessions": "too few sessions",
     "noise_too_high": "machine noise too high",
     "ok": "A/A ok",

@@ -9,6 +9,7 @@ from collections import defaultdict
 from refspec_check.context import Context
 from refspec_check.contract import DIAGNOSTIC_PAIRS, CsvTable
 from refspec_check.digests import endpoint_digest
+from refspec_check.divergence import check_row as check_divergence
 from refspec_check.problems import Checker
 from refspec_check.qualification import all_qualified, diagnostic_label, panels, recompute_qualification
 from refspec_check.stats import cpu_pooled_ratio, median, paired
@@ -107,7 +108,9 @@ def check_qualification(ctx: Context, references: dict | None = None) -> dict:
             ):
                 c.recomputed += 1
                 c.same(tq.where(i, col), q[col], rq[col])
-            rq["ref_margin"] = q["ref_margin"]
+            for col in ("ref_margin", "arm_margin", "divergence", "near_tie_bound"):
+                rq[col] = q[col]
+            check_divergence(c, lambda col, i=i: tq.where(i, col), q)
             rq["reason"] = q["reason"]
             c.identities += 1
             if (q["reason"] is None) != bool(q["qualified"]):
@@ -126,7 +129,7 @@ def check_qualification(ctx: Context, references: dict | None = None) -> dict:
         a[3] += 1 if q["qualified"] else 0
         if not q["qualified"]:
             base = ("qfail", camp, fam, task, arm, cap)
-            for col in ("first_diff_index", "ref_token", "arm_token", "ref_margin"):
+            for col in ("first_diff_index", "ref_token", "arm_token", "ref_margin", "arm_margin", "near_tie_bound"):
                 if q.get(col) is not None:
                     E.add(base + (col,), q[col], s_q)
     for (camp, fam, arm), (m, r, n, ok) in acc.items():

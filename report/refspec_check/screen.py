@@ -1,4 +1,4 @@
-"""The divergence screen, recomputed (refspec.experiments.divergence implements the same rule).
+"""The divergence screen, recomputed (refspec.experiments.divergence_screen implements the same rule).
 
 From divergence_screen.csv and campaigns[/FAMILY]/screen/screen.json: per family, the tasks' ranks
 are their order by risk margin (smallest first, a task without one last, ties in the discovery

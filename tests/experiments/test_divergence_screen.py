@@ -1,4 +1,4 @@
-"""The divergence screen (refspec.experiments.divergence): the order of the tasks by R's smallest
+"""The divergence screen (refspec.experiments.divergence_screen): the order of the tasks by R's smallest
 margin, the stable controls, the repairs counted on the exposed tasks (refspec.core.vacuity), and the
 screen's frozen panel as the confirmation campaign reads it: a panel whose digest differs from the
 one the screen froze, or a campaign at another cap, is refused."""
@@ -14,7 +14,7 @@ from refspec.campaigns.context import _screened
 from refspec.core.errors import ConfigError
 from refspec.core.panels import Task, write_panel
 from refspec.core.vacuity import exposed_repairs
-from refspec.experiments.divergence import (
+from refspec.experiments.divergence_screen import (
     EXPOSED_PANEL,
     SCREEN_RECORD,
     choose_controls,

@@ -29,7 +29,7 @@ import yaml
 
 from refspec.core.arms import load_arms
 from refspec.core.errors import EXIT_RUNTIME, ConfigError, PlacementError
-from refspec.core.panels import humaneval_tasks
+from refspec.core.panels import Task
 from refspec.core.paths import REPO_ROOT
 from refspec.engine.context import Planned, PromptBook, RunContext
 from refspec.engine.driver import run_block
@@ -134,8 +134,19 @@ def test_build_record_pins_the_headers(vulkan_build):
     assert vulkan_build.key != native.build_key(native.BuildOptions())
 
 
+# a short prompt of valid token IDs: the reference prefills one token per graph, which on lavapipe
+# costs a graph build and a device submission per prompt token
+SHORT_PROMPT = (1, 4093, 1145, 30, 2, 1, 520, 1035, 28, 253)
+
+
+def _short_panel(tmp_path: Path) -> Path:
+    p = tmp_path / "short-panel.jsonl"
+    p.write_text(json.dumps({"task_id": "short/0", "prompt_ids": list(SHORT_PROMPT)}) + "\n")
+    return p
+
+
 def _ctx(tmp_path, lib_dir, family_files, session):
-    tasks = humaneval_tasks([0])
+    tasks = [Task("short/0", prompt_ids=SHORT_PROMPT)]
     tmp_path.mkdir(parents=True, exist_ok=True)
     arms_file = one_thread_arms(tmp_path / "arms.yaml")
     ctx = RunContext(
@@ -198,7 +209,7 @@ def test_qb_is_refused_on_the_device_and_pq_reproduces_r(tmp_path, vulkan_build,
             "--config",
             str(cfg),
             "--panel",
-            "humaneval:2-2",
+            str(_short_panel(tmp_path)),
             "--arms",
             "R,M_pq",
             "--cap",
@@ -215,7 +226,9 @@ def test_qb_is_refused_on_the_device_and_pq_reproduces_r(tmp_path, vulkan_build,
     assert by["M_pq"]["qualified"] is True and by["R"]["n"] == 6
 
     # refused before any request of the arm: the worker's probe meets the graph-build guard
-    r = _refspec(["decode", "--config", str(cfg), "--panel", "humaneval:2-2", "--arms", "R,M3", "--cap", "1"])
+    r = _refspec(
+        ["decode", "--config", str(cfg), "--panel", str(_short_panel(tmp_path)), "--arms", "R,M3", "--cap", "1"]
+    )
     assert r.returncode == EXIT_RUNTIME, r.stderr[-3000:]
     assert "arm M3: layout qb refused on Vulkan0" in r.stderr
     assert "attention layout qb: device Vulkan0 does not support MUL_MAT kq-0" in r.stderr

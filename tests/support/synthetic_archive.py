@@ -36,7 +36,7 @@ EVIL = "<script>alert('x')</script> {{ 7*7 }} {% if %} & \\textbf{x} $_^#%~"
 
 
 def _screen(fam: str, conf: list[str], unexposed: str | None, cap: int) -> tuple[list[dict], dict]:
-    """The divergence screen that froze ``conf`` as the confirmation's panel (refspec.experiments.divergence):
+    """The divergence screen that froze ``conf`` as the confirmation's panel (refspec.experiments.divergence_screen):
     two discovery tasks beside it; M0 and C0 diverge on the first two confirmation tasks (none for the
     ``unexposed`` family), which have the smallest margins; the rest are the stable controls."""
     extra = ["HumanEval/90", "HumanEval/91"]
@@ -570,7 +570,15 @@ def make_results(
         (e["campaign"], e["family"], e["task_id"], e["cap"]): [round(rng.uniform(0.01, 3.0), 6) for _ in range(cap)]
         for e in eps
     }
-    qual = D.qualification_table(reqs, eps, margins=margins)
+    # each request's own margins along its own path (a generator of their own: the other draws stay as they were)
+    arng = random.Random(seed + 1)
+    arm_margins = {
+        (e["campaign"], e["family"], e["task_id"], e["cap"], e["arm"], e["session"], e["repeat"]): [
+            round(arng.uniform(0.01, 3.0), 6) for _ in range(e["n"])
+        ]
+        for e in eps
+    }
+    qual = D.qualification_table(reqs, eps, margins=margins, arm_margins=arm_margins)
     T.write_table(qual, "qualification", tdir)
     ratios = D.ratios_table(
         reqs, qual, "confirmation", pairs=[("M0", "M3"), ("M3", "C3"), ("R_prod", "C3"), ("R", "C3"), ("R", "M3")]

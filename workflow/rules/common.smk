@@ -98,6 +98,7 @@ def screen_input(slot):
         )
     return [f"{RESULTS}/campaigns/{screen}.done"]
 
+
 # the code the manifest pins, the files its source digest hashes (refspec.provenance.manifest,
 # SOURCE_ROOTS): a change to any of it makes a new manifest (and the freeze check then refuses
 # to resume a campaign begun under the old one)

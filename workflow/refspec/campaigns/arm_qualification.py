@@ -39,6 +39,7 @@ import yaml
 
 from ..core.arms import REFERENCE_ARM, reference_of
 from ..core.config import read_yaml, validate
+from ..core.divergence import DECISIVE, DIVERGENCE_TEXT, NEAR_TIE, NEAR_TIE_MARGIN
 from ..core.errors import UsageError
 from ..core.fsutil import atomic_write_text
 from ..core.hashing import sha256_file
@@ -292,6 +293,8 @@ def build_summary(ctx, tables: dict, records: list[dict], *, panel_spec: str) ->
                 "ref_token",
                 "arm_token",
                 "ref_margin",
+                "arm_margin",
+                "divergence",
                 "n_matching",
                 "n_required",
                 "reason",
@@ -353,6 +356,19 @@ def build_summary(ctx, tables: dict, records: list[dict], *, panel_spec: str) ->
     }
 
 
+def divergence_verdict(divergences: list[dict]) -> str:
+    """What an arm's verdict line says of its first divergences' classes (refspec.core.divergence): each
+    decisive one flagged as a likely defect, not numerics; near ties named as such; empty without any."""
+    n_dec = sum(1 for d in divergences if d.get("divergence") == DECISIVE)
+    n_tie = sum(1 for d in divergences if d.get("divergence") == NEAR_TIE)
+    parts = []
+    if n_dec:
+        parts.append(f"{n_dec} decisive divergence{'s' if n_dec > 1 else ''}: likely defect, not numerics")
+    if n_tie:
+        parts.append(f"{n_tie} near tie{'s' if n_tie > 1 else ''}")
+    return ("  " + "; ".join(parts)) if parts else ""
+
+
 def format_summary(s: dict) -> str:
     lines = [
         f"refspec qualify: {s['family']}, panel {s['panel'].get('spec')} ({s['panel']['tasks']} tasks), "
@@ -391,21 +407,27 @@ def format_summary(s: dict) -> str:
         verdict = ""
         if exposure and exposure["vacuous"] and a["arm"] != ref.get("arm", REFERENCE_ARM) and not a.get("unrepaired"):
             verdict = "  " + vacuous_text(exposure["screened"])
+        verdict += divergence_verdict([d for d in s["divergences"] if d["arm"] == a["arm"]])
         lines.append(
             f"{a['arm']:8s} {a['mode']:6s} {a['layout']:6s} {a['matching']:>4d}/{a['required']:<4d} "
             f"{a['tasks_qualified']:>3d}/{a['tasks']:<3d} {acc:>7s} {med:>10s}  {nv}{verdict}"
         )
     if s["divergences"]:
         r = ref.get("arm", REFERENCE_ARM)
-        lines.append(f"first divergences from {r} (arm, task, index, {r} token, arm token, {r} top-2 margin):")
+        lines.append(
+            f"first divergences from {r} (arm, task, index, {r} token, arm token, {r} top-2 margin, the arm's own "
+            f"margin, class: near tie below {r} margin {NEAR_TIE_MARGIN:g}, else decisive):"
+        )
         for d in s["divergences"]:
             if d["first_diff_index"] is None:
                 lines.append(f"  {d['arm']:8s} {d['task_id']:14s} {d['reason']}")
                 continue
             m = f"{d['ref_margin']:.4f}" if d["ref_margin"] is not None else "-"
+            am = f"{d['arm_margin']:.4f}" if d.get("arm_margin") is not None else "-"
+            cls = DIVERGENCE_TEXT.get(d.get("divergence") or "", "class -")
             lines.append(
                 f"  {d['arm']:8s} {d['task_id']:14s} index {d['first_diff_index']:>4d}  {r} {d['ref_token']}  "
-                f"arm {d['arm_token']}  margin {m}  ({d['n_matching']}/{d['n_required']} match)"
+                f"arm {d['arm_token']}  margin {m}  arm margin {am}  {cls}  ({d['n_matching']}/{d['n_required']} match)"
             )
     if exposure is not None and exposure["vacuous"]:
         lines.append(

@@ -21,7 +21,7 @@ from ..core.fsutil import atomic_write_text
 from ..core.hashing import sha256_file, sha256_json
 from ..core.panels import resolve_panel, write_panel
 from ..core.paths import REPO_ROOT
-from ..experiments.divergence import SCREEN_RECORD, read_screen
+from ..experiments.divergence_screen import SCREEN_RECORD, read_screen
 from ..native import build as native
 from ..native.models import config_families_file, ensure_family
 from ..provenance import plan as planmod

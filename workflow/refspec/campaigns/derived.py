@@ -37,6 +37,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..core.arms import REFERENCE_ARM, is_twin
+from ..core.divergence import NEAR_TIE_MARGIN, divergence_class, margin_at
 from ..core.endpoint import first_divergence
 from ..core.layouts import LAYOUT_ORDER
 from ..core.stats import (
@@ -138,13 +139,19 @@ def qualification_table(
     requests: Any,
     endpoints: Any,
     campaign: str | None = None,
-    margins: Mapping[tuple[str, str, str, int], Sequence[float]] | None = None,
+    margins: Mapping[tuple[str, str, str, int], Sequence[float | None]] | None = None,
     reference_arm: str = REFERENCE_ARM,
+    arm_margins: Mapping[tuple[str, str, str, int, str, str, int], Sequence[float | None]] | None = None,
 ) -> list[dict[str, Any]]:
     """Rows of the ``qualification`` table from ``requests`` and ``endpoints``.
 
     ``margins`` optionally maps (campaign, family, task_id, cap) to the
-    reference's top-2 logit margin at each generated position.
+    reference's top-2 logit margin at each generated position; ``arm_margins`` maps one
+    endpoint, (campaign, family, task_id, cap, arm, session, repeat), to its own request's
+    margins (the target's top-2 margin along that request's path). At a first divergence the row
+    records the reference's margin there (``ref_margin``), the margin of the divergent endpoint
+    itself (``arm_margin``), and the class (:func:`refspec.core.divergence.divergence_class`:
+    ``near tie`` or ``decisive``) with the bound it used (``near_tie_bound``).
     """
     reqs = [r for r in records(requests) if campaign is None or r["campaign"] == campaign]
     eps = [e for e in records(endpoints) if campaign is None or e["campaign"] == campaign]
@@ -182,7 +189,7 @@ def qualification_table(
             n_req = len(arm_eps)
             n_match = sum(1 for e in arm_eps if ref_sha is not None and e["endpoint_sha256"] == ref_sha)
             qualified = ref_stable and len(need) > 0 and n_match == len(need)
-            fd = ref_tok = arm_tok = margin = None
+            fd = ref_tok = arm_tok = margin = arm_margin = None
             if ref is not None:
                 best = None
                 for e in arm_eps:
@@ -200,9 +207,11 @@ def qualification_table(
                     ref_tok = int(ref["tokens"][fd]) if fd < len(ref["tokens"]) else None
                     arm_tok = int(best[1]["tokens"][fd]) if fd < len(best[1]["tokens"]) else None
                     if margins is not None:
-                        seq = margins.get((camp, fam, task, cap))
-                        if seq is not None and fd < len(seq):
-                            margin = float(seq[fd])
+                        margin = margin_at(margins.get((camp, fam, task, cap)), fd)
+                    if arm_margins is not None:
+                        e = best[1]
+                        arm_margin = margin_at(arm_margins.get(g + (arm, e["session"], e["repeat"])), fd)
+            divergence = divergence_class(margin)
             if qualified:
                 reason = None
             elif ref is None:
@@ -235,6 +244,9 @@ def qualification_table(
                     ref_token=ref_tok,
                     arm_token=arm_tok,
                     ref_margin=margin,
+                    arm_margin=arm_margin,
+                    divergence=divergence,
+                    near_tie_bound=NEAR_TIE_MARGIN if divergence is not None else None,
                     ref_stable=bool(ref_stable),
                     reason=reason,
                 )

@@ -172,8 +172,27 @@ class CampaignRecords:
             row = r["row"]
             if r.get("margins") is not None:
                 margins.setdefault((row["campaign"], row["family"], row["task_id"], row["cap"]), r["margins"])
+        # every completed request's own margins (each arm's, along its own path), by endpoint
+        arm_margins = {
+            (
+                r["endpoint"]["campaign"],
+                r["endpoint"]["family"],
+                r["endpoint"]["task_id"],
+                r["endpoint"]["cap"],
+                r["endpoint"]["arm"],
+                r["endpoint"]["session"],
+                r["endpoint"]["repeat"],
+            ): r["margins"]
+            for r in records
+            if r["endpoint"] is not None and r.get("margins") is not None
+        }
         qual = qualification_table(
-            requests, endpoints, campaign=self.campaign, margins=margins, reference_arm=self.reference
+            requests,
+            endpoints,
+            campaign=self.campaign,
+            margins=margins,
+            reference_arm=self.reference,
+            arm_margins=arm_margins,
         )
         # sessions: first submit .. last recorded outcome, from the ledger's times
         first: dict[str, str] = {}

@@ -1,4 +1,4 @@
-"""``refspec screen``: the divergence screen (:mod:`refspec.experiments.divergence`).
+"""``refspec screen``: the divergence screen (:mod:`refspec.experiments.divergence_screen`).
 
     refspec screen [--config F] [--family F] [--panel SPEC] [--cap N] [--arms M0,C0,R_prod]
                    [--want K] [--budget B] [--controls C] --out DIR
@@ -21,7 +21,7 @@ from pathlib import Path
 from ..core import tables as T
 from ..core.config import gpu_layers, load_config
 from ..core.errors import EXIT_OK
-from ..experiments.divergence import run_screen, summary
+from ..experiments.divergence_screen import run_screen, summary
 from ..native import build as native
 from ..native import runtime
 

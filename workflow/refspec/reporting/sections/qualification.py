@@ -7,6 +7,7 @@ import json
 from collections import defaultdict
 
 from ...campaigns.derived import arm_sort_key, qualification_counts
+from ...core.divergence import DECISIVE, DIVERGENCE_TEXT
 from ..document import DASH, Archive, Cell, Figure, Numbers, Section, ShownTable, Table, table_section
 from ..svg import strip_figure
 from .vocabulary import CAMPAIGN_TITLES, campaigns_in, tasks_fail
@@ -64,7 +65,10 @@ def named_references(a: Archive) -> dict[str, str]:
     "qualification",
     "Complete-endpoint qualification",
     "Matching complete endpoints out of required requests per arm and family (paper Table 3 shape). "
-    "An arm qualifies on a task when the reference is stable and every required request returned the reference endpoint.",
+    "An arm qualifies on a task when the reference is stable and every required request returned the reference endpoint. "
+    "A first divergence is a near tie when the margin between the reference's two largest logits there is below the near-tie bound, "
+    "a size rounding of the two computations can cross, and decisive otherwise: "
+    "some logit moved by at least half the sum of the two margins, more than rounding does, a likely defect, not numerics.",
     table="qualification",
     absent="qualification not run",
 )
@@ -137,9 +141,20 @@ def section_qualification(sec: Section, a: Archive, N: Numbers) -> None:
             Cell([q["task_id"]], cls="mono"),
             Cell([q["arm"]], cls="mono"),
         ]
-        for col, fmt in (("first_diff_index", "d"), ("ref_token", "d"), ("arm_token", "d"), ("ref_margin", ".4g")):
+        for col, fmt in (
+            ("first_diff_index", "d"),
+            ("ref_token", "d"),
+            ("arm_token", "d"),
+            ("ref_margin", ".4g"),
+            ("arm_margin", ".4g"),
+            ("near_tie_bound", ".4g"),
+        ):
             v = q[col]
             cells.append(Cell([DASH] if v is None else [nums.add(base + (col,), v, fmt, row=key, column=col)]))
+        cls = q["divergence"]
+        cells.append(
+            Cell([DASH] if cls is None else [DIVERGENCE_TEXT.get(cls, cls)], cls="bad" if cls == DECISIVE else "")
+        )
         cells.append(Cell([q["reason"] or ""], cls="reason"))
         rows.append(cells)
     if rows:
@@ -148,9 +163,22 @@ def section_qualification(sec: Section, a: Archive, N: Numbers) -> None:
                 tid,
                 "Failed qualifications (no ratio is reported for these arms)",
                 [src],
-                ["campaign", "family", "task", "arm", "first diff", "ref token", "arm token", "ref margin", "reason"],
+                [
+                    "campaign",
+                    "family",
+                    "task",
+                    "arm",
+                    "first diff",
+                    "ref token",
+                    "arm token",
+                    "ref margin",
+                    "arm margin",
+                    "near-tie bound",
+                    "divergence",
+                    "reason",
+                ],
                 rows,
-                numeric=[False] * 4 + [True] * 4 + [False],
+                numeric=[False] * 4 + [True] * 6 + [False] * 2,
             )
         )
         groups = defaultdict(list)
