@@ -65,7 +65,7 @@ _TEX_NUM_RE = re.compile(r"\\rsnum\{([A-Za-z0-9 ._:/+=,|@!;-]*)\}\{([^{}\\]*)\}"
 _TEX_ID_ESC_RE = re.compile(r"!([0-9a-f]{1,6});")
 
 # the renderer's box widths: table cells (4.2cm, 11cm) and the note box
-_TEX_PARBOX_RE = re.compile(r"\\parbox(?:\[t\]\{(?:4\.2|11)cm\}|\{0\.95\\linewidth\})")
+_TEX_PARBOX_RE = re.compile(r"\\parbox(?:\[t\]\{(?:2\.4|4\.2|11)cm\}|\{0\.95\\linewidth\})")
 
 _TEX_COLSPEC_RE = re.compile(r"\\begin\{longtable\}\{[lr]+\}")
 

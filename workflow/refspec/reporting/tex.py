@@ -84,6 +84,9 @@ def tex_cell(cell: Cell) -> TexRaw:
     if cell.cls and "reason" in cell.cls:
         s = r"\parbox[t]{4.2cm}{\raggedright\scriptsize " + s + "}"
         return TexRaw(s)
+    if cell.cls and "wrap" in cell.cls:  # a short phrase in a wide table: wraps in a narrow column
+        s = r"\parbox[t]{2.4cm}{\raggedright\scriptsize " + s + "}"
+        return TexRaw(s)
     if cell.cls and "small" in cell.cls:
         s = r"{\scriptsize " + s + "}"
     # longtable's l/r columns never wrap: a long cell (the provenance's device list) would run

@@ -138,7 +138,7 @@ def section_qualification(sec: Section, a: Archive, N: Numbers) -> None:
         cells = [
             Cell([q["campaign"]]),
             Cell([q["family"]]),
-            Cell([q["task_id"]], cls="mono"),
+            Cell([q["task_id"]], cls="mono wrap"),
             Cell([q["arm"]], cls="mono"),
         ]
         for col, fmt in (
@@ -153,7 +153,10 @@ def section_qualification(sec: Section, a: Archive, N: Numbers) -> None:
             cells.append(Cell([DASH] if v is None else [nums.add(base + (col,), v, fmt, row=key, column=col)]))
         cls = q["divergence"]
         cells.append(
-            Cell([DASH] if cls is None else [DIVERGENCE_TEXT.get(cls, cls)], cls="bad" if cls == DECISIVE else "")
+            Cell(
+                [DASH] if cls is None else [DIVERGENCE_TEXT.get(cls, cls)],
+                cls="bad wrap" if cls == DECISIVE else "wrap",
+            )
         )
         cells.append(Cell([q["reason"] or ""], cls="reason"))
         rows.append(cells)

@@ -135,11 +135,12 @@ def section_screen(sec: Section, a: Archive, N: Numbers) -> None:
         sec.items.append(
             Table(
                 "screen-repairs",
-                "Each repaired arm on the exposed tasks of its campaign: the tasks where an unrepaired arm "
-                "(no phase of the repair, a micro-batch above one) diverges from R",
+                "Each repaired arm on the exposed tasks of its campaign",
                 [a.src("qualification")],
                 ["campaign", "family", "arm", "reproduces R on (of the exposed tasks)"],
                 rrows,
+                caption="The exposed tasks are those where an unrepaired arm (no phase of the repair, "
+                "a micro-batch above one) diverges from R.",
                 numeric=[False, False, False, True],
             )
         )
