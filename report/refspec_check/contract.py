@@ -266,6 +266,18 @@ STATE_COLUMNS = {
         kv_class=I,
         logits_class=I,
     ),
+    "partition_screen": dict(
+        family=S,
+        task_id=S,
+        arm=S,
+        prompt_len=I,
+        degenerate=B,
+        kv_sha256=S,
+        logits_sha256=S,
+        kv_class=I,
+        logits_class=I,
+        differs=B,
+    ),
     "kv_diff": dict(task_id=S, arm_a=S, arm_b=S, layer=I, part=S, bytes_differing=I, max_abs=F, rel_frobenius=F),
     "crosses": dict(
         task_id=S,

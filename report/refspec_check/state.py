@@ -3,6 +3,8 @@ frontier, admission, projection, claims."""
 
 from __future__ import annotations
 
+import json
+import os
 from collections import defaultdict
 
 from refspec_check.context import Context
@@ -18,8 +20,9 @@ def _classes(values) -> list:
 
 
 def check_state(ctx: Context) -> None:
-    """Partition classes, KV differences, crosses outcomes, frontier positions, admission verdicts
-    and the claims of the controlled stages, recomputed from their CSV tables."""
+    """The partition screen, partition classes, KV differences, crosses outcomes, frontier positions,
+    admission verdicts and the claims of the controlled stages, recomputed from their CSV tables."""
+    check_partition_screen(ctx)
     nat = check_partition(ctx)
     check_kv_diff(ctx, nat)
     traj = check_crosses(ctx, nat)
@@ -27,6 +30,113 @@ def check_state(ctx: Context) -> None:
     check_admission(ctx)
     check_projection(ctx)
     check_claims(ctx, nat)
+
+
+PSCREEN_RECORD = "campaigns/partition_screen/partition-screen.json"
+
+
+def pscreen_pair_order(arms: list) -> list:
+    """The pairs ``auto`` tries, in order (refspec.experiments.state.partition_screen.pair_order)."""
+    return [("A", "B"), ("A", "C"), ("B", "C")] + [("A", x) for x in arms if x not in ("A", "B", "C")]
+
+
+def check_partition_screen(ctx: Context) -> None:
+    """The partition screen (partition_screen.csv, campaigns/partition_screen/partition-screen.json).
+
+    Per input over its arms in arm order: kv_class and logits_class number the distinct KV and logits
+    digests in order of first appearance (A is class 0); ``differs`` = kv_class or logits_class not 0. The
+    record's lists, recomputed by its rule: exposed = the inputs with an arm that differs, in panel order;
+    pair = the configured pair, or (auto) the first of A/B, A/C, B/C, then A with each further arm whose KV
+    or logits digests differ on some input; study = the first ``inputs_wanted`` inputs on which the pair
+    differs; controls = the first ``controls_wanted`` inputs that are not exposed. The partition study runs
+    on exactly the study inputs and then the controls, and the crosses on the pair."""
+
+    c, E, tables, src = ctx.c, ctx.E, ctx.tables, ctx.src
+    t = tables.get("partition_screen")
+    if t is None:
+        return
+    s = src("partition_screen")
+    by: dict = {}
+    for i, r in enumerate(t.rows):
+        by.setdefault(r["task_id"], []).append(i)
+    tasks = list(by)
+    arms = list(dict.fromkeys(r["arm"] for r in t.rows))
+    for tid, idx in by.items():
+        rs = [t.rows[i] for i in idx]
+        if [r["arm"] for r in rs][:1] != ["A"]:
+            c.bad(t.where(idx[0], "arm"), f"{tid}: the first arm of an input is not A")
+        kvc = _classes([r["kv_sha256"] for r in rs])
+        lgc = _classes([r["logits_sha256"] for r in rs])
+        E.add(("pscreen", tid, rs[0]["arm"], "prompt_len"), rs[0]["prompt_len"], s)
+        for i, r, k, g in zip(idx, rs, kvc, lgc):
+            c.recomputed += 4
+            c.same(t.where(i, "kv_class"), r["kv_class"], k)
+            c.same(t.where(i, "logits_class"), r["logits_class"], g)
+            c.same(t.where(i, "differs"), r["differs"], k != 0 or g != 0)
+            c.same(t.where(i, "prompt_len"), r["prompt_len"], rs[0]["prompt_len"], "an input has one prompt length")
+            E.add(("pscreen", tid, r["arm"], "kv_class"), k, s)
+            E.add(("pscreen", tid, r["arm"], "logits_class"), g, s)
+    path = os.path.join(c.archive, PSCREEN_RECORD)
+    try:
+        with open(path, encoding="utf-8") as f:
+            rec = json.load(f)
+        if not isinstance(rec, dict):
+            raise ValueError("not an object")
+    except (OSError, ValueError) as e:
+        c.bad(PSCREEN_RECORD, f"the partition screen's record is missing or unreadable ({e.__class__.__name__})")
+        return
+    panel = list((rec.get("panel") or {}).get("tasks") or [])
+    c.recomputed += 1
+    c.same(f"{PSCREEN_RECORD}: panel", tasks, panel, "the table holds every discovery input, in panel order")
+
+    def differs(task: str, pair) -> bool:
+        rows = {t.rows[i]["arm"]: t.rows[i] for i in by[task]}
+        if pair[0] not in rows or pair[1] not in rows:
+            return False
+        x, y = rows[pair[0]], rows[pair[1]]
+        return x["kv_sha256"] != y["kv_sha256"] or x["logits_sha256"] != y["logits_sha256"]
+
+    exposed = [x for x in tasks if any(t.rows[i]["differs"] for i in by[x])]
+    if rec.get("pair_rule") == "configured":
+        pair = tuple(rec.get("pair") or ())
+        if len(pair) != 2 or any(a not in arms for a in pair):
+            c.bad(f"{PSCREEN_RECORD}: pair", f"a configured pair of arms the screen ran (got {list(pair)})")
+            return
+    else:
+        pair = next((p for p in pscreen_pair_order(arms) if any(differs(x, p) for x in tasks)), None)
+    try:
+        n_in, n_ctl = int(rec["inputs_wanted"]), int(rec["controls_wanted"])
+    except (KeyError, TypeError, ValueError):
+        c.bad(PSCREEN_RECORD, "the record does not state inputs_wanted and controls_wanted")
+        return
+    study = [x for x in tasks if pair is not None and differs(x, pair)][:n_in]
+    ctrl = [x for x in tasks if x not in exposed][:n_ctl]
+    for key, want in (
+        ("exposed", exposed),
+        ("pair", list(pair) if pair else None),
+        ("study", study),
+        ("controls", ctrl),
+        ("vacuous", not exposed),
+    ):
+        c.recomputed += 1
+        c.same(f"{PSCREEN_RECORD}: {key}", rec.get(key), want, "the screen's rule, recomputed from its table")
+    part = tables.get("partition")
+    if part is not None:
+        ran = list(dict.fromkeys(r["task_id"] for r in part.rows))
+        c.recomputed += 1
+        c.same(
+            src("partition"), ran, study + ctrl, "the partition study runs on the screen's study inputs and controls"
+        )
+    cr = tables.get("crosses")
+    if cr is not None and pair is not None:
+        for i, r in enumerate(cr.rows):
+            c.recomputed += 1
+            c.same(
+                cr.where(i, "donor_arm"),
+                sorted({r["donor_arm"], r["recipient_arm"]}),
+                sorted(pair),
+                "the crosses run on the partition screen's pair",
+            )
 
 
 def check_partition(ctx: Context) -> dict:

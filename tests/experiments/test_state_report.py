@@ -51,8 +51,18 @@ def _stage(res: Path, name: str, *cmd: str) -> dict:
 def archive(tmp_path_factory, native_build, family_files, replay_tool) -> Path:
     tmp = tmp_path_factory.mktemp("state")
     res = tmp / "res"
+    screen = res / "campaigns" / "partition_screen"
+    _cli(
+        *("state", "screen", "--tasks", "2", "--splits=-1", "--ub-sweep", "1", "--pair", "A,U1"),
+        *("--inputs", "1", "--controls", "0", "--no-progress", "--out", str(screen)),
+    )
     claims = [
-        _stage(res, "partition", "state", "partition", "--tasks", "2", "--cap", "34", "--splits=-1", "--ub-sweep", "1"),
+        _stage(
+            res,
+            "partition",
+            *("state", "partition", "--tasks", str(screen / "exposed-panel.jsonl"), "--cap", "34"),
+            *("--splits=-1", "--ub-sweep", "1"),
+        ),
         _stage(
             res,
             "crosses",
@@ -109,7 +119,7 @@ def archive(tmp_path_factory, native_build, family_files, replay_tool) -> Path:
         str(stage),
         *[
             x
-            for n in ("partition", "crosses", "projection", "admission")
+            for n in ("partition_screen", "partition", "crosses", "projection", "admission")
             for x in ("--campaign", str(res / "campaigns" / n))
         ],
     )
@@ -266,3 +276,70 @@ def test_checker_catches_a_changed_projection_row(archive, tmp_path):
     assert f"numbers.json: projection|{task}|Qcur-0|positions_differing" in out, out
     assert f"numbers.json: projection|{task}|Qcur-0|first_position" in out, out  # recomputed, not in the report
     assert "column status" in out and "numbers.json: projection|total|mismatch" in out, out
+
+
+# --------------------------------------------------------------------------- the partition screen
+
+
+def _write_csv(p: Path, rows: list[dict]) -> None:
+    with open(p, "w", newline="", encoding="utf-8") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]), lineterminator="\n")
+        w.writeheader()
+        w.writerows(rows)
+
+
+def test_partition_screen_finds_the_state_difference_and_feeds_the_study(archive):
+    """Prefill only: on HumanEval/2, U1 (physical micro-batch 1) and Sn-1 (its last token alone) leave
+    A's KV bytes and initial logits, B (one caller: the prompt is shorter than its split) and C do not.
+    If the unrepaired partitions stopped differing, every state study would be vacuous: this fails."""
+    rows = _csv(archive / "tables" / "partition_screen.csv")
+    by = {r["arm"]: r for r in rows}
+    assert list(by) == ["A", "B", "C", "Sn-1", "U1"]
+    assert by["U1"]["kv_class"] != "0" and by["U1"]["logits_class"] != "0" and by["U1"]["differs"] == "true"
+    assert by["Sn-1"]["differs"] == "true"
+    assert by["B"]["degenerate"] == "true"
+    assert all(by[a]["kv_class"] == by[a]["logits_class"] == "0" for a in ("B", "C"))
+    rec = json.loads((archive / "campaigns" / "partition_screen" / "partition-screen.json").read_text())
+    assert rec["pair"] == ["A", "U1"] and rec["pair_rule"] == "configured"
+    assert rec["exposed"] == rec["study"] == ["HumanEval/2"] and rec["controls"] == [] and not rec["vacuous"]
+    assert {r["task_id"] for r in _csv(archive / "tables" / "partition.csv")} == {"HumanEval/2"}
+    html = (archive / "report.html").read_text()
+    assert "Partition screen: classes per input" in html
+    nums = {n["id"]: n for n in json.loads((archive / "numbers.json").read_text())["numbers"]}
+    assert nums["pscreen|HumanEval/2|U1|kv_class"]["value"] == int(by["U1"]["kv_class"])
+
+
+def test_checker_catches_a_partition_screen_class_changed(archive, tmp_path):
+    """An arm shown in A's class (the state difference hidden): the class and its flag are recomputed."""
+    bad = tmp_path / "bad"
+    shutil.copytree(archive, bad)
+    p = bad / "tables" / "partition_screen.csv"
+    rows = _csv(p)
+    u1 = next(r for r in rows if r["arm"] == "U1")
+    u1["kv_class"], u1["logits_class"], u1["differs"] = "0", "0", "false"
+    _write_csv(p, rows)
+    r = _check(bad)
+    out = r.stdout + r.stderr
+    assert r.returncode == 1 and "column kv_class" in out and "column differs" in out, out
+
+
+def test_checker_catches_a_study_input_picked_by_hand(archive, tmp_path):
+    """A record whose study inputs are not the rule's, and a partition study on other inputs."""
+    bad = tmp_path / "bad"
+    shutil.copytree(archive, bad)
+    p = bad / "campaigns" / "partition_screen" / "partition-screen.json"
+    rec = json.loads(p.read_text())
+    rec["study"], rec["controls"] = [], ["HumanEval/2"]  # the exposed input passed off as a stable control
+    p.write_text(json.dumps(rec))
+    r = _check(bad)
+    out = r.stdout + r.stderr
+    assert r.returncode == 1 and "partition-screen.json: study" in out and "partition-screen.json: controls" in out
+    bad2 = tmp_path / "bad2"
+    shutil.copytree(archive, bad2)
+    p = bad2 / "tables" / "partition_screen.csv"
+    rows = _csv(p)
+    for r_ in rows:
+        r_["task_id"] = "HumanEval/0"  # the screen says it screened another input than the study ran on
+    _write_csv(p, rows)
+    out = _check(bad2).stdout
+    assert "the partition study runs on the screen's study inputs" in out, out

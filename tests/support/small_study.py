@@ -12,8 +12,9 @@ the shared cache, real workers on the real SmolLM2 files, the assembled results 
   three sessions (the session contrasts, the estimates and the A/A noise floor);
 * the divergence screen: R on HumanEval/0-2 at cap 34, the unrepaired arms on at most two of them
   (:data:`SCREEN`);
-* the state stages: the prefill partition of HumanEval/2 at cap 34 (U1 leaves A's endpoint at
-  index 32) and the crosses of A and U1 on it in two processes.
+* the state stages: the partition screen of HumanEval/2 (prefill only; A and U1 differ there, so
+  it is the study input, :data:`PARTITION_SCREEN`), the prefill partition of the screen's input at
+  cap 34 (U1 leaves A's endpoint at index 32) and the crosses of A and U1 on it in two processes.
 
 The study runs into a temporary folder of the test session (nothing is cached between sessions:
 every session tests the pipeline of its own checkout). The signing key is a throwaway one of that
@@ -58,7 +59,7 @@ CAMPAIGNS: dict[str, dict] = {
 
 #: the state stages of the small study (the config's ``state``)
 STATE = {
-    "tasks": "2",
+    "tasks": "screen",
     "cap": 34,
     "splits": [-1],
     "ub_sweep": [1],
@@ -69,6 +70,9 @@ STATE = {
     "cross_repeats": 2,
 }
 
+
+# the partition screen: HumanEval/2 prefilled by A, B, C, Sn-1 and U1; the study runs where A and U1 differ
+PARTITION_SCREEN = {"tasks": "2", "ub_sweep": [1], "inputs": 1, "controls": 0}
 
 # the divergence screen: R on HumanEval/0-2 at cap 34, then M0, C0 and R_prod in R's order of
 # smallest margin until one task diverges (two tried at most), plus one stable control
@@ -141,8 +145,10 @@ def small_study_config(tmp: Path) -> Path:
             "crosses": True,
             "admission": False,
             "screen": True,
+            "partition_screen": True,
         },
         "state": dict(STATE),
+        "partition_screen": dict(PARTITION_SCREEN),
         "screen": dict(SCREEN),
     }
     path = tmp / "config.yaml"

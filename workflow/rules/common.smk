@@ -71,6 +71,7 @@ SCREEN_SLOTS = (
 STAGE_SLOTS = (
     ["audit"] * bool(config["stages"]["audit"])
     + SCREEN_SLOTS
+    + ["partition_screen"] * bool(config["stages"]["partition_screen"])
     + REPLAY_SLOTS
     + [
         s
@@ -80,6 +81,44 @@ STAGE_SLOTS = (
 )
 CAMPAIGN_DONE = [f"{RESULTS}/campaigns/{s}.done" for s in SLOTS + STAGE_SLOTS]
 DEFINITIONS = config["campaigns"]["definitions"]
+
+
+if (
+    config["stages"]["partition_screen"]
+    and config["stages"]["partition"]
+    and config["state"]["tasks"] != "screen"
+):
+    raise ValueError(
+        "stages.partition_screen is on but state.tasks names inputs by hand: set state.tasks to screen"
+    )
+
+
+# state.tasks / state.pair 'screen': the partition study runs on the screen's frozen inputs and
+# the crosses and projection on its pair (anc/state.md)
+PS_TASKS = config["state"]["tasks"] == "screen"
+PS_PAIR = config["state"]["pair"] == "screen"
+
+
+def partition_screen_dir(results):
+    return f"{results}/campaigns/partition_screen"
+
+
+def pair_option(results):
+    """The crosses' and projection's pair: the configured one, or the partition screen's."""
+    if PS_PAIR:
+        return f"--screen {partition_screen_dir(results)}"
+    return "--pair " + ",".join(config["state"]["pair"])
+
+
+def partition_screen_input(used):
+    """The partition screen's marker when a state stage reads its frozen choice (``used``)."""
+    if not used:
+        return []
+    if not config["stages"]["partition_screen"]:
+        raise ValueError(
+            "state.tasks or state.pair is 'screen': turn stages.partition_screen on"
+        )
+    return [f"{RESULTS}/campaigns/partition_screen.done"]
 
 
 def screen_input(slot):

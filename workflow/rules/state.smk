@@ -7,11 +7,43 @@ _ST = config["state"]
 _ADM = config["admission"]
 
 
+rule partition_screen:
+    # prefill only, output capacity one: the inputs where the partition arms' states differ
+    input:
+        cfg=CONFIGFILE,
+        build=f"{PROV}/BUILD.json",
+        models=f"{PROV}/models.txt",
+    output:
+        f"{RESULTS}/campaigns/partition_screen.done",
+    log:
+        f"{LOGS}/partition_screen.log",
+    benchmark:
+        f"{BENCH}/partition_screen.tsv"
+    conda:
+        "../../envs/refspec.yaml"
+    threads: 1
+    params:
+        results=lambda wildcards, output: Path(output[0]).parent.parent,
+        tasks=config["partition_screen"]["tasks"],
+        splits=",".join(str(s) for s in _ST["splits"]),
+        ub_sweep=",".join(str(u) for u in config["partition_screen"]["ub_sweep"]),
+        pair="auto" if PS_PAIR else ",".join(_ST["pair"]),
+        inputs=config["partition_screen"]["inputs"],
+        controls=config["partition_screen"]["controls"],
+    shell:
+        "refspec state screen --config {input.cfg} --tasks {params.tasks} --splits={params.splits}"
+        " --ub-sweep={params.ub_sweep} --pair {params.pair} --inputs {params.inputs}"
+        " --controls {params.controls} --threads {threads} --no-progress"
+        " --out {params.results}/campaigns/partition_screen > {log} 2>&1"
+        " && cp {log} {output}"
+
+
 rule state_partition:
     input:
         cfg=CONFIGFILE,
         build=f"{PROV}/BUILD.json",
         models=f"{PROV}/models.txt",
+        screen=partition_screen_input(PS_TASKS),
     output:
         f"{RESULTS}/campaigns/partition.done",
     log:
@@ -23,7 +55,11 @@ rule state_partition:
     threads: 1
     params:
         results=lambda wildcards, output: Path(output[0]).parent.parent,
-        tasks=_ST["tasks"],
+        tasks=lambda wildcards, output: (
+            f"{partition_screen_dir(Path(output[0]).parent.parent)}/exposed-panel.jsonl"
+            if PS_TASKS
+            else _ST["tasks"]
+        ),
         cap=_ST["cap"],
         splits=",".join(str(s) for s in _ST["splits"]),
         ub_sweep=",".join(str(u) for u in _ST["ub_sweep"]),
@@ -38,6 +74,7 @@ rule state_partition:
 rule state_crosses:
     input:
         partition=f"{RESULTS}/campaigns/partition.done",
+        screen=partition_screen_input(PS_PAIR),
     output:
         f"{RESULTS}/campaigns/crosses.done",
     log:
@@ -50,13 +87,13 @@ rule state_crosses:
     threads: 2
     params:
         results=lambda wildcards, output: Path(output[0]).parent.parent,
-        pair=",".join(_ST["pair"]),
+        pair=lambda wildcards, output: pair_option(Path(output[0]).parent.parent),
         divergent=_ST["divergent"],
         stable=_ST["stable"],
         repeats=_ST["cross_repeats"],
     shell:
         "refspec stage crosses --dir {params.results}/campaigns/crosses --done {output} --results {params.results}"
-        " -- state crosses --partition {params.results}/campaigns/partition --pair {params.pair}"
+        " -- state crosses --partition {params.results}/campaigns/partition {params.pair}"
         " --divergent {params.divergent} --stable {params.stable} --repeats {params.repeats} --jobs {threads}"
         " --out {params.results}/campaigns/crosses > {log} 2>&1"
 
@@ -65,6 +102,7 @@ rule state_projection:
     input:
         cfg=CONFIGFILE,
         partition=f"{RESULTS}/campaigns/partition.done",
+        screen=partition_screen_input(PS_PAIR),
     output:
         f"{RESULTS}/campaigns/projection.done",
     log:
@@ -76,11 +114,11 @@ rule state_projection:
     threads: 1
     params:
         results=lambda wildcards, output: Path(output[0]).parent.parent,
-        pair=",".join(_ST["pair"]),
+        pair=lambda wildcards, output: pair_option(Path(output[0]).parent.parent),
         layers=",".join(str(la) for la in _ST["projection_layers"]),
     shell:
         "refspec stage projection --dir {params.results}/campaigns/projection --done {output} --results {params.results}"
-        " -- state projection --config {input.cfg} --partition {params.results}/campaigns/partition --pair {params.pair}"
+        " -- state projection --config {input.cfg} --partition {params.results}/campaigns/partition {params.pair}"
         " --layers {params.layers} --out {params.results}/campaigns/projection > {log} 2>&1"
 
 

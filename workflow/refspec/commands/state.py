@@ -1,5 +1,6 @@
 """``refspec state STEP``: the state formation and transfer studies
-(:mod:`refspec.experiments.state`): ``partition``, ``crosses``, ``projection``
+(:mod:`refspec.experiments.state`): ``screen`` (the partition screen,
+:mod:`refspec.experiments.state.partition_screen`), ``partition``, ``crosses``, ``projection``
 (:mod:`refspec.experiments.projection`), ``summary`` and ``inspect``."""
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from ..core.panels import load_panel_spec
 from ..experiments import projection
 from ..experiments.operands import BACKEND_DEVICES
 from ..experiments.state import kvstate as kv
+from ..experiments.state import partition_screen as pscreen
 from ..experiments.state.crosses import run_crosses
 from ..experiments.state.partition import DEFAULT_SPLITS, DEFAULT_UB_SWEEP, partition_arms, run_partition
 from ..experiments.state.summaries import crosses_summary, partition_summary
@@ -34,15 +36,10 @@ def _task_ids(text: str) -> list[str] | None:
     return [t if "/" in t else f"HumanEval/{t}" for t in (s.strip() for s in text.split(",")) if t]
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    sub = p.add_subparsers(dest="state_command", metavar="STEP")
-    sp = sub.add_parser("partition", help="prefill partition campaign (arms A, B, C and sweeps)")
+def _arm_arguments(sp: argparse.ArgumentParser, *, ub_sweep: str) -> None:
+    """The partition arms' options (the screen and the partition campaign share them)."""
     sp.add_argument("--config", help="workflow config (default config/config.yaml)")
     sp.add_argument("--family", help="family (default: the config's family)")
-    sp.add_argument(
-        "--tasks", default="0-7", help="HumanEval indices (0-7), humaneval:0-7, or a panel file (default 0-7)"
-    )
-    sp.add_argument("--cap", type=int, default=64, help="maximum new tokens (default 64)")
     sp.add_argument("--n-ctx", type=int, default=1024)
     sp.add_argument("--threads", type=int, default=1, help="threads per context (default 1)")
     sp.add_argument("--gpu-layers", type=int, help="n_gpu_layers (-1 every layer; default: the config's gpu_layers)")
@@ -56,9 +53,29 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     sp.add_argument(
         "--ub-sweep",
-        default=",".join(map(str, DEFAULT_UB_SWEEP)),
-        help="runtime micro-batch sweep, whole prompt in one caller (default 1; '' for none)",
+        default=ub_sweep,
+        help=f"runtime micro-batch sweep, whole prompt in one caller (default {ub_sweep or 'none'}; '' for none)",
     )
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    sub = p.add_subparsers(dest="state_command", metavar="STEP")
+    sq = sub.add_parser("screen", help="partition screen: prefill only, the inputs where the partition arms differ")
+    _arm_arguments(sq, ub_sweep="")
+    sq.add_argument(
+        "--tasks", default="0-23", help="discovery panel: HumanEval indices, humaneval:0-23 or a panel file"
+    )
+    sq.add_argument("--pair", default="auto", help="the study's pair X,Y, or auto: the first natural pair that differs")
+    sq.add_argument("--inputs", type=int, default=2, help="study inputs: where the pair differs (default 2)")
+    sq.add_argument("--controls", type=int, default=1, help="inputs where no arm differs (default 1)")
+    sq.add_argument("--no-progress", action="store_true", help="no progress bar")
+    sq.add_argument("--out", required=True)
+    sp = sub.add_parser("partition", help="prefill partition campaign (arms A, B, C and sweeps)")
+    _arm_arguments(sp, ub_sweep=",".join(map(str, DEFAULT_UB_SWEEP)))
+    sp.add_argument(
+        "--tasks", default="0-7", help="HumanEval indices (0-7), humaneval:0-7, or a panel file (default 0-7)"
+    )
+    sp.add_argument("--cap", type=int, default=64, help="maximum new tokens (default 64)")
     sp.add_argument("--repeats", type=int, default=1)
     sp.add_argument(
         "--keep-payloads",
@@ -69,6 +86,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     sc = sub.add_parser("crosses", help="state crosses and subset interventions from a partition campaign")
     sc.add_argument("--partition", required=True, help="output folder of `refspec state partition`")
     sc.add_argument("--pair", default="A,B", help="the two donor states, X,Y (default A,B)")
+    sc.add_argument("--screen", help="take the pair from the partition screen frozen in this folder")
     sc.add_argument(
         "--tasks",
         default="auto",
@@ -92,6 +110,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     sp = sub.add_parser("projection", help="fixed-operand replay of the first layer's projections of differing arms")
     sp.add_argument("--partition", required=True, help="output folder of `refspec state partition`")
     sp.add_argument("--pair", default="A,U1", help="the two partition arms, X,Y (default A,U1)")
+    sp.add_argument("--screen", help="take the pair from the partition screen frozen in this folder")
     sp.add_argument(
         "--tasks", default="auto", help="task ids (comma-separated) or auto: every input whose states differ"
     )
@@ -110,18 +129,56 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     si.add_argument("--n-ctx", type=int, help="also check the context size")
 
 
-def _partition(args: argparse.Namespace) -> int:
-    cfg = load_config(args.config)
-    runtime.load(native.current(cfg).lib_dir)  # the configured build (cpu, cuda or vulkan)
-    family = args.family or cfg["family"]
-    tasks = load_panel_spec(args.tasks)
-    arms = partition_arms(
+def _arms(args: argparse.Namespace):
+    return partition_arms(
         ub_a=args.ub_a,
         ub_c=args.ub_c,
         b_split=args.b_split,
         splits=_int_list(args.splits),
         ub_sweep=_int_list(args.ub_sweep),
     )
+
+
+def _pair(args: argparse.Namespace) -> tuple[str, str]:
+    """``--pair X,Y``, or the pair the partition screen in ``--screen`` froze (A,B when it found none)."""
+    if getattr(args, "screen", None):
+        rec = pscreen.read_partition_screen(args.screen)
+        return tuple(rec["pair"] or ("A", "B"))  # type: ignore[return-value]
+    pair = tuple(s.strip() for s in args.pair.split(","))
+    if len(pair) != 2:
+        raise UsageError(f"--pair takes two arm names, e.g. A,B (got {args.pair!r})")
+    return pair  # type: ignore[return-value]
+
+
+def _screen(args: argparse.Namespace) -> int:
+    cfg = load_config(args.config)
+    runtime.load(native.current(cfg).lib_dir)
+    pair = None if args.pair == "auto" else _pair(args)
+    rec = pscreen.run_partition_screen(
+        family=args.family or cfg["family"],
+        panel=args.tasks,
+        arms=_arms(args),
+        out=args.out,
+        pair=pair,
+        inputs=args.inputs,
+        controls=args.controls,
+        n_ctx=args.n_ctx,
+        threads=args.threads,
+        models_dir=cfg.get("models_dir"),
+        families_file=config_families_file(cfg),
+        gpu_layers=args.gpu_layers if args.gpu_layers is not None else gpu_layers(cfg),
+        progress=not args.no_progress,
+    )
+    print(pscreen.summary(rec, T.read_records("partition_screen", args.out)))
+    return 0
+
+
+def _partition(args: argparse.Namespace) -> int:
+    cfg = load_config(args.config)
+    runtime.load(native.current(cfg).lib_dir)  # the configured build (cpu, cuda or vulkan)
+    family = args.family or cfg["family"]
+    tasks = load_panel_spec(args.tasks)
+    arms = _arms(args)
     ngl = args.gpu_layers if args.gpu_layers is not None else gpu_layers(cfg)
     meta = run_partition(
         family=family,
@@ -144,9 +201,7 @@ def _partition(args: argparse.Namespace) -> int:
 
 
 def _crosses(args: argparse.Namespace) -> int:
-    pair = tuple(s.strip() for s in args.pair.split(","))
-    if len(pair) != 2:
-        raise UsageError("--pair takes two arm names, e.g. A,B")
+    pair = _pair(args)
     tasks = _task_ids(args.tasks)
     sels = [s.strip() for s in args.selectors.split(",") if s.strip()] or None
     summ = run_crosses(
@@ -166,9 +221,7 @@ def _crosses(args: argparse.Namespace) -> int:
 
 
 def _projection(args: argparse.Namespace) -> int:
-    pair = tuple(s.strip() for s in args.pair.split(","))
-    if len(pair) != 2:
-        raise UsageError("--pair takes two arm names, e.g. A,U1")
+    pair = _pair(args)
     cfg = load_config(args.config)
     build = native.current(cfg)
     runtime.load(build.lib_dir)
@@ -226,6 +279,7 @@ def _inspect(args: argparse.Namespace) -> int:
 
 
 STEPS = {
+    "screen": _screen,
     "partition": _partition,
     "crosses": _crosses,
     "projection": _projection,
@@ -237,7 +291,7 @@ STEPS = {
 def run(args: argparse.Namespace) -> int:
     cmd = getattr(args, "state_command", None)
     if cmd is None:
-        raise UsageError("refspec state needs a step: partition, crosses, projection, summary or inspect")
+        raise UsageError("refspec state needs a step: screen, partition, crosses, projection, summary or inspect")
     step = STEPS.get(cmd)
     if step is None:
         raise UsageError(f"unknown step {cmd!r}")

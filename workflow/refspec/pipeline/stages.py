@@ -54,6 +54,7 @@ CAMPAIGN_RECORDS = (
     "summary.json",
     "claim.json",
     "audit_summary.json",
+    "partition-screen.json",
     "partition.json",
     "crosses.json",
     "admission.json",

@@ -59,6 +59,7 @@ from .sections.state_studies import (
     section_frontier,
     section_kv,
     section_partition,
+    section_partition_screen,
     section_projection,
 )
 from .sections.summary import section_summary
@@ -93,6 +94,7 @@ def build(
         section_noise(a, N),
         section_replay(a, N),
         section_audit(a, N),
+        section_partition_screen(a, N),
         section_partition(a, N),
         section_kv(a, N),
         section_projection(a, N),

@@ -25,6 +25,66 @@ def _tasks(rows: list[dict]) -> list[str]:
 
 
 @table_section(
+    "state-partition-screen",
+    "Partition screen",
+    "Before the partition study, each arm prefills every input of a discovery panel with output capacity "
+    "one and decodes nothing. Per cell: sequence KV class / initial-logits class (class zero is A's). An "
+    "input where some arm's class is not zero is exposed; the study runs on the first exposed inputs where "
+    "its pair differs, and on stable controls (check.py recomputes the choice from this table).",
+    table="partition_screen",
+    absent="partition screen not run (the partition study names its inputs)",
+)
+def section_partition_screen(sec: Section, a: Archive, N: Numbers) -> None:
+    tid = "state-partition-screen"
+    nums = ShownTable(N, a, "partition_screen", tid)
+    prows = a.rows("partition_screen")
+    arms = _arms(prows)
+    by = {(r["task_id"], r["arm"]): r for r in prows}
+    rows = []
+    for t in _tasks(prows):
+        r0 = by[(t, arms[0])]
+        cells = [
+            Cell([t]),
+            Cell(
+                [
+                    nums.add(
+                        ("pscreen", t, arms[0], "prompt_len"),
+                        r0["prompt_len"],
+                        "d",
+                        row=dict(task_id=t, arm=arms[0]),
+                        column="prompt_len",
+                    )
+                ]
+            ),
+        ]
+        for arm in arms:
+            r = by.get((t, arm))
+            if r is None:
+                cells.append(Cell([DASH]))
+                continue
+            key = dict(task_id=t, arm=arm)
+            parts: list[Any] = [
+                nums.add(("pscreen", t, arm, "kv_class"), r["kv_class"], "d", row=key, column="kv_class"),
+                "/",
+                nums.add(("pscreen", t, arm, "logits_class"), r["logits_class"], "d", row=key, column="logits_class"),
+            ]
+            if r["degenerate"]:
+                parts.append(" (one caller)")
+            cells.append(Cell(parts, cls="mono" + (" warn" if r["differs"] else "")))
+        rows.append(cells)
+    sec.items.append(
+        Table(
+            tid,
+            "Partition screen: classes per input",
+            [a.src("partition_screen")],
+            ["task", "prompt tokens", *arms],
+            rows,
+            numeric=[False, True] + [False] * len(arms),
+        )
+    )
+
+
+@table_section(
     "state-partition",
     "State formation: prefill partitions",
     "Each arm prefills the same prompt partitioned differently (A: one caller, the full micro-batch; B: an "
