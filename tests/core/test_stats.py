@@ -417,6 +417,7 @@ def test_schemas_are_documented():
         "noise",
         "loads",
         "divergence_screen",
+        "partition_screen",
     }
     for name, sp in T.TABLES.items():
         raw = json.loads(sp.path.read_text())
