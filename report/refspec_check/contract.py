@@ -374,6 +374,8 @@ SCREEN_COLUMNS = {
         arm_token=I,
         ref_margin=F,
         arm_margin=F,
+        divergence=S,
+        near_tie_bound=F,
     ),
 }
 

@@ -20,6 +20,7 @@ import os
 
 from refspec_check.context import Context
 from refspec_check.contract import TWIN_SUFFIX
+from refspec_check.divergence import check_row
 from refspec_check.vacuity import OWN_TABLES, is_unrepaired
 
 
@@ -71,6 +72,7 @@ def check_screen(ctx: Context, plan: dict | None) -> None:
                 r["first_diff_index"] is not None,
                 "an arm diverges exactly when it has a first divergence",
             )
+            check_row(c, lambda col, i=i: t.where(i, col), r)  # the class of its first divergence
         missing = [tid for tid in panel if tid not in tasks]
         if missing:
             c.bad(s, f"{fam}: discovery tasks without a row: {', '.join(missing)}")

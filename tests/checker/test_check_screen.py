@@ -44,6 +44,8 @@ def _rows() -> list[dict]:
             arm_token=None,
             ref_margin=None,
             arm_margin=None,
+            divergence=None,
+            near_tie_bound=None,
         )
         rows.append(base | none | dict(arm="R", status="reference", n_tokens=48, stop_reason="cap"))
         for arm in ("M0", "C0"):
@@ -54,6 +56,7 @@ def _rows() -> list[dict]:
             r = base | none | dict(arm=arm, status="matches" if fd is None else "diverges", n_tokens=48)
             if fd is not None:
                 r |= dict(first_diff_index=fd, ref_token=7, arm_token=8, ref_margin=0.1, arm_margin=0.2)
+                r |= dict(divergence="near tie", near_tie_bound=0.5)
             rows.append(r)
     return rows
 
@@ -173,3 +176,15 @@ def test_repairs_on_the_exposed_tasks_are_counted_on_the_tasks_where_the_unrepai
     assert items["exprep|confirmation|f|M3|reproduces"][0] == 1
     assert items["exprep|confirmation|f|M3|exposed"][0] == 2
     assert not any("M3_aa" in k for k in items)
+
+
+def test_a_screen_divergence_class_that_its_margin_does_not_give_is_refused(tmp_path):
+    """A first divergence whose reference margin is a near tie, sealed as decisive (and one without its bound)."""
+    rows = _rows()
+    i = next(i for i, r in enumerate(rows) if r["status"] == "diverges")
+    rows[i]["divergence"] = "decisive"
+    j = next(j for j, r in enumerate(rows) if r["status"] == "diverges" and j != i)
+    rows[j]["near_tie_bound"] = None
+    probs = _problems(tmp_path, rows)
+    assert any("column divergence" in p and "'near tie'" in p for p in probs), probs
+    assert any("column near_tie_bound" in p for p in probs), probs

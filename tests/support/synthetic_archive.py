@@ -60,7 +60,15 @@ def _screen(fam: str, conf: list[str], unexposed: str | None, cap: int) -> tuple
             exposed=t in exposed,
             control=t in controls,
         )
-        none = dict(first_diff_index=None, ref_token=None, arm_token=None, ref_margin=None, arm_margin=None)
+        none = dict(
+            first_diff_index=None,
+            ref_token=None,
+            arm_token=None,
+            ref_margin=None,
+            arm_margin=None,
+            divergence=None,
+            near_tie_bound=None,
+        )
         rows.append(base | none | dict(arm="R", status="reference", n_tokens=cap, stop_reason="cap"))
         for arm in ("M0", "C0", "R_prod"):
             if t not in tried:
@@ -70,6 +78,7 @@ def _screen(fam: str, conf: list[str], unexposed: str | None, cap: int) -> tuple
                     base
                     | dict(arm=arm, status="diverges", n_tokens=cap, stop_reason="cap", first_diff_index=4)
                     | dict(ref_token=17, arm_token=29, ref_margin=risk[t], arm_margin=0.03)
+                    | dict(divergence="near tie", near_tie_bound=0.5)
                 )
             else:
                 rows.append(base | none | dict(arm=arm, status="matches", n_tokens=cap, stop_reason="cap"))

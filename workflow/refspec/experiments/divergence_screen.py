@@ -34,6 +34,7 @@ from pathlib import Path
 
 from ..core import tables as T
 from ..core.arms import REFERENCE_ARM, select
+from ..core.divergence import NEAR_TIE_MARGIN, divergence_class
 from ..core.endpoint import compare_endpoints
 from ..core.errors import ConfigError
 from ..core.fsutil import atomic_write_text
@@ -158,6 +159,11 @@ def run_screen(
                     "ref_margin": _finite(ref.margins[fd]) if fd is not None and fd < len(ref.margins) else None,
                     "arm_margin": _finite(res.margins[fd]) if fd is not None and fd < len(res.margins) else None,
                 }
+                cls = divergence_class(results[(tid, r.arm.name)]["ref_margin"]) if fd is not None else None
+                results[(tid, r.arm.name)] |= {
+                    "divergence": cls,
+                    "near_tie_bound": NEAR_TIE_MARGIN if cls is not None else None,
+                }
                 divergent = divergent or not cmp.qualified
                 if bar is not None:
                     bar.update(1)
@@ -201,6 +207,8 @@ def run_screen(
                 "arm_token": None,
                 "ref_margin": None,
                 "arm_margin": None,
+                "divergence": None,
+                "near_tie_bound": None,
             }
         )
         for a in arm_objs[1:]:
@@ -215,6 +223,8 @@ def run_screen(
                     "arm_token": None,
                     "ref_margin": None,
                     "arm_margin": None,
+                    "divergence": None,
+                    "near_tie_bound": None,
                 }
             rows.append(base | {"arm": a.name} | r)
     out.mkdir(parents=True, exist_ok=True)

@@ -5,6 +5,7 @@ diverges (from the qualification table)."""
 from __future__ import annotations
 
 from ...campaigns.derived import arm_sort_key
+from ...core.divergence import DECISIVE, DIVERGENCE_TEXT
 from ...core.vacuity import exposed_repairs
 from ..document import DASH, Archive, Cell, Numbers, Section, ShownTable, Table, table_section
 
@@ -83,6 +84,13 @@ def section_screen(sec: Section, a: Archive, N: Numbers) -> None:
         for col, fmt in SCREEN_COLUMNS:
             v = r[col]
             cells.append(Cell([DASH] if v is None else [nums.add(base + (col,), v, fmt, row=key, column=col)]))
+        cls = r["divergence"]
+        cells.append(
+            Cell(
+                [DASH] if cls is None else [DIVERGENCE_TEXT.get(cls, cls)],
+                cls="bad wrap" if cls == DECISIVE else "wrap",
+            )
+        )
         trows.append(cells)
     if trows:
         sec.items.append(
@@ -103,9 +111,10 @@ def section_screen(sec: Section, a: Archive, N: Numbers) -> None:
                     "arm token",
                     "ref margin",
                     "arm margin",
+                    "divergence",
                 ],
                 trows,
-                numeric=[False, False, True, True, True, False, False] + [True] * 5,
+                numeric=[False, False, True, True, True, False, False] + [True] * 5 + [False],
             )
         )
     if not a.has("qualification"):
