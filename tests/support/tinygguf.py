@@ -14,6 +14,8 @@ matrix and first layers.
 
 from __future__ import annotations
 
+import functools
+
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -118,24 +120,46 @@ GEOMETRIES = {
 }
 
 
-def _copy_tokenizer(w, source: str | Path) -> int:
-    """Copy every ``tokenizer.*`` key of ``source`` (vocabulary, merges, special IDs, chat template)."""
+@functools.lru_cache(maxsize=4)
+def _tokenizer_fields(source: str) -> tuple:
+    """Every ``tokenizer.*`` key of ``source`` as (name, value, type, sub-type), read once per process."""
     from gguf import GGUFReader, GGUFValueType
 
-    r = GGUFReader(str(source))
-    n_vocab = 0
+    r = GGUFReader(source)
+    out = []
     for f in r.fields.values():
         if not f.name.startswith("tokenizer."):
             continue
         vtype = f.types[0]
         sub = f.types[-1] if vtype == GGUFValueType.ARRAY else None
-        value = f.contents()
-        w.add_key_value(f.name, value, vtype, sub_type=sub)
-        if f.name == "tokenizer.ggml.tokens":
+        out.append((f.name, f.contents(), vtype, sub))
+    return tuple(out)
+
+
+def _copy_tokenizer(w, source: str | Path) -> int:
+    """Copy every ``tokenizer.*`` key of ``source`` (vocabulary, merges, special IDs, chat template)."""
+    n_vocab = 0
+    for name, value, vtype, sub in _tokenizer_fields(str(source)):
+        w.add_key_value(name, value, vtype, sub_type=sub)
+        if name == "tokenizer.ggml.tokens":
             n_vocab = len(value)
     if not n_vocab:
         raise ValueError(f"{source}: no tokenizer.ggml.tokens")
     return n_vocab
+
+
+@functools.lru_cache(maxsize=32)
+def _q8_tensor(seed: int, name: str, rows: int, cols: int, scale: float) -> np.ndarray:
+    """The Q8_0 bytes of one random tensor: a function of its seed, name, shape and scale only, so
+    the files that share a tensor (every geometry's embeddings and output matrix, a draft's first
+    layer) draw and quantize it once per process."""
+    import gguf
+
+    rng = np.random.default_rng([seed, zlib.crc32(name.encode())])
+    a = (rng.standard_normal((rows, cols)) * scale).astype(np.float32)
+    q = gguf.quants.quantize(a, gguf.GGMLQuantizationType.Q8_0)
+    q.setflags(write=False)
+    return q
 
 
 def write_geometry(
@@ -174,9 +198,7 @@ def write_geometry(
     n_vocab = _copy_tokenizer(w, tokenizer_from)
 
     def q8(name: str, rows: int, cols: int, scale: float) -> None:
-        rng = np.random.default_rng([seed, zlib.crc32(name.encode())])
-        a = (rng.standard_normal((rows, cols)) * scale).astype(np.float32)
-        w.add_tensor(name, gguf.quants.quantize(a, T.Q8_0), raw_dtype=T.Q8_0)
+        w.add_tensor(name, _q8_tensor(seed, name, rows, cols, scale), raw_dtype=T.Q8_0)
 
     def ones(name: str, n: int) -> None:
         w.add_tensor(name, np.ones(n, dtype=np.float32))
