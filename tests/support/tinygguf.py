@@ -15,7 +15,6 @@ matrix and first layers.
 from __future__ import annotations
 
 import functools
-
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
