@@ -25,7 +25,14 @@ rule partition_screen:
     params:
         results=lambda wildcards, output: Path(output[0]).parent.parent,
         tasks=config["partition_screen"]["tasks"],
-        splits=",".join(str(s) for s in _ST["splits"]),
+        splits=",".join(
+            str(s)
+            for s in (
+                _ST["splits"]
+                if config["partition_screen"]["splits"] is None
+                else config["partition_screen"]["splits"]
+            )
+        ),
         ub_sweep=",".join(str(u) for u in config["partition_screen"]["ub_sweep"]),
         pair="auto" if PS_PAIR else ",".join(_ST["pair"]),
         inputs=config["partition_screen"]["inputs"],
