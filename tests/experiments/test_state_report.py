@@ -132,6 +132,13 @@ def _csv(path: Path) -> list[dict]:
         return list(csv.DictReader(f))
 
 
+def _write_csv(p: Path, rows: list[dict]) -> None:
+    with open(p, "w", newline="", encoding="utf-8") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]), lineterminator="\n")
+        w.writeheader()
+        w.writerows(rows)
+
+
 def test_tables_and_claims_are_assembled(archive):
     t = archive / "tables"
     part = _csv(t / "partition.csv")
@@ -182,10 +189,7 @@ def test_checker_catches_a_changed_outcome_class(archive, tmp_path):
     rows = _csv(p)
     i = next(i for i, r in enumerate(rows) if r["selector"] == "K_ALL")
     rows[i]["outcome"] = "donor" if rows[i]["outcome"] != "donor" else "third"
-    with open(p, "w", newline="", encoding="utf-8") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]), lineterminator="\n")
-        w.writeheader()
-        w.writerows(rows)
+    _write_csv(p, rows)
     r = subprocess.run(["python3", "-I", "-S", str(CHECK), str(bad), "--unsealed"], capture_output=True, text=True)
     assert r.returncode == 1 and "outcome" in r.stdout + r.stderr, r.stdout + r.stderr
 
@@ -197,10 +201,7 @@ def test_checker_catches_a_failed_control_marked_supported(archive, tmp_path):
     rows = _csv(p)
     sham = next(r for r in rows if r["selector"] == "EMPTY")
     sham["changed_bytes"], sham["bytes_changed"] = "1", "true"  # a sham that changed a byte failed its control
-    with open(p, "w", newline="", encoding="utf-8") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]), lineterminator="\n")
-        w.writeheader()
-        w.writerows(rows)
+    _write_csv(p, rows)
     r = subprocess.run(["python3", "-I", "-S", str(CHECK), str(bad), "--unsealed"], capture_output=True, text=True)
     assert r.returncode == 1 and "controls_failed" in r.stdout + r.stderr, r.stdout + r.stderr
 
@@ -265,10 +266,7 @@ def test_checker_catches_a_changed_projection_row(archive, tmp_path):
     rows[i]["row_sha256"] = "0" * 64
     j = next(i for i, r in enumerate(rows) if r["status"] == "qualified")
     rows[j]["status"] = "mismatch"
-    with open(p, "w", newline="", encoding="utf-8") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]), lineterminator="\n")
-        w.writeheader()
-        w.writerows(rows)
+    _write_csv(p, rows)
     r = _check(bad)
     out = r.stdout + r.stderr
     assert r.returncode == 1, out
@@ -279,13 +277,6 @@ def test_checker_catches_a_changed_projection_row(archive, tmp_path):
 
 
 # --------------------------------------------------------------------------- the partition screen
-
-
-def _write_csv(p: Path, rows: list[dict]) -> None:
-    with open(p, "w", newline="", encoding="utf-8") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]), lineterminator="\n")
-        w.writeheader()
-        w.writerows(rows)
 
 
 def test_partition_screen_finds_the_state_difference_and_feeds_the_study(archive):

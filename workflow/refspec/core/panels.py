@@ -72,6 +72,27 @@ def humaneval_tasks(indices: list[int]) -> list[Task]:
     return tasks
 
 
+#: the panel file a screen freezes beside its record (the divergence and the partition screen)
+EXPOSED_PANEL = "exposed-panel.jsonl"
+
+
+def read_frozen_screen(folder: str | Path, record: str, *, missing: str, empty: str) -> dict:
+    """A screen's frozen record (``folder/record``), whose exposed panel file must have the digest the
+    record holds; ``missing`` and ``empty`` say why there is no record, or no panel in it."""
+    p = Path(folder) / record
+    try:
+        rec = json.loads(p.read_text())
+    except FileNotFoundError as e:
+        raise ConfigError(f"{p}: {missing}") from e
+    ep = rec.get("exposed_panel") or {}
+    f = Path(folder) / ep.get("file", EXPOSED_PANEL)
+    if ep.get("sha256") is None:
+        raise ConfigError(f"{p}: {empty}")
+    if not f.is_file() or sha256_file(f) != ep["sha256"]:
+        raise ConfigError(f"{f}: not the exposed panel {p} froze (sha256 differs or file missing)")
+    return rec
+
+
 def write_panel(tasks: list[Task], path: str | Path) -> str:
     lines = []
     for t in tasks:

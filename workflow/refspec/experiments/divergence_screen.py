@@ -38,15 +38,13 @@ from ..core.divergence import NEAR_TIE_MARGIN, divergence_class
 from ..core.endpoint import compare_endpoints
 from ..core.errors import ConfigError
 from ..core.fsutil import atomic_write_text
-from ..core.hashing import sha256_file
-from ..core.panels import Task, prompt_tokens, resolve_panel, write_panel
+from ..core.panels import EXPOSED_PANEL, Task, prompt_tokens, read_frozen_screen, resolve_panel, write_panel
 from ..core.vacuity import is_unrepaired
 from ..engine.transaction import ArmRunner
 from ..native.models import ensure_family
 from ..native.runtime import Model
 
 SCREEN_FORMAT = 1
-EXPOSED_PANEL = "exposed-panel.jsonl"
 SCREEN_RECORD = "screen.json"
 RULE = (
     "R decodes the discovery panel; tasks ranked by R's smallest top-2 logit margin over the generated "
@@ -277,15 +275,9 @@ def summary(record: dict, rows: list[dict]) -> str:
 
 def read_screen(folder: Path) -> dict:
     """The frozen record of a screen folder; its exposed panel file must have the recorded digest."""
-    p = Path(folder) / SCREEN_RECORD
-    try:
-        rec = json.loads(p.read_text())
-    except FileNotFoundError as e:
-        raise ConfigError(f"{p}: no divergence screen here (run the screen stage first)") from e
-    ep = rec.get("exposed_panel") or {}
-    f = Path(folder) / ep.get("file", EXPOSED_PANEL)
-    if ep.get("sha256") is None:
-        raise ConfigError(f"{p}: the screen found no task to confirm on (no exposed task and no control)")
-    if not f.is_file() or sha256_file(f) != ep["sha256"]:
-        raise ConfigError(f"{f}: not the exposed panel {p} froze (sha256 differs or file missing)")
-    return rec
+    return read_frozen_screen(
+        folder,
+        SCREEN_RECORD,
+        missing="no divergence screen here (run the screen stage first)",
+        empty="the screen found no task to confirm on (no exposed task and no control)",
+    )

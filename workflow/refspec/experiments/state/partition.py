@@ -110,6 +110,34 @@ def prefill(ctx, prompt: Sequence[int], chunks: Sequence[int]) -> np.ndarray:
     return logits
 
 
+def prefill_state(ctx, prompt: Sequence[int], chunks: Sequence[int]) -> tuple[np.ndarray, bytes, dict[str, int]]:
+    """:func:`prefill`, then the state it left: the initial logits, the raw sequence state of
+    sequence 0 and the prefill's counters (callers, micrographs)."""
+    ctx.reset_counters()
+    logits = prefill(ctx, prompt, chunks)
+    counters = ctx.counters()
+    return logits, kv.export_state(ctx), counters
+
+
+def state_columns(
+    arm: PartitionArm, n: int, chunks: Sequence[int], degenerate: bool, counters: dict, logits: np.ndarray, raw: bytes
+) -> dict:
+    """The columns the partition study and the partition screen share for one arm's prefill of one input."""
+    return {
+        "prompt_len": n,
+        "ub": arm.ub,
+        "partition": list(chunks),
+        "degenerate": degenerate,
+        "callers": counters["callers"],
+        "micrographs": counters["micrographs"],
+        "initial_token": int(np.argmax(logits)),
+        "initial_margin": float(top2_margin(logits)),
+        "logits_sha256": kv.logits_sha256(logits),
+        "kv_sha256": sha256_bytes(raw),
+        "kv_bytes": len(raw),
+    }
+
+
 def continue_greedy(ctx, model, logits: np.ndarray, pos: int, cap: int, *, keep_rows: bool = False):
     """Natural greedy continuation from a pending state: the initial logits give output 0.
 
@@ -180,10 +208,7 @@ def _run_arms(st: _Study, task, prompt: list[int], problems: list[str]) -> tuple
         ctx = st.ctx_for(arm.ub)
         reps = []
         for rep in range(1, st.repeats + 1):
-            ctx.reset_counters()
-            logits = prefill(ctx, prompt, chunks)
-            counters = ctx.counters()
-            raw = kv.export_state(ctx)
+            logits, raw, counters = prefill_state(ctx, prompt, chunks)
             ep, _ = continue_greedy(ctx, st.model, logits, n, st.cap)
             reps.append((rep, logits, raw, ep, counters))
         rep1 = reps[0]
@@ -233,24 +258,14 @@ def _partition_row(st: _Study, task, arm: PartitionArm, info: dict, n: int, rep_
         "task_id": task.task_id,
         "arm": arm.name,
         "repeat": rep,
-        "prompt_len": n,
-        "ub": arm.ub,
-        "partition": list(info["chunks"]),
-        "degenerate": info["degenerate"],
+        **state_columns(arm, n, info["chunks"], info["degenerate"], counters, logits, raw),
         "cap": st.cap,
-        "callers": counters["callers"],
-        "micrographs": counters["micrographs"],
         "endpoint_sha256": ep.sha256,
         "tokens": rec["tokens"],
         "n": rec["n"],
         "eog": rec["eog"],
         "last_token": rec["last_token"],
         "stop_reason": rec["stop_reason"],
-        "initial_token": int(np.argmax(logits)),
-        "initial_margin": float(top2_margin(logits)),
-        "logits_sha256": kv.logits_sha256(logits),
-        "kv_sha256": sha256_bytes(raw),
-        "kv_bytes": len(raw),
         "first_diff_vs_A": fd,
     }
 

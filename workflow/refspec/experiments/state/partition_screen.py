@@ -30,21 +30,16 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-import numpy as np
-
 from ...core import tables as T
 from ...core.errors import ConfigError
 from ...core.fsutil import atomic_write_text
-from ...core.hashing import sha256_bytes, sha256_file
-from ...core.panels import prompt_tokens, resolve_panel, write_panel
+from ...core.panels import EXPOSED_PANEL, prompt_tokens, read_frozen_screen, resolve_panel, write_panel
 from ...native.models import ensure_family
-from ...native.runtime import Context, ContextSpec, Model, top2_margin
-from . import kvstate as kv
-from .partition import PartitionArm, classes, prefill
+from ...native.runtime import Context, ContextSpec, Model
+from .partition import PartitionArm, classes, prefill_state, state_columns
 
 SCREEN_FORMAT = 1
 SCREEN_RECORD = "partition-screen.json"
-EXPOSED_PANEL = "exposed-panel.jsonl"
 RULE = (
     "every partition arm prefills each input of the discovery panel with output capacity one, nothing "
     "decoded; exposed: an input on which some arm's KV bytes or initial logits differ from A's; pair: "
@@ -135,27 +130,10 @@ def run_partition_screen(
                     contexts[arm.ub] = Context(model, spec)
                 ctx = contexts[arm.ub]
                 chunks, degenerate = arm.chunks(n)
-                ctx.reset_counters()
-                logits = prefill(ctx, prompt, chunks)
-                counters = ctx.counters()
-                raw = kv.export_state(ctx)
+                logits, raw, counters = prefill_state(ctx, prompt, chunks)
                 per.append(
-                    {
-                        "family": family,
-                        "task_id": task.task_id,
-                        "arm": arm.name,
-                        "prompt_len": n,
-                        "ub": arm.ub,
-                        "partition": list(chunks),
-                        "degenerate": degenerate,
-                        "callers": counters["callers"],
-                        "micrographs": counters["micrographs"],
-                        "initial_token": int(np.argmax(logits)),
-                        "initial_margin": float(top2_margin(logits)),
-                        "logits_sha256": kv.logits_sha256(logits),
-                        "kv_sha256": sha256_bytes(raw),
-                        "kv_bytes": len(raw),
-                    }
+                    {"family": family, "task_id": task.task_id, "arm": arm.name}
+                    | state_columns(arm, n, chunks, degenerate, counters, logits, raw)
                 )
                 if bar is not None:
                     bar.update(1)
@@ -221,15 +199,9 @@ def summary(record: dict, rows: Sequence[dict]) -> str:
 
 def read_partition_screen(folder: str | Path) -> dict:
     """The frozen record of a partition-screen folder; its exposed panel must have the recorded digest."""
-    p = Path(folder) / SCREEN_RECORD
-    try:
-        rec = json.loads(p.read_text())
-    except FileNotFoundError as e:
-        raise ConfigError(f"{p}: no partition screen here (run the partition screen stage first)") from e
-    ep = rec.get("exposed_panel") or {}
-    f = Path(folder) / ep.get("file", EXPOSED_PANEL)
-    if ep.get("sha256") is None:
-        raise ConfigError(f"{p}: the partition screen found no input to study (none exposed, no control)")
-    if not f.is_file() or sha256_file(f) != ep["sha256"]:
-        raise ConfigError(f"{f}: not the exposed panel {p} froze (sha256 differs or file missing)")
-    return rec
+    return read_frozen_screen(
+        folder,
+        SCREEN_RECORD,
+        missing="no partition screen here (run the partition screen stage first)",
+        empty="the partition screen found no input to study (none exposed, no control)",
+    )
