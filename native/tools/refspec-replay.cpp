@@ -1,5 +1,5 @@
 // refspec-replay: rebuild the non-flash attention subgraph of one llama.cpp layer on frozen
-// operands in three layouts (mq, pq, qb), compute it on a chosen ggml backend and write the
+// operands in four layouts (mq, pq, qb, qh), compute it on a chosen ggml backend and write the
 // stage outputs (QK = kq, softmax = kq_soft_max, AV = kqv, restored output) plus a JSON report
 // of every node's descriptors, its placement and each backend's supports_op answer.
 //
@@ -9,7 +9,7 @@
 // usage: refspec-replay [options] [OPERAND_FILE ...]
 //   --backend NAME      device name (CPU, CUDA0, Vulkan0, ...) or registry name (CUDA, Vulkan)
 //   --threads N         threads for backends that take a thread count (default 1)
-//   --layouts L[,L..]   layouts to evaluate for positional inputs (default mq,pq,qb)
+//   --layouts L[,L..]   layouts to evaluate for positional inputs (default mq,pq,qb,qh)
 //   --fault NAME        inject a representation fault into qb (audit only; see anc/audit.md)
 //   --out-dir DIR       where stage files of positional inputs go (default: next to the input)
 //   --jobs FILE         JSON list of jobs: [{"input", "layouts", "fault", "out_prefix", "write_stages"}]
@@ -292,7 +292,8 @@ bool is_view_op(ggml_op op) {
 }
 
 struct Stage {
-    std::vector<ggml_tensor *> kq, sm, kqv;  // one entry (mq, qb) or one per query (pq)
+    std::vector<ggml_tensor *> kq, sm, kqv;  // one entry (mq, qb, qh) or one per query (pq)
+    int64_t batch_queries = 0;  // qh: the batch axis (dim 2) holds queries x heads, written as (.., query, head)
     ggml_tensor * out = nullptr;
     std::vector<std::string> axes_kq, axes_kqv;
 };
@@ -354,6 +355,22 @@ Stage build_layout(ggml_context * ctx, const std::string & layout, const std::st
         st.out = ggml_cont_2d(ctx, cur, dv * h, nq);
         st.axes_kq = {"key", "one", "head", "query"};
         st.axes_kqv = {"chan", "one", "head", "query"};
+    } else if (layout == "qh") {
+        // queries folded into the head batch axis: q copied into (d, n_q, h) order and viewed as
+        // (d, 1, n_q*h, 1), batch j = head*n_q + qi; K/V broadcast over dim 2 only (j / (r*n_q) =
+        // head / r); the mask viewed as (n_kv, 1, n_q, 1), row j % n_q = qi
+        if (o.max_bias > 0.0f) fail("qh: ALiBi takes each head's slope from the batch axis, which qh fills with queries; refused");
+        ggml_tensor * qc = ggml_cont(ctx, q);
+        ggml_set_name(qc, "q_qh");
+        ggml_tensor * qv = ggml_reshape_4d(ctx, qc, d, 1, nq * h, 1);
+        ggml_tensor * mv = ggml_view_4d(ctx, mask, nkv, 1, nq, 1, mask->nb[1], mask->nb[1], size_t(nq) * mask->nb[1], 0);
+        ggml_set_name(mv, "mask_qh");
+        attn_core(ctx, qv, k, v, mv, o.scale, o.max_bias, "", st);
+        ggml_tensor * cur = ggml_permute(ctx, ggml_reshape_3d(ctx, st.kqv[0], dv, nq, h), 0, 2, 1, 3);
+        st.out = ggml_cont_2d(ctx, cur, dv * h, nq);
+        st.batch_queries = nq;
+        st.axes_kq = {"key", "one", "query", "head"};
+        st.axes_kqv = {"chan", "one", "query", "head"};
     } else if (layout == "pq") {
         ggml_tensor * cat = nullptr;
         for (int64_t j = 0; j < nq; j++) {
@@ -368,7 +385,7 @@ Stage build_layout(ggml_context * ctx, const std::string & layout, const std::st
         st.axes_kq = {"key", "one", "head", "query"};
         st.axes_kqv = {"chan", "one", "head", "query"};
     } else {
-        fail("unknown layout '" + layout + "' (mq, pq, qb)");
+        fail("unknown layout '" + layout + "' (mq, pq, qb, qh)");
     }
     ggml_set_name(st.out, "kqv_out");
     ggml_set_output(st.out);
@@ -502,6 +519,7 @@ void write_stages(const std::string & path, const Operands & o, const std::strin
             all.insert(all.end(), b.begin(), b.end());
         }
         if (parts.size() > 1) ne[3] = int64_t(parts.size());  // pq: per-query nodes stacked along dim 3
+        if (st.batch_queries > 0) ne = {ne[0], ne[1], st.batch_queries, ne[2] / st.batch_queries};  // qh: (.., n_q, h)
         tensors[name] = stage_entry(parts[0]->type, ne, axes, off, all.size());
         off = align_up(off + all.size(), kAlign);
         blobs.push_back(std::move(all));
@@ -720,7 +738,7 @@ std::string dirname_of(const std::string & p) {
 
 void usage(FILE * f) {
     std::fprintf(f,
-                 "usage: refspec-replay [--backend NAME] [--threads N] [--layouts mq,pq,qb] [--fault NAME]\n"
+                 "usage: refspec-replay [--backend NAME] [--threads N] [--layouts mq,pq,qb,qh] [--fault NAME]\n"
                  "                      [--out-dir DIR] [--jobs FILE] [--report FILE] [--no-stages]\n"
                  "                      [--backend-dir DIR] [--list-devices] [OPERAND_FILE ...]\n");
 }
@@ -728,7 +746,7 @@ void usage(FILE * f) {
 }  // namespace
 
 int main(int argc, char ** argv) {
-    std::string backend = "CPU", layouts_s = "mq,pq,qb", fault = "none", out_dir, jobs_path, report_path, backend_dir;
+    std::string backend = "CPU", layouts_s = "mq,pq,qb,qh", fault = "none", out_dir, jobs_path, report_path, backend_dir;
     int threads = 1;
     bool list_devices = false, no_stages = false;
     std::vector<std::string> inputs;

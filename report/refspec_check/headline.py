@@ -126,7 +126,8 @@ def required_in_headline(c: Checker, E: Expected) -> dict[str, str]:
     * the first divergence of every failing arm that ran (its earliest, by index then task);
     * every qualified ratio of the confirmation and the A/A control of each campaign and family it shows;
     * every E2 estimate's session count (and the replication's A/A control);
-    * the E1 counts of every family and stage, and the prediction's totals;
+    * the E1 counts of every family and stage (PQ = QB of the contexts that admit QB, the refused ones
+      where there are any, PQ = QH of all), and the prediction's totals;
     * the number screened of every vacuous panel (its verdict "vacuous: no exposed input in N screened")."""
     refused = refused_arms(c)
     need: dict[str, str] = {}
@@ -150,7 +151,14 @@ def required_in_headline(c: Checker, E: Expected) -> dict[str, str]:
         elif p[0] == "est" and p[-1] == "n_sessions":
             need[nid] = f"E2 estimate {' '.join(p[1:-1])}"
             shown_ratio.add(("replication", p[1], None))
-        elif p[0] == "replay" and len(p) == 4 and p[3] in ("pq_eq_qb", "contexts"):
+        elif (
+            p[0] == "replay"
+            and len(p) == 4
+            and (
+                p[3] in ("pq_eq_qb", "qb_admitted", "pq_eq_qh", "contexts")
+                or (p[3] == "qb_refused" and E.items[nid][0])
+            )
+        ):
             need[nid] = f"E1 {p[3]} of {p[1]} {p[2]}"
         elif p[0] == "vacuity" and len(p) == 4:
             need[nid] = f"vacuity verdict of {p[1]} {p[2]}"

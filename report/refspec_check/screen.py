@@ -121,6 +121,8 @@ def check_screen(ctx: Context, plan: dict | None) -> None:
         E.add(("screen", fam, "tried"), len(expect_tried), s)
         E.add(("screen", fam, "exposed"), len(exposed), s)
         E.add(("screen", fam, "controls"), len(controls), s)
+        if not exposed:  # the verdict a screen that finds nothing gets: "vacuous: no exposed input in N screened"
+            E.add(("screen", fam, "vacuous_screened"), len(expect_tried), s)
         for i in idx:
             r = t.rows[i]
             if r["status"] not in ("diverges", "matches"):

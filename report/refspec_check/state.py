@@ -28,6 +28,7 @@ def check_state(ctx: Context) -> None:
     traj = check_crosses(ctx, nat)
     check_frontier(ctx, traj)
     check_admission(ctx)
+    check_graph_size(ctx)
     check_projection(ctx)
     check_claims(ctx, nat)
 
@@ -352,6 +353,44 @@ def check_admission(ctx: Context) -> None:
         E.add(base + ("ops",), len(g), s_a)
         E.add(base + ("false",), sum(r["verdict"] == "false" for r in g), s_a)
         E.add(base + ("fallback",), sum(bool(r["fallback"]) for r in g), s_a)
+
+
+def check_graph_size(ctx: Context) -> None:
+    """Graph size (graph_size.csv). Per row: ok exactly when the counts are given and no reason, refused
+    exactly when a reason and no counts; an ok caller runs q micrographs with gs and one with any other
+    layout, and computes at most the nodes its graphs hold. Per (family, device, layout, q): q, the
+    micrographs, nodes, dispatches, splits, and the dispatches added to the ok MQ caller of the same q."""
+    c, E, tables, src = ctx.c, ctx.E, ctx.tables, ctx.src
+    gs = tables.get("graph_size")
+    if gs is None:
+        return
+    s_g = src("graph_size")
+    counts = ("micrographs", "nodes", "dispatches", "splits")
+    mq = {(r["family"], r["device"], r["q"]): r for r in gs.rows if r["layout"] == "mq" and r["status"] == "ok"}
+    for i, r in enumerate(gs.rows):
+        base = ("graph_size", r["family"], r["device"], r["layout"], r["q"])
+        E.add(base + ("q",), r["q"], s_g)
+        c.identities += 1
+        given = [r[k] is not None for k in counts]
+        if r["status"] == "ok":
+            if not all(given) or r["reason"] is not None:
+                c.bad(gs.where(i, "status"), "an ok caller has every count and no reason")
+                continue
+            c.identities += 1
+            c.same(gs.where(i, "micrographs"), r["micrographs"], r["q"] if r["layout"] == "gs" else 1)
+            if r["dispatches"] > r["nodes"]:
+                c.bad(gs.where(i, "dispatches"), f"{r['dispatches']} dispatches of {r['nodes']} nodes")
+            for k in counts:
+                E.add(base + (k,), r[k], s_g)
+            ref = mq.get((r["family"], r["device"], r["q"]))
+            if ref is not None:
+                c.recomputed += 1
+                E.add(base + ("added",), r["dispatches"] - ref["dispatches"], s_g)
+        elif r["status"] == "refused":
+            if any(given) or not r["reason"]:
+                c.bad(gs.where(i, "status"), "a refused caller has a reason and no counts")
+        else:
+            c.bad(gs.where(i, "status"), f"status {r['status']!r} is neither ok nor refused")
 
 
 PROJECTION_STATUSES = ("qualified", "mismatch", "excluded", "error")

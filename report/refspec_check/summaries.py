@@ -185,7 +185,8 @@ def check_prediction(ctx: Context, plan) -> None:
 
 
 def check_replay(ctx: Context) -> None:
-    """The replay summary per (family, stage): contexts, counts of PQ = QB, MQ = PQ and passing
+    """The replay summary per (family, stage): contexts, those where the device refused QB and those where
+    it admitted it, counts of PQ = QB (among the admitted), PQ = QH, MQ = PQ and passing
     controls, maxima of |MQ - PQ|, its ULPs and the visible keys. Identity: a context with MQ = PQ
     records no difference (max_abs_mq = max_ulp_mq = 0, no first_diff)."""
     c, E, tables, src = ctx.c, ctx.E, ctx.tables, ctx.src
@@ -197,8 +198,12 @@ def check_replay(ctx: Context) -> None:
         g[(r["family"], r["stage"])].append(r)
     for (fam, stage), rs in g.items():
         base = ("replay", fam, stage)
+        refused = [r for r in rs if "qb" in (r["device_refused"] or "").split(",")]
         E.add(base + ("contexts",), len(rs), s_p)
-        E.add(base + ("pq_eq_qb",), sum(1 for r in rs if r["pq_eq_qb"]), s_p)
+        E.add(base + ("qb_refused",), len(refused), s_p)
+        E.add(base + ("qb_admitted",), len(rs) - len(refused), s_p)
+        E.add(base + ("pq_eq_qb",), sum(1 for r in rs if r["pq_eq_qb"] and r not in refused), s_p)
+        E.add(base + ("pq_eq_qh",), sum(1 for r in rs if r["pq_eq_qh"]), s_p)
         E.add(base + ("mq_eq_pq",), sum(1 for r in rs if r["mq_eq_pq"]), s_p)
         E.add(base + ("control_ok",), sum(1 for r in rs if r["control_ok"]), s_p)
         E.add(base + ("max_abs_mq",), max(r["max_abs_mq"] for r in rs), s_p)

@@ -188,3 +188,40 @@ def test_a_screen_divergence_class_that_its_margin_does_not_give_is_refused(tmp_
     probs = _problems(tmp_path, rows)
     assert any("column divergence" in p and "'near tie'" in p for p in probs), probs
     assert any("column near_tie_bound" in p for p in probs), probs
+
+
+def _vacuous_screen() -> tuple[list[dict], dict]:
+    """The same discovery panel where no unrepaired arm diverges: the budget of three tasks runs out."""
+    rows = []
+    for r in _rows():
+        r = dict(r, exposed=False)
+        if r["arm"] != "R" and r["task_id"] != "HumanEval/3":
+            r |= dict(status="matches", n_tokens=48, first_diff_index=None, ref_token=None, arm_token=None)
+            r |= dict(ref_margin=None, arm_margin=None, divergence=None, near_tie_bound=None)
+        rows.append(r)
+    rec = copy.deepcopy(RECORD)
+    rec |= dict(tried=["HumanEval/2", "HumanEval/1", "HumanEval/0"], exposed=[])
+    rec["exposed_panel"] = {"file": "exposed-panel.jsonl", "tasks": ["HumanEval/3"]}
+    return rows, rec
+
+
+def _expected(tmp_path, rows, record) -> dict:
+    d = tmp_path / "campaigns" / "screen"
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "screen.json").write_text(json.dumps(record))
+    c = Checker(str(tmp_path), quiet=True)
+    lines = list(range(2, len(rows) + 2))
+    t = CsvTable("divergence_screen", "divergence_screen.csv", "tables/divergence_screen.csv", rows, lines)
+    ctx = Context(c, {"divergence_screen": t}, lambda name: f"tables/{name}.csv")
+    check_screen(ctx, None)
+    assert c.problems == []
+    return {k: v[0] for k, v in ctx.E.items.items()}
+
+
+def test_a_screen_that_finds_nothing_owes_the_vacuous_verdict(tmp_path):
+    """check.py expects "vacuous: no exposed input in N screened" (N the tasks tried) exactly when the
+    screen exposed nothing: a report that leaves the verdict out misses a recomputed number."""
+    e = _expected(tmp_path / "v", *_vacuous_screen())
+    assert e["screen|f|exposed"] == 0 and e["screen|f|vacuous_screened"] == 3
+    e = _expected(tmp_path / "x", _rows(), RECORD)
+    assert e["screen|f|exposed"] == 2 and "screen|f|vacuous_screened" not in e

@@ -418,6 +418,7 @@ def test_schemas_are_documented():
         "loads",
         "divergence_screen",
         "partition_screen",
+        "graph_size",
     }
     for name, sp in T.TABLES.items():
         raw = json.loads(sp.path.read_text())

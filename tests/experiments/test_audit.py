@@ -18,7 +18,7 @@ def test_fixture_grid():
     fxs = A.fixtures()
     assert len(geos) == 72 and len(set(g.name for g in geos)) == 72
     assert len(fxs) == 432 and len(set(f.name for f in fxs)) == 432
-    assert len(fxs) * len(REPLAYED_LAYOUTS) == 1296
+    assert len(fxs) * len(REPLAYED_LAYOUTS) == 1728
     assert {g.d for g in geos} == {128}
     assert {(g.n_head, g.n_head_kv) for g in geos} == {(8, 8), (8, 1), (32, 8)}
     assert {g.n_kv for g in geos} == {127, 128, 129, 255, 256, 257}
@@ -80,6 +80,8 @@ def test_audit_subset(replay_tool, tmp_path):
     assert s["fixtures"] == len(fxs) == 24
     assert s["crashes"] == [] and s["address_failures_clean"] == [] and s["strict_failures_clean"] == []
     assert s["pq_eq_qb_bitwise"] == {"equal": 24, "of": 24}
+    assert s["pq_eq_qh_bitwise"] == {"equal": 24, "of": 24}  # every geometry's GQA ratio and q, through the oracle
+    assert {r["layout"] for r in res.rows if r["fault"] is None} == {"mq", "pq", "qb", "qh"}
     assert s["q1_mq_pq_qb_bitwise"]["equal"] == s["q1_mq_pq_qb_bitwise"]["of"] == 12
     for name, v in s["faults"].items():
         assert v["injected"] > 0 and v["detected_address"] == v["injected"], name
@@ -149,9 +151,10 @@ def test_cli_audit(replay_tool, tmp_path, monkeypatch, capsys):
 def test_full_audit(replay_tool):
     res = A.run_audit(replay_tool)
     s = res.summary
-    assert (s["fixtures"], s["geometries"], s["clean_evaluations"]) == (432, 72, 1296)
+    assert (s["fixtures"], s["geometries"], s["clean_evaluations"]) == (432, 72, 1728)
     assert A.audit_ok(s), (s["crashes"][:3], s["address_failures_clean"][:3], s["strict_failures_clean"][:3])
     assert s["pq_eq_qb_bitwise"] == {"equal": 432, "of": 432}
+    assert s["pq_eq_qh_bitwise"] == {"equal": 432, "of": 432}
     assert s["faults_not_injected"] == [] and s["all_faults_detected"]
     assert {f: v["injected"] for f, v in s["faults"].items()} == {
         "gqa_interleaved": 144,

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from refspec import cli
-from refspec.core.layouts import REPLAYED_LAYOUTS
+from refspec.core.layouts import CAPTURED_LAYOUTS
 from refspec.experiments import capture, operands
 from refspec.experiments import replay as e1
 from refspec.native import build as native
@@ -90,7 +90,7 @@ def test_captured_operands_are_the_graph_views(captured, phase):
         a, b = getattr(ops["pq"], get)(), getattr(ops["qb"], get)()
         assert np.array_equal(np.ascontiguousarray(a).view(np.uint8), np.ascontiguousarray(b).view(np.uint8)), get
     # capture on/off: same complete endpoint
-    for lay in REPLAYED_LAYOUTS:
+    for lay in CAPTURED_LAYOUTS:
         assert cc.observations[lay].endpoint == cc.controls_off[lay].endpoint
         assert cc.observations[lay].counters[f"micrographs_{lay}"] == 1
 
@@ -111,9 +111,10 @@ def test_own_path_replay_reproduces_native_stages(captured, tool, tmp_path, phas
 def test_pq_qb_operands_replayed_give_pq_eq_qb(captured, tool, tmp_path, phase):
     cc = captured[phase]
     for src in ("pq", "qb"):
-        st = _replay(tool, cc.files[src], ("pq", "qb", "mq"), tmp_path, f"x-{src}")
+        st = _replay(tool, cc.files[src], ("pq", "qb", "mq", "qh"), tmp_path, f"x-{src}")
         for s in e1.CAPTURED_STAGES:
             assert np.array_equal(_bits(st["pq"][s]), _bits(st["qb"][s])), f"{src} operands: {s} pq != qb"
+            assert np.array_equal(_bits(st["pq"][s]), _bits(st["qh"][s])), f"{src} operands: {s} pq != qh"
         # q = 3 rows: MQ's batched kernels differ from the single-row computation at QK
         assert not np.array_equal(_bits(st["mq"]["kq"]), _bits(st["qb"]["kq"]))
 
@@ -127,12 +128,14 @@ def test_evaluate_context_rows_and_table(captured, tool, tmp_path):
         details.append(d)
     assert len(rows) == 6
     for r in rows:
-        assert r["control_ok"] and r["reason"] is None and r["pq_eq_qb"]
+        assert r["control_ok"] and r["reason"] is None and r["pq_eq_qb"] and r["pq_eq_qh"]
+        assert r["device_refused"] is None
         assert r["visible_keys"] >= Q
     assert not rows[0]["mq_eq_pq"] and rows[0]["first_diff"] is not None and rows[0]["max_ulp_mq"] > 0
     s = e1.summarize(rows, details, family="smollm2-135m", layers=[LAYER], backend="CPU", seconds=0.0)
     assert s["controls_passed"] == 2 and s["stages"]["kq"]["pq_eq_qb"] == [2, 2]
-    assert "PQ = QB bitwise" in e1.format_summary(s)
+    assert s["stages"]["kq"]["pq_eq_qh"] == [2, 2]
+    assert "PQ = QB bitwise" in e1.format_summary(s) and "PQ = QH bitwise" in e1.format_summary(s)
     paths = e1.write_results(e1.E1Result(rows, details, s), tmp_path / "out")
     assert paths["csv"].read_text().count("\n") == 7
     assert json.loads(paths["summary"].read_text())["contexts"] == 2

@@ -6,6 +6,7 @@ Tests that run the tool use the one ``refspec build`` builds with the default (C
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 from pathlib import Path
@@ -240,6 +241,8 @@ def test_layouts_on_random_fixtures(replay_tool, tmp_path, record_property):
         for s in operands.STAGES:
             c = operands.compare(by["pq"][s], by["qb"][s])
             assert c.bitwise_equal, (path, s, c.as_dict())
+            c = operands.compare(by["pq"][s], by["qh"][s])
+            assert c.bitwise_equal, (path, s, "qh", c.as_dict())
         for lay in REPLAYED_LAYOUTS:  # the output restore puts (query, head, channel) in place
             assert operands.compare(by[lay]["out"], by[lay]["kqv"].reshape(nq, -1)).bitwise_equal
         if nq == 1:
@@ -283,6 +286,25 @@ def test_report_placement_and_supports(replay_tool, tmp_path):
             qv = next(n for n in ev["nodes"] if n["name"] == "q_qb")
             qo = next(n for n in ev["nodes"] if n["name"] == "q")
             assert qv["ne"] == [64, 1, 8, 2] and qv["nb"][3] == qo["nb"][1] and qv["nb"][2] == qo["nb"][2]
+        if ev["layout"] == "qh":  # the queries folded into the head batch axis, dim 3 left at one
+            assert kq[0]["ne"] == [64, 1, 16, 1]
+            qc = next(n for n in ev["nodes"] if n["name"] == "q_qh")
+            assert qc["op"] == "CONT" and qc["ne"] == [64, 2, 8, 1] and qc["contiguous"]
+            sm = next(n for n in compute if n["op"] == "SOFT_MAX")
+            mask = next(n for n in ev["nodes"] if n["id"] == sm["src"][1])
+            assert mask["ne"] == [64, 1, 2, 1]  # mask row j % n_q = query j
+
+
+def test_qh_refuses_alibi(replay_tool, tmp_path):
+    """With ALiBi the softmax takes each head's slope from the batch index, which QH fills with
+    head * n_q + query: the tool refuses QH there, and PQ (one head per batch entry) still runs."""
+    q, k, v, m = random_case(2, 32, seed=8)
+    p = tmp_path / "alibi.rsop"
+    operands.write_operands(p, dataclasses.replace(operands.make_operands(q, k, v, m), max_bias=8.0))
+    report = operands.run_replay(replay_tool, [operands.ReplayJob(p, ("pq", "qh"), write_stages=False)])
+    by = {ev["layout"]: ev for ev in report["jobs"][0]["evaluations"]}
+    assert by["pq"]["status"] == "ok"
+    assert by["qh"]["status"] == "error" and "ALiBi" in by["qh"]["error"], by["qh"]
 
 
 def test_tool_reports_bad_files_without_crashing(replay_tool, tmp_path):
@@ -298,7 +320,7 @@ def test_tool_reports_bad_files_without_crashing(replay_tool, tmp_path):
     )
     jb, jg = report["jobs"]
     assert jb["status"] == "error" and "truncated" in jb["error"]
-    assert jg["status"] == "ok" and len(jg["evaluations"]) == 3
+    assert jg["status"] == "ok" and len(jg["evaluations"]) == len(REPLAYED_LAYOUTS)
 
 
 def test_nonfinite_masked_in_is_not_replayed(replay_tool, tmp_path):

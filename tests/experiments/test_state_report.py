@@ -166,6 +166,7 @@ def test_report_shows_the_state_sections(archive):
         "Full-KV differences from A and the natural endpoint (Table S12 shape)",
         "Frontier contrasts (Table S13 shape)",
         "Admission of the lifted shapes",
+        "Graph nodes and dispatches per caller",
         "Claims of the controlled stages",
         "Replayed calls per input, arm and node",
         "Projection replay: calls by outcome",
@@ -175,6 +176,33 @@ def test_report_shows_the_state_sections(archive):
     assert nums["partition|HumanEval/2|U1|first_diff_vs_A"]["value"] == 32
     assert nums["crosses|shams"]["value"] == 4 and nums["crosses|shams_ok"]["value"] == 4
     assert nums["claim|crosses|campaigns/crosses|controls_failed"]["value"] == 0
+
+
+def test_graph_size_counts_each_layouts_nodes(archive):
+    """The admission stage decodes the target once per layout and q: PQ grows by a QK product, a softmax,
+    an AV product and a concat per layer and added query; QB does not grow; QH is QB plus one Q copy per layer."""
+    rows = {(r["layout"], int(r["q"])): r for r in _csv(archive / "tables" / "graph_size.csv")}
+    assert set(rows) == {(lay, q) for lay in ("mq", "pq", "qb", "gs", "qh") for q in (1, 2)}
+    assert all(r["status"] == "ok" and r["device"] == "CPU" for r in rows.values())
+    d = {k: int(r["dispatches"]) for k, r in rows.items()}
+    n_layer = 30
+    assert d[("pq", 2)] - d[("pq", 1)] == 4 * n_layer
+    assert d[("qb", 2)] == d[("qb", 1)] and d[("qh", 2)] - d[("qb", 2)] == n_layer
+    assert int(rows[("gs", 2)]["micrographs"]) == 2 and int(rows[("qh", 2)]["micrographs"]) == 1
+    nums = {n["id"]: n for n in json.loads((archive / "numbers.json").read_text())["numbers"]}
+    assert nums["graph_size|smollm2-135m|CPU|pq|2|added"]["value"] == d[("pq", 2)] - d[("mq", 2)]
+
+
+def test_checker_refuses_a_changed_graph_size(archive, tmp_path):
+    bad = tmp_path / "bad"
+    shutil.copytree(archive, bad)
+    p = bad / "tables" / "graph_size.csv"
+    rows = _csv(p)
+    i = next(i for i, r in enumerate(rows) if r["layout"] == "pq" and r["q"] == "2")
+    rows[i]["micrographs"] = "2"  # a PQ caller is one graph: the table says two
+    _write_csv(p, rows)
+    r = subprocess.run(["python3", "-I", "-S", str(CHECK), str(bad), "--unsealed"], capture_output=True, text=True)
+    assert r.returncode == 1 and "graph_size" in r.stdout + r.stderr, r.stdout + r.stderr
 
 
 def test_checker_recomputes_the_state_sections(archive):

@@ -98,11 +98,12 @@ def main(argv: list[str] | None = None) -> int:
     if rp:
         out.append("")
         pq_qb = sum(bool(r["pq_eq_qb"]) for r in rp)
+        pq_qh = sum(bool(r.get("pq_eq_qh")) for r in rp)
         mq = sum(bool(r["mq_eq_pq"]) for r in rp)
         ctl = sum(bool(r["control_ok"]) for r in rp)
         q1 = [r for r in rp if r["q"] == 1]
         out.append(
-            f"E1 replay: {len(rp)} stage comparisons; PQ = QB bitwise {pq_qb}/{len(rp)}; "
+            f"E1 replay: {len(rp)} stage comparisons; PQ = QB bitwise {pq_qb}/{len(rp)}; PQ = QH {pq_qh}/{len(rp)}; "
             f"MQ = PQ {mq}/{len(rp)} (q=1: {sum(bool(r['mq_eq_pq']) for r in q1)}/{len(q1)}); "
             f"controls ok {ctl}/{len(rp)}"
         )

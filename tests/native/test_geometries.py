@@ -21,6 +21,7 @@ import yaml
 
 from refspec import cli
 from refspec.core.errors import EXIT_INTEGRITY, EXIT_OK
+from refspec.core.layouts import REPLAYED_LAYOUTS, ROW_LAYOUTS
 from refspec.core.panels import Task, prompt_tokens
 from refspec.engine.decode import decode_panel
 from refspec.experiments import admission
@@ -144,14 +145,14 @@ def test_logits_are_not_degenerate(targets, tokens, name):
 def test_layouts_are_admitted(placed, targets, replay_tool, name):
     d, _ = placed
     m = targets[name]
-    for layout in ("pq", "qb"):  # the native guard accepts the geometry (it refuses qwen2, bias, experts)
+    for layout in ROW_LAYOUTS:  # the native guard accepts the geometry (it refuses qwen2, bias, experts)
         with Context(m, spec(layout)) as ctx:
             assert ctx.active_layout() == layout
     shape = admission.gguf_attention_shape(d / f"{name}-target.gguf", n_kv=64)
     res = admission.run_admission(replay_tool, "CPU", shape, queries=(1, 2, 3, 4))
     assert not res["errors"], res["errors"]
     got = {(r["layout"], r["q"]) for r in res["rows"]}
-    assert got == {(lay, q) for lay in ("mq", "pq", "qb") for q in (1, 2, 3, 4)}
+    assert got == {(lay, q) for lay in REPLAYED_LAYOUTS for q in (1, 2, 3, 4)}
     refused = [r for r in res["rows"] if r["verdict"] != "unknown" or r["fallback"]]
     assert not refused, refused
 

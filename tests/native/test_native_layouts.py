@@ -1,6 +1,6 @@
 """The attention layouts on the real SmolLM2 target: stage outputs, reuse, phase guard.
 
-PQ and QB give every query row the single-row computation, so their QK (``kq``),
+PQ, QB and QH give every query row the single-row computation, so their QK (``kq``),
 softmax (``kq_soft_max``) and AV (``kqv``) outputs must be bitwise identical for
 any number of occupied rows, and with one row every layout equals MQ.
 """
@@ -61,9 +61,27 @@ def test_pq_and_qb_stages_are_bitwise_identical(target, tokens, q, phase):
 
 
 @pytest.mark.parametrize("phase", ["prefill", "continuation"])
+@pytest.mark.parametrize("q", [2, 3, 4])
+def test_qh_stages_equal_pq_bitwise_and_differ_from_mq(target, tokens, q, phase):
+    pq, pq_logits, _ = _run(target, tokens, "pq", q, phase)
+    qh, qh_logits, qh_c = _run(target, tokens, "qh", q, phase)
+    mq, mq_logits, _ = _run(target, tokens, "mq", q, phase)
+    assert set(qh) == set(pq) == {(s, il) for s in STAGES for il in LAYERS}
+    for key in sorted(qh):
+        assert qh[key].shape == pq[key].shape and qh[key].shape[0] == q, key
+        assert np.array_equal(_bits(pq[key]), _bits(qh[key])), f"{key} differs between pq and qh (q={q}, {phase})"
+    assert np.array_equal(_bits(pq_logits), _bits(qh_logits))
+    # a qh that fell back to the stock graph would equal mq: after the prefix (more keys than rows)
+    # MQ's batched QK differs from the single-row problems, so the continuation cases can fail
+    if phase == "continuation":
+        assert any(not np.array_equal(_bits(mq[k]), _bits(qh[k])) for k in qh), f"mq equals qh at q={q}"
+    assert qh_c["micrographs_qh"] >= 1 and qh_c["micrographs_mq"] == 0
+
+
+@pytest.mark.parametrize("phase", ["prefill", "continuation"])
 def test_single_row_every_layout_equals_mq(target, tokens, phase):
     mq, mq_logits, _ = _run(target, tokens, "mq", 1, phase)
-    for layout in ("pq", "qb"):
+    for layout in ("pq", "qb", "qh"):
         other, logits, _ = _run(target, tokens, layout, 1, phase)
         for key in mq:
             assert np.array_equal(_bits(mq[key]), _bits(other[key])), f"{layout} {key} differs from mq at q=1"
@@ -85,13 +103,13 @@ def _history(ctx: Context, tokens) -> None:
 def test_layout_switches_rebuild_and_match_fresh_contexts(target, tokens):
     batch = tokens[PREFIX : PREFIX + 3]
     fresh = {}
-    for layout in ("mq", "pq", "qb"):
+    for layout in ("mq", "pq", "qb", "qh"):
         with Context(target, _spec("qb")) as ctx:  # same (qb) prefill history for all
             _history(ctx, tokens)
             ctx.set_layout(layout)
             fresh[layout] = ctx.decode(batch, PREFIX, outputs="all")
 
-    sequence = ["qb", "qb", "pq", "pq", "mq", "qb", "mq", "pq"]
+    sequence = ["qb", "qb", "pq", "pq", "mq", "qh", "qh", "qb", "mq", "pq"]
     with Context(target, _spec("qb")) as ctx:
         _history(ctx, tokens)
         prev = None
@@ -111,8 +129,9 @@ def test_layout_switches_rebuild_and_match_fresh_contexts(target, tokens):
                 assert (rebuilt, reused) == (0, 1), f"repeat of {layout} must reuse the graph"
             assert np.array_equal(_bits(logits), _bits(fresh[layout])), f"{layout} after switching differs from fresh"
             prev = layout
-    # the fresh results themselves: pq and qb agree bitwise
+    # the fresh results themselves: pq, qb and qh agree bitwise
     assert np.array_equal(_bits(fresh["pq"]), _bits(fresh["qb"]))
+    assert np.array_equal(_bits(fresh["pq"]), _bits(fresh["qh"]))
 
 
 def test_phase_guard_selects_layout_per_phase(target, tokens):
@@ -155,5 +174,32 @@ def test_counters_count_callers_micrographs_rows(target, tokens):
         c = ctx.counters()
         assert (c["callers"], c["micrographs"], c["rows"]) == (2, 4, 11)
         assert c["graph_rebuilds"] + c["graph_reuses"] == c["micrographs"]
+        # graph sizes summed over the micrographs: every node is counted, only some are dispatched
+        assert c["graph_nodes"] > c["graph_dispatches"] > 0 and c["graph_splits"] >= c["micrographs"]
         ctx.reset_counters()
         assert ctx.counters()["callers"] == 0
+
+
+def _graph_size(target, tokens, layout: str, q: int) -> dict[str, int]:
+    """Nodes, dispatches and splits of one q-row continuation graph with ``layout``."""
+    with Context(target, _spec(layout)) as ctx:
+        _history(ctx, tokens)
+        ctx.reset_counters()
+        ctx.decode(tokens[PREFIX : PREFIX + q], PREFIX, outputs="all")
+        c = ctx.counters()
+    assert c["micrographs"] == 1
+    return {k: c[k] for k in ("graph_nodes", "graph_dispatches", "graph_splits")}
+
+
+def test_graph_size_counts_the_layouts_attention_nodes(target, tokens):
+    """PQ adds one attention subgraph per query (its dispatches grow with q); QB and QH do not."""
+    n_layer = 30
+    size = {(lay, q): _graph_size(target, tokens, lay, q) for lay in ("mq", "pq", "qb", "qh") for q in (1, 2, 4)}
+    for lay in ("mq", "qb", "qh"):
+        assert size[(lay, 1)] == size[(lay, 2)] == size[(lay, 4)], lay
+    # per query and layer PQ adds QK, softmax, AV and one concat: 4 dispatches
+    for q in (2, 4):
+        grow = size[("pq", q)]["graph_dispatches"] - size[("pq", 1)]["graph_dispatches"]
+        assert grow == 4 * (q - 1) * n_layer, (q, grow)
+    # QH adds one copy of Q per layer to QB's graph
+    assert size[("qh", 4)]["graph_dispatches"] - size[("qb", 4)]["graph_dispatches"] == n_layer

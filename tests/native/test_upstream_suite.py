@@ -13,7 +13,7 @@ Opt-in (``./run test -m upstream_suite``): two builds of llama.cpp's tests from 
   reason), never an abort; ``mq`` passes everywhere; ``gs`` on a hybrid memory with
   recurrent-state rollback is refused, not aborted;
 - the refspec matrix (architecture x layout x q against the micro-batch-1 reference R, logits bit
-  for bit) never has ``pq``, ``qb`` or ``gs`` differ or fail, and is written as a CSV table.
+  for bit) never has ``pq``, ``qb``, ``qh`` or ``gs`` differ or fail, and is written as a CSV table.
 
 Cost on 2 shared cores: two test builds (about 3 min each when nothing else runs), then a few
 minutes of runs; the outcomes land in ``$REFSPEC_CACHE/upstream/<key16>/``.
@@ -26,6 +26,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
 
 import pytest
+
+from refspec.core.layouts import LAYOUTS
 
 pytestmark = [pytest.mark.upstream_suite, pytest.mark.slow]
 
@@ -80,7 +82,7 @@ def test_default_layout_passes_as_on_stock(suites, models):
     (models[0].parent.parent / "default.json").write_text(json.dumps(res, indent=2) + "\n")
 
 
-@pytest.mark.parametrize("layout", ["mq", "pq", "qb", "gs"])
+@pytest.mark.parametrize("layout", LAYOUTS)
 def test_each_layout_passes_or_is_refused_with_a_reason(suites, models, out_dir, layout):
     from refspec.native import upstream
 
@@ -107,7 +109,7 @@ def test_each_layout_passes_or_is_refused_with_a_reason(suites, models, out_dir,
         assert "bailingmoe3-moe.gguf" in {o.model for o in rollback}, "the hybrid-memory rollback case was not reached"
         assert "llada-dense.gguf" in {o.model for o in no_memory}
     else:
-        # pq/qb: the save/load test asks for two sequences (and flash attention where it is
+        # pq/qb/qh: the save/load test asks for two sequences (and flash attention where it is
         # available), refused on every model
         sl = [o for o in outcomes if o.test == "test-save-load-state"]
         assert all(o.status == "refused" for o in sl), [o for o in sl if o.status != "refused"][:3]
@@ -121,7 +123,7 @@ def test_refspec_matrix(suites, models, out_dir):
     by = {}
     for r in rows:
         by.setdefault((r["layout"], r["status"]), []).append(r)
-    assert len(rows) == 16 * len(models), "a model without a reference or a row missing"
+    assert len(rows) == len(LAYOUTS) * len(upstream.QS) * len(models), "a model without a reference or a row missing"
     bad = [r for r in rows if r["status"] not in ("reproduces", "refused", "differs")]
     assert not bad, bad[:5]
     # a layout that claims to preserve R never differs: it reproduces or is refused with a reason

@@ -11,9 +11,10 @@ and what the device does with the attention layouts (lavapipe on a machine witho
   same worker holds 0 and the driver refuses to time it (exit 5, ledgered).
 * The layouts: QB's lifted query axis is refused on the device at graph build, naming the
   device and the operator (ggml-vulkan supports no MUL_MAT whose operands differ in dim 3),
-  never run on the CPU in its place; PQ runs on the device and reproduces R.
+  never run on the CPU in its place; PQ and QH (the queries folded into the head batch axis,
+  which the device broadcasts) run on the device and reproduce R.
 * Admission on the device observes the same: qb's matmuls at q >= 2 are ``false`` with the
-  CPU fallback observed; at q = 1 and for pq they run on ``Vulkan0``.
+  CPU fallback observed; at q = 1 and for pq and qh they run on ``Vulkan0``.
 """
 
 from __future__ import annotations
@@ -200,7 +201,7 @@ def test_in_process_decode_refuses_a_hidden_device(tmp_path, vulkan_build, famil
     assert f"0 of {OFFLOADABLE} layers asked for are on a device" in r.stderr
 
 
-def test_qb_is_refused_on_the_device_and_pq_reproduces_r(tmp_path, vulkan_build, family_files):
+def test_qb_is_refused_on_the_device_and_pq_and_qh_reproduce_r(tmp_path, vulkan_build, family_files):
     cfg = _config(tmp_path)
     out = tmp_path / "rows.json"
     r = _refspec(
@@ -211,7 +212,7 @@ def test_qb_is_refused_on_the_device_and_pq_reproduces_r(tmp_path, vulkan_build,
             "--panel",
             str(_short_panel(tmp_path)),
             "--arms",
-            "R,M_pq",
+            "R,M_pq,M_qh",
             "--cap",
             "6",
             "--json",
@@ -224,6 +225,8 @@ def test_qb_is_refused_on_the_device_and_pq_reproduces_r(tmp_path, vulkan_build,
     by = {row["arm"]: row for row in rows}
     assert by["M_pq"]["device"] == "Vulkan0" and by["M_pq"]["gpu_layers"] == OFFLOADABLE
     assert by["M_pq"]["qualified"] is True and by["R"]["n"] == 6
+    assert by["M_qh"]["device"] == "Vulkan0" and by["M_qh"]["gpu_layers"] == OFFLOADABLE
+    assert by["M_qh"]["qualified"] is True
 
     # refused before any request of the arm: the worker's probe meets the graph-build guard
     r = _refspec(
@@ -250,6 +253,11 @@ def test_admission_on_the_device_observes_the_fallback(tmp_path, vulkan_build, f
     assert cell[("qb", 2, "av_mul_mat")]["verdict"] == "false"
     for key in [("qb", 1, "qk_mul_mat"), ("pq", 2, "qk_mul_mat"), ("mq", 2, "qk_mul_mat")]:
         assert cell[key]["verdict"] == "unknown" and cell[key]["observed"] == "Vulkan0", cell[key]
+    # qh: every node of the lifted shape on the device, none on the CPU
+    qh = [x for x in rows if x["layout"] == "qh"]
+    assert {x["q"] for x in qh} == {1, 2} and qh
+    for x in qh:
+        assert x["verdict"] == "unknown" and x["observed"] == "Vulkan0" and x["fallback"] is False, x
 
 
 def test_manifest_records_the_device_and_the_headers(tmp_path, vulkan_build, monkeypatch):

@@ -208,11 +208,13 @@ def _replay_rows(ok_second: bool) -> list[dict]:
                     "q": 2,
                     "stage": stage,
                     "pq_eq_qb": True,
+                    "pq_eq_qh": True,
                     "mq_eq_pq": False,
                     "max_abs_mq": 1e-6,
                     "max_ulp_mq": 3,
                     "first_diff": 0,
                     "visible_keys": 40,
+                    "device_refused": None,
                     "control_ok": ok,
                     "reason": None if ok else "repeatability: own-path mq differs between two replays",
                 }

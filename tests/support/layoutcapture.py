@@ -33,6 +33,10 @@ def canonical(items, layout: str, q: int) -> dict[tuple[str, int], np.ndarray]:
         elif layout == "qb":
             assert ne1 == 1 and ne3 == q
             out.setdefault((base, it.layer), []).append(a[:, :, 0, :])
+        elif layout == "qh":  # batch j = head*q + query
+            assert ne1 == 1 and ne3 == 1 and ne2 % q == 0
+            arr = a[0, :, 0, :].reshape(ne2 // q, q, ne0).transpose(1, 0, 2)
+            out.setdefault((base, it.layer), []).append(arr)
         else:  # pq: one node per query, in query order
             assert ne1 == 1 and ne3 == 1
             out.setdefault((base, it.layer), []).append(a[:, :, 0, :])

@@ -625,11 +625,13 @@ def make_results(
                                 q=q,
                                 stage=stage,
                                 pq_eq_qb=True,
+                                pq_eq_qh=True,
                                 mq_eq_pq=eq,
                                 max_abs_mq=0.0 if eq else rng.uniform(0.1, 1) * scale,
                                 max_ulp_mq=0 if eq else rng.randint(1, 4000),
                                 first_diff=None if eq else rng.randint(0, 500),
                                 visible_keys=q if phase == "prefill" else 100 + q,
+                                device_refused=None,
                                 control_ok=True,
                                 reason=None,
                             )

@@ -107,3 +107,29 @@ def test_gpu_config_studies_three_families_side_by_side(tmp_path):
     d = _snakemake("-n", "-p", "--configfile", "config/config.yaml", "--config", f"results={tmp_path}/one")
     assert d.returncode == 0 and f"{tmp_path}/one/campaigns/confirmation.done" in d.stdout
     assert "refspec campaign confirmation --family" not in d.stdout
+
+
+def test_paper_preset_sizes_the_screens(tmp_path):
+    """campaigns.preset paper: the partition screen's rule runs the paper's sizes (presets.paper of
+    config.yaml), the divergence screen reads its own; a preset key the section lacks is refused."""
+    import yaml
+
+    from refspec.core.config import load_config, preset_settings
+    from refspec.core.errors import ConfigError
+
+    cfg = yaml.safe_load((REPO_ROOT / "config" / "config.yaml").read_text())
+    cfg["campaigns"]["preset"] = "paper"
+    cfg["results"] = str(tmp_path / "res")
+    path = tmp_path / "paper.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    r = _snakemake("-n", "-p", "--configfile", str(path))
+    assert r.returncode == 0, r.stdout + r.stderr
+    line = next(x for x in r.stdout.splitlines() if "refspec state screen" in x)
+    assert "--tasks 0-163" in line and "--inputs 2 --controls 2" in line, line
+    loaded = load_config(path)
+    sc = preset_settings(loaded, "screen")
+    assert (sc["cap"], sc["want"], sc["budget"], sc["controls"]) == (128, 20, 164, 4) and "presets" not in sc
+    assert preset_settings({**loaded, "campaigns": {"preset": "default"}}, "screen")["cap"] == 48
+    loaded["screen"]["presets"]["paper"]["tries"] = 3
+    with pytest.raises(ConfigError, match="tries not settings of screen"):
+        preset_settings(loaded, "screen")

@@ -7,6 +7,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(workflow.basedir) / "workflow"))
 from refspec.provenance.manifest import source_paths
 from refspec.campaigns.definitions import load_definition
+from refspec.core.config import preset_settings
 
 RESULTS = config["results"]
 LOGS = f"{RESULTS}/logs"

@@ -5,6 +5,7 @@
 
 _ST = config["state"]
 _ADM = config["admission"]
+_PS = preset_settings(config, "partition_screen")  # under campaigns.preset
 
 
 rule partition_screen:
@@ -24,19 +25,14 @@ rule partition_screen:
     threads: 1
     params:
         results=lambda wildcards, output: Path(output[0]).parent.parent,
-        tasks=config["partition_screen"]["tasks"],
+        tasks=_PS["tasks"],
         splits=",".join(
-            str(s)
-            for s in (
-                _ST["splits"]
-                if config["partition_screen"]["splits"] is None
-                else config["partition_screen"]["splits"]
-            )
+            str(s) for s in (_ST["splits"] if _PS["splits"] is None else _PS["splits"])
         ),
-        ub_sweep=",".join(str(u) for u in config["partition_screen"]["ub_sweep"]),
+        ub_sweep=",".join(str(u) for u in _PS["ub_sweep"]),
         pair="auto" if PS_PAIR else ",".join(_ST["pair"]),
-        inputs=config["partition_screen"]["inputs"],
-        controls=config["partition_screen"]["controls"],
+        inputs=_PS["inputs"],
+        controls=_PS["controls"],
     shell:
         "refspec state screen --config {input.cfg} --tasks {params.tasks} --splits={params.splits}"
         " --ub-sweep={params.ub_sweep} --pair {params.pair} --inputs {params.inputs}"

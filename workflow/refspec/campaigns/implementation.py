@@ -41,9 +41,11 @@ def arm_by(ctx, mode: str, layout: str) -> str | None:
 def counter_pairs(ctx) -> list[tuple]:
     out = []
     for mode, label in (("target", "target-only"), ("spec", "speculative")):
-        pq, qb, gs = (arm_by(ctx, mode, x) for x in ("pq", "qb", "gs"))
+        pq, qb, gs, qh = (arm_by(ctx, mode, x) for x in ("pq", "qb", "gs", "qh"))
         if pq and qb:
             out.append((f"{label} PQ vs QB", pq, qb, COMPARED_COUNTERS))
+        if pq and qh:
+            out.append((f"{label} PQ vs QH", pq, qh, COMPARED_COUNTERS))
         if gs and qb:
             out.append((f"{label} GS vs QB (logical)", gs, qb, LOGICAL_COUNTERS))
     return out
@@ -53,13 +55,11 @@ def highlights(ctx, ratios: list[dict]) -> str:
     by = {(r["numerator"], r["denominator"]): r for r in ratios}
     lines = []
     for mode, label in (("target", "target-only"), ("spec", "speculative")):
-        qb = arm_by(ctx, mode, "qb")
-        for x in ("gs", "pq"):
-            a = arm_by(ctx, mode, x)
-            r = by.get((a, qb))
+        for x, y in (("gs", "qb"), ("pq", "qb"), ("pq", "qh"), ("qb", "qh")):
+            r = by.get((arm_by(ctx, mode, x), arm_by(ctx, mode, y)))
             if r is not None:
                 reg = f"{r['n_regressions']}/{r['n_tasks']} tasks regress" if r["qualified"] else r["reason"]
-                lines.append(f"  {label:12s} {x.upper()}/QB = {fmt_ratio(r['ratio'])}  ({reg})")
+                lines.append(f"  {label:12s} {x.upper()}/{y.upper()} = {fmt_ratio(r['ratio'])}  ({reg})")
     m, c = arm_by(ctx, "target", "qb"), arm_by(ctx, "spec", "qb")
     r = by.get((m, c))
     if r is not None:

@@ -1,17 +1,23 @@
 """``refspec admission``: backend admission of the lifted attention shapes
 (:mod:`refspec.experiments.admission`); prints the verdicts and writes ``admission.json`` and
-the ``admission`` table with ``--out``."""
+the ``admission`` table with ``--out``. With a family (``--family``, or ``--config``'s) it also
+decodes that family's target on the configured build and writes the ``graph_size`` table
+(:mod:`refspec.experiments.graph_size`): nodes, dispatches and splits per layout and q."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 
+from ..core.config import gpu_layers as run_gpu_layers
 from ..core.config import load_config
 from ..core.errors import EXIT_OK, UsageError
-from ..core.layouts import REPLAYED_LAYOUTS
+from ..core.layouts import LAYOUT_ORDER, REPLAYED_LAYOUTS
+from ..experiments import graph_size
 from ..experiments.admission import AttentionShape, gguf_attention_shape, run_admission, write_results
 from ..experiments.operands import BACKEND_DEVICES, resolve_tool
+from ..native import build as native
+from ..native import runtime
 from ..native.models import config_families_file, ensure_family
 
 
@@ -42,7 +48,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--head-dim", type=int, help="head dimension")
     p.add_argument("--n-kv", type=int, help="key extent / context length (default: the GGUF's, else 256)")
     p.add_argument("--queries", default="1-4", help="occupied queries, e.g. 1-4 or 1,2 (default 1-4)")
-    p.add_argument("--layouts", default="mq,pq,qb", help="layouts (default mq,pq,qb)")
+    p.add_argument(
+        "--layouts", default=",".join(REPLAYED_LAYOUTS), help=f"layouts (default {','.join(REPLAYED_LAYOUTS)})"
+    )
+    p.add_argument(
+        "--no-graph-size",
+        action="store_true",
+        help="do not decode the family's target for the graph_size table",
+    )
     p.add_argument("--out", help="directory for admission.json and admission.csv")
     p.add_argument("--tool", help="path to refspec-replay (default: $REFSPEC_REPLAY_TOOL, else the configured build's)")
     p.add_argument("--threads", type=int, default=1)
@@ -59,6 +72,8 @@ def run(args: argparse.Namespace) -> int:
         family = args.family or cfg["family"]
         files = ensure_family(family, models_dir=cfg.get("models_dir"), families_file=config_families_file(cfg))
         args.gguf = str(files.target.path)
+    else:
+        files = None  # a shape from the command line or a GGUF: no family's target to decode
     if args.gguf:
         shape = gguf_attention_shape(args.gguf, args.n_kv)
     else:
@@ -89,4 +104,30 @@ def run(args: argparse.Namespace) -> int:
     if args.out:
         paths = write_results(res, args.out, family)
         print(f"  wrote {paths['json']}, {paths['parquet']}, {paths['csv']}")
+    if files is not None and not args.no_graph_size:
+        rows = _graph_size(cfg, family, files, _queries(args.queries), args.threads)
+        for r in rows:
+            if r["status"] == "ok":
+                print(
+                    f"  graph size {r['layout']} q={r['q']}: {r['micrographs']} micrograph(s), {r['nodes']} nodes, "
+                    f"{r['dispatches']} dispatches, {r['splits']} splits"
+                )
+            else:
+                print(f"  graph size {r['layout']} q={r['q']}: refused: {r['reason']}", file=sys.stderr)
+        if args.out:
+            paths = graph_size.write_graph_size(rows, args.out)
+            print(f"  wrote {paths['parquet']}, {paths['csv']}")
     return EXIT_OK if not res["errors"] else 1
+
+
+def _graph_size(cfg: dict, family: str, files, queries: list[int], threads: int) -> list[dict]:
+    """The graph_size rows of ``family``'s target on the configured build, its layers where the run puts them."""
+    build = native.current(cfg)
+    runtime.load(build.lib_dir)
+    kind = build.record.get("options", {}).get("backend", "cpu")
+    layers = run_gpu_layers({**cfg, "native": {**(cfg.get("native") or {}), "backend": kind}})
+    model = runtime.Model(files.target.path, sha256=files.target.sha256, n_gpu_layers=layers, require_placement=True)
+    try:
+        return graph_size.run_graph_size(model, family, layouts=LAYOUT_ORDER, queries=queries, threads=threads)
+    finally:
+        model.close()

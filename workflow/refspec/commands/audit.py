@@ -58,6 +58,7 @@ def run(args: argparse.Namespace) -> int:
         )
     print(
         f"  pq == qb bitwise {s['pq_eq_qb_bitwise']['equal']}/{s['pq_eq_qb_bitwise']['of']}; "
+        f"pq == qh bitwise {s['pq_eq_qh_bitwise']['equal']}/{s['pq_eq_qh_bitwise']['of']}; "
         f"q=1 mq == pq == qb {s['q1_mq_pq_qb_bitwise']['equal']}/{s['q1_mq_pq_qb_bitwise']['of']}; "
         f"q=2 mq differs from pq at {s['mq_differs_from_pq_q2']['by_stage']} of {s['mq_differs_from_pq_q2']['fixtures']}"
     )

@@ -19,7 +19,7 @@ import argparse
 from pathlib import Path
 
 from ..core import tables as T
-from ..core.config import gpu_layers, load_config
+from ..core.config import gpu_layers, load_config, preset_settings
 from ..core.errors import EXIT_OK
 from ..experiments.divergence_screen import run_screen, summary
 from ..native import build as native
@@ -41,7 +41,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     cfg = load_config(args.config)
-    sc = cfg["screen"]
+    sc = preset_settings(cfg, "screen")
     runtime.load(native.current(cfg).lib_dir)  # the configured build (cpu, cuda or vulkan)
     arms = args.arms.split(",") if args.arms else list(sc["arms"])
     out = Path(args.out)

@@ -57,7 +57,7 @@ FINDINGS: tuple[FindingSpec, ...] = (
         "E1 replay",
         "replay",
         ("family", "layer", "phase", "q", "stage"),
-        ("pq_eq_qb", "mq_eq_pq", "control_ok"),
+        ("pq_eq_qb", "pq_eq_qh", "mq_eq_pq", "control_ok"),
     ),
     FindingSpec("phase_masks", "phase-mask minimal masks", "phase_masks", ("family", "mask"), ("passes", "minimal")),
     FindingSpec(

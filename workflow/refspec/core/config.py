@@ -69,6 +69,21 @@ def load_config(path: str | Path | None = None) -> dict:
     return validate(read_config_file(path), "config.schema.yaml", str(path))
 
 
+def preset_settings(config: dict, section: str) -> dict:
+    """A stage's settings (``config[section]``, e.g. ``screen``) under the run's preset
+    (``campaigns.preset``): the section's ``presets[<preset>]`` entries replace its own; a preset the
+    section does not define leaves the embedded sizes. A preset key the section does not have is a
+    configuration error. The result has no ``presets``."""
+    settings = dict(config.get(section) or {})
+    presets = settings.pop("presets", None) or {}
+    preset = str((config.get("campaigns") or {}).get("preset", "default"))
+    change = presets.get(preset) or {}
+    unknown = sorted(set(change) - set(settings))
+    if unknown:
+        raise ConfigError(f"{section}.presets.{preset}: {', '.join(unknown)} not settings of {section}")
+    return {**settings, **change}
+
+
 def load_families(path: str | Path | None = None) -> dict:
     path = Path(path) if path else config_dir() / "families.yaml"
     data = read_yaml(path) or {}

@@ -29,19 +29,10 @@ from typing import Any
 from ..core.arms import Arm
 from ..core.endpoint import Endpoint
 from ..core.errors import AdmissionError, DecodeError
-from ..native.runtime import Capture, Context, ContextSpec, Model, greedy, layout_refusal, top2_margin
+from ..core.layouts import LAYOUTS
+from ..native.runtime import COUNTERS, Capture, Context, ContextSpec, Model, greedy, layout_refusal, top2_margin
 
-COUNTER_KEYS = (
-    "callers",
-    "micrographs",
-    "graph_reuses",
-    "graph_rebuilds",
-    "rows",
-    "micrographs_mq",
-    "micrographs_pq",
-    "micrographs_qb",
-    "micrographs_gs",
-)
+COUNTER_KEYS = (*COUNTERS, *(f"micrographs_{layout}" for layout in LAYOUTS))
 
 
 def greedy_continuation(

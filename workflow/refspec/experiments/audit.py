@@ -597,7 +597,9 @@ class _Tally:
             f: {"injected": 0, "detected_address": 0, "detected_numeric": 0} for f in operands.FAULTS
         }
     )
-    rel: dict[str, list[int]] = field(default_factory=lambda: {"pq_eq_qb": [0, 0], "q1_all_equal": [0, 0]})
+    rel: dict[str, list[int]] = field(
+        default_factory=lambda: {"pq_eq_qb": [0, 0], "pq_eq_qh": [0, 0], "q1_all_equal": [0, 0]}
+    )
     mq_diff: dict[str, int] = field(default_factory=lambda: {s: 0 for s in operands.STAGES})
     mq_diff_q2: int = 0
     maxerr: dict[str, list[float]] = field(
@@ -703,6 +705,11 @@ def _relations(t: _Tally, clean: dict[str, dict[str, dict[str, np.ndarray]]]) ->
         t.rel["pq_eq_qb"][1] += 1
         if not eq_pq_qb:
             t.strict_failures.append(f"{name}: pq and qb differ bitwise")
+        eq_pq_qh = all(operands.compare(by["pq"][s], by["qh"][s]).bitwise_equal for s in operands.STAGES)
+        t.rel["pq_eq_qh"][0] += eq_pq_qh
+        t.rel["pq_eq_qh"][1] += 1
+        if not eq_pq_qh:
+            t.strict_failures.append(f"{name}: pq and qh differ bitwise")
         mq_eq = {s: operands.compare(by["mq"][s], by["pq"][s]).bitwise_equal for s in operands.STAGES}
         if nq == 1:
             t.rel["q1_all_equal"][0] += all(mq_eq.values()) and eq_pq_qb
@@ -731,6 +738,7 @@ def _summary(t: _Tally, fxs: list[Fixture], backend: str, faults: bool, seconds:
         "all_faults_detected": faults and all(v["detected_address"] == v["injected"] for v in fault_stats.values()),
         "faults_not_injected": [f for f, v in fault_stats.items() if faults and v["injected"] == 0],
         "pq_eq_qb_bitwise": {"equal": rel["pq_eq_qb"][0], "of": rel["pq_eq_qb"][1]},
+        "pq_eq_qh_bitwise": {"equal": rel["pq_eq_qh"][0], "of": rel["pq_eq_qh"][1]},
         "q1_mq_pq_qb_bitwise": {"equal": rel["q1_all_equal"][0], "of": rel["q1_all_equal"][1]},
         "mq_differs_from_pq_q2": {"fixtures": t.mq_diff_q2, "by_stage": t.mq_diff},
         "max_error_clean": {s: {"max_abs_err": v[0], "max_rel_err": v[1]} for s, v in t.maxerr.items()},

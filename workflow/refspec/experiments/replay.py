@@ -7,7 +7,9 @@ callback freezes, for the context's layer, the operands (Q, K, V, mask, softmax 
 the graph saw them (``ne``, ``nb``, view offset and the bytes of the tensor they view) together
 with the native stage outputs (``kq``, ``kq_soft_max``, ``kqv``). Each capture becomes one operand
 file (``anc/operands.md``) with the native stages as ``ref.*`` tensors; the native replay tool
-then rebuilds MQ, PQ and QB attention on every file, twice, in two separate processes.
+then rebuilds MQ, PQ, QB and QH attention on every file, twice, in two separate processes. QH (the
+query-to-head view, the queries folded into the head batch axis) has no live capture here: it is
+replayed on the operands the other layouts' graphs saw, and compared with PQ (``pq_eq_qh``).
 
 Controls (``anc/e1.md``), each of which must pass before the context's numbers are claimed:
 
@@ -20,7 +22,7 @@ Controls (``anc/e1.md``), each of which must pass before the context's numbers a
   complete endpoint (a short greedy continuation after the measured rows).
 
 Comparisons are made on identical operands, those captured from the native QB graph: PQ vs QB
-(bitwise), MQ vs the repaired layouts (bitwise, largest finite absolute difference, largest ULP
+and PQ vs QH (bitwise), MQ vs the repaired layouts (bitwise, largest finite absolute difference, largest ULP
 distance, first differing element). The ``replay`` table has one row per context and stage.
 
 A device that refuses a layout (the patched library refuses a graph whose layout nodes the
@@ -28,7 +30,7 @@ device does not support, e.g. QB's lifted query axis on ggml-vulkan at q >= 2) h
 observation of that layout in that context: the refusal is recorded (``device_refused`` of the
 context), the capture on/off and own-path controls of that layout do not apply, and the
 comparisons use the PQ capture's operands instead (``comparison_layout``). The replay tool still
-rebuilds all three layouts on those operands, and where it places a node the device refuses on
+rebuilds every layout on those operands, and where it places a node the device refuses on
 another backend, that fallback is observed and recorded (``fallback``). The continuation
 history is prefilled with ``history_layout`` unless the device refuses it, then with PQ.
 """
@@ -51,7 +53,7 @@ from ..core.endpoint import Endpoint, first_difference
 from ..core.errors import AdmissionError, RefspecError, UsageError
 from ..core.fsutil import atomic_write_text
 from ..core.hashing import sha256_bytes
-from ..core.layouts import REPLAYED_LAYOUTS
+from ..core.layouts import CAPTURED_LAYOUTS, REPLAYED_LAYOUTS
 from ..engine.transaction import greedy_continuation
 from ..native import models, runtime
 from ..native.runtime import Context, ContextSpec, layout_refusal
@@ -263,7 +265,7 @@ def capture_context(model, ctx: E1Context, prompt: Prompt, settings: Settings, w
     off: dict[str, Observation] = {}
     problems: list[str] = []
     refused: dict[str, str] = {}
-    for layout in REPLAYED_LAYOUTS:
+    for layout in CAPTURED_LAYOUTS:
         try:
             obs = observe(model, ctx, layout, prompt, settings, capture=True)
         except AdmissionError as e:  # the device refuses this layout here: recorded, never run elsewhere
@@ -289,7 +291,7 @@ def capture_context(model, ctx: E1Context, prompt: Prompt, settings: Settings, w
             problems.append(f"observation {layout}: operands refused: {e}")
             continue
         files[layout] = path
-    if len(refused) == len(REPLAYED_LAYOUTS) or "pq" in refused and COMPARISON_LAYOUT in refused:
+    if len(refused) == len(CAPTURED_LAYOUTS) or "pq" in refused and COMPARISON_LAYOUT in refused:
         problems.append("observation: the device refused every repaired layout: " + "; ".join(refused.values()))
     return CapturedContext(ctx, files, on, off, problems, refused)
 
@@ -453,15 +455,22 @@ def _comparison_operands(cmp_ops: operands.Operands | None, detail: dict[str, An
 
 def _stage_comparison(stages: dict, base: str, s: str, ok: bool, reason: str | None) -> tuple[dict, dict]:
     """One stage's layout relations on the comparison capture's operands: (record, table cells)."""
-    mq, pq, qb = (stages[(base, lay, 1)][s] for lay in REPLAYED_LAYOUTS)
+    mq, pq, qb, qh = (stages[(base, lay, 1)][s] for lay in REPLAYED_LAYOUTS)
     c_pq_qb, c_mq_pq, c_mq_qb = operands.compare(pq, qb), operands.compare(mq, pq), operands.compare(mq, qb)
-    rec: dict[str, Any] = {"pq_qb": c_pq_qb.as_dict(), "mq_pq": c_mq_pq.as_dict(), "mq_qb": c_mq_qb.as_dict()}
-    for other in (lay for lay in REPLAYED_LAYOUTS if lay != base):  # the same relations on the other captures' operands
+    c_pq_qh = operands.compare(pq, qh)
+    rec: dict[str, Any] = {
+        "pq_qb": c_pq_qb.as_dict(),
+        "mq_pq": c_mq_pq.as_dict(),
+        "mq_qb": c_mq_qb.as_dict(),
+        "pq_qh": c_pq_qh.as_dict(),
+    }
+    for other in (lay for lay in CAPTURED_LAYOUTS if lay != base):  # the same relations on the other captures' operands
         if all((other, lay, 1) in stages for lay in REPLAYED_LAYOUTS):
             o = {lay: stages[(other, lay, 1)][s] for lay in REPLAYED_LAYOUTS}
             rec[f"on_{other}_operands"] = {
                 "pq_eq_qb": operands.compare(o["pq"], o["qb"]).bitwise_equal,
                 "mq_eq_pq": operands.compare(o["mq"], o["pq"]).bitwise_equal,
+                "pq_eq_qh": operands.compare(o["pq"], o["qh"]).bitwise_equal,
             }
     max_abs = c_mq_pq.max_abs_diff
     row_ok, row_reason = ok, reason
@@ -474,6 +483,7 @@ def _stage_comparison(stages: dict, base: str, s: str, ok: bool, reason: str | N
         first = int(np.ravel_multi_index(c_mq_pq.first_diff, mq.shape))
     row = {
         "pq_eq_qb": c_pq_qb.bitwise_equal,
+        "pq_eq_qh": c_pq_qh.bitwise_equal,
         "mq_eq_pq": c_mq_pq.bitwise_equal,
         "max_abs_mq": float(max_abs),
         "max_ulp_mq": max(0, int(c_mq_pq.max_ulp)),
@@ -521,6 +531,7 @@ def evaluate_context(
         else:
             row = {
                 "pq_eq_qb": False,
+                "pq_eq_qh": False,
                 "mq_eq_pq": False,
                 "max_abs_mq": 0.0,
                 "max_ulp_mq": 0,
@@ -537,6 +548,7 @@ def evaluate_context(
                 "stage": s,
                 **row,
                 "visible_keys": max(vis) if vis else 0,
+                "device_refused": ",".join(sorted(cc.refused)) or None,
             }
         )
         per_stage[s] = rec
@@ -571,6 +583,7 @@ def summarize(
         diff = [r for r in rs if not r["mq_eq_pq"]]
         by_stage[s] = {
             "pq_eq_qb": [sum(r["pq_eq_qb"] for r in rs), len(rs)],
+            "pq_eq_qh": [sum(r["pq_eq_qh"] for r in rs), len(rs)],
             "mq_eq_repair": [sum(r["mq_eq_pq"] for r in rs), len(rs)],
             "mq_eq_repair_q1": [sum(r["mq_eq_pq"] for r in q1), len(q1)],
             "mq_eq_repair_q_gt1": [sum(r["mq_eq_pq"] for r in qn), len(qn)],
@@ -745,6 +758,10 @@ def format_summary(s: dict[str, Any]) -> str:
     lines.append(
         "  PQ = QB bitwise:   "
         + "   ".join(f"{STAGE_LABELS[k]} {v['pq_eq_qb'][0]}/{v['pq_eq_qb'][1]}" for k, v in st.items())
+    )
+    lines.append(
+        "  PQ = QH bitwise:   "
+        + "   ".join(f"{STAGE_LABELS[k]} {v['pq_eq_qh'][0]}/{v['pq_eq_qh'][1]}" for k, v in st.items())
     )
     lines.append(
         "  MQ = PQ = QB, q=1: "

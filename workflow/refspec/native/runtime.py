@@ -28,12 +28,31 @@ import numpy as np
 from ..core.errors import AdmissionError, DecodeError, IntegrityError, PlacementError, RefspecError
 from ..core.fetch import verify_sha256
 from ..core.fsutil import atomic_write_text
+from ..core.layouts import ROW_LAYOUTS
 from ..core.paths import cache_dir
 from . import build as native
 
-LAYOUT_CODES = {"mq": 0, "pq": 1, "qb": 2, "gs": 3}  # the native ABI's code of each layout (refspec.core.layouts)
+LAYOUT_CODES = {
+    "mq": 0,
+    "pq": 1,
+    "qb": 2,
+    "gs": 3,
+    "qh": 4,
+}  # the native ABI's code of each layout (refspec.core.layouts)
 LAYOUT_NAMES = {v: k for k, v in LAYOUT_CODES.items()}
 ROLES = {"target": 0, "draft": 1}
+# the scalar fields of llama_attn_counters; graph_* sum, over the micrographs, the size of each
+# micrograph's graph: its nodes, the nodes a backend computes, its backend splits
+COUNTERS = (
+    "callers",
+    "micrographs",
+    "graph_reuses",
+    "graph_rebuilds",
+    "rows",
+    "graph_nodes",
+    "graph_dispatches",
+    "graph_splits",
+)
 PHASES = {"prefill": 0, "continuation": 1}
 KV_TYPES = {"f32": 0, "f16": 1, "q8_0": 8, "bf16": 30}
 
@@ -49,7 +68,10 @@ class AttnCounters(ctypes.Structure):
         ("graph_reuses", ctypes.c_int64),
         ("graph_rebuilds", ctypes.c_int64),
         ("rows", ctypes.c_int64),
-        ("layout_micrographs", ctypes.c_int64 * 4),
+        ("layout_micrographs", ctypes.c_int64 * 5),
+        ("graph_nodes", ctypes.c_int64),
+        ("graph_dispatches", ctypes.c_int64),
+        ("graph_splits", ctypes.c_int64),
     ]
 
 
@@ -594,7 +616,7 @@ class Context:
     def counters(self) -> dict[str, int]:
         c = AttnCounters()
         self._lib.llama_attn_get_counters(self._ptr, ctypes.byref(c))
-        out = {k: int(getattr(c, k)) for k in ("callers", "micrographs", "graph_reuses", "graph_rebuilds", "rows")}
+        out = {k: int(getattr(c, k)) for k in COUNTERS}
         for name, idx in LAYOUT_CODES.items():
             out[f"micrographs_{name}"] = int(c.layout_micrographs[idx])
         return out
@@ -663,8 +685,8 @@ def layout_refusal(model: Model, spec: ContextSpec, tokens: Sequence[int] | None
     decodes one full micro-batch (``tokens``, default ``n_ubatch`` copies of token 0, at most 4,
     the layouts' limit) with the layout active in the first phase the mask activates for the
     role, in a context of its own that is freed afterwards. Only layouts with their own graph
-    (``pq``, ``qb``) on a model with layers on a device can be refused this way."""
-    if spec.layout not in ("pq", "qb") or not model.placement.get("offloaded"):
+    (``ROW_LAYOUTS``) on a model with layers on a device can be refused this way."""
+    if spec.layout not in ROW_LAYOUTS or not model.placement.get("offloaded"):
         return None
     prefill_bit, cont_bit = ROLE_BITS[spec.role]
     if not spec.mask & (prefill_bit | cont_bit):

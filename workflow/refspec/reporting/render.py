@@ -46,7 +46,7 @@ from ..core.paths import REPO_ROOT
 from ..provenance.keys import fingerprint, load_public_key
 from .device import device_caption, device_facts, provenance_values, section_device
 from .document import Archive, Cell, Figure, Num, Numbers, Section, Table, bootstrap_settings, load_archive, read_json
-from .sections.admission import section_admission
+from .sections.admission import section_admission, section_graph_size
 from .sections.claims import section_claims
 from .sections.noise import section_noise
 from .sections.numerical import section_audit, section_replay
@@ -101,6 +101,7 @@ def build(
         section_crosses(a, N),
         section_frontier(a, N),
         section_admission(a, N),
+        section_graph_size(a, N),
         section_claims(a, N),
         section_masks(a, N),
         section_prediction(a, N),

@@ -8,11 +8,33 @@ from ..document import Archive, Cell, Numbers, Section, ShownTable, Table, table
 from .vocabulary import STAGE_ORDER
 
 
+def refused_qb(r: dict) -> bool:
+    """Whether the device refused QB at graph build in this replay row's context."""
+    return "qb" in (r.get("device_refused") or "").split(",")
+
+
+def e1_counts(g: list[dict]) -> dict[str, int]:
+    """One (family, stage) of the replay table: its contexts, those where the device refused QB and
+    those where it admitted it, PQ = QB among the admitted (a refused context is neither equal nor
+    differing: its QB replay ran nodes on another backend), PQ = QH and MQ = PQ."""
+    refused = sum(1 for r in g if refused_qb(r))
+    return {
+        "contexts": len(g),
+        "qb_refused": refused,
+        "qb_admitted": len(g) - refused,
+        "pq_eq_qb": sum(1 for r in g if r["pq_eq_qb"] and not refused_qb(r)),
+        "pq_eq_qh": sum(1 for r in g if r["pq_eq_qh"]),
+        "mq_eq_pq": sum(1 for r in g if r["mq_eq_pq"]),
+    }
+
+
 @table_section(
     "replay",
     "Numerical replay (E1)",
-    "Frozen Q/K/V/mask operands replayed through MQ, PQ and QB graphs (paper Table S7). "
-    "Counts of bitwise-equal contexts per stage and the largest MQ-to-repair differences.",
+    "Frozen Q/K/V/mask operands replayed through MQ, PQ, QB and QH graphs (paper Table S7). "
+    "Counts of bitwise-equal contexts per stage and the largest MQ-to-repair differences. PQ = QB counts "
+    "the contexts where the device admitted QB; a context where it refused QB at graph build is counted "
+    "apart, as refused, neither equal nor differing.",
     table="replay",
     absent="numerical replay not run",
 )
@@ -28,10 +50,9 @@ def section_replay(sec: Section, a: Archive, N: Numbers) -> None:
         g = groups[(fam, stage)]
         key = dict(family=fam, stage=stage)
         base = ("replay", fam, stage)
+        counts = e1_counts(g)
         vals = dict(
-            contexts=(len(g), "d"),
-            pq_eq_qb=(sum(1 for r in g if r["pq_eq_qb"]), "d"),
-            mq_eq_pq=(sum(1 for r in g if r["mq_eq_pq"]), "d"),
+            **{k: (v, "d") for k, v in counts.items()},
             control_ok=(sum(1 for r in g if r["control_ok"]), "d"),
             max_abs_mq=(max(r["max_abs_mq"] for r in g), ".6g"),
             max_ulp_mq=(max(r["max_ulp_mq"] for r in g), "d"),
@@ -43,7 +64,12 @@ def section_replay(sec: Section, a: Archive, N: Numbers) -> None:
                 Cell([fam]),
                 Cell([stage], cls="mono"),
                 Cell([nums["contexts"]]),
-                Cell([nums["pq_eq_qb"], "/", nums["contexts"]], cls="ok" if vals["pq_eq_qb"][0] == len(g) else "bad"),
+                Cell(
+                    [nums["pq_eq_qb"], "/", nums["qb_admitted"]],
+                    cls="ok" if counts["pq_eq_qb"] == counts["qb_admitted"] else "bad",
+                ),
+                Cell([nums["qb_refused"]]),
+                Cell([nums["pq_eq_qh"], "/", nums["contexts"]], cls="ok" if counts["pq_eq_qh"] == len(g) else "bad"),
                 Cell([nums["mq_eq_pq"], "/", nums["contexts"]]),
                 Cell([nums["max_abs_mq"]]),
                 Cell([nums["max_ulp_mq"]]),
@@ -61,6 +87,8 @@ def section_replay(sec: Section, a: Archive, N: Numbers) -> None:
                 "stage",
                 "contexts",
                 "PQ = QB",
+                "QB refused",
+                "PQ = QH",
                 "MQ = PQ",
                 "max |MQ-PQ|",
                 "max ULP",
@@ -68,7 +96,7 @@ def section_replay(sec: Section, a: Archive, N: Numbers) -> None:
                 "max visible keys",
             ],
             rows,
-            numeric=[False, False] + [True] * 7,
+            numeric=[False, False] + [True] * 9,
         )
     )
     bad = [r for r in a.rows("replay") if not r["control_ok"]]

@@ -8,6 +8,7 @@ from ...campaigns.derived import arm_sort_key
 from ...core.divergence import DECISIVE, DIVERGENCE_TEXT
 from ...core.vacuity import exposed_repairs
 from ..document import DASH, Archive, Cell, Numbers, Section, ShownTable, Table, table_section
+from .vocabulary import VACUOUS_TAIL, VACUOUS_TEXT
 
 SCREEN_COLUMNS = (
     ("first_diff_index", "d"),
@@ -49,15 +50,20 @@ def section_screen(sec: Section, a: Archive, N: Numbers) -> None:
         cells = [Cell([fam])]
         for col, v in values.items():
             cells.append(Cell([nums.add(("screen", fam, col), v, "d", row=key, column=col)]))
+        if values["exposed"]:
+            cells.append(Cell([DASH]))
+        else:  # nothing to qualify on: the screen's own verdict, never "preserved"
+            n = nums.add(("screen", fam, "vacuous_screened"), values["tried"], "d", row=key, column="tried")
+            cells.append(Cell([VACUOUS_TEXT, n, VACUOUS_TAIL], cls="bad"))
         srows.append(cells)
     sec.items.append(
         Table(
             "screen-summary",
             "Tasks decoded by R, tried by the unrepaired arms, exposed, and kept as stable controls",
             [a.src("divergence_screen")],
-            ["family", "discovery tasks", "tried", "exposed", "controls"],
+            ["family", "discovery tasks", "tried", "exposed", "controls", "verdict"],
             srows,
-            numeric=[False] + [True] * 4,
+            numeric=[False] + [True] * 4 + [False],
         )
     )
     nums = ShownTable(N, a, "divergence_screen", "screen-tasks")

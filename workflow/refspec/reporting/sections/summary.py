@@ -11,6 +11,7 @@ from ...core.campaign_names import REPORT_ORDER
 from ...core.vacuity import panel_exposure
 from ..document import DASH, Archive, Cell, Num, Numbers, Section, ShownTable, Table
 from .noise import aa_parts, aa_rows
+from .numerical import e1_counts
 from .prediction import prediction_totals
 from .qualification import refused_arms
 from .timing import decision_text
@@ -242,9 +243,11 @@ def _estimates(a: Archive, N: Numbers, h: Headline, timing: str) -> None:
 
 
 def _replay_counts(a: Archive, N: Numbers, h: Headline) -> None:
-    """E1 counts: contexts where PQ and QB agree bitwise, per family and stage."""
+    """E1 counts per family and stage: contexts where PQ and QB agree bitwise of those where the device
+    admitted QB (the refused ones said apart), and where PQ and QH agree."""
     nums = ShownTable(N, a, "replay", "replay")
     groups_e1: dict[str, list[list[Any]]] = defaultdict(list)
+    groups_qh: dict[str, list[list[Any]]] = defaultdict(list)
     rp: dict[tuple[str, str], list[dict]] = defaultdict(list)
     for r in a.rows("replay"):
         rp[(r["family"], r["stage"])].append(r)
@@ -252,11 +255,24 @@ def _replay_counts(a: Archive, N: Numbers, h: Headline) -> None:
         g = rp[(fam, stage)]
         key = dict(family=fam, stage=stage)
         b = ("replay", fam, stage)
-        eq = nums.add(b + ("pq_eq_qb",), sum(1 for r in g if r["pq_eq_qb"]), "d", row=key, column="pq_eq_qb")
-        n = nums.add(b + ("contexts",), len(g), "d", row=key, column="contexts")
-        groups_e1[fam].append([f"{stage} ", eq, "/", n])
+        counts = e1_counts(g)
+        eq = nums.add(b + ("pq_eq_qb",), counts["pq_eq_qb"], "d", row=key, column="pq_eq_qb")
+        n = nums.add(b + ("qb_admitted",), counts["qb_admitted"], "d", row=key, column="qb_admitted")
+        part = [f"{stage} ", eq, "/", n]
+        if counts["qb_refused"]:
+            part += [
+                " (",
+                nums.add(b + ("qb_refused",), counts["qb_refused"], "d", row=key, column="qb_refused"),
+                " refused)",
+            ]
+        groups_e1[fam].append(part)
+        eq_h = nums.add(b + ("pq_eq_qh",), counts["pq_eq_qh"], "d", row=key, column="pq_eq_qh")
+        n_all = nums.add(b + ("contexts",), counts["contexts"], "d", row=key, column="contexts")
+        groups_qh[fam].append([f"{stage} ", eq_h, "/", n_all])
     for fam in sorted(groups_e1):
         h.add("E1: PQ = QB bitwise (contexts)", fam, _join(groups_e1[fam]))
+    for fam in sorted(groups_qh):
+        h.add("E1: PQ = QH bitwise (contexts)", fam, _join(groups_qh[fam]))
 
 
 def _prediction(a: Archive, N: Numbers, h: Headline) -> None:
