@@ -19,6 +19,7 @@ and what the device does with the attention layouts (lavapipe on a machine witho
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import subprocess
@@ -258,6 +259,15 @@ def test_admission_on_the_device_observes_the_fallback(tmp_path, vulkan_build, f
     assert {x["q"] for x in qh} == {1, 2} and qh
     for x in qh:
         assert x["verdict"] == "unknown" and x["observed"] == "Vulkan0" and x["fallback"] is False, x
+    # the graph sizes of the family's target on the device: QB's two-row caller is refused at graph
+    # build (and the callers after it still run on the same context), QH's graph does not grow
+    size = {(r["layout"], int(r["q"])): r for r in csv.DictReader((out / "graph_size.csv").open())}
+    assert size[("qb", 2)]["status"] == "refused", size[("qb", 2)]
+    assert "device Vulkan0 does not support MUL_MAT" in size[("qb", 2)]["reason"]
+    assert size[("qb", 1)]["status"] == size[("qh", 1)]["status"] == size[("qh", 2)]["status"] == "ok"
+    assert all(r["device"] == "Vulkan0" for r in size.values())
+    assert size[("qh", 1)]["dispatches"] == size[("qh", 2)]["dispatches"]
+    assert int(size[("pq", 2)]["dispatches"]) > int(size[("pq", 1)]["dispatches"])
 
 
 def test_manifest_records_the_device_and_the_headers(tmp_path, vulkan_build, monkeypatch):

@@ -1,9 +1,10 @@
 """Graph size per layout and occupied queries: what a layout costs apart from any timing.
 
 For a family's target on the run's device, every layout (``LAYOUTS``) and ``q`` occupied
-queries: a context with micro-batch 4 prefills a fixed prefix with the stock layout, then runs
-one caller of ``q`` rows in the continuation phase with the layout active (phase mask 2, the
-target's continuation, where a verification caller runs). The patched library's counters
+queries: one context with micro-batch 4 prefills a fixed prefix once with the stock layout, then
+runs one caller of ``q`` rows per layout and ``q`` in the continuation phase with the layout
+active (phase mask 2, the target's continuation, where a verification caller runs), removing its
+rows from the KV cache after each. The patched library's counters
 (``anc/native.md``) give, for that caller,
 
 * ``micrographs``: physical graph executions (GS: ``q``, one token each; every other layout: 1);
@@ -38,25 +39,26 @@ CONTINUATION_MASK = 2  # target continuation: the phase a verification caller ru
 SIZE_COUNTERS = ("micrographs", "graph_nodes", "graph_dispatches", "graph_splits")
 
 
-def caller_size(model: runtime.Model, layout: str, q: int, tokens: Sequence[int], threads: int = 1) -> dict[str, Any]:
-    """The counters of one ``q``-row continuation caller with ``layout`` active, after an MQ prefill
-    of ``tokens[:-q]``; ``status`` ``refused`` (with the library's reason) where the device refuses it."""
-    if len(tokens) <= q:
-        raise UsageError(f"a prefix of {len(tokens)} tokens leaves no history before {q} rows")
-    spec = ContextSpec(n_ctx=256, n_batch=64, n_ubatch=4, threads=threads, layout=layout, mask=CONTINUATION_MASK)
-    n = len(tokens) - q
-    with Context(model, spec) as ctx:
-        ctx.begin_request()
-        ctx.decode(list(tokens[:n]), 0)
-        ctx.set_phase("continuation")
+def caller_size(ctx: Context, layout: str, tokens: Sequence[int], n: int) -> dict[str, Any]:
+    """The counters of one continuation caller of ``tokens[n:]`` with ``layout`` active, on a context
+    whose KV holds ``tokens[:n]``; the rows are removed again afterwards. ``status`` ``refused``
+    (with the library's reason) where the library or the device refuses the layout."""
+    if len(tokens) <= n:
+        raise UsageError(f"no rows after a history of {n} tokens")
+    try:
+        ctx.set_layout(layout, mask=CONTINUATION_MASK)
+        ctx.seq_rm(n)
         ctx.reset_counters()
-        try:
-            ctx.decode(list(tokens[n:]), n, outputs="all")
-        except AdmissionError as e:
-            return {"status": "refused", "reason": str(e), **dict.fromkeys(SIZE_COUNTERS)}
-        c = ctx.counters()
+        ctx.decode(list(tokens[n:]), n, outputs="all")
+    except AdmissionError as e:
+        return {"status": "refused", "reason": str(e), **dict.fromkeys(SIZE_COUNTERS)}
+    finally:
+        ctx.seq_rm(n)
+    c = ctx.counters()
     if c[f"micrographs_{layout}"] != c["micrographs"]:
-        raise AdmissionError(f"{layout} q={q}: {c['micrographs_' + layout]} of {c['micrographs']} micrographs ran it")
+        raise AdmissionError(
+            f"{layout} q={len(tokens) - n}: {c['micrographs_' + layout]} of {c['micrographs']} micrographs ran it"
+        )
     return {"status": "ok", "reason": None, **{k: c[k] for k in SIZE_COUNTERS}}
 
 
@@ -68,27 +70,37 @@ def run_graph_size(
     queries: Sequence[int] = (1, 2, 3, 4),
     threads: int = 1,
 ) -> list[dict[str, Any]]:
-    """One ``graph_size`` row per (layout, q)."""
+    """One ``graph_size`` row per (layout, q). One context: the prefix (all but the last
+    ``max(queries)`` tokens) is prefilled once with the stock layout, then every (layout, q) caller
+    runs on it in the continuation phase and its rows are removed again."""
     tokens = model.tokenize(PREFIX_TEXT, add_special=True)
+    n = len(tokens) - max(queries)
+    if n < 1:
+        raise UsageError(f"a prefix of {len(tokens)} tokens leaves no history before {max(queries)} rows")
     device = model.placement.get("device") or "CPU"
+    spec = ContextSpec(n_ctx=256, n_batch=64, n_ubatch=4, threads=threads, layout="mq", mask=CONTINUATION_MASK)
     rows = []
-    for layout in layouts:
-        for q in queries:
-            size = caller_size(model, layout, q, tokens, threads)
-            rows.append(
-                {
-                    "family": family,
-                    "device": device,
-                    "layout": layout,
-                    "q": q,
-                    "status": size["status"],
-                    "micrographs": size["micrographs"],
-                    "nodes": size["graph_nodes"],
-                    "dispatches": size["graph_dispatches"],
-                    "splits": size["graph_splits"],
-                    "reason": size["reason"],
-                }
-            )
+    with Context(model, spec) as ctx:
+        ctx.begin_request()
+        ctx.decode(list(tokens[:n]), 0)
+        ctx.set_phase("continuation")
+        for layout in layouts:
+            for q in queries:
+                size = caller_size(ctx, layout, tokens[: n + q], n)
+                rows.append(
+                    {
+                        "family": family,
+                        "device": device,
+                        "layout": layout,
+                        "q": q,
+                        "status": size["status"],
+                        "micrographs": size["micrographs"],
+                        "nodes": size["graph_nodes"],
+                        "dispatches": size["graph_dispatches"],
+                        "splits": size["graph_splits"],
+                        "reason": size["reason"],
+                    }
+                )
     return rows
 
 
