@@ -356,8 +356,8 @@ def check_admission(ctx: Context) -> None:
 
 
 def check_graph_size(ctx: Context) -> None:
-    """Graph size (graph_size.csv). Per row: ok exactly when the counts are given and no reason, refused
-    exactly when a reason and no counts; an ok caller runs q micrographs with gs and one with any other
+    """Graph size (graph_size.csv). Per row: ok exactly when the counts are given and no reason, refused at
+    build exactly when a reason and no counts; an ok caller runs q micrographs with gs and one with any other
     layout, and computes at most the nodes its graphs hold. Per (family, device, layout, q): q, the
     micrographs, nodes, dispatches, splits, and the dispatches added to the ok MQ caller of the same q."""
     c, E, tables, src = ctx.c, ctx.E, ctx.tables, ctx.src
@@ -386,11 +386,11 @@ def check_graph_size(ctx: Context) -> None:
             if ref is not None:
                 c.recomputed += 1
                 E.add(base + ("added",), r["dispatches"] - ref["dispatches"], s_g)
-        elif r["status"] == "refused":
+        elif r["status"] == "refused at build":
             if any(given) or not r["reason"]:
                 c.bad(gs.where(i, "status"), "a refused caller has a reason and no counts")
         else:
-            c.bad(gs.where(i, "status"), f"status {r['status']!r} is neither ok nor refused")
+            c.bad(gs.where(i, "status"), f"status {r['status']!r} is neither ok nor refused at build")
 
 
 PROJECTION_STATUSES = ("qualified", "mismatch", "excluded", "error")

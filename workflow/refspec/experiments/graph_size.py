@@ -17,7 +17,7 @@ On a GPU a small model's decoding is bound by launches rather than arithmetic, s
 ``dispatches`` is the backend-independent part of a layout's price: per layer, PQ adds a QK
 product, a softmax and an AV product per query and a concat per query after the first, QB
 nothing that grows with ``q``, QH one copy of Q. A layout the device refuses at graph build
-(QB on ggml-vulkan at ``q >= 2``) is recorded ``refused`` with the library's reason; it is
+(QB on ggml-vulkan at ``q >= 2``) is recorded ``refused at build`` with the library's reason; it is
 never run elsewhere.
 """
 
@@ -36,13 +36,14 @@ from ..native.runtime import Context, ContextSpec
 TABLE = "graph_size"
 PREFIX_TEXT = "def add(a, b):\n    return a + b\n\n\ndef mul(a, b):\n    return a * b\n"
 CONTINUATION_MASK = 2  # target continuation: the phase a verification caller runs in
+REFUSED = "refused at build"  # a status word of its own: "refused" alone is the report's fixed text
 SIZE_COUNTERS = ("micrographs", "graph_nodes", "graph_dispatches", "graph_splits")
 
 
 def caller_size(ctx: Context, layout: str, tokens: Sequence[int], n: int) -> dict[str, Any]:
     """The counters of one continuation caller of ``tokens[n:]`` with ``layout`` active, on a context
-    whose KV holds ``tokens[:n]``; the rows are removed again afterwards. ``status`` ``refused``
-    (with the library's reason) where the library or the device refuses the layout."""
+    whose KV holds ``tokens[:n]``; the rows are removed again afterwards. ``status`` ``refused at
+    build`` (with the library's reason) where the library or the device refuses the layout."""
     if len(tokens) <= n:
         raise UsageError(f"no rows after a history of {n} tokens")
     try:
@@ -51,7 +52,7 @@ def caller_size(ctx: Context, layout: str, tokens: Sequence[int], n: int) -> dic
         ctx.reset_counters()
         ctx.decode(list(tokens[n:]), n, outputs="all")
     except AdmissionError as e:
-        return {"status": "refused", "reason": str(e), **dict.fromkeys(SIZE_COUNTERS)}
+        return {"status": REFUSED, "reason": str(e), **dict.fromkeys(SIZE_COUNTERS)}
     finally:
         ctx.seq_rm(n)
     c = ctx.counters()

@@ -105,7 +105,7 @@ def section_graph_size(sec: Section, a: Archive, N: Numbers) -> None:
             Cell([nums.add(base + ("q",), r["q"], "d", row=key, column="q")]),
         ]
         if r["status"] != "ok":
-            cells += [Cell(["refused"], cls="bad")] + [Cell(["-"]) for _ in range(5)]
+            cells += [Cell([r["status"]], cls="bad")] + [Cell([""]) for _ in range(5)]
             cells.append(Cell([r["reason"]], cls="wrap"))
         else:
             ref = mq.get((r["family"], r["device"], r["q"]))
@@ -118,7 +118,7 @@ def section_graph_size(sec: Section, a: Archive, N: Numbers) -> None:
                     ]
                 )
                 if ref is not None
-                else Cell(["-"])
+                else Cell([""])
             )
             cells += [
                 Cell(["ok"]),
