@@ -405,13 +405,15 @@ def make_results(
                         g.add("implementation", sess, ai, worker, fam, t, arm, mode, lay, k, ub, mask, cap, rep, fa)
             if fam == FAMILIES[0]:  # refused by admission: every request failed, no worker ever started
                 arm, mode, lay, k, ub, mask = REFUSED_ARM
+                # each session's driver refuses its own block: one cell of the status table holds two reasons
+                blk = 9 if sess == "i1" else 10
                 for t in impl_tasks[fam]:
                     for rep in (1, 2):
                         g.add(
                             "implementation",
                             sess,
                             9,
-                            f"none-b9-{sess}",
+                            f"none-b{blk}-{sess}",
                             fam,
                             t,
                             arm,
@@ -424,7 +426,7 @@ def make_results(
                             rep,
                             1.0,
                             status="failed",
-                            reason="no worker: 2 worker starts for block 9 used up",
+                            reason=f"no worker: 2 worker starts for block {blk} used up",
                         )
 
     # --- replication: n_sessions sessions, counterbalanced pq/qb blocks, two serial references

@@ -38,7 +38,9 @@ def device_facts(a: Archive) -> dict[str, Any] | None:
             software=bool(vk.get("software_device")),
             device=f"Vulkan{(cfg.get('native') or {}).get('vulkan_device', 0)} = {sel.get('name') or 'not found'}",
             driver=" ".join(x for x in (sel.get("driver_name"), sel.get("driver_info")) if x) or None,
-            api=sel.get("api_version"),
+            # "Vulkan 1.3.230": the version named as what it is, a whole text the checker binds to
+            # this provenance value (the bare digits would read as a number nobody checked)
+            api=f"Vulkan {sel['api_version']}" if sel.get("api_version") else None,
             device_type=sel.get("type"),
             headers=", ".join(
                 f"{h.get('package')} {h.get('version')} (sha256 {h.get('sha256')})" for h in vk.get("headers") or []

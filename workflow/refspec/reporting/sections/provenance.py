@@ -221,30 +221,33 @@ def section_ledger(a: Archive, N: Numbers) -> Section:
         for r in status_counts(a.rows("requests")):
             key = dict(campaign=r["campaign"], status=r["status"])
             c = nums.add(("status", r["campaign"], r["status"], "count"), r["count"], "d", row=key, column="count")
-            parts: list[Any] = []
-            for reason, cnt in sorted(r["reasons"].items()):
-                if parts:
-                    parts.append("; ")
-                parts += [
-                    reason,
-                    " (",
-                    nums.add(
-                        ("reason", r["campaign"], r["status"], reason, "count"),
-                        cnt,
-                        "d",
-                        row=dict(key, reason=reason),
-                        column="count",
-                    ),
-                    ")",
-                ]
-            rows.append(
-                [
-                    Cell([r["campaign"]]),
-                    Cell([r["status"]], cls="ok" if r["status"] == "ok" else "bad"),
-                    Cell([c]),
-                    Cell(parts or [""], cls="reason"),
-                ]
-            )
+            status_cell = Cell([r["status"]], cls="ok" if r["status"] == "ok" else "bad")
+            reasons = sorted(r["reasons"].items()) or [(None, 0)]
+            # one table row per reason: a reason's count shares its row with that reason only (the
+            # status's row count stands on its first row)
+            for i, (reason, cnt) in enumerate(reasons):
+                parts: list[Any] = []
+                if reason is not None:
+                    parts = [
+                        reason,
+                        " (",
+                        nums.add(
+                            ("reason", r["campaign"], r["status"], reason, "count"),
+                            cnt,
+                            "d",
+                            row=dict(key, reason=reason),
+                            column="count",
+                        ),
+                        ")",
+                    ]
+                rows.append(
+                    [
+                        Cell([r["campaign"]]),
+                        status_cell,
+                        Cell([c] if i == 0 else [""]),
+                        Cell(parts or [""], cls="reason"),
+                    ]
+                )
         sec.items.append(
             Table(
                 tid,
