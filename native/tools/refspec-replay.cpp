@@ -362,7 +362,9 @@ Stage build_layout(ggml_context * ctx, const std::string & layout, const std::st
         if (o.max_bias > 0.0f) fail("qh: ALiBi takes each head's slope from the batch axis, which qh fills with queries; refused");
         ggml_tensor * qc = ggml_cont(ctx, q);
         ggml_set_name(qc, "q_qh");
-        ggml_tensor * qv = ggml_reshape_4d(ctx, qc, d, 1, nq * h, 1);
+        // the view keeps PQ's 0213 stride order (row stride above the batch stride): a backend that
+        // picks its kernel by strides takes the same one for both (ggml-vulkan: mul_mat_vec_p021)
+        ggml_tensor * qv = ggml_view_4d(ctx, qc, d, 1, nq * h, 1, qc->nb[3], qc->nb[1], qc->nb[3], 0);
         ggml_tensor * mv = ggml_view_4d(ctx, mask, nkv, 1, nq, 1, mask->nb[1], mask->nb[1], size_t(nq) * mask->nb[1], 0);
         ggml_set_name(mv, "mask_qh");
         attn_core(ctx, qv, k, v, mv, o.scale, o.max_bias, "", st);

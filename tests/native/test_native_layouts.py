@@ -45,16 +45,23 @@ def _run(target, tokens, layout: str, q: int, phase: str, capture: bool = True):
     return run_layout(target, tokens, layout, q, phase, LAYERS, PREFIX, capture=capture)
 
 
+def _assert_same_bits(a, b, q: int, phase: str) -> None:
+    """Two layouts' captures (name, stages, logits): the same stage keys at every captured layer,
+    q rows each, the same bits at every stage and in the logits."""
+    (na, sa, la), (nb, sb, lb) = a, b
+    assert set(sa) == set(sb) == {(s, il) for s in STAGES for il in LAYERS}
+    for key in sorted(sa):
+        assert sa[key].shape == sb[key].shape and sa[key].shape[0] == q, key
+        assert np.array_equal(_bits(sa[key]), _bits(sb[key])), f"{key} differs between {na} and {nb} (q={q}, {phase})"
+    assert np.array_equal(_bits(la), _bits(lb)), f"logits differ between {na} and {nb} (q={q}, {phase})"
+
+
 @pytest.mark.parametrize("phase", ["prefill", "continuation"])
 @pytest.mark.parametrize("q", [2, 3, 4])
 def test_pq_and_qb_stages_are_bitwise_identical(target, tokens, q, phase):
     pq, pq_logits, pq_c = _run(target, tokens, "pq", q, phase)
     qb, qb_logits, qb_c = _run(target, tokens, "qb", q, phase)
-    assert set(pq) == set(qb) == {(s, il) for s in STAGES for il in LAYERS}
-    for key in sorted(qb):
-        assert pq[key].shape == qb[key].shape and pq[key].shape[0] == q, key
-        assert np.array_equal(_bits(pq[key]), _bits(qb[key])), f"{key} differs between pq and qb (q={q}, {phase})"
-    assert np.array_equal(_bits(pq_logits), _bits(qb_logits))
+    _assert_same_bits(("pq", pq, pq_logits), ("qb", qb, qb_logits), q, phase)
     # the layout was really active in the measured micrograph
     assert pq_c["micrographs_pq"] >= 1 and qb_c["micrographs_qb"] >= 1
     assert pq_c["micrographs_mq"] == 0 and qb_c["micrographs_mq"] == 0
@@ -66,11 +73,7 @@ def test_qh_stages_equal_pq_bitwise_and_differ_from_mq(target, tokens, q, phase)
     pq, pq_logits, _ = _run(target, tokens, "pq", q, phase)
     qh, qh_logits, qh_c = _run(target, tokens, "qh", q, phase)
     mq, mq_logits, _ = _run(target, tokens, "mq", q, phase)
-    assert set(qh) == set(pq) == {(s, il) for s in STAGES for il in LAYERS}
-    for key in sorted(qh):
-        assert qh[key].shape == pq[key].shape and qh[key].shape[0] == q, key
-        assert np.array_equal(_bits(pq[key]), _bits(qh[key])), f"{key} differs between pq and qh (q={q}, {phase})"
-    assert np.array_equal(_bits(pq_logits), _bits(qh_logits))
+    _assert_same_bits(("pq", pq, pq_logits), ("qh", qh, qh_logits), q, phase)
     # a qh that fell back to the stock graph would equal mq: after the prefix (more keys than rows)
     # MQ's batched QK differs from the single-row problems, so the continuation cases can fail
     if phase == "continuation":

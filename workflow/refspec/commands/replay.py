@@ -33,7 +33,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--threads", type=int, default=1, help="CPU threads of the model and the tool (default 1)")
     p.add_argument("--layers", help="comma-separated layers (default: the config's e1.layers, else 0, L/2, L-1)")
-    p.add_argument("--phases", default=",".join(PHASES))
+    p.add_argument("--phases", help=f"comma-separated phases (default: the config's e1.phases, else {','.join(PHASES)})")
     p.add_argument("--q", help="query widths (default: the config's e1.q, else 1,2,3,4)")
     p.add_argument(
         "--continue-tokens",
@@ -67,7 +67,8 @@ def run(args: argparse.Namespace) -> int:
     sizes = (config or {}).get("e1") or {}
     layers_s = args.layers if args.layers is not None else sizes.get("layers")
     layers = [int(x) for x in str(layers_s).split(",")] if layers_s else None
-    phases = [x.strip() for x in args.phases.split(",") if x.strip()]
+    phases_s = args.phases if args.phases is not None else sizes.get("phases") or ",".join(PHASES)
+    phases = [x.strip() for x in str(phases_s).split(",") if x.strip()]
     qs = [int(x) for x in str(args.q if args.q is not None else sizes.get("q", "1,2,3,4")).split(",")]
     res = run_e1(
         args.family,
