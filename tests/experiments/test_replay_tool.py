@@ -18,20 +18,9 @@ from refspec.core.layouts import REPLAYED_LAYOUTS
 from refspec.experiments import admission as AD
 from refspec.experiments import operands
 from refspec.native import build as native
+from support.operandcases import random_case
 
 # ------------------------------------------------------------------------------ helpers
-
-
-def random_case(n_q: int, n_kv: int, h: int = 8, hkv: int = 2, d: int = 64, seed: int = 0, mask: str = "causal"):
-    rng = np.random.default_rng(seed)
-    q = rng.standard_normal((n_q, h, d)).astype(np.float32)
-    k = rng.standard_normal((n_kv, hkv, d)).astype(np.float16)
-    v = rng.standard_normal((n_kv, hkv, d)).astype(np.float16)
-    m = np.zeros((n_q, n_kv), np.float32)
-    for j in range(n_q):
-        if mask == "causal":
-            m[j, n_kv - n_q + j + 1 :] = -np.inf
-    return q, k, v, m
 
 
 def rewrite(path: Path, edit) -> None:
@@ -290,6 +279,13 @@ def test_report_placement_and_supports(replay_tool, tmp_path):
             assert kq[0]["ne"] == [64, 1, 16, 1]
             qc = next(n for n in ev["nodes"] if n["name"] == "q_qh")
             assert qc["op"] == "CONT" and qc["ne"] == [64, 2, 8, 1] and qc["contiguous"]
+            # its view keeps PQ's stride order, row stride above batch stride (ggml_is_permuted): a
+            # backend choosing its kernel by strides (ggml-vulkan's p021) takes PQ's for both
+            qv = next(n for n in ev["nodes"] if n["id"] == kq[0]["src"][1])
+            assert qv["ne"] == [64, 1, 16, 1] and qv["nb"][2] == 4 * 64 and qv["nb"][1] > qv["nb"][2], qv
+        if ev["layout"] == "pq":
+            qj = next(n for n in ev["nodes"] if n["id"] == kq[0]["src"][1])
+            assert qj["nb"][1] > qj["nb"][2] and qj["nb"][2] == 4 * 64, qj
             sm = next(n for n in compute if n["op"] == "SOFT_MAX")
             mask = next(n for n in ev["nodes"] if n["id"] == sm["src"][1])
             assert mask["ne"] == [64, 1, 2, 1]  # mask row j % n_q = query j

@@ -36,10 +36,12 @@ from refspec.core.paths import REPO_ROOT
 from refspec.engine.context import Planned, PromptBook, RunContext
 from refspec.engine.driver import run_block
 from refspec.engine.journal import Journal
+from refspec.experiments import operands
 from refspec.native import build as native
 from refspec.native import vulkan
 from refspec.provenance.ledger import Ledger
 from support.arms import FAMILY, one_thread_arms
+from support.operandcases import random_case
 
 pytestmark = pytest.mark.vulkan
 
@@ -236,6 +238,37 @@ def test_qb_is_refused_on_the_device_and_pq_and_qh_reproduce_r(tmp_path, vulkan_
     assert r.returncode == EXIT_RUNTIME, r.stderr[-3000:]
     assert "arm M3: layout qb refused on Vulkan0" in r.stderr
     assert "attention layout qb: device Vulkan0 does not support MUL_MAT kq-0" in r.stderr
+
+
+def test_qh_equals_pq_bitwise_on_the_device(tmp_path, vulkan_build, monkeypatch):
+    """On Vulkan0 QH reduces every dot product in PQ's kernel: QK, softmax and AV bitwise equal at
+    q = 1..4 over SmolLM2's GQA shape (h 9, h_kv 3: QH's batch ratios 3, 6, 9 and 12 take p021's
+    grouped and one-entry variants). With a contiguous Q view the device took its generic mat-vec
+    and QK differed from PQ by millions of ULP. MQ's batched matmul at q >= 2 must differ from PQ
+    on the device, or the comparison could not tell a layout that fell back to MQ's numerics."""
+    monkeypatch.setenv(vulkan.DEVICE_VAR, "0")
+    jobs, nq_of = [], {}
+    for nq in (1, 2, 3, 4):
+        q, k, v, m = random_case(nq, 96, h=9, hkv=3, seed=40 + nq)
+        p = tmp_path / f"q{nq}.rsop"
+        operands.write_operands(p, operands.make_operands(q, k, v, m, kv_size=104))
+        jobs.append(operands.ReplayJob(p))
+        nq_of[str(p)] = nq
+    report = operands.run_replay(vulkan_build.replay_tool, jobs, backend="Vulkan0", threads=1)
+    assert report["backend"]["device"] == "Vulkan0"
+    mq_differs = set()
+    for job in report["jobs"]:
+        assert job["status"] == "ok", job
+        by = {ev["layout"]: ev for ev in job["evaluations"]}
+        nq = nq_of[job["input"]]
+        assert by["qh"]["fallback"] is False and by["pq"]["fallback"] is False
+        st = {lay: operands.read_stages(ev["stages"]) for lay, ev in by.items() if ev["status"] == "ok"}
+        for s in operands.STAGES:
+            c = operands.compare(st["pq"][s], st["qh"][s])
+            assert c.bitwise_equal, (nq, s, c.as_dict())
+        if nq > 1 and not operands.compare(st["mq"]["kq"], st["pq"]["kq"]).bitwise_equal:
+            mq_differs.add(nq)
+    assert mq_differs == {2, 3, 4}
 
 
 def test_admission_on_the_device_observes_the_fallback(tmp_path, vulkan_build, family_files):
