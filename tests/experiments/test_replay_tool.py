@@ -283,12 +283,12 @@ def test_report_placement_and_supports(replay_tool, tmp_path):
             # backend choosing its kernel by strides (ggml-vulkan's p021) takes PQ's for both
             qv = next(n for n in ev["nodes"] if n["id"] == kq[0]["src"][1])
             assert qv["ne"] == [64, 1, 16, 1] and qv["nb"][2] == 4 * 64 and qv["nb"][1] > qv["nb"][2], qv
-        if ev["layout"] == "pq":
-            qj = next(n for n in ev["nodes"] if n["id"] == kq[0]["src"][1])
-            assert qj["nb"][1] > qj["nb"][2] and qj["nb"][2] == 4 * 64, qj
             sm = next(n for n in compute if n["op"] == "SOFT_MAX")
             mask = next(n for n in ev["nodes"] if n["id"] == sm["src"][1])
             assert mask["ne"] == [64, 1, 2, 1]  # mask row j % n_q = query j
+        if ev["layout"] == "pq":
+            qj = next(n for n in ev["nodes"] if n["id"] == kq[0]["src"][1])
+            assert qj["nb"][1] > qj["nb"][2] and qj["nb"][2] == 4 * 64, qj
 
 
 def test_qh_refuses_alibi(replay_tool, tmp_path):

@@ -33,7 +33,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--threads", type=int, default=1, help="CPU threads of the model and the tool (default 1)")
     p.add_argument("--layers", help="comma-separated layers (default: the config's e1.layers, else 0, L/2, L-1)")
-    p.add_argument("--phases", help=f"comma-separated phases (default: the config's e1.phases, else {','.join(PHASES)})")
+    p.add_argument(
+        "--phases", help=f"comma-separated phases (default: the config's e1.phases, else {','.join(PHASES)})"
+    )
     p.add_argument("--q", help="query widths (default: the config's e1.q, else 1,2,3,4)")
     p.add_argument(
         "--continue-tokens",
