@@ -136,6 +136,8 @@ def test_evaluate_context_rows_and_table(captured, tool, tmp_path):
     assert s["controls_passed"] == 2 and s["stages"]["kq"]["pq_eq_qb"] == [2, 2]
     assert s["stages"]["kq"]["pq_eq_qh"] == [2, 2]
     assert "PQ = QB bitwise" in e1.format_summary(s) and "PQ = QH bitwise" in e1.format_summary(s)
+    assert s["phases"] == [ph for ph in e1.PHASES if ph in captured]
+    assert f"x {'/'.join(s['phases'])} x" in e1.format_summary(s)
     paths = e1.write_results(e1.E1Result(rows, details, s), tmp_path / "out")
     assert paths["csv"].read_text().count("\n") == 7
     assert json.loads(paths["summary"].read_text())["contexts"] == 2

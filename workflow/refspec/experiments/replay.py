@@ -627,6 +627,7 @@ def summarize(
     return {
         "family": family,
         "layers": list(layers),
+        "phases": [ph for ph in PHASES if any(c[1] == ph for c in ctx_ids)],
         "contexts": len(ctx_ids),
         "controls_passed": len(ok_ctx),
         "withheld": [
@@ -734,7 +735,7 @@ def format_summary(s: dict[str, Any]) -> str:
     n, ok = s["contexts"], s["controls_passed"]
     be = s.get("backend") or {}
     lines = [
-        f"E1 {s['family']}: {n} contexts (layers {'/'.join(map(str, s['layers']))} x prefill/continuation x "
+        f"E1 {s['family']}: {n} contexts (layers {'/'.join(map(str, s['layers']))} x {'/'.join(s.get('phases', PHASES))} x "
         f"q={','.join(map(str, s.get('q', QUERY_WIDTHS)))}) "
         f"on {be.get('device', be.get('requested', '?')) if isinstance(be, dict) else be} in {s['seconds']} s",
         f"  controls (observation, own-path mq/pq/qb, repeatability, capture on/off): {ok}/{n} contexts pass; "
