@@ -11,6 +11,8 @@ import re
 from support.paths import TESTS
 
 #: the top folders of one machine's files (temporary, home and mounted folders)
+#: the tests' own output folder (tests/artifacts, every file of it ignored by git)
+ARTIFACTS = TESTS / "artifacts"
 MACHINE_FOLDERS = ("tmp", "work", "home", "root", "Users", "mnt", "media", "srv", "scratch", "var/tmp")
 ABSOLUTE = re.compile(r"(?<![\w.~$}/\\-])/(?:" + "|".join(re.escape(f) for f in MACHINE_FOLDERS) + r")(?=/|\b)")
 MARK = re.compile(r"#\s*abspath:\s*\S")
@@ -30,6 +32,8 @@ def _test_files() -> dict[str, str]:
     for path in sorted(TESTS.rglob("*")):
         if not path.is_file() or "__pycache__" in path.parts:
             continue
+        if path.is_relative_to(ARTIFACTS):
+            continue  # what the tests write (screenshots, browser logs), ignored by git
         try:
             files[str(path.relative_to(TESTS.parent))] = path.read_text(encoding="utf-8")
         except UnicodeDecodeError:
