@@ -423,17 +423,21 @@ def section_projection(sec: Section, a: Archive, N: Numbers) -> None:
     totals = [("calls", "call", len(rows_all))] + [
         (s, "status", sum(r["status"] == s for r in rows_all)) for s in PROJECTION_STATUSES
     ]
+    # one row, the outcomes as its header: an outcome no call had (a zero count) is a column of the
+    # format, not a word of a row no record holds
     sec.items.append(
         Table(
             tid2,
             "Projection replay: calls by outcome",
             [src],
-            ["outcome", "calls"],
+            [label for label, _col, _v in totals],
             [
-                [Cell([label]), Cell([nums_tid2.add(("projection", "total", label), v, "d", row={}, column=col)])]
-                for label, col, v in totals
+                [
+                    Cell([nums_tid2.add(("projection", "total", label), v, "d", row={}, column=col)])
+                    for label, col, v in totals
+                ]
             ],
-            numeric=[False, True],
+            numeric=[True] * len(totals),
         )
     )
     tid3 = "state-projection-pair"
