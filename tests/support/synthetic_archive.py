@@ -314,6 +314,7 @@ def make_results(
     aa_spread: float = 0.0,
     aa_shift: float = 0.0,
     unexposed: str | None = None,
+    screen: bool = True,
 ) -> Path:
     """Write a complete synthetic results folder into ``out`` (tables under ``out/tables``).
 
@@ -321,7 +322,9 @@ def make_results(
     ``C_qb_aa`` (``noise`` table, estimates gated by it) and every replication block has a load
     sample (``loads`` table, one busy block); ``aa_spread`` is the twins' extra log-time noise and
     ``aa_shift`` a constant log shift of the twins' times (a biased control); ``unexposed``: a family
-    whose unrepaired confirmation arms (M0, C0, R_prod) never diverge (a vacuous panel)."""
+    whose unrepaired confirmation arms (M0, C0, R_prod) never diverge (a vacuous panel); ``screen``:
+    False leaves the divergence screen out (no table, no screen.json, the confirmation's panel not
+    taken from a screen), as a run with ``stages.screen: false`` does."""
     out = Path(out)
     tdir = out / "tables"
     g = _Gen(seed, evil)
@@ -570,7 +573,10 @@ def make_results(
         )
 
     reqs, eps = g.requests, g.endpoints
-    T.write_table([r for rows, _rec in screens.values() for r in rows], "divergence_screen", tdir)
+    if not screen:
+        screens = {}
+    else:
+        T.write_table([r for rows, _rec in screens.values() for r in rows], "divergence_screen", tdir)
     for fam, (_rows, rec) in screens.items():
         sdir = out / "campaigns" / fam / "screen"
         sdir.mkdir(parents=True, exist_ok=True)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from ...campaigns.derived import arm_sort_key
 from ...core.divergence import DECISIVE, DIVERGENCE_TEXT
 from ...core.vacuity import exposed_repairs
-from ..document import DASH, Archive, Cell, Numbers, Section, ShownTable, Table, table_section
+from ..document import DASH, Archive, Cell, Numbers, Section, ShownTable, Table, absent_note
 from .vocabulary import VACUOUS_TAIL, VACUOUS_TEXT
 
 SCREEN_COLUMNS = (
@@ -19,17 +19,28 @@ SCREEN_COLUMNS = (
 )
 
 
-@table_section(
-    "screen",
-    "Divergence screen",
+SCREEN_INTRO = (
     "R decodes the discovery panel; its tasks are ranked by the smallest margin between R's two largest logits, and the "
     "unrepaired arms decode them in that order until enough diverge or the budget of tasks ends "
     "(campaigns/screen/screen.json holds the rule, the order and the frozen exposed panel). "
-    "The confirmation runs on the exposed tasks and the stable controls.",
-    table="divergence_screen",
-    absent="the divergence screen did not run",
+    "The confirmation runs on the exposed tasks and the stable controls."
 )
-def section_screen(sec: Section, a: Archive, N: Numbers) -> None:
+
+
+def section_screen(a: Archive, N: Numbers) -> Section:
+    """The screen's tables when it ran, and in any case each repaired arm on the tasks where an
+    unrepaired arm of its campaign diverges (a campaign exposes tasks without a screen too)."""
+    sec = Section("screen", "Divergence screen", SCREEN_INTRO)
+    if a.has("divergence_screen"):
+        _screen_tables(sec, a, N)
+    else:
+        sec.notes.append(absent_note("divergence_screen", "the divergence screen did not run"))
+    if a.has("qualification"):
+        _exposed_repairs(sec, a, N)
+    return sec
+
+
+def _screen_tables(sec: Section, a: Archive, N: Numbers) -> None:
     rows = a.rows("divergence_screen")
     tasks: dict[tuple[str, str], dict] = {}
     for r in rows:
@@ -123,8 +134,9 @@ def section_screen(sec: Section, a: Archive, N: Numbers) -> None:
                 numeric=[False, False, True, True, True, False, False] + [True] * 5 + [False],
             )
         )
-    if not a.has("qualification"):
-        return
+
+
+def _exposed_repairs(sec: Section, a: Archive, N: Numbers) -> None:
     reps = exposed_repairs(a.rows("qualification"), a.rows("requests"))
     nums = ShownTable(N, a, "qualification", "screen-repairs")
     rrows = []
