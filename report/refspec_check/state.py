@@ -11,7 +11,7 @@ from refspec_check.context import Context
 from refspec_check.contract import CsvTable
 from refspec_check.digests import endpoint_digest
 from refspec_check.qualification import first_difference
-from refspec_check.vacuity import partition_vacuous
+from refspec_check.vacuity import crosses_vacuous, partition_vacuous
 
 
 def _classes(values) -> list:
@@ -289,6 +289,9 @@ def check_crosses(ctx: Context, nat: dict) -> dict:
         ("shams_ok", sum(r["outcome"] == "recipient" and r["changed_bytes"] == 0 for r in shams)),
     ):
         E.add(("crosses", k), v, s_c)
+    n_in, vac = crosses_vacuous(cr.rows)
+    if vac:  # the verdict's N (the crosses' verdict table and, where the partition is exposed, the claim)
+        E.add(("crosses", "inputs"), n_in, s_c)
     return traj
 
 
@@ -574,14 +577,19 @@ def check_claims(ctx: Context, nat: dict) -> None:
             )
         if ok and st in ("partition", "crosses") and nat:
             n_in, vac = partition_vacuous(nat)
+            why, found = (
+                f"no partition arm differs on any of the {n_in} inputs",
+                "a partition arm differs on some input",
+            )
+            if st == "crosses" and not vac and "crosses" in tables:
+                n_in, vac = crosses_vacuous(tables["crosses"].rows)
+                why = f"the pair's natural endpoints agree on every one of the {n_in} inputs crossed"
+                found = "the pair's natural endpoints differ on some input crossed"
             c.identities += 1
             if vac and r["status"] != "vacuous":
-                c.bad(
-                    cl.where(i, "status"),
-                    f"{r['status']}, but no partition arm differs on any of the {n_in} inputs: the claim is vacuous",
-                )
+                c.bad(cl.where(i, "status"), f"{r['status']}, but {why}: the claim is vacuous")
             elif not vac and r["status"] == "vacuous":
-                c.bad(cl.where(i, "status"), "vacuous, but a partition arm differs on some input")
+                c.bad(cl.where(i, "status"), f"vacuous, but {found}")
         if r["status"] == "withheld" and not r["reason"]:
             c.bad(cl.where(i, "reason"), "a withheld claim needs its reason")
         E.add(("claim", st, rec, "controls"), r["controls"], s_l)

@@ -5,7 +5,9 @@ family; not the phase-mask sweep nor the prediction) that ran an unrepaired arm 
 unrepaired arm's qualification has a first divergence on any of its tasks; it then says
 "vacuous: no exposed input in N screened", N its tasks. The partition study is vacuous when no arm's
 repeat-1 row has a nonzero endpoint, KV or initial-logits class on any input; the partition and
-crosses claims are then "vacuous"."""
+crosses claims are then "vacuous". The crosses are vacuous too where no row is distinguishable (the
+pair's natural endpoints agree on every input crossed; check_crosses recomputes the column), N the
+inputs crossed."""
 
 from __future__ import annotations
 
@@ -42,4 +44,11 @@ def partition_vacuous(nat: dict) -> tuple[int, bool]:
     """(inputs screened, vacuous) of the partition study from its repeat-1 rows ((task, arm) -> (i, row))."""
     screened = {t for t, _a in nat}
     exposed = {t for (t, _a), (_i, r) in nat.items() if r["endpoint_class"] or r["kv_class"] or r["logits_class"]}
+    return len(screened), bool(screened) and not exposed
+
+
+def crosses_vacuous(rows: list) -> tuple[int, bool]:
+    """(inputs crossed, vacuous) of crosses.csv: vacuous when no row is distinguishable."""
+    screened = {r["task_id"] for r in rows}
+    exposed = {r["task_id"] for r in rows if r["distinguishable"]}
     return len(screened), bool(screened) and not exposed

@@ -362,3 +362,60 @@ def test_checker_catches_a_study_input_picked_by_hand(archive, tmp_path):
     _write_csv(p, rows)
     out = _check(bad2).stdout
     assert "the partition study runs on the screen's study inputs" in out, out
+
+
+@pytest.fixture(scope="module")
+def short_crosses(tmp_path_factory, native_build, family_files) -> Path:
+    """The same input crossed at cap 8: U1's state differs from A's from position 0, but its
+    continuation leaves A's only at index 32, so no cross can tell the donor from the recipient."""
+    tmp = tmp_path_factory.mktemp("short-crosses")
+    res = tmp / "res"
+    claims = [
+        _stage(res, "partition", "state", "partition", "--tasks", "2", "--cap", "8", "--splits=", "--ub-sweep", "1"),
+        _stage(
+            res,
+            "crosses",
+            *("state", "crosses", "--partition", str(res / "campaigns" / "partition"), "--pair", "A,U1"),
+            *("--tasks", "2", "--selectors", "L0_KV,K_ALL", "--repeats", "1"),
+        ),
+    ]
+    manifest = tmp / "manifest.json"
+    manifest.write_text("{}\n")
+    stage = tmp / "stage"
+    campaigns = [x for n in ("partition", "crosses") for x in ("--campaign", str(res / "campaigns" / n))]
+    _cli("assemble", "--results", str(res), "--manifest", str(manifest), "--out", str(stage), *campaigns)
+    _cli("report", str(stage), "--no-pdf")
+    return stage, {c["stage"]: c for c in claims}
+
+
+def test_crosses_whose_pair_never_parts_are_vacuous(short_crosses):
+    stage, claims = short_crosses
+    # the partition study has an exposed input (U1's KV differs), the crosses have none
+    assert claims["partition"]["status"] == "supported"
+    assert claims["crosses"]["status"] == "vacuous", claims["crosses"]
+    assert claims["crosses"]["claim"] == "vacuous: no exposed input in 1 screened"
+    cr = _csv(stage / "tables" / "crosses.csv")
+    assert cr and all(r["distinguishable"] == "false" and r["outcome"] == "recipient" for r in cr)
+    html = (stage / "report.html").read_text()
+    verdict = html[html.index('data-table="state-crosses-verdict"') :]
+    assert "vacuous: no exposed input in" in verdict[: verdict.index("</table>")]
+    claims_table = html[html.index('data-table="claims"') :]
+    claims_table = claims_table[: claims_table.index("</table>")]
+    assert claims_table.count("vacuous: no exposed input in") == 1 and "supported" in claims_table
+    r = _check(stage)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_checker_refuses_vacuous_crosses_marked_supported(short_crosses, tmp_path):
+    stage, _claims = short_crosses
+    bad = tmp_path / "bad"
+    shutil.copytree(stage, bad)
+    p = bad / "tables" / "claims.csv"
+    rows = _csv(p)
+    for r in rows:
+        if r["stage"] == "crosses":
+            r["status"], r["claim"] = "supported", "the subset interventions give the tabled outcome classes"
+    _write_csv(p, rows)
+    r = _check(bad)
+    assert r.returncode == 1
+    assert "the pair's natural endpoints agree on every one of the 1 inputs crossed: the claim is vacuous" in r.stdout

@@ -21,6 +21,11 @@ no verdict here.
 *Exposed input* of the partition study: a task on which some arm's repeat-1 row has a nonzero
 endpoint, KV or initial-logits class (it differs from A). No exposed input: the partition stage's
 and the crosses stage's claims are ``vacuous``.
+
+*Exposed input* of the crosses: a crossed task on which the pair's natural endpoints differ (its
+rows are ``distinguishable``), so that a cross can show the donor's endpoint rather than the
+recipient's. A crosses stage whose pair continues identically on every input it crossed (the states
+differ, but not within the cap) is ``vacuous`` too, with N the inputs crossed.
 """
 
 from __future__ import annotations
@@ -93,6 +98,18 @@ def partition_exposure(partition: Iterable[dict]) -> dict:
             continue
         screened.add(r["task_id"])
         if r["endpoint_class"] or r["kv_class"] or r["logits_class"]:
+            exposed.add(r["task_id"])
+    return dict(screened=len(screened), exposed=len(exposed), vacuous=bool(screened) and not exposed)
+
+
+def crosses_exposure(crosses: Iterable[dict]) -> dict:
+    """{screened, exposed, vacuous} of a crosses table: the inputs crossed (one family's), and those
+    on which some row is ``distinguishable`` (the pair's natural endpoints differ there)."""
+    screened: set[str] = set()
+    exposed: set[str] = set()
+    for r in crosses:
+        screened.add(r["task_id"])
+        if r["distinguishable"]:
             exposed.add(r["task_id"])
     return dict(screened=len(screened), exposed=len(exposed), vacuous=bool(screened) and not exposed)
 

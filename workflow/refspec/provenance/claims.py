@@ -8,7 +8,8 @@ command and then
 
 * on exit 0 or 1, derives the stage's ``claims`` row from the tables the command wrote in
   ``DIR`` (``supported``; ``withheld`` with the failed controls as the reason; ``vacuous`` when the
-  controls pass but no partition arm differs on any input, see :mod:`refspec.core.vacuity`), writes it
+  controls pass but no partition arm differs on any input, or for the crosses the pair's natural
+  endpoints agree on every input crossed, see :mod:`refspec.core.vacuity`), writes it
   there (``claims.parquet/.csv``, ``claim.json``), appends a ``stage_claim`` record to the
   run's ledger and writes ``FILE`` (the workflow's completion marker); it exits 0, so the
   run goes on to seal and report the record with the claim withheld;
@@ -27,7 +28,7 @@ from pathlib import Path
 from ..core import tables as T
 from ..core.errors import EXIT_OK, UsageError
 from ..core.fsutil import atomic_write_text
-from ..core.vacuity import VACUOUS, partition_exposure, vacuous_text
+from ..core.vacuity import VACUOUS, crosses_exposure, partition_exposure, vacuous_text
 from .ledger import LEDGER_NAME, Ledger
 
 # the pipeline stages whose claim `refspec stage` records
@@ -170,6 +171,9 @@ def claim_row(stage: str, d: Path, exit_code: int, record: str | None = None) ->
     if status == "supported" and prows is not None:
         # no partition arm differs on any input: the study had nothing to find (refspec.core.vacuity)
         ex = partition_exposure(prows)
+        if not ex["vacuous"] and stage == "crosses":
+            # the states differ, but the pair continues identically on every input crossed
+            ex = crosses_exposure(T.read_records("crosses", d))
         if ex["vacuous"]:
             claim, status = vacuous_text(ex["screened"]), VACUOUS
     # contract: reads the exit status the stage's command recorded; computes none

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ...core.vacuity import VACUOUS, partition_exposure
 from ..document import Archive, Cell, Numbers, Section, ShownTable, Table, table_section
+from .state_studies import crosses_vacuity_parts
 from .vocabulary import VACUOUS_TAIL, VACUOUS_TEXT
 
 
@@ -12,6 +13,14 @@ def vacuity_parts(a: Archive, N: Numbers, tid: str) -> list:
     n = partition_exposure(a.rows("partition"))["screened"]
     num = ShownTable(N, a, "partition", tid).add(("partition", "inputs"), n, "d", row={}, column="task_id")
     return [VACUOUS_TEXT, num, VACUOUS_TAIL]
+
+
+def _vacuity(a: Archive, N: Numbers, tid: str, stage: str) -> list:
+    """The verdict's parts: N the partition study's inputs, or for crosses on a partition that has an
+    exposed input, the inputs crossed (the pair's continuations agree on all of them)."""
+    if stage == "crosses" and a.has("crosses") and not partition_exposure(a.rows("partition"))["vacuous"]:
+        return crosses_vacuity_parts(a, N, tid)
+    return vacuity_parts(a, N, tid)
 
 
 @table_section(
@@ -48,7 +57,7 @@ def section_claims(sec: Section, a: Archive, N: Numbers) -> None:
                         nums.add(base + ("controls",), r["controls"], "d", row=key, column="controls"),
                     ]
                 ),
-                Cell(vacuity_parts(a, N, tid) if vac else [r["claim"]], cls="small"),
+                Cell(_vacuity(a, N, tid, r["stage"]) if vac else [r["claim"]], cls="small"),
                 Cell([r["reason"] or ""], cls="reason"),
             ]
         )

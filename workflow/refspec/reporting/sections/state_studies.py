@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from ...core.vacuity import partition_exposure
+from ...core.vacuity import crosses_exposure, partition_exposure
 from ..document import DASH, Archive, Cell, Numbers, Section, ShownTable, Table, table_section
 from .vocabulary import VACUOUS_TAIL, VACUOUS_TEXT
 
@@ -555,6 +555,28 @@ def section_crosses(sec: Section, a: Archive, N: Numbers) -> None:
     sec.items.append(
         Table(tid2, "Crosses: outcome counts and controls", [src], ["count", "value"], rows2, numeric=[False, True])
     )
+    if crosses_exposure(rows_all)["vacuous"]:
+        # the pair's natural endpoints agree on every input crossed: no cross can show the donor's
+        # endpoint rather than the recipient's (refspec.core.vacuity)
+        sec.items.append(
+            Table(
+                "state-crosses-verdict",
+                "Crosses verdict",
+                [src],
+                ["study", "verdict"],
+                [[Cell(["state crosses"]), Cell(crosses_vacuity_parts(a, N, "state-crosses-verdict"), cls="warn")]],
+                caption="An input is exposed to the crosses where the pair's natural continuations part "
+                "within the cap (the rows are distinguishable).",
+                numeric=[False, False],
+            )
+        )
+
+
+def crosses_vacuity_parts(a: Archive, N: Numbers, tid: str) -> list:
+    """ "vacuous: no exposed input in N screened" with N the inputs crossed, as a checked number."""
+    n = crosses_exposure(a.rows("crosses"))["screened"]
+    num = ShownTable(N, a, "crosses", tid).add(("crosses", "inputs"), n, "d", row={}, column="task_id")
+    return [VACUOUS_TEXT, num, VACUOUS_TAIL]
 
 
 @table_section(
