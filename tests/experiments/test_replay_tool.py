@@ -433,3 +433,31 @@ def test_gguf_attention_shape(tmp_path):
     s = AD.gguf_attention_shape(path)
     assert (s.n_head, s.n_head_kv, s.head_dim, s.n_kv) == (16, 4, 64, 4096)
     assert AD.gguf_attention_shape(path, n_kv=300).n_kv == 300
+
+
+def test_admission_runs_a_killed_tool_process_again_and_records_it(replay_tool, tmp_path):
+    """A tool process killed by a signal observed nothing: the width runs again in a fresh process
+    and the killed attempt is recorded. The real tool, behind a wrapper that aborts the first run
+    of the q = 2 width; an abort on every attempt, or a tool that exits 2, is an error."""
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    wrapper = tmp_path / "flaky-tool"
+    wrapper.write_text(
+        "#!/usr/bin/env bash\n"
+        "# abort the first run whose jobs file names the q = 2 operands, as a SIGABRT inside the driver would\n"
+        'jobs=""; prev=""; for a in "$@"; do [ "$prev" = --jobs ] && jobs="$a"; prev="$a"; done\n'
+        f'if grep -q q2.rsop "$jobs" && [ ! -e {marks}/aborted ] || [ -e {marks}/always ]; then\n'
+        f"  touch {marks}/aborted; kill -ABRT $$\n"
+        "fi\n"
+        f'exec {replay_tool} "$@"\n'
+    )
+    wrapper.chmod(0o755)
+    shape = AD.AttentionShape(n_head=8, n_head_kv=2, head_dim=64, n_kv=96)
+    res = AD.run_admission(wrapper, "CPU", shape, queries=(1, 2))
+    assert res["errors"] == []
+    assert [(c["q"], c["attempt"], c["returncode"]) for c in res["tool_crashes"]] == [(2, 1, -6)]
+    assert {r["q"] for r in res["rows"]} == {1, 2}
+    assert res["rows"] == AD.run_admission(replay_tool, "CPU", shape, queries=(1, 2))["rows"]
+    (marks / "always").touch()
+    with pytest.raises(operands.ReplayToolError, match="exit status -6"):
+        AD.run_admission(wrapper, "CPU", shape, queries=(1, 2))

@@ -101,6 +101,12 @@ def run(args: argparse.Namespace) -> int:
         )
     for e in res["errors"]:
         print(f"  ERROR {e}", file=sys.stderr)
+    for c in res["tool_crashes"]:
+        print(
+            f"  replay tool process killed at q={c['q']} (attempt {c['attempt']}, exit status {c['returncode']}): "
+            "run again in a fresh process (recorded in admission.json, tool_crashes)",
+            file=sys.stderr,
+        )
     if args.out:
         paths = write_results(res, args.out, family)
         print(f"  wrote {paths['json']}, {paths['parquet']}, {paths['csv']}")

@@ -51,6 +51,8 @@ CSV_COLUMNS = (
     "reason",
 )
 MAX_OPERAND_BYTES = 1 << 30
+# fresh tool processes per query width when a process is killed by a signal (see run_admission)
+TOOL_ATTEMPTS = 3
 
 
 @dataclass(frozen=True)
@@ -200,16 +202,30 @@ def run_admission(
     errors: list[str] = []
     # one fresh tool process per query width: on Mesa's lavapipe a process that has run the q = 1
     # graphs and then q = 2 and 3 (with qb's refused nodes on the CPU) crashes inside the driver's
-    # queue thread; a process per shape keeps every observation independent of the ones before it
+    # queue thread; a process per shape keeps every observation independent of the ones before it.
+    # Even one width's process is, rarely, killed there (a heap corruption, SIGABRT): a process
+    # killed by a signal observed nothing, so the width is run again in a fresh process, at most
+    # TOOL_ATTEMPTS times, and every killed attempt is recorded in ``tool_crashes``.
     reports = []
+    crashes: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="refspec-admission-") as td:
         for q in queries:
             p = Path(td) / f"q{q}.rsop"
             operands.write_operands(p, admission_operands(shape, q))
             job = operands.ReplayJob(p, tuple(layouts), "none", Path(td) / f"q{q}", write_stages=False)
-            reports.append(
-                operands.run_replay(tool, [job], backend=backend, threads=threads, workdir=Path(td) / f"w{q}")
-            )
+            for attempt in range(1, TOOL_ATTEMPTS + 1):
+                try:
+                    reports.append(
+                        operands.run_replay(
+                            tool, [job], backend=backend, threads=threads, workdir=Path(td) / f"w{q}.{attempt}"
+                        )
+                    )
+                    break
+                except operands.ReplayToolError as e:
+                    killed = e.returncode is not None and e.returncode < 0
+                    if not killed or attempt == TOOL_ATTEMPTS:
+                        raise
+                    crashes.append({"q": q, "attempt": attempt, "returncode": e.returncode, "error": str(e)[-1000:]})
     report = {**reports[0], "jobs": [j for r in reports for j in r["jobs"]]}
     for q, job in zip(queries, report["jobs"]):
         if job.get("error"):
@@ -231,6 +247,7 @@ def run_admission(
         "queries": list(queries),
         "rows": rows,
         "errors": errors,
+        "tool_crashes": crashes,
     }
 
 

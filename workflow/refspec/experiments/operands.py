@@ -60,7 +60,12 @@ class OperandError(IntegrityError):
 
 
 class ReplayToolError(RefspecError):
-    """The native replay tool failed (crash, usage error, unreadable report)."""
+    """The native replay tool failed (crash, usage error, unreadable report); ``returncode`` is the
+    process's exit status where it ran (negative: killed by that signal), else None."""
+
+    def __init__(self, message: str, returncode: int | None = None) -> None:
+        super().__init__(message)
+        self.returncode = returncode
 
 
 # ------------------------------------------------------------------------------------------
@@ -643,7 +648,7 @@ def run_replay(
             raise ReplayToolError(f"replay tool timed out after {timeout} s") from e
         if proc.returncode not in (0, 1) or not report_path.exists():
             tail = (proc.stderr or "")[-2000:]
-            raise ReplayToolError(f"replay tool failed with exit status {proc.returncode}: {tail}")
+            raise ReplayToolError(f"replay tool failed with exit status {proc.returncode}: {tail}", proc.returncode)
         report = json.loads(report_path.read_text())
         report["stderr"] = proc.stderr[-4000:] if proc.stderr else ""
         if check_inputs:
