@@ -207,25 +207,16 @@ def run_admission(
     # killed by a signal observed nothing, so the width is run again in a fresh process, at most
     # TOOL_ATTEMPTS times, and every killed attempt is recorded in ``tool_crashes``.
     reports = []
-    crashes: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="refspec-admission-") as td:
         for q in queries:
             p = Path(td) / f"q{q}.rsop"
             operands.write_operands(p, admission_operands(shape, q))
             job = operands.ReplayJob(p, tuple(layouts), "none", Path(td) / f"q{q}", write_stages=False)
-            for attempt in range(1, TOOL_ATTEMPTS + 1):
-                try:
-                    reports.append(
-                        operands.run_replay(
-                            tool, [job], backend=backend, threads=threads, workdir=Path(td) / f"w{q}.{attempt}"
-                        )
-                    )
-                    break
-                except operands.ReplayToolError as e:
-                    killed = e.returncode is not None and e.returncode < 0
-                    if not killed or attempt == TOOL_ATTEMPTS:
-                        raise
-                    crashes.append({"q": q, "attempt": attempt, "returncode": e.returncode, "error": str(e)[-1000:]})
+            reports.append(
+                operands.run_replay(
+                    tool, [job], backend=backend, threads=threads, workdir=Path(td) / f"w{q}", attempts=TOOL_ATTEMPTS
+                )
+            )
     report = {**reports[0], "jobs": [j for r in reports for j in r["jobs"]]}
     for q, job in zip(queries, report["jobs"]):
         if job.get("error"):
@@ -247,7 +238,7 @@ def run_admission(
         "queries": list(queries),
         "rows": rows,
         "errors": errors,
-        "tool_crashes": crashes,
+        "tool_crashes": [{"q": q, **c} for q, r in zip(queries, reports) for c in r["tool_crashes"]],
     }
 
 

@@ -60,12 +60,7 @@ class OperandError(IntegrityError):
 
 
 class ReplayToolError(RefspecError):
-    """The native replay tool failed (crash, usage error, unreadable report); ``returncode`` is the
-    process's exit status where it ran (negative: killed by that signal), else None."""
-
-    def __init__(self, message: str, returncode: int | None = None) -> None:
-        super().__init__(message)
-        self.returncode = returncode
+    """The native replay tool failed (crash, usage error, unreadable report)."""
 
 
 # ------------------------------------------------------------------------------------------
@@ -608,8 +603,14 @@ def run_replay(
     timeout: float | None = None,
     check_inputs: bool = True,
     validate: bool = True,
+    attempts: int = 1,
 ) -> dict[str, Any]:
     """Run the replay tool once over a batch of jobs and return its JSON report.
+
+    A tool process killed by a signal (negative exit status) observed nothing: with ``attempts``
+    above one it runs again in a fresh process, at most that often, and each killed attempt is
+    listed in the report's ``tool_crashes`` (``attempt``, ``returncode``, ``error``); any other
+    failure, or a kill on the last attempt, raises :class:`ReplayToolError`.
 
     With ``validate`` every operand file is read and validated first (:func:`read_operands`):
     a wrong shape, a truncated tensor or a non-finite masked-in value raises
@@ -640,16 +641,24 @@ def run_replay(
             "--report",
             str(report_path),
         ]
-        try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-        except FileNotFoundError as e:
-            raise ReplayToolError(f"replay tool not found: {tool}") from e
-        except subprocess.TimeoutExpired as e:
-            raise ReplayToolError(f"replay tool timed out after {timeout} s") from e
-        if proc.returncode not in (0, 1) or not report_path.exists():
+        crashes: list[dict[str, Any]] = []
+        for attempt in range(1, attempts + 1):
+            report_path.unlink(missing_ok=True)
+            try:
+                proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+            except FileNotFoundError as e:
+                raise ReplayToolError(f"replay tool not found: {tool}") from e
+            except subprocess.TimeoutExpired as e:
+                raise ReplayToolError(f"replay tool timed out after {timeout} s") from e
+            if proc.returncode in (0, 1) and report_path.exists():
+                break
             tail = (proc.stderr or "")[-2000:]
-            raise ReplayToolError(f"replay tool failed with exit status {proc.returncode}: {tail}", proc.returncode)
+            err = f"replay tool failed with exit status {proc.returncode}: {tail}"
+            if proc.returncode >= 0 or attempt == attempts:
+                raise ReplayToolError(err)
+            crashes.append({"attempt": attempt, "returncode": proc.returncode, "error": err[-1000:]})
         report = json.loads(report_path.read_text())
+        report["tool_crashes"] = crashes
         report["stderr"] = proc.stderr[-4000:] if proc.stderr else ""
         if check_inputs:
             for path, digest in before.items():

@@ -4,23 +4,15 @@ from __future__ import annotations
 
 from ...core.vacuity import VACUOUS, partition_exposure
 from ..document import Archive, Cell, Numbers, Section, ShownTable, Table, table_section
-from .state_studies import crosses_vacuity_parts
-from .vocabulary import VACUOUS_TAIL, VACUOUS_TEXT
-
-
-def vacuity_parts(a: Archive, N: Numbers, tid: str) -> list:
-    """ "vacuous: no exposed input in N screened" with N the partition study's inputs, as a checked number."""
-    n = partition_exposure(a.rows("partition"))["screened"]
-    num = ShownTable(N, a, "partition", tid).add(("partition", "inputs"), n, "d", row={}, column="task_id")
-    return [VACUOUS_TEXT, num, VACUOUS_TAIL]
+from .state_studies import study_vacuity_parts
 
 
 def _vacuity(a: Archive, N: Numbers, tid: str, stage: str) -> list:
     """The verdict's parts: N the partition study's inputs, or for crosses on a partition that has an
     exposed input, the inputs crossed (the pair's continuations agree on all of them)."""
     if stage == "crosses" and a.has("crosses") and not partition_exposure(a.rows("partition"))["vacuous"]:
-        return crosses_vacuity_parts(a, N, tid)
-    return vacuity_parts(a, N, tid)
+        return study_vacuity_parts(a, N, tid, "crosses")
+    return study_vacuity_parts(a, N, tid, "partition")
 
 
 @table_section(

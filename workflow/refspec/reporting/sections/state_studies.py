@@ -564,7 +564,12 @@ def section_crosses(sec: Section, a: Archive, N: Numbers) -> None:
                 "Crosses verdict",
                 [src],
                 ["study", "verdict"],
-                [[Cell(["state crosses"]), Cell(crosses_vacuity_parts(a, N, "state-crosses-verdict"), cls="warn")]],
+                [
+                    [
+                        Cell(["state crosses"]),
+                        Cell(study_vacuity_parts(a, N, "state-crosses-verdict", "crosses"), cls="warn"),
+                    ]
+                ],
                 caption="An input is exposed to the crosses where the pair's natural continuations part "
                 "within the cap (the rows are distinguishable).",
                 numeric=[False, False],
@@ -572,10 +577,12 @@ def section_crosses(sec: Section, a: Archive, N: Numbers) -> None:
         )
 
 
-def crosses_vacuity_parts(a: Archive, N: Numbers, tid: str) -> list:
-    """ "vacuous: no exposed input in N screened" with N the inputs crossed, as a checked number."""
-    n = crosses_exposure(a.rows("crosses"))["screened"]
-    num = ShownTable(N, a, "crosses", tid).add(("crosses", "inputs"), n, "d", row={}, column="task_id")
+def study_vacuity_parts(a: Archive, N: Numbers, tid: str, table: str) -> list:
+    """ "vacuous: no exposed input in N screened" with N the study's inputs, as a checked number
+    ``<table>|inputs``: the partition study's inputs (``table`` partition) or the inputs crossed (crosses)."""
+    exposure = partition_exposure if table == "partition" else crosses_exposure
+    n = exposure(a.rows(table))["screened"]
+    num = ShownTable(N, a, table, tid).add((table, "inputs"), n, "d", row={}, column="task_id")
     return [VACUOUS_TEXT, num, VACUOUS_TAIL]
 
 
