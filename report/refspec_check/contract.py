@@ -73,6 +73,10 @@ COLUMNS = {
         rows=I,
         graph_rebuilds=I,
         graph_reuses=I,
+        device=S,
+        device_description=S,
+        gpu_layers=I,
+        draft_gpu_layers=I,
     ),
     "endpoints": dict(
         campaign=S,

@@ -106,3 +106,54 @@ def check_data_seal(c: Checker, rep: Report, prov: dict, head: list) -> None:
                     "numbers.json: provenance.pubkey_fingerprint",
                     f"{fp} did not sign this archive (signed by {', '.join(map(str, keyids))})",
                 )
+
+
+def host_text(m: dict | None) -> str | None:
+    """One line of host facts from the manifest's host record (``host``, else
+    ``buildDefinition.internalParameters.host``), "; "-joined: "<cpu model>, <usable or logical cores>
+    cores", "<memory / 2^30, one decimal> GiB", "<distribution or system> <machine>", and "GPU: " with
+    each device "<name> (driver <version>)" (or "none"), then "; CUDA driver <v>, CUDA runtime <v>"
+    where recorded. A host recorded as a string is that string."""
+    if not isinstance(m, dict):
+        return None
+    h = m.get("host") or ((m.get("buildDefinition") or {}).get("internalParameters") or {}).get("host")
+    if isinstance(h, str):
+        return h
+    if not isinstance(h, dict):
+        return None
+    cpu, os_, gpu = h.get("cpu") or {}, h.get("os") or {}, h.get("gpu") or {}
+    parts = []
+    if isinstance(cpu, dict) and cpu.get("model"):
+        parts.append(f"{cpu['model']}, {cpu.get('usable_cores') or cpu.get('logical_cores')} cores")
+    if h.get("memory_bytes"):
+        parts.append(f"{int(h['memory_bytes']) / 2**30:.1f} GiB")
+    if isinstance(os_, dict) and (os_.get("distribution") or os_.get("system")):
+        parts.append(f"{os_.get('distribution') or os_.get('system')} {os_.get('machine', '')}".strip())
+    if isinstance(gpu, dict):
+        names = []
+        for d in gpu.get("devices") or []:
+            if isinstance(d, dict):
+                names.append(
+                    f"{d.get('name')} (driver {d['driver_version']})"
+                    if d.get("driver_version")
+                    else str(d.get("name", d))
+                )
+            else:
+                names.append(str(d))
+        cuda = ", ".join(
+            f"{what} {gpu[k]}"
+            for what, k in (("CUDA driver", "cuda_driver_version"), ("CUDA runtime", "cuda_runtime_version"))
+            if gpu.get(k)
+        )
+        parts.append("GPU: " + (", ".join(names) or "none") + (f"; {cuda}" if cuda else ""))
+    return "; ".join(parts) or None
+
+
+def check_host(c: Checker, rep: Report, prov: dict, manifest: dict | None) -> None:
+    """provenance.host is the manifest's host record as one line (``host_text``) and is shown."""
+    if "host" not in prov and manifest is None:
+        return
+    want = host_text(manifest)
+    if c.same("numbers.json: provenance.host", prov.get("host"), want, "the manifest's host record") and want:
+        if not any(want in text for text, _line, _ctx in rep.hp.text):
+            c.bad(rep.html_rel, "the host record is not shown")

@@ -15,6 +15,7 @@ import hashlib
 import json
 import math
 import random
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -303,6 +304,29 @@ ARMS_REPL = [
 ]
 
 
+# what a lavapipe run's manifest records of its backend (refspec.provenance.manifest)
+VULKAN_RECORD = {
+    "buildDefinition": {
+        "externalParameters": {"config": {"native": {"backend": "vulkan", "vulkan_device": 0}}},
+        "internalParameters": {
+            "vulkan": {
+                "selected": {
+                    "name": "llvmpipe (LLVM 15.0.6, 256 bits)",
+                    "type": "PHYSICAL_DEVICE_TYPE_CPU",
+                    "api_version": "1.3.230",
+                    "driver_name": "llvmpipe",
+                    "driver_info": "Mesa 22.3.6 (LLVM 15.0.6)",
+                },
+                "software_device": True,
+                "headers": [{"package": "libvulkan-dev", "version": "1.4.309.0-1", "sha256": "1" * 64}],
+                "glslc": "shaderc v2023.2",
+                "env": {"GGML_VK_VISIBLE_DEVICES": "0"},
+            }
+        },
+    }
+}
+
+
 def make_results(
     out: str | Path,
     seed: int = 7,
@@ -315,6 +339,7 @@ def make_results(
     aa_shift: float = 0.0,
     unexposed: str | None = None,
     screen: bool = True,
+    vulkan: bool = False,
 ) -> Path:
     """Write a complete synthetic results folder into ``out`` (tables under ``out/tables``).
 
@@ -324,7 +349,9 @@ def make_results(
     ``aa_shift`` a constant log shift of the twins' times (a biased control); ``unexposed``: a family
     whose unrepaired confirmation arms (M0, C0, R_prod) never diverge (a vacuous panel); ``screen``:
     False leaves the divergence screen out (no table, no screen.json, the confirmation's panel not
-    taken from a screen), as a run with ``stages.screen: false`` does."""
+    taken from a screen), as a run with ``stages.screen: false`` does; ``vulkan``: the run of
+    ``config/vulkan.yaml`` on lavapipe: the manifest records the Vulkan backend and its software
+    device (``VULKAN_RECORD``), and every placed request ran on Vulkan0 with all layers offloaded."""
     out = Path(out)
     tdir = out / "tables"
     g = _Gen(seed, evil)
@@ -581,6 +608,14 @@ def make_results(
         sdir = out / "campaigns" / fam / "screen"
         sdir.mkdir(parents=True, exist_ok=True)
         (sdir / "screen.json").write_text(json.dumps(rec, indent=1, sort_keys=True) + "\n")
+    if vulkan:
+        for r in reqs:
+            r.update(
+                device="Vulkan0",
+                device_description="llvmpipe (LLVM 15.0.6, 256 bits)",
+                gpu_layers=31,
+                draft_gpu_layers=31 if r["mode"] == "spec" else None,
+            )
     T.write_table(reqs, "requests", tdir)
     T.write_table(eps, "endpoints", tdir)
     margins = {
@@ -687,6 +722,7 @@ def make_results(
                 "format": 1,
                 "host": {"hostname": "bench-01", "machine": "x86_64", "system": "Linux"},
                 "files": [{"path": "native/patches/0001-qb.patch", "sha256": "0" * 64, "size": 1}],
+                **(VULKAN_RECORD if vulkan else {}),
             },
             indent=1,
         )
@@ -768,6 +804,18 @@ def seal_archive(results: Path, archive: Path) -> Path:
 
     seal(results, archive, key=signer(), archive_id="synthetic", created="2026-10-20T00:00:00Z")
     return archive
+
+
+def reseal_edited(stage: Path, dst: Path, edit) -> Path:
+    """A copy of the rendered results ``stage`` after ``edit(folder)`` changed its files, sealed into
+    ``dst`` with the signer's valid key: what a dishonest signer who re-seals can produce."""
+
+    work = dst.with_name(dst.name + "-stage")
+    shutil.copytree(stage, work)
+    for p in work.rglob("*"):
+        p.chmod(0o755 if p.is_dir() else 0o644)
+    edit(work)
+    return seal_archive(work, dst)
 
 
 CHECK_PATH = REPO_ROOT / "report" / "check.py"
