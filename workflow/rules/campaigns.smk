@@ -79,7 +79,9 @@ rule divergence_screen:
         slot="|".join(SCREEN_SLOTS) if SCREEN_SLOTS else "(?!)",
     conda:
         "../../envs/refspec.yaml"
-    threads: workflow.cores
+    # untimed (it compares endpoints, never times them): it shares the machine with the other
+    # untimed stages, while every timed campaign still runs alone; its arms keep the config's threads
+    threads: 1
     params:
         results=lambda wildcards, output: results_of(output[0], wildcards.slot),
         family=lambda wildcards: (
