@@ -133,3 +133,33 @@ def test_paper_preset_sizes_the_screens(tmp_path):
     loaded["screen"]["presets"]["paper"]["tries"] = 3
     with pytest.raises(ConfigError, match="tries not settings of screen"):
         preset_settings(loaded, "screen")
+
+
+def test_vulkan_study_runs_the_papers_selectors_and_an_untimed_screen_beside_others(tmp_path):
+    """config/vulkan.yaml: the crosses run the paper's component selectors (state.selectors; the
+    default config every selector); the divergence screen is scheduled as one core's job, so the
+    other untimed stages share the machine with it, while a timed campaign still takes every core."""
+    from refspec.experiments.state import kvstate as kv
+
+    schema = yaml_load(REPO_ROOT / "workflow" / "schemas" / "config.schema.yaml")
+    enum = schema["properties"]["state"]["properties"]["selectors"]["items"]["enum"]
+    assert tuple(enum) == kv.SELECTOR_NAMES
+    r = _snakemake(
+        "-n", "-p", "--cores", "2", "--configfile", "config/vulkan.yaml", "--config", f"results={tmp_path}/v"
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    line = next(x for x in r.stdout.splitlines() if "state crosses" in x)
+    assert "--selectors=L0_K,L0_V,K_ALL,V_ALL,PREFIX,TAIL" in line, line
+    blocks = {b.split(":", 1)[0].split()[-1]: b for b in re.split(r"\n(?=(?:local)?rule )", r.stdout)}
+    assert "threads: 2" not in blocks["divergence_screen"], blocks["divergence_screen"]
+    assert "threads: 2" in blocks["campaign"], blocks["campaign"]
+    d = _snakemake("-n", "-p", "--configfile", "config/config.yaml", "--config", f"results={tmp_path}/c")
+    assert d.returncode == 0, d.stdout + d.stderr
+    line = next(x for x in d.stdout.splitlines() if "state crosses" in x)
+    assert "--selectors= --out" in line, line
+
+
+def yaml_load(path: Path):
+    import yaml
+
+    return yaml.safe_load(path.read_text())

@@ -94,10 +94,12 @@ rule state_crosses:
         divergent=_ST["divergent"],
         stable=_ST["stable"],
         repeats=_ST["cross_repeats"],
+        selectors=",".join(_ST["selectors"] or []),
     shell:
         "refspec stage crosses --dir {params.results}/campaigns/crosses --done {output} --results {params.results}"
         " -- state crosses --partition {params.results}/campaigns/partition {params.pair}"
         " --divergent {params.divergent} --stable {params.stable} --repeats {params.repeats} --jobs {threads}"
+        " --selectors={params.selectors}"
         " --out {params.results}/campaigns/crosses > {log} 2>&1"
 
 
