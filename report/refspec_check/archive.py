@@ -7,14 +7,14 @@ import os
 from refspec_check.comparison import check_comparison
 from refspec_check.context import Context
 from refspec_check.contract import COMPARISON_FORMAT, posix_rel, read_plan, read_tables
-from refspec_check.device import check_device, read_manifest
+from refspec_check.device import check_device
 from refspec_check.figures import check_figures
 from refspec_check.files import check_archive_files
 from refspec_check.headline import check_headline
 from refspec_check.numbers import check_html, check_numbers, check_tex
 from refspec_check.pdf import check_pdf
 from refspec_check.problems import EXIT_UNREADABLE, Checker
-from refspec_check.provenance import check_data_seal, check_host, check_provenance
+from refspec_check.provenance import check_data_seal, check_host, check_provenance, read_manifest
 from refspec_check.qualification import arm_facts, reference_arms
 from refspec_check.replication import bootstrap_parameters, check_loads, check_noise, check_replication, check_sessions
 from refspec_check.report import read_report
@@ -87,7 +87,8 @@ def check(archive: str, quiet: bool = False, unsealed: bool = False, trust: Trus
     check_figures(c, tables, src, rep)
     prov = check_provenance(c, rep)
     head = check_headline(c, E, rep, stated, est_dec)
-    check_device(c, rep, prov, head)
-    check_host(c, rep, prov, read_manifest(c))
+    manifest = read_manifest(c)
+    check_device(c, rep, prov, head, manifest)
+    check_host(c, rep, prov, manifest)
     check_data_seal(c, rep, prov, head)
     return check_sealed(c, unsealed, trust)

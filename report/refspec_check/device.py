@@ -17,9 +17,6 @@ hide where an arm ran or drop the software device's warning.
 
 from __future__ import annotations
 
-import json
-import os
-
 from refspec_check.problems import Checker
 from refspec_check.report import Report
 
@@ -30,19 +27,17 @@ PLACED = ("ok", "excluded_warmup")  # the requests whose placement the report st
 SOFTWARE_NAMES = ("llvmpipe", "lavapipe", "swiftshader")  # refspec.native.vulkan.is_software_device
 
 
-def read_manifest(c: Checker) -> dict | None:
-    """The archive's manifest.json as a dict (None when absent or unreadable: the file checks say so)."""
-    p = os.path.join(c.archive, "manifest.json")
-    try:
-        with open(p, encoding="utf-8") as f:
-            m = json.load(f)
-    except (OSError, ValueError, UnicodeDecodeError, RecursionError):
-        return None
-    return m if isinstance(m, dict) else None
-
-
 def _dict(v) -> dict:
     return v if isinstance(v, dict) else {}
+
+
+def _vulkan_record(m: dict | None) -> tuple[dict, dict | None]:
+    """The config's ``native`` block and, for a Vulkan run, the manifest's ``internalParameters.vulkan``
+    record (None for any other backend or without the record)."""
+    bd = _dict(_dict(m).get("buildDefinition"))
+    native = _dict(_dict(_dict(bd.get("externalParameters")).get("config")).get("native"))
+    vk = _dict(bd.get("internalParameters")).get("vulkan")
+    return native, vk if native.get("backend") == "vulkan" and isinstance(vk, dict) else None
 
 
 def device_values(m: dict | None) -> tuple[dict[str, str], bool]:
@@ -51,14 +46,8 @@ def device_values(m: dict | None) -> tuple[dict[str, str], bool]:
     ``Vulkan<n> = <name>``, the driver's name and info, ``Vulkan <api version>``, the device type,
     the header packages ``<package> <version> (sha256 <hex>)`` joined by ", ", the glslc version and
     the device variables ``K=V`` (sorted by name) joined by ", "."""
-    bd = _dict(_dict(m).get("buildDefinition"))
-    cfg = _dict(_dict(bd.get("externalParameters")).get("config"))
-    native = _dict(cfg.get("native"))
-    backend = str(native.get("backend") or "cpu")
-    if backend == "cpu":
-        return {}, False
-    vk = _dict(bd.get("internalParameters")).get("vulkan")
-    if backend != "vulkan" or not isinstance(vk, dict):
+    native, vk = _vulkan_record(m)
+    if vk is None:
         return {}, False
     sel = _dict(vk.get("selected"))
     facts = {
@@ -118,14 +107,13 @@ def devices_text(requests: list[dict]) -> str:
     return "Devices: " + "; ".join(f"{', '.join(sorted(arms))} on {where(k)}" for k, arms in placed) + "."
 
 
-def check_device(c: Checker, rep: Report, prov: dict, head: list) -> None:
+def check_device(c: Checker, rep: Report, prov: dict, head: list, manifest: dict | None) -> None:
     """The device texts of numbers.json's provenance are the archive's (recomputed from the manifest
     and the requests table; no other ``device*`` value), each is shown in report.html, and on a
     software device every timing row of the headline carries ``SOFTWARE_TIMING``."""
-    m = read_manifest(c)
-    want, software = device_values(m)
-    vk = _dict(_dict(_dict(m).get("buildDefinition")).get("internalParameters")).get("vulkan")
-    if isinstance(vk, dict) and bool(vk.get("software_device")) != software:
+    want, software = device_values(manifest)
+    _native, vk = _vulkan_record(manifest)
+    if vk is not None and bool(vk.get("software_device")) != software:
         c.bad(
             "manifest.json: internalParameters.vulkan.software_device",
             f"{vk.get('software_device')!r}, but the selected device "
@@ -140,8 +128,8 @@ def check_device(c: Checker, rep: Report, prov: dict, head: list) -> None:
         if k not in want:
             c.bad(where, f"{prov[k]!r}: the archive records no such device fact")
             continue
-        if c.same(where, prov.get(k), want[k], "recomputed from the manifest and the requests table") and not any(
-            want[k] in text for text, _line, _ctx in rep.hp.text
+        if c.same(where, prov.get(k), want[k], "recomputed from the manifest and the requests table") and not rep.shows(
+            want[k]
         ):
             c.bad(rep.html_rel, f"the device fact {k} ({want[k]!r}) is not shown")
     for j, h in enumerate(head):

@@ -36,6 +36,17 @@ def check_provenance(c: Checker, rep: Report) -> dict:
     return prov
 
 
+def read_manifest(c: Checker) -> dict | None:
+    """The archive's manifest.json as a dict (None when absent or unreadable: the file checks say so)."""
+    p = os.path.join(c.archive, "manifest.json")
+    try:
+        with open(p, encoding="utf-8") as f:
+            m = json.load(f)
+    except (OSError, ValueError, UnicodeDecodeError, RecursionError):
+        return None
+    return m if isinstance(m, dict) else None
+
+
 def check_reproduction_provenance(c: Checker, rep: Report, prov: dict) -> None:
     """A reproduction (refspec reproduce) records what it reproduces in the config its manifest
     holds (``reproduces``); the report's provenance texts of it are recomputed from there
@@ -68,7 +79,7 @@ def check_reproduction_provenance(c: Checker, rep: Report, prov: dict) -> None:
     }
     for k in keys:
         if c.same(f"numbers.json: provenance.{k}", prov.get(k), want[k], "reproduction record"):
-            if not any(want[k] in text for text, _line, _ctx in rep.hp.text):
+            if not rep.shows(want[k]):
                 c.bad(rep.html_rel, f"the reproduction record ({k}) is not shown")
 
 
@@ -155,5 +166,5 @@ def check_host(c: Checker, rep: Report, prov: dict, manifest: dict | None) -> No
         return
     want = host_text(manifest)
     if c.same("numbers.json: provenance.host", prov.get("host"), want, "the manifest's host record") and want:
-        if not any(want in text for text, _line, _ctx in rep.hp.text):
+        if not rep.shows(want):
             c.bad(rep.html_rel, "the host record is not shown")

@@ -33,6 +33,10 @@ class Report:
         self.tex: StrictTeX | None = None  # report.tex beside report.html, parsed, when present
         self.tex_rel = posix_rel(os.path.join(self.dir, "report.tex"), archive)
 
+    def shows(self, text: str) -> bool:
+        """Whether a visible text of report.html (as the reader sees it, entities decoded) holds ``text``."""
+        return any(text in t for t, _line, _ctx in self.hp.text)
+
 
 def read_report(c: Checker) -> Report | None:
     """numbers.json and report.html of the archive, or None (recorded as unreadable) when either cannot be read."""

@@ -6,14 +6,12 @@ recomputes the verdict and refuses a report that says otherwise."""
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
 
-from refspec.provenance.seal import seal
 from refspec.reporting import render as report
-from support.synthetic_archive import FAMILIES, make_results, run_check, seal_archive, signer
+from support.synthetic_archive import FAMILIES, make_results, reseal_edited, run_check, seal_archive
 
 QUIET, LOUD = FAMILIES[1], FAMILIES[0]  # QUIET: M0, C0 and R_prod match R on every task
 
@@ -67,17 +65,14 @@ def test_checker_accepts_the_vacuous_report(rendered, tmp_path):
 
 
 def _resealed(src: Path, dst: Path, old: str, new: str) -> Path:
-    work = dst.with_name(dst.name + "-stage")
-    shutil.copytree(src, work)
-    for p in work.rglob("*"):
-        p.chmod(0o755 if p.is_dir() else 0o644)
-    for name in ("report.html", "numbers.json"):
-        f = work / name
-        before = f.read_text(encoding="utf-8")
-        assert old in before
-        f.write_text(before.replace(old, new), encoding="utf-8")
-    seal(work, dst, key=signer(), archive_id="vacuity", created="2026-10-20T00:00:00Z")
-    return dst
+    def edit(work: Path) -> None:
+        for name in ("report.html", "numbers.json"):
+            f = work / name
+            before = f.read_text(encoding="utf-8")
+            assert old in before
+            f.write_text(before.replace(old, new), encoding="utf-8")
+
+    return reseal_edited(src, dst, edit)
 
 
 def test_checker_refuses_preserved_on_a_vacuous_panel(rendered, tmp_path):

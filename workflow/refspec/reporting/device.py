@@ -7,7 +7,9 @@ version, the pinned header packages, glslc, the device variable). A software Vul
 every caption and in the headline, that its timings are CPU timings and not a GPU speed.
 
 Every string shown here is also a provenance value of ``numbers.json`` (``device_*``), which is
-what lets ``report/check.py`` accept the digits of version strings in visible text.
+what lets ``report/check.py`` accept the digits of version strings in visible text; the checker
+recomputes each of them from the manifest on its own (``refspec_check/device.py``,
+``device_values``), so change one only together with the other.
 """
 
 from __future__ import annotations

@@ -148,7 +148,10 @@ DEVICE_CAPTION_SECTIONS = ("qualification", "ratios", "replication", "masks", "a
 
 
 def device_summary(a: Archive) -> str:
-    """Which device ran which arms, from the ``requests`` table's placement columns."""
+    """Which device ran which arms, from the ``requests`` table's placement columns.
+
+    ``report/check.py`` recomputes this text on its own (``refspec_check/device.py``,
+    ``devices_text``); change one only together with the other."""
     if not a.has("requests"):
         return ""
     by: dict[tuple, set] = {}

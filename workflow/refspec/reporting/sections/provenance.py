@@ -16,7 +16,10 @@ LEDGER_KIND_KEYS = ("kind", "event", "type")
 
 
 def _host_text(h: dict) -> str | None:
-    """One line of host facts from the manifest's host record (CPU, cores, memory, OS, GPUs)."""
+    """One line of host facts from the manifest's host record (CPU, cores, memory, OS, GPUs).
+
+    ``report/check.py`` recomputes this line on its own (``refspec_check/provenance.py``,
+    ``host_text``); change one only together with the other."""
     cpu, os_, gpu = h.get("cpu") or {}, h.get("os") or {}, h.get("gpu") or {}
     parts = []
     if isinstance(cpu, dict) and cpu.get("model"):
