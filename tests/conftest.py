@@ -1,5 +1,7 @@
-"""Shared fixtures: the patched native build, the embedded default family's model files and a
-small real study, sealed (``small_study``); and the account of every skipped test.
+"""Shared fixtures: the patched native build, the embedded default family's model files and its
+target loaded (``target``), a small real study, sealed (``small_study``), and a copy of its
+archive to change (``study_copy``), the sealed archives of the seal tests (``seal_env``); the
+skip of the opt-in groups and the account of every skipped test.
 
 The build and the model files are prepared once per test session (a first run builds the
 libraries and derives the model files; later runs find them in the cache). The small study is run
@@ -18,8 +20,10 @@ from __future__ import annotations
 
 import pytest
 
+from support.durations import GROUP_BUDGET_S, group_times
+from support.opt_in import OPT_IN, skip_opt_in
+
 #: the reason prefixes of the skips a run may end with (see the module's docstring)
-OPT_IN = "opt-in:"
 HARDWARE = "hardware:"
 ACCOUNTED = (OPT_IN, HARDWARE)
 
@@ -75,9 +79,9 @@ def replay_tool():
 def small_study(tmp_path_factory, native_build, family_files):
     """A small real study run by the workflow and sealed (:mod:`support.small_study`): the
     implementation and replication campaigns (with the A/A twin of C_qb) and the state stages."""
-    from support.small_study import run_small_study
+    from support.small_study import shared_small_study
 
-    study = run_small_study(tmp_path_factory.mktemp("small-study"))
+    study = shared_small_study(tmp_path_factory)
     _SMALL_STUDY.append(study)
     return study
 
@@ -85,28 +89,68 @@ def small_study(tmp_path_factory, native_build, family_files):
 _SMALL_STUDY: list = []
 
 
-def opt_in_markers(config) -> list[str]:
-    """The markers whose description in pyproject.toml says ``opt-in``: their tests run only when
-    ``-m`` names them, under a plain ``pytest`` and under ``./run test`` alike."""
-    names = []
-    for line in config.getini("markers"):
-        name, _, description = line.partition(":")
-        if "opt-in" in description:
-            names.append(name.split("(")[0].strip())
-    return names
+@pytest.fixture(scope="module")
+def study_copy(tmp_path_factory, small_study):
+    """A copy of the small study's sealed archive (``a``; the study's own archive is never touched),
+    a test key (``key``, ``keyid``), the study's signer and config and the copy read back verified
+    (``archive``), under ``base``: the archive the compare and reproduce tests change and seal again."""
+    import shutil
+
+    from refspec.compare import load_verified
+    from refspec.provenance import keys
+
+    base = tmp_path_factory.mktemp("study-copy")
+    kp = keys.generate(base / "keys", name="study_copy_test")
+    a = base / "a"
+    shutil.copytree(small_study.sealed, a)
+    signer = small_study.signer
+    return {
+        "base": base,
+        "key": kp,
+        "keyid": keys.public_fingerprint(kp.public_path),
+        "a": a,
+        "archive": load_verified(a, signer, "A", keys.public_fingerprint(signer), base),
+        "signer": signer,
+        "config": small_study.config,
+    }
 
 
+@pytest.fixture(scope="module")
+def target(native_build, family_files):
+    """The ``smollm2-135m`` target loaded by the patched runtime (one per test module)."""
+    from refspec.native import runtime
+
+    runtime.load(native_build.lib_dir)
+    m = runtime.Model(family_files.target.path, sha256=family_files.target.sha256)
+    yield m
+    m.close()
+
+
+@pytest.fixture(scope="session")
+def seal_env(tmp_path_factory):
+    """Keys A and B, a clean archive (and its tar), a chained successor and an archive of another
+    campaign, for the seal tests (:func:`support.sealing.make_seal_env`)."""
+    from support.sealing import make_seal_env
+
+    return make_seal_env(tmp_path_factory.mktemp("seal_env"))
+
+
+#: the modules that take longest (minutes of real workflow runs), in the order a parallel run
+#: starts them: the long poles first, so that no process is left alone with one at the end;
+#: test_compare.py runs the shared small study, test_reproduce.py reads it once it is sealed
+FIRST_MODULES = ("test_compare.py", "test_workflow_run.py", "test_reproduce.py", "test_vulkan.py")
+
+
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     """The opt-in tests (``server_build``, ``bundle_round_trip``, ``cuda_build``, ``upstream_suite``
     and ``other_server`` build for a long time or download, ``reproduce_full`` runs the whole
-    default study again) are skipped unless ``-m`` names them."""
-    for marker in opt_in_markers(config):
-        if marker in (config.option.markexpr or ""):
-            continue
-        skip = pytest.mark.skip(reason=f"{OPT_IN} ./run test -m {marker}")
-        for item in items:
-            if marker in item.keywords:
-                item.add_marker(skip)
+    default study again) are skipped unless ``-m`` names them (:mod:`support.opt_in`). The modules
+    of :data:`FIRST_MODULES` come first (pytest-xdist hands modules out in this order); the others
+    keep theirs."""
+    skip_opt_in(config, items)
+    rank = {name: i for i, name in enumerate(FIRST_MODULES)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(FIRST_MODULES)))  # stable: the rest keep their order
 
 
 # --------------------------------------------------------------------------- the account of skips
@@ -141,8 +185,25 @@ def pytest_sessionfinish(session, exitstatus):
         session.exitstatus = 1
 
 
+def _write_group_times(tr) -> None:
+    reports = [r for key in ("passed", "failed", "skipped", "error", "") for r in tr.stats.get(key, [])]
+    times = group_times(reports)
+    if not times:
+        return
+    tr.section("test time by group (seconds, summed over the group's tests; budget on a 2-core machine)", sep="=")
+    for group, s in sorted(times.items(), key=lambda kv: -kv[1]):
+        budget = GROUP_BUDGET_S.get(group)
+        over = budget is not None and s > budget
+        tr.write_line(
+            f"  {group:<12} {s:8.1f}  budget {budget if budget is not None else '-':>5}"
+            + ("  OVER BUDGET" if over else ""),
+            yellow=over,
+        )
+
+
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
     tr = terminalreporter
+    _write_group_times(tr)
     for study in _SMALL_STUDY:
         tr.write_line(study.summary())
     if not _SKIPPED:

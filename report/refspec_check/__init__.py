@@ -24,6 +24,8 @@ recomputes, with its own code:
   draws and threshold from plan.json when present, else from estimates.csv),
   threshold decision and task regressions;
 * the phase-mask table, session gaps and counts;
+* the variance components of log request time per timed campaign, family and cap
+  (``variance``: design, processes, requests, between, within, interaction);
 * the diagnostic (unqualified) timings of the registered pairs M3/M0, C3/C0,
   R_prod/M3 and the servers campaign's (``SERVER_DIAGNOSTIC_PAIRS``) (medians,
   paired ratios, which side is not qualified), which

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import os
 
+from refspec_check.arms import check_arms
 from refspec_check.comparison import check_comparison
 from refspec_check.context import Context
 from refspec_check.contract import COMPARISON_FORMAT, posix_rel, read_plan, read_tables
 from refspec_check.device import check_device
 from refspec_check.figures import check_figures
 from refspec_check.files import check_archive_files
+from refspec_check.findings import check_findings, expect_findings
 from refspec_check.headline import check_headline
 from refspec_check.numbers import check_html, check_numbers, check_tex
 from refspec_check.pdf import check_pdf
@@ -27,6 +29,7 @@ from refspec_check.results import (
 )
 from refspec_check.screen import check_exposed_repairs, check_screen
 from refspec_check.seal import Trust, check_sealed, check_tree
+from refspec_check.sizing import check_sizing
 from refspec_check.state import check_state
 from refspec_check.summaries import (
     check_audit,
@@ -36,6 +39,7 @@ from refspec_check.summaries import (
     check_replay,
     check_requests,
 )
+from refspec_check.variance import check_variance
 
 
 def check(archive: str, quiet: bool = False, unsealed: bool = False, trust: Trust | None = None) -> tuple[int, Checker]:
@@ -71,6 +75,8 @@ def check(archive: str, quiet: bool = False, unsealed: bool = False, trust: Trus
     check_qualified_ratios(ctx)
     noise = check_noise(ctx, qual, bootstrap_parameters(plan))
     est_dec = check_replication(ctx, qual, facts, bootstrap_parameters(plan), noise)
+    check_variance(ctx)
+    check_sizing(ctx, plan)
     check_loads(ctx)
     check_sessions(ctx)
     check_phase_masks(ctx, qual)
@@ -78,8 +84,10 @@ def check(archive: str, quiet: bool = False, unsealed: bool = False, trust: Trus
     check_replay(ctx)
     check_audit(ctx)
     check_requests(ctx)
+    check_arms(ctx, rep, plan)
     check_ledger(c, E, rep)
     check_state(ctx)  # partition, KV, crosses, frontier, admission, claims
+    found = expect_findings(ctx, qual, facts, plan)
     stated = check_numbers(c, E, rep)
     check_html(c, E, rep, stated)
     check_tex(c, E, rep, stated)
@@ -87,6 +95,7 @@ def check(archive: str, quiet: bool = False, unsealed: bool = False, trust: Trus
     check_figures(c, tables, src, rep)
     prov = check_provenance(c, rep)
     head = check_headline(c, E, rep, stated, est_dec)
+    check_findings(c, rep, stated, found)
     manifest = read_manifest(c)
     check_device(c, rep, prov, head, manifest)
     check_host(c, rep, prov, manifest)

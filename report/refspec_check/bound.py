@@ -253,6 +253,8 @@ def _record_labels(r: dict[str, str]) -> set[str]:
     for a, b in PAIRS:
         if r.get(a) and r.get(b):
             out.add(f"{norm(r[a])}/{norm(r[b])}")
+    if r.get("comparison") and r["comparison"].count("/") == 1:  # an E2 comparison's two layouts ("PQ is ...")
+        out.update(x for x in map(norm, r["comparison"].split("/")) if x)
     for k, v in r.items():
         if k:
             out.add(k)

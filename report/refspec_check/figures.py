@@ -12,7 +12,7 @@ know, or one the data does not call for) is refused, and so is a figure the data
 report lacks, and an ``<svg>`` or ``tikzpicture`` outside the figures compared here.
 
 The drawing below follows ``workflow/refspec/reporting/svg.py`` (``Canvas``, ``interval_figure``,
-``strip_figure``, ``bar_figure``) and the figure calls of the report's sections (timing.py,
+``strip_figure``, ``bar_figure``, ``forest_figure``) and the figure calls of the report's sections (timing.py,
 qualification.py) step for step; a change to one needs the same change here (the clean synthetic
 archive of tests/checker/test_report_figures.py keeps the two in step)."""
 
@@ -23,6 +23,7 @@ import os
 import re
 from collections import defaultdict
 
+from refspec_check.intervals import THRESHOLD
 from refspec_check.problems import Checker
 
 DASH = "\u2014"
@@ -306,6 +307,176 @@ def bar_figure(title: str, rows: list[tuple[str, float, str]], xlabel: str, xmax
     return c
 
 
+# the forest plot (svg.py forest_figure): one column of FOREST_W on screen, columns that fit the page in TikZ
+FOREST_W = 384
+FOREST_TEXT = 11
+FOREST_MIN_PLOT = 160
+FOREST_PAGE_ROWS_H = 600
+DECIDED = ("exceeds", "faster", "equivalent", "below")
+
+
+def forest_ratio_groups(ratios: list, noise: list, tau: float) -> list[tuple]:
+    """(header, rows, lines, band) per campaign, family and cap of the qualified ratios with an interval
+    (table order): rows (label, ratio, lo, hi, verdict), decision lines tau F and 1/(tau F) with F the
+    floor of the control the verdict weighs (the first arm by name with a twin; 1 without a floor),
+    band the control's interval."""
+    keys: list[tuple] = []
+    rows: dict = defaultdict(list)
+    for r in ratios:
+        if not r["qualified"] or r["ratio"] is None or r["lo"] is None or r["hi"] is None:
+            continue
+        k = (r["campaign"], r["family"], r["cap"])
+        if k not in rows:
+            keys.append(k)
+        rows[k].append((f"{r['numerator']}/{r['denominator']}", r["ratio"], r["lo"], r["hi"], r["verdict"]))
+    out = []
+    for camp, fam, cap in keys:
+        several = sum(1 for c, f, _ in keys if (c, f) == (camp, fam)) > 1
+        ctl = [n for n in noise if (n["campaign"], n["family"], n["cap"]) == (camp, fam, cap)]
+        aa = min(ctl, key=lambda n: n["arm"]) if ctl else None
+        floor = aa["floor"] if aa is not None and aa["floor"] is not None else 1.0
+        band = (aa["lo"], aa["hi"]) if aa is not None and aa["floor"] is not None else None
+        header = f"{camp}, {fam}" + (f", cap {cap}" if several else "")
+        out.append((header, rows[(camp, fam, cap)], [tau * floor, 1.0 / (tau * floor)], band))
+    return out
+
+
+def forest_estimate_groups(estimates: list, noise: list) -> list[tuple]:
+    """(header, rows, lines, band) per family of the E2 estimates with an interval (table order):
+    decision lines threshold x F and threshold / F (F the estimates' floor), band the interval of
+    the family's replication control with the largest floor (the first on a tie)."""
+    fams: list[str] = []
+    rows: dict = defaultdict(list)
+    first: dict = {}
+    for r in estimates:
+        if r["estimate"] is None or r["lo"] is None or r["hi"] is None:
+            continue
+        if r["family"] not in rows:
+            fams.append(r["family"])
+            first[r["family"]] = r
+        rows[r["family"]].append((f"{r['comparison']} {r['path']}", r["estimate"], r["lo"], r["hi"], r["decision"]))
+    out = []
+    for fam in fams:
+        thr = first[fam]["threshold"]
+        floor = first[fam]["floor"] if first[fam]["floor"] is not None else 1.0
+        aa = None
+        for n in noise:
+            if n["campaign"] == "replication" and n["family"] == fam and n["floor"] is not None:
+                if aa is None or n["floor"] > aa["floor"]:
+                    aa = n
+        band = (aa["lo"], aa["hi"]) if aa is not None else None
+        out.append((f"replication, {fam}", rows[fam], [thr * floor, thr / floor], band))
+    return out
+
+
+def _log_ticks(lo: float, hi: float, sx) -> list[float]:
+    """1, then "nice" linear steps (a narrow range) or 1, 2, 5 per decade, each at least 40 px from the kept."""
+    if hi / lo < 4:
+        cands = nice_ticks(lo, hi, 4)
+    else:
+        d0, d1 = math.floor(math.log10(lo)), math.ceil(math.log10(hi))
+        cands = [round(m * 10.0**d, 10) for d in range(d0, d1 + 1) for m in (1, 2, 5)]
+    kept = [1.0]
+    for v in cands:
+        if lo <= v <= hi and v > 0 and all(abs(sx(v) - sx(k)) >= 40 for k in kept):
+            kept.append(v)
+    return sorted(kept)
+
+
+def _forest_x(groups: list[tuple]) -> tuple[float, float, int]:
+    x1 = FOREST_W - label_width([r[4].replace("_", " ") for g in groups for r in g[1]], FOREST_TEXT, 0.0)
+    x0 = label_width([r[0] for g in groups for r in g[1]], FOREST_TEXT, 40.0)
+    return (10.0, x1, 32) if x1 - x0 < FOREST_MIN_PLOT else (x0, x1, 20)
+
+
+def _page_columns(groups: list[tuple], row_h: int) -> list[list[tuple]]:
+    most = (FOREST_PAGE_ROWS_H - 22) // row_h
+    pieces = [
+        (h, rows[i : i + most], lines, band) for h, rows, lines, band in groups for i in range(0, len(rows), most)
+    ]
+    cols: list[list[tuple]] = [[]]
+    used = 0
+    for g in pieces:
+        gh = 22 + row_h * len(g[1])
+        if cols[-1] and used + gh > FOREST_PAGE_ROWS_H:
+            cols.append([])
+            used = 0
+        cols[-1].append(g)
+        used += gh
+    return cols
+
+
+def _forest_canvas(title: str, columns: list[list[tuple]], xlabel: str) -> Canvas:
+    size = FOREST_TEXT
+    groups = [g for col in columns for g in col]
+    x0, x1, row_h = _forest_x(groups)
+    stacked = row_h > 20
+    spans, ybot = [], 0.0
+    for k, col in enumerate(columns):
+        y = 8.0
+        for g in col:
+            spans.append((k * FOREST_W, y + 18, y + 18 + row_h * len(g[1])))
+            y += 22 + row_h * len(g[1])
+        ybot = max(ybot, y + 4)
+    c = Canvas(FOREST_W * len(columns), ybot + 42, title)
+    vals = [1.0]
+    for _h, rows, lines, band in groups:
+        vals += [v for _l, val, lo, hi, _v in rows for v in (val, lo, hi)] + list(lines)
+        vals += list(band) if band else []
+    a, b = math.log(min(vals)), math.log(max(vals))
+    pad = (b - a) * 0.05 or 0.01
+    a, b = a - pad, b + pad
+
+    def sx(v):
+        return x0 + (math.log(v) - a) / (b - a) * (x1 - x0)
+
+    for (_h, _rows, _lines, band), (off, top, bot) in zip(groups, spans, strict=True):
+        if band:
+            c.rect(off + sx(band[0]), top, sx(band[1]) - sx(band[0]), bot - top, cls="grid")
+    for (_h, _rows, lines, _band), (off, top, bot) in zip(groups, spans, strict=True):
+        c.line(off + sx(1.0), top, off + sx(1.0), bot, cls="ref", width=1.2)
+        for v in sorted(set(lines)):
+            c.line(off + sx(v), top, off + sx(v), bot, cls="axis", dash=True)
+    for (header, rows, _lines, _band), (off, top, _bot) in zip(groups, spans, strict=True):
+        c.text(off + 8, top - 5, header, size=size)
+        for i, (label, val, lo, hi, verdict) in enumerate(rows):
+            ym = top + row_h * i + (22 if stacked else row_h / 2)
+            cls = "target" if verdict in DECIDED else "ref"
+            if stacked:
+                c.text(off + x0, ym - 11, label, size=size)
+            else:
+                c.text(off + x0 - 8, ym + 4, label, anchor="end", size=size)
+            c.line(off + sx(lo), ym, off + sx(hi), ym, cls=cls, width=2.0)
+            c.line(off + sx(lo), ym - 4, off + sx(lo), ym + 4, cls=cls, width=1.5)
+            c.line(off + sx(hi), ym - 4, off + sx(hi), ym + 4, cls=cls, width=1.5)
+            c.circle(off + sx(val), ym, 4.0, cls=cls)
+            c.text(off + x1 + 8, ym + 4, verdict.replace("_", " "), cls=cls, size=size)
+    for k in range(len(columns)):
+        off = k * FOREST_W
+        c.line(off + x0, ybot, off + x1, ybot)
+        for t in _log_ticks(math.exp(a), math.exp(b), sx):
+            c.line(off + sx(t), ybot, off + sx(t), ybot + 4)
+            c.text(off + sx(t), ybot + 17, fmt_tick(t), anchor="middle", size=size)
+        c.text(off + FOREST_W / 2, ybot + 36, xlabel, anchor="middle", size=size)
+    return c
+
+
+class SplitCanvas(Canvas):
+    """A figure whose SVG is one drawing (the screen's) and whose TikZ another (the page's)."""
+
+    def __init__(self, screen: Canvas, page: Canvas):
+        super().__init__(screen.width, screen.height, screen.title)
+        self.items, self.page = screen.items, page
+
+    def tikz_lines(self) -> list[str]:
+        return self.page.tikz_lines()
+
+
+def forest_figure(title: str, groups: list[tuple], xlabel: str) -> SplitCanvas:
+    page = _forest_canvas(title, _page_columns(groups, _forest_x(groups)[2]), xlabel)
+    return SplitCanvas(_forest_canvas(title, [list(groups)], xlabel), page)
+
+
 class Fig:
     """One figure the data calls for: id, title, source tables (as the report names them), drawing, caption."""
 
@@ -314,7 +485,7 @@ class Fig:
 
     def html(self) -> list[str]:
         """The ``<figure>`` element, one mark per entry (its SVG marks, then its caption)."""
-        links = "".join(
+        links = ", ".join(
             f'<a href="{html_escape(s)}" data-src="{html_escape(s)}">{html_escape(s)}</a>' for s in self.sources
         )
         return (
@@ -325,7 +496,7 @@ class Fig:
 
     def tex(self) -> list[str]:
         """The figure in report.tex, one line per entry: title, picture, caption."""
-        srcs = "".join(rf"\texttt{{{tex_escape(s)}}}" for s in self.sources)
+        srcs = ", ".join(rf"\texttt{{{tex_escape(s)}}}" for s in self.sources)
         return (
             [rf"\subsection*{{{tex_escape(self.title)}}}", r"\begin{center}"]
             + self.canvas.tikz_lines()
@@ -459,7 +630,31 @@ def fig_acceptance(tables: dict, src) -> Fig | None:
     return Fig("fig-acceptance", title, [src("requests")], canvas, caption)
 
 
-FIGURES = (fig_first_divergence, fig_cost, fig_diagnostics, fig_replication, fig_acceptance)
+def fig_forest(tables: dict, src) -> Fig | None:
+    """timing.py _forest: every qualified ratio and E2 estimate with an interval, the decision lines
+    and the A/A bands (in the ratios section, or the replication section without ratios)."""
+    noise = _rows(tables, "noise")
+    ratio_groups = forest_ratio_groups(_rows(tables, "ratios"), noise, THRESHOLD)
+    estimate_groups = forest_estimate_groups(_rows(tables, "estimates"), noise)
+    groups = ratio_groups + estimate_groups
+    if not groups:
+        return None
+    sources = [src("ratios")] if ratio_groups else []
+    sources += [src("estimates")] if estimate_groups else []
+    sources += [src("noise")] if any(g[3] for g in groups) else []
+    title = "Every timed ratio with its interval, A/A band and decision lines"
+    canvas = forest_figure(title, groups, "ratio, log scale; above one the numerator is slower")
+    caption = (
+        "Every qualified ratio and every E2 estimate with an interval, grouped by campaign and family: "
+        "the point, its interval as a whisker and its verdict in words. Solid grey line: one. Dashed: the "
+        "decision lines, tau x F and one over tau x F for a ratio, threshold x F and threshold / F for an "
+        "estimate (F the A/A floor of the campaign and family, one without a control). Shaded: the interval "
+        "of the A/A twin over its arm. Blue: decided; grey: undecided."
+    )
+    return Fig("fig-forest", title, sources, canvas, caption)
+
+
+FIGURES = (fig_first_divergence, fig_cost, fig_forest, fig_diagnostics, fig_replication, fig_acceptance)
 
 # a report's <figure> element and its SVG: the checker reads the text between the tags as the marks
 _FIGURE_RE = re.compile(r'<figure id="([^"]*)">')

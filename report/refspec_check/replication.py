@@ -7,8 +7,10 @@ import datetime
 import math
 from collections import defaultdict
 
+from refspec_check import intervals as IV
 from refspec_check.context import Context
 from refspec_check.contract import TWIN_SUFFIX
+from refspec_check.findings import add_fold
 from refspec_check.qualification import all_qualified, panels
 from refspec_check.stats import (
     TARGET_EFFECT,
@@ -128,6 +130,7 @@ def check_replication(ctx: Context, qual: dict, facts: dict, boot: dict, noise: 
             c.same(te.where(i, col), row[col], v)
             if col != "decision" and v is not None:
                 E.add(base + (col,), v, s_e)
+        add_fold(E, base, est, lo, hi, s_e)  # the estimate read as a speed (the findings' "PQ is 1.04× slower")
         c.same(te.where(i, "regressed_tasks"), row["regressed_tasks"] or "", " ".join(reg))
     if "contrasts" in tables:
         for key, j in stated_c.items():
@@ -181,7 +184,9 @@ def _missing_noise_rows(ctx: Context) -> None:
 def check_noise(ctx: Context, qual: dict, boot: dict) -> dict:
     """The A/A control (noise.csv): an arm X and its twin X_aa, both qualified on the panel. Kind ratio
     (every campaign but replication): value = the paired ratio of twin over arm, [lo, hi] = its Welch
-    interval over the workers (block residuals); kind estimate (replication): the one-sample t interval
+    interval over the workers (block residuals), or, when a process served several arms (the paired
+    design, refspec_check.intervals), exp(mean c_p) with the t interval over the processes'
+    within-process contrasts of twin over arm; kind estimate (replication): the one-sample t interval
     over the session contrasts c_s. verdict ok when lo <= 1 <= hi, else biased; floor F = max(hi, 1/lo);
     mde = threshold * F * sqrt(hi/lo); units_needed for 1.05; cpu_value the paired ratio of cpu_ns;
     unqualified (no value) when either arm fails a panel task or has too few units. Every twin in
@@ -221,6 +226,9 @@ def check_noise(ctx: Context, qual: dict, boot: dict) -> dict:
             if not all_qualified(panel, (arm, twin))
             else noise_interval(blocks, times, (camp, fam, cap), twin, arm, tasks, kind)
         )
+        timed = IV.timed(tables["requests"].rows, camp, fam, cap) if kind == "ratio" and "requests" in tables else []
+        if iv is not None and IV.design_of(timed) == "paired":  # the twin in the same processes as its arm
+            iv = IV.interval(timed, twin, arm, tasks, "paired", 0.95)
         if iv is not None:
             c.same(tn.where(i, "sessions"), row["sessions"], n_both)
         E.add(base + ("sessions",), n_both if iv is not None else row["sessions"], s_n)

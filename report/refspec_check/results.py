@@ -6,10 +6,12 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 
+from refspec_check import intervals as IV
 from refspec_check.context import Context
 from refspec_check.contract import DIAGNOSTIC_PAIRS, CsvTable
 from refspec_check.digests import endpoint_digest
 from refspec_check.divergence import check_row as check_divergence
+from refspec_check.findings import add_fold
 from refspec_check.problems import Checker
 from refspec_check.qualification import all_qualified, diagnostic_label, panels, recompute_qualification
 from refspec_check.stats import cpu_pooled_ratio, median, paired
@@ -166,7 +168,8 @@ def check_ratios(ctx: Context, qual: dict, facts: dict) -> None:
             times[(r["campaign"], r["family"], r["cap"], r["arm"], r["task_id"])].append(float(r["t_ns"]))
         if r["status"] == "ok" and r.get("cpu_ns"):
             cpu[(r["campaign"], r["family"], r["cap"], r["arm"], r["task_id"])].append(float(r["cpu_ns"]))
-    pcache = {}
+    pcache: dict = {}
+    icache: dict = {}
     for i, row in enumerate(tr.rows):
         camp, fam, cap, a, b = row["campaign"], row["family"], row["cap"], row["numerator"], row["denominator"]
         if camp not in pcache:
@@ -188,8 +191,8 @@ def check_ratios(ctx: Context, qual: dict, facts: dict) -> None:
         q_ok = all_qualified(panel, (a, b))
         c.same(tr.where(i, "qualified"), row["qualified"], q_ok)
         if not q_ok:
-            for col in ("ratio", "cpu_ratio", "n_regressions", "regressed_tasks"):
-                c.same(tr.where(i, col), row[col], None, "unqualified comparison must have no value:")
+            for col in ("ratio", "cpu_ratio", "n_regressions", "regressed_tasks") + INTERVAL_COLUMNS:
+                c.same(tr.where(i, col), row.get(col), None, "unqualified comparison must have no value:")
             continue
         num = {t: times.get((camp, fam, cap, a, t), []) for t in tasks}
         den = {t: times.get((camp, fam, cap, b, t), []) for t in tasks}
@@ -210,7 +213,33 @@ def check_ratios(ctx: Context, qual: dict, facts: dict) -> None:
         c.same(tr.where(i, "cpu_ratio"), row["cpu_ratio"], cpu_r)
         if cpu_r is not None:
             E.add(base + ("cpu_ratio",), cpu_r, s_r)
+        want = check_ratio_interval(ctx, tr, i, row, (camp, fam, cap), tasks, icache, base)
+        add_fold(E, base, ratio, want["lo"], want["hi"], s_r)  # the ratio read as a speed ("1.36× faster")
     check_ratio_transitivity(c, tr)
+
+
+INTERVAL_COLUMNS = ("design", "units", "lo", "hi", "verdict", "detectable")
+
+
+def check_ratio_interval(
+    ctx: Context, tr, i: int, row: dict, key: tuple, tasks: list, icache: dict, base: tuple
+) -> dict:
+    """A qualified ratio's interval columns (refspec_check.intervals): the design read from the
+    requests, the interval in that design, the verdict weighed by the campaign's A/A floor and the
+    detectable ratio. Returns the recomputed columns."""
+    c, E, s_r = ctx.c, ctx.E, ctx.src("ratios")
+    if key not in icache:
+        rows = IV.timed(ctx.tables["requests"].rows if "requests" in ctx.tables else [], *key)
+        design = IV.design_of(rows)
+        icache[key] = (rows, design, IV.aa_floor(rows, tasks, design))
+    rows, design, floor = icache[key]
+    want = IV.ratio_columns(rows, row["numerator"], row["denominator"], tasks, design, floor)
+    for col in INTERVAL_COLUMNS:
+        c.recomputed += 1
+        c.same(tr.where(i, col), row.get(col), want[col])
+        if want[col] is not None and col in ("units", "lo", "hi", "detectable"):
+            E.add(base + (col,), want[col], s_r)
+    return want
 
 
 def check_ratio_transitivity(c: Checker, tr: CsvTable) -> None:

@@ -1,7 +1,8 @@
 """The statistics, as ``workflow/refspec/core/stats.py``'s docstring defines them (anc/report.md: both agree
 to 1e-12): means of logs, paired ratios, percentiles, the worker-level (Welch) and session (t) intervals
 with Student's t quantile, the A/A floor and verdict, the weighed decision and the minimum detectable
-ratio."""
+ratio; of the paired design, the process contrasts and their interval, the variance components, the
+equivalence test, the ratio decision and the detectable ratio."""
 
 from __future__ import annotations
 
@@ -92,8 +93,8 @@ def t_quantile(p: float, df: float) -> float:
     return (lo + hi) / 2.0
 
 
-def t_interval(D: float, se: float, df: float) -> tuple[float, float]:
-    q = t_quantile(0.5 + CONFIDENCE / 2.0, df)
+def t_interval(D: float, se: float, df: float, level: float = CONFIDENCE) -> tuple[float, float]:
+    q = t_quantile(0.5 + level / 2.0, df)
     return math.exp(D - q * se), math.exp(D + q * se)
 
 
@@ -114,7 +115,7 @@ def block_residuals(blocks: dict, tasks) -> list:
     return out
 
 
-def worker_interval(num_blocks: dict, den_blocks: dict, tasks):
+def worker_interval(num_blocks: dict, den_blocks: dict, tasks, level: float = CONFIDENCE):
     """(value, lo, hi, df, units) of the paired ratio with its Welch interval over the workers, or None
     with fewer than MIN_UNITS workers on a side."""
     tasks = sorted(tasks)
@@ -129,18 +130,24 @@ def worker_interval(num_blocks: dict, den_blocks: dict, tasks):
     va, vb = sample_var(ra) / len(ra), sample_var(rb) / len(rb)
     se2 = va + vb
     df = se2 * se2 / (va * va / (len(ra) - 1) + vb * vb / (len(rb) - 1)) if se2 > 0 else float(len(ra) + len(rb) - 2)
-    lo, hi = t_interval(D, math.sqrt(se2), df)
+    lo, hi = t_interval(D, math.sqrt(se2), df, level)
     return math.exp(D), lo, hi, df, min(len(ra), len(rb))
 
 
-def session_interval(cs: list):
-    """(value, lo, hi, df, units) of exp(mean c_s) with the one-sample t interval, or None under MIN_UNITS."""
+def unit_interval(cs: list, level: float = CONFIDENCE):
+    """(value, lo, hi, df, units) of exp(mean c) with the one-sample t interval over independent units
+    (sessions, processes), or None under MIN_UNITS."""
     n = len(cs)
     if n < MIN_UNITS:
         return None
     D = math.fsum(cs) / n
-    lo, hi = t_interval(D, math.sqrt(sample_var(cs) / n), float(n - 1))
+    lo, hi = t_interval(D, math.sqrt(sample_var(cs) / n), float(n - 1), level)
     return math.exp(D), lo, hi, float(n - 1), n
+
+
+def session_interval(cs: list):
+    """(value, lo, hi, df, units) of exp(mean c_s) with the one-sample t interval, or None under MIN_UNITS."""
+    return unit_interval(cs)
 
 
 def cpu_pooled_ratio(cpu: dict, key: tuple, num: str, den: str, tasks: list):
@@ -175,6 +182,11 @@ def minimum_detectable(lo: float, hi: float, thr: float) -> float:
     return thr * floor_of(lo, hi) * math.sqrt(hi / lo)
 
 
+def detectable_ratio(h: float, thr: float, floor: float = 1.0) -> float:
+    """tau * F * exp(h): the smallest true ratio whose interval of log half width h clears tau * F."""
+    return thr * floor * math.exp(h)
+
+
 def units_needed(units: int, lo: float, hi: float, target: float, thr: float):
     if target <= thr:
         return None
@@ -186,3 +198,106 @@ def median(xs) -> float:
     v = sorted(xs)
     h = len(v) // 2
     return v[h] if len(v) % 2 else (v[h - 1] + v[h]) / 2.0
+
+
+# the paired design: one process serves every arm; rows are (process, arm, task, time)
+
+
+def process_contrasts(rows, num_arm: str, den_arm: str, tasks=None) -> dict:
+    """{p: c_p} in sorted order: c_p = mean over the tasks timed for both arms in process p (within tasks
+    when given) of mean log num - mean log den."""
+    keep = None if tasks is None else set(tasks)
+    times: dict = {}
+    for p, a, t, x in rows:
+        if (a == num_arm or a == den_arm) and (keep is None or t in keep):
+            times.setdefault(p, {num_arm: {}, den_arm: {}})[a].setdefault(t, []).append(x)
+    out = {}
+    for p in sorted(times):
+        num, den = times[p][num_arm], times[p][den_arm]
+        common = [t for t in num if t in den]
+        if common:
+            out[p] = paired(num, den, common)[0]
+    return out
+
+
+def paired_interval(cs, level: float = CONFIDENCE):
+    """(value, lo, hi, df, units) over the process contrasts (a dict from process_contrasts, or a list)."""
+    return unit_interval([cs[p] for p in sorted(cs)] if isinstance(cs, dict) else list(cs), level)
+
+
+def variance_components(rows, design: str):
+    """{design, between, within, interaction, n_processes, n_requests, share_between} by the method of
+    moments (interaction None for the fresh design; negative estimates clip to 0), or None when the rows
+    give no degrees of freedom for them."""
+    y = [(p, a, t, math.log(x)) for p, a, t, x in rows]
+    groups: dict = {}
+    for _p, a, t, v in y:
+        groups.setdefault((a, t), []).append(v)
+    mu = {k: math.fsum(v) / len(v) for k, v in groups.items()}
+    cells: dict = {}
+    for p, a, t, v in y:
+        cells.setdefault((p, a), []).append(v - mu[(a, t)])
+    m = {k: math.fsum(z) / len(z) for k, z in cells.items()}
+    arms, procs = sorted({k[1] for k in cells}), sorted({k[0] for k in cells})
+    df_w = len(y) - len(cells) - len(groups) + len(arms)
+    if df_w < 1:
+        return None
+    within = math.fsum((v - m[k]) ** 2 for k, z in cells.items() for v in z) / df_w
+    n_h = len(cells) / math.fsum(1.0 / len(z) for z in cells.values())
+    if design == "paired":
+        by_p: dict = {}
+        for k, v in m.items():
+            by_p.setdefault(k[0], []).append(v)
+        M = {p: math.fsum(v) / len(v) for p, v in by_p.items()}
+        df_i = len(cells) - len(procs) - len(arms) + 1
+        if len(procs) < MIN_UNITS or df_i < 1:
+            return None
+        ms_i = math.fsum((m[k] - M[k[0]]) ** 2 for k in cells) / df_i
+        k_h = len(procs) / math.fsum(1.0 / len(by_p[p]) for p in procs)
+        interaction = max(ms_i - within / n_h, 0.0)
+        between = max(sample_var([M[p] for p in procs]) - ms_i / k_h, 0.0)
+    elif design == "fresh":
+        arm_of: dict = {}
+        for p, a in cells:
+            if arm_of.setdefault(p, a) != a:
+                return None
+        by_a: dict = {}
+        for p in procs:
+            by_a.setdefault(arm_of[p], []).append(m[(p, arm_of[p])])
+        mbar = {a: math.fsum(v) / len(v) for a, v in by_a.items()}
+        if len(procs) - len(arms) < 1:
+            return None
+        ms_b = math.fsum((m[(p, arm_of[p])] - mbar[arm_of[p]]) ** 2 for p in procs) / (len(procs) - len(arms))
+        interaction, between = None, max(ms_b - within / n_h, 0.0)
+    else:
+        return None
+    total = between + (interaction or 0.0) + within
+    return dict(
+        design=design,
+        between=between,
+        within=within,
+        interaction=interaction,
+        n_processes=len(procs),
+        n_requests=len(y),
+        share_between=between / total if total > 0 else 0.0,
+    )
+
+
+def equivalent(lo90: float, hi90: float, thr: float) -> bool:
+    """Two one-sided tests: the 90 % interval lies inside [1/thr, thr]."""
+    return 1.0 / thr <= lo90 and hi90 <= thr
+
+
+def decide_ratio(lo95: float, hi95: float, lo90: float, hi90: float, thr: float, floor: float = 1.0) -> str:
+    """exceeds: lo95 > thr * F; faster: hi95 < 1 / (thr * F); equivalent: the 90 % interval inside
+    [F/thr, thr/F] (never when thr/F <= 1); noise_too_high: clears thr or 1/thr only inside the band;
+    else inconclusive."""
+    if lo95 > thr * floor:
+        return "exceeds"
+    if hi95 < 1.0 / (thr * floor):
+        return "faster"
+    if thr / floor > 1.0 and equivalent(lo90, hi90, thr / floor):
+        return "equivalent"
+    if lo95 > thr or hi95 < 1.0 / thr:
+        return "noise_too_high"
+    return "inconclusive"

@@ -261,7 +261,7 @@ def test_altered_headline_is_caught(copy):
 def test_headline_number_in_html_is_caught(copy):
     p = copy / "report.html"
     html = p.read_text()
-    start = html.index('data-table="summary"')
+    start = html.index('<table data-table="summary"')
     m = re.compile(r'data-num="(est\|[^"]+\|estimate)"[^>]*>([0-9.]+)<').search(html, start)
     assert m and m.start() < html.index("</table>", start)
     edited = f"{float(m.group(2)) + 0.01:.6f}"
@@ -326,16 +326,16 @@ def test_data_seal_and_key_in_the_headline_are_the_archives(tmp_path):
     results = make_results(tmp_path / "results", draws=300)
     data = tmp_path / "sealed-data"
     seal(results, data, key=key, archive_id="data", created="2026-10-20T00:00:00Z")
-    stage = tmp_path / "stage"
-    shutil.copytree(data, stage, ignore=shutil.ignore_patterns("SEAL.dsse.json"))
-    for q in stage.rglob("*"):
+    rendered = tmp_path / "rendered"
+    shutil.copytree(data, rendered, ignore=shutil.ignore_patterns("SEAL.dsse.json"))
+    for q in rendered.rglob("*"):
         q.chmod(0o755 if q.is_dir() else 0o644)
-    report.render(stage, pdf=False, data_seal=data / "SEAL.dsse.json")
+    report.render(rendered, pdf=False, data_seal=data / "SEAL.dsse.json")
     pub = fingerprint(key.public_key())
-    doc = json.loads((stage / "numbers.json").read_text())
+    doc = json.loads((rendered / "numbers.json").read_text())
     assert doc["provenance"]["pubkey_fingerprint"] == pub
     archive = tmp_path / "archive"
-    seal(stage, archive, key=key, archive_id="final", created="2026-10-20T00:00:01Z", previous=data)
+    seal(rendered, archive, key=key, archive_id="final", created="2026-10-20T00:00:01Z", previous=data)
     code, out = run_check(archive)
     assert code == 0, out
     # the chain, as `refspec verify --expect-previous` checks it
@@ -348,7 +348,7 @@ def test_data_seal_and_key_in_the_headline_are_the_archives(tmp_path):
     # a report naming another data seal than the one the archive follows is caught
     other = tmp_path / "other"
     seal(
-        stage,
+        rendered,
         other,
         key=Ed25519PrivateKey.generate(),
         archive_id="final",

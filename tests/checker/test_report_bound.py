@@ -22,14 +22,6 @@ from refspec.reporting import render as report
 from support.synthetic_archive import make_results, run_check, signer
 
 
-@pytest.fixture(scope="module")
-def stage(tmp_path_factory) -> Path:
-    base = tmp_path_factory.mktemp("bound")
-    results = make_results(base / "results", evil=True, draws=300)
-    report.render(results, pdf=False)
-    return results
-
-
 def resealed(stage: Path, dst: Path, edit_html=None, edit_numbers=None, edit_tex=None) -> Path:
     """A copy of ``stage`` with report.html, numbers.json or report.tex edited, sealed with the signer's valid key."""
     work = dst.with_name(dst.name + "-stage")

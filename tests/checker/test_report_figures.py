@@ -17,15 +17,7 @@ from refspec.provenance.seal import seal
 from refspec.reporting import render as report
 from support.synthetic_archive import make_results, run_check, signer
 
-FIGURES = ("fig-first-divergence", "fig-cost", "fig-diagnostics", "fig-replication", "fig-acceptance")
-
-
-@pytest.fixture(scope="module")
-def stage(tmp_path_factory) -> Path:
-    base = tmp_path_factory.mktemp("figures")
-    results = make_results(base / "results", evil=True, draws=300)
-    report.render(results, pdf=False)
-    return results
+FIGURES = ("fig-first-divergence", "fig-cost", "fig-forest", "fig-diagnostics", "fig-replication", "fig-acceptance")
 
 
 def sealed(stage: Path, dst: Path, edit=None, name: str = "report.html") -> Path:

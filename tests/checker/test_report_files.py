@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from refspec.pipeline import stages
+from refspec.pipeline import seal_chain
 from refspec.reporting import render as report
 from support.synthetic_archive import CHECK_PATH, check_module, make_results, run_check, seal_archive, signer_pubkey
 
@@ -26,7 +26,7 @@ needs_pdflatex = pytest.mark.skipif(shutil.which("pdflatex") is None, reason="no
 
 
 @pytest.fixture(scope="module")
-def stage(tmp_path_factory) -> Path:
+def pdf_stage(tmp_path_factory) -> Path:
     """A rendered synthetic results folder with report.pdf (compiled by the renderer)."""
     if shutil.which("pdflatex") is None:
         pytest.skip("no pdflatex")
@@ -37,10 +37,10 @@ def stage(tmp_path_factory) -> Path:
     return results
 
 
-def sealed(stage: Path, dst: Path, edit=None) -> Path:
-    """``stage`` copied, ``edit(folder)`` applied, then sealed by the signer (a valid seal)."""
+def sealed(pdf_stage: Path, dst: Path, edit=None) -> Path:
+    """``pdf_stage`` copied, ``edit(folder)`` applied, then sealed by the signer (a valid seal)."""
     work = dst.with_name(dst.name + "-stage")
-    shutil.copytree(stage, work)
+    shutil.copytree(pdf_stage, work)
     for p in work.rglob("*"):
         p.chmod(0o755 if p.is_dir() else 0o644)
     if edit is not None:
@@ -57,8 +57,8 @@ def summary_line(out: str) -> str:
 
 
 @needs_pdflatex
-def test_clean_pdf_is_rebuilt_and_accepted(stage, tmp_path):
-    arch = sealed(stage, tmp_path / "archive")
+def test_clean_pdf_is_rebuilt_and_accepted(pdf_stage, tmp_path):
+    arch = sealed(pdf_stage, tmp_path / "archive")
     code, out = run_check(arch)
     assert code == 0, out
     assert not [ln for ln in out.splitlines() if ln.startswith("MISMATCH")], out
@@ -69,7 +69,7 @@ def test_clean_pdf_is_rebuilt_and_accepted(stage, tmp_path):
 
 
 @needs_pdflatex
-def test_forged_pdf_resealed_with_a_valid_key_is_refused(stage, tmp_path):
+def test_forged_pdf_resealed_with_a_valid_key_is_refused(pdf_stage, tmp_path):
     """A genuine pdfTeX PDF of report.tex with one checked number changed, beside the genuine
     report.tex, the archive sealed again with the signer's own key."""
 
@@ -87,7 +87,7 @@ def test_forged_pdf_resealed_with_a_valid_key_is_refused(stage, tmp_path):
         (work / "report.pdf").write_bytes(forged)
         shutil.rmtree(fake)
 
-    arch = sealed(stage, tmp_path / "archive", forge)
+    arch = sealed(pdf_stage, tmp_path / "archive", forge)
     code, out = run_check(arch)
     assert code == 1, out
     bad = [ln for ln in out.splitlines() if ln.startswith("MISMATCH")]
@@ -96,7 +96,7 @@ def test_forged_pdf_resealed_with_a_valid_key_is_refused(stage, tmp_path):
 
 
 @needs_pdflatex
-def test_a_pdf_of_another_pdftex_is_named_not_checked(stage, tmp_path):
+def test_a_pdf_of_another_pdftex_is_named_not_checked(pdf_stage, tmp_path):
     """A PDF whose banner names another pdfTeX cannot be rebuilt byte for byte here: said, not failed."""
 
     def other(work: Path) -> None:
@@ -105,7 +105,7 @@ def test_a_pdf_of_another_pdftex_is_named_not_checked(stage, tmp_path):
         new = data.replace(m.group(0), m.group(0).replace(m.group(1), b"9" * len(m.group(1))), 1)
         (work / "report.pdf").write_bytes(new)
 
-    arch = sealed(stage, tmp_path / "archive", other)
+    arch = sealed(pdf_stage, tmp_path / "archive", other)
     code, out = run_check(arch)
     assert code == 0, out
     lines = not_checked(out)
@@ -117,8 +117,8 @@ def test_a_pdf_of_another_pdftex_is_named_not_checked(stage, tmp_path):
 
 
 @needs_pdflatex
-def test_without_pdflatex_report_pdf_is_plainly_not_checked(stage, tmp_path):
-    arch = sealed(stage, tmp_path / "archive")
+def test_without_pdflatex_report_pdf_is_plainly_not_checked(pdf_stage, tmp_path):
+    arch = sealed(pdf_stage, tmp_path / "archive")
     empty = tmp_path / "bin"
     empty.mkdir()
     env = dict(os.environ, PATH=str(empty))
@@ -138,16 +138,16 @@ def test_without_pdflatex_report_pdf_is_plainly_not_checked(stage, tmp_path):
 
 
 @needs_pdflatex
-def test_two_compiles_are_byte_identical(stage, tmp_path):
+def test_two_compiles_are_byte_identical(pdf_stage, tmp_path):
     """The renderer's compile is reproducible, in another folder, and the checker's compile makes the same bytes."""
-    pdf = (stage / "report.pdf").read_bytes()
+    pdf = (pdf_stage / "report.pdf").read_bytes()
     other = tmp_path / "again"
     other.mkdir()
-    shutil.copyfile(stage / "report.tex", other / "report.tex")
+    shutil.copyfile(pdf_stage / "report.tex", other / "report.tex")
     again = report.compile_pdf(other / "report.tex")
     assert again is not None and again.read_bytes() == pdf
     pdfmod = check_module().pdf
-    got, log = pdfmod.compile_report(shutil.which("pdflatex"), (stage / "report.tex").read_bytes())
+    got, log = pdfmod.compile_report(shutil.which("pdflatex"), (pdf_stage / "report.tex").read_bytes())
     assert got == pdf, log
     assert pdfmod.pdf_pdftex(pdf) == pdfmod.local_pdftex(shutil.which("pdflatex"))
 
@@ -161,8 +161,8 @@ def test_summary_txt_stays_out_of_the_sealed_archive(tmp_path):
     (cdir / "summary.txt").write_text("campaign implementation: every arm qualified\n")
     manifest = tmp_path / "manifest.json"
     manifest.write_text("{}")
-    out = tmp_path / "stage"
-    stages.assemble(tmp_path / "results", manifest, [cdir], out)
+    out = tmp_path / "assembled"
+    seal_chain.assemble(tmp_path / "results", manifest, [cdir], out)
     assert (out / "campaigns" / "implementation" / "plan.json").is_file()
     assert not (out / "campaigns" / "implementation" / "summary.txt").exists()
     assert (cdir / "summary.txt").is_file()

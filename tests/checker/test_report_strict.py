@@ -14,7 +14,6 @@ import json
 import re
 import shutil
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -24,18 +23,10 @@ from refspec_check.visible import bound_texts, digit_problems, visible_names
 from refspec.core.paths import REPO_ROOT
 from refspec.provenance.seal import seal
 from refspec.reporting import render as report
-from support.synthetic_archive import check_module, make_results, run_check, signer
+from support.browser import CHROMIUM, probe_page
+from support.synthetic_archive import check_module, run_check, signer
 
 CHECK = check_module()
-CHROMIUM = Path("/usr/bin/chromium")
-
-
-@pytest.fixture(scope="module")
-def stage(tmp_path_factory) -> Path:
-    base = tmp_path_factory.mktemp("strict")
-    results = make_results(base / "results", evil=True, draws=300)
-    report.render(results, pdf=False)
-    return results
 
 
 def sealed(stage: Path, dst: Path, edit=None, name: str = "report.html") -> Path:
@@ -232,14 +223,10 @@ TEX_INSIDE = [
 ]
 
 
-def test_clean_archive_passes_and_is_fast(stage, tmp_path):
-    a = sealed(stage, tmp_path / "clean")
-    t0 = time.perf_counter()
-    code, out = run_check(a)
-    elapsed = time.perf_counter() - t0
+def test_clean_archive_passes(stage, tmp_path):
+    # how long the check takes is measured by bench/check_time.py, not asserted on a shared machine
+    code, out = run_check(sealed(stage, tmp_path / "clean"))
     assert code == 0, out
-    print(f"check.py on the synthetic archive: {elapsed:.2f} s")
-    assert elapsed < 5
 
 
 MATRIX = [("report.html", *e) for e in EDITS] + [("report.tex", *e) for e in TEX_EDITS]
@@ -336,29 +323,7 @@ _PROBE = """<script>window.addEventListener('load', function () {
 
 def visible_text(html_path: Path, tmp: Path) -> list[dict]:
     """The text nodes Chromium renders visibly (display, visibility, opacity and layout box), in order."""
-    probe = html_path.with_name("visible-probe.html")
-    probe.write_text(html_path.read_text().replace("</body>", _PROBE, 1))
-    try:
-        r = subprocess.run(
-            [
-                str(CHROMIUM),
-                "--headless",
-                "--no-sandbox",
-                "--disable-gpu",
-                f"--user-data-dir={tmp / 'ud'}",
-                "--window-size=1280,2000",
-                "--dump-dom",
-                probe.as_uri(),
-            ],
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-    finally:
-        probe.unlink()
-    m = re.search(r'<pre id="visible-text">(.*?)</pre>', r.stdout, re.S)
-    assert m, r.stderr[-2000:]
-    return json.loads(__import__("html").unescape(m.group(1)))
+    return json.loads(probe_page(html_path, _PROBE, "visible-text", tmp, 1280))
 
 
 def compare_with_numbers(archive: Path, nodes: list[dict]) -> tuple[int, list[str]]:

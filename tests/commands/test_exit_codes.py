@@ -13,30 +13,27 @@ from refspec.cli import SUBCOMMANDS, main
 from refspec.core import errors
 from refspec.core.stats import StatsError, mean_log
 from refspec.reporting.render import compile_pdf
-from support.sealing import (
-    copy_archive,
-    seal_env,  # noqa: F401  (fixture)
-)
+from support.sealing import copy_archive
 
 
-def test_report_stage_on_data_that_does_not_verify_exits_1(seal_env, tmp_path, capsys):
-    d = copy_archive(seal_env["clean"], tmp_path / "sealed")
+def test_render_on_data_that_does_not_verify_exits_1(seal_env, tmp_path, capsys):
+    d = copy_archive(seal_env["clean"], tmp_path / "sealed-data")
     (d / "extra.txt").write_text("not sealed\n")
     rc = main(
         [
-            "report-stage",
-            "--sealed",
+            "render",
+            "--sealed-data",
             str(d),
             "--pubkey",
             str(seal_env["a"].public_path),
             "--out",
-            str(tmp_path / "stage"),
+            str(tmp_path / "rendered"),
         ]
     )
     err = capsys.readouterr().err
     assert rc == errors.EXIT_FAILED == 1
     assert "does not verify" in err and "extra.txt: not listed in the seal" in err
-    assert not (tmp_path / "stage").exists()
+    assert not (tmp_path / "rendered").exists()
 
 
 def test_stats_error_is_an_input_integrity_error_with_exit_code_3():

@@ -30,37 +30,30 @@ THRESHOLD_ONLY = ("--noise-floor", "1")
 SCALE = 3.0
 
 
-@pytest.fixture(scope="module")
-def env(tmp_path_factory, small_study):
-    base = tmp_path_factory.mktemp("compare")
-    kp = keys.generate(base / "keys", name="compare_test")
-    a = base / "a"
-    shutil.copytree(small_study.sealed, a)  # a copy: the study's own archive is never touched
-    return {"base": base, "key": kp, "a": a, "signer": small_study.signer}
-
-
-def _reseal(env, name: str, change) -> Path:
+def _reseal(study_copy, name: str, change) -> Path:
     """A copy of A whose results are changed by ``change(results_folder)`` and sealed again with the test key."""
-    res = env["base"] / f"{name}-results"
-    shutil.copytree(env["a"], res)
-    campaign = verify_archive(env["a"], env["signer"]).statement["predicate"]["campaign"]
+    res = study_copy["base"] / f"{name}-results"
+    shutil.copytree(study_copy["a"], res)
+    campaign = verify_archive(study_copy["a"], study_copy["signer"]).statement["predicate"]["campaign"]
     (res / "SEAL.dsse.json").unlink()
     change(res)
-    out = env["base"] / name
-    seal(res, out, key=env["key"].private_path, campaign=campaign, created="2026-01-01T00:00:00Z", archive_id=name)
+    out = study_copy["base"] / name
+    seal(
+        res, out, key=study_copy["key"].private_path, campaign=campaign, created="2026-01-01T00:00:00Z", archive_id=name
+    )
     return out
 
 
-def _compare(env, b: Path, *extra: str, pub_b: Path | None = None, capsys=None) -> tuple[int, dict]:
+def _compare(study_copy, b: Path, *extra: str, pub_b: Path | None = None, capsys=None) -> tuple[int, dict]:
     code = main(
         [
             "compare",
-            str(env["a"]),
+            str(study_copy["a"]),
             str(b),
             "--pubkey-a",
-            str(env["signer"]),
+            str(study_copy["signer"]),
             "--pubkey-b",
-            str(pub_b or env["key"].public_path),
+            str(pub_b or study_copy["key"].public_path),
             "--json",
             *extra,
         ]
@@ -97,8 +90,8 @@ def _scale_pq(res: Path) -> None:
         T.write_table(rows, name, res / "tables")
 
 
-def test_an_archive_compared_with_itself(env, capsys):
-    code, doc = _compare(env, env["a"], pub_b=env["signer"], capsys=capsys)
+def test_an_archive_compared_with_itself(study_copy, capsys):
+    code, doc = _compare(study_copy, study_copy["a"], pub_b=study_copy["signer"], capsys=capsys)
     assert code == 0
     pres, tim = _verdicts(doc)
     assert set(pres) == {
@@ -121,9 +114,9 @@ def test_an_archive_compared_with_itself(env, capsys):
     assert not any("no A/A control" in n for n in doc["notes"])
 
 
-def test_scaled_times_differ_in_timings_and_preservation_stays_same(env, capsys):
-    b = _reseal(env, "scaled", _scale_pq)
-    code, doc = _compare(env, b, *THRESHOLD_ONLY, capsys=capsys)
+def test_scaled_times_differ_in_timings_and_preservation_stays_same(study_copy, capsys):
+    b = _reseal(study_copy, "scaled", _scale_pq)
+    code, doc = _compare(study_copy, b, *THRESHOLD_ONLY, capsys=capsys)
     assert code == 0
     pres, tim = _verdicts(doc)
     assert set(pres.values()) == {"same"}
@@ -137,7 +130,7 @@ def test_scaled_times_differ_in_timings_and_preservation_stays_same(env, capsys)
     assert tim["ratio|implementation|smollm2-135m|32|R/M_qb"]["verdict"] == "reproduced"  # neither arm scaled
 
 
-def test_a_changed_endpoint_differs_with_its_row(env, capsys):
+def test_a_changed_endpoint_differs_with_its_row(study_copy, capsys):
     changed = {}
 
     def change(res: Path) -> None:
@@ -151,8 +144,8 @@ def test_a_changed_endpoint_differs_with_its_row(env, capsys):
         )
         T.write_table(rows, "endpoints", res / "tables")
 
-    b = _reseal(env, "endpoint", change)
-    code, doc = _compare(env, b, capsys=capsys)
+    b = _reseal(study_copy, "endpoint", change)
+    code, doc = _compare(study_copy, b, capsys=capsys)
     assert code == 1
     pres, _tim = _verdicts(doc)
     assert pres["endpoints"] == "differs"
@@ -164,14 +157,14 @@ def test_a_changed_endpoint_differs_with_its_row(env, capsys):
     assert "first differing token at index 5" in d["detail"]
 
 
-def test_a_plan_change_makes_its_timings_not_comparable(env, capsys):
+def test_a_plan_change_makes_its_timings_not_comparable(study_copy, capsys):
     def change(res: Path) -> None:
         plan = json.loads((res / "plan.json").read_text())
         plan["campaigns"]["replication"]["gap_s"] = 30.0
         (res / "plan.json").write_text(json.dumps(plan, indent=2, sort_keys=True) + "\n")
 
-    b = _reseal(env, "plan", change)
-    code, doc = _compare(env, b, capsys=capsys)
+    b = _reseal(study_copy, "plan", change)
+    code, doc = _compare(study_copy, b, capsys=capsys)
     assert code == 0
     _pres, tim = _verdicts(doc)
     est = [t for t in tim.values() if t["kind"] == "estimate"]
@@ -180,7 +173,7 @@ def test_a_plan_change_makes_its_timings_not_comparable(env, capsys):
     assert all(t["verdict"] == "reproduced" for t in tim.values() if t["kind"] == "ratio")
 
 
-def test_pinned_input_change_makes_every_timing_not_comparable(env, capsys):
+def test_pinned_input_change_makes_every_timing_not_comparable(study_copy, capsys):
     def change(res: Path) -> None:
         m = json.loads((res / "manifest.json").read_text())
         for d in m["buildDefinition"]["resolvedDependencies"]:
@@ -189,56 +182,58 @@ def test_pinned_input_change_makes_every_timing_not_comparable(env, capsys):
                 break
         (res / "manifest.json").write_text(json.dumps(m, indent=2, sort_keys=True) + "\n")
 
-    b = _reseal(env, "pinned", change)
-    code, doc = _compare(env, b, capsys=capsys)
+    b = _reseal(study_copy, "pinned", change)
+    code, doc = _compare(study_copy, b, capsys=capsys)
     assert code == 0 and doc["inputs"]["pinned_differences"]
     assert {t["verdict"] for t in doc["timings"]} == {"not comparable"}
     assert all("pinned inputs differ" in t["reason"] for t in doc["timings"])
 
 
-def test_an_archive_that_does_not_verify_exits_3(env, capsys):
-    bad = env["base"] / "tampered"
-    shutil.copytree(env["a"], bad)
+def test_an_archive_that_does_not_verify_exits_3(study_copy, capsys):
+    bad = study_copy["base"] / "tampered"
+    shutil.copytree(study_copy["a"], bad)
     p = bad / "tables" / "ratios.csv"
     p.write_bytes(p.read_bytes().replace(b"implementation", b"implementatioN", 1))
-    code, _doc = _compare(env, bad, pub_b=env["signer"], capsys=capsys)
+    code, _doc = _compare(study_copy, bad, pub_b=study_copy["signer"], capsys=capsys)
     assert code == 3
     wrong = "SHA256:" + "0" * 64
-    code, _doc = _compare(env, env["a"], "--expect-keyid-b", wrong, pub_b=env["signer"], capsys=capsys)
+    code, _doc = _compare(
+        study_copy, study_copy["a"], "--expect-keyid-b", wrong, pub_b=study_copy["signer"], capsys=capsys
+    )
     assert code == 3
-    assert main(["compare", str(env["a"]), str(env["a"])]) == 2  # no key: usage
+    assert main(["compare", str(study_copy["a"]), str(study_copy["a"])]) == 2  # no key: usage
 
 
-def test_the_comparison_archive_is_sealed_and_checked(env, capsys):
-    b = _reseal(env, "scaled-out", _scale_pq)
-    out = env["base"] / "comparison"
+def test_the_comparison_archive_is_sealed_and_checked(study_copy, capsys):
+    b = _reseal(study_copy, "scaled-out", _scale_pq)
+    out = study_copy["base"] / "comparison"
     code = main(
         [
             "compare",
-            str(env["a"]),
+            str(study_copy["a"]),
             str(b),
             "--pubkey-a",
-            str(env["signer"]),
+            str(study_copy["signer"]),
             "--pubkey-b",
-            str(env["key"].public_path),
+            str(study_copy["key"].public_path),
             *THRESHOLD_ONLY,
             "--out",
             str(out),
             "--key",
-            str(env["key"].private_path),
+            str(study_copy["key"].private_path),
         ]
     )
     text = capsys.readouterr().out
     assert code == 0 and "differs" in text and "comparison archive:" in text
-    res = verify_archive(out, env["key"].public_path)
+    res = verify_archive(out, study_copy["key"].public_path)
     assert res.ok, res.problems
     compares = res.statement["predicate"]["compares"]
-    a_seal = verify_archive(env["a"], env["signer"]).seal_sha256
+    a_seal = verify_archive(study_copy["a"], study_copy["signer"]).seal_sha256
     assert (
         compares["a"]["seal_sha256"] == a_seal
-        and compares["b"]["seal_sha256"] == verify_archive(b, env["key"].public_path).seal_sha256
+        and compares["b"]["seal_sha256"] == verify_archive(b, study_copy["key"].public_path).seal_sha256
     )
-    assert compares["a"]["keyid"] == keys.fingerprint(keys.load_public_key(env["signer"]))
+    assert compares["a"]["keyid"] == keys.fingerprint(keys.load_public_key(study_copy["signer"]))
     chk = subprocess.run(
         [
             sys.executable,
@@ -247,7 +242,7 @@ def test_the_comparison_archive_is_sealed_and_checked(env, capsys):
             str(REPO_ROOT / "report" / "check.py"),
             str(out),
             "--pubkey",
-            str(env["key"].public_path),
+            str(study_copy["key"].public_path),
         ],
         capture_output=True,
         text=True,
@@ -255,7 +250,7 @@ def test_the_comparison_archive_is_sealed_and_checked(env, capsys):
     assert chk.returncode == 0, chk.stdout[-4000:]
     assert "OK:" in chk.stdout
     # a shown number changed by hand is found
-    edited = env["base"] / "comparison-edited"
+    edited = study_copy["base"] / "comparison-edited"
     shutil.copytree(out, edited)
     html = (edited / "report.html").read_text()
     m = re.search(r'data-num="cmp\|estimate\|smollm2-135m\|target\|PQ/QB\|ratio"[^>]*>([0-9.]+)<', html)
@@ -269,7 +264,7 @@ def test_the_comparison_archive_is_sealed_and_checked(env, capsys):
             str(REPO_ROOT / "report" / "check.py"),
             str(edited),
             "--pubkey",
-            str(env["key"].public_path),
+            str(study_copy["key"].public_path),
         ],
         capture_output=True,
         text=True,

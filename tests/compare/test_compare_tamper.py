@@ -46,7 +46,9 @@ def _slower_pq_and_one_endpoint(res: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def env(tmp_path_factory):
+def comparison(tmp_path_factory):
+    """Synthetic archives A and B (B: slower PQ arms, one endpoint changed) and their comparison
+    archive (``out``), sealed by the comparison's signer (``key``), under ``base``."""
     base = tmp_path_factory.mktemp("compare-tamper")
     ra = make_results(base / "results-a", draws=300, aa=True)
     rb = base / "results-b"
@@ -62,31 +64,37 @@ def env(tmp_path_factory):
     return {"base": base, "a": a, "b": b, "key": key, "out": out}
 
 
-def _lie(env, name: str, change) -> Path:
+def _lie(comparison, name: str, change) -> Path:
     """The signer's comparison: the real comparison of A and B, changed by ``change``, written and sealed by
     the comparison's own writer with his valid key (tables, numbers.json and both reports agree)."""
-    a = load_verified(env["a"], signer_pubkey(), "A")
-    b = load_verified(env["b"], signer_pubkey(), "B")
+    a = load_verified(comparison["a"], signer_pubkey(), "A")
+    b = load_verified(comparison["b"], signer_pubkey(), "B")
     c = compare_archives(a, b)
     change(c)
-    out = env["base"] / name
-    write_archive(c, out, key=env["key"].private_path)
+    out = comparison["base"] / name
+    write_archive(c, out, key=comparison["key"].private_path)
     return out
 
 
-def _reseal_edited(env, name: str, edit) -> Path:
+def _reseal_edited(comparison, name: str, edit) -> Path:
     """The clean comparison archive with its files edited by ``edit(folder)`` and sealed again (same
     statement: campaign compare, the same compared archives) with the signer's valid key."""
-    st = json.loads((env["out"] / "SEAL.dsse.json").read_text())
+    st = json.loads((comparison["out"] / "SEAL.dsse.json").read_text())
     import base64
 
     pred = json.loads(base64.b64decode(st["payload"]))["predicate"]
-    work = env["base"] / f"{name}-results"
-    shutil.copytree(env["out"], work)
+    work = comparison["base"] / f"{name}-results"
+    shutil.copytree(comparison["out"], work)
     (work / "SEAL.dsse.json").unlink()
     edit(work)
-    out = env["base"] / name
-    seal(work, out, key=env["key"].private_path, campaign="compare", predicate_extra={"compares": pred["compares"]})
+    out = comparison["base"] / name
+    seal(
+        work,
+        out,
+        key=comparison["key"].private_path,
+        campaign="compare",
+        predicate_extra={"compares": pred["compares"]},
+    )
     return out
 
 
@@ -106,26 +114,26 @@ def _refused(archive: Path, *needles: str) -> str:
     return out
 
 
-def test_the_clean_comparison_archive_checks(env):
-    code, out = _check(env["out"])
+def test_the_clean_comparison_archive_checks(comparison):
+    code, out = _check(comparison["out"])
     assert code == 0, out[-4000:]
     assert "OK:" in out
 
 
-def test_a_deleted_differs_row_is_refused(env):
+def test_a_deleted_differs_row_is_refused(comparison):
     def drop(c):
         assert [f.verdict for f in c.findings if f.finding == "endpoints"] == ["differs"]
         c.findings = [f for f in c.findings if f.finding != "endpoints"]
 
     out = _refused(
-        _lie(env, "no-endpoints", drop),
+        _lie(comparison, "no-endpoints", drop),
         "row 'endpoints' missing: the carried inputs give it, with verdict 'differs'",
         "At least one preservation finding differs.",
     )
     assert "report.html" in out and "report.tex" in out
 
 
-def test_a_changed_timing_verdict_is_refused(env):
+def test_a_changed_timing_verdict_is_refused(comparison):
     item = "estimate|smollm2-135m|spec|PQ/QB"
 
     def hide(c):
@@ -134,13 +142,13 @@ def test_a_changed_timing_verdict_is_refused(env):
         t.verdict, t.reason = "not comparable", "the panels differ"
 
     _refused(
-        _lie(env, "hidden-timing", hide),
+        _lie(comparison, "hidden-timing", hide),
         "path=spec comparison=PQ/QB] column verdict: verdict 'not comparable' != recomputed 'differs'",
         f"[row of {item}]: column 10 reads 'not comparable', the carried inputs give 'differs'",
     )
 
 
-def test_an_inflated_band_is_refused(env):
+def test_an_inflated_band_is_refused(comparison):
     def widen(c):
         assert any(t.verdict == "differs" for t in c.timings)
         c.band = 2.0
@@ -152,7 +160,7 @@ def test_an_inflated_band_is_refused(env):
                 t.reason = "the interval contains 1" if t.lo <= 1.0 <= t.hi else "the interval lies within the band"
 
     out = _refused(
-        _lie(env, "wide-band", widen),
+        _lie(comparison, "wide-band", widen),
         "band tau * max(F_A, F_B) 2.0 != recomputed",
         "plan.json noise_floor.a: A's A/A noise floor",
         "verdict 'reproduced' != recomputed 'differs'",
@@ -160,7 +168,7 @@ def test_an_inflated_band_is_refused(env):
     assert re.search(r"cmp\|estimate\|smollm2-135m\|spec\|PQ/QB\|band", out), out[-3000:]
 
 
-def test_a_verdict_word_changed_in_the_report_is_refused(env):
+def test_a_verdict_word_changed_in_the_report_is_refused(comparison):
     def edit(folder: Path) -> None:
         h = (folder / "report.html").read_text()
         row = re.search(r"<tr>(?:(?!</tr>).)*cmp\|endpoints\|rows_a(?:(?!</tr>).)*</tr>", h, re.S).group(0)
@@ -172,14 +180,14 @@ def test_a_verdict_word_changed_in_the_report_is_refused(env):
         (folder / "report.tex").write_text(t.replace(line, line.replace(" & differs & ", " & same & ")))
 
     _refused(
-        _reseal_edited(env, "word", edit),
+        _reseal_edited(comparison, "word", edit),
         "report.html [row of endpoints]: column 6 reads 'same', the carried inputs give 'differs'",
         "report.html [row of endpoints]: the verdict is shown as 'ok', not as 'bad'",
         "report.tex [row of endpoints]: column 6 reads 'same', the carried inputs give 'differs'",
     )
 
 
-def test_swapped_arm_labels_are_refused(env):
+def test_swapped_arm_labels_are_refused(comparison):
     item = "ratio|implementation|smollm2-135m|64|R/M_qb"
 
     def relabel(c):
@@ -187,19 +195,19 @@ def test_swapped_arm_labels_are_refused(env):
         t.numerator, t.denominator = t.denominator, t.numerator
 
     _refused(
-        _lie(env, "relabelled", relabel),
+        _lie(comparison, "relabelled", relabel),
         "numerator=M_qb denominator=R path=target comparison=R/M_qb] column numerator: label 'M_qb' != recomputed 'R'",
     )
 
 
-def test_a_noise_floor_given_by_hand_checks(env):
+def test_a_noise_floor_given_by_hand_checks(comparison):
     """refspec compare --noise-floor: the band is the threshold widened by that floor, recorded in plan.json."""
-    out = env["base"] / "given-floor"
+    out = comparison["base"] / "given-floor"
     code = main(
         [
             "compare",
-            str(env["a"]),
-            str(env["b"]),
+            str(comparison["a"]),
+            str(comparison["b"]),
             "--pubkey",
             str(signer_pubkey()),
             "--noise-floor",
@@ -207,7 +215,7 @@ def test_a_noise_floor_given_by_hand_checks(env):
             "--out",
             str(out),
             "--key",
-            str(env["key"].private_path),
+            str(comparison["key"].private_path),
         ]
     )
     assert code == 1
@@ -216,7 +224,7 @@ def test_a_noise_floor_given_by_hand_checks(env):
     assert code == 0, text[-4000:]
 
 
-def test_a_claimed_pinned_difference_hiding_every_timing_is_refused(env):
+def test_a_claimed_pinned_difference_hiding_every_timing_is_refused(comparison):
     """The signer says the pinned inputs differ, so that no timing (the differing ones included) is comparable."""
 
     def claim(c):
@@ -226,7 +234,7 @@ def test_a_claimed_pinned_difference_hiding_every_timing_is_refused(env):
             t.verdict, t.reason = "not comparable", f"pinned inputs differ (1: {line})"
 
     _refused(
-        _lie(env, "claimed-pinned", claim),
+        _lie(comparison, "claimed-pinned", claim),
         "column verdict: verdict 'not comparable' != recomputed 'differs'",
         "report.html: does not say 'The pinned inputs are the same.', what the carried plans and manifests give",
         "report.tex: does not say 'The pinned inputs are the same.'",

@@ -163,6 +163,7 @@ def _rq(ep, status="ok", attempt=1):
         repeat=ep["repeat"],
         status=status,
         attempt=attempt,
+        worker=f"{ep['session']}-{ep['arm']}",
     )
 
 
@@ -416,6 +417,8 @@ def test_schemas_are_documented():
         "projection",
         "noise",
         "loads",
+        "variance",
+        "sizing",
         "divergence_screen",
         "partition_screen",
         "graph_size",

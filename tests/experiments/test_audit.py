@@ -10,7 +10,7 @@ import pytest
 from refspec.core import tables
 from refspec.core.layouts import REPLAYED_LAYOUTS
 from refspec.experiments import audit as A
-from refspec.experiments import operands
+from refspec.experiments import operands, replay_runner
 
 
 def test_fixture_grid():
@@ -105,7 +105,7 @@ def test_address_oracle_detects_tampered_graphs(replay_tool, tmp_path):
     ops = A.build_fixture(fx)
     p = tmp_path / "f.rsop"
     operands.write_operands(p, ops)
-    rep = operands.run_replay(replay_tool, [operands.ReplayJob(p, write_stages=False)])
+    rep = replay_runner.run_replay(replay_tool, [replay_runner.ReplayJob(p, write_stages=False)])
     evs = {ev["layout"]: ev for ev in rep["jobs"][0]["evaluations"]}
     for lay, ev in evs.items():
         assert A.address_oracle(ops, ev) == [], lay
@@ -127,7 +127,7 @@ def test_address_oracle_detects_tampered_graphs(replay_tool, tmp_path):
     assert any("restored output" in x for x in tamper("qb", "kqv_out", "ne", lambda ne: [ne[1], ne[0], 1, 1]))
 
 
-@pytest.mark.parametrize("fault", operands.FAULTS)
+@pytest.mark.parametrize("fault", replay_runner.FAULTS)
 def test_each_fault_detected(replay_tool, fault):
     g = A.Geometry(2, 128, 32, 8, 128, "compact")
     assert fault in A.applicable_faults(g)

@@ -16,10 +16,10 @@ import pytest
 
 from refspec import cli
 from refspec.core.layouts import CAPTURED_LAYOUTS
-from refspec.experiments import capture, operands
+from refspec.experiments import capture, operands, replay_runner
 from refspec.experiments import replay as e1
 from refspec.native import build as native
-from refspec.native import models, runtime
+from refspec.native import runtime
 
 LAYER = 15
 Q = 3
@@ -39,14 +39,6 @@ def tool(build):
 
 
 @pytest.fixture(scope="module")
-def target(build):
-    fam = models.ensure_family("smollm2-135m")
-    m = runtime.Model(fam.target.path, sha256=fam.target.sha256)
-    yield m
-    m.close()
-
-
-@pytest.fixture(scope="module")
 def captured(target, tmp_path_factory):
     prompt = e1.make_prompt(target)
     out = {}
@@ -61,7 +53,9 @@ def _bits(a: np.ndarray) -> np.ndarray:
 
 
 def _replay(tool, path, layouts, tmp_path, tag):
-    rep = operands.run_replay(tool, [operands.ReplayJob(path, layouts, "none", tmp_path / tag)], workdir=tmp_path)
+    rep = replay_runner.run_replay(
+        tool, [replay_runner.ReplayJob(path, layouts, "none", tmp_path / tag)], workdir=tmp_path
+    )
     (job,) = rep["jobs"]
     assert job["status"] == "ok", job
     return {ev["layout"]: operands.read_stages(ev["stages"]) for ev in job["evaluations"]}

@@ -1,7 +1,7 @@
 """Operand files, comparison, the native replay tool (mq/pq/qb) and backend admission.
 
 Tests that run the tool use the one ``refspec build`` builds with the default (CPU) llama.cpp
-(``refspec.native.build.build_replay_tool``), or ``$REFSPEC_REPLAY_TOOL``.
+(``refspec.native.tools.build_replay_tool``), or ``$REFSPEC_REPLAY_TOOL``.
 """
 
 from __future__ import annotations
@@ -14,11 +14,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from refspec.core.errors import ReplayToolError
 from refspec.core.layouts import REPLAYED_LAYOUTS
 from refspec.experiments import admission as AD
-from refspec.experiments import operands
+from refspec.experiments import bitwise, operands, replay_runner
 from refspec.native import build as native
-from support.operandcases import random_case
+from refspec.native import tools
+from support.operandcases import list_devices, random_case
 
 # ------------------------------------------------------------------------------ helpers
 
@@ -179,24 +181,24 @@ def test_ulp_distance():
     b = np.array(
         [nxt, -0.0, -tiny, -one, one, -np.inf, np.nextafter(np.float32(2.0), np.float32(0.0))], dtype=np.float32
     )
-    u = operands.ulp_distance(a, b)
+    u = bitwise.ulp_distance(a, b)
     assert u.tolist() == [1, 0, 2, 2 * 0x3F800000, -1, 0, 1]
 
 
 def test_compare():
     a = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
-    c = operands.compare(a, a.copy())
+    c = bitwise.compare(a, a.copy())
     assert c.bitwise_equal and c.n_diff == 0 and c.max_abs_diff == 0 and c.max_ulp == 0 and c.first_diff is None
     b = a.copy()
     b[1, 2, 1] = np.nextafter(b[1, 2, 1], np.float32(100))
     b[1, 2, 3] += 0.5
-    c = operands.compare(a, b)
+    c = bitwise.compare(a, b)
     assert not c.bitwise_equal and c.n_diff == 2 and c.first_diff == (1, 2, 1)
     assert c.max_abs_diff == 0.5 and c.max_ulp == 1 << 18  # 0.5 at exponent 4: 0.5 / 2**-19
     z = np.zeros(3, np.float32)
-    assert not operands.compare(z, -z).bitwise_equal and operands.compare(z, -z).max_ulp == 0
+    assert not bitwise.compare(z, -z).bitwise_equal and bitwise.compare(z, -z).max_ulp == 0
     with pytest.raises(operands.OperandError):
-        operands.compare(a, a[0])
+        bitwise.compare(a, a[0])
 
 
 # ------------------------------------------------------------------------------ the tool
@@ -219,28 +221,28 @@ def test_layouts_on_random_fixtures(replay_tool, tmp_path, record_property):
         operands.write_operands(
             p, operands.make_operands(q, k, v, m, q_layout="offset" if i % 2 else "compact", kv_size=nkv + 3)
         )
-        jobs.append(operands.ReplayJob(p))
+        jobs.append(replay_runner.ReplayJob(p))
         meta[str(p)] = (nq, nkv, q, k, v, m)
-    report = operands.run_replay(replay_tool, jobs, threads=1)
+    report = replay_runner.run_replay(replay_tool, jobs, threads=1)
     assert set(report["input_sha256"]) == set(meta)
     st = _stages(report)
     mq_differs = []
     for path, by in st.items():
         nq, nkv, q, k, v, m = meta[path]
         for s in operands.STAGES:
-            c = operands.compare(by["pq"][s], by["qb"][s])
+            c = bitwise.compare(by["pq"][s], by["qb"][s])
             assert c.bitwise_equal, (path, s, c.as_dict())
-            c = operands.compare(by["pq"][s], by["qh"][s])
+            c = bitwise.compare(by["pq"][s], by["qh"][s])
             assert c.bitwise_equal, (path, s, "qh", c.as_dict())
         for lay in REPLAYED_LAYOUTS:  # the output restore puts (query, head, channel) in place
-            assert operands.compare(by[lay]["out"], by[lay]["kqv"].reshape(nq, -1)).bitwise_equal
+            assert bitwise.compare(by[lay]["out"], by[lay]["kqv"].reshape(nq, -1)).bitwise_equal
         if nq == 1:
             for s in operands.STAGES:
-                assert operands.compare(by["mq"][s], by["pq"][s]).bitwise_equal, (path, s)
+                assert bitwise.compare(by["mq"][s], by["pq"][s]).bitwise_equal, (path, s)
         else:
-            diff = [s for s in operands.STAGES if not operands.compare(by["mq"][s], by["pq"][s]).bitwise_equal]
+            diff = [s for s in operands.STAGES if not bitwise.compare(by["mq"][s], by["pq"][s]).bitwise_equal]
             if diff:
-                mq_differs.append((nq, nkv, diff[0], operands.compare(by["mq"]["kq"], by["pq"]["kq"]).max_ulp))
+                mq_differs.append((nq, nkv, diff[0], bitwise.compare(by["mq"]["kq"], by["pq"]["kq"]).max_ulp))
         kq, p, kqv = fp64(q, k, v, m, float(np.float32(1 / 8)))
         # sanity against FP64 (q is rounded to f16 and p to f16 by the CPU kernels)
         assert np.abs(by["qb"]["kq"] - kq).max() < 5e-2
@@ -254,7 +256,7 @@ def test_report_placement_and_supports(replay_tool, tmp_path):
     q, k, v, m = random_case(2, 64, seed=5)
     p = tmp_path / "p.rsop"
     operands.write_operands(p, operands.make_operands(q, k, v, m))
-    report = operands.run_replay(replay_tool, [operands.ReplayJob(p, write_stages=False)])
+    report = replay_runner.run_replay(replay_tool, [replay_runner.ReplayJob(p, write_stages=False)])
     assert report["backend"]["device"] == "CPU" and report["sched_backends"] == ["CPU"]
     assert any("libggml" in mod for mod in report["modules"])
     for ev in report["jobs"][0]["evaluations"]:
@@ -297,7 +299,7 @@ def test_qh_refuses_alibi(replay_tool, tmp_path):
     q, k, v, m = random_case(2, 32, seed=8)
     p = tmp_path / "alibi.rsop"
     operands.write_operands(p, dataclasses.replace(operands.make_operands(q, k, v, m), max_bias=8.0))
-    report = operands.run_replay(replay_tool, [operands.ReplayJob(p, ("pq", "qh"), write_stages=False)])
+    report = replay_runner.run_replay(replay_tool, [replay_runner.ReplayJob(p, ("pq", "qh"), write_stages=False)])
     by = {ev["layout"]: ev for ev in report["jobs"][0]["evaluations"]}
     assert by["pq"]["status"] == "ok"
     assert by["qh"]["status"] == "error" and "ALiBi" in by["qh"]["error"], by["qh"]
@@ -310,9 +312,9 @@ def test_tool_reports_bad_files_without_crashing(replay_tool, tmp_path):
     bad = tmp_path / "bad.rsop"
     bad.write_bytes(good.read_bytes()[:-200])
     with pytest.raises(operands.OperandError, match="truncated"):  # refused before anything runs
-        operands.run_replay(replay_tool, [operands.ReplayJob(bad), operands.ReplayJob(good)])
-    report = operands.run_replay(
-        replay_tool, [operands.ReplayJob(bad), operands.ReplayJob(good)], check_inputs=False, validate=False
+        replay_runner.run_replay(replay_tool, [replay_runner.ReplayJob(bad), replay_runner.ReplayJob(good)])
+    report = replay_runner.run_replay(
+        replay_tool, [replay_runner.ReplayJob(bad), replay_runner.ReplayJob(good)], check_inputs=False, validate=False
     )
     jb, jg = report["jobs"]
     assert jb["status"] == "error" and "truncated" in jb["error"]
@@ -325,7 +327,7 @@ def test_nonfinite_masked_in_is_not_replayed(replay_tool, tmp_path):
     p = tmp_path / "nan.rsop"
     operands.write_operands(p, operands.make_operands(q, k, v, m), validate=False)
     with pytest.raises(operands.OperandError, match="non-finite v value at key 5"):
-        operands.run_replay(replay_tool, [operands.ReplayJob(p)])
+        replay_runner.run_replay(replay_tool, [replay_runner.ReplayJob(p)])
     assert not list(tmp_path.glob("*.rsst"))
 
 
@@ -333,11 +335,11 @@ def test_tool_usage_errors(replay_tool, tmp_path):
     q, k, v, m = random_case(1, 16)
     p = tmp_path / "u.rsop"
     operands.write_operands(p, operands.make_operands(q, k, v, m))
-    with pytest.raises(operands.ReplayToolError, match="exit status 2"):
-        operands.run_replay(replay_tool, [operands.ReplayJob(p)], backend="NoSuchDevice0")
+    with pytest.raises(ReplayToolError, match="exit status 2"):
+        replay_runner.run_replay(replay_tool, [replay_runner.ReplayJob(p)], backend="NoSuchDevice0")
     rc = subprocess.run([str(replay_tool), "--fault", "nonsense", str(p)], capture_output=True).returncode
     assert rc == 2
-    devs = operands.list_devices(replay_tool)
+    devs = list_devices(replay_tool)
     assert any(d["name"] == "CPU" and d["type"] == "cpu" for d in devs)
 
 
@@ -346,17 +348,15 @@ def test_replay_tool_is_built_once_and_rebuilt_when_its_record_lies():
     b = native.current()
     replay_tool = b.replay_tool
     before = replay_tool.stat().st_mtime_ns
-    again = native.build_replay_tool(b)
+    again = tools.build_replay_tool(b)
     assert again == replay_tool and again.stat().st_mtime_ns == before
     stamp = again.parent / "build.json"
     rec = json.loads(stamp.read_text())
-    assert rec["key"] == native.replay_tool_key(b)
-    assert b.record["replay_tool"]["sha256"] == rec["files"][native.REPLAY_TOOL]["sha256"]
+    assert rec["key"] == tools.replay_tool_key(b)
+    assert b.record["replay_tool"]["sha256"] == rec["files"][tools.REPLAY_TOOL]["sha256"]
     # a record that does not describe its binaries is not trusted: the tools are built again
-    stamp.write_text(
-        json.dumps({**rec, "files": {**rec["files"], native.REPLAY_TOOL: {"sha256": "0" * 64, "size": 1}}})
-    )
-    rebuilt = native.build_replay_tool(b)
+    stamp.write_text(json.dumps({**rec, "files": {**rec["files"], tools.REPLAY_TOOL: {"sha256": "0" * 64, "size": 1}}}))
+    rebuilt = tools.build_replay_tool(b)
     assert rebuilt == replay_tool and rebuilt.stat().st_mtime_ns != before
     assert json.loads(stamp.read_text())["files"] == rec["files"]
 
@@ -459,5 +459,5 @@ def test_admission_runs_a_killed_tool_process_again_and_records_it(replay_tool, 
     assert {r["q"] for r in res["rows"]} == {1, 2}
     assert res["rows"] == AD.run_admission(replay_tool, "CPU", shape, queries=(1, 2))["rows"]
     (marks / "always").touch()
-    with pytest.raises(operands.ReplayToolError, match="exit status -6"):
+    with pytest.raises(ReplayToolError, match="exit status -6"):
         AD.run_admission(wrapper, "CPU", shape, queries=(1, 2))

@@ -212,12 +212,12 @@ def test_two_processes_give_identical_outcomes(models, states, tmp_path, lib_pat
         "directions": dirs,
         "frontier": False,
     }
-    r1 = jobs.spawn_worker(job, Path("work"), "r1")
-    r2 = jobs.spawn_worker({**job, "repeat": 2}, Path("work"), "r2")
+    r1 = jobs.spawn_job(job, Path("work"), "r1")
+    r2 = jobs.spawn_job({**job, "repeat": 2}, Path("work"), "r2")
     assert r1["pid"] != r2["pid"]
     assert r1["results"] == r2["results"]
     got = {(x["direction"], x["selector"]): x for x in r1["results"]}
     assert got[("U1->A", "LATE")]["changed_bytes"] > 0  # the intervention imported different bytes
     for (d, sel), x in got.items():
-        if sel == "EMPTY":  # the shams inside the worker reproduce the natural endpoints
+        if sel == "EMPTY":  # the shams inside the job process reproduce the natural endpoints
             assert x["endpoint_sha256"] == states[d.split("->")[1]]["endpoint"].sha256

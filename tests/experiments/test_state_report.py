@@ -41,9 +41,9 @@ def _cli(*args: str) -> subprocess.CompletedProcess:
     return r
 
 
-def _stage(res: Path, name: str, *cmd: str) -> dict:
+def _claim(res: Path, name: str, *cmd: str) -> dict:
     d = res / "campaigns" / name
-    _cli("stage", name, "--dir", str(d), "--done", str(d) + ".done", "--results", str(res), "--", *cmd, "--out", str(d))
+    _cli("claim", name, "--dir", str(d), "--done", str(d) + ".done", "--results", str(res), "--", *cmd, "--out", str(d))
     return json.loads((res / "campaigns" / f"{name}.done").read_text())
 
 
@@ -57,13 +57,13 @@ def archive(tmp_path_factory, native_build, family_files, replay_tool) -> Path:
         *("--inputs", "1", "--controls", "0", "--no-progress", "--out", str(screen)),
     )
     claims = [
-        _stage(
+        _claim(
             res,
             "partition",
             *("state", "partition", "--tasks", str(screen / "exposed-panel.jsonl"), "--cap", "34"),
             *("--splits=-1", "--ub-sweep", "1"),
         ),
-        _stage(
+        _claim(
             res,
             "crosses",
             "state",
@@ -79,7 +79,7 @@ def archive(tmp_path_factory, native_build, family_files, replay_tool) -> Path:
             "--repeats",
             "2",
         ),
-        _stage(
+        _claim(
             res,
             "projection",
             "state",
@@ -91,7 +91,7 @@ def archive(tmp_path_factory, native_build, family_files, replay_tool) -> Path:
             "--layers",
             "0,1",
         ),
-        _stage(
+        _claim(
             res,
             "admission",
             "admission",
@@ -371,8 +371,8 @@ def short_crosses(tmp_path_factory, native_build, family_files) -> Path:
     tmp = tmp_path_factory.mktemp("short-crosses")
     res = tmp / "res"
     claims = [
-        _stage(res, "partition", "state", "partition", "--tasks", "2", "--cap", "8", "--splits=", "--ub-sweep", "1"),
-        _stage(
+        _claim(res, "partition", "state", "partition", "--tasks", "2", "--cap", "8", "--splits=", "--ub-sweep", "1"),
+        _claim(
             res,
             "crosses",
             *("state", "crosses", "--partition", str(res / "campaigns" / "partition"), "--pair", "A,U1"),

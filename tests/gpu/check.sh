@@ -7,7 +7,7 @@
 # default: prefix= below) or from an environment where `refspec` already runs, it builds the
 # patched llama.cpp for CUDA (cached by its inputs), derives the embedded family's files, and runs
 # the workflow with tests/gpu/config.yaml: confirmation (R, M0, M3, C3, M_qh, C_qh, R_prod; 4 tasks, cap 128),
-# implementation (qb/pq/gs/qh, target-only and speculative), replication (3 short sessions), E1
+# implementation (qb/pq/gs/qh, target-only and speculative), replication (paired design, 8 sessions, with its A/A twin), E1
 # replay on CUDA, seal, report and check. Every layer is offloaded (gpu_layers auto on cuda) and
 # the driver refuses to time a worker that holds fewer layers on the GPU than asked. It prints one
 # summary block and leaves the sealed archive in --out (default results/gpu-check under the

@@ -80,9 +80,39 @@ def main(argv: list[str] | None = None) -> int:
         out.append("qualified ratios (numerator/denominator, median over tasks; > 1: numerator faster):")
         for r in rat:
             v = f"{r['ratio']:.3f}" if r["ratio"] is not None else "withheld"
+            ci = (
+                f"[{r['lo']:.3f}, {r['hi']:.3f}] {r['design']} {r['verdict']}, detectable {r['detectable']:.3f}"
+                if r.get("lo") is not None
+                else ""
+            )
             out.append(
-                f"  {r['campaign']:15s} {r['numerator']:>6s}/{r['denominator']:<6s} {v:>9s}  "
+                f"  {r['campaign']:15s} {r['numerator']:>6s}/{r['denominator']:<6s} {v:>9s}  {ci}  "
                 f"{r.get('reason') or ''}".rstrip()
+            )
+    var = _rows("variance", root)
+    if var:
+        out.append("")
+        out.append("variance components of log request time (sd between processes / within / process x arm):")
+        for r in var:
+            if r["sd_between"] is None:
+                out.append(f"  {r['campaign']:15s} {r['design']:6s} {r['reason']}")
+                continue
+            inter = f"{r['sd_interaction']:.4f}" if r["sd_interaction"] is not None else "confounded"
+            out.append(
+                f"  {r['campaign']:15s} {r['design']:6s} {r['sd_between']:.4f} / {r['sd_within']:.4f} / {inter}"
+                f"  ({r['processes']} processes, {r['requests']} requests)"
+            )
+    aa = _rows("noise", root)
+    if aa:
+        out.append("")
+        out.append("A/A controls (twin/arm [95% interval], floor, minimum detectable ratio):")
+        for r in aa:
+            if r["lo"] is None:
+                out.append(f"  {r['campaign']:15s} {r['twin']}/{r['arm']}: {r['verdict']}")
+                continue
+            out.append(
+                f"  {r['campaign']:15s} {r['twin']}/{r['arm']} {r['value']:.4f} [{r['lo']:.4f}, {r['hi']:.4f}]"
+                f" floor {r['floor']:.4f}, detectable {r['mde']:.4f}"
             )
     est = _rows("estimates", root)
     if est:

@@ -12,11 +12,12 @@ from __future__ import annotations
 import shutil
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 
 from refspec.native import build as native
-from refspec.native import cuda
+from refspec.native import cmake, cuda, tools
 
 pytestmark = pytest.mark.cuda_build
 
@@ -38,10 +39,10 @@ def test_cuda_libraries_are_built_for_sm90(cuda_build):
     assert rec["options"]["backend"] == "cuda" and "-DCMAKE_CUDA_ARCHITECTURES=90" in rec["cmake_flags"]
     assert "-DGGML_CUDA_FA=OFF" in rec["cmake_flags"]
     assert any(n.startswith("libggml-cuda.so") for n in rec["files"]), sorted(rec["files"])
-    assert not set(rec["files"]) & set(native.UPSTREAM_TOOLS)
+    assert not set(rec["files"]) & set(tools.UPSTREAM_TOOLS)
     assert cuda_build.replay_tool.is_file() and rec["replay_tool"]["sha256"]  # refspec-replay against the CUDA ggml
     cuobjdump = shutil.which("cuobjdump") or "/usr/local/cuda/bin/cuobjdump"
-    if shutil.which(cuobjdump) or native.Path(cuobjdump).is_file():
+    if shutil.which(cuobjdump) or Path(cuobjdump).is_file():
         out = subprocess.run([cuobjdump, "--list-elf", str(lib)], capture_output=True, text=True).stdout
         assert "sm_90" in out, out[:2000]
     nm = subprocess.run(
@@ -54,4 +55,4 @@ def test_cuda_build_is_cached(cuda_build):
     t0 = time.monotonic()
     again = native.build(native.BuildOptions(backend="cuda", cuda_arch="90"), quiet=True)
     assert not again.built and again.key == cuda_build.key and time.monotonic() - t0 < 30
-    assert native.check_record(again) == []
+    assert cmake.check_record(again) == []

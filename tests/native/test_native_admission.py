@@ -24,13 +24,6 @@ def fam():
     return models.ensure_family("smollm2-135m")
 
 
-@pytest.fixture(scope="module")
-def target(fam):
-    m = runtime.Model(fam.target.path, sha256=fam.target.sha256)
-    yield m
-    m.close()
-
-
 def _spec(**kw) -> ContextSpec:
     base = dict(n_ctx=256, n_batch=64, n_ubatch=4, threads=1, layout="qb", mask=3)
     base.update(kw)

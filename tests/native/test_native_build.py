@@ -12,7 +12,9 @@ from refspec.core.errors import BuildError, UsageError
 from refspec.core.hashing import file_digest
 from refspec.core.paths import REPO_ROOT
 from refspec.native import build as native
+from refspec.native import cmake, sdist, tools
 from refspec.pipeline import stages
+from support import upstream_suite
 
 
 @pytest.fixture(scope="module")
@@ -30,13 +32,13 @@ def test_second_build_is_a_no_op(build):
     assert after == before
     # the record names every library with the hash of the file on disk, and no upstream tool
     files = again.record["files"]
-    assert not set(files) & set(native.UPSTREAM_TOOLS)
+    assert not set(files) & set(tools.UPSTREAM_TOOLS)
     for name in ("libllama.so", "libggml-base.so", "libggml-cpu.so"):
         match = [n for n in files if n == name or n.startswith(name + ".")]
         assert match, f"{name} not recorded"
         for n in match:
             assert file_digest(build.lib_dir / n) == files[n]
-    assert again.record["sdist"]["sha256"] == native.SDIST_SHA256
+    assert again.record["sdist"]["sha256"] == sdist.SDIST_SHA256
     assert [p["name"] for p in again.record["patches"]] == [p.name for p in native.patch_files()]
 
 
@@ -48,8 +50,8 @@ def test_upstream_tool_is_built_on_first_use_in_the_same_tree(build):
     libs = {n: file_digest(build.lib_dir / n) for n in build.record["files"]}
     exe = build.tool("llama-speculative-simple")
     assert exe == build.lib_dir / "llama-speculative-simple" and exe.is_file()
-    tools = json.loads((build.root / native.TOOLS_RECORD).read_text())
-    assert tools["llama-speculative-simple"] == file_digest(exe)
+    recorded = json.loads((build.root / tools.TOOLS_RECORD).read_text())
+    assert recorded["llama-speculative-simple"] == file_digest(exe)
     assert {n: file_digest(build.lib_dir / n) for n in build.record["files"]} == libs
     mtime = exe.stat().st_mtime_ns
     assert build.tool("llama-speculative-simple") == exe and exe.stat().st_mtime_ns == mtime  # once
@@ -60,15 +62,15 @@ def test_upstream_tool_is_built_on_first_use_in_the_same_tree(build):
 def test_native_tools_are_recorded(build):
     """refspec-replay and refspec-opreplay (native/tools) are programs of the build, each recorded in
     BUILD.json with the tools' key and its digest; a result the build did not make has neither."""
-    key = native.replay_tool_key(build)
-    for name, field in native.NATIVE_TOOLS.items():
+    key = tools.replay_tool_key(build)
+    for name, field in tools.NATIVE_TOOLS.items():
         exe = build.tool(name)
-        assert exe.is_file() and exe.parent == build.tool(native.REPLAY_TOOL).parent
+        assert exe.is_file() and exe.parent == build.tool(tools.REPLAY_TOOL).parent
         assert build.record[field] == {"name": name, "key": key, **file_digest(exe)}
         bare = native.BuildResult(key=build.key, root=build.root, lib_dir=build.lib_dir, record=build.record)
         with pytest.raises(BuildError, match=f"{name} is built by build"):
             bare.tool(name)
-    assert set(native.NATIVE_TOOLS) == {"refspec-replay", "refspec-opreplay"}
+    assert set(tools.NATIVE_TOOLS) == {"refspec-replay", "refspec-opreplay"}
 
 
 def test_manifest_lists_the_native_tools(build, tmp_path):
@@ -79,8 +81,8 @@ def test_manifest_lists_the_native_tools(build, tmp_path):
     record = tmp_path / "BUILD.json"
     record.write_text(json.dumps(build.record))
     items = stages.artifacts(load_config(REPO_ROOT / "config" / "config.yaml"), record, [])
-    tools = {i["name"]: i["path"] for i in items if i["role"] == "tool"}
-    assert tools == {name: str(build.tool(name)) for name in native.NATIVE_TOOLS}
+    listed = {i["name"]: i["path"] for i in items if i["role"] == "tool"}
+    assert listed == {name: str(build.tool(name)) for name in tools.NATIVE_TOOLS}
     record.write_text(json.dumps({k: v for k, v in build.record.items() if k != "opreplay_tool"}))
     with pytest.raises(UsageError, match="does not record refspec-opreplay"):
         stages.artifacts(load_config(REPO_ROOT / "config" / "config.yaml"), record, [])
@@ -93,7 +95,7 @@ def test_record_mismatch_is_detected(build, tmp_path):
         lib_dir=build.lib_dir,
         record={"files": {"libllama.so": {"sha256": "0" * 64, "size": 1}}},
     )
-    assert native.check_record(fake) == ["libllama.so: sha256/size differs from BUILD.json"]
+    assert cmake.check_record(fake) == ["libllama.so: sha256/size differs from BUILD.json"]
 
 
 def test_key_depends_on_options_and_patches(tmp_path, monkeypatch):
@@ -155,23 +157,30 @@ def test_cuda_build_when_available():
 
 
 def test_one_build_key_for_the_libraries_the_server_and_the_tests():
-    """build_key serves the library build, the optional server and test builds and another release's
-    server: the same digest layout, so each build keeps its cache folder."""
+    """build_key serves the library build, the optional server and test builds (the tests' build
+    kind: support.upstream_suite) and another release's server: the same digest layout, so each
+    build keeps its cache folder."""
     from refspec.core.hashing import sha256_file, sha256_json
 
     opts = native.BuildOptions()
     patches = [{"name": p.name, "sha256": sha256_file(p)} for p in native.patch_files()]
-    sdist = {"name": native.SDIST_NAME, "version": native.SDIST_VERSION, "sha256": native.SDIST_SHA256}
-    base = {"sdist": sdist, "options": {"backend": "cpu", "cuda_arch": "90", "build_type": "Release"}}
+    pinned = {"name": sdist.SDIST_NAME, "version": sdist.SDIST_VERSION, "sha256": sdist.SDIST_SHA256}
+    base = {"sdist": pinned, "options": {"backend": "cpu", "cuda_arch": "90", "build_type": "Release"}}
     assert native.build_key(opts) == sha256_json(
         {**base, "patches": patches, "flags": opts.cmake_flags(), "targets": native.LIB_TARGETS}
     )
     srv = {**base, "flags": native.server_flags(opts), "targets": [native.SERVER_TARGET]}
     assert native.build_key(opts, "server", "patched") == sha256_json({**srv, "patches": patches, "variant": "patched"})
     assert native.build_key(opts, "server", "stock") == sha256_json({**srv, "patches": [], "variant": "stock"})
-    tst = {**base, "flags": native.tests_flags(opts), "targets": native.TEST_TARGETS, "patches": [], "variant": "stock"}
-    assert native.build_key(opts, "tests", "stock") == sha256_json(tst)
-    old = native.OLD_SERVER_SDIST
+    tst = {
+        **base,
+        "flags": upstream_suite.tests_flags(opts),
+        "targets": upstream_suite.TEST_TARGETS,
+        "patches": [],
+        "variant": "stock",
+    }
+    assert native.build_key(opts, upstream_suite.TESTS_BUILD, "stock") == sha256_json(tst)
+    old = sdist.OLD_SERVER_SDIST
     other = {**srv, "sdist": {"name": old.name, "version": old.version, "sha256": old.sha256}}
     assert native.build_key(opts, "server", "stock", pin=old) == sha256_json(
         {**other, "patches": [], "variant": "stock"}

@@ -10,8 +10,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from refspec.native import build as native
-from refspec.native import models, runtime
 from refspec.native.runtime import Context, ContextSpec
 from support.layoutcapture import STAGES, run_layout
 from support.layoutcapture import bits as _bits
@@ -19,15 +17,6 @@ from support.layoutcapture import spec as _spec
 
 LAYERS = (0, 15, 29)
 PREFIX = 20
-
-
-@pytest.fixture(scope="module")
-def target():
-    runtime.load(native.current().lib_dir)
-    fam = models.ensure_family("smollm2-135m")
-    m = runtime.Model(fam.target.path, sha256=fam.target.sha256)
-    yield m
-    m.close()
 
 
 @pytest.fixture(scope="module")

@@ -26,8 +26,9 @@ ARMS = {"S_ref": 1, "S_ub512": 512, "S_ub4": 4}
 @pytest.fixture(scope="module")
 def old_server(native_build):
     from refspec.native import build as native
+    from refspec.native.sdist import OLD_SERVER_SDIST
 
-    b = native.build_other_server(native.OLD_SERVER_SDIST)
+    b = native.build_other_server(OLD_SERVER_SDIST)
     assert b.record["sdist"]["version"] == "0.3.16"
     assert b.record["sdist"]["sha256"] == "34ed0f9bd9431af045bb63d9324ae620ad0536653740e9bb163a2e1fcb973be6"
     assert b.record["patches"] == [] and b.record["variant"] == "stock"

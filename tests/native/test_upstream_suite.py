@@ -1,7 +1,7 @@
 """llama.cpp's own test suite against the patched library, and the same suite on the stock library.
 
 Opt-in (``./run test -m upstream_suite``): two builds of llama.cpp's tests from the pinned source
-(``build.build_tests``, stock and patched, each cached by key), then
+(``support.upstream_suite.build_tests``, stock and patched, each cached by key), then
 
 - ``test-llama-archs -o DIR`` writes one random-weight model per architecture and variant; the
   stock and the patched generator write the same files;
@@ -35,9 +35,10 @@ pytestmark = [pytest.mark.upstream_suite, pytest.mark.slow]
 @pytest.fixture(scope="module")
 def suites():
     from refspec.native import build as native
+    from support import upstream_suite as upstream
 
     opts = native.BuildOptions()
-    return {v: native.build_tests(opts, v, quiet=True) for v in native.SERVER_VARIANTS}
+    return {v: upstream.build_tests(opts, v, quiet=True) for v in native.SERVER_VARIANTS}
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +53,7 @@ def out_dir(suites):
 @pytest.fixture(scope="module")
 def models(suites, out_dir, tmp_path_factory):
     from refspec.core.hashing import sha256_file
-    from refspec.native import upstream
+    from support import upstream_suite as upstream
 
     paths = upstream.generate_models(suites["patched"], out_dir / "models")
     stock = upstream.generate_models(suites["stock"], tmp_path_factory.mktemp("stock-models"))
@@ -63,7 +64,7 @@ def models(suites, out_dir, tmp_path_factory):
 
 
 def test_default_layout_passes_as_on_stock(suites, models):
-    from refspec.native import upstream
+    from support import upstream_suite as upstream
 
     res = {v: upstream.suite_default(b, models[0].parent) for v, b in suites.items()}
     for v, r in res.items():
@@ -84,7 +85,7 @@ def test_default_layout_passes_as_on_stock(suites, models):
 
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_each_layout_passes_or_is_refused_with_a_reason(suites, models, out_dir, layout):
-    from refspec.native import upstream
+    from support import upstream_suite as upstream
 
     build = suites["patched"]
     jobs = [(t, m) for m in models for t in upstream.STATE_TESTS]
@@ -116,7 +117,7 @@ def test_each_layout_passes_or_is_refused_with_a_reason(suites, models, out_dir,
 
 
 def test_refspec_matrix(suites, models, out_dir):
-    from refspec.native import upstream
+    from support import upstream_suite as upstream
 
     rows = upstream.matrix(suites["patched"], models)
     (out_dir / "matrix.csv").write_text(upstream.matrix_table(rows))

@@ -36,7 +36,7 @@ from refspec.core.paths import REPO_ROOT
 from refspec.engine.context import Planned, PromptBook, RunContext
 from refspec.engine.driver import run_block
 from refspec.engine.journal import Journal
-from refspec.experiments import operands
+from refspec.experiments import bitwise, operands, replay_runner
 from refspec.native import build as native
 from refspec.native import vulkan
 from refspec.provenance.ledger import Ledger
@@ -254,8 +254,8 @@ def test_qh_equals_pq_bitwise_on_the_device(tmp_path, vulkan_build, monkeypatch)
         operands.write_operands(p, operands.make_operands(q, k, v, m, kv_size=104))
         # one query width per run of the tool, as in E1 (jobs of four widths in one run, mq among
         # the layouts, ended in a heap corruption on lavapipe)
-        report = operands.run_replay(
-            vulkan_build.replay_tool, [operands.ReplayJob(p, layouts=("mq", "pq", "qh"))], backend="Vulkan0"
+        report = replay_runner.run_replay(
+            vulkan_build.replay_tool, [replay_runner.ReplayJob(p, layouts=("mq", "pq", "qh"))], backend="Vulkan0"
         )
         assert report["backend"]["device"] == "Vulkan0"
         (job,) = report["jobs"]
@@ -264,9 +264,9 @@ def test_qh_equals_pq_bitwise_on_the_device(tmp_path, vulkan_build, monkeypatch)
         assert all(ev["status"] == "ok" and ev["fallback"] is False for ev in by.values()), by
         st = {lay: operands.read_stages(ev["stages"]) for lay, ev in by.items()}
         for s in operands.STAGES:
-            c = operands.compare(st["pq"][s], st["qh"][s])
+            c = bitwise.compare(st["pq"][s], st["qh"][s])
             assert c.bitwise_equal, (nq, s, c.as_dict())
-        if not operands.compare(st["mq"]["kq"], st["pq"]["kq"]).bitwise_equal:
+        if not bitwise.compare(st["mq"]["kq"], st["pq"]["kq"]).bitwise_equal:
             mq_differs.add(nq)
     assert mq_differs == {2, 3, 4}
 

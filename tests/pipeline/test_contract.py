@@ -1,5 +1,6 @@
 """The import contract that ``refspec lint`` runs (refspec.pipeline.contract): upward imports,
-import cycles and unmarked imports inside functions fail it, on small packages made here."""
+import cycles, unmarked imports inside functions and functions over 100 lines fail it, on small
+packages made here."""
 
 from __future__ import annotations
 
@@ -73,15 +74,6 @@ def test_every_upward_import_is_reported_with_its_line(tmp_path):
         "pkg/native/build.py:5: upward import: pkg.native.build (native) imports pkg.commands.build"
     )
     assert len(problems) == 2
-
-
-def test_the_former_report_folder_is_the_reporting_layer(tmp_path):
-    files = {k.replace("reporting/", "report/"): v.replace("reporting", "report") for k, v in CLEAN.items()}
-    files["native/build.py"] = "from ..core import config\n"
-    assert contract.check(_package(tmp_path, files)) == []
-    files["core/config.py"] = "from ..report import svg\n"
-    files["report/svg.py"] = "X = 1\n"
-    assert [p.split(": ")[1] for p in contract.check(_package(tmp_path / "b", files))] == ["upward import"]
 
 
 def test_folder_outside_the_order_fails(tmp_path):
@@ -163,6 +155,26 @@ def test_all_problems_are_collected(tmp_path):
     )
     kinds = sorted(p.split(": ")[1] for p in contract.check(pkg))
     assert kinds == ["import cycle", "import inside a function", "upward import"]
+
+
+def _function(name: str, n_lines: int, indent: str = "") -> str:
+    """A function of exactly ``n_lines`` lines (its def line and ``n_lines - 1`` body lines)."""
+    return f"{indent}def {name}():\n" + f"{indent}    x = 0\n" * (n_lines - 2) + f"{indent}    return x\n"
+
+
+def test_a_function_over_100_lines_fails(tmp_path):
+    body = (
+        _function("short", 100)
+        + "\n\n@staticmethod\n"  # a decorator line does not count
+        + _function("long", 101)
+        + "\n\nclass C:\n"
+        + _function("method", 120, indent="    ")
+    )
+    pkg = _clean(tmp_path, **{"native/models.py": body})
+    assert contract.check(pkg) == [
+        "pkg/native/models.py:104: function long is 101 lines (at most 100)",
+        "pkg/native/models.py:208: function method is 120 lines (at most 100)",
+    ]
 
 
 def test_print_in_a_domain_module_fails(tmp_path):

@@ -17,7 +17,6 @@ import pytest
 import yaml
 
 from refspec.cli import main
-from refspec.compare import load_verified
 from refspec.core.config import read_config_file
 from refspec.core.errors import IntegrityError, UsageError
 from refspec.core.hashing import sha256_json
@@ -35,42 +34,30 @@ PACKAGE = "pkg:pypi/numpy"
 
 
 @pytest.fixture(scope="module")
-def env(tmp_path_factory, small_study):
-    base = tmp_path_factory.mktemp("reproduce")
-    kp = keys.generate(base / "keys", name="reproduce_test")
-    a = base / "a"
-    shutil.copytree(small_study.sealed, a)  # a copy: the study's own archive is never touched
-    signer = small_study.signer
-    arch = load_verified(a, signer, "A", keys.public_fingerprint(signer), base)
-    return {
-        "base": base,
-        "key": kp,
-        "a": a,
-        "archive": arch,
-        "keyid": keys.public_fingerprint(kp.public_path),
-        "signer": signer,
-        "config": small_study.config,
-    }
-
-
-@pytest.fixture(scope="module")
-def same_machine(env):
+def same_machine(study_copy):
     """This machine's pinned inputs are the archive's: the study was made here."""
-    check = R.check_inputs(env["archive"], R.archived_config(env["archive"].manifest))
+    check = R.check_inputs(study_copy["archive"], R.archived_config(study_copy["archive"].manifest))
     assert not check.refused, [d.line() for d in check.refused]
     return check
 
 
-def _changed(env, name: str, change) -> Path:
+def _changed(study_copy, name: str, change) -> Path:
     """A copy of A whose manifest is changed by ``change(manifest)`` and sealed again with the test key."""
-    res = env["base"] / f"{name}-results"
-    shutil.copytree(env["a"], res)
+    res = study_copy["base"] / f"{name}-results"
+    shutil.copytree(study_copy["a"], res)
     (res / "SEAL.dsse.json").unlink()
     m = json.loads((res / "manifest.json").read_text())
     change(m)
     (res / "manifest.json").write_text(json.dumps(m, indent=2, sort_keys=True) + "\n")
-    out = env["base"] / name
-    seal(res, out, key=env["key"].private_path, campaign="default", created="2026-01-01T00:00:00Z", archive_id=name)
+    out = study_copy["base"] / name
+    seal(
+        res,
+        out,
+        key=study_copy["key"].private_path,
+        campaign="default",
+        created="2026-01-01T00:00:00Z",
+        archive_id=name,
+    )
     return out
 
 
@@ -78,15 +65,15 @@ def _dep(m: dict, name: str) -> dict:
     return next(d for d in m["buildDefinition"]["resolvedDependencies"] if d["name"] == name)
 
 
-def _reproduce(env, archive: Path, out: Path, *extra: str) -> int:
+def _reproduce(study_copy, archive: Path, out: Path, *extra: str) -> int:
     return main(
         [
             "reproduce",
             str(archive),
             "--expect-keyid",
-            env["keyid"],
+            study_copy["keyid"],
             "--pubkey",
-            str(env["key"].public_path),
+            str(study_copy["key"].public_path),
             "--out",
             str(out),
             "--dry-run",
@@ -95,32 +82,32 @@ def _reproduce(env, archive: Path, out: Path, *extra: str) -> int:
     )
 
 
-def test_the_config_rebuilt_from_the_manifest_is_the_config_that_made_the_archive(env, tmp_path):
-    cfg = R.archived_config(env["archive"].manifest)
-    ext = env["archive"].manifest["buildDefinition"]["externalParameters"]
+def test_the_config_rebuilt_from_the_manifest_is_the_config_that_made_the_archive(study_copy, tmp_path):
+    cfg = R.archived_config(study_copy["archive"].manifest)
+    ext = study_copy["archive"].manifest["buildDefinition"]["externalParameters"]
     assert sha256_json(cfg) == ext["config_sha256"]
     copy = tmp_path / "config.yaml"
-    shutil.copyfile(env["config"], copy)
+    shutil.copyfile(study_copy["config"], copy)
     assert cfg == read_config_file(copy)
     rep = {"seal_sha256": "0" * 64, "keyid": "SHA256:" + "1" * 64, "archive_id": "x"}
-    again = R.reproduction_config(env["archive"].manifest, "results/r", rep)
+    again = R.reproduction_config(study_copy["archive"].manifest, "results/r", rep)
     assert {k: v for k, v in again.items() if k not in ("results", "reproduces")} == {
         k: v for k, v in cfg.items() if k != "results"
     }
     assert again["results"] == "results/r" and again["reproduces"]["seal_sha256"] == "0" * 64
 
 
-def test_a_manifest_whose_config_was_edited_is_refused(env):
-    m = json.loads(json.dumps(env["archive"].manifest))
+def test_a_manifest_whose_config_was_edited_is_refused(study_copy):
+    m = json.loads(json.dumps(study_copy["archive"].manifest))
     m["buildDefinition"]["externalParameters"]["config"]["threads"] = 7
     with pytest.raises(IntegrityError, match="config_sha256"):
         R.archived_config(m)
 
 
-def test_pinned_inputs_of_the_manifest(env):
-    pins = R.pinned_inputs(env["archive"].manifest)
-    assert pins[MODEL] == _dep(env["archive"].manifest, MODEL)["digest"]["sha256"]
-    assert pins[PACKAGE] == _dep(env["archive"].manifest, PACKAGE)["annotations"]["version"]
+def test_pinned_inputs_of_the_manifest(study_copy):
+    pins = R.pinned_inputs(study_copy["archive"].manifest)
+    assert pins[MODEL] == _dep(study_copy["archive"].manifest, MODEL)["digest"]["sha256"]
+    assert pins[PACKAGE] == _dep(study_copy["archive"].manifest, PACKAGE)["annotations"]["version"]
     assert any(k.startswith("sdist:") for k in pins) and any(k.startswith("patch:") for k in pins)
     assert any(k.startswith("panel:") for k in pins) and len(pins[R.NATIVE_BUILD]) == 16
 
@@ -129,22 +116,22 @@ def test_this_machine_matches_the_default_archive(same_machine):
     assert same_machine.refused == [] and same_machine.accepted == []
 
 
-def test_a_changed_model_is_refused_then_allowed_and_recorded(env, same_machine, capsys):
+def test_a_changed_model_is_refused_then_allowed_and_recorded(study_copy, same_machine, capsys):
     edited = "ab" * 32
-    b = _changed(env, "model-changed", lambda m: _dep(m, MODEL)["digest"].update(sha256=edited))
-    real = _dep(env["archive"].manifest, MODEL)["digest"]["sha256"]
-    out = env["base"] / "out-model"
-    assert _reproduce(env, b, out) == 3
+    b = _changed(study_copy, "model-changed", lambda m: _dep(m, MODEL)["digest"].update(sha256=edited))
+    real = _dep(study_copy["archive"].manifest, MODEL)["digest"]["sha256"]
+    out = study_copy["base"] / "out-model"
+    assert _reproduce(study_copy, b, out) == 3
     err = capsys.readouterr().err
     assert f"{MODEL}: archived {edited}, here {real}" in err
     assert not (out / "reproduce" / "config.yaml").exists()  # refused before anything is written
 
-    assert _reproduce(env, b, out, "--allow", MODEL) == 0  # Snakemake's dry run resolves every rule
+    assert _reproduce(study_copy, b, out, "--allow", MODEL) == 0  # Snakemake's dry run resolves every rule
     text = capsys.readouterr().out
     assert f"pinned input differs, accepted (--allow): {MODEL}" in text and "dry run" in text
     cfg = json.loads((out / "reproduce" / "config.yaml").read_text())
-    seal_sha = verify_archive(b, env["key"].public_path).seal_sha256
-    assert cfg["reproduces"]["seal_sha256"] == seal_sha and cfg["reproduces"]["keyid"] == env["keyid"]
+    seal_sha = verify_archive(b, study_copy["key"].public_path).seal_sha256
+    assert cfg["reproduces"]["seal_sha256"] == seal_sha and cfg["reproduces"]["keyid"] == study_copy["keyid"]
     assert cfg["reproduces"]["accepted"] == [{"name": MODEL, "archived": edited, "here": real}]
     assert cfg["results"] == str(out)
     rec = json.loads((out / "reproduce" / "inputs.json").read_text())
@@ -155,33 +142,42 @@ def test_a_changed_model_is_refused_then_allowed_and_recorded(env, same_machine,
     assert any(seal_sha in s for s in shown) and any(MODEL in s and edited in s for s in shown)
 
 
-def test_a_changed_package_version_is_refused(env, same_machine, capsys):
-    real = _dep(env["archive"].manifest, PACKAGE)["annotations"]["version"]
-    b = _changed(env, "package-changed", lambda m: _dep(m, PACKAGE)["annotations"].update(version="0.0.1"))
-    assert _reproduce(env, b, env["base"] / "out-package") == 3
+def test_a_changed_package_version_is_refused(study_copy, same_machine, capsys):
+    real = _dep(study_copy["archive"].manifest, PACKAGE)["annotations"]["version"]
+    b = _changed(study_copy, "package-changed", lambda m: _dep(m, PACKAGE)["annotations"].update(version="0.0.1"))
+    assert _reproduce(study_copy, b, study_copy["base"] / "out-package") == 3
     err = capsys.readouterr().err
     assert f"{PACKAGE}: archived 0.0.1, here {real}" in err
-    assert _reproduce(env, b, env["base"] / "out-package", "--allow", "pkg:pypi/*") == 0
+    assert _reproduce(study_copy, b, study_copy["base"] / "out-package", "--allow", "pkg:pypi/*") == 0
 
 
-def test_an_archive_under_another_key_is_refused(env, capsys):
+def test_an_archive_under_another_key_is_refused(study_copy, capsys):
     code = main(
-        ["reproduce", str(env["a"]), "--expect-keyid", env["keyid"], "--pubkey", str(env["signer"]), "--dry-run"]
+        [
+            "reproduce",
+            str(study_copy["a"]),
+            "--expect-keyid",
+            study_copy["keyid"],
+            "--pubkey",
+            str(study_copy["signer"]),
+            "--dry-run",
+        ]
     )
     assert code == 3 and "does not verify" in capsys.readouterr().err
 
 
-def test_the_seal_names_what_it_reproduces(env, tmp_path, capsys):
+def test_the_seal_names_what_it_reproduces(study_copy, tmp_path, capsys):
     res = tmp_path / "res"
-    shutil.copytree(env["a"], res)
+    shutil.copytree(study_copy["a"], res)
     (res / "SEAL.dsse.json").unlink()
-    a = env["archive"]
+    a = study_copy["archive"]
     args = ["--reproduces-seal", a.seal_sha256, "--reproduces-keyid", a.keyid, "--reproduces-archive-id", a.archive_id]
     out = tmp_path / "sealed"
     assert (
-        main(["seal", str(res), str(out), "--key", str(env["key"].private_path), "--campaign", "default", *args]) == 0
+        main(["seal", str(res), str(out), "--key", str(study_copy["key"].private_path), "--campaign", "default", *args])
+        == 0
     )
-    v = verify_archive(out, env["key"].public_path)
+    v = verify_archive(out, study_copy["key"].public_path)
     assert v.ok and v.statement["predicate"]["reproduces"] == R.reproduces_ref(a)
     assert v.statement["predicate"]["previous_seal_sha256"] is None  # kept apart from the chain
     assert f"NOTE: reproduces seal {a.seal_sha256} key {a.keyid} archive {a.archive_id}" in v.lines()
@@ -193,7 +189,7 @@ def test_the_seal_names_what_it_reproduces(env, tmp_path, capsys):
                 str(res),
                 str(tmp_path / "bad"),
                 "--key",
-                str(env["key"].private_path),
+                str(study_copy["key"].private_path),
                 "--campaign",
                 "default",
                 *args[:2],
@@ -209,7 +205,7 @@ def test_the_seal_names_what_it_reproduces(env, tmp_path, capsys):
                 str(res),
                 str(tmp_path / "bad"),
                 "--key",
-                str(env["key"].private_path),
+                str(study_copy["key"].private_path),
                 "--campaign",
                 "default",
                 *bad,
@@ -218,7 +214,7 @@ def test_the_seal_names_what_it_reproduces(env, tmp_path, capsys):
         == 2
     )
     with pytest.raises(UsageError, match="seal's own"):
-        seal(res, tmp_path / "own", key=env["key"].private_path, predicate_extra={"archive_id": "x"})
+        seal(res, tmp_path / "own", key=study_copy["key"].private_path, predicate_extra={"archive_id": "x"})
 
 
 def test_check_py_shows_and_checks_the_reproduces_field():
@@ -234,9 +230,9 @@ def test_check_py_shows_and_checks_the_reproduces_field():
     assert any("keyid" in p for p in c.problems)
 
 
-def test_the_report_shows_the_reproduction_and_check_py_recomputes_it(env, tmp_path):
+def test_the_report_shows_the_reproduction_and_check_py_recomputes_it(study_copy, tmp_path):
     res = tmp_path / "res"
-    shutil.copytree(env["a"], res)
+    shutil.copytree(study_copy["a"], res)
     (res / "SEAL.dsse.json").unlink()
     m = json.loads((res / "manifest.json").read_text())
     m["buildDefinition"]["externalParameters"]["config"]["reproduces"] = {

@@ -1,6 +1,6 @@
 """A controlled state stage whose partition arms never differ records a vacuous claim, not a supported one.
 
-``refspec stage partition`` and ``refspec stage crosses`` derive their claims from the partition table:
+``refspec claim partition`` and ``refspec claim crosses`` derive their claims from the partition table:
 where no arm's endpoint, KV or initial-logits class differs from A's on any input, the claim says
 "vacuous: no exposed input in N screened" (status ``vacuous``); where one differs, it is the stage's
 claim as before. Real Parquet tables, written and read by refspec's table layer."""

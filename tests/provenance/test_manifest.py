@@ -15,6 +15,7 @@ from refspec.commands.manifest import parse_artifact_flag
 from refspec.core.config import read_config_file
 from refspec.core.errors import UsageError
 from refspec.core.hashing import sha256_file, sha256_json
+from refspec.provenance import host
 from refspec.provenance import manifest as M
 
 
@@ -79,7 +80,7 @@ def test_manifest_pins_interpreter_and_every_distribution(arts):
 
 
 def test_host_facts_shape():
-    h = M.host_facts(gpu=False)
+    h = host.host_facts(gpu=False)
     assert h["cpu"]["logical_cores"] == os.cpu_count()
     assert h["cpu"]["model"]
     assert isinstance(h["memory_bytes"], int) and h["memory_bytes"] > 0
@@ -89,7 +90,7 @@ def test_host_facts_shape():
 
 def test_gpu_facts_without_nvidia_smi(monkeypatch, tmp_path):
     monkeypatch.setenv("PATH", str(tmp_path))
-    assert M.gpu_facts() == {"query": "absent", "devices": []}
+    assert host.gpu_facts() == {"query": "absent", "devices": []}
 
 
 def test_gpu_facts_parse_nvidia_smi(monkeypatch, tmp_path):
@@ -97,7 +98,7 @@ def test_gpu_facts_parse_nvidia_smi(monkeypatch, tmp_path):
     fake.write_text("#!/bin/sh\necho 'NVIDIA H200, 570.86.15, 143771, GPU-1234, 9.0'\n")
     fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
     monkeypatch.setenv("PATH", str(tmp_path))
-    g = M.gpu_facts()
+    g = host.gpu_facts()
     assert g["query"] == "ok"
     assert g["devices"] == [
         {
@@ -109,7 +110,7 @@ def test_gpu_facts_parse_nvidia_smi(monkeypatch, tmp_path):
         }
     ]
     fake.write_text("#!/bin/sh\nexit 9\n")
-    assert M.gpu_facts() == {"query": "error", "devices": []}
+    assert host.gpu_facts() == {"query": "error", "devices": []}
 
 
 def test_artifact_roles_and_duplicates(tmp_path):

@@ -22,7 +22,7 @@ from refspec.provenance.ledger import Ledger
 from refspec.provenance.seal import seal, seal_sha256_of
 from refspec.provenance.statement import ARCHIVE_ID_KEY, CAMPAIGN_KEY
 from refspec.provenance.verify import verify_archive
-from support.sealing import make_results, seal_env  # noqa: F401  (fixture)
+from support.sealing import make_results
 
 
 def _statement(d):

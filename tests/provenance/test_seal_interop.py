@@ -16,8 +16,8 @@ from securesystemslib.exceptions import VerificationError
 from securesystemslib.signer import SSlibKey
 
 from support.paths import GOLDEN
-from support.sealing import seal_env  # noqa: F401  (fixture)
-from test_seal_tamper import copy_archive, edit_payload_after_signing, resign_other_key_keep_keyid
+from support.sealing import copy_archive
+from support.tampering import edit_payload_after_signing, resign_other_key_keep_keyid
 
 
 def _sslib_key(pub_pem: Path) -> SSlibKey:

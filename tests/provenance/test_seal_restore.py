@@ -12,8 +12,7 @@ from refspec.cli import main
 from refspec.core.errors import UsageError
 from refspec.provenance.restore import restore
 from refspec.provenance.verify import verify_archive
-from support.sealing import seal_env  # noqa: F401  (fixture)
-from test_seal_tamper import CANONICAL_CASES, TAR_CASES, _tar_with
+from support.tampering import CANONICAL_CASES, TAR_CASES, signed_tar, tar_with
 
 
 def test_restore_clean_tar(seal_env, tmp_path):
@@ -46,7 +45,7 @@ def test_restore_refuses_nonempty_destination(seal_env, tmp_path):
 
 @pytest.mark.parametrize("case,extra,expected", TAR_CASES, ids=[c[0] for c in TAR_CASES])
 def test_restore_refuses_unsafe_members_and_writes_nothing(case, extra, expected, seal_env, tmp_path):
-    t = _tar_with(tmp_path / "evil.tar", seal_env["clean"], extra)
+    t = tar_with(tmp_path / "evil.tar", seal_env["clean"], extra)
     work = tmp_path / "work"
     work.mkdir()
     r = restore(t, work / "dest", seal_env["a"].public_path)
@@ -161,7 +160,7 @@ def test_restore_cli_refuses_evil_tar(seal_env, tmp_path, capsys):
         ti.size = 1
         tf.addfile(ti, io.BytesIO(b"x"))
 
-    t = _tar_with(tmp_path / "evil.tar", seal_env["clean"], evil)
+    t = tar_with(tmp_path / "evil.tar", seal_env["clean"], evil)
     rc = main(["restore", str(t), str(tmp_path / "d"), "--pubkey", str(seal_env["a"].public_path)])
     out = capsys.readouterr().out
     assert rc == 1
@@ -179,9 +178,7 @@ def test_restore_cli_refuses_evil_tar(seal_env, tmp_path, capsys):
 )
 def test_restore_cli_refuses_signed_names_it_cannot_write_with_a_fail_line(extra, expected, seal_env, tmp_path, capsys):
     """Signed by the real key, yet not restorable: a FAIL line and exit 1, no traceback, nothing written."""
-    from test_seal_tamper import _signed_tar
-
-    t = _signed_tar(tmp_path / "signed.tar", seal_env["clean"], seal_env, extra)
+    t = signed_tar(tmp_path / "signed.tar", seal_env["clean"], seal_env, extra)
     work = tmp_path / "work"
     work.mkdir()
     rc = main(["restore", str(t), str(work / "d"), "--pubkey", str(seal_env["a"].public_path)])

@@ -4,9 +4,7 @@ clean archive passes. Plus a property-based test of random byte mutations."""
 from __future__ import annotations
 
 import base64
-import bz2
 import json
-import lzma
 import os
 import shutil
 import tarfile
@@ -18,11 +16,26 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from refspec.core.hashing import canonical_json, sha256_bytes
-from refspec.provenance.dsse import PAYLOAD_TYPE, SEAL_NAME, envelope_bytes, pae
+from refspec.provenance.dsse import SEAL_NAME, envelope_bytes
 from refspec.provenance.keys import load_private_key
 from refspec.provenance.seal import seal_sha256_of
 from refspec.provenance.verify import verify_archive
-from support.sealing import copy_archive, seal_env  # noqa: F401  (fixture)
+from support.sealing import copy_archive
+from support.tampering import (
+    CANONICAL_CASES,
+    TAR_CASES,
+    edit_payload_after_signing,
+    envelope,
+    folder_files,
+    gzip_tar,
+    resign_other_key_keep_keyid,
+    retar,
+    signed_statement,
+    signed_tar,
+    statement,
+    tar_with,
+    write_envelope,
+)
 
 MEMBERS = [
     SEAL_NAME,
@@ -40,18 +53,6 @@ def _flip(path: Path, pos: int | None = None) -> None:
     i = len(data) // 2 if pos is None else pos
     data[i] ^= 0x01
     path.write_bytes(bytes(data))
-
-
-def _envelope(d: Path) -> dict:
-    return json.loads((d / SEAL_NAME).read_bytes())
-
-
-def _statement(d: Path) -> dict:
-    return json.loads(base64.b64decode(_envelope(d)["payload"]))
-
-
-def _write_env(d: Path, env: dict) -> None:
-    (d / SEAL_NAME).write_bytes(canonical_json(env) + b"\n")
 
 
 def _ledger_lines(d: Path) -> list[bytes]:
@@ -118,47 +119,30 @@ def replace_table_from_other_campaign(d, env):
     shutil.copy(env["other"] / "tables/qualification.parquet", d / "tables/qualification.parquet")
 
 
-def edit_payload_after_signing(d, env_):
-    env = _envelope(d)
-    stmt = json.loads(base64.b64decode(env["payload"]))
-    stmt["predicate"]["campaign"] = "confirm"
-    env["payload"] = base64.b64encode(canonical_json(stmt)).decode()
-    _write_env(d, env)
-
-
 def drop_subject_after_signing(d, env_):
-    env = _envelope(d)
+    env = envelope(d)
     stmt = json.loads(base64.b64decode(env["payload"]))
     stmt["subject"] = [s for s in stmt["subject"] if s["name"] != "plan.json"]
     stmt["predicate"]["files"] -= 1
     env["payload"] = base64.b64encode(canonical_json(stmt)).decode()
-    _write_env(d, env)
+    write_envelope(d, env)
     (d / "plan.json").unlink()
 
 
 def change_payload_type(d, env_):
-    env = _envelope(d)
+    env = envelope(d)
     env["payloadType"] = "application/json"
-    _write_env(d, env)
+    write_envelope(d, env)
 
 
 def resign_with_other_key(d, env):
-    stmt = _statement(d)
+    stmt = statement(d)
     (d / SEAL_NAME).write_bytes(envelope_bytes(stmt, load_private_key(env["b"].private_path)))
-
-
-def resign_other_key_keep_keyid(d, env):
-    """Another key's signature presented under the expected key id."""
-    env_ = _envelope(d)
-    payload = base64.b64decode(env_["payload"])
-    sig = load_private_key(env["b"].private_path).sign(pae(PAYLOAD_TYPE, payload))
-    env_["signatures"][0]["sig"] = base64.b64encode(sig).decode()
-    _write_env(d, env_)
 
 
 def forge_subject_and_resign_other_key(d, env):
     (d / "plan.json").write_text('{"campaign": "probe", "arms": ["R"]}\n')
-    stmt = _statement(d)
+    stmt = statement(d)
     for s in stmt["subject"]:
         if s["name"] == "plan.json":
             data = (d / "plan.json").read_bytes()
@@ -168,13 +152,13 @@ def forge_subject_and_resign_other_key(d, env):
 
 
 def add_second_signature(d, env):
-    env_ = _envelope(d)
+    env_ = envelope(d)
     env_["signatures"].append(dict(env_["signatures"][0]))
-    _write_env(d, env_)
+    write_envelope(d, env_)
 
 
 def reformat_envelope(d, env):
-    (d / SEAL_NAME).write_text(json.dumps(_envelope(d), indent=2))
+    (d / SEAL_NAME).write_text(json.dumps(envelope(d), indent=2))
 
 
 def delete_seal(d, env):
@@ -298,7 +282,7 @@ def test_older_seal_where_newer_expected(seal_env):
 
 
 def test_next_seal_chains_to_the_previous_seal_file_hash(seal_env):
-    stmt = _statement(seal_env["next"])
+    stmt = statement(seal_env["next"])
     want = sha256_bytes((seal_env["clean"] / SEAL_NAME).read_bytes())
     assert stmt["predicate"]["previous_seal_sha256"] == want
     assert seal_sha256_of(seal_env["clean_tar"]) == want
@@ -307,39 +291,9 @@ def test_next_seal_chains_to_the_previous_seal_file_hash(seal_env):
 # --------------------------------------------------------------------------- tars
 
 
-def _tar_with(path: Path, base: Path, extra) -> Path:
-    with tarfile.open(path, "w") as tf:
-        for f in sorted(base.rglob("*")):
-            if f.is_file():
-                tf.add(f, arcname=f.relative_to(base).as_posix())
-        extra(tf)
-    return path
-
-
-def _add_bytes(tf, name, data=b"x", type_=tarfile.REGTYPE, linkname=""):
-    import io
-
-    ti = tarfile.TarInfo(name)
-    ti.type = type_
-    ti.linkname = linkname
-    ti.size = len(data) if type_ == tarfile.REGTYPE else 0
-    tf.addfile(ti, io.BytesIO(data) if type_ == tarfile.REGTYPE else None)
-
-
-TAR_CASES = [
-    ("dotdot", lambda tf: _add_bytes(tf, "../x"), "'..' in path"),
-    ("absolute", lambda tf: _add_bytes(tf, "/tmp/refspec-evil"), "absolute path"),  # abspath: the refused member
-    ("symlink", lambda tf: _add_bytes(tf, "link", type_=tarfile.SYMTYPE, linkname="/etc/passwd"), "symbolic link"),
-    ("hardlink", lambda tf: _add_bytes(tf, "hard", type_=tarfile.LNKTYPE, linkname="plan.json"), "hard link"),
-    ("device", lambda tf: _add_bytes(tf, "dev", type_=tarfile.CHRTYPE), "device file"),
-    ("fifo", lambda tf: _add_bytes(tf, "fifo", type_=tarfile.FIFOTYPE), "FIFO"),
-    ("duplicate", lambda tf: _add_bytes(tf, "plan.json", b"{}"), "duplicate"),
-]
-
-
 @pytest.mark.parametrize("case,extra,expected", TAR_CASES, ids=[c[0] for c in TAR_CASES])
 def test_unsafe_tar_fails_verification(case, extra, expected, seal_env, tmp_path):
-    t = _tar_with(tmp_path / "evil.tar", seal_env["clean"], extra)
+    t = tar_with(tmp_path / "evil.tar", seal_env["clean"], extra)
     res = verify_archive(t, seal_env["a"].public_path)
     assert not res.ok
     assert any(expected in p for p in res.problems), res.problems
@@ -450,144 +404,6 @@ def test_resealed_with_an_attackers_key_fails_against_the_pinned_key_id(seal_env
 # --------------------------------------------------------------------------- canonical tar
 
 
-def _members(tar: Path) -> list[tuple[tarfile.TarInfo, bytes]]:
-    with tarfile.open(tar) as tf:
-        return [(m, tf.extractfile(m).read()) for m in tf.getmembers()]
-
-
-def _retar(path: Path, src: Path, fmt=tarfile.PAX_FORMAT, edit=None, order=None, extra=None) -> Path:
-    """Rewrite the clean tar with tarfile, changing one thing: ``edit(ti)`` on each header,
-    another member ``order``, ``extra(tf)`` members added at the end."""
-    import io
-
-    items = _members(src)
-    if order:
-        items = order(items)
-    with tarfile.open(path, "w", format=fmt) as tf:
-        for m, data in items:
-            ti = tarfile.TarInfo(m.name)
-            ti.size, ti.mtime, ti.mode, ti.type = m.size, m.mtime, m.mode, m.type
-            ti.uid = ti.gid = 0
-            ti.uname = ti.gname = ""
-            if edit:
-                edit(ti)
-            tf.addfile(ti, io.BytesIO(data))
-        if extra:
-            extra(tf)
-    return path
-
-
-def _patch_bytes(path: Path, src: Path, patch) -> Path:
-    data = bytearray(src.read_bytes())
-    patch(data)
-    path.write_bytes(bytes(data))
-    return path
-
-
-def _first_offset(src: Path, name: str) -> int:
-    with tarfile.open(src) as tf:
-        return tf.getmember(name).offset
-
-
-def _oldgnu_with_prefix(data: bytearray, off: int) -> None:
-    """OLDGNU magic on a ustar header that carries a prefix (GNU tar and Python read the name differently)."""
-    hdr = data[off : off + 512]
-    hdr[257:265] = b"ustar  \x00"
-    hdr[345 : 345 + 16] = b"campaigns/c1\x00\x00\x00\x00"
-    hdr[148:156] = b"        "
-    hdr[148:156] = b"%06o\x00 " % sum(hdr)
-    data[off : off + 512] = hdr
-
-
-def _append_member_after_end(path: Path, src: Path) -> Path:
-    """A complete member after the end-of-archive blocks: GNU `tar -i` extracts it."""
-    import io
-
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tf:
-        ti = tarfile.TarInfo("hidden.txt")
-        ti.size = 6
-        tf.addfile(ti, io.BytesIO(b"hidden"))
-    path.write_bytes(src.read_bytes() + buf.getvalue())
-    return path
-
-
-def _write(path: Path, data: bytes) -> Path:
-    path.write_bytes(data)
-    return path
-
-
-def _gzip(path: Path, src: Path, extra: bytes = b"", members: int = 1) -> Path:
-    import gzip
-
-    path.write_bytes(b"".join(gzip.compress(src.read_bytes(), mtime=0) for _ in range(members)) + extra)
-    return path
-
-
-# (case id, build(path, clean tar) -> tar, a substring one of the problems must contain)
-CANONICAL_CASES = [
-    ("junk-after-end-blocks", lambda p, s: _patch_bytes(p, s, lambda d: d.extend(b"junk")), "expected"),
-    ("zero-record-after-end", lambda p, s: _patch_bytes(p, s, lambda d: d.extend(bytes(10240))), "expected"),
-    ("member-after-end-marker", _append_member_after_end, "non-zero bytes after the last member"),
-    (
-        "pax-comment-hidden-data",
-        lambda p, s: _retar(p, s, edit=lambda ti: ti.pax_headers.update(comment="hidden " * 50)),
-        "PAX keys ['comment']",
-    ),
-    (
-        "schily-xattr",
-        lambda p, s: _retar(p, s, edit=lambda ti: ti.pax_headers.update({"SCHILY.xattr.user.note": "x"})),
-        "PAX keys ['SCHILY.xattr.user.note']",
-    ),
-    ("mode-4777", lambda p, s: _retar(p, s, edit=lambda ti: setattr(ti, "mode", 0o4777)), "mode 4777"),
-    ("owner-names", lambda p, s: _retar(p, s, edit=lambda ti: setattr(ti, "uname", "root")), "owner"),
-    ("gnu-format", lambda p, s: _retar(p, s, fmt=tarfile.GNU_FORMAT), "header bytes differ"),
-    (
-        "oldgnu-magic-with-prefix",
-        lambda p, s: _patch_bytes(p, s, lambda d: _oldgnu_with_prefix(d, _first_offset(s, "ledger.jsonl"))),
-        "ledger.jsonl': header is not the canonical one",
-    ),
-    (
-        "other-mtime",
-        lambda p, s: _retar(p, s, edit=lambda ti: setattr(ti, "mtime", ti.mtime + 1)),
-        "is not the seal's creation time",
-    ),
-    (
-        "two-mtimes",
-        lambda p, s: _retar(p, s, edit=lambda ti: setattr(ti, "mtime", ti.mtime + (ti.name == "plan.json"))),
-        "different mtimes",
-    ),
-    ("unsorted-members", lambda p, s: _retar(p, s, order=lambda items: items[::-1]), "out of order"),
-    (
-        "dot-slash-names",
-        lambda p, s: _retar(p, s, edit=lambda ti: setattr(ti, "name", "./" + ti.name)),
-        "name not in canonical form",
-    ),
-    (
-        "folder-entry",
-        lambda p, s: _retar(p, s, extra=lambda tf: _add_bytes(tf, "zzz", type_=tarfile.DIRTYPE)),
-        "folder entry",
-    ),
-    (
-        "global-pax-header",
-        lambda p, s: _patch_bytes(
-            p,
-            s,
-            lambda d: d.__setitem__(
-                slice(0, 0), tarfile.TarInfo._create_pax_generic_header({"comment": "g"}, tarfile.XGLTYPE, "utf-8")
-            ),
-        ),
-        "starts at byte",
-    ),
-    ("truncated-end-blocks", lambda p, s: _patch_bytes(p, s, lambda d: d.__delitem__(slice(-10240, None))), "expected"),
-    ("gzip", lambda p, s: _gzip(p, s), "gzip-compressed tar refused"),
-    ("gzip-second-member", lambda p, s: _gzip(p, s, members=2), "gzip-compressed tar refused"),
-    ("gzip-trailing-junk", lambda p, s: _gzip(p, s, extra=b"junk"), "gzip-compressed tar refused"),
-    ("bzip2", lambda p, s: _write(p, bz2.compress(s.read_bytes())), "bzip2-compressed tar refused"),
-    ("xz", lambda p, s: _write(p, lzma.compress(s.read_bytes())), "xz-compressed tar refused"),
-]
-
-
 @pytest.mark.parametrize("case,build,expected", CANONICAL_CASES, ids=[c[0] for c in CANONICAL_CASES])
 def test_noncanonical_tar_fails_verification(case, build, expected, seal_env, tmp_path):
     t = build(tmp_path / "t.tar", seal_env["clean_tar"])
@@ -599,16 +415,16 @@ def test_noncanonical_tar_fails_verification(case, build, expected, seal_env, tm
 
 def test_a_faithful_rewrite_of_the_tar_is_byte_identical_and_passes(seal_env, tmp_path):
     """The rewriting helper itself changes nothing when asked to change nothing (no false alarm)."""
-    t = _retar(tmp_path / "same.tar", seal_env["clean_tar"])
+    t = retar(tmp_path / "same.tar", seal_env["clean_tar"])
     assert t.read_bytes() == seal_env["clean_tar"].read_bytes()
     assert verify_archive(t, seal_env["a"].public_path).ok
 
 
 def test_every_single_bit_flip_of_a_gzipped_tar_is_refused(seal_env, tmp_path):
     """A .tar.gz is refused outright: the clean one, and one flipped bit at every byte of it."""
-    gz = _gzip(tmp_path / "clean.tar.gz", seal_env["clean_tar"]).read_bytes()
+    gz = gzip_tar(tmp_path / "clean.tar.gz", seal_env["clean_tar"]).read_bytes()
     t = tmp_path / "flipped.tar.gz"
-    assert not verify_archive(_gzip(t, seal_env["clean_tar"]), seal_env["a"].public_path).ok
+    assert not verify_archive(gzip_tar(t, seal_env["clean_tar"]), seal_env["a"].public_path).ok
     passed = []
     for i in range(len(gz)):
         data = bytearray(gz)
@@ -676,7 +492,7 @@ def test_fuzz_rewritten_tars_pass_only_in_the_canonical_form(
 
     if pax is not None and fmt != tarfile.PAX_FORMAT:
         return  # other formats drop PAX records
-    t = _retar(
+    t = retar(
         tmp_path_factory.mktemp("fuzz") / "t.tar",
         seal_env["clean_tar"],
         fmt=fmt,
@@ -703,45 +519,9 @@ def test_fuzz_rewritten_tars_pass_only_in_the_canonical_form(
 # world all hold: what must catch it is the content check itself.
 
 
-def _subjects_of(files: dict[str, bytes]) -> list[dict]:
-    return [
-        {"annotations": {"size": len(data)}, "digest": {"sha256": sha256_bytes(data)}, "name": n}
-        for n, data in sorted(files.items())
-    ]
-
-
-def _folder_files(d: Path) -> dict[str, bytes]:
-    return {p.relative_to(d).as_posix(): p.read_bytes() for p in d.rglob("*") if p.is_file() and p.name != SEAL_NAME}
-
-
-def _signed_statement(stmt: dict, files: dict[str, bytes], edit=None) -> dict:
-    stmt["subject"] = _subjects_of(files)
-    stmt["predicate"]["files"] = len(files)
-    stmt["predicate"]["total_bytes"] = sum(len(v) for v in files.values())
-    if edit is not None:
-        edit(stmt)
-    return stmt
-
-
 def _resign(d: Path, env: dict, edit=None) -> None:
-    stmt = _signed_statement(_statement(d), _folder_files(d), edit)
+    stmt = signed_statement(statement(d), folder_files(d), edit)
     (d / SEAL_NAME).write_bytes(envelope_bytes(stmt, load_private_key(env["a"].private_path)))
-
-
-def _signed_tar(path: Path, d: Path, env: dict, extra: dict[str, bytes]) -> Path:
-    """A canonical tar of the folder ``d`` plus ``extra`` members, every one of them signed by the real key."""
-    import io
-
-    from refspec.provenance.archive import canonical_tarinfo, created_mtime
-
-    files = {**_folder_files(d), **extra}
-    stmt = _signed_statement(_statement(d), files)
-    seal = envelope_bytes(stmt, load_private_key(env["a"].private_path))
-    mtime = created_mtime(stmt["predicate"]["created"])
-    with tarfile.open(path, "w", format=tarfile.PAX_FORMAT, encoding="utf-8") as tf:
-        for n, data in sorted({**files, SEAL_NAME: seal}.items()):
-            tf.addfile(canonical_tarinfo(n, len(data), mtime), io.BytesIO(data))
-    return path
 
 
 def _edit(path: Path, old: bytes, new: bytes) -> None:
@@ -851,7 +631,7 @@ def test_csv_checked_is_computed_not_read_from_the_seal(seal_env, tmp_path):
     ids=["file-and-folder", "long-component", "long-path"],
 )
 def test_signed_names_that_cannot_be_restored_fail_verification(extra, expected, seal_env, tmp_path):
-    t = _signed_tar(tmp_path / "signed.tar", seal_env["clean"], seal_env, extra)
+    t = signed_tar(tmp_path / "signed.tar", seal_env["clean"], seal_env, extra)
     res = verify_archive(t, seal_env["a"].public_path)
     assert not res.ok and any(expected in p for p in res.problems), res.problems
     assert all(not p.startswith(SEAL_NAME) for p in res.problems)
@@ -862,7 +642,7 @@ def test_the_resigning_helpers_make_a_valid_archive(seal_env, tmp_path):
     d = copy_archive(seal_env["clean"], tmp_path / "a")
     _resign(d, seal_env)
     assert verify_archive(d, seal_env["a"].public_path).ok
-    t = _signed_tar(tmp_path / "same.tar", seal_env["clean"], seal_env, {})
+    t = signed_tar(tmp_path / "same.tar", seal_env["clean"], seal_env, {})
     res = verify_archive(t, seal_env["a"].public_path)
     assert res.ok, res.problems
 
@@ -924,13 +704,13 @@ def test_seal_previous_verifies_the_previous_archive(seal_env, tmp_path):
     seal(seal_env["results"], other, key=seal_env["b"].private_path)
     lone = tmp_path / "lone" / SEAL_NAME
     lone.parent.mkdir()
-    env = _envelope(seal_env["clean"])
+    env = envelope(seal_env["clean"])
     env["signatures"][0]["sig"] = base64.b64encode(b"\0" * 64).decode()
-    _write_env(lone.parent, env)
+    write_envelope(lone.parent, env)
     cases = {
         "tampered": (bad, "plan.json: sha256"),
         "other-key": (other, "signed by"),
-        "gzip-tar": (_gzip(tmp_path / "prev.tar.gz", seal_env["clean_tar"]), "gzip-compressed tar refused"),
+        "gzip-tar": (gzip_tar(tmp_path / "prev.tar.gz", seal_env["clean_tar"]), "gzip-compressed tar refused"),
         "lone-seal-bad-signature": (lone, "signature does not verify"),
     }
     for case, (prev, expected) in cases.items():

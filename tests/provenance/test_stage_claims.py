@@ -21,6 +21,7 @@ import pytest
 import yaml
 
 from refspec.core.paths import REPO_ROOT
+from refspec.provenance.claims import CLAIM_STAGES
 
 WRAPPER = """#!{python}
 import json, os, subprocess, sys
@@ -80,7 +81,7 @@ def _csv(path: Path) -> list[dict]:
 def test_failed_control_records_a_withheld_claim(sabotaged_tool, tmp_path):
     d, done = tmp_path / "res" / "campaigns" / "audit", tmp_path / "res" / "campaigns" / "audit.done"
     r = _cli(
-        "stage",
+        "claim",
         "audit",
         "--dir",
         str(d),
@@ -114,7 +115,7 @@ def test_failed_control_records_a_withheld_claim(sabotaged_tool, tmp_path):
 def test_a_stage_that_errors_records_no_claim(tmp_path):
     d, done = tmp_path / "a", tmp_path / "a.done"
     r = _cli(
-        "stage",
+        "claim",
         "audit",
         "--dir",
         str(d),
@@ -243,13 +244,25 @@ def test_replay_claim_from_its_table(tmp_path, ok_second, exit_code, status, fai
     assert tables.read_records("claims", d) == [row]
 
 
-def test_controlled_stage_rules_declare_markers_not_folders():
-    """Snakemake deletes a failed rule's outputs: the controlled stages must never declare their folder."""
+def _rule_blocks() -> dict[str, str]:
+    """Every rule of workflow/rules/*.smk by name: its text up to the next rule."""
     import re
 
     text = "\n".join(p.read_text() for p in sorted((REPO_ROOT / "workflow" / "rules").glob("*.smk")))
-    blocks = dict(re.findall(r"^rule (\w+):\n(.*?)(?=^rule |\Z)", text, re.S | re.M))
-    for rule in ("audit", "replay", "state_partition", "state_crosses", "admission"):
-        out = re.search(r"output:\n(.*?)\n    \w+:", blocks[rule], re.S).group(1)
-        assert "directory(" not in out and ".done" in out, (rule, out)
-        assert "refspec stage " in blocks[rule], rule
+    return dict(re.findall(r"^rule (\w+):\n(.*?)(?=^rule |\Z)", text, re.S | re.M))
+
+
+@pytest.mark.parametrize("claim_stage", CLAIM_STAGES)
+def test_controlled_stage_rules_declare_markers_not_folders(claim_stage):
+    """Snakemake deletes a failed rule's outputs: every controlled stage (``CLAIM_STAGES``) is run
+    by one rule through ``refspec claim`` that declares the marker, never the stage's folder."""
+    import re
+
+    from refspec.provenance.claims import CLAIMS, DERIVE
+
+    assert claim_stage in CLAIMS and claim_stage in DERIVE, claim_stage
+    rules = {name: block for name, block in _rule_blocks().items() if f"refspec claim {claim_stage} " in block}
+    assert len(rules) == 1, (claim_stage, sorted(rules))
+    [(rule, block)] = rules.items()
+    out = re.search(r"output:\n(.*?)\n    \w+:", block, re.S).group(1)
+    assert "directory(" not in out and ".done" in out, (rule, out)

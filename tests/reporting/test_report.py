@@ -16,10 +16,10 @@ from refspec.cli import main as cli_main
 from refspec.core import tables as T
 from refspec.core.paths import REPO_ROOT
 from refspec.reporting import render as report
+from support.browser import CHROMIUM, probe_page
 from support.synthetic_archive import EVIL, make_results
 
 ARTIFACTS = REPO_ROOT / "tests" / "artifacts"
-CHROMIUM = Path("/usr/bin/chromium")
 
 
 @pytest.fixture(scope="module")
@@ -65,9 +65,9 @@ def test_every_number_is_shown_with_its_source(rendered):
         assert n["source"].endswith(".csv") or n["source"] == "ledger.jsonl"
         assert all(t == n["text"] for t in sp.nums[nid]), nid
         assert n["text"] == format(n["value"], n["fmt"])
-    # every table names its CSV and links it
+    # every table names its CSV and links it (the provenance's records and the glossary's fixed text have none)
     for tag, a in sp.tags:
-        if tag == "table" and a.get("data-table") != "provenance":
+        if tag == "table" and a.get("data-table") not in ("provenance", "glossary"):
             assert a.get("data-src", "").endswith((".csv", "ledger.jsonl")), a
     sections = {
         "qual|",
@@ -165,7 +165,7 @@ def test_missing_inputs_are_marked_not_run(tmp_path):
         assert f"{name} not present" in html
     assert "manifest not present" in html and "ledger.jsonl not present" in html
     ids = numbers(only)
-    assert ids and all(k.split("|")[0] in ("accept", "status", "reason") for k in ids)
+    assert ids and all(k.split("|")[0] in ("accept", "status", "reason", "arms") for k in ids)
     # nothing at all is a usage error, not an empty report
     with pytest.raises(Exception, match="no result table"):
         report.render(tmp_path / "empty_dir_does_not_exist", pdf=False)
@@ -341,7 +341,7 @@ def test_report_opens_with_the_headline(rendered):
     ids = [p["num"] for h in head for p in h["parts"] if isinstance(p, dict)]
     assert ids and all(i in nums for i in ids)
     # the summary table shows exactly the headline's numbers, in order
-    table = html[html.index('data-table="summary"') :]
+    table = html[html.index('<table data-table="summary"') :]
     table = table[: table.index("</table>")]
     assert re.findall(r'data-num="([^"]+)"', table) == ids
     # 6 sessions: real decisions, never "too few sessions"
@@ -364,6 +364,7 @@ def test_main_prints_the_same_headline(rendered):
     nums = {n["id"]: n["text"] for n in doc["numbers"]}
     text = headline_text(rendered / "numbers.json")
     lines = text.splitlines()
+    lines = lines[next(i for i, line in enumerate(lines) if line.startswith("headline")) :]  # after the findings
     assert lines[0].startswith("headline") and len(lines) == len(doc["headline"]) + 1
     for h, line in zip(doc["headline"], lines[1:]):
         shown = "".join(nums[p["num"]] if isinstance(p, dict) else p for p in h["parts"])
@@ -500,10 +501,14 @@ def test_figure_labels_fit_their_margin(rendered):
     assert isinstance(Canvas(10, 10, "t").to_tikz(), str)
 
 
+def _measure(rendered: Path, tmp_path: Path, script: str, width: int) -> list[str]:
+    """The lines ``script`` writes into ``<pre id="measure">`` once report.html has loaded ``width`` px wide."""
+    return probe_page(rendered / "report.html", script, "measure", tmp_path, width, hide_scrollbars=True).splitlines()
+
+
 @pytest.mark.skipif(not CHROMIUM.exists(), reason="headless browser test needs /usr/bin/chromium")
 def test_page_fits_1280_pixels(rendered, tmp_path):
     """At 1280 px no table scrolls sideways and no figure text leaves its figure (measured in Chromium)."""
-    html = (rendered / "report.html").read_text()
     js = """<script>window.addEventListener('load', function () { var out = [];
       document.querySelectorAll('.scroll').forEach(function (d) { var t = d.querySelector('table');
         out.push('table ' + (t ? t.getAttribute('data-table') : '?') + ' ' + d.scrollWidth + ' ' + d.clientWidth); });
@@ -512,30 +517,7 @@ def test_page_fits_1280_pixels(rendered, tmp_path):
           out.push('text ' + Math.floor(b.x) + ' ' + Math.ceil(b.x + b.width) + ' ' + vb.width + ' ' + t.textContent); }); });
       var p = document.createElement('pre'); p.id = 'measure'; p.textContent = out.join('\\n');
       document.body.appendChild(p); });</script></body>"""
-    probe = rendered / "measure-1280.html"
-    probe.write_text(html.replace("</body>", js))
-    try:
-        r = subprocess.run(
-            [
-                str(CHROMIUM),
-                "--headless",
-                "--no-sandbox",
-                "--disable-gpu",
-                "--hide-scrollbars",
-                f"--user-data-dir={tmp_path / 'ud'}",
-                "--window-size=1280,2000",
-                "--dump-dom",
-                probe.as_uri(),
-            ],
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-    finally:
-        probe.unlink()
-    m = re.search(r'<pre id="measure">(.*?)</pre>', r.stdout, re.S)
-    assert m, r.stderr[-2000:]
-    lines = __import__("html").unescape(m.group(1)).splitlines()
+    lines = _measure(rendered, tmp_path, js, 1280)
     tables = [l.split(" ") for l in lines if l.startswith("table ")]
     texts = [l.split(" ", 4) for l in lines if l.startswith("text ")]
     assert len(tables) > 15 and len(texts) > 50
@@ -543,3 +525,30 @@ def test_page_fits_1280_pixels(rendered, tmp_path):
     assert not wide, f"tables wider than the page at 1280 px: {wide}"
     cut = [t[4] for t in texts if int(t[1]) < 0 or int(t[2]) > float(t[3]) + 1]
     assert not cut, f"figure text cut at the edge: {cut}"
+
+
+@pytest.mark.skipif(not CHROMIUM.exists(), reason="headless browser test needs /usr/bin/chromium")
+def test_on_a_phone_each_finding_stacks_above_its_result(rendered, tmp_path):
+    """At 412 px the findings and the headline fit the screen: no sideways scroll, and in every row
+    the result (the last cell) starts below the finding's name (the first cell), not beside it."""
+    js = """<script>window.addEventListener('load', function () { var out = [];
+      ['findings', 'summary'].forEach(function (id) { var t = document.querySelector('table[data-table="' + id + '"]');
+        if (!t) { out.push('missing ' + id); return; } var d = t.closest('.scroll');
+        out.push('scroll ' + id + ' ' + d.scrollWidth + ' ' + d.clientWidth);
+        t.querySelectorAll('tbody tr').forEach(function (tr) { var c = tr.querySelectorAll('td');
+          var a = c[0].getBoundingClientRect(), b = c[c.length - 1].getBoundingClientRect();
+          out.push('row ' + id + ' ' + Math.round(a.bottom) + ' ' + Math.round(b.top) + ' ' + Math.round(b.right)); }); });
+      out.push('viewport ' + document.documentElement.clientWidth);
+      var p = document.createElement('pre'); p.id = 'measure'; p.textContent = out.join('\\n');
+      document.body.appendChild(p); });</script></body>"""
+    lines = _measure(rendered, tmp_path, js, 412)
+    # headless Chromium may keep a window wider than asked: measure against the page it laid out
+    viewport = int(next(l for l in lines if l.startswith("viewport ")).split(" ")[1])
+    assert viewport <= 640, f"the page was laid out {viewport} px wide, not as a phone"
+    assert not [l for l in lines if l.startswith("missing ")], lines
+    scrolls = [l.split(" ") for l in lines if l.startswith("scroll ")]
+    assert [s[1] for s in scrolls if int(s[2]) > int(s[3])] == [], scrolls
+    rows = [l.split(" ") for l in lines if l.startswith("row ")]
+    assert {r[1] for r in rows} == {"findings", "summary"}, lines
+    beside = [r for r in rows if int(r[3]) < int(r[2]) - 1 or int(r[4]) > viewport]
+    assert not beside, f"rows whose result sits beside the finding or off-screen at {viewport} px: {beside}"

@@ -1,4 +1,5 @@
-"""Keys, a small results folder and sealed archives for the sealing tests (``seal_env``)."""
+"""Keys, a small results folder and sealed archives for the sealing tests (:func:`make_seal_env`, the
+session fixture ``seal_env`` of tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,6 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-import pytest
 
 from refspec.provenance import keys
 from refspec.provenance.ledger import Ledger
@@ -65,10 +65,9 @@ def copy_archive(src: Path, dst: Path) -> Path:
     return dst
 
 
-@pytest.fixture(scope="session")
-def seal_env(tmp_path_factory):
-    """Keys A and B, a clean archive, a chained successor and an archive of another campaign."""
-    base = tmp_path_factory.mktemp("seal_env")
+def make_seal_env(base: Path) -> dict:
+    """Under ``base``: keys A and B, a clean archive (and its tar), a chained successor and an
+    archive of another campaign (the session fixture ``seal_env`` of tests/conftest.py)."""
     a = make_key(base / "keys", "a")
     b = make_key(base / "keys", "b")
     res = make_results(base / "results")

@@ -17,12 +17,15 @@ the shared cache, real workers on the real SmolLM2 files, the assembled results 
   cap 34 (U1 leaves A's endpoint at index 32) and the crosses of A and U1 on it in two processes.
 
 The study runs into a temporary folder of the test session (nothing is cached between sessions:
-every session tests the pipeline of its own checkout). The signing key is a throwaway one of that
-folder (``REFSPEC_KEY_DIR``).
+every session tests the pipeline of its own checkout); a parallel run's processes share one
+(:func:`shared_small_study`). The signing key is a throwaway one of that folder
+(``REFSPEC_KEY_DIR``).
 """
 
 from __future__ import annotations
 
+import fcntl
+import json
 import os
 import subprocess
 import sys
@@ -200,3 +203,30 @@ def run_small_study(tmp: Path) -> SmallStudy:
     if not (study.sealed / "SEAL.dsse.json").is_file():
         raise RuntimeError(f"the small study made no sealed archive at {study.sealed}")
     return study
+
+
+def shared_small_study(tmp_path_factory) -> SmallStudy:
+    """The session's small study, run once however many processes the suite runs in: the processes
+    of a parallel run (pytest-xdist) share the parent of their temporary folders, and the first to
+    take the lock there runs the study while the others wait and read it (a failed study raises in
+    each, with its log's tail)."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return run_small_study(tmp_path_factory.mktemp("small-study"))
+    shared = tmp_path_factory.getbasetemp().parent
+    folder = shared / "small-study"
+    with open(shared / "small-study.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        failed = shared / "small-study.failed"
+        if failed.is_file():
+            raise RuntimeError(failed.read_text())
+        done = folder / "done.json"
+        if done.is_file():
+            seconds = json.loads(done.read_text())["seconds"]
+            return SmallStudy(folder, folder / "config.yaml", folder / "res", seconds)
+        try:
+            study = run_small_study(folder)
+        except RuntimeError as e:
+            failed.write_text(str(e))
+            raise
+        done.write_text(json.dumps({"seconds": study.seconds}))
+        return study

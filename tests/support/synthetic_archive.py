@@ -25,6 +25,7 @@ from typing import Any
 
 from refspec.campaigns import derived as D
 from refspec.campaigns import noise as NZ
+from refspec.campaigns import variance as VC
 from refspec.core import stats as S
 from refspec.core import tables as T
 from refspec.provenance.ledger import Ledger
@@ -646,6 +647,9 @@ def make_results(
         estimates = NZ.weigh_estimates(estimates, [n for n in noise if n["campaign"] == "replication"])
         T.write_table(noise, "noise", tdir)
         T.write_table(loads, "loads", tdir)
+    T.write_table(
+        [v for camp in sorted({r["campaign"] for r in reqs}) for v in VC.variance_table(reqs, camp)], "variance", tdir
+    )
     T.write_table(contrasts, "contrasts", tdir)
     T.write_table(estimates, "estimates", tdir)
     T.write_table(D.session_gaps(sessions), "sessions", tdir)

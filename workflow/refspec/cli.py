@@ -52,9 +52,21 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     ),
     "assemble": (
         "refspec.commands.assemble",
-        "merge the run's campaign tables, plans and ledger into a staging folder",
+        "seal chain, step 1: merge the run's campaign tables, plans and ledger into one folder",
     ),
-    "report-stage": ("refspec.commands.report_stage", "copy a sealed data archive and render the report into it"),
+    "seal-data": ("refspec.commands.seal_data", "seal chain, step 2: seal the assembled results (first seal)"),
+    "render": (
+        "refspec.commands.render",
+        "seal chain, step 3: copy a sealed data archive and render the report into it",
+    ),
+    "seal-archive": (
+        "refspec.commands.seal_archive",
+        "seal chain, step 4: seal the rendered folder, chained to the data seal",
+    ),
+    "check-chain": (
+        "refspec.commands.check_chain",
+        "seal chain, step 5: verify both seals under the pinned key id and run report/check.py",
+    ),
     "artifacts": ("refspec.commands.artifacts", "list the run's artifacts for the source manifest"),
     "keys-ensure": ("refspec.commands.keys_ensure", "create the signing key once and copy its public half"),
     "replay": (
@@ -62,8 +74,8 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
         "numerical replay (E1): capture attention operands of the target, replay mq/pq/qb",
     ),
     "report": ("refspec.commands.report", "render report.html, report.tex/.pdf and numbers.json from result tables"),
-    "stage": (
-        "refspec.commands.stage",
+    "claim": (
+        "refspec.commands.claim",
         "run a controlled stage's command and record its claim (supported or withheld)",
     ),
     "screen": (

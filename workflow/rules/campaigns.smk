@@ -58,7 +58,7 @@ rule audit:
         out=lambda wildcards, output: output[0][: -len(".done")],
         results=lambda wildcards, output: Path(output[0]).parent.parent,
     shell:
-        "refspec stage audit --dir {params.out} --done {output} --results {params.results}"
+        "refspec claim audit --dir {params.out} --done {output} --results {params.results}"
         " -- audit --config {input.cfg} --out {params.out} --threads {threads} > {log} 2>&1"
 
 

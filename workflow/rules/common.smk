@@ -1,4 +1,5 @@
-# Shared names. Rules call the refspec CLI and hold no logic of their own.
+# Shared names and helpers. The rules call refspec commands for the work; this file only derives
+# paths and inputs from the configuration, and its checks of the configuration raise clear errors.
 import shlex
 import sys
 from pathlib import Path
@@ -8,13 +9,17 @@ sys.path.insert(0, str(Path(workflow.basedir) / "workflow"))
 from refspec.provenance.manifest import source_paths
 from refspec.campaigns.definitions import load_definition
 from refspec.core.config import preset_settings
+from refspec.pipeline import seal_chain
 
 RESULTS = config["results"]
 LOGS = f"{RESULTS}/logs"
 BENCH = f"{RESULTS}/benchmarks"
 PROV = f"{RESULTS}/provenance"
-STAGE = f"{RESULTS}/stage"
-ARCHIVE = f"{RESULTS}/archive"
+# the seal chain's folders, named by refspec.pipeline.seal_chain (a server qualification uses them too)
+ASSEMBLED = f"{RESULTS}/{seal_chain.ASSEMBLED}"
+SEALED_DATA = f"{RESULTS}/{seal_chain.SEALED_DATA}"
+RENDERED = f"{RESULTS}/{seal_chain.RENDERED}"
+ARCHIVE = f"{RESULTS}/{seal_chain.ARCHIVE}"
 CHECKED = f"{RESULTS}/checked.txt"
 THREADS = config["threads"]
 # a reproduction of a sealed archive (refspec reproduce): both seals name it
@@ -62,7 +67,7 @@ def results_of(done, slot):
 
 
 # directories assembled into the archive: each campaign's folder (ready once its marker is)
-# controlled stages (`refspec stage`): folder campaigns/<slot>, completion marker <slot>.done
+# controlled stages (`refspec claim`): folder campaigns/<slot>, completion marker <slot>.done
 # the divergence screen of each family (its exposed panel: campaigns whose panel source is screen)
 SCREEN_SLOTS = (
     [f"{f}/screen" if MULTI else "screen" for f in FAMILIES]

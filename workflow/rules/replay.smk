@@ -1,7 +1,7 @@
 # Numerical replay (E1): capture attention operands of the live target, replay them
 # in mq/pq/qb on the build's backend, compare stage outputs bitwise. The declared output is
 # the completion marker beside the folder: a failed control keeps its complete record and
-# `refspec stage` seals the claim as withheld (Snakemake never deletes the folder).
+# `refspec claim` seals the claim as withheld (Snakemake never deletes the folder).
 
 
 rule replay:
@@ -25,6 +25,6 @@ rule replay:
         out=lambda wildcards, output: output[0][: -len(".done")],
         results=lambda wildcards, output: results_of(output[0], wildcards.rslot),
     shell:
-        "refspec stage replay --dir {params.out} --done {output} --results {params.results}"
+        "refspec claim replay --dir {params.out} --done {output} --results {params.results}"
         " -- replay --config {input.cfg} --family {params.family} --out {params.out} --threads {threads}"
         " --no-progress > {log} 2>&1"

@@ -1,9 +1,9 @@
 rule report:
     input:
-        sealed=f"{RESULTS}/sealed-data",
+        sealed_data=SEALED_DATA,
         pub=f"{PROV}/signer.pub",
     output:
-        directory(f"{RESULTS}/report-stage"),
+        directory(RENDERED),
     log:
         f"{LOGS}/report.log",
     benchmark:
@@ -11,13 +11,13 @@ rule report:
     conda:
         "../../envs/refspec.yaml"
     shell:
-        "refspec report-stage --sealed {input.sealed} --pubkey {input.pub} --out {output} > {log} 2>&1"
+        "refspec render --sealed-data {input.sealed_data} --pubkey {input.pub} --out {output} > {log} 2>&1"
 
 
 rule seal_archive:
     input:
-        stage=f"{RESULTS}/report-stage",
-        previous=f"{RESULTS}/sealed-data",
+        rendered=RENDERED,
+        sealed_data=SEALED_DATA,
         pub=f"{PROV}/signer.pub",
     output:
         directory(ARCHIVE),
@@ -28,17 +28,18 @@ rule seal_archive:
     params:
         reproduces=SEAL_REPRODUCES,
     shell:
-        "refspec seal {input.stage} {output} --campaign default --previous {input.previous} --tar"
-        " {params.reproduces} > {log} 2>&1"
+        "refspec seal-archive --rendered {input.rendered} --sealed-data {input.sealed_data} --out {output}"
+        " --campaign default --tar {params.reproduces} > {log} 2>&1"
 
 
 rule check:
     # The signer is pinned by the key id of the key directory's public key (outside the results
-    # and the archive), not by the signer.pub copy next to them; the archive must follow this
-    # run's data seal, and the data seal must start the chain.
+    # and the archive; check-chain's default), not by the signer.pub copy next to them; the
+    # archive must follow this run's data seal, and the data seal must start the chain; then
+    # report/check.py checks the archive, isolated (python3 -I -S), with the same pins.
     input:
         archive=ARCHIVE,
-        previous=f"{RESULTS}/sealed-data",
+        sealed_data=SEALED_DATA,
         pub=f"{PROV}/signer.pub",
     output:
         CHECKED,
@@ -47,8 +48,5 @@ rule check:
     conda:
         "../../envs/refspec.yaml"
     shell:
-        "(keyid=$(refspec key-id) && prev=$(sha256sum {input.previous}/SEAL.dsse.json | cut -d' ' -f1)"
-        " && refspec verify {input.previous} --pubkey {input.pub} --expect-keyid $keyid --expect-previous none"
-        " && refspec verify {input.archive} --pubkey {input.pub} --expect-keyid $keyid --expect-previous $prev"
-        " && python3 -I -S report/check.py {input.archive} --pubkey {input.pub} --expect-keyid $keyid"
-        " --expect-previous $prev) > {log} 2>&1 && cp {log} {output}"
+        "refspec check-chain --archive {input.archive} --sealed-data {input.sealed_data} --pubkey {input.pub}"
+        " > {log} 2>&1 && cp {log} {output}"

@@ -1,5 +1,6 @@
-# Assemble the run's tables into one staging folder and seal it; the report is rendered
-# from the sealed data, added, and the archive sealed again (chained to the first seal).
+# The seal chain (refspec.pipeline.seal_chain), one rule per step so that a run resumes between
+# them: assemble the run's tables into one folder and seal it here; report.smk renders the report
+# from the sealed data, seals the archive again (chained to the first seal) and checks it.
 
 
 rule keys:
@@ -18,7 +19,7 @@ rule assemble:
         manifest=f"{PROV}/manifest.json",
         done=CAMPAIGN_DONE,
     output:
-        directory(STAGE),
+        directory(ASSEMBLED),
     log:
         f"{LOGS}/assemble.log",
     conda:
@@ -35,10 +36,10 @@ rule assemble:
 
 rule seal_data:
     input:
-        stage=STAGE,
+        assembled=ASSEMBLED,
         pub=f"{PROV}/signer.pub",
     output:
-        directory(f"{RESULTS}/sealed-data"),
+        directory(SEALED_DATA),
     log:
         f"{LOGS}/seal_data.log",
     conda:
@@ -46,4 +47,5 @@ rule seal_data:
     params:
         reproduces=SEAL_REPRODUCES,
     shell:
-        "refspec seal {input.stage} {output} --campaign default {params.reproduces} > {log} 2>&1"
+        "refspec seal-data --assembled {input.assembled} --out {output} --campaign default"
+        " {params.reproduces} > {log} 2>&1"

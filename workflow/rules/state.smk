@@ -1,5 +1,5 @@
 # State formation and transfer (paper §6.1-6.2, S4-S5) and backend admission (§6.3, S6.3).
-# Each stage writes its folder under campaigns/ and records its claim through `refspec stage`;
+# Each stage writes its folder under campaigns/ and records its claim through `refspec claim`;
 # the declared output is the completion marker beside the folder, so a failed control keeps
 # its complete record (Snakemake never deletes the folder) and the claim is sealed as withheld.
 
@@ -68,7 +68,7 @@ rule state_partition:
         ub_sweep=",".join(str(u) for u in _ST["ub_sweep"]),
         repeats=_ST["repeats"],
     shell:
-        "refspec stage partition --dir {params.results}/campaigns/partition --done {output} --results {params.results}"
+        "refspec claim partition --dir {params.results}/campaigns/partition --done {output} --results {params.results}"
         " -- state partition --config {input.cfg} --tasks {params.tasks} --cap {params.cap}"
         " --splits={params.splits} --ub-sweep={params.ub_sweep} --repeats {params.repeats} --threads {threads}"
         " --out {params.results}/campaigns/partition > {log} 2>&1"
@@ -86,7 +86,7 @@ rule state_crosses:
         f"{BENCH}/state_crosses.tsv"
     conda:
         "../../envs/refspec.yaml"
-    # independent worker processes, one per core (each single-threaded)
+    # independent job processes, one per core (each single-threaded)
     threads: 2
     params:
         results=lambda wildcards, output: Path(output[0]).parent.parent,
@@ -96,7 +96,7 @@ rule state_crosses:
         repeats=_ST["cross_repeats"],
         selectors=",".join(_ST["selectors"] or []),
     shell:
-        "refspec stage crosses --dir {params.results}/campaigns/crosses --done {output} --results {params.results}"
+        "refspec claim crosses --dir {params.results}/campaigns/crosses --done {output} --results {params.results}"
         " -- state crosses --partition {params.results}/campaigns/partition {params.pair}"
         " --divergent {params.divergent} --stable {params.stable} --repeats {params.repeats} --jobs {threads}"
         " --selectors={params.selectors}"
@@ -122,7 +122,7 @@ rule state_projection:
         pair=lambda wildcards, output: pair_option(Path(output[0]).parent.parent),
         layers=",".join(str(la) for la in _ST["projection_layers"]),
     shell:
-        "refspec stage projection --dir {params.results}/campaigns/projection --done {output} --results {params.results}"
+        "refspec claim projection --dir {params.results}/campaigns/projection --done {output} --results {params.results}"
         " -- state projection --config {input.cfg} --partition {params.results}/campaigns/partition {params.pair}"
         " --layers {params.layers} --out {params.results}/campaigns/projection > {log} 2>&1"
 
@@ -147,6 +147,6 @@ rule admission:
         n_kv=_ADM["n_kv"],
         queries=_ADM["queries"],
     shell:
-        "refspec stage admission --dir {params.results}/campaigns/admission --done {output} --results {params.results}"
+        "refspec claim admission --dir {params.results}/campaigns/admission --done {output} --results {params.results}"
         " -- admission --config {input.cfg} --backend {params.backend} --n-kv {params.n_kv} --queries {params.queries}"
         " --threads {threads} --out {params.results}/campaigns/admission > {log} 2>&1"

@@ -31,9 +31,9 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import statistics
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -113,7 +113,11 @@ def qualify_definition(
             "panel": panel_definition(panel),
             "repeats": int(repeats),
             "sessions": 1,
-            "aa_arm": None,  # a qualification, not a timing study: no A/A control
+            # a qualification, not a timing study: no A/A control, no sizing to a ratio, and each
+            # arm in its own fresh processes as a user's deployment runs it
+            "aa_arm": None,
+            "design": "fresh",
+            "sizing": None,
         }
     )
     if reference != REFERENCE_ARM:
@@ -145,6 +149,7 @@ class QualifyResult:
     qualification: list[dict]
     summary: dict
     complete: bool
+    campaign: Any = None  # the prepared campaign (PreparedCampaign: definition, arms, family, draft, plan)
 
 
 def results_folder(out: str | Path | None, resume: bool) -> Path:
@@ -188,12 +193,9 @@ def run_qualify(
         reference=reference,
     )
     text = definition_text(defn)
-    with tempfile.TemporaryDirectory(prefix="refspec-qualify-") as tmp:
-        tmp_defn = Path(tmp) / DEFINITION_NAME
-        tmp_defn.write_text(text, encoding="utf-8")
-        ctx, crun, computed = prepare(
-            PRESET_CAMPAIGN, cfg, definition=tmp_defn, out=root, threads=threads, resume=resume, progress=progress
-        )
+    ctx, crun, computed = prepare(
+        PRESET_CAMPAIGN, cfg, definition=defn, out=root, threads=threads, resume=resume, progress=progress
+    )
     dfile = ctx.out / DEFINITION_NAME
     if (ctx.out / PLAN_NAME).is_file():
         if not dfile.is_file():
@@ -226,6 +228,7 @@ def run_qualify(
         tables["qualification"],
         summary,
         summary["complete"],
+        ctx,
     )
 
 
@@ -239,11 +242,47 @@ def build_summary(ctx, tables: dict, records: list[dict], *, panel_spec: str) ->
     tasks = ctx.task_ids("confirm")
     requests = tables["requests"]
     qual = tables["qualification"]
+    ok = [r for r in records if r["row"]["status"] == "ok"]
+    arms_out = _arm_entries(arms, reference, tasks, qual, ok)
+    vacuous = [entry["arm"] for entry in arms_out if entry.get("vacuous")]
+    # vacuity (refspec.core.vacuity): did any unrepaired arm leave the reference on some task?
+    ex = panel_exposure(qual, requests).get((ctx.name, ctx.family))
+    for entry in arms_out:
+        entry["unrepaired"] = is_unrepaired(entry["ub"], entry["mask"])
+    arm_pos = {a.name: i for i, a in enumerate(arms)}
+    # every planned (arm, task, repeat) of the frozen schedule must have a completed attempt
+    planned = {(b.arm, q.task_id, q.repeat) for s in ctx.sessions for b in s.blocks for q in b.requests}
+    have = {(r["row"]["arm"], r["row"]["task_id"], r["row"]["repeat"]) for r in ok}
+    incomplete = sorted(planned - have, key=lambda x: (arm_pos.get(x[0], len(arm_pos)), natural_key(x[1]), x[2]))
+    d = ctx.defn
+    return {
+        "campaign": ctx.name,
+        "family": ctx.family,
+        "session": ", ".join(s.id for s in ctx.sessions),
+        "cap": d["cap"],
+        "repeats": d["repeats"],
+        "draft": ctx.draft,
+        "threads": ctx.threads,
+        "panel": {"spec": panel_spec, "sha256": ctx.panel_records["confirm"]["sha256"], "tasks": len(tasks)},
+        "prompt_sha256": _prompt_digests(records),
+        "reference": _reference_summary(reference, tasks, qual, planned),
+        "arms": arms_out,
+        "divergences": _divergences(qual, reference, arm_pos),
+        "vacuous_arms": vacuous,
+        "exposure": ex,
+        "status_counts": _status_counts(requests),
+        "failures": _failures(requests),
+        "incomplete": [list(x) for x in incomplete],
+        "complete": not incomplete,
+    }
+
+
+def _arm_entries(arms: list, reference: str, tasks: list[str], qual: list[dict], ok: list[dict]) -> list[dict]:
+    """Per arm: its counts, acceptance and median times; for an arm other than the reference, its
+    non-vacuity evidence (:func:`refspec.campaigns.evidence.nonvacuity`) and whether it is vacuous."""
     by_arm_task = {(q["arm"], q["task_id"]): q for q in qual}
     counts = {c["arm"]: c for c in qualification_counts(qual)}
-    ok = [r for r in records if r["row"]["status"] == "ok"]
     arms_out = []
-    vacuous = []
     for a in arms:
         mine = [r for r in ok if r["row"]["arm"] == a.name]
         qualified_tasks = [t for t in tasks if by_arm_task.get((a.name, t), {}).get("qualified")]
@@ -275,15 +314,13 @@ def build_summary(ctx, tables: dict, records: list[dict], *, panel_spec: str) ->
             ev["all_requests"] = nonvacuity(a, mine)
             entry["nonvacuity"] = ev
             entry["vacuous"] = (ev["nonvacuous"] is False) if qualified_tasks else None
-            if entry["vacuous"]:
-                vacuous.append(a.name)
         arms_out.append(entry)
-    # vacuity (refspec.core.vacuity): did any unrepaired arm leave the reference on some task?
-    ex = panel_exposure(qual, requests).get((ctx.name, ctx.family))
-    for entry in arms_out:
-        entry["unrepaired"] = is_unrepaired(entry["ub"], entry["mask"])
-    arm_pos = {a.name: i for i, a in enumerate(arms)}
-    divergences = [
+    return arms_out
+
+
+def _divergences(qual: list[dict], reference: str, arm_pos: dict[str, int]) -> list[dict]:
+    """The failed qualifications of the arms other than the reference, in arm then task order."""
+    return [
         {
             k: q[k]
             for k in (
@@ -303,15 +340,29 @@ def build_summary(ctx, tables: dict, records: list[dict], *, panel_spec: str) ->
         for q in sorted(qual, key=lambda q: (arm_pos.get(q["arm"], len(arm_pos)), natural_key(q["task_id"])))
         if q["arm"] != reference and not q["qualified"]
     ]
+
+
+def _reference_summary(reference: str, tasks: list[str], qual: list[dict], planned: set[tuple]) -> dict:
+    """The reference's runs per task and its stable, unstable and missing tasks."""
     ref_q = {q["task_id"]: q for q in qual if q["arm"] == reference}
-    # every planned (arm, task, repeat) of the frozen schedule must have a completed attempt
-    planned = {(b.arm, q.task_id, q.repeat) for s in ctx.sessions for b in s.blocks for q in b.requests}
-    have = {(r["row"]["arm"], r["row"]["task_id"], r["row"]["repeat"]) for r in ok}
-    incomplete = sorted(planned - have, key=lambda x: (arm_pos.get(x[0], len(arm_pos)), natural_key(x[1]), x[2]))
+    return {
+        "arm": reference,
+        "runs_per_task": len({k[2] for k in planned if k[0] == reference}),
+        "stable_tasks": sum(1 for q in ref_q.values() if q["ref_stable"]),
+        "unstable_tasks": sorted({t for t, q in ref_q.items() if not q["ref_stable"]}, key=natural_key),
+        "missing_tasks": sorted(set(tasks) - set(ref_q), key=natural_key),
+    }
+
+
+def _status_counts(requests: list[dict]) -> dict[str, int]:
     status: dict[str, int] = {}
     for r in requests:
         status[r["status"]] = status.get(r["status"], 0) + 1
-    failures = [
+    return status
+
+
+def _failures(requests: list[dict]) -> list[dict]:
+    return [
         {
             "arm": r["arm"],
             "task_id": r["task_id"],
@@ -323,37 +374,15 @@ def build_summary(ctx, tables: dict, records: list[dict], *, panel_spec: str) ->
         for r in requests
         if r["status"] == "failed"
     ]
+
+
+def _prompt_digests(records: list[dict]) -> dict[str, str]:
+    """Each task's prompt sha256 (its first recorded one, warmups excluded), in task order."""
     prompts: dict[str, str] = {}
     for r in records:
         if r["row"]["status"] != "excluded_warmup" and r.get("prompt_sha256"):
             prompts.setdefault(r["row"]["task_id"], r["prompt_sha256"])
-    d = ctx.defn
-    return {
-        "campaign": ctx.name,
-        "family": ctx.family,
-        "session": ", ".join(s.id for s in ctx.sessions),
-        "cap": d["cap"],
-        "repeats": d["repeats"],
-        "draft": ctx.draft,
-        "threads": ctx.threads,
-        "panel": {"spec": panel_spec, "sha256": ctx.panel_records["confirm"]["sha256"], "tasks": len(tasks)},
-        "prompt_sha256": {t: prompts[t] for t in sorted(prompts, key=natural_key)},
-        "reference": {
-            "arm": reference,
-            "runs_per_task": len({k[2] for k in planned if k[0] == reference}),
-            "stable_tasks": sum(1 for q in ref_q.values() if q["ref_stable"]),
-            "unstable_tasks": sorted({t for t, q in ref_q.items() if not q["ref_stable"]}, key=natural_key),
-            "missing_tasks": sorted(set(tasks) - set(ref_q), key=natural_key),
-        },
-        "arms": arms_out,
-        "divergences": divergences,
-        "vacuous_arms": vacuous,
-        "exposure": ex,
-        "status_counts": status,
-        "failures": failures,
-        "incomplete": [list(x) for x in incomplete],
-        "complete": not incomplete,
-    }
+    return {t: prompts[t] for t in sorted(prompts, key=natural_key)}
 
 
 def divergence_verdict(divergences: list[dict]) -> str:

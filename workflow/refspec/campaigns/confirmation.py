@@ -14,7 +14,7 @@ from __future__ import annotations
 from ..core.arms import reference_of
 from ..core.errors import ConfigError
 from .derived import diagnostics_table, qualification_counts, ratios_table
-from .scheduler import round_schedule, session_ids
+from .scheduler import paired_schedule, round_schedule, session_ids
 from .text import fmt_ratio, table_text
 
 
@@ -41,7 +41,19 @@ def arms(defn: dict, catalog: dict) -> list:
 
 
 def round_sessions(ctx, role: str) -> list:
+    """The campaign's sessions: rounds of fresh single-arm workers, or (``design: paired``) processes
+    that serve every arm request by request (:func:`refspec.campaigns.scheduler.paired_schedule`)."""
     d = ctx.defn
+    if d.get("design") == "paired":
+        return paired_schedule(
+            session_ids(d["sessions"]),
+            list(ctx.arms),
+            ctx.task_ids(role),
+            caps=[d["cap"]],
+            repeats=d["repeats"],
+            processes=d["processes"],
+            seed=d["seed"],
+        )
     ref = reference_of(d)
     others = [n for n in ctx.arms if n != ref]
     return round_schedule(

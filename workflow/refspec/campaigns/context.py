@@ -1,4 +1,4 @@
-"""A campaign made ready to run: its :class:`Context` and :func:`prepare`, which resolves the
+"""A campaign made ready to run: its :class:`PreparedCampaign` and :func:`prepare`, which resolves the
 definition, panels, arms, models and run settings and computes the plan to freeze."""
 
 from __future__ import annotations
@@ -30,13 +30,14 @@ from .definitions import load_definition, module_for, normalize_name
 from .records import RunSettings
 from .runner import CampaignRun
 from .scheduler import schedule_record
+from .sizing import resolve_size
 
 # The analysis code as it was when this process imported it (stats.py, plan.py, campaigns/*.py).
 ANALYSIS_CODE = planmod.analysis_code_digest()
 
 
 @dataclass
-class Context:
+class PreparedCampaign:
     """What a campaign module gets: the definition, its panels and arms, the run."""
 
     name: str
@@ -218,7 +219,7 @@ def _materializer(
     return materialize
 
 
-def _computed_plan(ctx: Context, models: dict, man: Path | None) -> dict:
+def _computed_plan(ctx: PreparedCampaign, models: dict, man: Path | None) -> dict:
     """The plan this start computes, to freeze (first start) or to check against the frozen one."""
     defn, sessions = ctx.defn, ctx.sessions
     boot = dict(defn["bootstrap"])
@@ -258,16 +259,17 @@ def prepare(
     cfg: dict,
     *,
     preset: str = "default",
-    definition: str | Path | None = None,
+    definition: str | Path | dict | None = None,
     out: str | Path | None = None,
     threads: int | None = None,
     family: str | None = None,
     manifest: str | Path | None = None,
     resume: bool = False,
     progress: bool = True,
-) -> tuple[Context, CampaignRun, dict]:
+) -> tuple[PreparedCampaign, CampaignRun, dict]:
     """Resolve everything campaign ``name`` needs under the loaded workflow config ``cfg``;
-    return (Context, CampaignRun, computed plan)."""
+    return (PreparedCampaign, CampaignRun, computed plan). ``definition``: a file, or a definition
+    in hand (a mapping, validated as a file's would be)."""
     name = normalize_name(name)
     defn, dpath = load_definition(name, preset or "default", definition)
     mod = module_for(name)
@@ -281,9 +283,10 @@ def prepare(
 
     panels, precs = _panels(name, mod, defn, cfg, dpath.parent, campaign_dir(out_root, "screen", fam, cfg))
     arms = _arms(name, mod, defn, cfg, nthreads)
+    defn = resolve_size(defn, len(arms), max((len(ts) for ts in panels.values()), default=0))
     arms_file = cdir / "arms.yaml"
     files, draft, models = _models(fam, cfg, defn, arms)
-    ctx = Context(
+    ctx = PreparedCampaign(
         name=name,
         preset=preset or "default",
         defn=defn,

@@ -42,10 +42,17 @@ def definition_path(name: str) -> Path:
     return config_dir() / "campaigns" / f"{name}.yaml"
 
 
-def load_definition(name: str, preset: str = "default", path: str | Path | None = None) -> tuple[dict, Path]:
-    """The validated definition of campaign ``name`` with ``preset`` applied (defaults filled)."""
-    p = Path(path) if path else definition_path(name)
-    raw = read_yaml(p)
+def load_definition(name: str, preset: str = "default", path: str | Path | dict | None = None) -> tuple[dict, Path]:
+    """The validated definition of campaign ``name`` with ``preset`` applied (defaults filled).
+
+    ``path``: the definition file (default ``config/campaigns/NAME.yaml``), or a definition already
+    in hand (a mapping, validated the same way; its folder is the working folder for relative panel
+    files)."""
+    if isinstance(path, dict):
+        p, raw = Path.cwd() / f"{name}.yaml", copy.deepcopy(path)
+    else:
+        p = Path(path) if path else definition_path(name)
+        raw = read_yaml(p)
     if not isinstance(raw, dict):
         raise ConfigError(f"{p}: a campaign definition is a mapping")
     validate(copy.deepcopy(raw), "campaign.schema.yaml", str(p))

@@ -53,6 +53,7 @@ from ..core.stats import (
     too_few_sessions_reason,
 )
 from ..core.tables import records
+from . import intervals as IV
 
 # diagnostic (unqualified) timing pairs, numerator / denominator: the price of preservation
 # the servers campaign (anc/servers.md): each server arm over R, C3 beside the patched server with the
@@ -155,22 +156,7 @@ def qualification_table(
     """
     reqs = [r for r in records(requests) if campaign is None or r["campaign"] == campaign]
     eps = [e for e in records(endpoints) if campaign is None or e["campaign"] == campaign]
-    required: dict[tuple, set] = defaultdict(set)
-    failed: dict[tuple, int] = defaultdict(int)
-    for r in reqs:
-        if r["status"] == "excluded_warmup":
-            continue
-        k = (r["campaign"], r["family"], r["task_id"], r["cap"], r["arm"])
-        required[k].add((r["session"], r["repeat"]))
-        if r["status"] in ("failed", "disqualified"):
-            failed[k] += 1
-    by_arm: dict[tuple, list[dict]] = defaultdict(list)
-    for e in eps:
-        k = (e["campaign"], e["family"], e["task_id"], e["cap"], e["arm"])
-        by_arm[k].append(e)
-        required[k]  # an endpoint without a request row still counts below
-    for v in by_arm.values():
-        v.sort(key=lambda e: (e["session"], e["repeat"]))
+    required, by_arm = _required_and_endpoints(reqs, eps)
     groups: dict[tuple, list[str]] = defaultdict(list)
     for k in sorted(set(required) | set(by_arm), key=lambda k: (k[0], k[1], k[2], k[3])):
         groups[k[:4]].append(k[4])
@@ -190,44 +176,16 @@ def qualification_table(
             n_match = sum(1 for e in arm_eps if ref_sha is not None and e["endpoint_sha256"] == ref_sha)
             qualified = ref_stable and len(need) > 0 and n_match == len(need)
             fd = ref_tok = arm_tok = margin = arm_margin = None
-            if ref is not None:
-                best = None
-                for e in arm_eps:
-                    if e["endpoint_sha256"] == ref_sha:
-                        continue
-                    i = first_divergence(
-                        ref["tokens"], ref["eog"], ref["stop_reason"], e["tokens"], e["eog"], e["stop_reason"]
-                    )
-                    if i is None:  # same tokens and stop facts, different digest: count at the end
-                        i = len(ref["tokens"])
-                    if best is None or i < best[0]:
-                        best = (i, e)
-                if best is not None:
-                    fd = best[0]
-                    ref_tok = int(ref["tokens"][fd]) if fd < len(ref["tokens"]) else None
-                    arm_tok = int(best[1]["tokens"][fd]) if fd < len(best[1]["tokens"]) else None
-                    if margins is not None:
-                        margin = margin_at(margins.get((camp, fam, task, cap)), fd)
-                    if arm_margins is not None:
-                        e = best[1]
-                        arm_margin = margin_at(arm_margins.get(g + (arm, e["session"], e["repeat"])), fd)
+            best = _earliest_divergence(ref, arm_eps) if ref is not None else None
+            if best is not None:
+                fd, e = best
+                ref_tok = int(ref["tokens"][fd]) if fd < len(ref["tokens"]) else None
+                arm_tok = int(e["tokens"][fd]) if fd < len(e["tokens"]) else None
+                if margins is not None:
+                    margin = margin_at(margins.get((camp, fam, task, cap)), fd)
+                if arm_margins is not None:
+                    arm_margin = margin_at(arm_margins.get(g + (arm, e["session"], e["repeat"])), fd)
             divergence = divergence_class(margin)
-            if qualified:
-                reason = None
-            elif ref is None:
-                reason = "no completed reference request"
-            elif not ref_stable:
-                reason = f"reference unstable: {len(distinct_ref)} distinct R endpoints"
-            elif len(need) == 0:
-                reason = "no required request"
-            else:
-                parts = []
-                missing = len(need) - n_req
-                if missing:
-                    parts.append(f"{missing} of {len(need)} required requests not completed")
-                if n_req - n_match:
-                    parts.append(f"{n_req - n_match} of {n_req} endpoints differ, first at index {fd}")
-                reason = "; ".join(parts) or "not qualified"
             rows.append(
                 dict(
                     campaign=camp,
@@ -248,10 +206,65 @@ def qualification_table(
                     divergence=divergence,
                     near_tie_bound=NEAR_TIE_MARGIN if divergence is not None else None,
                     ref_stable=bool(ref_stable),
-                    reason=reason,
+                    reason=_qualification_reason(qualified, ref, distinct_ref, len(need), n_req, n_match, fd),
                 )
             )
     return rows
+
+
+def _required_and_endpoints(reqs: list[dict], eps: list[dict]) -> tuple[dict[tuple, set], dict[tuple, list[dict]]]:
+    """Per (campaign, family, task, cap, arm): the required (session, repeat) pairs (warmups
+    excluded; an endpoint without a request row counts too) and the endpoints in session, repeat order."""
+    required: dict[tuple, set] = defaultdict(set)
+    for r in reqs:
+        if r["status"] == "excluded_warmup":
+            continue
+        k = (r["campaign"], r["family"], r["task_id"], r["cap"], r["arm"])
+        required[k].add((r["session"], r["repeat"]))
+    by_arm: dict[tuple, list[dict]] = defaultdict(list)
+    for e in eps:
+        k = (e["campaign"], e["family"], e["task_id"], e["cap"], e["arm"])
+        by_arm[k].append(e)
+        required[k]  # an endpoint without a request row still counts below
+    for v in by_arm.values():
+        v.sort(key=lambda e: (e["session"], e["repeat"]))
+    return required, by_arm
+
+
+def _earliest_divergence(ref: dict, arm_eps: list[dict]) -> tuple[int, dict] | None:
+    """The smallest first-divergence index from the reference endpoint over an arm's endpoints that
+    differ from it, with the first endpoint diverging there; None when every endpoint matches."""
+    best = None
+    for e in arm_eps:
+        if e["endpoint_sha256"] == ref["endpoint_sha256"]:
+            continue
+        i = first_divergence(ref["tokens"], ref["eog"], ref["stop_reason"], e["tokens"], e["eog"], e["stop_reason"])
+        if i is None:  # same tokens and stop facts, different digest: count at the end
+            i = len(ref["tokens"])
+        if best is None or i < best[0]:
+            best = (i, e)
+    return best
+
+
+def _qualification_reason(
+    qualified: bool, ref: dict | None, distinct_ref: set, n_need: int, n_req: int, n_match: int, fd: int | None
+) -> str | None:
+    """Why an arm does not qualify on a task (None when it does)."""
+    if qualified:
+        return None
+    if ref is None:
+        return "no completed reference request"
+    if len(distinct_ref) != 1:
+        return f"reference unstable: {len(distinct_ref)} distinct R endpoints"
+    if n_need == 0:
+        return "no required request"
+    parts = []
+    missing = n_need - n_req
+    if missing:
+        parts.append(f"{missing} of {n_need} required requests not completed")
+    if n_req - n_match:
+        parts.append(f"{n_req - n_match} of {n_req} endpoints differ, first at index {fd}")
+    return "; ".join(parts) or "not qualified"
 
 
 def qualification_counts(qualification: Any) -> list[dict[str, Any]]:
@@ -312,7 +325,8 @@ def ratios_table(
     the arms compared are those with requests rows at that cap. ``pairs``
     lists (numerator, denominator) arms; by default every unordered pair in
     :func:`arm_sort_key` order (earlier arm in the numerator), A/A twins left out. Times are
-    pooled over sessions and repeats per task.
+    pooled over sessions and repeats per task. Every qualified ratio carries its interval,
+    verdict and detectable ratio in the design that timed it (:mod:`.intervals`).
     """
     reqs = [r for r in records(requests) if r["campaign"] == campaign]
     qual = records(qualification)
@@ -327,6 +341,9 @@ def ratios_table(
         plain = [a for a in arms if not is_twin(a)]  # an A/A twin is compared only with its arm (noise)
         fam_pairs = pairs if pairs is not None else [(a, b) for i, a in enumerate(plain) for b in plain[i + 1 :]]
         tasks = sorted(panel)
+        timed = IV.timed(reqs, fam, cap)
+        design = IV.design_of(timed)
+        floor = IV.aa_floor(timed, tasks, design)
         for a, b in fam_pairs:
             if a not in arms or b not in arms:
                 continue
@@ -346,10 +363,17 @@ def ratios_table(
                     n_regressions=pr.n_regressions,
                     regressed_tasks=" ".join(pr.regressed),
                     reason=None,
+                    **IV.ratio_columns(timed, a, b, tasks, design, floor),
                 )
             else:
                 row.update(
-                    qualified=False, ratio=None, cpu_ratio=None, n_regressions=None, regressed_tasks=None, reason=reason
+                    qualified=False,
+                    ratio=None,
+                    cpu_ratio=None,
+                    n_regressions=None,
+                    regressed_tasks=None,
+                    reason=reason,
+                    **IV.UNQUALIFIED,
                 )
             rows.append(row)
     return rows
@@ -483,74 +507,86 @@ def replication_tables(
                 reason = _unqualified_reason(panel, (a, b))
                 est_row = dict(base, n_tasks=len(tasks), threshold=float(threshold))
                 if reason is not None:
-                    est_row.update(
-                        estimate=None,
-                        lo=None,
-                        hi=None,
-                        df=None,
-                        floor=None,
-                        n_sessions=0,
-                        n_regressions=None,
-                        regressed_tasks=None,
-                        decision="unqualified",
-                        reason=reason,
-                    )
-                    estimates.append(est_row)
+                    estimates.append(_unqualified_estimate(est_row, reason))
                     continue
-                sessions = sorted({s for (f, arm, t, s) in times if f == fam and arm in (a, b)})
-                cs = []
-                per_task: dict[str, list[float]] = defaultdict(list)
-                for s in sessions:
-                    num = {t: times.get((fam, a, t, s), []) for t in tasks}
-                    den = {t: times.get((fam, b, t, s), []) for t in tasks}
-                    common = [t for t in tasks if num[t] and den[t]]
-                    if not common:
-                        continue
-                    pr = paired_ratio(num, den, common)
-                    cs.append(pr.log_ratio)
-                    for t, d in pr.task_log_ratios.items():
-                        per_task[t].append(d)
-                    contrasts.append(dict(base, session=s, c_s=pr.log_ratio, n_tasks=pr.n_tasks))
+                cs, per_task, session_rows = _session_contrasts(times, fam, a, b, tasks, base)
+                contrasts.extend(session_rows)
                 if not cs:
-                    est_row.update(
-                        estimate=None,
-                        lo=None,
-                        hi=None,
-                        df=None,
-                        floor=None,
-                        n_sessions=0,
-                        n_regressions=None,
-                        regressed_tasks=None,
-                        decision="unqualified",
-                        reason="no session timed both arms",
-                    )
-                    estimates.append(est_row)
+                    estimates.append(_unqualified_estimate(est_row, "no session timed both arms"))
                     continue
-                _pts, reg = ratio_of_pooled(per_task)
-                est_row.update(n_sessions=len(cs), n_regressions=len(reg), regressed_tasks=" ".join(reg))
-                if len(cs) < MIN_UNITS:
-                    est_row.update(
-                        estimate=math.exp(math.fsum(cs) / len(cs)),
-                        lo=None,
-                        hi=None,
-                        df=None,
-                        floor=None,
-                        decision=TOO_FEW_SESSIONS,
-                        reason=too_few_sessions_reason(len(cs)),
-                    )
-                else:
-                    iv = session_interval(cs)
-                    est_row.update(
-                        estimate=iv.value,
-                        lo=iv.lo,
-                        hi=iv.hi,
-                        df=iv.df,
-                        floor=1.0,  # no A/A control weighed in yet (refspec.campaigns.noise.weigh_estimates)
-                        decision=decide_weighed(iv.lo, iv.hi, threshold),
-                        reason=None,
-                    )
-                estimates.append(est_row)
+                estimates.append(_pooled_estimate(est_row, cs, per_task, threshold))
     return contrasts, estimates
+
+
+def _unqualified_estimate(est_row: dict[str, Any], reason: str) -> dict[str, Any]:
+    """An ``estimates`` row without an estimate, for ``reason``."""
+    est_row.update(
+        estimate=None,
+        lo=None,
+        hi=None,
+        df=None,
+        floor=None,
+        n_sessions=0,
+        n_regressions=None,
+        regressed_tasks=None,
+        decision="unqualified",
+        reason=reason,
+    )
+    return est_row
+
+
+def _session_contrasts(
+    times: dict, fam: str, a: str, b: str, tasks: list[str], base: dict[str, Any]
+) -> tuple[list[float], dict[str, list[float]], list[dict[str, Any]]]:
+    """Per session (plain string order) that timed both arms on a common task: its log ratio
+    ``c_s``; returns them, each task's per-session log ratios and the ``contrasts`` rows."""
+    sessions = sorted({s for (f, arm, t, s) in times if f == fam and arm in (a, b)})
+    cs = []
+    per_task: dict[str, list[float]] = defaultdict(list)
+    rows = []
+    for s in sessions:
+        num = {t: times.get((fam, a, t, s), []) for t in tasks}
+        den = {t: times.get((fam, b, t, s), []) for t in tasks}
+        common = [t for t in tasks if num[t] and den[t]]
+        if not common:
+            continue
+        pr = paired_ratio(num, den, common)
+        cs.append(pr.log_ratio)
+        for t, d in pr.task_log_ratios.items():
+            per_task[t].append(d)
+        rows.append(dict(base, session=s, c_s=pr.log_ratio, n_tasks=pr.n_tasks))
+    return cs, per_task, rows
+
+
+def _pooled_estimate(
+    est_row: dict[str, Any], cs: list[float], per_task: dict[str, list[float]], threshold: float
+) -> dict[str, Any]:
+    """The ``estimates`` row of sessions' contrasts ``cs``: their interval and decision, or their mean
+    alone with fewer than :data:`MIN_UNITS` sessions."""
+    _pts, reg = ratio_of_pooled(per_task)
+    est_row.update(n_sessions=len(cs), n_regressions=len(reg), regressed_tasks=" ".join(reg))
+    if len(cs) < MIN_UNITS:
+        est_row.update(
+            estimate=math.exp(math.fsum(cs) / len(cs)),
+            lo=None,
+            hi=None,
+            df=None,
+            floor=None,
+            decision=TOO_FEW_SESSIONS,
+            reason=too_few_sessions_reason(len(cs)),
+        )
+    else:
+        iv = session_interval(cs)
+        est_row.update(
+            estimate=iv.value,
+            lo=iv.lo,
+            hi=iv.hi,
+            df=iv.df,
+            floor=1.0,  # no A/A control weighed in yet (refspec.campaigns.noise.weigh_estimates)
+            decision=decide_weighed(iv.lo, iv.hi, threshold),
+            reason=None,
+        )
+    return est_row
 
 
 # --------------------------------------------------------------------------- other derived tables

@@ -15,16 +15,18 @@ from ..core.hashing import sha256_file
 from ..core.tables import spec, write_table
 from ..provenance import plan as planmod
 from ..provenance.ledger import Ledger
-from .context import Context
+from .context import PreparedCampaign
 from .definitions import module_for
 from .evidence import COMPARED_COUNTERS, arm_evidence, audit_text, timed_audit
 from .noise import busy_text, loads_table, noise_table, noise_text
+from .sizing import sizing_table
+from .variance import variance_table
 
 # warnings on stderr (the text alone, where logging is not configured)
 _log = logging.getLogger(__name__)
 
 
-def execute(ctx: Context, run, computed: dict, *, analyze_only: bool = False) -> dict:
+def execute(ctx: PreparedCampaign, run, computed: dict, *, analyze_only: bool = False) -> dict:
     """Freeze or check the plan, run what is left, analyse; return the analysis."""
     mod = module_for(ctx.name)
     ctx.plan = run.freeze_or_check(computed, analyze_only=analyze_only)
@@ -39,7 +41,7 @@ def execute(ctx: Context, run, computed: dict, *, analyze_only: bool = False) ->
     return result
 
 
-def _run_sessions(ctx: Context, run, mod) -> bool:
+def _run_sessions(ctx: PreparedCampaign, run, mod) -> bool:
     """Run the planned requests left (SIGTERM ends the run as an interruption); True when none is left."""
     remaining = run.remaining(ctx.sessions)
     run.begin_run(remaining)
@@ -72,7 +74,7 @@ def _run_sessions(ctx: Context, run, mod) -> bool:
     return complete
 
 
-def link_run_ledger(ctx: Context, outcome: str, *, failing: bool = False) -> None:
+def link_run_ledger(ctx: PreparedCampaign, outcome: str, *, failing: bool = False) -> None:
     """One line in the run's ledger (``<results>/ledger.jsonl``) pinning the campaign ledger's head.
 
     A failure to append is recorded in the campaign's own ledger and raised, unless the
@@ -102,14 +104,14 @@ def link_run_ledger(ctx: Context, outcome: str, *, failing: bool = False) -> Non
             raise
 
 
-def default_execute(ctx: Context) -> None:
+def default_execute(ctx: PreparedCampaign) -> None:
     prev = None
     for sp in ctx.sessions:
         ctx.run.run_session(sp, prev)
         prev = sp.id
 
 
-def analyze(ctx: Context) -> dict:
+def analyze(ctx: PreparedCampaign) -> dict:
     """Write every table, timed_audit.json and summary.txt; return them."""
     run = ctx.run
     mod = module_for(ctx.name)
@@ -118,6 +120,13 @@ def analyze(ctx: Context) -> dict:
     tables = {k: base[k] for k in ("requests", "endpoints", "qualification", "sessions")}
     tables.update(res.get("tables", {}))
     texts = aa_and_load(ctx, run, base, tables)
+    if "variance" not in tables:
+        variance = variance_table(base["requests"], ctx.name)
+        if variance:
+            tables["variance"] = variance
+    sized = sizing_table(ctx.plan.get("definition") or ctx.defn, ctx.family, tables)
+    if sized:
+        tables["sizing"] = sized
     refused = [t for t in tables if not t.startswith("_") and not table_accepts_campaign(t, ctx.name)]
     if refused:
         raise IntegrityError(
@@ -156,7 +165,7 @@ def analyze(ctx: Context) -> dict:
     return {"tables": tables, "audit": audit, "text": text, "extra": res}
 
 
-def aa_and_load(ctx: Context, run, base: dict, tables: dict) -> list[str]:
+def aa_and_load(ctx: PreparedCampaign, run, base: dict, tables: dict) -> list[str]:
     """Add the A/A control (``noise``, unless the campaign wrote it) and the block loads (``loads``)
     to ``tables``; return their summary lines."""
     texts = []

@@ -31,9 +31,11 @@ from typing import Any
 
 from ..core.arms import is_twin, twin_of
 from ..core.stats import (
+    CONFIDENCE,
     DEFAULT_THRESHOLD,
     NOISE_BIASED,
     NOISE_TOO_HIGH,
+    PAIRED,
     TARGET_EFFECT,
     StatsError,
     aa_verdict,
@@ -47,6 +49,7 @@ from ..core.stats import (
 )
 from ..core.tables import records
 from ..engine.load import steal_percent
+from . import intervals as IV
 from .derived import _arms_and_times, _panels, _unqualified_reason, cpu_ratio
 
 KIND_OF = {"replication": "estimate"}  # every other campaign's A/A control is of kind ratio
@@ -77,11 +80,17 @@ def session_contrasts(times: dict, fam: str, cap: int, num: str, den: str, tasks
     return out
 
 
-def aa_interval(blocks: dict, times: dict, fam: str, cap: int, twin: str, arm: str, tasks: list[str], kind: str):
-    """(the A/A :class:`~refspec.core.stats.Interval`, sessions timing both), or (None, sessions, reason)."""
+def aa_interval(
+    blocks: dict, times: dict, fam: str, cap: int, twin: str, arm: str, tasks: list[str], kind: str, timed=()
+):
+    """(the A/A :class:`~refspec.core.stats.Interval`, sessions timing both), or (None, sessions, reason).
+    Kind ratio in the paired design (``timed``, the family and cap's timed rows, has a process that
+    served several arms): the interval over the processes' within-process contrasts of twin over arm."""
     cs = session_contrasts(times, fam, cap, twin, arm, tasks)
     try:
-        if kind == "ratio":
+        if kind == "ratio" and IV.design_of(timed) == PAIRED:
+            iv = IV.design_interval(timed, twin, arm, tasks, PAIRED, CONFIDENCE)
+        elif kind == "ratio":
             iv = worker_interval(blocks[(fam, cap, twin)], blocks[(fam, cap, arm)], tasks)
         else:
             iv = session_interval(list(cs.values()))
@@ -114,7 +123,9 @@ def noise_table(
         row = dict(campaign=campaign, family=fam, arm=arm, twin=twin, kind=kind, cap=cap, tasks=len(tasks))
         reason = _unqualified_reason(panel, (arm, twin)) if tasks else "no qualification rows"
         iv, n_sessions, why = (
-            (None, 0, None) if reason else aa_interval(blocks, times, fam, cap, twin, arm, tasks, kind)
+            (None, 0, None)
+            if reason
+            else aa_interval(blocks, times, fam, cap, twin, arm, tasks, kind, IV.timed(reqs, fam, cap))
         )
         row.update(threshold=float(threshold), sessions=n_sessions)
         if iv is None:

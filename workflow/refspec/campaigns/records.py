@@ -129,7 +129,7 @@ class CampaignRecords:
         n = 0
         for s in sessions:
             for b in s.blocks:
-                n += sum(1 for q in b.requests if (s.id, b.index, b.arm, q.task_id, q.cap, q.repeat) not in done)
+                n += sum(1 for q in b.requests if (s.id, b.index, b.arm_of(q), q.task_id, q.cap, q.repeat) not in done)
         return n
 
     def session_marks(self) -> dict[str, dict]:

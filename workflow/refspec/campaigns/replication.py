@@ -22,7 +22,7 @@ from .confirmation import named_arms
 from .derived import replication_tables
 from .evidence import COMPARED_COUNTERS
 from .noise import noise_table, noise_text, weigh_estimates
-from .scheduler import abba_schedule, session_ids
+from .scheduler import abba_schedule, paired_schedule, session_ids
 from .text import fmt_ratio, table_text
 
 
@@ -57,7 +57,22 @@ def arm_for(ctx_arms: dict, path: str, layout: str) -> str:
 
 
 def schedule(ctx) -> list:
+    """ABBA blocks of fresh single-arm workers, or (``design: paired``) one process per session that
+    serves every arm request by request: the session contrast is then that process's within-process
+    contrast, and the session interval of the estimates is the paired design's interval over processes.
+    Every arm (R included: its requests are the session's serial references) runs
+    ``max(repeats, references_per_session)`` times per task and session."""
     d = ctx.defn
+    if d.get("design") == "paired":
+        return paired_schedule(
+            session_ids(d["sessions"]),
+            list(ctx.arms),
+            ctx.task_ids("panel"),
+            caps=[d["cap"]],
+            repeats=max(d["repeats"], d["references_per_session"]),
+            processes=1,
+            seed=d["seed"],
+        )
     return abba_schedule(
         session_ids(d["sessions"]),
         ctx.task_ids("panel"),

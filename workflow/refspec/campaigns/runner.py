@@ -136,7 +136,7 @@ class CampaignRun(CampaignRecords):
         done, last, _ = self.slot_state()
         todo = []
         for b in sp.blocks:
-            reqs = [q for q in b.requests if (sp.id, b.index, b.arm, q.task_id, q.cap, q.repeat) not in done]
+            reqs = [q for q in b.requests if (sp.id, b.index, b.arm_of(q), q.task_id, q.cap, q.repeat) not in done]
             if reqs:
                 todo.append((b, reqs))
         mine = marks.get(sp.id, {})
@@ -182,9 +182,10 @@ class CampaignRun(CampaignRecords):
         ctx.on_record = self._on_record
         for b, reqs in todo:
             arm = self.s.arms[b.arm]
-            planned = [Planned(q.task_id, q.cap, q.repeat) for q in reqs]
+            planned = [Planned(q.task_id, q.cap, q.repeat, arm=q.arm) for q in reqs]
             attempts = {
-                (q.task_id, q.repeat): last.get((sp.id, b.index, b.arm, q.task_id, q.cap, q.repeat), 0) for q in reqs
+                (q.arm, q.task_id, q.repeat): last.get((sp.id, b.index, b.arm_of(q), q.task_id, q.cap, q.repeat), 0)
+                for q in reqs
             }
 
             def on_submit(worker, p, order, _b=b):
@@ -194,7 +195,7 @@ class CampaignRun(CampaignRecords):
                     session=sp.id,
                     block=_b.index,
                     worker=worker.worker_id,
-                    arm=_b.arm,
+                    arm=p.arm or _b.arm,
                     task_id=p.task_id,
                     cap=p.cap,
                     repeat=p.repeat,
@@ -202,9 +203,10 @@ class CampaignRun(CampaignRecords):
                 )
 
             ctx.on_submit = on_submit
-            self._log(f"{sp.id} block {b.index}: {b.arm} ({b.role}), {len(reqs)} request(s)")
+            self._log(f"{sp.id} block {b.index}: {', '.join(b.arms)} ({b.role}), {len(reqs)} request(s)")
             before = load.sample()
-            run_block(ctx, arm, planned, block=b.index, attempts_before=attempts)
+            also = tuple(self.s.arms[a] for a in b.also_arms)
+            run_block(ctx, arm, planned, block=b.index, attempts_before=attempts, also_arms=also)
             self.note_load(sp.id, b, before, load.sample())
         self.audit_session(sp.id)
         done, _, _ = self.slot_state()
@@ -212,7 +214,7 @@ class CampaignRun(CampaignRecords):
             (b.index, q)
             for b in sp.blocks
             for q in b.requests
-            if (sp.id, b.index, b.arm, q.task_id, q.cap, q.repeat) not in done
+            if (sp.id, b.index, b.arm_of(q), q.task_id, q.cap, q.repeat) not in done
         ]
         self.note(
             "session_end",

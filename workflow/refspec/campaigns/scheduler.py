@@ -9,6 +9,13 @@ Schedules
     :func:`derive_rng`, so the same definition always gives the same schedule
     (it is frozen into the plan before the first session).
 
+The two designs (``design`` in a campaign definition)
+    *fresh* (the paper's, and the default): every block serves one arm, so two arms are
+    always timed in different processes. *paired* (:func:`paired_schedule`): every block is
+    one process that serves every arm of the comparison, and its requests alternate between
+    the arms request by request (``(task_id, cap, repeat, arm)``), so the process's start-up
+    state is shared by both sides of every contrast.
+
 The sessions run in :mod:`refspec.campaigns.runner`.
 """
 
@@ -31,9 +38,10 @@ class Req:
     task_id: str
     cap: int
     repeat: int
+    arm: str | None = None  # a paired block's request names its arm; None: the block's one arm
 
     def record(self) -> list:
-        return [self.task_id, self.cap, self.repeat]
+        return [self.task_id, self.cap, self.repeat] + ([self.arm] if self.arm is not None else [])
 
 
 @dataclass
@@ -43,14 +51,26 @@ class BlockPlan:
     arm: str
     requests: list[Req]
     role: str = ""  # what the block is in the design: "reference", "A", "B", "round 2", ...
+    also_arms: tuple[str, ...] = ()  # paired: the other arms the block's one process serves
+
+    @property
+    def arms(self) -> tuple[str, ...]:
+        """Every arm the block's process serves, its first arm first."""
+        return (self.arm, *self.also_arms)
+
+    def arm_of(self, r: Req) -> str:
+        return r.arm or self.arm
 
     def record(self) -> dict:
-        return {
+        rec = {
             "index": self.index,
             "arm": self.arm,
             "role": self.role,
             "requests": [r.record() for r in self.requests],
         }
+        if self.also_arms:
+            rec["also_arms"] = list(self.also_arms)
+        return rec
 
 
 @dataclass
@@ -80,15 +100,6 @@ def derive_rng(seed: int, *parts: Any) -> random.Random:
     """A ``random.Random`` seeded from sha256 of the seed and ``parts`` (stable across processes)."""
     text = "/".join([str(int(seed)), *(str(p) for p in parts)])
     return random.Random(int.from_bytes(hashlib.sha256(text.encode("utf-8")).digest()[:8], "big"))
-
-
-def balanced(n: int, rng: random.Random, odd_extra: int = 0) -> list[int]:
-    """``n`` values in {0, 1}, as many 0s as 1s (the odd one is ``odd_extra % 2``), in a seeded order."""
-    vals = [0, 1] * (n // 2)
-    if n % 2:
-        vals.append(odd_extra % 2)
-    rng.shuffle(vals)
-    return vals
 
 
 def factorial_orders(n: int, rng: random.Random, session_index: int = 0) -> list[tuple[int, int]]:
@@ -250,3 +261,64 @@ def abba_schedule(
 
 def schedule_record(sessions: Sequence[SessionPlan]) -> list[dict]:
     return [s.record() for s in sessions]
+
+
+def williams_rows(k: int) -> list[list[int]]:
+    """The rows of a Williams square of ``k`` treatments (Williams 1949): a Latin square in which every
+    treatment directly follows every other equally often. For even ``k``: ``k`` rows, row ``r`` the
+    first row ``0, 1, k-1, 2, k-2, ...`` plus ``r`` (mod ``k``); for odd ``k`` those rows and their
+    mirror images (``2k`` rows)."""
+    first, lo, hi = [0], 1, k - 1
+    while len(first) < k:
+        first.append(lo)
+        lo += 1
+        if len(first) < k:
+            first.append(hi)
+            hi -= 1
+    rows = [[(x + r) % k for x in first] for r in range(k)]
+    return rows if k % 2 == 0 else rows + [row[::-1] for row in rows]
+
+
+def latin_orders(arms: Sequence[str], n: int, rng: random.Random) -> list[list[str]]:
+    """``n`` orders of ``arms``: the rows of a Williams square (:func:`williams_rows`) over a drawn
+    permutation of the arms, in a drawn row order, repeated; over every full square each arm takes
+    each position equally often and follows each other arm equally often."""
+    names = _shuffled(arms, rng)
+    rows = _shuffled(williams_rows(len(names)), rng)
+    return [[names[i] for i in rows[r % len(rows)]] for r in range(n)]
+
+
+def paired_schedule(
+    sessions: Sequence[str],
+    arms: Sequence[str],
+    task_ids: Sequence[str],
+    *,
+    caps: Sequence[int],
+    repeats: int,
+    processes: int,
+    seed: int,
+) -> list[SessionPlan]:
+    """The paired design: per session ``processes`` blocks, each one process serving every arm.
+
+    A block's requests come in rounds: one request of every arm on one task. The rounds go cap by
+    cap, repeat by repeat (``repeats`` per process, numbered on across the session's processes:
+    process ``p`` runs repeats ``p * repeats + 1 .. (p + 1) * repeats``), the tasks in an order drawn per block; the
+    arms' order in round ``i`` is row ``i`` of :func:`latin_orders` (drawn per block), so within a
+    process each arm takes each position, and follows each other arm, equally often over every full
+    Williams square of rounds. The process's first arm is the first of its first round (the worker's first
+    arm); each arm's registered warmup runs before its first timed request."""
+    out = []
+    for sid in sessions:
+        blocks: list[BlockPlan] = []
+        for p in range(processes):
+            rng = derive_rng(seed, "paired", sid, p)
+            reps = range(
+                p * repeats + 1, (p + 1) * repeats + 1
+            )  # a session's repeats are numbered across its processes
+            rounds = [(c, r, t) for c in caps for r in reps for t in _shuffled(task_ids, rng)]
+            orders = latin_orders(arms, len(rounds), rng)
+            reqs = [Req(t, c, r, a) for (c, r, t), order in zip(rounds, orders) for a in order]
+            first = orders[0]
+            blocks.append(BlockPlan(sid, p, first[0], reqs, f"paired process {p + 1}", tuple(first[1:])))
+        out.append(SessionPlan(sid, blocks))
+    return out

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from ..core.arms import REFERENCE_ARM
 from ..native import build as native
+from ..native.cmake import BUILD_RECORD
 from .confirmation import counts_text, diagnostics_text, named_arms, ratios_text, round_sessions
 from .derived import diagnostics_table, ratios_table
 
@@ -85,7 +86,7 @@ def freshness_text(ctx) -> str:
 def execute(ctx) -> None:
     variants = sorted({a.server.build for a in ctx.arms.values() if a.kind == "server" and a.server.build})
     if variants:  # build the servers before the first session (outside every timed interval)
-        rec = json.loads((Path(ctx.run.s.lib_dir).parent.parent / native.BUILD_RECORD).read_text())
+        rec = json.loads((Path(ctx.run.s.lib_dir).parent.parent / BUILD_RECORD).read_text())
         for v in variants:
             native.build_server(native.BuildOptions(**rec["options"]), v)
     prev = None

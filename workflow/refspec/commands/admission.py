@@ -15,7 +15,7 @@ from ..core.errors import EXIT_OK, UsageError
 from ..core.layouts import LAYOUT_ORDER, REPLAYED_LAYOUTS
 from ..experiments import graph_size
 from ..experiments.admission import AttentionShape, gguf_attention_shape, run_admission, write_results
-from ..experiments.operands import BACKEND_DEVICES, resolve_tool
+from ..experiments.replay_runner import BACKEND_DEVICES, resolve_tool
 from ..native import build as native
 from ..native import runtime
 from ..native.models import config_families_file, ensure_family

@@ -1,12 +1,12 @@
-"""``refspec assemble``: merge the run's campaign tables, plans and ledger into a staging folder
-(:func:`refspec.pipeline.stages.assemble`)."""
+"""``refspec assemble``: merge the run's campaign tables, plans and ledger into one folder, the
+first step of the seal chain (:func:`refspec.pipeline.seal_chain.assemble`)."""
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
 
-from ..pipeline.stages import assemble
+from ..pipeline.seal_chain import assemble
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -9,7 +9,7 @@ import sys
 from ..core.config import load_config
 from ..core.errors import EXIT_FAILED, EXIT_OK
 from ..experiments.audit import audit_ok, fixtures, run_audit, write_results
-from ..experiments.operands import resolve_tool
+from ..experiments.replay_runner import resolve_tool
 
 
 def add_tool_arguments(p: argparse.ArgumentParser) -> None:

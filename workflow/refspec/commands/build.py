@@ -9,7 +9,8 @@ import time
 
 from ..core.config import load_config
 from ..core.fsutil import atomic_write_text
-from ..native.build import REPLAY_TOOL, SERVER_TARGET, SERVER_VARIANTS, BuildOptions, build, build_server
+from ..native.build import SERVER_TARGET, SERVER_VARIANTS, BuildOptions, build, build_server
+from ..native.tools import REPLAY_TOOL
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

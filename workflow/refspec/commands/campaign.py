@@ -37,6 +37,7 @@ import sys
 from ..campaigns.context import prepare
 from ..campaigns.definitions import normalize_name
 from ..campaigns.execution import execute
+from ..campaigns.sizing import size_text
 from ..core.campaign_names import CAMPAIGNS
 from ..core.config import load_config
 from ..core.errors import EXIT_OK, EXIT_RUNTIME
@@ -72,6 +73,9 @@ def run(args: argparse.Namespace) -> int:
         resume=args.resume or args.analyze,
         progress=not args.no_progress,
     )
+    sized = size_text(ctx.defn)
+    if sized and not args.analyze:  # what the campaign can resolve, said before it starts
+        print(f"refspec campaign {ctx.name}: {sized}", file=sys.stderr, flush=True)
     result = execute(ctx, crun, computed, analyze_only=args.analyze)
     sys.stdout.write(result["text"])
     sys.stdout.flush()

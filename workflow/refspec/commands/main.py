@@ -37,14 +37,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     cfg = load_config(args.configfile)
     base = snakemake_command(args.configfile)
-    release_stale_lock(base)
+    results = REPO_ROOT / config_override(args.extra, "results", cfg["results"])
+    release_stale_lock(base, results)
     r = subprocess.run(with_cores(base, args.cores, args.extra), cwd=REPO_ROOT)
     if r.returncode != 0:
         print("refspec main: the workflow failed (see the log tail above and results/*/logs/)", file=sys.stderr)
         return r.returncode
     if dry_run(args.extra):
         return 0
-    out = run_outputs(REPO_ROOT / config_override(args.extra, "results", cfg["results"]))
+    out = run_outputs(results)
     print(f"\narchive: {out.archive}")
     if out.check is not None:
         print(out.check)

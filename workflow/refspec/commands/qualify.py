@@ -4,7 +4,8 @@
                     [--draft D] [--cap C] [--out DIR] [--resume] [--config CFG] [--threads T]
 
 A llama.cpp server of any version against its own micro-batch-1 reference
-(:mod:`refspec.campaigns.server_self_qualification`; sealed archive with its report, one verdict line per arm):
+(:mod:`refspec.campaigns.server_self_qualification`; sealed archive with its report, one verdict line per arm,
+then the report's findings and headline as ``./run main`` prints them):
 
     refspec qualify --server-binary PATH --model M [--draft D] [--panel humaneval:0-11] [--cap 128] [--json]
     refspec qualify --url URL --reference-url URL --model M [--draft D] ...
@@ -29,6 +30,7 @@ import sys
 from ..campaigns.arm_qualification import DEFINITION_NAME, SUMMARY_NAME, format_summary, results_folder, run_qualify
 from ..core.config import load_config
 from ..core.errors import EXIT_FAILED, EXIT_OK, EXIT_RUNTIME, UsageError
+from ..pipeline.main import headline_text
 from ..pipeline.server_qualification import ServerQualifyOptions, qualify_server, summary_lines, write_verdicts
 
 
@@ -93,6 +95,10 @@ def run_server(args: argparse.Namespace) -> int:
         return code
     for line in summary_lines(q, args.server_binary or args.url, args.model):
         print(line)
+    if q.archive is not None and (q.archive / "numbers.json").is_file():
+        # the findings and headline of the sealed report, as ./run main prints them
+        print()
+        print(headline_text(q.archive / "numbers.json", q.archive / "SEAL.dsse.json"))
     if not q.complete:
         print(
             f"refspec qualify: {len(q.summary['incomplete'])} planned request(s) have no completed attempt",

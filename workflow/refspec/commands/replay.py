@@ -9,8 +9,8 @@ import argparse
 from ..core.config import gpu_layers as run_gpu_layers
 from ..core.config import load_config
 from ..core.errors import EXIT_FAILED, EXIT_OK
-from ..experiments.operands import BACKEND_DEVICES, resolve_tool
 from ..experiments.replay import PHASES, Settings, format_summary, run_e1, write_results
+from ..experiments.replay_runner import BACKEND_DEVICES, resolve_tool
 from ..native import build as native
 from ..native import runtime
 from ..native.models import config_families_file

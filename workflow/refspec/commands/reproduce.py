@@ -33,6 +33,7 @@ from ..pipeline.reproduce import (
     reproduction_config,
     write_config,
 )
+from ..pipeline.seal_chain import Folders
 from ..provenance import keys
 
 
@@ -114,7 +115,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"config: {config_path}")
 
         base = snakemake_command(str(config_path))
-        release_stale_lock(base)
+        release_stale_lock(base, out)
         r = subprocess.run(with_cores(base, args.cores, ["-n"] if args.dry_run else []), cwd=REPO_ROOT)
         if r.returncode != 0:
             print("refspec reproduce: the workflow failed (see the log tail above and DIR/logs/)", file=sys.stderr)
@@ -123,7 +124,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"dry run: the reproduction would write {out}")
             return 0
 
-        new = out / "archive"
+        new = Folders(out).archive  # the workflow's sealed archive (the seal chain's last folder)
         b = load_verified(new, out / "provenance" / "signer.pub", "B", keys.public_fingerprint(), work)
         pc = plan_check(a.plan, b.plan)
         print(f"\nreproduction archive: {new}")

@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 from ..core.errors import UsageError
-from ..provenance.seal import seal
+from ..provenance.seal import SealResult, seal
 from ..provenance.statement import archive_reference_problems
 
 
@@ -47,6 +47,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="carry existing CSV copies without checking them against their tables",
     )
     parser.add_argument("--jobs", type=int, default=None, help="hashing threads")
+    add_reproduces_arguments(parser)
+
+
+def add_reproduces_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--reproduces-seal``, ``--reproduces-keyid`` and ``--reproduces-archive-id`` (shared with
+    ``seal-data`` and ``seal-archive``)."""
     r = parser.add_argument_group(
         "reproduction", "the archive this one reproduces (predicate.reproduces; all three or none)"
     )
@@ -90,6 +96,13 @@ def run(args: argparse.Namespace) -> int:
         workers=args.jobs,
         predicate_extra={"reproduces": reproduces} if reproduces is not None else None,
     )
+    print_sealed(r, reproduces)
+    return 0
+
+
+def print_sealed(r: SealResult, reproduces: dict[str, str] | None) -> None:
+    """What a seal command prints about the archive it sealed (shared with ``seal-data`` and
+    ``seal-archive``)."""
     print(f"sealed {r.out}: {r.files} files, {r.total_bytes} bytes")
     print(f"archive id:  {r.archive_id}")
     print(f"campaign:    {r.campaign}")
@@ -100,4 +113,3 @@ def run(args: argparse.Namespace) -> int:
         print(f"reproduces:  {reproduces['seal_sha256']} (key {reproduces['keyid']})")
     if r.tar is not None:
         print(f"tar:         {r.tar}")
-    return 0

@@ -13,7 +13,7 @@ from ..core.config import gpu_layers, load_config
 from ..core.errors import UsageError
 from ..core.panels import load_panel_spec
 from ..experiments import projection
-from ..experiments.operands import BACKEND_DEVICES
+from ..experiments.replay_runner import BACKEND_DEVICES
 from ..experiments.state import kvstate as kv
 from ..experiments.state import partition_screen as pscreen
 from ..experiments.state.crosses import run_crosses
@@ -21,8 +21,8 @@ from ..experiments.state.partition import DEFAULT_SPLITS, DEFAULT_UB_SWEEP, part
 from ..experiments.state.summaries import crosses_summary, partition_summary
 from ..native import build as native
 from ..native import runtime
-from ..native.build import OPREPLAY_TOOL
 from ..native.models import config_families_file
+from ..native.tools import OPREPLAY_TOOL
 
 
 def _int_list(s: str) -> list[int]:
@@ -92,7 +92,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default="auto",
         help="task ids (comma-separated) or auto: two divergent then two stable inputs (default)",
     )
-    sc.add_argument("--jobs", type=int, default=1, help="worker processes run at a time (default 1)")
+    sc.add_argument("--jobs", type=int, default=1, help="job processes run at a time (default 1)")
     sc.add_argument(
         "--divergent", type=int, default=2, help="with --tasks auto: inputs whose pair endpoints differ (default 2)"
     )

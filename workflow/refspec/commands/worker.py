@@ -1,9 +1,12 @@
-"""A worker: one fresh process that serves timed requests for one arm.
+"""A worker: one fresh process that serves timed requests for one arm, or for several side by side.
 
-``python -m refspec.commands.worker --family F --arm A [--draft D] --port 0 --ready-file PATH``
+``python -m refspec.commands.worker --family F --arm A [--also-arm B ...] [--draft D] --port 0 --ready-file PATH``
+
+With ``--also-arm`` the process serves every named arm (the paired design): the models are
+loaded once, each arm has contexts of its own, and a request names its arm in ``refspec.arm``.
 
 The driver starts it (:data:`refspec.engine.worker_process.WORKER_MODULE`); the engine is
-:mod:`refspec.engine.worker`, the HTTP side :mod:`refspec.engine.worker_http`. The HTTP
+:mod:`refspec.engine.worker_engine`, the HTTP side :mod:`refspec.engine.worker_http`. The HTTP
 API, its errors, the exit codes and the environment the driver gives a worker are
 documented in ``anc/worker.md``.
 """
@@ -24,6 +27,13 @@ from ..native.models import ModelFile, ensure_family
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--family", required=True)
     p.add_argument("--arm", required=True, help="arm name from the arms file")
+    p.add_argument(
+        "--also-arm",
+        action="append",
+        default=[],
+        metavar="ARM",
+        help="another arm the same process serves (repeatable; the paired design)",
+    )
     p.add_argument("--arms-file", help="arms YAML (default config/arms.yaml)")
     p.add_argument(
         "--gpu-layers",
@@ -96,12 +106,16 @@ def run(args: argparse.Namespace) -> int:
     if args.max_body < 1:
         raise UsageError("--max-body must be positive")
     arms = load_arms(args.arms_file)
-    if args.arm not in arms:
-        raise UsageError(f"unknown arm {args.arm!r} (known: {', '.join(arms)})")
-    arm = arms[args.arm]
-    if arm.gpu_layers is None:
-        arm = arm.with_(gpu_layers=0 if args.gpu_layers is None else int(args.gpu_layers))
-    speculative = arm.speculative
+    served = []
+    for name in [args.arm, *args.also_arm]:
+        if name not in arms:
+            raise UsageError(f"unknown arm {name!r} (known: {', '.join(arms)})")
+        a = arms[name]
+        if a.gpu_layers is None:
+            a = a.with_(gpu_layers=0 if args.gpu_layers is None else int(args.gpu_layers))
+        served.append(a)
+    arm = served[0]
+    speculative = any(a.speculative for a in served)
     serve(
         ServeOptions(
             family=args.family,
@@ -115,6 +129,7 @@ def run(args: argparse.Namespace) -> int:
             max_body=args.max_body,
             warmup_cap=args.warmup_cap,
             exit_with_parent=args.exit_with_parent,
+            also_arms=tuple(served[1:]),
         )
     )
     return EXIT_OK

@@ -6,7 +6,7 @@ code   meaning
 0      success (verified, qualified, built)
 1      a check ran and failed (verification failed, archive tampered or
        signed by another key than the pinned one, freeze check found
-       differences, ``report-stage`` given data that does not verify)
+       differences, ``render`` given data that does not verify)
 2      usage error: bad arguments, bad or schema-invalid config
 3      input integrity: a pinned hash differs, a GGUF is truncated or corrupt,
        result tables the statistics cannot use (:class:`refspec.core.stats.StatsError`)
@@ -73,6 +73,10 @@ class PlacementError(RefspecError):
 
 class DecodeError(RefspecError):
     exit_code = EXIT_RUNTIME
+
+
+class ReplayToolError(RefspecError):
+    """A native replay tool failed (crash, usage error, unreadable report)."""
 
 
 class RenderError(RefspecError):

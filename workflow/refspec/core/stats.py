@@ -123,6 +123,96 @@ interval of a ratio between two archives (:mod:`refspec.compare.timings`)::
 ``P_p`` is the linearly interpolated percentile (numpy's default ``linear``
 method): with the ``N`` values sorted ``x_0 <= ... <= x_{N-1}``,
 ``h = (N - 1) * p / 100``, ``P_p = x_floor(h) + (h - floor(h)) * (x_floor(h)+1 - x_floor(h))``.
+
+The paired design
+-----------------
+In the design above every arm runs in its own fresh worker processes, so every contrast
+carries two draws of the process effect. In the *paired design* one worker process loads
+the models once and serves every arm of a comparison, request by request, interleaved in a
+balanced order. The process stays the unit of variance: each process contributes its
+within-process contrast, and the interval is taken over processes. The timed rows are
+``(p, a, t, x)``: process, arm, task and time (``x > 0``).
+
+*Process contrast* (:func:`process_contrasts`): with ``L_{a,p}(t)`` the mean log time of arm
+``a`` on task ``t`` in process ``p``, and ``T_p`` the tasks timed for both arms in ``p``
+(within the given task set)::
+
+    c_p = (1/|T_p|) * sum_{t in T_p} (L_{A,p}(t) - L_{B,p}(t))      (D of process p, paired_ratio)
+
+for every process with ``T_p`` not empty, in sorted order of the processes.
+
+*Paired interval* (:func:`paired_interval`): the session interval's one-sample t interval
+(:func:`unit_interval` computes both), over the ``P >= 2`` process contrasts::
+
+    estimate = exp(mean c_p),  se = s(c) / sqrt(P),  [lo, hi] = exp(mean c -+ t_{(1 + level)/2, P-1} * se)
+
+*Variance components* (:func:`variance_components`), by the method of moments. The model of
+the log time ``y = log x`` of request ``r``::
+
+    y_{p,a,t,r} = mu_{a,t} + b_p + g_{p,a} + e_{p,a,t,r}
+    Var b = between (the process),  Var g = interaction (process by arm),  Var e = within (the request)
+
+The residuals ``z = y - ybar_{a,t}`` remove the arm-by-task means (over every process); a
+*cell* ``c`` is a pair ``(p, a)`` with ``n_c`` requests and mean residual ``m_c``; ``N``
+requests, ``C`` cells, ``K`` arm-by-task means, ``A`` arms, ``P`` processes. Within: the
+pooled variance around the cell means, on the residual degrees of freedom of the
+arm-by-task and cell means (``N_a - P_a - T_a + 1`` for each arm)::
+
+    within = sum_c sum_{i in c} (z_i - m_c)^2 / (N - C - K + A)        E[within] = Var e
+
+Design ``"paired"`` (the processes serve every arm): with ``M_p`` the mean of the ``k_p``
+cell means of process ``p``::
+
+    MS_I = sum_c (m_c - M_{p(c)})^2 / (C - P - A + 1)     E[MS_I] = interaction + within / n~
+    S_M  = s^2(M_p)  (P - 1 degrees of freedom)          E[S_M]  = between + interaction / k~ + within / (k~ * n~)
+    interaction = MS_I - within / n~,   between = S_M - MS_I / k~
+
+Design ``"fresh"`` (every process serves one arm; ``mbar_a`` the mean of the cell means of arm
+``a``'s processes): the interaction is confounded with the process effect and is ``None``::
+
+    MS_B = sum_p (m_p - mbar_{a(p)})^2 / (P - A)          E[MS_B] = between + within / n~
+    between = MS_B - within / n~
+
+``n~`` is the harmonic mean of the cell sizes ``n_c`` and ``k~`` the harmonic mean of the cells
+per process ``k_p``: the expectations are exact for balanced cells (every process serves every
+task of its arms equally often) and approximate otherwise. Each component is computed from the
+raw moments and then clipped at 0 (a negative estimate is a component too small to see), and
+``share_between = between / (between + interaction + within)`` (0 when all are 0).
+
+*Equivalence* (two one-sided tests at 5 % each, :func:`equivalent`): the ratio is within
+``tau`` of 1 when its 90 % interval lies inside ``[1/tau, tau]``::
+
+    equivalent = 1/tau <= lo90  and  hi90 <= tau
+
+*The ratio decision* (:func:`decide_ratio`), on the 95 % and 90 % intervals of one ratio,
+weighed by the A/A floor ``F`` (1 without a control), first match::
+
+    lo95 > tau * F                                 -> "exceeds"        (the numerator slower beyond tau)
+    hi95 < 1 / (tau * F)                           -> "faster"         (the numerator faster beyond tau)
+    tau / F > 1  and  equivalent(lo90, hi90, tau / F) -> "equivalent"  (inside [F/tau, tau/F])
+    lo95 > tau  or  hi95 < 1 / tau                 -> "noise_too_high" (clears tau or 1/tau only inside the band)
+    otherwise                                      -> "inconclusive"
+
+*Detectable ratio* (:func:`detectable_ratio`): the smallest true ratio whose interval, as wide
+as one of half width ``h``, clears ``tau * F``; :func:`minimum_detectable` is the same with
+``exp(h) = sqrt(hi / lo)`` of the control::
+
+    detectable = tau * F * exp(h)
+
+*Sizing by a cost model* (:func:`plan_paired`; Kalibera and Jones, "Rigorous benchmarking in
+reasonable time", ISMM 2013). With ``n`` timed requests per arm in each of ``P`` processes::
+
+    Var(c_p) = 2 * interaction + 2 * within / n
+    h        = t_{0.975, P-1} * sqrt(Var(c_p) / P)
+    detectable ~ tau * exp(2 h)        (the A/A twin, in the same processes, has a floor F of about exp(h))
+    seconds  = P * (process_s + arms * n * request_s)      (process_s: a start with its warm-ups)
+
+The plan is the cheapest integer ``2 <= P <= max_processes``, ``1 <= n <= max_requests`` with
+``detectable <= target`` and ``seconds <= budget`` (ties: the smaller detectable ratio, then
+fewer processes); when none is, the plan within the budget with the smallest detectable ratio
+(the smallest design when none fits), marked unreachable with a sentence that says what the
+budget reaches and what the target would cost. Components of the fresh design have no
+interaction; their process effect ``between`` stands in for it (an upper bound).
 """
 
 from __future__ import annotations
@@ -393,13 +483,21 @@ def worker_interval(
     return _t_interval(D, math.sqrt(se2), df, min(len(ra), len(rb)), level)
 
 
-def session_interval(c: Sequence[float], level: float = CONFIDENCE) -> Interval:
-    """``exp(mean c_s)`` with the one-sample t interval over the session contrasts ``c_s``."""
+def unit_interval(
+    c: Sequence[float], level: float = CONFIDENCE, *, unit: str = "session", units: str = "sessions"
+) -> Interval:
+    """``exp(mean c)`` with the one-sample t interval over the contrasts ``c`` of independent units
+    (sessions, processes); ``unit``/``units`` name them in the error."""
     n = len(c)
     if n < MIN_UNITS:
-        raise StatsError(f"a session interval needs at least {MIN_UNITS} sessions ({n})")
+        raise StatsError(f"a {unit} interval needs at least {MIN_UNITS} {units} ({n})")
     D = math.fsum(c) / n
     return _t_interval(D, math.sqrt(_sample_var(c) / n), float(n - 1), n, level)
+
+
+def session_interval(c: Sequence[float], level: float = CONFIDENCE) -> Interval:
+    """``exp(mean c_s)`` with the one-sample t interval over the session contrasts ``c_s``."""
+    return unit_interval(c, level)
 
 
 def noise_floor_of(lo: float, hi: float) -> float:
@@ -427,9 +525,21 @@ def decide_weighed(lo: float, hi: float, threshold: float = DEFAULT_THRESHOLD, f
     return "inconclusive"
 
 
+def _clearing_ratio(threshold: float, floor: float, widening: float) -> float:
+    """``tau * F * exp(h)``, with ``exp(h)`` given: the one product of :func:`detectable_ratio` and
+    :func:`minimum_detectable` (which passes ``sqrt(hi / lo)``, its bits unchanged)."""
+    return threshold * floor * widening
+
+
+def detectable_ratio(half_width: float, threshold: float = DEFAULT_THRESHOLD, floor: float = 1.0) -> float:
+    """The smallest true ratio whose interval, of log half width ``h``, clears ``tau * F``: ``tau * F * exp(h)``."""
+    return _clearing_ratio(threshold, floor, math.exp(half_width))
+
+
 def minimum_detectable(lo_aa: float, hi_aa: float, threshold: float = DEFAULT_THRESHOLD) -> float:
-    """The smallest ratio this design decides as ``exceeds``: ``tau * F * sqrt(hi / lo)`` of its A/A control."""
-    return threshold * noise_floor_of(lo_aa, hi_aa) * math.sqrt(hi_aa / lo_aa)
+    """The smallest ratio this design decides as ``exceeds``: ``tau * F * sqrt(hi / lo)`` of its A/A control
+    (:func:`detectable_ratio` with ``exp(h) = sqrt(hi / lo)``)."""
+    return _clearing_ratio(threshold, noise_floor_of(lo_aa, hi_aa), math.sqrt(hi_aa / lo_aa))
 
 
 def units_needed(
@@ -443,3 +553,211 @@ def units_needed(
     h = math.log(hi_aa / lo_aa) / 2.0
     h_star = math.log(target / threshold) / 2.0
     return max(units, math.ceil(units * (h / h_star) ** 2))
+
+
+# --------------------------------------------------------------------------- the paired design
+
+PAIRED = "paired"  # one process serves every arm of a comparison
+FRESH = "fresh"  # every process serves one arm
+DESIGNS = (PAIRED, FRESH)
+
+Row = tuple[str, str, str, float]  # (process, arm, task, time)
+
+
+def process_contrasts(
+    rows: Iterable[Row], numerator: str, denominator: str, tasks: Iterable[str] | None = None
+) -> dict[str, float]:
+    """``c_p``, the paired log ratio (:func:`paired_ratio`) of ``numerator`` over ``denominator`` within
+    each process ``p`` over the tasks it timed for both arms (within ``tasks`` when given); processes
+    that timed no task for both arms have none. Rows are ``(process, arm, task, time)``, times > 0."""
+    if numerator == denominator:
+        raise StatsError(f"a process contrast needs two arms ({numerator!r} twice)")
+    keep = None if tasks is None else set(tasks)
+    times: dict[str, dict[str, dict[str, list[float]]]] = {}
+    for p, a, t, x in rows:
+        if (a == numerator or a == denominator) and (keep is None or t in keep):
+            times.setdefault(p, {numerator: {}, denominator: {}})[a].setdefault(t, []).append(x)
+    out = {}
+    for p in sorted(times):
+        num, den = times[p][numerator], times[p][denominator]
+        common = [t for t in num if t in den]
+        if common:
+            out[p] = paired_ratio(num, den, common).log_ratio
+    return out
+
+
+def paired_interval(c: Mapping[str, float] | Sequence[float], level: float = CONFIDENCE) -> Interval:
+    """``exp(mean c_p)`` with the one-sample t interval over the process contrasts (``units``: processes);
+    ``c`` as :func:`process_contrasts` returns it, or its values."""
+    vals = [c[p] for p in sorted(c)] if isinstance(c, Mapping) else list(c)
+    return unit_interval(vals, level, unit="paired", units="processes")
+
+
+@dataclass(frozen=True)
+class VarianceComponents:
+    """The variances of log time by source (:func:`variance_components`); ``interaction`` is ``None``
+    for the fresh design, where it is confounded with the process effect ``between``."""
+
+    design: str
+    between: float  # the process effect
+    within: float  # the request noise
+    interaction: float | None  # process by arm
+    n_processes: int
+    n_requests: int
+
+    @property
+    def share_between(self) -> float:
+        """``between / (between + interaction + within)``; 0 when all are 0."""
+        total = self.between + (self.interaction or 0.0) + self.within
+        return self.between / total if total > 0 else 0.0
+
+    @property
+    def sd_between(self) -> float:
+        return math.sqrt(self.between)
+
+    @property
+    def sd_within(self) -> float:
+        return math.sqrt(self.within)
+
+    @property
+    def sd_interaction(self) -> float | None:
+        return None if self.interaction is None else math.sqrt(self.interaction)
+
+
+def variance_components(rows: Iterable[Row], design: str) -> VarianceComponents:
+    """Between, within and (paired design) interaction variances of log time by the method of moments;
+    see the module docstring. Rows are ``(process, arm, task, time)``, times > 0."""
+    if design not in DESIGNS:
+        raise StatsError(f"unknown design {design!r} (one of {', '.join(DESIGNS)})")
+    y = []
+    for p, a, t, x in rows:
+        if not x > 0:
+            raise StatsError("times must be positive")
+        y.append((p, a, t, math.log(x)))
+    groups: dict[tuple[str, str], list[float]] = {}
+    for _p, a, t, v in y:
+        groups.setdefault((a, t), []).append(v)
+    mu = {k: math.fsum(v) / len(v) for k, v in groups.items()}
+    cells: dict[tuple[str, str], list[float]] = {}
+    for p, a, t, v in y:
+        cells.setdefault((p, a), []).append(v - mu[(a, t)])
+    m = {k: math.fsum(z) / len(z) for k, z in cells.items()}
+    n_req, n_cells = len(y), len(cells)
+    arms = sorted({a for _p, a in cells})
+    procs = sorted({p for p, _a in cells})
+    df_w = n_req - n_cells - len(groups) + len(arms)
+    if df_w < 1:
+        raise StatsError(f"no degrees of freedom for the within variance ({n_req} requests, {n_cells} cells)")
+    within = math.fsum((v - m[k]) ** 2 for k, z in cells.items() for v in z) / df_w
+    n_h = n_cells / math.fsum(1.0 / len(z) for z in cells.values())
+    if design == PAIRED:
+        by_p: dict[str, list[float]] = {}
+        for k, v in m.items():
+            by_p.setdefault(k[0], []).append(v)
+        M = {p: math.fsum(v) / len(v) for p, v in by_p.items()}
+        df_i = n_cells - len(procs) - len(arms) + 1
+        if len(procs) < MIN_UNITS or df_i < 1:
+            raise StatsError(f"the paired design needs at least {MIN_UNITS} processes serving two arms or more")
+        ms_i = math.fsum((m[k] - M[k[0]]) ** 2 for k in cells) / df_i
+        k_h = len(procs) / math.fsum(1.0 / len(by_p[p]) for p in procs)
+        interaction = ms_i - within / n_h
+        between = _sample_var([M[p] for p in procs]) - ms_i / k_h
+        return VarianceComponents(PAIRED, max(between, 0.0), within, max(interaction, 0.0), len(procs), n_req)
+    arm_of: dict[str, str] = {}
+    for p, a in cells:
+        if arm_of.setdefault(p, a) != a:
+            raise StatsError(f"process {p!r} serves more than one arm: not the fresh design")
+    by_a: dict[str, list[float]] = {}
+    for p in procs:
+        by_a.setdefault(arm_of[p], []).append(m[(p, arm_of[p])])
+    mbar = {a: math.fsum(v) / len(v) for a, v in by_a.items()}
+    df_b = len(procs) - len(arms)
+    if df_b < 1:
+        raise StatsError("the fresh design needs an arm served by at least two processes")
+    ms_b = math.fsum((m[(p, arm_of[p])] - mbar[arm_of[p]]) ** 2 for p in procs) / df_b
+    between = ms_b - within / n_h
+    return VarianceComponents(FRESH, max(between, 0.0), within, None, len(procs), n_req)
+
+
+def equivalent(lo90: float, hi90: float, threshold: float) -> bool:
+    """Two one-sided tests: the 90 % interval lies inside ``[1/tau, tau]``."""
+    return 1.0 / threshold <= lo90 and hi90 <= threshold
+
+
+def decide_ratio(iv95: Interval, iv90: Interval, threshold: float = DEFAULT_THRESHOLD, floor: float = 1.0) -> str:
+    """``exceeds``, ``faster``, ``equivalent``, ``noise_too_high`` or ``inconclusive``: the ratio decision
+    of the module docstring, on the 95 % and 90 % intervals of one ratio, weighed by the A/A floor ``F``."""
+    if iv95.lo > threshold * floor:
+        return "exceeds"
+    if iv95.hi < 1.0 / (threshold * floor):
+        return "faster"
+    band = threshold / floor
+    if band > 1.0 and equivalent(iv90.lo, iv90.hi, band):
+        return "equivalent"
+    if iv95.lo > threshold or iv95.hi < 1.0 / threshold:
+        return NOISE_TOO_HIGH
+    return "inconclusive"
+
+
+@dataclass(frozen=True)
+class SizePlan:
+    """A paired design's size from :func:`plan_paired`: ``processes`` x ``requests_per_arm`` timed requests."""
+
+    processes: int
+    requests_per_arm: int
+    expected_half_width: float  # h of the paired interval (log scale)
+    expected_detectable: float  # tau * exp(2 h)
+    expected_seconds: float
+    reachable: bool  # expected_detectable <= target within the budget
+    reason: str
+
+
+def plan_paired(
+    components: VarianceComponents,
+    *,
+    process_s: float,
+    request_s: float,
+    arms: int,
+    target: float = 1.03,
+    threshold: float = DEFAULT_THRESHOLD,
+    budget_s: float,
+    max_processes: int = 64,
+    max_requests: int = 64,
+) -> SizePlan:
+    """The cheapest paired design whose expected detectable ratio reaches ``target`` within ``budget_s``
+    seconds, or the best the budget reaches (``reachable`` False); see the module docstring."""
+    if arms < 2 or max_processes < MIN_UNITS or max_requests < 1 or process_s < 0 or request_s < 0:
+        raise StatsError("a plan needs at least two arms, two processes, one request and costs >= 0")
+    inter = components.interaction if components.interaction is not None else components.between
+    plans = []
+    for P in range(MIN_UNITS, max_processes + 1):
+        q = t_quantile(0.5 + CONFIDENCE / 2.0, float(P - 1))
+        for n in range(1, max_requests + 1):
+            h = q * math.sqrt((2.0 * inter + 2.0 * components.within / n) / P)
+            seconds = P * (process_s + arms * n * request_s)
+            plans.append((P, n, h, threshold * math.exp(2.0 * h), seconds))
+
+    def plan(x, reachable, reason):
+        return SizePlan(x[0], x[1], x[2], x[3], x[4], reachable, reason)
+
+    def said(x):
+        return f"{x[0]} processes x {x[1]} requests per arm, {x[4]:.0f} s"
+
+    reaching = [x for x in plans if x[3] <= target]
+    cheapest = min(reaching, key=lambda x: (x[4], x[3], x[0], x[1])) if reaching else None
+    if cheapest is not None and cheapest[4] <= budget_s:
+        why = f"{said(cheapest)}: a detectable ratio of {cheapest[3]:.4f} <= {target} within {budget_s:.0f} s"
+        return plan(cheapest, True, why)
+    if cheapest is None:
+        costs = f"the target {target} is not reached within {max_processes} processes x {max_requests} requests per arm"
+    else:
+        costs = f"the target {target} would cost {cheapest[4]:.0f} s ({said(cheapest)})"
+    fits = [x for x in plans if x[4] <= budget_s]
+    if not fits:
+        small = min(plans, key=lambda x: (x[4], x[0], x[1]))
+        return plan(
+            small, False, f"the budget of {budget_s:.0f} s buys no design (the smallest: {said(small)}); {costs}"
+        )
+    best = min(fits, key=lambda x: (x[3], x[4], x[0], x[1]))
+    why = f"the budget of {budget_s:.0f} s reaches a detectable ratio of {best[3]:.4f} at best ({said(best)}); {costs}"
+    return plan(best, False, why)

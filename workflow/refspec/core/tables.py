@@ -570,16 +570,6 @@ def read_csv_records(name: str, directory: str | Path) -> list[dict[str, Any]]:
         return [{c.name: parse_cell(c.type, c.nullable, t) for c, t in zip(sp.columns, row)} for row in rd]
 
 
-def available(directory: str | Path) -> dict[str, Path]:
-    """name -> parquet path of every known table present in ``directory``."""
-    out = {}
-    for name in TABLES:
-        p = find_table(name, directory)
-        if p is not None:
-            out[name] = p
-    return out
-
-
 # --------------------------------------------------------------------------- endpoints
 
 

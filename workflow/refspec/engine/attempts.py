@@ -25,9 +25,11 @@ class Attempt:
 class AttemptQueue:
     """The attempts still to run in a block, in order."""
 
-    def __init__(self, planned: list[Planned], attempts_before: dict[tuple[str, int], int], retries: int):
+    def __init__(self, planned: list[Planned], attempts_before: dict[tuple, int], retries: int):
+        """``attempts_before`` maps a request's :attr:`Planned.key` (arm, task, repeat) to the last
+        attempt number already recorded."""
         self.retries = retries
-        self._q = deque(Attempt(p, attempts_before.get((p.task_id, p.repeat), 0) + 1) for p in planned)
+        self._q = deque(Attempt(p, attempts_before.get(p.key, 0) + 1) for p in planned)
 
     def __bool__(self) -> bool:
         return bool(self._q)

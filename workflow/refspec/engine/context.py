@@ -26,12 +26,19 @@ class LedgerSink(Protocol):
 
 @dataclass
 class Planned:
-    """One required request: ``repeat`` from 1."""
+    """One required request: ``repeat`` from 1; ``arm``: which of a paired block's arms serves it
+    (None: the block's one arm)."""
 
     task_id: str
     cap: int
     repeat: int
     prompt_ids: list[int] | None = None  # None: resolved by ``prompts`` once a worker is up
+    arm: str | None = None
+
+    @property
+    def key(self) -> tuple[str | None, str, int]:
+        """What identifies the request within its block: (arm, task, repeat)."""
+        return (self.arm, self.task_id, self.repeat)
 
 
 class PromptBook:

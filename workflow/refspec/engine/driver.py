@@ -30,7 +30,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..core.arms import Arm
-from ..core.errors import PlacementError, RefspecError
+from ..core.errors import PlacementError, RefspecError, UsageError
 from ..core.hashing import sha256_json
 from .attempts import Attempt, AttemptQueue
 from .context import Planned, RunContext, ledger_line, record
@@ -57,6 +57,16 @@ class _Block:
     worker: ArmProcess | None = None
     order: int = 0  # the order index of the next request on the current worker
     starts: int = 0  # processes started for the block
+    also_arms: tuple[Arm, ...] = ()  # the other arms a paired block's process serves
+
+    def arm_of(self, p: Planned) -> Arm:
+        """The arm that serves ``p``: its own in a paired block, else the block's."""
+        if p.arm is None or p.arm == self.arm.name:
+            return self.arm
+        for a in self.also_arms:
+            if a.name == p.arm:
+                return a
+        raise UsageError(f"block {self.index}: planned arm {p.arm} is not served by its process")
 
     def ledger(self, kind: str, reason: str, **kw) -> dict:
         return ledger_line(self.ctx, kind, reason, **kw)
@@ -68,16 +78,21 @@ def run_block(
     planned: list[Planned],
     *,
     block: int = 0,
-    attempts_before: dict[tuple[str, int], int] | None = None,
+    attempts_before: dict[tuple, int] | None = None,
+    also_arms: tuple[Arm, ...] = (),
 ) -> list[dict]:
     """Run ``planned`` on fresh workers for ``arm``; return the journal records of every attempt.
 
+    With ``also_arms`` (the paired design) one process serves ``arm`` and ``also_arms`` side by
+    side and each planned request names its arm (:attr:`Planned.arm`); the requests run in the
+    planned order, interleaving the arms.
+
     Records are ``{"type": "request", "row": <requests row>, "endpoint": <endpoints row or None>,
     "margins": [...], "evidence": {...}, "counters": {...}, "prompt_sha256": ...}``, the warmup
-    rows included. ``attempts_before`` maps (task_id, repeat) to the last attempt number already
-    recorded (when a campaign resumes).
+    rows included. ``attempts_before`` maps a request's :attr:`Planned.key` (arm, task_id, repeat)
+    to the last attempt number already recorded (when a campaign resumes).
     """
-    b = _Block(ctx, arm, block, AttemptQueue(planned, attempts_before or {}, ctx.retries))
+    b = _Block(ctx, arm, block, AttemptQueue(planned, attempts_before or {}, ctx.retries), also_arms=tuple(also_arms))
     try:
         while b.queue:
             _drop_dead_worker(b)
@@ -117,7 +132,7 @@ def _start_worker(b: _Block) -> str:
         return _STOP
     b.starts += 1
     try:
-        worker, wrec = start_process(ctx, arm, block)
+        worker, wrecs = start_process(ctx, arm, block, b.also_arms)
     except PlacementError as e:  # not a transient failure: record it, then stop the campaign
         b.ledger("failure", f"placement refused: {e}", arm=arm.name, block=block, outcome="failed")
         raise
@@ -125,8 +140,8 @@ def _start_worker(b: _Block) -> str:
         b.ledger("failure", f"worker start failed: {e}", arm=arm.name, block=block, outcome="failed")
         return _AGAIN
     b.worker = worker
-    b.out.append(wrec)
-    b.order = 1
+    b.out.extend(wrecs)
+    b.order = len(wrecs)
     if ctx.prompts is not None:
         try:
             ctx.prompts.ensure(worker)
@@ -158,12 +173,13 @@ def _run_attempt(b: _Block) -> str:
     def failed(reason: str) -> dict:
         """The failed record of this request (its prompt hashed only when it fails)."""
         return failed_attempt(
-            ctx, b.arm, b.index, worker.worker_id, p, b.order, a.attempt, reason, a.retry_of, sha256_json(ids)
+            ctx, b.arm_of(p), b.index, worker.worker_id, p, b.order, a.attempt, reason, a.retry_of, sha256_json(ids)
         )
 
+    which = {"arm": b.arm_of(p).name} if b.also_arms else {}  # a paired process: the request's arm
     cpu0 = process_cpu_ns(worker.pid)
     try:
-        c = worker.complete(ids, p.cap, request_id=rid, timeout=ctx.request_timeout)
+        c = worker.complete(ids, p.cap, request_id=rid, timeout=ctx.request_timeout, **which)
     except RequestError as e:
         b.out.append(failed(f"worker answered {e}"))
         b.order += 1
@@ -211,7 +227,8 @@ def _lost_worker(b: _Block, a: Attempt, failed, e: RefspecError) -> None:
 
 def _record_ok(b: _Block, a: Attempt, ids: list[int], c: Completion, cpu_ns: int | None) -> None:
     """A completed attempt: its ``requests`` row, an ``attempt`` ledger line and its journal record."""
-    ctx, arm, worker, p = b.ctx, b.arm, b.worker, a.planned
+    ctx, worker, p = b.ctx, b.worker, a.planned
+    arm = b.arm_of(p)
     row = request_row(
         ctx,
         arm,
@@ -267,7 +284,9 @@ def _record_ok(b: _Block, a: Attempt, ids: list[int], c: Completion, cpu_ns: int
 def _fail_rest(b: _Block, worker_id: str, first_index: int, reason: str) -> None:
     """Every attempt left in the block fails with ``reason`` (order indexes from ``first_index``)."""
     for i, q in enumerate(b.queue.drain(), start=first_index):
-        b.out.append(failed_attempt(b.ctx, b.arm, b.index, worker_id, q.planned, i, q.attempt, reason, q.retry_of))
+        b.out.append(
+            failed_attempt(b.ctx, b.arm_of(q.planned), b.index, worker_id, q.planned, i, q.attempt, reason, q.retry_of)
+        )
 
 
 def _stop_worker(b: _Block) -> None:

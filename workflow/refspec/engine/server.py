@@ -48,6 +48,7 @@ from ..core.errors import EXIT_RUNTIME, RefspecError, UsageError
 from ..core.fsutil import atomic_write_text
 from ..core.hashing import sha256_json
 from ..native import build as native
+from ..native.cmake import BUILD_RECORD
 from ..native.runtime import Model
 from .client import send_json
 from .context import RunContext, ledger_line, record
@@ -420,7 +421,7 @@ def endpoint_from_response(
 
 
 def _server_build(ctx: RunContext, variant: str):
-    rec = json.loads((Path(ctx.lib_dir).parent.parent / native.BUILD_RECORD).read_text())
+    rec = json.loads((Path(ctx.lib_dir).parent.parent / BUILD_RECORD).read_text())
     opts = native.BuildOptions(**rec["options"])
     return native.build_server(opts, variant, quiet=True)
 

@@ -1,13 +1,21 @@
-"""The worker's engine: one arm's models and runner, and the request logic, independent of HTTP.
+"""The worker's engine: the models, the runners of the arms it serves, and the request logic,
+independent of HTTP.
 
-The worker loads the family's target (and, for speculative arms, the draft)
-once, creates the arm's contexts (:class:`refspec.engine.transaction.ArmRunner`), runs
-the registered warmup (:data:`WARMUP_TEXT`, chat-templated, :data:`WARMUP_CAP`
-new tokens; recorded, never timed) and then serves requests shaped like OpenAI's
-``/v1/completions`` (non-streaming, greedy only; the HTTP side is
-:mod:`refspec.engine.worker_http`, the command line :mod:`refspec.commands.worker`).
-There is no prompt cache: every request starts from cleared KV caches
-(``Context.begin_request``).
+The worker loads the family's target (and, when an arm is speculative, the draft) once,
+creates each arm's contexts (:class:`refspec.engine.transaction.ArmRunner`), runs each arm's
+registered warmup (:data:`WARMUP_TEXT`, chat-templated, :data:`WARMUP_CAP` new tokens;
+recorded, never timed) and then serves requests shaped like OpenAI's ``/v1/completions``
+(non-streaming, greedy only; the HTTP side is :mod:`refspec.engine.worker_http`, the command
+line :mod:`refspec.commands.worker`). There is no prompt cache: every request starts from
+cleared KV caches (``Context.begin_request``).
+
+A worker serves one arm (the fresh design: one process per arm and block) or several (the
+paired design, ``anc/worker.md``): then a request names its arm in ``refspec.arm`` (or
+``model``), and each arm has contexts of its own. What the arms of one process share: the
+model weights (one load, read-only), the process (its allocator, page placement, threads'
+CPU affinity, what ran before). What they do not: KV buffers, compute buffers, the graph
+cache (all per context) and the draft context (one per speculative arm); ``request_index``
+counts the process's requests over every arm.
 """
 
 from __future__ import annotations
@@ -47,7 +55,7 @@ _NEUTRAL = {
     "logit_bias": (None, {}),
 }
 _FREE = ("model", "prompt", "max_tokens", "seed", "user", "refspec")
-_REFSPEC_FIELDS = ("chat", "request_id")
+_REFSPEC_FIELDS = ("chat", "request_id", "arm")
 
 
 class HTTPError(Exception):
@@ -144,7 +152,11 @@ class CycleTrace:
 
 
 class WorkerEngine:
-    """Models, the arm's runner and the request logic; independent of HTTP."""
+    """Models, the runners of the arms served and the request logic; independent of HTTP.
+
+    ``arm`` is the process's first arm (the one a request that names none gets, and the one a
+    single-arm worker's identity names); ``also_arms`` the others of a paired worker, served
+    side by side with their own contexts over the same loaded models."""
 
     def __init__(
         self,
@@ -156,32 +168,48 @@ class WorkerEngine:
         draft_name: str | None = None,
         lib_dir: str | None = None,
         worker_id: str | None = None,
+        also_arms=(),
     ):
         t_load = time.perf_counter()
+        arms = [arm, *also_arms]
+        names = [a.name for a in arms]
+        if len(set(names)) != len(names):
+            raise UsageError(f"an arm is named twice among {', '.join(names)}")
+        if len({a.gpu_layers for a in arms}) != 1:
+            raise UsageError("the arms of one worker share the loaded models: they need one gpu_layers")
+        speculative = any(a.speculative for a in arms)
         self.lib = runtime.load(lib_dir)
         self.family = family
         self.arm = arm
-        self.draft_name = draft_name if arm.speculative else None
+        self.arms = {a.name: a for a in arms}
+        self.draft_name = draft_name if speculative else None
         self.target_file = target_file
-        self.draft_file = draft_file if arm.speculative else None
+        self.draft_file = draft_file if speculative else None
         self.worker_id = worker_id or f"{arm.name}-{os.getpid()}"
         ngl = 0 if arm.gpu_layers is None else int(arm.gpu_layers)
         self.target = runtime.Model(target_file.path, sha256=target_file.sha256, n_gpu_layers=ngl)
         self.draft = None
-        if arm.speculative:
+        if speculative:
             if draft_file is None:
-                raise UsageError(f"arm {arm.name} is speculative: a draft model is needed")
+                raise UsageError(
+                    f"arm {next(a.name for a in arms if a.speculative)} is speculative: a draft model is needed"
+                )
             self.draft = runtime.Model(draft_file.path, sha256=draft_file.sha256, n_gpu_layers=ngl)
-        self.runner = ArmRunner(arm, self.target, self.draft)
-        self.trace = CycleTrace(self.runner.tctx) if arm.speculative else None
+        self.runners = {a.name: ArmRunner(a, self.target, self.draft) for a in arms}
+        self.traces = {n: CycleTrace(r.tctx) for n, r in self.runners.items() if r.arm.speculative}
         self.load_s = time.perf_counter() - t_load
         self.started_utc = utc_now()
         self.served = 0
-        self.warmup: dict = {"done": False}
+        self.warmup: dict = {"done": False}  # the first arm's; every arm's in ``warmups``
+        self.warmups: dict[str, dict] = {}
 
     @property
-    def model_name(self) -> str:
-        return f"{self.family}/{self.arm.name}" + (f"+{self.draft_name}" if self.draft_name else "")
+    def paired(self) -> bool:
+        """Whether the process serves several arms (the paired design)."""
+        return len(self.arms) > 1
+
+    def model_name(self, arm) -> str:
+        return f"{self.family}/{arm.name}" + (f"+{self.draft_name}" if arm.speculative and self.draft_name else "")
 
     def identity(self) -> dict:
         models = {"target": {"path": str(self.target_file.path), "sha256": self.target_file.sha256}}
@@ -191,7 +219,9 @@ class WorkerEngine:
                 "path": str(self.draft_file.path),
                 "sha256": self.draft_file.sha256,
             }
+        paired = {"arms": {n: a.record() for n, a in self.arms.items()}} if self.paired else {}
         return {
+            **paired,
             "worker_id": self.worker_id,
             "pid": os.getpid(),
             "family": self.family,
@@ -273,38 +303,62 @@ class WorkerEngine:
             raise HTTPError(400, "refspec.chat must be true or false", param="refspec.chat")
         if "request_id" in ext and not isinstance(ext["request_id"], str):
             raise HTTPError(400, "refspec.request_id must be a string", param="refspec.request_id")
+        arm = self.request_arm(body, ext)
         if "prompt" not in body:
             raise HTTPError(400, "prompt is required", param="prompt")
-        cap = body.get("max_tokens", self.arm.cap)
+        cap = body.get("max_tokens", arm.cap)
         if type(cap) is not int or cap < 1:
             raise HTTPError(400, "max_tokens must be a positive integer", param="max_tokens")
         ids = self.prompt_ids(body["prompt"], chat)
-        need = len(ids) + cap + self.arm.k + 1
-        if need > self.arm.n_ctx:
+        need = len(ids) + cap + arm.k + 1
+        if need > arm.n_ctx:
             raise HTTPError(
                 400,
-                f"prompt of {len(ids)} tokens plus max_tokens {cap} (and {self.arm.k + 1} "
-                f"verification rows) needs {need} positions; the context holds {self.arm.n_ctx}",
+                f"prompt of {len(ids)} tokens plus max_tokens {cap} (and {arm.k + 1} "
+                f"verification rows) needs {need} positions; the context holds {arm.n_ctx}",
                 param="prompt",
                 type_="context_length_exceeded",
             )
-        return ids, cap, ext
+        return ids, cap, {**ext, "arm": arm.name}
+
+    def request_arm(self, body: dict, ext: dict):
+        """The arm a request names (``refspec.arm``, else a ``model`` that is one of the arms' names),
+        or the first arm; a paired worker refuses a request whose two names disagree."""
+        named = ext.get("arm")
+        if named is not None and not isinstance(named, str):
+            raise HTTPError(400, "refspec.arm must be a string", param="refspec.arm")
+        model = body.get("model")
+        if named is None and model in self.arms:
+            named = model
+        elif named is not None and model in self.arms and model != named:
+            raise HTTPError(422, f"model {model!r} and refspec.arm {named!r} name different arms", param="refspec.arm")
+        if named is None:
+            return self.arm
+        if named not in self.arms:
+            raise HTTPError(
+                422,
+                f"this worker serves {', '.join(self.arms)}, not {named!r}",
+                param="refspec.arm",
+                type_="unknown_arm",
+            )
+        return self.arms[named]
 
     def complete(self, body: Any) -> dict:
         ids, cap, ext = self.check_request(body)
-        return self._run(ids, cap, ext.get("request_id"))
+        return self._run(ids, cap, ext.get("request_id"), self.arms[ext["arm"]])
 
-    def _run(self, ids: list[int], cap: int, request_id: str | None, *, count: bool = True) -> dict:
-        if self.trace is not None:
-            self.trace.reset()
+    def _run(self, ids: list[int], cap: int, request_id: str | None, arm, *, count: bool = True) -> dict:
+        trace = self.traces.get(arm.name)
+        if trace is not None:
+            trace.reset()
         t0 = time.perf_counter_ns()
-        res = self.runner.run(ids, cap)
+        res = self.runners[arm.name].run(ids, cap)
         engine_ns = time.perf_counter_ns() - t0
         ep = res.endpoint
         flat = res.stats.flat()
         evidence = None
-        if self.trace is not None:
-            evidence = self.trace.summary(res.stats)
+        if trace is not None:
+            evidence = trace.summary(res.stats)
         index = self.served if count else -1
         if count:
             self.served += 1
@@ -313,7 +367,7 @@ class WorkerEngine:
             "id": f"cmpl-{os.getpid()}-{index}",
             "object": "text_completion",
             "created": int(time.time()),
-            "model": self.model_name,
+            "model": self.model_name(arm),
             "choices": [
                 {
                     "index": 0,
@@ -328,8 +382,8 @@ class WorkerEngine:
                 "request_index": index,
                 "worker_id": self.worker_id,
                 "pid": os.getpid(),
-                "arm": self.arm.record(),
-                "draft": self.draft_name,
+                "arm": arm.record(),
+                "draft": self.draft_name if arm.speculative else None,
                 "prompt_sha256": sha256_json(ids),
                 "prompt_tokens": len(ids),
                 "cap": cap,
@@ -345,23 +399,27 @@ class WorkerEngine:
         }
 
     def run_warmup(self, cap: int = WARMUP_CAP) -> dict:
+        """Every arm's registered warmup, in the order the arms were given; returns the first arm's."""
         ids = self.tokenize(WARMUP_TEXT, chat=True)
-        t0 = time.perf_counter_ns()
-        out = self._run(ids, cap, "warmup", count=False)
-        r = out["refspec"]
-        self.warmup = {
-            "done": True,
-            "text": WARMUP_TEXT,
-            "chat": True,
-            "prompt_sha256": r["prompt_sha256"],
-            "prompt_tokens": r["prompt_tokens"],
-            "cap": cap,
-            "endpoint": r["endpoint"],
-            "counters": r["counters"],
-            "engine_ns": r["engine_ns"],
-            "wall_ns": time.perf_counter_ns() - t0,
-        }
+        for arm in self.arms.values():
+            t0 = time.perf_counter_ns()
+            out = self._run(ids, cap, "warmup", arm, count=False)
+            r = out["refspec"]
+            self.warmups[arm.name] = {
+                "done": True,
+                "text": WARMUP_TEXT,
+                "chat": True,
+                "prompt_sha256": r["prompt_sha256"],
+                "prompt_tokens": r["prompt_tokens"],
+                "cap": cap,
+                "endpoint": r["endpoint"],
+                "counters": r["counters"],
+                "engine_ns": r["engine_ns"],
+                "wall_ns": time.perf_counter_ns() - t0,
+            }
+        self.warmup = self.warmups[self.arm.name]
         return self.warmup
 
     def close(self) -> None:
-        self.runner.close()
+        for runner in self.runners.values():
+            runner.close()

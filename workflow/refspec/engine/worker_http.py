@@ -305,7 +305,10 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 200,
                 {
                     "object": "list",
-                    "data": [{"id": eng.model_name, "object": "model", "created": 0, "owned_by": "refspec"}],
+                    "data": [
+                        {"id": eng.model_name(a), "object": "model", "created": 0, "owned_by": "refspec"}
+                        for a in eng.arms.values()
+                    ],
                 },
             )
         if path in ("/v1/completions", "/refspec/tokenize"):
@@ -523,6 +526,7 @@ class WorkerServer(socketserver.ThreadingMixIn, http.server.HTTPServer):
             "ready": bool(eng and eng.warmup.get("done") and not self.stopping),
             **(eng.identity() if eng else {"pid": os.getpid()}),
             "warmup": eng.warmup if eng else {"done": False},
+            **({"warmups": eng.warmups} if eng and eng.paired else {}),
             "requests_served": eng.served if eng else 0,
             "started_utc": eng.started_utc if eng else None,
             "load_s": eng.load_s if eng else None,
@@ -556,6 +560,7 @@ class ServeOptions:
     max_body: int = 0
     warmup_cap: int = 0
     exit_with_parent: int | None = None
+    also_arms: tuple[Arm, ...] = ()  # the other arms of a paired worker (the same gpu_layers)
 
 
 def serve(o: ServeOptions) -> None:
@@ -591,6 +596,7 @@ def serve(o: ServeOptions) -> None:
             draft_name=draft_name,
             lib_dir=o.lib_dir,
             worker_id=o.worker_id,
+            also_arms=o.also_arms,
         )
         server.engine = engine
         if stop["flag"]:
@@ -623,5 +629,5 @@ def _write_ready(server: WorkerServer, engine: WorkerEngine, ready_file: str) ->
     atomic_write_text(ready_file, json.dumps(ready, indent=1, sort_keys=True) + "\n", mode=0o600)
     sys.stderr.write(
         f"{utc_now()} worker {engine.worker_id} (pid {os.getpid()}) ready on {ready['url']}: "
-        f"arm {engine.arm.name}, load {engine.load_s:.2f} s, warmup {engine.warmup['engine_ns'] / 1e9:.2f} s\n"
+        f"arm {', '.join(engine.arms)}, load {engine.load_s:.2f} s, warmup {engine.warmup['engine_ns'] / 1e9:.2f} s\n"
     )

@@ -68,6 +68,12 @@ class WorkerSpec:
     host: str = "127.0.0.1"
     warmup_cap: int | None = None
     env_extra: dict[str, str] = field(default_factory=dict)
+    also_arms: tuple[Arm, ...] = ()  # the other arms the process serves (the paired design)
+
+    @property
+    def arms(self) -> tuple[Arm, ...]:
+        """Every arm the process serves, the first one first."""
+        return (self.arm, *self.also_arms)
 
 
 def worker_command(spec: WorkerSpec, ready_path: Path) -> list[str]:
@@ -98,7 +104,9 @@ def worker_command(spec: WorkerSpec, ready_path: Path) -> list[str]:
         "--target-sha256",
         str(spec.files.target.sha256),
     ]
-    if arm.speculative:
+    for other in spec.also_arms:
+        cmd += ["--also-arm", other.name]
+    if any(a.speculative for a in spec.arms):
         d = spec.files.draft(spec.draft)
         cmd += ["--draft", d.name, "--draft-file", str(d.path), "--draft-sha256", str(d.sha256)]
     if spec.arms_file:
@@ -188,20 +196,29 @@ class WorkerProcess:
             problems.append(f"ready file pid {r.get('pid')} != started pid {self.proc.pid}")
         if r.get("arm") != spec.arm.name:
             problems.append(f"arm {r.get('arm')} != {spec.arm.name}")
-        want = {k: v for k, v in spec.arm.record().items() if k != "cap"}
-        if "gpu_layers" in want and want["gpu_layers"] is None:
-            want["gpu_layers"] = 0  # what the worker loads with when it is given no --gpu-layers
-        got = {k: v for k, v in (r.get("arm_record") or {}).items() if k != "cap"}
-        if want != got:
-            problems.append(f"arm recipe differs: worker {got}, driver {want}")
+        got_records = (r.get("arms") or {}) if spec.also_arms else None
+        for arm in spec.arms:
+            want = {k: v for k, v in arm.record().items() if k != "cap"}
+            if "gpu_layers" in want and want["gpu_layers"] is None:
+                want["gpu_layers"] = 0  # what the worker loads with when it is given no --gpu-layers
+            rec = r.get("arm_record") if got_records is None else got_records.get(arm.name)
+            got = {k: v for k, v in (rec or {}).items() if k != "cap"}
+            if want != got:
+                who = f"arm {arm.name}: recipe" if spec.also_arms else "arm recipe"
+                problems.append(f"{who} differs: worker {got}, driver {want}")
+        if spec.also_arms and sorted(r.get("arms") or {}) != sorted(a.name for a in spec.arms):
+            problems.append(f"arms {sorted(r.get('arms') or {})} != {sorted(a.name for a in spec.arms)}")
         if (r.get("models") or {}).get("target", {}).get("sha256") != spec.files.target.sha256:
             problems.append("target model hash differs")
-        if spec.arm.speculative:
+        if any(a.speculative for a in spec.arms):
             d = spec.files.draft(spec.draft)
             if (r.get("models") or {}).get("draft", {}).get("sha256") != d.sha256:
                 problems.append("draft model hash differs")
         if not (r.get("warmup") or {}).get("done"):
             problems.append("warmup not done")
+        for arm in spec.also_arms:
+            if not ((r.get("warmups") or {}).get(arm.name) or {}).get("done"):
+                problems.append(f"arm {arm.name}: warmup not done")
         if r.get("prompt_cache") is not False:
             problems.append("prompt cache not reported off")
         if r.get("requests_served") != 0:
@@ -283,15 +300,26 @@ class WorkerProcess:
         return ids
 
     def complete(
-        self, prompt_ids: list[int], cap: int, *, request_id: str | None = None, timeout: float = 600.0
+        self,
+        prompt_ids: list[int],
+        cap: int,
+        *,
+        request_id: str | None = None,
+        timeout: float = 600.0,
+        arm: str | None = None,
     ) -> Completion:
-        """One timed request: submit -> parsed, validated response."""
+        """One timed request: submit -> parsed, validated response. ``arm``: which of a paired
+        worker's arms serves it (default: the first)."""
+        arm = arm or self.spec.arm.name
+        ext = {"request_id": request_id} if request_id else {}
+        if self.spec.also_arms:
+            ext["arm"] = arm
         body = {
-            "model": self.ready.get("arm"),
+            "model": arm,
             "prompt": list(prompt_ids),
             "max_tokens": int(cap),
             "temperature": 0,
-            "refspec": {"request_id": request_id} if request_id else {},
+            "refspec": ext,
         }
         data = json.dumps(body, separators=(",", ":")).encode("utf-8")
         want_prompt = sha256_json(list(prompt_ids))
@@ -304,7 +332,7 @@ class WorkerProcess:
         ep, margins, counters, evidence = validate_completion(
             obj,
             pid=self.pid,
-            arm=self.spec.arm.name,
+            arm=arm,
             prompt_sha256=want_prompt,
             n_prompt=len(prompt_ids),
             cap=cap,
@@ -375,7 +403,21 @@ def validate_completion(
 
 def start_worker(ctx: RunContext, arm: Arm, block: int) -> tuple[WorkerProcess, dict]:
     """Start a fresh worker for ``arm``; ledger its start and record its warmup (an excluded row)."""
-    wid = ctx.next_worker_id(arm.name)
+    w, recs = _start(ctx, arm, block, ())
+    return w, recs[0]
+
+
+def start_paired_worker(
+    ctx: RunContext, arm: Arm, block: int, also_arms: tuple[Arm, ...]
+) -> tuple[WorkerProcess, list[dict]]:
+    """Start one fresh worker that serves ``arm`` and ``also_arms`` (the paired design); ledger its
+    start and record every arm's warmup, each an excluded row at its place in the executed order."""
+    return _start(ctx, arm, block, also_arms)
+
+
+def _start(ctx: RunContext, arm: Arm, block: int, also_arms: tuple[Arm, ...]) -> tuple[WorkerProcess, list[dict]]:
+    arms = (arm, *also_arms)
+    wid = ctx.next_worker_id("paired" if also_arms else arm.name)
     spec = WorkerSpec(
         family=ctx.family,
         arm=arm,
@@ -383,29 +425,39 @@ def start_worker(ctx: RunContext, arm: Arm, block: int) -> tuple[WorkerProcess, 
         lib_dir=ctx.lib_dir,
         worker_id=wid,
         run_dir=ctx.out_dir,
-        draft=ctx.draft if arm.speculative else None,
+        draft=ctx.draft if any(a.speculative for a in arms) else None,
         arms_file=ctx.arms_file,
         host=ctx.host,
         warmup_cap=ctx.warmup_cap,
+        also_arms=also_arms,
     )
     w = WorkerProcess.start(spec, ready_timeout=ctx.ready_timeout)
     r = w.ready
     pc = placement_columns(r.get("placement"))
+    identity_keys = ("arm_record", "models", "lib_dir", "python") + (("arms",) if also_arms else ())
     ledger_line(
         ctx,
         "worker_start",
-        "fresh worker for a block",
+        "fresh worker for a paired block (every arm of the comparison)" if also_arms else "fresh worker for a block",
         worker=wid,
         arm=arm.name,
+        arms=[a.name for a in arms] if also_arms else None,
         block=block,
         pid=w.pid,
         url=w.url,
         load_s=r.get("load_s"),
         device=pc["device"],
         gpu_layers=pc["gpu_layers"],
-        identity_sha256=sha256_json({k: r.get(k) for k in ("arm_record", "models", "lib_dir", "python")}),
+        identity_sha256=sha256_json({k: r.get(k) for k in identity_keys}),
     )
-    wu = r["warmup"]
+    warmups = r.get("warmups") if also_arms else {arm.name: r["warmup"]}
+    return w, [
+        _warmup_record(ctx, a, block, wid, order, warmups[a.name], r.get("placement")) for order, a in enumerate(arms)
+    ]
+
+
+def _warmup_record(ctx: RunContext, arm: Arm, block: int, wid: str, order: int, wu: dict, placement) -> dict:
+    """The registered warmup of ``arm`` on worker ``wid``: an excluded row, its ledger line and journal record."""
     ep = Endpoint.from_record(wu["endpoint"])
     row = request_row(
         ctx,
@@ -415,13 +467,13 @@ def start_worker(ctx: RunContext, arm: Arm, block: int) -> tuple[WorkerProcess, 
         task_id=WARMUP_TASK,
         cap=int(wu["cap"]),
         repeat=0,
-        order_index=0,
+        order_index=order,
         attempt=1,
         status="excluded_warmup",
         reason=f"registered warmup (prompt sha256 {wu['prompt_sha256'][:16]}, not timed)",
         endpoint=ep,
         counters=wu["counters"],
-        placement=r.get("placement"),
+        placement=placement,
     )
     ledger_line(
         ctx,
@@ -433,5 +485,4 @@ def start_worker(ctx: RunContext, arm: Arm, block: int) -> tuple[WorkerProcess, 
         outcome="excluded",
         engine_ns=wu.get("engine_ns"),
     )
-    rec = record(ctx, warmup_record(row, wu["counters"], wu["prompt_sha256"]))
-    return w, rec
+    return record(ctx, warmup_record(row, wu["counters"], wu["prompt_sha256"]))

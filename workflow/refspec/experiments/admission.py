@@ -30,7 +30,7 @@ from ..core import tables as T
 from ..core.errors import UsageError
 from ..core.fsutil import atomic_write_text
 from ..core.layouts import REPLAYED_LAYOUTS
-from . import operands
+from . import operands, replay_runner
 
 CSV_COLUMNS = (
     "backend",
@@ -211,9 +211,9 @@ def run_admission(
         for q in queries:
             p = Path(td) / f"q{q}.rsop"
             operands.write_operands(p, admission_operands(shape, q))
-            job = operands.ReplayJob(p, tuple(layouts), "none", Path(td) / f"q{q}", write_stages=False)
+            job = replay_runner.ReplayJob(p, tuple(layouts), "none", Path(td) / f"q{q}", write_stages=False)
             reports.append(
-                operands.run_replay(
+                replay_runner.run_replay(
                     tool, [job], backend=backend, threads=threads, workdir=Path(td) / f"w{q}", attempts=TOOL_ATTEMPTS
                 )
             )

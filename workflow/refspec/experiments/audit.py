@@ -27,7 +27,7 @@ from ..core.fsutil import atomic_write_text
 from ..core.hashing import sha256_json
 from ..core.layouts import REPLAYED_LAYOUTS
 from ..core.stats import DEFAULT_SEED
-from . import operands
+from . import bitwise, operands, replay_runner
 
 Q_WIDTHS = (1, 2)
 KEY_EXTENTS = (127, 128, 129, 255, 256, 257)
@@ -594,7 +594,7 @@ class _Tally:
     addr_failures_clean: list[str] = field(default_factory=list)
     fault_stats: dict[str, dict[str, int]] = field(
         default_factory=lambda: {
-            f: {"injected": 0, "detected_address": 0, "detected_numeric": 0} for f in operands.FAULTS
+            f: {"injected": 0, "detected_address": 0, "detected_numeric": 0} for f in replay_runner.FAULTS
         }
     )
     rel: dict[str, list[int]] = field(
@@ -622,7 +622,7 @@ def _address_row(fx: Fixture, name: str, layout: str, problems: list[str], fault
     }
 
 
-def _chunk_jobs(part: Sequence[Fixture], d: Path, faults: bool) -> tuple[dict, list[operands.ReplayJob]]:
+def _chunk_jobs(part: Sequence[Fixture], d: Path, faults: bool) -> tuple[dict, list[replay_runner.ReplayJob]]:
     """Write a chunk's operand files; its replay jobs (clean, then each applicable fault on QB)."""
     ops_by = {}
     jobs = []
@@ -631,10 +631,10 @@ def _chunk_jobs(part: Sequence[Fixture], d: Path, faults: bool) -> tuple[dict, l
         path = d / f"{fx.file_stem}.rsop"
         operands.write_operands(path, ops)
         ops_by[str(path)] = (fx, ops)
-        jobs.append(operands.ReplayJob(path, REPLAYED_LAYOUTS, "none", d / fx.file_stem))
+        jobs.append(replay_runner.ReplayJob(path, REPLAYED_LAYOUTS, "none", d / fx.file_stem))
         if faults:
             for f in applicable_faults(fx.geometry):
-                jobs.append(operands.ReplayJob(path, ("qb",), f, d / fx.file_stem))
+                jobs.append(replay_runner.ReplayJob(path, ("qb",), f, d / fx.file_stem))
     return ops_by, jobs
 
 
@@ -659,7 +659,7 @@ def _fault_evaluation(t: _Tally, fx: Fixture, fault: str, ev: dict, problems: li
     st["injected"] += 1
     det_addr = bool(problems)
     ref = clean.get(fx.name, {}).get("qb")
-    det_num = ref is not None and any(not operands.compare(stages[s], ref[s]).bitwise_equal for s in operands.STAGES)
+    det_num = ref is not None and any(not bitwise.compare(stages[s], ref[s]).bitwise_equal for s in operands.STAGES)
     st["detected_address"] += det_addr
     st["detected_numeric"] += det_num
     name = f"{fx.name}+{fault}"
@@ -700,17 +700,17 @@ def _relations(t: _Tally, clean: dict[str, dict[str, dict[str, np.ndarray]]]) ->
         if not all(lay in by for lay in REPLAYED_LAYOUTS):
             continue
         nq = by["qb"]["out"].shape[0]
-        eq_pq_qb = all(operands.compare(by["pq"][s], by["qb"][s]).bitwise_equal for s in operands.STAGES)
+        eq_pq_qb = all(bitwise.compare(by["pq"][s], by["qb"][s]).bitwise_equal for s in operands.STAGES)
         t.rel["pq_eq_qb"][0] += eq_pq_qb
         t.rel["pq_eq_qb"][1] += 1
         if not eq_pq_qb:
             t.strict_failures.append(f"{name}: pq and qb differ bitwise")
-        eq_pq_qh = all(operands.compare(by["pq"][s], by["qh"][s]).bitwise_equal for s in operands.STAGES)
+        eq_pq_qh = all(bitwise.compare(by["pq"][s], by["qh"][s]).bitwise_equal for s in operands.STAGES)
         t.rel["pq_eq_qh"][0] += eq_pq_qh
         t.rel["pq_eq_qh"][1] += 1
         if not eq_pq_qh:
             t.strict_failures.append(f"{name}: pq and qh differ bitwise")
-        mq_eq = {s: operands.compare(by["mq"][s], by["pq"][s]).bitwise_equal for s in operands.STAGES}
+        mq_eq = {s: bitwise.compare(by["mq"][s], by["pq"][s]).bitwise_equal for s in operands.STAGES}
         if nq == 1:
             t.rel["q1_all_equal"][0] += all(mq_eq.values()) and eq_pq_qb
             t.rel["q1_all_equal"][1] += 1
@@ -768,7 +768,7 @@ def run_audit(
             d = root / f"chunk{c0 // chunk:03d}"
             d.mkdir(parents=True, exist_ok=True)
             ops_by, jobs = _chunk_jobs(part, d, faults)
-            report = operands.run_replay(tool, jobs, backend=backend, threads=threads, workdir=d)
+            report = replay_runner.run_replay(tool, jobs, backend=backend, threads=threads, workdir=d)
             _relations(t, _evaluate_report(t, report, ops_by))
             if progress:
                 progress(min(c0 + chunk, len(fxs)), len(fxs))

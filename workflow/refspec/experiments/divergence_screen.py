@@ -33,7 +33,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..core import tables as T
-from ..core.arms import REFERENCE_ARM, select
+from ..core.arms import REFERENCE_ARM, Arm, select
 from ..core.divergence import NEAR_TIE_MARGIN, divergence_class
 from ..core.endpoint import compare_endpoints
 from ..core.errors import ConfigError
@@ -97,134 +97,17 @@ def run_screen(
     if cap < 1 or want < 1 or budget < 1 or controls < 0:
         raise ConfigError("the screen needs cap, want and budget of at least 1 and controls of at least 0")
     tasks, prec = resolve_panel(panel)
-    arm_objs = select([REFERENCE_ARM, *arms])
-    for a in arm_objs[1:]:
-        if not is_unrepaired(a.ub, a.mask):
-            raise ConfigError(
-                f"arm {a.name} (ub {a.ub}, mask {a.mask}) is not an unrepaired arm: the screen looks for "
-                "where the unrepaired paths leave R"
-            )
-    threads = threads or cfg.get("threads")
-    arm_objs = [a.with_(cap=cap) for a in arm_objs]
-    if threads:
-        arm_objs = [a.with_(threads=int(threads)) for a in arm_objs]
-    files = ensure_family(family, models_dir=cfg.get("models_dir"))
-    target = Model(files.target.path, sha256=files.target.sha256, n_gpu_layers=gpu_layers, require_placement=True)
-    draft = None
-    if any(a.speculative for a in arm_objs):
-        d = files.draft(None)
-        draft = Model(d.path, sha256=d.sha256, n_gpu_layers=gpu_layers, require_placement=True)
+    arm_objs = _screen_arms(arms, cap, threads or cfg.get("threads"))
+    target, draft = _models(cfg, family, arm_objs, gpu_layers)
     device = target.placement["device"]
     prompts = {t.task_id: prompt_tokens(target, t) for t in tasks}
-    bar = None
-    if progress:
-        from tqdm import tqdm
-
-        bar = tqdm(total=len(tasks) + budget * len(arms), desc="screen", unit="req", file=sys.stderr)
-
-    refs = {}
-    with ArmRunner(arm_objs[0], target, draft) as runner:
-        for t in tasks:
-            refs[t.task_id] = runner.run(prompts[t.task_id])
-            if bar is not None:
-                bar.update(1)
+    bar = _progress_bar(len(tasks) + budget * len(arms)) if progress else None
+    refs = _reference_runs(arm_objs[0], target, draft, tasks, prompts, bar)
     risks = {tid: risk(r.margins) for tid, r in refs.items()}
     order = screen_order(tasks, risks)
-    rank = {tid: i + 1 for i, tid in enumerate(order)}
-
-    results: dict[tuple[str, str], dict] = {}
-    tried: list[str] = []
-    exposed: list[str] = []
-    runners = [ArmRunner(a, target, draft) for a in arm_objs[1:]]
-    try:
-        for tid in order:
-            if len(exposed) >= want or len(tried) >= budget:
-                break
-            tried.append(tid)
-            ref = refs[tid]
-            divergent = False
-            for r in runners:
-                res = r.run(prompts[tid])
-                cmp = compare_endpoints(ref.endpoint, res.endpoint)
-                fd = cmp.first_diff_index
-                results[(tid, r.arm.name)] = {
-                    "status": "matches" if cmp.qualified else "diverges",
-                    "n_tokens": res.endpoint.n,
-                    "stop_reason": res.endpoint.stop_reason,
-                    "first_diff_index": fd,
-                    "ref_token": cmp.ref_token,
-                    "arm_token": cmp.arm_token,
-                    "ref_margin": _finite(ref.margins[fd]) if fd is not None and fd < len(ref.margins) else None,
-                    "arm_margin": _finite(res.margins[fd]) if fd is not None and fd < len(res.margins) else None,
-                }
-                cls = divergence_class(results[(tid, r.arm.name)]["ref_margin"]) if fd is not None else None
-                results[(tid, r.arm.name)] |= {
-                    "divergence": cls,
-                    "near_tie_bound": NEAR_TIE_MARGIN if cls is not None else None,
-                }
-                divergent = divergent or not cmp.qualified
-                if bar is not None:
-                    bar.update(1)
-            if divergent:
-                exposed.append(tid)
-    finally:
-        for r in runners:
-            r.close()
-        if bar is not None:
-            bar.close()
-    if len(exposed) >= want:
-        stopped = "want"
-    elif len(tried) >= budget:
-        stopped = "budget"
-    else:
-        stopped = "panel"
+    results, tried, exposed = _arm_runs(arm_objs[1:], target, draft, order, refs, prompts, want, budget, bar)
     ctrl = choose_controls(order, risks, set(exposed), controls)
-
-    rows = []
-    for t in tasks:
-        tid = t.task_id
-        base = {
-            "family": family,
-            "task_id": tid,
-            "rank": rank[tid],
-            "prompt_tokens": len(prompts[tid]),
-            "risk_margin": risks[tid],
-            "exposed": tid in exposed,
-            "control": tid in ctrl,
-        }
-        ref = refs[tid]
-        rows.append(
-            base
-            | {
-                "arm": REFERENCE_ARM,
-                "status": "reference",
-                "n_tokens": ref.endpoint.n,
-                "stop_reason": ref.endpoint.stop_reason,
-                "first_diff_index": None,
-                "ref_token": None,
-                "arm_token": None,
-                "ref_margin": None,
-                "arm_margin": None,
-                "divergence": None,
-                "near_tie_bound": None,
-            }
-        )
-        for a in arm_objs[1:]:
-            r = results.get((tid, a.name))
-            if r is None:
-                r = {
-                    "status": "not tried",
-                    "n_tokens": None,
-                    "stop_reason": None,
-                    "first_diff_index": None,
-                    "ref_token": None,
-                    "arm_token": None,
-                    "ref_margin": None,
-                    "arm_margin": None,
-                    "divergence": None,
-                    "near_tie_bound": None,
-                }
-            rows.append(base | {"arm": a.name} | r)
+    rows = _table_rows(family, tasks, arm_objs, prompts, refs, risks, order, results, exposed, ctrl)
     out.mkdir(parents=True, exist_ok=True)
     T.write_table(rows, "divergence_screen", out)
     by_id = {t.task_id: t for t in tasks}
@@ -246,11 +129,172 @@ def run_screen(
         "tried": tried,
         "exposed": exposed,
         "controls": ctrl,
-        "stopped": stopped,
+        "stopped": _stopped(exposed, tried, want, budget),
         "exposed_panel": {"file": EXPOSED_PANEL, "sha256": panel_sha, "tasks": [t.task_id for t in picked]},
     }
     atomic_write_text(out / SCREEN_RECORD, json.dumps(record, indent=2, sort_keys=True) + "\n")
     return record
+
+
+def _screen_arms(arms: Sequence[str], cap: int, threads) -> list[Arm]:
+    """R, then the screened arms (each must be unrepaired), at the screen's cap and thread count."""
+    arm_objs = select([REFERENCE_ARM, *arms])
+    for a in arm_objs[1:]:
+        if not is_unrepaired(a.ub, a.mask):
+            raise ConfigError(
+                f"arm {a.name} (ub {a.ub}, mask {a.mask}) is not an unrepaired arm: the screen looks for "
+                "where the unrepaired paths leave R"
+            )
+    arm_objs = [a.with_(cap=cap) for a in arm_objs]
+    if threads:
+        arm_objs = [a.with_(threads=int(threads)) for a in arm_objs]
+    return arm_objs
+
+
+def _models(cfg: dict, family: str, arm_objs: Sequence[Arm], gpu_layers: int) -> tuple[Model, Model | None]:
+    """The family's target model, and its draft model when an arm is speculative."""
+    files = ensure_family(family, models_dir=cfg.get("models_dir"))
+    target = Model(files.target.path, sha256=files.target.sha256, n_gpu_layers=gpu_layers, require_placement=True)
+    draft = None
+    if any(a.speculative for a in arm_objs):
+        d = files.draft(None)
+        draft = Model(d.path, sha256=d.sha256, n_gpu_layers=gpu_layers, require_placement=True)
+    return target, draft
+
+
+def _progress_bar(total: int):
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc="screen", unit="req", file=sys.stderr)
+
+
+def _reference_runs(arm: Arm, target: Model, draft: Model | None, tasks: Sequence[Task], prompts: dict, bar) -> dict:
+    """Step 1: R's run of every task of the panel, by task ID."""
+    refs = {}
+    with ArmRunner(arm, target, draft) as runner:
+        for t in tasks:
+            refs[t.task_id] = runner.run(prompts[t.task_id])
+            if bar is not None:
+                bar.update(1)
+    return refs
+
+
+def _arm_runs(
+    arms: Sequence[Arm],
+    target: Model,
+    draft: Model | None,
+    order: list[str],
+    refs: dict,
+    prompts: dict,
+    want: int,
+    budget: int,
+    bar,
+) -> tuple[dict[tuple[str, str], dict], list[str], list[str]]:
+    """Step 3: the unrepaired arms on the tasks in screen order until ``want`` tasks are exposed or
+    ``budget`` were tried; (the result of each (task, arm) tried, the tasks tried, the exposed tasks).
+    Closes the progress bar."""
+    results: dict[tuple[str, str], dict] = {}
+    tried: list[str] = []
+    exposed: list[str] = []
+    runners = [ArmRunner(a, target, draft) for a in arms]
+    try:
+        for tid in order:
+            if len(exposed) >= want or len(tried) >= budget:
+                break
+            tried.append(tid)
+            divergent = False
+            for r in runners:
+                results[(tid, r.arm.name)] = _arm_result(refs[tid], r.run(prompts[tid]))
+                divergent = divergent or results[(tid, r.arm.name)]["status"] == "diverges"
+                if bar is not None:
+                    bar.update(1)
+            if divergent:
+                exposed.append(tid)
+    finally:
+        for r in runners:
+            r.close()
+        if bar is not None:
+            bar.close()
+    return results, tried, exposed
+
+
+def _arm_result(ref, res) -> dict:
+    """One arm's run of a task against R's: the table's result columns."""
+    cmp = compare_endpoints(ref.endpoint, res.endpoint)
+    fd = cmp.first_diff_index
+    result = {
+        "status": "matches" if cmp.qualified else "diverges",
+        "n_tokens": res.endpoint.n,
+        "stop_reason": res.endpoint.stop_reason,
+        "first_diff_index": fd,
+        "ref_token": cmp.ref_token,
+        "arm_token": cmp.arm_token,
+        "ref_margin": _finite(ref.margins[fd]) if fd is not None and fd < len(ref.margins) else None,
+        "arm_margin": _finite(res.margins[fd]) if fd is not None and fd < len(res.margins) else None,
+    }
+    cls = divergence_class(result["ref_margin"]) if fd is not None else None
+    return result | {"divergence": cls, "near_tie_bound": NEAR_TIE_MARGIN if cls is not None else None}
+
+
+def _stopped(exposed: list[str], tried: list[str], want: int, budget: int) -> str:
+    """Why step 3 ended: enough exposed tasks, the budget spent, or the panel exhausted."""
+    if len(exposed) >= want:
+        return "want"
+    if len(tried) >= budget:
+        return "budget"
+    return "panel"
+
+
+def _no_result(status: str, n_tokens: int | None = None, stop_reason: str | None = None) -> dict:
+    """The result columns of a row without a comparison (R itself, or an arm that did not run)."""
+    return {
+        "status": status,
+        "n_tokens": n_tokens,
+        "stop_reason": stop_reason,
+        "first_diff_index": None,
+        "ref_token": None,
+        "arm_token": None,
+        "ref_margin": None,
+        "arm_margin": None,
+        "divergence": None,
+        "near_tie_bound": None,
+    }
+
+
+def _table_rows(
+    family: str,
+    tasks: Sequence[Task],
+    arm_objs: Sequence[Arm],
+    prompts: dict,
+    refs: dict,
+    risks: dict,
+    order: list[str],
+    results: dict[tuple[str, str], dict],
+    exposed: list[str],
+    ctrl: list[str],
+) -> list[dict]:
+    """The ``divergence_screen`` table: per task in panel order, R's row, then one per screened arm."""
+    rank = {tid: i + 1 for i, tid in enumerate(order)}
+    rows = []
+    for t in tasks:
+        tid = t.task_id
+        base = {
+            "family": family,
+            "task_id": tid,
+            "rank": rank[tid],
+            "prompt_tokens": len(prompts[tid]),
+            "risk_margin": risks[tid],
+            "exposed": tid in exposed,
+            "control": tid in ctrl,
+        }
+        ref = refs[tid]
+        rows.append(base | {"arm": REFERENCE_ARM} | _no_result("reference", ref.endpoint.n, ref.endpoint.stop_reason))
+        for a in arm_objs[1:]:
+            r = results.get((tid, a.name))
+            if r is None:
+                r = _no_result("not tried")
+            rows.append(base | {"arm": a.name} | r)
+    return rows
 
 
 def summary(record: dict, rows: list[dict]) -> str:

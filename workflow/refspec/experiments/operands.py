@@ -1,4 +1,4 @@
-"""Frozen attention operands, the native replay tool and bitwise comparison.
+"""Frozen attention operands and stage outputs: their container format and the operand set.
 
 The operand file (``.rsop``) and stage file (``.rsst``) share one container, documented in
 ``anc/operands.md``: 8 magic bytes ``RFSPOPS1``, a little-endian u64 header length, a UTF-8
@@ -26,29 +26,21 @@ out      (n_q, h*d_v)          the restored (d_v*h, n_q) output
 from __future__ import annotations
 
 import json
-import os
 import struct
-import subprocess
-import tempfile
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from ..core.errors import IntegrityError, RefspecError, UsageError
-from ..core.fsutil import atomic_write_bytes, atomic_write_text
-from ..core.hashing import sha256_bytes, sha256_file
-from ..core.layouts import REPLAYED_LAYOUTS
-from ..native import build as native
+from ..core.errors import IntegrityError, UsageError
+from ..core.fsutil import atomic_write_bytes
+from ..core.hashing import sha256_bytes
 
 MAGIC = b"RFSPOPS1"
 ALIGN = 64
 FORMAT_VERSION = 1
-# the ggml device the replay tools use by default on a build of each backend
-BACKEND_DEVICES = {"cpu": "CPU", "cuda": "CUDA0", "vulkan": "Vulkan0"}
-FAULTS = ("gqa_interleaved", "mask_shared", "output_swapped", "stride_off_by_one")
 STAGES = ("kq", "kq_soft_max", "kqv", "out")
 
 _DTYPES = {"f32": np.dtype("<f4"), "f16": np.dtype("<f2")}
@@ -57,10 +49,6 @@ _REQUIRED_TYPES = {"q": "f32", "k": "f16", "v": "f16", "mask": "f32"}
 
 class OperandError(IntegrityError):
     """An operand or stage file that cannot be compared: bad shape, truncated, non-finite..."""
-
-
-class ReplayToolError(RefspecError):
-    """The native replay tool failed (crash, usage error, unreadable report)."""
 
 
 # ------------------------------------------------------------------------------------------
@@ -488,209 +476,3 @@ def read_stages(path: str | Path) -> dict[str, np.ndarray]:
             arr = arr.reshape(arr.shape[0], -1)
         out[name] = arr
     return out
-
-
-# ------------------------------------------------------------------------------------------
-# comparison
-
-
-def ulp_distance(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """|ordered(a) - ordered(b)| for float32 via their bit patterns (sign-magnitude -> two's order).
-
-    +0 and -0 are 0 apart; a NaN on either side gives -1 (no distance).
-    """
-    a = np.ascontiguousarray(a, dtype=np.float32)
-    b = np.ascontiguousarray(b, dtype=np.float32)
-    ia = a.view(np.int32).astype(np.int64)
-    ib = b.view(np.int32).astype(np.int64)
-    oa = np.where(ia < 0, -(ia & 0x7FFFFFFF), ia)
-    ob = np.where(ib < 0, -(ib & 0x7FFFFFFF), ib)
-    d = np.abs(oa - ob)
-    return np.where(np.isnan(a) | np.isnan(b), -1, d)
-
-
-@dataclass
-class ArrayComparison:
-    bitwise_equal: bool
-    n_elements: int
-    n_diff: int
-    max_abs_diff: float
-    max_ulp: int
-    first_diff: tuple[int, ...] | None
-    a_first: float | None
-    b_first: float | None
-    nan_mismatch: int
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "bitwise_equal": self.bitwise_equal,
-            "n_elements": self.n_elements,
-            "n_diff": self.n_diff,
-            "max_abs_diff": self.max_abs_diff,
-            "max_ulp": self.max_ulp,
-            "first_diff": list(self.first_diff) if self.first_diff is not None else None,
-            "a_first": self.a_first,
-            "b_first": self.b_first,
-            "nan_mismatch": self.nan_mismatch,
-        }
-
-
-def compare(a: np.ndarray, b: np.ndarray) -> ArrayComparison:
-    """Bitwise comparison of two float32 arrays of the same logical shape."""
-    a = np.ascontiguousarray(a, dtype=np.float32)
-    b = np.ascontiguousarray(b, dtype=np.float32)
-    if a.shape != b.shape:
-        raise OperandError(f"cannot compare shapes {a.shape} and {b.shape}")
-    diff = a.view(np.uint32) != b.view(np.uint32)
-    n_diff = int(diff.sum())
-    first = None
-    af = bf = None
-    if n_diff:
-        idx = np.unravel_index(int(np.flatnonzero(diff.ravel())[0]), a.shape)
-        first = tuple(int(i) for i in idx)
-        af, bf = float(a[idx]), float(b[idx])
-    both = np.isfinite(a) & np.isfinite(b)
-    with np.errstate(invalid="ignore", over="ignore"):
-        ad = np.abs(a.astype(np.float64) - b.astype(np.float64))
-    max_abs = float(ad[both].max()) if both.any() else 0.0
-    # infinities of the same sign are equal; of different signs or vs finite: infinite difference
-    inf_mis = (np.isinf(a) | np.isinf(b)) & ~np.isnan(a) & ~np.isnan(b) & (a != b)
-    if inf_mis.any():
-        max_abs = float("inf")
-    u = ulp_distance(a, b)
-    nan_mis = int((np.isnan(a) != np.isnan(b)).sum())
-    return ArrayComparison(
-        n_diff == 0, int(a.size), n_diff, max_abs, int(u.max()) if u.size else 0, first, af, bf, nan_mis
-    )
-
-
-# ------------------------------------------------------------------------------------------
-# running the tool
-
-
-@dataclass
-class ReplayJob:
-    input: str | Path
-    layouts: Sequence[str] = REPLAYED_LAYOUTS
-    fault: str = "none"
-    out_prefix: str | Path | None = None
-    write_stages: bool = True
-
-    def as_json(self) -> dict[str, Any]:
-        for lay in self.layouts:
-            if lay not in REPLAYED_LAYOUTS:
-                raise UsageError(f"unknown layout {lay!r}")
-        if self.fault != "none" and self.fault not in FAULTS:
-            raise UsageError(f"unknown fault {self.fault!r}")
-        d: dict[str, Any] = {
-            "input": str(self.input),
-            "layouts": list(self.layouts),
-            "fault": self.fault,
-            "write_stages": self.write_stages,
-        }
-        if self.out_prefix is not None:
-            d["out_prefix"] = str(self.out_prefix)
-        return d
-
-
-def run_replay(
-    tool: str | Path,
-    jobs: Iterable[ReplayJob],
-    *,
-    backend: str = "CPU",
-    threads: int = 1,
-    workdir: str | Path | None = None,
-    timeout: float | None = None,
-    check_inputs: bool = True,
-    validate: bool = True,
-    attempts: int = 1,
-) -> dict[str, Any]:
-    """Run the replay tool once over a batch of jobs and return its JSON report.
-
-    A tool process killed by a signal (negative exit status) observed nothing: with ``attempts``
-    above one it runs again in a fresh process, at most that often, and each killed attempt is
-    listed in the report's ``tool_crashes`` (``attempt``, ``returncode``, ``error``); any other
-    failure, or a kill on the last attempt, raises :class:`ReplayToolError`.
-
-    With ``validate`` every operand file is read and validated first (:func:`read_operands`):
-    a wrong shape, a truncated tensor or a non-finite masked-in value raises
-    :class:`OperandError` and nothing runs. Operand files are hashed before and after the run;
-    a change is an :class:`IntegrityError`. Errors the tool meets inside a job are reported in
-    the job's entry (``status: error``), not raised.
-    """
-    jobs = list(jobs)
-    if validate:
-        for j in {str(j.input) for j in jobs}:
-            read_operands(j)
-    tmp_ctx = tempfile.TemporaryDirectory(prefix="refspec-replay-") if workdir is None else None
-    wd = Path(tmp_ctx.name if tmp_ctx else workdir)  # type: ignore[arg-type]
-    wd.mkdir(parents=True, exist_ok=True)
-    try:
-        before = {str(j.input): sha256_file(j.input) for j in jobs} if check_inputs else {}
-        jobs_path = wd / "jobs.json"
-        report_path = wd / "report.json"
-        atomic_write_text(jobs_path, json.dumps([j.as_json() for j in jobs]))
-        cmd = [
-            str(tool),
-            "--backend",
-            backend,
-            "--threads",
-            str(threads),
-            "--jobs",
-            str(jobs_path),
-            "--report",
-            str(report_path),
-        ]
-        crashes: list[dict[str, Any]] = []
-        for attempt in range(1, attempts + 1):
-            report_path.unlink(missing_ok=True)
-            try:
-                proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-            except FileNotFoundError as e:
-                raise ReplayToolError(f"replay tool not found: {tool}") from e
-            except subprocess.TimeoutExpired as e:
-                raise ReplayToolError(f"replay tool timed out after {timeout} s") from e
-            if proc.returncode in (0, 1) and report_path.exists():
-                break
-            tail = (proc.stderr or "")[-2000:]
-            err = f"replay tool failed with exit status {proc.returncode}: {tail}"
-            if proc.returncode >= 0 or attempt == attempts:
-                raise ReplayToolError(err)
-            crashes.append({"attempt": attempt, "returncode": proc.returncode, "error": err[-1000:]})
-        report = json.loads(report_path.read_text())
-        report["tool_crashes"] = crashes
-        report["stderr"] = proc.stderr[-4000:] if proc.stderr else ""
-        if check_inputs:
-            for path, digest in before.items():
-                if sha256_file(path) != digest:
-                    raise IntegrityError(f"operand file changed during replay: {path}")
-            report["input_sha256"] = before
-        return report
-    finally:
-        if tmp_ctx is not None:
-            tmp_ctx.cleanup()
-
-
-def list_devices(tool: str | Path) -> list[dict[str, Any]]:
-    proc = subprocess.run([str(tool), "--list-devices"], capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise ReplayToolError(f"--list-devices failed: {proc.stderr[-2000:]}")
-    return json.loads(proc.stdout)["devices"]
-
-
-# ------------------------------------------------------------------------------------------
-# the tool
-
-
-def resolve_tool(tool: str | Path | None = None, config: dict | None = None) -> Path:
-    """The replay tool to use: an explicit path, ``REFSPEC_REPLAY_TOOL``, or the one that
-    :func:`refspec.native.build.build` builds with the configured llama.cpp (cached)."""
-    if tool:
-        p = Path(tool)
-        if not p.exists():
-            raise UsageError(f"replay tool not found: {p}")
-        return p
-    env = os.environ.get("REFSPEC_REPLAY_TOOL")
-    if env:
-        return resolve_tool(env)
-    return native.current(config).replay_tool

@@ -45,13 +45,13 @@ from pathlib import Path
 import numpy as np
 
 from ..core import tables as T
-from ..core.errors import EXIT_FAILED, EXIT_OK, ConfigError, RefspecError, UsageError
+from ..core.errors import EXIT_FAILED, EXIT_OK, ConfigError, RefspecError, ReplayToolError, UsageError
 from ..core.fsutil import atomic_write_text
 from ..core.hashing import file_digest, sha256_bytes
 from ..core.panels import humaneval_tasks, prompt_tokens
-from ..native.build import OPREPLAY_TOOL as TOOL
 from ..native.runtime import GGML_TYPE_F32, Context, ContextSpec, GGMLTensor, Model
-from . import operands
+from ..native.tools import OPREPLAY_TOOL as TOOL
+from . import bitwise, operands
 from .capture import OperandCapture, SourceView, _view
 from .state import kvstate as kv
 from .state.partition import PartitionArm, load_partition, prefill, task_slug
@@ -257,7 +257,7 @@ def run_tool(tool: Path, calls: Path, *, model: Path, backend: str, threads: int
     cmd += ["--model", str(model), "--backend", backend, "--threads", str(threads)]
     p = subprocess.run(cmd, capture_output=True, text=True)
     if p.returncode not in (0, 1) or not rep.is_file():
-        raise operands.ReplayToolError(f"{TOOL} exited {p.returncode}: {p.stderr.strip()[-2000:]}")
+        raise ReplayToolError(f"{TOOL} exited {p.returncode}: {p.stderr.strip()[-2000:]}")
     report = json.loads(rep.read_text(encoding="utf-8"))
     _h, tensors = operands.read_container(out, verify_hashes=False)
     return report, tensors
@@ -570,7 +570,7 @@ def _row(meta, task_id, arm, i, c: Call, cid, results, replayed, cap) -> dict:
     if len(got) != len(c.out):
         row.update(status="mismatch", reason=f"replayed {len(got)} bytes, captured {len(c.out)}")
         return row
-    cmp = operands.compare(_f32(c.out), _f32(got))
+    cmp = bitwise.compare(_f32(c.out), _f32(got))
     row["elements_differing"] = int(cmp.n_diff)
     if cmp.bitwise_equal:
         row.update(status="qualified", reason=None)

@@ -57,7 +57,7 @@ from ..core.layouts import CAPTURED_LAYOUTS, REPLAYED_LAYOUTS
 from ..engine.transaction import greedy_continuation
 from ..native import models, runtime
 from ..native.runtime import Context, ContextSpec, layout_refusal
-from . import operands
+from . import bitwise, operands, replay_runner
 from .capture import CAPTURED_STAGES, OperandCapture, operands_from_capture
 
 STAGE_LABELS = {"kq": "QK", "kq_soft_max": "softmax", "kqv": "AV"}
@@ -304,7 +304,7 @@ def _canonical_ref(t: operands.OperandTensor, stage: str) -> np.ndarray:
     return operands._canonical(t, stage)  # the stage-file axis rules (anc/operands.md)
 
 
-def _short(cmp: operands.ArrayComparison) -> str:
+def _short(cmp: bitwise.ArrayComparison) -> str:
     return f"{cmp.n_diff}/{cmp.n_elements} elements differ, first at {list(cmp.first_diff or ())}"
 
 
@@ -343,11 +343,11 @@ def _replay_twice(
         return stages, reports
     for rep in range(1, REPEATS + 1):
         jobs = [
-            operands.ReplayJob(path, REPLAYED_LAYOUTS, "none", wd / f"{ctx.id}.{lay}.r{rep}")
+            replay_runner.ReplayJob(path, REPLAYED_LAYOUTS, "none", wd / f"{ctx.id}.{lay}.r{rep}")
             for lay, path in files.items()
         ]
         try:
-            report = operands.run_replay(
+            report = replay_runner.run_replay(
                 tool, jobs, backend=settings.backend, threads=settings.replay_threads, workdir=wd
             )
         except RefspecError as e:
@@ -393,7 +393,7 @@ def _own_path(
             if s not in refs[lay]:
                 problems.append(f"own-path {lay} {s}: no native reference")
                 continue
-            cmp = operands.compare(refs[lay][s], got[s])
+            cmp = bitwise.compare(refs[lay][s], got[s])
             if not cmp.bitwise_equal:
                 problems.append(f"own-path {lay} {s}: native and replay differ ({_short(cmp)})")
     return refs, ops_by
@@ -408,7 +408,7 @@ def _repeatability(stages: dict, problems: list[str]) -> None:
             problems.append(f"repeatability {src}/{lay}: second replay missing")
             continue
         for s in CAPTURED_STAGES:
-            cmp = operands.compare(st[s], other[s])
+            cmp = bitwise.compare(st[s], other[s])
             if not cmp.bitwise_equal:
                 problems.append(f"repeatability {src}/{lay} {s}: replays differ ({_short(cmp)})")
 
@@ -417,7 +417,7 @@ def _native_relations(refs: dict, ops_by: dict, detail: dict[str, Any]) -> None:
     """Informative: native pq vs native qb, and operand identity across the repaired captures."""
     if "pq" in refs and "qb" in refs:
         detail["native_pq_eq_qb"] = {
-            s: bool(operands.compare(refs["pq"][s], refs["qb"][s]).bitwise_equal)
+            s: bool(bitwise.compare(refs["pq"][s], refs["qb"][s]).bitwise_equal)
             for s in CAPTURED_STAGES
             if s in refs["pq"] and s in refs["qb"]
         }
@@ -456,8 +456,8 @@ def _comparison_operands(cmp_ops: operands.Operands | None, detail: dict[str, An
 def _stage_comparison(stages: dict, base: str, s: str, ok: bool, reason: str | None) -> tuple[dict, dict]:
     """One stage's layout relations on the comparison capture's operands: (record, table cells)."""
     mq, pq, qb, qh = (stages[(base, lay, 1)][s] for lay in REPLAYED_LAYOUTS)
-    c_pq_qb, c_mq_pq, c_mq_qb = operands.compare(pq, qb), operands.compare(mq, pq), operands.compare(mq, qb)
-    c_pq_qh = operands.compare(pq, qh)
+    c_pq_qb, c_mq_pq, c_mq_qb = bitwise.compare(pq, qb), bitwise.compare(mq, pq), bitwise.compare(mq, qb)
+    c_pq_qh = bitwise.compare(pq, qh)
     rec: dict[str, Any] = {
         "pq_qb": c_pq_qb.as_dict(),
         "mq_pq": c_mq_pq.as_dict(),
@@ -468,9 +468,9 @@ def _stage_comparison(stages: dict, base: str, s: str, ok: bool, reason: str | N
         if all((other, lay, 1) in stages for lay in REPLAYED_LAYOUTS):
             o = {lay: stages[(other, lay, 1)][s] for lay in REPLAYED_LAYOUTS}
             rec[f"on_{other}_operands"] = {
-                "pq_eq_qb": operands.compare(o["pq"], o["qb"]).bitwise_equal,
-                "mq_eq_pq": operands.compare(o["mq"], o["pq"]).bitwise_equal,
-                "pq_eq_qh": operands.compare(o["pq"], o["qh"]).bitwise_equal,
+                "pq_eq_qb": bitwise.compare(o["pq"], o["qb"]).bitwise_equal,
+                "mq_eq_pq": bitwise.compare(o["mq"], o["pq"]).bitwise_equal,
+                "pq_eq_qh": bitwise.compare(o["pq"], o["qh"]).bitwise_equal,
             }
     max_abs = c_mq_pq.max_abs_diff
     row_ok, row_reason = ok, reason

@@ -2,9 +2,9 @@
 
 Steps (each checked, none skipped):
 
-1. fetch the pinned ``llama-cpp-python`` sdist (``envs/llama-cpp-python.pin``: version and
-   sha256, the same line ``./run`` reads) with ``pip download --no-binary :all:`` and verify its
-   sha256 against the pin;
+1. fetch the pinned ``llama-cpp-python`` sdist (:mod:`refspec.native.sdist`:
+   ``envs/llama-cpp-python.pin``, version and sha256, the same line ``./run`` reads) with
+   ``pip download --no-binary :all:`` and verify its sha256 against the pin;
 2. unpack it and apply ``native/patches/*.patch`` in name order to the vendored
    llama.cpp (``git apply --check`` first: a hunk that does not apply is an error);
 3. configure and build the shared libraries (``llama``, ``ggml``) with CMake/Ninja; CPU by
@@ -23,8 +23,9 @@ library's ``llama_model_quantize``), so they are compiled in the same build tree
 (``BuildResult.tool``) and recorded in ``TOOLS.json``.
 
 The build lives in ``$REFSPEC_CACHE/native/<key>`` where the key (:func:`build_key`, also of
-the optional ``llama-server`` and test builds) hashes (sdist sha256, patch hashes, build
-options). A second call with the same key checks the recorded hashes and builds nothing.
+the optional builds of other targets of the same source, :func:`build_variant`: ``llama-server``,
+llama.cpp's own tests) hashes (sdist sha256, patch hashes, build options). A second call with the
+same key checks the recorded hashes and builds nothing.
 """
 
 from __future__ import annotations
@@ -38,77 +39,27 @@ import sys
 import tarfile
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ..core.errors import BuildError
-from ..core.fetch import fetch_package
 from ..core.fsutil import atomic_write_text
 from ..core.hashing import file_digest, sha256_file, sha256_json
 from ..core.paths import REPO_ROOT, cache_dir
 from . import cuda, vulkan
 from .cmake import BUILD_RECORD, built_files, check_record, run_logged
-from .tools import (  # noqa: F401  (named from here by the build command and the tests)
-    NATIVE_TOOLS,
-    OPREPLAY_TOOL,
-    REPLAY_TOOL,
-    TOOLS_RECORD,
-    UPSTREAM_TOOLS,
-    build_replay_tool,
-    build_upstream_tool,
-    replay_tool_key,
-)
+from .sdist import OLD_SERVER_SDIST, PINNED_SDIST, SdistPin, fetch_sdist
+from .tools import NATIVE_TOOLS, OPREPLAY_TOOL, UPSTREAM_TOOLS, build_replay_tool, build_upstream_tool, replay_tool_key
 
-SDIST_NAME = "llama-cpp-python"
-# the pinned sdist, ``<version> <sha256>``: the one line ./run reads for the virtual environment too
-SDIST_PIN_FILE = REPO_ROOT / "envs" / "llama-cpp-python.pin"
-
-
-def read_sdist_pin(path: Path = SDIST_PIN_FILE) -> tuple[str, str]:
-    """The pinned ``llama-cpp-python`` version and sha256 from ``envs/llama-cpp-python.pin``."""
-    fields = path.read_text(encoding="utf-8").split()
-    if len(fields) != 2 or len(fields[1]) != 64:
-        raise BuildError(f"{path}: expected one line '<version> <sha256>'")
-    return fields[0], fields[1]
-
-
-SDIST_VERSION, SDIST_SHA256 = read_sdist_pin()
-SDIST_FILE = f"llama_cpp_python-{SDIST_VERSION}.tar.gz"
-UPSTREAM_COMMIT = "0c1e57098bba43ac29e6e3b677cdceebdd22334f"
-
-
-@dataclass(frozen=True)
-class SdistPin:
-    """One ``llama-cpp-python`` sdist that vendors llama.cpp, pinned by sha256."""
-
-    version: str
-    sha256: str
-    upstream_commit: str
-    name: str = SDIST_NAME
-
-    @property
-    def file(self) -> str:
-        return f"llama_cpp_python-{self.version}.tar.gz"
-
-
-PINNED_SDIST = SdistPin(SDIST_VERSION, SDIST_SHA256, UPSTREAM_COMMIT)
-# an older release (2025-08-15, llama.cpp 4227c9be): the stock llama-server of another version,
-# for qualifying a server against its own reference (build_other_server, tests -m other_server)
-OLD_SERVER_SDIST = SdistPin(
-    "0.3.16",
-    "34ed0f9bd9431af045bb63d9324ae620ad0536653740e9bb163a2e1fcb973be6",
-    "4227c9be4268ac844921b90f31595f81236bd317",
-)
 PATCH_DIR = REPO_ROOT / "native" / "patches"
 
 # targets every build provides: the libraries only (everything refspec runs loads them)
 LIB_TARGETS = ["llama", "ggml"]
-# optional: llama-server from the same pinned source, stock (no patches) or patched (build_server)
+# optional: llama-server from the same pinned source, stock (no patches) or patched (build_server);
+# every optional build (build_variant) comes in these two variants
 SERVER_TARGET = "llama-server"
 SERVER_VARIANTS = ("stock", "patched")
-# optional: llama.cpp's own tests of the same source (build_tests), in the same two variants: the
-# model generator and the state tests that run on its models (tests/native/test_upstream_suite.py)
-TEST_TARGETS = ["test-llama-archs", "test-save-load-state", "test-recurrent-state-rollback", "test-batch-alloc"]
 
 
 @dataclass(frozen=True)
@@ -145,6 +96,16 @@ class BuildOptions:
             cuda_arch=str(native.get("cuda_arch", "90")),
             build_type=str(native.get("build_type", "Release")),
         )
+
+
+@dataclass(frozen=True)
+class BuildKind:
+    """What one build of the pinned source compiles: its CMake flags (of the build options), its
+    targets and its name in messages (:func:`build_key`, :func:`build_variant`)."""
+
+    flags: Callable[[BuildOptions], list[str]]
+    targets: list[str]
+    label: str
 
 
 @dataclass
@@ -188,7 +149,7 @@ def patch_files() -> list[Path]:
 
 def build_key(
     options: BuildOptions,
-    what: str = "libs",
+    what: str | BuildKind = "libs",
     variant: str | None = None,
     *,
     pin: SdistPin = PINNED_SDIST,
@@ -197,12 +158,13 @@ def build_key(
     """The key (cache folder ``native/<key16>``) of one build of ``pin``'s source with ``options``.
 
     ``what``: ``libs`` (the patched libraries every run loads, :func:`build`), ``server``
-    (``llama-server``, :func:`build_server`) or ``tests`` (llama.cpp's tests, :func:`build_tests`);
-    the two optional builds name their ``variant``, ``stock`` (no patch) or ``patched`` (all of
-    them). The key hashes the sdist, the patches applied, the options, the CMake flags, the
-    targets, the variant and what of the host the build depends on; ``sdist_sha256`` stands in for
-    the pin's sha256 (a test of the key)."""
-    flags, targets, label = _BUILDS[what]
+    (``llama-server``, :func:`build_server`) or the :class:`BuildKind` of another optional build
+    (:func:`build_variant`); an optional build names its ``variant``, ``stock`` (no patch) or
+    ``patched`` (all of them). The key hashes the sdist, the patches applied, the options, the
+    CMake flags, the targets, the variant and what of the host the build depends on;
+    ``sdist_sha256`` stands in for the pin's sha256 (a test of the key)."""
+    kind = _BUILDS[what] if isinstance(what, str) else what
+    flags, targets, label = kind.flags, kind.targets, kind.label
     if what == "libs":
         if variant is not None:
             raise BuildError("the library build has no variant")
@@ -231,11 +193,6 @@ def _host_variant(options: BuildOptions) -> dict:
     if options.backend == "vulkan":
         return {"vulkan_host": vulkan.host_variant()}
     return {}
-
-
-def fetch_sdist(pin: SdistPin = PINNED_SDIST) -> Path:
-    """Download (if needed) and verify the pinned sdist (or another pinned release); return its path."""
-    return fetch_package(f"{pin.name}=={pin.version}", pin.file, pin.sha256, sdist=True)
 
 
 def _safe_extract(tar_path: Path, dest: Path) -> None:
@@ -268,34 +225,27 @@ def server_flags(options: BuildOptions) -> list[str]:
     return flags + ["-DLLAMA_BUILD_SERVER=ON", "-DLLAMA_BUILD_UI=OFF", "-DLLAMA_USE_PREBUILT_UI=OFF"]
 
 
-def tests_flags(options: BuildOptions) -> list[str]:
-    """The build's CMake flags with llama.cpp's tests on."""
-    flags = [f for f in options.cmake_flags() if not f.startswith("-DLLAMA_BUILD_TESTS=")]
-    return flags + ["-DLLAMA_BUILD_TESTS=ON"]
+SERVER_BUILD = BuildKind(server_flags, [SERVER_TARGET], "llama-server")
+# the builds build_key names, and what each compiles
+_BUILDS = {"libs": BuildKind(BuildOptions.cmake_flags, LIB_TARGETS, "library"), "server": SERVER_BUILD}
 
 
-# what each build compiles: its CMake flags, its targets, its name in messages (build_key)
-_BUILDS = {
-    "libs": (BuildOptions.cmake_flags, LIB_TARGETS, "library"),
-    "server": (server_flags, [SERVER_TARGET], "llama-server"),
-    "tests": (tests_flags, TEST_TARGETS, "upstream tests"),
-}
-
-
-def _build_variant(
+def build_variant(
+    kind: BuildKind,
     options: BuildOptions,
     variant: str,
-    key: str,
-    flags: list[str],
-    targets: list[str],
     *,
-    jobs: int | None,
-    quiet: bool,
+    jobs: int | None = None,
+    quiet: bool = False,
+    pin: SdistPin = PINNED_SDIST,
 ) -> BuildResult:
-    """Build (or find cached) an optional build of the pinned source (its own folder
-    ``$REFSPEC_CACHE/native/<key16>`` with its own libraries next to ``targets``), ``stock`` (no
-    patch) or ``patched``; ``key`` is its :func:`build_key`."""
+    """Build (or find cached) an optional build of ``pin``'s source, ``stock`` (no patch) or
+    ``patched``: ``kind``'s targets in a folder of their own (``$REFSPEC_CACHE/native/<key16>``,
+    :func:`build_key`) with their own libraries next to them; ``BuildResult.tool(name)`` names
+    each program."""
+    key = build_key(options, kind, variant, pin=pin)
     patches = patch_files() if variant == "patched" else []
+    flags, targets = kind.flags(options), kind.targets
     return _cached(
         key,
         lambda root, lib_dir: _build_into(
@@ -310,6 +260,7 @@ def _build_variant(
             targets=targets,
             tools=targets,
             variant=variant,
+            pin=pin,
         ),
         quiet=quiet,
     )
@@ -323,9 +274,7 @@ def build_server(
     A folder of its own (``$REFSPEC_CACHE/native/<key16>``) with its own libraries next to the
     server binary, so the default build never compiles the server.
     """
-    options = options or BuildOptions()
-    key = build_key(options, "server", variant)
-    return _build_variant(options, variant, key, server_flags(options), [SERVER_TARGET], jobs=jobs, quiet=quiet)
+    return build_variant(SERVER_BUILD, options or BuildOptions(), variant, jobs=jobs, quiet=quiet)
 
 
 def build_other_server(
@@ -339,38 +288,7 @@ def build_other_server(
     release (:data:`OLD_SERVER_SDIST` by default): the same flags and cache as :func:`build_server`
     (``$REFSPEC_CACHE/native/<key16>``, keyed by the sdist's pin and the flags), no patch applied.
     Flags an older CMake project does not know are reported by CMake as unused and change nothing."""
-    options = options or BuildOptions()
-    key = build_key(options, "server", "stock", pin=pin)
-    targets = [SERVER_TARGET]
-    return _cached(
-        key,
-        lambda root, lib_dir: _build_into(
-            options,
-            key,
-            root,
-            lib_dir,
-            jobs=jobs,
-            quiet=quiet,
-            patches=[],
-            flags=server_flags(options),
-            targets=targets,
-            tools=targets,
-            variant="stock",
-            pin=pin,
-        ),
-        quiet=quiet,
-    )
-
-
-def build_tests(
-    options: BuildOptions | None = None, variant: str = "patched", *, jobs: int | None = None, quiet: bool = False
-) -> BuildResult:
-    """Build (or find cached) llama.cpp's own tests (:data:`TEST_TARGETS`) of the pinned source,
-    ``stock`` or ``patched``, in a folder of their own with their own libraries next to them;
-    ``BuildResult.tool(name)`` names each program."""
-    options = options or BuildOptions()
-    key = build_key(options, "tests", variant)
-    return _build_variant(options, variant, key, tests_flags(options), TEST_TARGETS, jobs=jobs, quiet=quiet)
+    return build_variant(SERVER_BUILD, options or BuildOptions(), "stock", jobs=jobs, quiet=quiet, pin=pin)
 
 
 def build(options: BuildOptions | None = None, *, jobs: int | None = None, quiet: bool = False) -> BuildResult:

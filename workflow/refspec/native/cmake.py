@@ -3,7 +3,8 @@
 :func:`run_logged` runs one command (CMake's configure or build) with its output in the build's
 log and raises :class:`BuildError` with the last lines when it fails; :func:`built_files` digests a
 build's libraries (and named programs); :func:`check_record` compares a recorded build
-(``BUILD.json``) with the files on disk.
+(``BUILD.json``) with the files on disk. :class:`BuiltTree` is what these steps and the tools
+built against a build (:mod:`refspec.native.tools`) read of a build's result.
 """
 
 from __future__ import annotations
@@ -11,15 +12,24 @@ from __future__ import annotations
 import re
 import subprocess
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from ..core.errors import BuildError
 from ..core.hashing import file_digest
 
-if TYPE_CHECKING:
-    from .build import BuildResult
-
 BUILD_RECORD = "BUILD.json"
+
+
+class BuiltTree(Protocol):
+    """A build as the shared steps read it: its folder, the folder of its libraries (``build/bin``),
+    its record (``BUILD.json``) and the llama.cpp source tree it was built from."""
+
+    root: Path
+    lib_dir: Path
+    record: dict
+
+    @property
+    def src_dir(self) -> Path: ...
 
 
 def run_logged(cmd: list[str], cwd: Path, log, what: str, progress=None) -> None:
@@ -51,7 +61,7 @@ def built_files(lib_dir: Path, tools: tuple[str, ...] | list[str] = ()) -> dict[
     return files
 
 
-def check_record(result: BuildResult) -> list[str]:
+def check_record(result: BuiltTree) -> list[str]:
     """Differences between the recorded hashes and the files on disk."""
     problems = []
     for name, want in result.record.get("files", {}).items():

@@ -17,16 +17,12 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from ..core.errors import BuildError
 from ..core.fsutil import atomic_write_text
 from ..core.hashing import file_digest, sha256_file, sha256_json
 from ..core.paths import REPO_ROOT
-from .cmake import check_record, run_logged
-
-if TYPE_CHECKING:
-    from .build import BuildResult
+from .cmake import BuiltTree, check_record, run_logged
 
 # upstream programs of the same build tree, compiled on first use (BuildResult.tool): they link
 # llama-common, which is half of the build's compile time and nothing else needs
@@ -47,7 +43,7 @@ def _ggml_libs(lib_dir: Path) -> list[Path]:
     return libs
 
 
-def replay_tool_key(result: BuildResult) -> str:
+def replay_tool_key(result: BuiltTree) -> str:
     """sha256 over the tool's sources, the ggml libraries it links and the headers it compiles against."""
     src = result.src_dir
     tool_files = sorted(p for p in TOOLS_SRC.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
@@ -61,7 +57,7 @@ def replay_tool_key(result: BuildResult) -> str:
     )
 
 
-def _rpath_link_flags(result: BuildResult) -> list[str]:
+def _rpath_link_flags(result: BuiltTree) -> list[str]:
     """Where the linker finds what the backend libraries need (``libggml-cuda`` needs cuBLAS and
     cudart of the toolkit the build used, which need not be on the linker's path: the cached
     toolkit copy with cuBLAS merged in never is). Link-time only; nothing is embedded."""
@@ -74,7 +70,7 @@ def _rpath_link_flags(result: BuildResult) -> list[str]:
     return [f"-DCMAKE_EXE_LINKER_FLAGS={' '.join(f'-Wl,-rpath-link,{d}' for d in dirs)}"] if dirs else []
 
 
-def build_replay_tool(result: BuildResult, *, jobs: int = 1) -> Path:
+def build_replay_tool(result: BuiltTree, *, jobs: int = 1) -> Path:
     """Configure and build ``native/tools`` (:data:`NATIVE_TOOLS`) against a built llama.cpp;
     returns ``refspec-replay``'s path (``refspec-opreplay`` is beside it).
 
@@ -137,7 +133,7 @@ def build_replay_tool(result: BuildResult, *, jobs: int = 1) -> Path:
     return exe
 
 
-def build_upstream_tool(result: BuildResult, name: str) -> Path:
+def build_upstream_tool(result: BuiltTree, name: str) -> Path:
     """Compile upstream ``name`` (:data:`UPSTREAM_TOOLS`) in the build's own tree, once.
 
     Recorded with its digest in ``TOOLS.json`` beside ``BUILD.json``; the libraries of

@@ -58,6 +58,8 @@ from ..core.panels import HUMANEVAL
 from ..core.paths import REPO_ROOT, cache_dir
 from ..native import build as native
 from ..native import models
+from ..native.cmake import BUILD_RECORD, check_record
+from ..native.sdist import SDIST_SHA256, SDIST_VERSION, fetch_sdist
 
 FORMAT = "refspec-bundle/1"
 MANIFEST = "BUNDLE.json"
@@ -67,7 +69,7 @@ REQUIREMENTS = REPO_ROOT / "envs" / "requirements.txt"
 PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64")
 DEFAULT_CHUNK_MIB = 60
 BINDINGS_CMAKE_ARGS = "-DLLAMA_BUILD=OFF -DLLAVA_BUILD=OFF"
-# what of the patched source tree the replay tool compiles against (refspec.native.build.build_replay_tool)
+# what of the patched source tree the replay tool compiles against (refspec.native.tools.build_replay_tool)
 NATIVE_SRC_PARTS = ("ggml/include", "include", "vendor/nlohmann")
 
 
@@ -251,12 +253,12 @@ def retag_pure(wheel: Path, out_dir: Path) -> Path:
 
 def ensure_bindings_wheel(sdist: Path, cache: Path) -> Path:
     """The llama-cpp-python wheel built here from the pinned sdist with LLAMA_BUILD=OFF."""
-    key = f"{native.SDIST_SHA256[:16]}"
+    key = f"{SDIST_SHA256[:16]}"
     folder = cache / f"bindings-{key}"
-    want = folder / f"llama_cpp_python-{native.SDIST_VERSION}-py3-none-any.whl"
+    want = folder / f"llama_cpp_python-{SDIST_VERSION}-py3-none-any.whl"
     if want.exists():
         return want
-    _say(f"building the pure-Python llama-cpp-python {native.SDIST_VERSION} wheel from the pinned sdist")
+    _say(f"building the pure-Python llama-cpp-python {SDIST_VERSION} wheel from the pinned sdist")
     folder.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         env = dict(os.environ, CMAKE_ARGS=BINDINGS_CMAKE_ARGS)
@@ -342,15 +344,15 @@ def pack_native(backend: str, out: Path, work: Path) -> dict:
     opts = native.BuildOptions(backend=backend)
     key = native.build_key(opts)
     root = cache_dir() / "native" / key[:16]
-    record_path = root / native.BUILD_RECORD
+    record_path = root / BUILD_RECORD
     if not record_path.exists():
         raise UsageError(f"no completed {backend} build in {root}: run 'refspec build --backend {backend}' first")
     record = json.loads(record_path.read_text())
     res = native.BuildResult(key=key, root=root, lib_dir=root / "build" / "bin", record=record)
-    problems = native.check_record(res)
+    problems = check_record(res)
     if problems or record.get("key") != key:
         raise IntegrityError(
-            f"the cached build {root} does not match its {native.BUILD_RECORD}: {'; '.join(problems) or 'key differs'}"
+            f"the cached build {root} does not match its {BUILD_RECORD}: {'; '.join(problems) or 'key differs'}"
         )
     stage = work / "native"
     bin_out = stage / "build" / "bin"
@@ -375,7 +377,7 @@ def pack_native(backend: str, out: Path, work: Path) -> dict:
         "files": relocated,
         "note": "build-tree RUNPATH rewritten to $ORIGIN by refspec bundle",
     }
-    atomic_write_text(stage / native.BUILD_RECORD, json.dumps(record, indent=2, sort_keys=True) + "\n")
+    atomic_write_text(stage / BUILD_RECORD, json.dumps(record, indent=2, sort_keys=True) + "\n")
     llama = root / "src" / "vendor" / "llama.cpp"
     for part in NATIVE_SRC_PARTS:
         src = llama / part
@@ -512,7 +514,7 @@ def make_bundle(
         wheels = ensure_wheels([(n, v) for n, v in reqs if normalize(n) not in omit_set], python, wcache)
         pip_wheel = ensure_pip_wheel(python, wcache)
         _say("fetching the pinned llama-cpp-python sdist")
-        sdist = native.fetch_sdist()
+        sdist = fetch_sdist()
         bindings = ensure_bindings_wheel(sdist, cache_dir() / "bundle-wheels")
         fam_files, fam_record = _family_files(family, config)
         _say("fetching the pinned panel source")
@@ -524,7 +526,7 @@ def make_bundle(
         for p in [*wheels.values(), pip_wheel, bindings]:
             _link_or_copy(p, stage / "wheels" / p.name)
         _link_or_copy(sdist, stage / "downloads" / sdist.name)
-        verify_sha256(stage / "downloads" / sdist.name, native.SDIST_SHA256)
+        verify_sha256(stage / "downloads" / sdist.name, SDIST_SHA256)
         for src, rel in fam_files:
             _link_or_copy(src, stage / rel)
         project = project_tar(stage / "project.tar")
@@ -561,7 +563,7 @@ def make_bundle(
             "bindings": {
                 "file": bindings.name,
                 "sha256": sha256_file(bindings),
-                "sdist": {"file": sdist.name, "sha256": native.SDIST_SHA256},
+                "sdist": {"file": sdist.name, "sha256": SDIST_SHA256},
                 "cmake_args": BINDINGS_CMAKE_ARGS,
             },
             "native": native_rec,

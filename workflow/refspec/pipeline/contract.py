@@ -5,9 +5,8 @@ above it, never one below)::
 
     core, native, engine, provenance, experiments, campaigns, reporting, compare, pipeline, commands
 
-The top-level modules (``cli.py``, ``__init__.py``, ``__main__.py``) may import anything; a
-folder that imports ``cli`` imports upward. Three rules, read from the source with :mod:`ast`
-(nothing is imported):
+The top-level modules (``cli.py``, ``__init__.py``) may import anything; a folder that imports
+``cli`` imports upward. Five rules, read from the source with :mod:`ast` (nothing is imported):
 
 * **layers**: no import of a folder below the importing one, nor of a folder outside the order;
 * **cycles**: no cycle of module-level imports between modules (relative imports resolved;
@@ -15,8 +14,10 @@ folder that imports ``cli`` imports upward. Three rules, read from the source wi
 * **in-function imports**: no import of the package's own modules inside a function body,
   unless the import's line carries a comment starting ``# lazy:`` that says why (a heavy
   optional dependency);
+* **function length**: no function or method longer than :data:`MAX_FUNCTION_LINES` (100) lines,
+  from its ``def`` line to its last line (``end_lineno - lineno + 1``, decorators not counted);
 * **command layer**: only the command layer (``commands/`` and the top-level modules, ``cli.py``
-  and ``__main__.py``) talks to the user and decides how the process ends. Everywhere else a
+  and ``__init__.py``) talks to the user and decides how the process ends. Everywhere else a
   module may not
 
   - call ``print(`` (report through a return value or an exception; progress and warnings go
@@ -57,13 +58,12 @@ LAYERS = (
     "pipeline",
     "commands",
 )
-# the report layer's former folder name, at the same place in the order
-LAYER_ALIASES = {"report": "reporting"}
 TOP_LAYER = "(top)"  # the layer of the top-level modules
 LAZY_MARK = "# lazy:"
 COMMAND_LAYER = "commands"  # with the top-level modules: where printing and exit codes belong
 CONTRACT_MARK = "# contract:"
 ERRORS_MODULE = "core.errors"  # defines the EXIT_* codes (relative to the package)
+MAX_FUNCTION_LINES = 100  # the longest function or method, def line to last line
 _ENDS_PROCESS = {("sys", "exit"), ("os", "_exit")}
 _SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)  # a class body ends at a function
 
@@ -84,17 +84,17 @@ class Module:
     shown: str  # the path as problems name it
     is_package: bool
     imports: list[Import] = field(default_factory=list)
+    tree: ast.Module | None = None  # the parsed source (None: it could not be parsed)
 
 
 def layer_of(module: str, mods: dict[str, Module]) -> str | None:
-    """The layer of a module of the package: its folder's (aliases resolved), :data:`TOP_LAYER` for a
-    top-level module, ``None`` for a folder outside the order."""
+    """The layer of a module of the package: its folder's, :data:`TOP_LAYER` for a top-level
+    module, ``None`` for a folder outside the order."""
     parts = module.split(".")
     folder_pkg = ".".join(parts[:2])
     if len(parts) == 1 or (len(parts) == 2 and not (folder_pkg in mods and mods[folder_pkg].is_package)):
         return TOP_LAYER
-    folder = LAYER_ALIASES.get(parts[1], parts[1])
-    return folder if folder in LAYERS else None
+    return parts[1] if parts[1] in LAYERS else None
 
 
 def _modules(root: Path, package: str, show_from: Path) -> dict[str, Module]:
@@ -161,6 +161,7 @@ def _collect(mod: Module, package: str, known: dict[str, Module]) -> list[str]:
         tree = ast.parse(source, filename=str(mod.path))
     except SyntaxError as e:
         return [f"{mod.shown}:{e.lineno or 0}: cannot parse: {e.msg}"]
+    mod.tree = tree
     comments = _comments(source)
 
     def lazy_mark(node: ast.stmt) -> bool:
@@ -219,6 +220,21 @@ def _function_problems(mod: Module) -> list[str]:
         f"{mod.shown}:{line}: import inside a function: {', '.join(targets)} "
         f"(move it to the module's top, or mark the line '{LAZY_MARK} <why>')"
         for line, targets in sorted(by_line.items())
+    ]
+
+
+def _length_problems(mod: Module) -> list[str]:
+    """Every function or method of the module longer than :data:`MAX_FUNCTION_LINES` lines."""
+    if mod.tree is None:
+        return []  # reported by _collect
+    found = sorted(
+        (node.lineno, node.name, node.end_lineno - node.lineno + 1)
+        for node in ast.walk(mod.tree)
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+        and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES
+    )
+    return [
+        f"{mod.shown}:{line}: function {name} is {n} lines (at most {MAX_FUNCTION_LINES})" for line, name, n in found
     ]
 
 
@@ -406,6 +422,7 @@ def check(root: Path, package: str | None = None, show_from: Path | None = None)
     for m in mods.values():
         problems += _layer_problems(m, package, mods)
         problems += _function_problems(m)
+        problems += _length_problems(m)
         problems += _command_problems(m, package, mods)
     problems += _cycles(mods)
     return problems

@@ -12,8 +12,11 @@ Every check runs, and each problem is printed, before the command fails (exit 1)
   identical lines, comments, docstrings and imports ignored). ``report/check.py`` stays
   outside it on purpose: the checker recomputes the figures without importing the package;
 * import contract: the package's layer order, no import cycles, no unmarked import of the
-  package inside a function, no printing, argparse or exit codes outside the command layer
-  (:mod:`refspec.pipeline.contract`).
+  package inside a function, no function over 100 lines, no printing, argparse or exit codes
+  outside the command layer (:mod:`refspec.pipeline.contract`);
+* glossary: no public name of the package (module, top-level class, function or constant) uses a
+  word that ``anc/glossary.md`` lists as not to use for one of its terms
+  (:mod:`refspec.pipeline.glossary`).
 
 :func:`run_checks` runs them and yields each result; ``refspec lint``
 (:mod:`refspec.commands.lint`) prints them.
@@ -29,12 +32,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..core.paths import REPO_ROOT
-from . import contract
+from . import contract, glossary
 
 PYTHON_TREES = ["workflow/refspec", "tests", "report", "bench"]
 MIN_SIMILAR_LINES = 8
 PACKAGE_DIR = REPO_ROOT / "workflow" / "refspec"
 CONTRACT_CHECK = "import contract"
+GLOSSARY_CHECK = "glossary"
 
 
 @dataclass(frozen=True)
@@ -73,7 +77,8 @@ def checks(python: str = sys.executable) -> list[tuple[str, list[str]]]:
 
 
 def run_checks(python: str = sys.executable) -> Iterator[CheckResult]:
-    """Run every check (:func:`checks`, then the import contract), yielding each result as it ends."""
+    """Run every check (:func:`checks`, then the import contract and the glossary), yielding each
+    result as it ends."""
     for name, cmd in checks(python):
         t0 = time.monotonic()
         r = subprocess.run(cmd, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -81,3 +86,6 @@ def run_checks(python: str = sys.executable) -> Iterator[CheckResult]:
     t0 = time.monotonic()
     problems = contract.check(PACKAGE_DIR, show_from=REPO_ROOT)
     yield CheckResult(CONTRACT_CHECK, 1 if problems else 0, "".join(p + "\n" for p in problems), time.monotonic() - t0)
+    t0 = time.monotonic()
+    problems = glossary.check(PACKAGE_DIR, show_from=REPO_ROOT)
+    yield CheckResult(GLOSSARY_CHECK, 1 if problems else 0, "".join(p + "\n" for p in problems), time.monotonic() - t0)

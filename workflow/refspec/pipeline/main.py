@@ -17,11 +17,13 @@ import shlex
 import shutil
 import subprocess
 import sys
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..core.hashing import sha256_file
 from ..core.paths import REPO_ROOT
+from .seal_chain import Folders
 
 # Debian packages the tests use, installed when this machine can (root with apt-get):
 # chromium for the browser test; LaTeX (latex-base: geometry, longtable, array, url;
@@ -70,35 +72,95 @@ def apt_install(packages: list[str]) -> None:
         print(f"refspec test: could not install {missing}; the tests that need them will skip", file=sys.stderr)
 
 
+#: the most pytest processes ``./run test`` runs side by side (the tests decode on one thread;
+#: more processes than cores only queue, and each holds a loaded model)
+MAX_TEST_PROCESSES = 4
+
+
+def suite_processes() -> int:
+    """The processes of a parallel test run: this machine's cores, at most :data:`MAX_TEST_PROCESSES`."""
+    return max(1, min(MAX_TEST_PROCESSES, len(os.sched_getaffinity(0))))
+
+
 def pytest_command(extra: list[str]) -> list[str]:
     """The pytest command of ``./run test`` with its other arguments ``extra`` (the opt-in tests are
-    skipped by tests/conftest.py, as under a plain ``pytest``)."""
-    return [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *extra]
+    skipped by tests/conftest.py, as under a plain ``pytest``): the modules spread over
+    :func:`suite_processes` processes (pytest-xdist, each module's tests in one process, the
+    modules handed out in the order tests/conftest.py gives them, the longest first; ``-n 0`` in
+    ``extra`` runs them in this one), and the slowest tests listed at the end."""
+    parallel = (
+        []
+        if any(a == "-n" or a.startswith(("-n", "--numprocesses")) for a in extra)
+        else [
+            "-n",
+            str(suite_processes()),
+        ]
+    )
+    return [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        *parallel,
+        "--dist",
+        "loadfile",
+        "--no-loadscope-reorder",  # the suite's order (the longest modules first), not by test count
+        "--durations",
+        "40",
+        *extra,
+    ]
 
 
-def _snakemake_running_here() -> bool:
-    """Whether a live Snakemake process works in the repository (its lock is then not stale)."""
+def _snakemake_running_with(configfile: str) -> bool:
+    """Whether a live Snakemake process works in the repository on ``configfile`` (the lock a run
+    on that configuration holds is then not stale; runs on other configurations are left alone)."""
     me = os.getpid()
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit() or int(proc.name) == me:
             continue
         try:
-            argv = (proc / "cmdline").read_bytes().split(b"\0")
+            argv = [a.decode(errors="replace") for a in (proc / "cmdline").read_bytes().split(b"\0")]
             cwd = Path(os.readlink(proc / "cwd"))
         except OSError:
             continue
-        if any(a.endswith(b"snakemake") for a in argv[:3]) and cwd == REPO_ROOT:
+        if any(a.endswith("snakemake") for a in argv[:3]) and cwd == REPO_ROOT and configfile in argv:
             return True
     return False
 
 
-def release_stale_lock(base: list[str]) -> None:
-    """A killed run leaves Snakemake's directory lock behind; release it when no run is alive."""
-    locks = REPO_ROOT / ".snakemake" / "locks"
-    if not locks.is_dir() or not any(locks.iterdir()) or _snakemake_running_here():
+LOCKS = REPO_ROOT / ".snakemake" / "locks"
+
+
+def _locks_on(results: Path, locks: Path) -> list[Path]:
+    """Snakemake's lock files (``N.input.lock`` and ``N.output.lock`` in ``locks``) of every run
+    whose output lock names a file under ``results`` (paths relative to the repository or absolute)."""
+    if not locks.is_dir():
+        return []
+    root = results.resolve()
+    found: list[Path] = []
+    for out in sorted(locks.glob("*.output.lock")):
+        try:
+            named = [REPO_ROOT / line for line in out.read_text(encoding="utf-8").splitlines() if line]
+        except OSError:
+            continue
+        if any(p.resolve().is_relative_to(root) for p in named):
+            n = out.name.split(".", 1)[0]
+            found += [f for f in (out, locks / f"{n}.input.lock") if f.exists()]
+    return found
+
+
+def release_stale_lock(base: list[str], results: Path, locks: Path = LOCKS) -> None:
+    """A killed run leaves Snakemake's directory lock behind; release the locks on ``results`` when
+    no run on the same configuration is alive. Only those lock files go: a live run on another
+    study in the same repository keeps its own (``snakemake --unlock`` would remove every lock)."""
+    stale = _locks_on(results, locks)
+    if not stale or _snakemake_running_with(base[base.index("--configfile") + 1]):
         return
     print("refspec main: releasing the lock an interrupted run left behind", file=sys.stderr)  # contract: progress
-    subprocess.run([*base, "--unlock"], cwd=REPO_ROOT, check=False, stdout=subprocess.DEVNULL)
+    for f in stale:
+        f.unlink(missing_ok=True)
 
 
 def snakemake_command(configfile: str) -> list[str]:
@@ -130,16 +192,17 @@ class RunOutputs:
 
     archive: Path
     check: str | None  # results/checked.txt, stripped
-    numbers: Path | None  # numbers.json of the archive, else of the report stage; None when neither exists
+    numbers: Path | None  # numbers.json of the archive, else of the rendered folder; None when neither exists
     report_pdf: Path | None
 
 
 def run_outputs(results: Path) -> RunOutputs:
-    archive = results / "archive"
+    chain = Folders(results)
+    archive = chain.archive
     check = results / "checked.txt"
     numbers = archive / "numbers.json"
     if not numbers.exists():
-        numbers = results / "report-stage" / "numbers.json"
+        numbers = chain.rendered / "numbers.json"
     pdf = archive / "report.pdf"
     return RunOutputs(
         archive=archive,
@@ -157,22 +220,45 @@ def rerun_report_args(configfile: str) -> str:
     return conf + "--forcerun report"
 
 
-def headline_text(numbers_json: Path, seal: Path | None = None) -> str:
-    """The headline block: the report's summary table (numbers.json ``headline``) as text, with the
-    archive's own seal digest (the report cannot hold it: that seal covers the report)."""
+def headline_text(numbers_json: Path, seal: Path | None = None, width: int | None = None) -> str:
+    """The findings, then the headline block: numbers.json ``findings`` (the report's findings, one a
+    line, verdict first, wrapped to ``width``, by default the terminal's, continuation lines indented)
+    and its summary table (``headline``) as text, with the archive's own seal digest (the report
+    cannot hold it: that seal covers the report)."""
     doc = json.loads(numbers_json.read_text(encoding="utf-8"))
     text = {n["id"]: n["text"] for n in doc.get("numbers", [])}
-    rows = []
-    for h in doc.get("headline") or []:
-        value = "".join(text.get(p["num"], "?") if isinstance(p, dict) else str(p) for p in h["parts"])
-        rows.append((h["finding"], h["scope"], value))
+
+    def words(parts: list) -> str:
+        return "".join(text.get(p["num"], "?") if isinstance(p, dict) else str(p) for p in parts)
+
+    lines = findings_lines(doc.get("findings") or [], words, width or shutil.get_terminal_size((100, 24)).columns)
+    rows = [(h["finding"], h["scope"], words(h["parts"])) for h in doc.get("headline") or []]
     if seal is not None and seal.is_file():
         rows.append(("archive seal (sha256 of SEAL.dsse.json)", str(seal.parent), sha256_file(seal)))
     w1 = max((len(r[0]) for r in rows), default=0)
     w2 = max((len(r[1]) for r in rows), default=0)
-    lines = ["headline (report.html opens with the same table; report/check.py recomputes every number)"]
+    lines += ["headline (report.html opens with the same table; report/check.py recomputes every number)"]
     lines += [f"  {f:<{w1}}  {s:<{w2}}  {v}" for f, s, v in rows]
     return "\n".join(lines)
+
+
+def findings_lines(found: list[dict], words, width: int) -> list[str]:
+    """The findings as text: a title, then each finding as ``VERDICT  scope: words``, wrapped to
+    ``width`` columns (at least forty), its continuation lines indented past the verdict."""
+    if not found:
+        return []
+    w = max(len(f["verdict"]) for f in found)
+    out = ["findings (report.html opens with the same; report/check.py recomputes each)"]
+    for f in found:
+        out += textwrap.wrap(
+            f"{f['verdict']:<{w}}  {f['scope']}: {words(f['parts'])}",
+            width=max(40, width),
+            initial_indent="  ",
+            subsequent_indent=" " * (w + 4),
+            break_long_words=False,
+            break_on_hyphens=False,
+        )
+    return out
 
 
 def dry_run(extra: list[str]) -> bool:

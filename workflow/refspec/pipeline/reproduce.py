@@ -18,7 +18,7 @@
 4. **Run the registered plan**: Snakemake runs the main job with the rebuilt config, whose
    ``results`` is the reproduction's folder and whose ``reproduces`` names the archive, the
    accepted differences and the host's (:func:`reproduction_config`); the seal rules pass
-   ``reproduces`` to ``refspec seal`` (``predicate.reproduces``).
+   ``reproduces`` to ``refspec seal-data`` and ``refspec seal-archive`` (``predicate.reproduces``).
 5. **Check the plan and compare**: the reproduction's registered plan must equal the
    archive's (:func:`plan_check`, :func:`refspec.compare.inputs.plan_differences`), and
    ``refspec compare`` compares the two archives.
@@ -45,6 +45,7 @@ from ..core.hashing import sha256_json
 from ..core.panels import humaneval_tasks, parse_range, write_panel
 from ..core.paths import REPO_ROOT
 from ..native import build as native
+from ..native import sdist
 from ..native.models import config_families_file, family_dir
 from ..provenance.manifest import Artifact, build_manifest, flatten
 
@@ -178,7 +179,7 @@ def _panel_files(cfg: dict[str, Any], scratch: Path) -> list[Artifact]:
 def current_inputs(cfg: dict[str, Any], scratch: Path) -> tuple[dict[str, str], dict[str, Any]]:
     """This machine's pinned inputs for ``cfg`` (as :func:`pinned_inputs` reads them from a
     manifest) and its host record. Nothing is built; the sdist is fetched when absent."""
-    arts = [Artifact(native.SDIST_FILE, "sdist", native.fetch_sdist())]
+    arts = [Artifact(sdist.SDIST_FILE, "sdist", sdist.fetch_sdist())]
     arts += [Artifact(p.name, "patch", p) for p in native.patch_files()]
     models, pending = _model_files(cfg)
     arts += models + _panel_files(cfg, scratch)

@@ -8,7 +8,9 @@ campaigns. :func:`qualify_server` does it and returns a :class:`ServerQualificat
     campaigns/confirmation/    the campaign (plan, journal, ledger, tables, summary.json)
     qualify-arms.yaml          the server arms; qualify-families.yaml: the model files' pins
     manifest.json              the run's source manifest (the server binary, its sha256 and --version)
-    stage/ data/               assembled results and their sealed archive
+    assembled/                 the assembled results (the seal chain: :mod:`refspec.pipeline.seal_chain`)
+    sealed-data/               their sealed archive, the first seal of the chain
+    rendered/                  the sealed data (without its seal) with the report rendered into it
     archive/                   the sealed archive with report.html (and report.pdf when pdflatex exists)
     verdicts.json              one verdict per candidate arm (:func:`write_verdicts`)
 """
@@ -16,7 +18,6 @@ campaigns. :func:`qualify_server` does it and returns a :class:`ServerQualificat
 from __future__ import annotations
 
 import json
-import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,8 +30,8 @@ from ..native import build as native
 from ..native.models import config_families_file, ensure_family
 from ..native.runtime import Model
 from ..provenance.manifest import Artifact, build_manifest, write_manifest
-from ..provenance.seal import seal
-from .stages import assemble, ensure_keys, report_stage
+from .seal_chain import run_chain
+from .stages import ensure_keys
 
 
 @dataclass(frozen=True)
@@ -87,22 +88,15 @@ def _piece_reader(files, lib_dir: Path):
 
 
 def _archive(root: Path, cfg: dict, res, binary: str | None, version: str | None) -> Path:
-    """manifest -> assemble -> seal -> report -> seal again (chained): ``root/archive``."""
+    """The manifest, then the seal chain without its check (:func:`run_chain`): ``root/archive``."""
     arts = [Artifact("panel", "panel", p) for p in sorted(res.out_dir.glob("panel-*.jsonl"))]
     if binary is not None:
         arts.append(Artifact(f"llama-server ({version or 'no --version'})", "tool", Path(binary)))
     man = build_manifest(arts, {**cfg, "qualify": {"server_binary": binary, "server_version": version}})
     write_manifest(man, root / "manifest.json")
-    assemble(root, root / "manifest.json", [res.out_dir], root / "stage")
     pub = root / "signer.pub"
     ensure_keys(pub)
-    for d in ("data", "report", "archive"):
-        if (root / d).exists():
-            shutil.rmtree(root / d)
-    seal(root / "stage", root / "data", campaign="qualify")
-    report_stage(root / "data", root / "report", pub)
-    seal(root / "report", root / "archive", campaign="qualify", previous=root / "data")
-    return root / "archive"
+    return run_chain(root, root / "manifest.json", [res.out_dir], pub, campaign="qualify").folders.archive
 
 
 def qualify_server(cfg: dict, root: Path, o: ServerQualifyOptions) -> ServerQualification:

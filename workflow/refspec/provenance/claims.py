@@ -1,10 +1,10 @@
-"""Controlled stages and their claims: ``refspec stage``.
+"""Controlled stages and their claims: ``refspec claim``.
 
 The numerical replay (E1), the representation audit, the prefill partition, the state
-crosses and the backend admission each run controls before their results may be read as
-claims. A failed control is a result, not a crash: the command writes its complete record
-and exits 1. ``refspec stage NAME --dir DIR --done FILE -- COMMAND ...`` runs the stage's
-command and then
+crosses, the backend admission and the projection replay (:data:`CLAIM_STAGES`) each run
+controls before their results may be read as claims. A failed control is a result, not a
+crash: the command writes its complete record and exits 1.
+``refspec claim NAME --dir DIR --done FILE -- COMMAND ...`` runs the stage's command and then
 
 * on exit 0 or 1, derives the stage's ``claims`` row from the tables the command wrote in
   ``DIR`` (``supported``; ``withheld`` with the failed controls as the reason; ``vacuous`` when the
@@ -31,7 +31,7 @@ from ..core.fsutil import atomic_write_text
 from ..core.vacuity import VACUOUS, crosses_exposure, partition_exposure, vacuous_text
 from .ledger import LEDGER_NAME, Ledger
 
-# the pipeline stages whose claim `refspec stage` records
+# the pipeline stages whose claim `refspec claim` records
 CLAIM_STAGES = ("replay", "audit", "partition", "crosses", "admission", "projection")
 CLAIMS = {
     "replay": "PQ and QB give bitwise equal stage outputs on every captured context; MQ differences as tabled",

@@ -158,6 +158,47 @@ class ShownTable:
         """The number ``value`` of ``row``'s ``column``, under the id made of ``parts``, formatted with ``fmt``."""
         return self.numbers.add(parts, value, fmt, self.archive.src(self.table), self.tid, row, column)
 
+    def speed(self, base: Sequence[Any], row: dict[str, Any], column: str, r: dict[str, Any]) -> Speed:
+        """The timing ratio ``r[column]`` (numerator time / denominator time) of ``row`` as a speed
+        (:func:`fold`): its fold ``base + (fold,)`` and, where ``r`` has an interval, the fold's
+        bounds ``base + (fold_lo,)`` and ``base + (fold_hi,)``, each to two decimals."""
+        slower, f, lo, hi = fold(r[column], r.get("lo"), r.get("hi"))
+        cols = (column, "lo", "hi") if slower else (column, "hi", "lo")
+        n = self.add(tuple(base) + ("fold",), f, ".2f", row=row, column=cols[0])
+        if lo is None or hi is None:
+            return Speed(slower, n, None, None)
+        n_lo = self.add(tuple(base) + ("fold_lo",), lo, ".2f", row=row, column=cols[1])
+        n_hi = self.add(tuple(base) + ("fold_hi",), hi, ".2f", row=row, column=cols[2])
+        return Speed(slower, n, n_lo, n_hi)
+
+
+def fold(ratio: float, lo: float | None = None, hi: float | None = None) -> tuple[bool, float, Any, Any]:
+    """A timing ratio (numerator time / denominator time) as a speed: ``(slower, fold, fold_lo, fold_hi)``.
+
+    At or above one the numerator is ``ratio`` times slower (fold = ratio, bounds [lo, hi]); below one it
+    is ``1 / ratio`` times faster, and its interval turns over: [1 / hi, 1 / lo]. Bounds are None where the
+    ratio has no interval. report/check.py (refspec_check/findings.py) applies the same rule."""
+    if ratio >= 1.0:
+        return True, ratio, lo, hi
+    return False, 1.0 / ratio, None if hi is None else 1.0 / hi, None if lo is None else 1.0 / lo
+
+
+@dataclass(frozen=True)
+class Speed:
+    """A ratio as a speed (:meth:`ShownTable.speed`): whether the numerator is slower, the fold and its bounds."""
+
+    slower: bool
+    fold: Num
+    lo: Num | None
+    hi: Num | None
+
+    def parts(self) -> list[Any]:
+        """'1.36× slower [1.30, 1.42]' (or faster), without the interval where there is none."""
+        out: list[Any] = [self.fold, "\u00d7 slower" if self.slower else "\u00d7 faster"]
+        if self.lo is not None:
+            out += [" [", self.lo, ", ", self.hi, "]"]
+        return out
+
 
 # =========================================================================== archive
 

@@ -47,6 +47,7 @@ from ..provenance.keys import fingerprint, load_public_key
 from .device import device_caption, device_facts, provenance_values, section_device
 from .document import Archive, Cell, Figure, Num, Numbers, Section, Table, bootstrap_settings, load_archive, read_json
 from .sections.admission import section_admission, section_graph_size
+from .sections.arms import section_arms, section_glossary
 from .sections.claims import section_claims
 from .sections.noise import section_noise
 from .sections.numerical import section_audit, section_replay
@@ -115,6 +116,7 @@ def build(
     prov.update(provenance_values(dev))
     summary, prov["headline"] = section_summary(a, N, prov, software_device=bool(dev and dev.get("software")))
     sections.insert(0, summary)
+    sections[1:1] = [section_arms(a, N), section_glossary()]  # the arms at a glance and the glossary
     if a.notes:
         prov_sec.notes.extend(a.notes)
     prov_sec.notes.append(PDF_NOTE)
@@ -312,7 +314,14 @@ def render(
     atomic_write_text(paths["html"], html, mode=0o644)
     atomic_write_text(paths["tex"], tex, mode=0o644)
     headline = prov.pop("headline", [])
-    doc = {"format": NUMBERS_FORMAT, "provenance": prov, "headline": headline, "numbers": N.as_json()}
+    found = prov.pop("findings", [])
+    doc = {
+        "format": NUMBERS_FORMAT,
+        "provenance": prov,
+        "findings": found,
+        "headline": headline,
+        "numbers": N.as_json(),
+    }
     atomic_write_bytes(
         paths["numbers"], json.dumps(doc, indent=1, sort_keys=False, ensure_ascii=False).encode() + b"\n", mode=0o644
     )

@@ -1,5 +1,5 @@
 """The report's figures: :class:`Canvas`, a drawing list rendered both as inline SVG and as
-TikZ, and the chart shapes the sections draw on it (interval, strip and bar charts).
+TikZ, and the chart shapes the sections draw on it (interval, strip, bar charts and the forest plot).
 
 ``report/check.py`` redraws every figure from the archive's tables with its own copy of this
 drawing (``report/refspec_check/figures.py``: the same scale, marks, order and decimals) and
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from .document import DASH
@@ -277,3 +277,206 @@ def bar_figure(title: str, rows: list[tuple[str, float, str]], xlabel: str, xmax
     c.line(x0, ybot, x1, ybot)
     c.text(x0 + (x1 - x0) / 2, height - 6, xlabel, anchor="middle", size=10)
     return c
+
+
+# ---- forest plot: every qualified ratio and E2 estimate with an interval, on one log axis
+
+FOREST_W = 384  # viewBox width of a column: its 11 px text stays 11 px at the 393 px a 412 px phone gives a figure
+FOREST_TEXT = 11  # the size of every text of the forest plot
+FOREST_MIN_PLOT = 160  # a plot narrower than this beside the labels puts each label on its own line above
+FOREST_PAGE_ROWS_H = 600  # height of a column's rows on the page (report.tex): a picture of 15.4 cm at most
+DECIDED = ("exceeds", "faster", "equivalent", "below")
+
+
+@dataclass
+class ForestGroup:
+    """The rows of one campaign and family (and cap) with their decision lines and A/A band.
+
+    rows: (label, value, lo, hi, verdict); lines: the values of the dashed decision lines;
+    band: the A/A twin's (lo, hi), or None without a control interval."""
+
+    header: str
+    rows: list[tuple[str, float, float, float, str]]
+    lines: list[float]
+    band: tuple[float, float] | None
+
+
+def forest_ratio_groups(ratios: Sequence[dict], noise: Sequence[dict], tau: float) -> list[ForestGroup]:
+    """One group per campaign, family and cap (table order) of the qualified ratios with an interval;
+    decision lines at tau F and 1/(tau F), F the floor of the control the verdict weighs
+    (refspec.campaigns.intervals.aa_floor: the first arm by name with a twin; 1 without a floor)."""
+    keys: list[tuple] = []
+    rows: dict[tuple, list] = defaultdict(list)
+    for r in ratios:
+        if not r["qualified"] or r["ratio"] is None or r["lo"] is None or r["hi"] is None:
+            continue
+        k = (r["campaign"], r["family"], r["cap"])
+        if k not in rows:
+            keys.append(k)
+        rows[k].append((f"{r['numerator']}/{r['denominator']}", r["ratio"], r["lo"], r["hi"], r["verdict"]))
+    out = []
+    for camp, fam, cap in keys:
+        several = sum(1 for c, f, _ in keys if (c, f) == (camp, fam)) > 1
+        ctl = [n for n in noise if (n["campaign"], n["family"], n["cap"]) == (camp, fam, cap)]
+        aa = min(ctl, key=lambda n: n["arm"]) if ctl else None
+        floor = aa["floor"] if aa is not None and aa["floor"] is not None else 1.0
+        band = (aa["lo"], aa["hi"]) if aa is not None and aa["floor"] is not None else None
+        header = f"{camp}, {fam}" + (f", cap {cap}" if several else "")
+        out.append(ForestGroup(header, rows[(camp, fam, cap)], [tau * floor, 1.0 / (tau * floor)], band))
+    return out
+
+
+def forest_estimate_groups(estimates: Sequence[dict], noise: Sequence[dict]) -> list[ForestGroup]:
+    """One group per family (table order) of the E2 estimates with an interval; decision lines at
+    threshold x F and threshold / F (F the estimates' floor), the band of the control that sets F
+    (refspec.campaigns.noise.weigh_estimates: the family's largest floor, the first on a tie)."""
+    fams: list[str] = []
+    rows: dict[str, list] = defaultdict(list)
+    first: dict[str, dict] = {}
+    for r in estimates:
+        if r["estimate"] is None or r["lo"] is None or r["hi"] is None:
+            continue
+        if r["family"] not in rows:
+            fams.append(r["family"])
+            first[r["family"]] = r
+        rows[r["family"]].append((f"{r['comparison']} {r['path']}", r["estimate"], r["lo"], r["hi"], r["decision"]))
+    out = []
+    for fam in fams:
+        thr = first[fam]["threshold"]
+        floor = first[fam]["floor"] if first[fam]["floor"] is not None else 1.0
+        aa = None
+        for n in noise:
+            if n["campaign"] == "replication" and n["family"] == fam and n["floor"] is not None:
+                if aa is None or n["floor"] > aa["floor"]:
+                    aa = n
+        band = (aa["lo"], aa["hi"]) if aa is not None else None
+        out.append(ForestGroup(f"replication, {fam}", rows[fam], [thr * floor, thr / floor], band))
+    return out
+
+
+def _log_ticks(lo: float, hi: float, sx: Callable[[float], float]) -> list[float]:
+    """Ticks of a log axis over [lo, hi], 1 always among them: "nice" linear steps over a narrow
+    range, 1, 2 and 5 per decade over a wide one; a tick closer than 40 px to a kept one is left out."""
+    if hi / lo < 4:
+        cands = nice_ticks(lo, hi, 4)
+    else:
+        d0, d1 = math.floor(math.log10(lo)), math.ceil(math.log10(hi))
+        cands = [round(m * 10.0**d, 10) for d in range(d0, d1 + 1) for m in (1, 2, 5)]
+    kept = [1.0]
+    for v in cands:
+        if lo <= v <= hi and v > 0 and all(abs(sx(v) - sx(k)) >= 40 for k in kept):
+            kept.append(v)
+    return sorted(kept)
+
+
+def _forest_scale(groups: Sequence[ForestGroup]) -> tuple[float, float]:
+    """The log axis (natural log) over every value, interval end, decision line, band end and 1,
+    padded by 5 % of its range on each side."""
+    vals = [1.0]
+    for g in groups:
+        vals += [v for _l, val, lo, hi, _v in g.rows for v in (val, lo, hi)] + list(g.lines)
+        vals += list(g.band) if g.band else []
+    a, b = math.log(min(vals)), math.log(max(vals))
+    pad = (b - a) * 0.05 or 0.01
+    return a - pad, b + pad
+
+
+def _page_columns(groups: Sequence[ForestGroup], row_h: int) -> list[list[ForestGroup]]:
+    """The groups set in columns for the page: a group of more rows than a column holds is cut (each
+    piece under its header), and a column is filled until the next group would pass its height."""
+    most = (FOREST_PAGE_ROWS_H - 22) // row_h
+    pieces = [
+        ForestGroup(g.header, g.rows[i : i + most], g.lines, g.band)
+        for g in groups
+        for i in range(0, len(g.rows), most)
+    ]
+    cols: list[list[ForestGroup]] = [[]]
+    h = 0
+    for g in pieces:
+        gh = 22 + row_h * len(g.rows)
+        if cols[-1] and h + gh > FOREST_PAGE_ROWS_H:
+            cols.append([])
+            h = 0
+        cols[-1].append(g)
+        h += gh
+    return cols
+
+
+def _forest_x(groups: Sequence[ForestGroup]) -> tuple[float, float, int]:
+    """A column's plot from x0 to x1 between the labels (right-aligned before it) and the verdicts,
+    and the row height; where that plot would be narrower than FOREST_MIN_PLOT each label goes on
+    its own line above its whisker (x0 at the left edge, rows 32 px tall instead of 20)."""
+    x1 = FOREST_W - label_width([r[4].replace("_", " ") for g in groups for r in g.rows], FOREST_TEXT, 0.0)
+    x0 = label_width([r[0] for g in groups for r in g.rows], FOREST_TEXT, 40.0)
+    return (10.0, x1, 32) if x1 - x0 < FOREST_MIN_PLOT else (x0, x1, 20)
+
+
+def _forest_canvas(title: str, columns: list[list[ForestGroup]], xlabel: str) -> Canvas:
+    """The forest plot drawn in ``columns`` side by side, each FOREST_W wide on the same log scale with
+    its own axis: per group a header, then per row a label, the whisker lo..hi and the point, the
+    verdict in words at the right end (blue: decided; grey: undecided); behind each group's rows the
+    A/A band (shaded), a line at 1 and the dashed decision lines."""
+    size = FOREST_TEXT
+    groups = [g for col in columns for g in col]
+    x0, x1, row_h = _forest_x(groups)
+    stacked = row_h > 20
+    spans, ybot = [], 0.0
+    for k, col in enumerate(columns):
+        y = 8.0
+        for g in col:
+            spans.append((k * FOREST_W, y + 18, y + 18 + row_h * len(g.rows)))
+            y += 22 + row_h * len(g.rows)
+        ybot = max(ybot, y + 4)
+    c = Canvas(FOREST_W * len(columns), ybot + 42, title)
+    a, b = _forest_scale(groups)
+
+    def sx(v: float) -> float:
+        return x0 + (math.log(v) - a) / (b - a) * (x1 - x0)
+
+    for g, (off, top, bot) in zip(groups, spans, strict=True):
+        if g.band:
+            c.rect(off + sx(g.band[0]), top, sx(g.band[1]) - sx(g.band[0]), bot - top, cls="grid")
+    for g, (off, top, bot) in zip(groups, spans, strict=True):
+        c.line(off + sx(1.0), top, off + sx(1.0), bot, cls="ref", width=1.2)
+        for v in sorted(set(g.lines)):
+            c.line(off + sx(v), top, off + sx(v), bot, cls="axis", dash=True)
+    for g, (off, top, _bot) in zip(groups, spans, strict=True):
+        c.text(off + 8, top - 5, g.header, size=size)
+        for i, (label, val, lo, hi, verdict) in enumerate(g.rows):
+            ym = top + row_h * i + (22 if stacked else row_h / 2)
+            cls = "target" if verdict in DECIDED else "ref"
+            if stacked:
+                c.text(off + x0, ym - 11, label, size=size)
+            else:
+                c.text(off + x0 - 8, ym + 4, label, anchor="end", size=size)
+            c.line(off + sx(lo), ym, off + sx(hi), ym, cls=cls, width=2.0)
+            c.line(off + sx(lo), ym - 4, off + sx(lo), ym + 4, cls=cls, width=1.5)
+            c.line(off + sx(hi), ym - 4, off + sx(hi), ym + 4, cls=cls, width=1.5)
+            c.circle(off + sx(val), ym, 4.0, cls=cls)
+            c.text(off + x1 + 8, ym + 4, verdict.replace("_", " "), cls=cls, size=size)
+    for k in range(len(columns)):
+        off = k * FOREST_W
+        c.line(off + x0, ybot, off + x1, ybot)
+        for t in _log_ticks(math.exp(a), math.exp(b), sx):
+            c.line(off + sx(t), ybot, off + sx(t), ybot + 4)
+            c.text(off + sx(t), ybot + 17, _fmt_tick(t), anchor="middle", size=size)
+        c.text(off + FOREST_W / 2, ybot + 36, xlabel, anchor="middle", size=size)
+    return c
+
+
+class ForestCanvas(Canvas):
+    """The forest plot: its SVG in one column (a phone's width), its TikZ in columns that fit the
+    landscape page (``page``)."""
+
+    def __init__(self, screen: Canvas, page: Canvas):
+        super().__init__(screen.width, screen.height, screen.title)
+        self.items, self.page = screen.items, page
+
+    def to_tikz(self, width_cm: float | None = None) -> str:
+        return self.page.to_tikz(width_cm)
+
+
+def forest_figure(title: str, groups: Sequence[ForestGroup], xlabel: str) -> ForestCanvas:
+    """The forest plot of ``groups`` (:func:`forest_ratio_groups`, :func:`forest_estimate_groups`)."""
+    page = _forest_canvas(title, _page_columns(groups, _forest_x(groups)[2]), xlabel)
+    return ForestCanvas(_forest_canvas(title, [list(groups)], xlabel), page)

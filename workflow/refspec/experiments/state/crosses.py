@@ -19,7 +19,7 @@ from ...core.endpoint import Endpoint, first_difference
 from ...core.errors import UsageError
 from ...core.fsutil import atomic_write_text
 from . import kvstate as kv
-from .jobs import spawn_worker
+from .jobs import spawn_job
 from .partition import load_partition, task_slug
 from .receiver import CONTROL_SELECTORS
 
@@ -153,7 +153,7 @@ def _run_jobs(work: list[dict], workdir: Path, *, parallel: int, progress: bool)
                 file=sys.stderr,
                 flush=True,
             )
-        return job, spawn_worker(job, workdir, tag)
+        return job, spawn_job(job, workdir, tag)
 
     if parallel > 1:  # independent fresh processes, up to `parallel` at a time; results in job order
         with ThreadPoolExecutor(max_workers=parallel) as ex:
@@ -209,8 +209,21 @@ def run_crosses(
 
 
 def _assemble(results, by: dict, meta: dict) -> tuple[list[dict], list[dict]]:
+    seen, fseen = _repeat_outcomes(results)
+    ctrl_ok = _controls_ok(results, by)
     rows, frows = [], []
-    # repeat agreement per coordinate (task, direction, selector)
+    for job, res in results:
+        for r in res["results"]:
+            rows.append(_cross_row(meta, job, res, r, by, seen, ctrl_ok))
+        for f in res["frontier"]:
+            frows.append(_frontier_row(meta, job, f, fseen))
+    return rows, frows
+
+
+def _repeat_outcomes(results) -> tuple[dict[tuple, set], dict[tuple, set]]:
+    """The distinct outcomes over the repeats of each coordinate, for repeat agreement: per
+    (task, direction, selector) the (endpoint, spliced KV) digests, per (task, direction, panel)
+    the frontier records."""
     seen: dict[tuple, set] = {}
     fseen: dict[tuple, set] = {}
     for job, res in results:
@@ -220,7 +233,11 @@ def _assemble(results, by: dict, meta: dict) -> tuple[list[dict], list[dict]]:
             )
         for f in res["frontier"]:
             fseen.setdefault((job["task_id"], f["direction"], f["panel"]), set()).add(json.dumps(f, sort_keys=True))
-    # sham controls per (task, repeat): EMPTY must reproduce the recipient's natural endpoint
+    return seen, fseen
+
+
+def _controls_ok(results, by: dict) -> dict[tuple, bool]:
+    """The sham controls per (task, repeat): EMPTY must reproduce the recipient's natural endpoint."""
     ctrl_ok: dict[tuple, bool] = {}
     for job, res in results:
         ok = True
@@ -229,87 +246,88 @@ def _assemble(results, by: dict, meta: dict) -> tuple[list[dict], list[dict]]:
                 nat = by[(job["task_id"], r["recipient"])]["endpoint_sha256"]
                 ok = ok and r["endpoint_sha256"] == nat and r["changed_bytes"] == 0
         ctrl_ok[(job["task_id"], job["repeat"])] = ok
-    for job, res in results:
-        tid = job["task_id"]
-        for r in res["results"]:
-            nat_r = by[(tid, r["recipient"])]
-            nat_d = by[(tid, r["donor"])]
-            ep = Endpoint.from_record(r["endpoint"])
-            ep_r = Endpoint.from_record({k: nat_r[k] for k in ("tokens", "eog", "stop_reason")})
-            ep_d = Endpoint.from_record({k: nat_d[k] for k in ("tokens", "eog", "stop_reason")})
-            sel = r["selector_record"]
-            rec = ep.record()
-            rows.append(
-                {
-                    "family": meta["family"],
-                    "task_id": tid,
-                    "prompt_len": nat_r["prompt_len"],
-                    "direction": r["direction"],
-                    "donor_arm": r["donor"],
-                    "recipient_arm": r["recipient"],
-                    "selector": r["selector"],
-                    "kind": "control" if r["selector"] in CONTROL_SELECTORS else "subset",
-                    "repeat": job["repeat"],
-                    "process": f"pid{res['pid']}",
-                    "layers": sel["layers"],
-                    "parts": "".join(sel["parts"]) or "-",
-                    "p0": sel["p0"],
-                    "p1": sel["p1"],
-                    "selected_bytes": r["selected_bytes"],
-                    "changed_bytes": r["changed_bytes"],
-                    "value_bytes": r["value_bytes"],
-                    "bytes_changed": r["changed_bytes"] > 0,
-                    "spliced_kv_sha256": r["spliced_kv_sha256"],
-                    "recipient_kv_sha256": r["recipient_kv_sha256"],
-                    "donor_kv_sha256": r["donor_kv_sha256"],
-                    "recipient_logits_sha256": r["recipient_logits_sha256"],
-                    "endpoint_sha256": r["endpoint_sha256"],
-                    "tokens": rec["tokens"],
-                    "n": rec["n"],
-                    "eog": rec["eog"],
-                    "last_token": rec["last_token"],
-                    "stop_reason": rec["stop_reason"],
-                    "outcome": classify(r["endpoint_sha256"], nat_r["endpoint_sha256"], nat_d["endpoint_sha256"]),
-                    "distinguishable": nat_r["endpoint_sha256"] != nat_d["endpoint_sha256"],
-                    "first_diff_vs_recipient": first_difference(ep_r, ep),
-                    "first_diff_vs_donor": first_difference(ep_d, ep),
-                    "repeats_agree": len(seen[(tid, r["direction"], r["selector"])]) == 1,
-                    "controls_ok": ctrl_ok[(tid, job["repeat"])],
-                }
+    return ctrl_ok
+
+
+def _cross_row(meta: dict, job: dict, res: dict, r: dict, by: dict, seen: dict, ctrl_ok: dict) -> dict:
+    """The ``crosses`` row of one intervention ``r`` of a job's process."""
+    tid = job["task_id"]
+    nat_r = by[(tid, r["recipient"])]
+    nat_d = by[(tid, r["donor"])]
+    ep = Endpoint.from_record(r["endpoint"])
+    ep_r = Endpoint.from_record({k: nat_r[k] for k in ("tokens", "eog", "stop_reason")})
+    ep_d = Endpoint.from_record({k: nat_d[k] for k in ("tokens", "eog", "stop_reason")})
+    sel = r["selector_record"]
+    rec = ep.record()
+    return {
+        "family": meta["family"],
+        "task_id": tid,
+        "prompt_len": nat_r["prompt_len"],
+        "direction": r["direction"],
+        "donor_arm": r["donor"],
+        "recipient_arm": r["recipient"],
+        "selector": r["selector"],
+        "kind": "control" if r["selector"] in CONTROL_SELECTORS else "subset",
+        "repeat": job["repeat"],
+        "process": f"pid{res['pid']}",
+        "layers": sel["layers"],
+        "parts": "".join(sel["parts"]) or "-",
+        "p0": sel["p0"],
+        "p1": sel["p1"],
+        "selected_bytes": r["selected_bytes"],
+        "changed_bytes": r["changed_bytes"],
+        "value_bytes": r["value_bytes"],
+        "bytes_changed": r["changed_bytes"] > 0,
+        "spliced_kv_sha256": r["spliced_kv_sha256"],
+        "recipient_kv_sha256": r["recipient_kv_sha256"],
+        "donor_kv_sha256": r["donor_kv_sha256"],
+        "recipient_logits_sha256": r["recipient_logits_sha256"],
+        "endpoint_sha256": r["endpoint_sha256"],
+        "tokens": rec["tokens"],
+        "n": rec["n"],
+        "eog": rec["eog"],
+        "last_token": rec["last_token"],
+        "stop_reason": rec["stop_reason"],
+        "outcome": classify(r["endpoint_sha256"], nat_r["endpoint_sha256"], nat_d["endpoint_sha256"]),
+        "distinguishable": nat_r["endpoint_sha256"] != nat_d["endpoint_sha256"],
+        "first_diff_vs_recipient": first_difference(ep_r, ep),
+        "first_diff_vs_donor": first_difference(ep_d, ep),
+        "repeats_agree": len(seen[(tid, r["direction"], r["selector"])]) == 1,
+        "controls_ok": ctrl_ok[(tid, job["repeat"])],
+    }
+
+
+def _frontier_row(meta: dict, job: dict, f: dict, fseen: dict) -> dict:
+    """The ``frontier`` row of one frontier record ``f`` of a job's process."""
+    return {
+        "family": meta["family"],
+        "task_id": job["task_id"],
+        "direction": f["direction"],
+        "donor_arm": f["donor"],
+        "recipient_arm": f["recipient"],
+        "repeat": job["repeat"],
+        **{
+            k: f[k]
+            for k in (
+                "panel",
+                "arms",
+                "frontier",
+                "argmax",
+                "token_a",
+                "token_b",
+                "score_empty",
+                "d_first",
+                "d_second",
+                "additive",
+                "actual",
+                "interaction",
+                "max_abs_delta_first",
+                "max_abs_delta_second",
+                "max_abs_delta_joint",
+                "max_abs_interaction",
+                "rows_sha256",
+                "note",
             )
-        for f in res["frontier"]:
-            frows.append(
-                {
-                    "family": meta["family"],
-                    "task_id": tid,
-                    "direction": f["direction"],
-                    "donor_arm": f["donor"],
-                    "recipient_arm": f["recipient"],
-                    "repeat": job["repeat"],
-                    **{
-                        k: f[k]
-                        for k in (
-                            "panel",
-                            "arms",
-                            "frontier",
-                            "argmax",
-                            "token_a",
-                            "token_b",
-                            "score_empty",
-                            "d_first",
-                            "d_second",
-                            "additive",
-                            "actual",
-                            "interaction",
-                            "max_abs_delta_first",
-                            "max_abs_delta_second",
-                            "max_abs_delta_joint",
-                            "max_abs_interaction",
-                            "rows_sha256",
-                            "note",
-                        )
-                    },
-                    "repeats_agree": len(fseen[(tid, f["direction"], f["panel"])]) == 1,
-                }
-            )
-    return rows, frows
+        },
+        "repeats_agree": len(fseen[(job["task_id"], f["direction"], f["panel"])]) == 1,
+    }

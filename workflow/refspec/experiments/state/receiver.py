@@ -176,7 +176,7 @@ def _intervene(model, spec: ContextSpec, job: dict, direction: tuple, name: str,
     return result, ep, rows
 
 
-def run_worker_job(job: dict) -> dict:
+def run_job(job: dict) -> dict:
     """One (task, repeat): controls then subsets in both directions, in this process
     (the native library already loaded from the job's ``lib_dir``)."""
     model = Model(

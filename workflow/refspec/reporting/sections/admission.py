@@ -31,7 +31,7 @@ def section_admission(sec: Section, a: Archive, N: Numbers) -> None:
         base = ("admission", fam, be, n_kv, lay, q)
         nf = sum(r["verdict"] == "false" for r in g)
         refused = [r for r in g if r["verdict"] == "false"]
-        verdict = Cell([f"refused: {refused[0]['reason']}"], cls="bad") if refused else Cell(["unknown"])
+        verdict = Cell([f"refused: {refused[0]['reason']}"], cls="refused") if refused else Cell(["unknown"])
         rows.append(
             [
                 Cell([fam]),
@@ -40,7 +40,7 @@ def section_admission(sec: Section, a: Archive, N: Numbers) -> None:
                 Cell([lay], cls="mono"),
                 Cell([nums.add(base + ("q",), q, "d", row=key, column="q")]),
                 Cell([nums.add(base + ("ops",), len(g), "d", row=key, column="op")]),
-                Cell([nums.add(base + ("false",), nf, "d", row=key, column="verdict")], cls="bad" if nf else ""),
+                Cell([nums.add(base + ("false",), nf, "d", row=key, column="verdict")], cls=""),
                 Cell(
                     [
                         nums.add(

@@ -2,7 +2,7 @@
 
 :func:`aa_parts` is the A/A value, interval and verdict that the ratios, the replication
 estimates and the headline show beside each of their numbers; :func:`section_noise` holds the
-A/A table and the flagged (busy) blocks."""
+A/A table, the variance components of log request time (``variance``) and the flagged (busy) blocks."""
 
 from __future__ import annotations
 
@@ -68,6 +68,12 @@ def section_noise(a: Archive, N: Numbers) -> Section:
         sec.notes.append(absent_note("noise", "no A/A control was run"))
     else:
         sec.items.append(_noise_table(a, N))
+    if a.has("variance"):
+        sec.items.append(_variance_table(a, N))
+    if a.has("sizing"):
+        sec.items.append(_sizing_table(a, N))
+    elif a.has("requests"):
+        sec.notes.append(absent_note("variance", "the variance components of request time were not computed"))
     if not a.has("loads"):
         sec.notes.append(absent_note("loads", "the machine load was not sampled"))
     else:
@@ -125,6 +131,145 @@ def _noise_table(a: Archive, N: Numbers) -> Table:
         ],
         rows,
         numeric=[False, False, False, True, True, True, True, True, False],
+    )
+
+
+def _variance_table(a: Archive, N: Numbers) -> Table:
+    """Per campaign, family and cap: the design, its processes and requests, and the standard deviations
+    of log request time by source with the process's share of the variance."""
+    nums = ShownTable(N, a, "variance", "variance")
+    rows = []
+    for r in a.rows("variance"):
+        key = dict(campaign=r["campaign"], family=r["family"], cap=r["cap"])
+        base = ("variance", r["campaign"], r["family"], r["cap"])
+        cap = nums.add(base + ("cap",), r["cap"], "d", row=key, column="cap")
+        procs = nums.add(base + ("processes",), r["processes"], "d", row=key, column="processes")
+        reqs = nums.add(base + ("requests",), r["requests"], "d", row=key, column="requests")
+        if r["reason"] is not None:
+            comps = [Cell([DASH]), Cell([DASH]), Cell([DASH]), Cell([DASH])]
+        else:
+            sd_b = nums.add(base + ("sd_between",), r["sd_between"], ".4f", row=key, column="sd_between")
+            sd_w = nums.add(base + ("sd_within",), r["sd_within"], ".4f", row=key, column="sd_within")
+            share = nums.add(base + ("share_between",), r["share_between"], ".3f", row=key, column="share_between")
+            if r["sd_interaction"] is None:
+                inter = Cell([DASH], title="confounded with between (fresh design)")
+            else:
+                sd_i = nums.add(
+                    base + ("sd_interaction",), r["sd_interaction"], ".4f", row=key, column="sd_interaction"
+                )
+                inter = Cell([sd_i])
+            comps = [Cell([sd_b]), Cell([sd_w]), inter, Cell([share])]
+        rows.append(
+            [
+                Cell([r["campaign"]]),
+                Cell([r["family"]]),
+                Cell([cap]),
+                Cell([r["design"]]),
+                Cell([procs]),
+                Cell([reqs]),
+                *comps,
+                Cell([r["reason"] or ""], cls="reason"),
+            ]
+        )
+    return Table(
+        "variance",
+        "Variance components of log request time",
+        [a.src("variance")],
+        [
+            "campaign",
+            "family",
+            "cap",
+            "design",
+            "processes",
+            "requests",
+            "sd between",
+            "sd within",
+            "sd interaction",
+            "share between",
+            "reason",
+        ],
+        rows,
+        caption="Method of moments on log time after the arm-by-task means are removed. Between: the process "
+        "(worker) effect; within: the request noise around its process and arm; interaction: process by arm, "
+        "measured in the paired design (every process serves every arm); a dash in the fresh design (every "
+        "process serves one arm), where it is confounded with between. Share between: between over the sum of the components. A row "
+        "with a reason has too few processes or requests for components.",
+        numeric=[False, False, True, False, True, True, True, True, True, True, False],
+    )
+
+
+def _sizing_table(a: Archive, N: Numbers) -> Table:
+    """Per sized campaign and family: the size the cost model chose before the run and what it expected,
+    beside the detectable ratio the run achieved."""
+    nums = ShownTable(N, a, "sizing", "sizing")
+    rows = []
+    for r in a.rows("sizing"):
+        key = dict(campaign=r["campaign"], family=r["family"])
+        base = ("sizing", r["campaign"], r["family"])
+        achieved = r["achieved_detectable"]
+        rows.append(
+            [
+                Cell([r["campaign"]]),
+                Cell([r["family"]]),
+                Cell([nums.add(base + ("target",), r["target"], ".4f", row=key, column="target")]),
+                Cell([nums.add(base + ("budget_s",), r["budget_s"], ".0f", row=key, column="budget_s")]),
+                Cell([nums.add(base + ("processes",), r["processes"], "d", row=key, column="processes")]),
+                Cell([nums.add(base + ("repeats",), r["repeats"], "d", row=key, column="repeats")]),
+                Cell(
+                    [
+                        nums.add(
+                            base + ("expected_detectable",),
+                            r["expected_detectable"],
+                            ".4f",
+                            row=key,
+                            column="expected_detectable",
+                        )
+                    ]
+                ),
+                Cell(
+                    [
+                        nums.add(
+                            base + ("expected_seconds",),
+                            r["expected_seconds"],
+                            ".0f",
+                            row=key,
+                            column="expected_seconds",
+                        )
+                    ]
+                ),
+                Cell(
+                    ["reachable" if r["reachable"] else "not reachable within the budget"],
+                    cls="" if r["reachable"] else "reason",
+                ),
+                Cell(
+                    [nums.add(base + ("achieved_detectable",), achieved, ".4f", row=key, column="achieved_detectable")]
+                    if achieved is not None
+                    else [DASH]
+                ),
+            ]
+        )
+    return Table(
+        "sizing",
+        "Size chosen before the run, and the detectable ratio achieved",
+        [a.src("sizing")],
+        [
+            "campaign",
+            "family",
+            "target",
+            "budget (s)",
+            "processes",
+            "passes",
+            "expected detectable",
+            "expected seconds",
+            "reachable",
+            "achieved detectable (largest)",
+        ],
+        rows,
+        caption="A paired campaign sized by the cost model (Kalibera and Jones) from a prior of its variance "
+        "components and costs: the processes and passes over the panel chosen for the target detectable ratio "
+        "within the budget, the detectable ratio and seconds expected, and the largest detectable ratio among "
+        "the run's own intervals.",
+        numeric=[False, False, True, True, True, True, True, True, False, True],
     )
 
 

@@ -143,7 +143,9 @@ def section_audit(sec: Section, a: Archive, N: Numbers) -> None:
                 Cell([lay], cls="mono"),
                 Cell([stage], cls="mono"),
                 Cell([nums["oracle_ok"], "/", nums["fixtures"]], cls="ok" if ok else "bad"),
-                Cell([nums["detected"], "/", nums["faults"]], cls="ok" if ok else "bad"),
+                Cell(
+                    [nums["detected"], "/", nums["faults"]], cls="" if not faulty else "ok" if ok else "bad"
+                ),  # 0/0: neutral
                 Cell([nums["max_abs_err"]]),
                 Cell([nums["max_rel_err"]]),
             ]

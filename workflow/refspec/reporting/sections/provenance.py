@@ -224,7 +224,8 @@ def section_ledger(a: Archive, N: Numbers) -> Section:
         for r in status_counts(a.rows("requests")):
             key = dict(campaign=r["campaign"], status=r["status"])
             c = nums.add(("status", r["campaign"], r["status"], "count"), r["count"], "d", row=key, column="count")
-            status_cell = Cell([r["status"]], cls="ok" if r["status"] == "ok" else "bad")
+            # a registered warm-up is excluded by design, not a failure: neutral
+            status_cell = Cell([r["status"]], cls={"ok": "ok", "excluded_warmup": ""}.get(r["status"], "bad"))
             reasons = sorted(r["reasons"].items()) or [(None, 0)]
             # one table row per reason: a reason's count shares its row with that reason only (the
             # status's row count stands on its first row)

@@ -81,56 +81,88 @@ def section_qualification(sec: Section, a: Archive, N: Numbers) -> None:
     src = a.src("qualification")
     counts = qualification_counts(a.rows("qualification"))
     for camp in campaigns_in(counts):
-        cc = [r for r in counts if r["campaign"] == camp]
-        fams = sorted({r["family"] for r in cc})
-        facts = {r["arm"]: (r["mode"], r["layout"]) for r in a.rows("requests") if r["campaign"] == camp}
-        arms = sorted({r["arm"] for r in cc}, key=lambda x: arm_sort_key(x, *facts.get(x, (None, None))))
-        by = {(r["family"], r["arm"]): r for r in cc}
-        refused = refused_arms(a, camp)
-        tid = f"qualification-{camp}"
-        nums = ShownTable(N, a, "qualification", tid)
-        rows = []
-        for arm in arms:
-            cells = [Cell([arm], cls="mono")]
-            for fam in fams:
-                r = by.get((fam, arm))
-                if r is None:
-                    cells.append(Cell([DASH], title="arm not run for this family"))
-                    continue
-                key = dict(campaign=camp, family=fam, arm=arm)
-                values = {
-                    "matching": r["matching"],
-                    "required": r["required"],
-                    "tasks_failed": r["tasks"] - r["tasks_qualified"],
-                }
-                m, q, f = (
-                    nums.add(("qual", camp, fam, arm, col), v, "d", row=key, column=col) for col, v in values.items()
-                )
-                cls = "ok" if r["tasks"] == r["tasks_qualified"] else "bad"
-                why = refused.get((fam, arm))
-                if why is not None:  # admission refused the arm: say so, not only "0/2 (2 tasks fail)"
-                    cells.append(
-                        Cell(
-                            ["refused: ", why, " (", m, "/", q, " endpoints; ", f, tasks_fail(values["tasks_failed"])],
-                            cls="bad refused",
-                        )
-                    )
-                else:
-                    cells.append(Cell([m, "/", q, " (", f, tasks_fail(values["tasks_failed"])], cls=cls))
-            rows.append(cells)
+        sec.items.append(_campaign_table(a, N, camp, [r for r in counts if r["campaign"] == camp], src))
+    fails = [q for q in a.rows("qualification") if not q["qualified"]]
+    rows = _failure_rows(a, N, fails)
+    if rows:
         sec.items.append(
             Table(
-                tid,
-                f"{CAMPAIGN_TITLES.get(camp, camp)}: matching endpoints / required",
+                "qualification-failures",
+                "Failed qualifications (no ratio is reported for these arms)",
                 [src],
-                ["arm"] + fams,
+                [
+                    "campaign",
+                    "family",
+                    "task",
+                    "arm",
+                    "first diff",
+                    "ref token",
+                    "arm token",
+                    "ref margin",
+                    "arm margin",
+                    "near-tie bound",
+                    "divergence",
+                    "reason",
+                ],
                 rows,
-                numeric=[False] + [True] * len(fams),
+                numeric=[False] * 4 + [True] * 6 + [False] * 2,
             )
         )
-    fails = [q for q in a.rows("qualification") if not q["qualified"]]
-    tid = "qualification-failures"
+        figure = _first_divergence_figure(fails, src)
+        if figure is not None:
+            sec.items.append(figure)
+    else:
+        sec.notes.append("no failed qualification")
+
+
+def _campaign_table(a: Archive, N: Numbers, camp: str, cc: list[dict], src: str) -> Table:
+    """One campaign's matching endpoints / required, one row per arm, one column per family."""
+    fams = sorted({r["family"] for r in cc})
+    facts = {r["arm"]: (r["mode"], r["layout"]) for r in a.rows("requests") if r["campaign"] == camp}
+    arms = sorted({r["arm"] for r in cc}, key=lambda x: arm_sort_key(x, *facts.get(x, (None, None))))
+    by = {(r["family"], r["arm"]): r for r in cc}
+    refused = refused_arms(a, camp)
+    tid = f"qualification-{camp}"
     nums = ShownTable(N, a, "qualification", tid)
+    rows = []
+    for arm in arms:
+        cells = [Cell([arm], cls="mono")]
+        for fam in fams:
+            cells.append(_count_cell(nums, camp, fam, arm, by.get((fam, arm)), refused.get((fam, arm))))
+        rows.append(cells)
+    return Table(
+        tid,
+        f"{CAMPAIGN_TITLES.get(camp, camp)}: matching endpoints / required",
+        [src],
+        ["arm"] + fams,
+        rows,
+        numeric=[False] + [True] * len(fams),
+    )
+
+
+def _count_cell(nums: ShownTable, camp: str, fam: str, arm: str, r: dict | None, why: str | None) -> Cell:
+    """An arm's matching / required endpoints and failed tasks in one family (``why``: admission's refusal)."""
+    if r is None:
+        return Cell([DASH], title="arm not run for this family")
+    key = dict(campaign=camp, family=fam, arm=arm)
+    values = {
+        "matching": r["matching"],
+        "required": r["required"],
+        "tasks_failed": r["tasks"] - r["tasks_qualified"],
+    }
+    m, q, f = (nums.add(("qual", camp, fam, arm, col), v, "d", row=key, column=col) for col, v in values.items())
+    cls = "ok" if r["tasks"] == r["tasks_qualified"] else "bad"
+    if why is not None:  # admission refused the arm: say so, not only "0/2 (2 tasks fail)"
+        return Cell(
+            ["refused: ", why, " (", m, "/", q, " endpoints; ", f, tasks_fail(values["tasks_failed"])],
+            cls="refused",  # the admission guard did its job: neutral, in words
+        )
+    return Cell([m, "/", q, " (", f, tasks_fail(values["tasks_failed"])], cls=cls)
+
+
+def _failure_rows(a: Archive, N: Numbers, fails: list[dict]) -> list[list[Cell]]:
+    """The failed qualifications' rows: where and how each first diverged, and why it failed."""
+    nums = ShownTable(N, a, "qualification", "qualification-failures")
     rows = []
     for q in sorted(fails, key=lambda q: (q["campaign"], q["family"], arm_sort_key(q["arm"]), q["task_id"], q["cap"])):
         key = dict(campaign=q["campaign"], family=q["family"], task_id=q["task_id"], arm=q["arm"], cap=q["cap"])
@@ -160,51 +192,29 @@ def section_qualification(sec: Section, a: Archive, N: Numbers) -> None:
         )
         cells.append(Cell([q["reason"] or ""], cls="reason"))
         rows.append(cells)
-    if rows:
-        sec.items.append(
-            Table(
-                tid,
-                "Failed qualifications (no ratio is reported for these arms)",
-                [src],
-                [
-                    "campaign",
-                    "family",
-                    "task",
-                    "arm",
-                    "first diff",
-                    "ref token",
-                    "arm token",
-                    "ref margin",
-                    "arm margin",
-                    "near-tie bound",
-                    "divergence",
-                    "reason",
-                ],
-                rows,
-                numeric=[False] * 4 + [True] * 6 + [False] * 2,
-            )
-        )
-        groups = defaultdict(list)
-        for q in fails:
-            if q["first_diff_index"] is not None:
-                groups[f"{q['family']} {q['arm']} ({q['campaign']})"].append(int(q["first_diff_index"]))
-        if groups:
-            g = sorted(groups.items())
-            sec.items.append(
-                Figure(
-                    "fig-first-divergence",
-                    "First-divergence index of failing arms",
-                    [src],
-                    strip_figure(
-                        "First-divergence index of failing arms",
-                        g,
-                        "zero-based index of the first token differing from the reference",
-                    ),
-                    "One dot per failing task; index of the first differing endpoint token.",
-                )
-            )
-    else:
-        sec.notes.append("no failed qualification")
+    return rows
+
+
+def _first_divergence_figure(fails: list[dict], src: str) -> Figure | None:
+    """The strip of first-divergence indices per failing (family, arm, campaign); None without any."""
+    groups = defaultdict(list)
+    for q in fails:
+        if q["first_diff_index"] is not None:
+            groups[f"{q['family']} {q['arm']} ({q['campaign']})"].append(int(q["first_diff_index"]))
+    if not groups:
+        return None
+    g = sorted(groups.items())
+    return Figure(
+        "fig-first-divergence",
+        "First-divergence index of failing arms",
+        [src],
+        strip_figure(
+            "First-divergence index of failing arms",
+            g,
+            "zero-based index of the first token differing from the reference",
+        ),
+        "One dot per failing task; index of the first differing endpoint token.",
+    )
 
 
 def _mask_bits(m: int) -> str:

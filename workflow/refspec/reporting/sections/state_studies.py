@@ -96,92 +96,14 @@ def section_partition_screen(sec: Section, a: Archive, N: Numbers) -> None:
     absent="prefill partition campaign not run",
 )
 def section_partition(sec: Section, a: Archive, N: Numbers) -> None:
-    src, tid = a.src("partition"), "state-partition"
-    nums_tid = ShownTable(N, a, "partition", tid)
+    src = a.src("partition")
     prows = [r for r in a.rows("partition") if r["repeat"] == 1]
     arms = _arms(prows)
     by = {(r["task_id"], r["arm"]): r for r in prows}
-    rows = []
-    for t in _tasks(prows):
-        r0 = by[(t, arms[0])]
-        cells = [
-            Cell([t]),
-            Cell(
-                [
-                    nums_tid.add(
-                        ("partition", t, "prompt_len"), r0["prompt_len"], "d", row=dict(task_id=t), column="prompt_len"
-                    )
-                ]
-            ),
-        ]
-        for arm in arms:
-            r = by.get((t, arm))
-            if r is None:
-                cells.append(Cell([DASH]))
-                continue
-            key = dict(task_id=t, arm=arm, repeat=1)
-            parts: list[Any] = []
-            for col in ("endpoint_class", "kv_class", "logits_class"):
-                if parts:
-                    parts.append("/")
-                parts.append(nums_tid.add(("partition", t, arm, col), r[col], "d", row=key, column=col))
-            if r["first_diff_vs_A"] is not None:
-                parts += [
-                    " @",
-                    nums_tid.add(
-                        ("partition", t, arm, "first_diff_vs_A"),
-                        r["first_diff_vs_A"],
-                        "d",
-                        row=key,
-                        column="first_diff_vs_A",
-                    ),
-                ]
-            if r["degenerate"]:
-                parts.append(" (one caller)")
-            differs = r["endpoint_class"] or r["kv_class"] or r["logits_class"]
-            cells.append(Cell(parts, cls="mono" + (" bad" if r["endpoint_class"] else " warn" if differs else "")))
-        rows.append(cells)
-    sec.items.append(
-        Table(
-            tid,
-            "Partition classes per input",
-            [src],
-            ["task", "prompt tokens", *arms],
-            rows,
-            numeric=[False, True] + [False] * len(arms),
-        )
-    )
-    tid2 = "state-partition-counts"
-    nums_tid2 = ShownTable(N, a, "partition", tid2)
+    sec.items.append(_partition_classes(ShownTable(N, a, "partition", "state-partition"), src, prows, arms, by))
+    nums_tid2 = ShownTable(N, a, "partition", "state-partition-counts")
     n_in = len(_tasks(prows))
-    rows2 = []
-    for arm in arms[1:]:
-        rs = [r for r in prows if r["arm"] == arm]
-        key = dict(arm=arm)
-        vals = {c: sum(1 for r in rs if r[c] != 0) for c in ("endpoint_class", "kv_class", "logits_class")}
-        rows2.append(
-            [Cell([arm], cls="mono")]
-            + [
-                Cell(
-                    [
-                        nums_tid2.add(("partition", arm, c, "differs"), v, "d", row=key, column=c),
-                        " of ",
-                        nums_tid2.add(("partition", "inputs"), n_in, "d", row={}, column="task_id"),
-                    ]
-                )
-                for c, v in vals.items()
-            ]
-        )
-    sec.items.append(
-        Table(
-            tid2,
-            "Inputs on which an arm differs from A",
-            [src],
-            ["arm", "endpoint differs", "sequence KV differs", "initial logits differ"],
-            rows2,
-            numeric=[False, True, True, True],
-        )
-    )
+    sec.items.append(_partition_counts(nums_tid2, src, prows, arms, n_in))
     if partition_exposure(prows)["vacuous"]:
         # no arm differs from A on any input: the study had nothing to find (refspec.core.vacuity)
         sec.items.append(
@@ -213,6 +135,90 @@ def section_partition(sec: Section, a: Archive, N: Numbers) -> None:
     ]
     if problems:
         sec.notes.append(f"{len(problems)} repeat(s) differ from repeat 1")
+
+
+def _partition_classes(nums: ShownTable, src: str, prows: list[dict], arms: list[str], by: dict) -> Table:
+    """Per input (repeat 1): its prompt length and each arm's classes (:func:`_partition_cell`)."""
+    rows = []
+    for t in _tasks(prows):
+        r0 = by[(t, arms[0])]
+        cells = [
+            Cell([t]),
+            Cell(
+                [
+                    nums.add(
+                        ("partition", t, "prompt_len"), r0["prompt_len"], "d", row=dict(task_id=t), column="prompt_len"
+                    )
+                ]
+            ),
+        ]
+        for arm in arms:
+            r = by.get((t, arm))
+            cells.append(Cell([DASH]) if r is None else _partition_cell(nums, t, arm, r))
+        rows.append(cells)
+    return Table(
+        nums.tid,
+        "Partition classes per input",
+        [src],
+        ["task", "prompt tokens", *arms],
+        rows,
+        numeric=[False, True] + [False] * len(arms),
+    )
+
+
+def _partition_cell(nums: ShownTable, t: str, arm: str, r: dict) -> Cell:
+    """An arm's endpoint / KV / initial-logits class on input ``t`` and its first index differing from A."""
+    key = dict(task_id=t, arm=arm, repeat=1)
+    parts: list[Any] = []
+    for col in ("endpoint_class", "kv_class", "logits_class"):
+        if parts:
+            parts.append("/")
+        parts.append(nums.add(("partition", t, arm, col), r[col], "d", row=key, column=col))
+    if r["first_diff_vs_A"] is not None:
+        parts += [
+            " @",
+            nums.add(
+                ("partition", t, arm, "first_diff_vs_A"),
+                r["first_diff_vs_A"],
+                "d",
+                row=key,
+                column="first_diff_vs_A",
+            ),
+        ]
+    if r["degenerate"]:
+        parts.append(" (one caller)")
+    differs = r["endpoint_class"] or r["kv_class"] or r["logits_class"]
+    return Cell(parts, cls="mono" + (" bad" if r["endpoint_class"] else " warn" if differs else ""))
+
+
+def _partition_counts(nums: ShownTable, src: str, prows: list[dict], arms: list[str], n_in: int) -> Table:
+    """Per arm other than A: on how many of the ``n_in`` inputs each class differs from A's."""
+    rows2 = []
+    for arm in arms[1:]:
+        rs = [r for r in prows if r["arm"] == arm]
+        key = dict(arm=arm)
+        vals = {c: sum(1 for r in rs if r[c] != 0) for c in ("endpoint_class", "kv_class", "logits_class")}
+        rows2.append(
+            [Cell([arm], cls="mono")]
+            + [
+                Cell(
+                    [
+                        nums.add(("partition", arm, c, "differs"), v, "d", row=key, column=c),
+                        " of ",
+                        nums.add(("partition", "inputs"), n_in, "d", row={}, column="task_id"),
+                    ]
+                )
+                for c, v in vals.items()
+            ]
+        )
+    return Table(
+        nums.tid,
+        "Inputs on which an arm differs from A",
+        [src],
+        ["arm", "endpoint differs", "sequence KV differs", "initial logits differ"],
+        rows2,
+        numeric=[False, True, True, True],
+    )
 
 
 @table_section(

@@ -7,13 +7,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...campaigns.derived import arm_sort_key, qualification_counts
+from ...core.arms import REFERENCE_ARM
 from ...core.campaign_names import REPORT_ORDER
 from ...core.vacuity import panel_exposure
 from ..document import DASH, Archive, Cell, Num, Numbers, Section, ShownTable, Table
 from .noise import aa_parts, aa_rows
 from .numerical import e1_counts
 from .prediction import prediction_totals
-from .qualification import refused_arms
+from .qualification import named_references, refused_arms
 from .timing import decision_text
 from .vocabulary import STAGE_ORDER, VACUOUS_TAIL, VACUOUS_TEXT, campaigns_in, tasks_fail
 
@@ -60,11 +61,23 @@ def section_summary(
     sec = Section(
         "summary",
         "Summary",
-        "The headline of this archive. Every number here is the same number, with the same id and "
-        "source, as in the section it comes from, and is recomputed by report/check.py.",
+        "The findings of this archive in plain words, one a line, its verdict first; then the headline table. "
+        "Every number here is the same number, with the same id and source, as in the section it comes from, "
+        "or one of the findings' own (the tasks of a panel, an arm's failed tasks, a ratio read as a speed: "
+        "at or above one the numerator is that many times slower, below one it is one over the ratio times "
+        "faster and its interval turns over); report/check.py recomputes each and the words of each finding.",
     )
     h = Headline()
     facts = {(r["campaign"], r["family"], r["arm"]): (r["mode"], r["layout"]) for r in a.rows("requests")}
+    found = findings(a, N, facts, timing)
+    if found.rows:
+        sources = sorted({p.source for row in found.rows for c in row for p in c.parts if isinstance(p, Num)})
+        if found.refused and a.src("qualification") not in sources:
+            sources.append(a.src("qualification"))
+        sec.items.append(
+            Table("findings", "Findings", sources, ["verdict", "scope", "finding"], found.rows, numeric=[False] * 3)
+        )
+    prov["findings"] = found.doc
     if a.has("qualification"):
         _preservation(a, N, h, facts)
         _first_divergences(a, N, h)
@@ -301,3 +314,197 @@ def _prediction(a: Archive, N: Numbers, h: Headline) -> None:
                 v["live_runs"],
             ],
         )
+
+
+# =========================================================================== findings
+
+LOSSLESS, DIVERGES, VACUOUS, REFUSED, SPEED, E1 = "LOSSLESS", "DIVERGES", "VACUOUS", "REFUSED", "SPEED", "E1"
+# a timed verdict (ratios.verdict, estimates.decision) in words; report/check.py (findings.py) pins the same
+VERDICT_WORDS = {
+    "exceeds": "decided",
+    "faster": "decided",
+    "equivalent": "equivalent within the threshold",
+    "noise_too_high": "not resolvable: machine noise too high",
+    "inconclusive": "inconclusive",
+    "too_few_processes": "too few processes",
+    "below": "below the threshold",
+    "too_few_sessions": "too few sessions",
+}
+
+
+@dataclass
+class Findings:
+    """The findings as the report shows them (rows of the findings table) and as numbers.json's
+    ``findings`` lists them: verdict, scope, parts, and the kind and key report/check.py recomputes
+    each from."""
+
+    rows: list[list[Cell]] = field(default_factory=list)
+    doc: list[dict[str, Any]] = field(default_factory=list)
+    refused: bool = False
+
+    def add(self, verdict: str, scope: str, parts: list[Any], kind: str, key: dict, cls: str = "", **extra) -> None:
+        self.doc.append(dict(verdict=verdict, scope=scope, parts=_parts_json(parts), kind=kind, key=key, **extra))
+        self.rows.append([Cell([verdict], cls=cls), Cell([scope], cls="mono small"), Cell(parts)])
+        self.refused = self.refused or verdict == REFUSED
+
+
+def findings(a: Archive, N: Numbers, facts: dict[tuple, tuple], timing: str = "") -> Findings:
+    """The findings, built only from the archive's tables: per campaign and family with a qualification
+    table the arms that reproduce the reference on every task (LOSSLESS; VACUOUS instead where no
+    unrepaired arm diverges), those that do not (DIVERGES) and the refused ones (REFUSED); a speed for
+    every qualified ratio the headline selects and every E2 estimate (SPEED), with a count of the
+    ratios left to the timing section; and the E1 count over every replayed context."""
+    f = Findings()
+    if a.has("qualification"):
+        refs = named_references(a)
+        exposure = panel_exposure(a.rows("qualification"), a.rows("requests"))
+        rows = [q for q in a.rows("qualification") if q["campaign"] not in OWN_TABLES]
+        for camp in campaigns_in(rows):
+            for fam in sorted({q["family"] for q in rows if q["campaign"] == camp}):
+                panel = [q for q in rows if q["campaign"] == camp and q["family"] == fam]
+                ref = refs.get(camp, REFERENCE_ARM)
+                _panel_findings(a, N, f, facts, panel, ref, exposure.get((camp, fam)))
+    if a.has("ratios"):
+        _speed_findings(a, N, f, facts, timing)
+    if a.has("estimates"):
+        _e2_findings(a, N, f, timing)
+    if a.rows("replay"):
+        _e1_finding(a, N, f)
+    return f
+
+
+def _panel_findings(
+    a: Archive, N: Numbers, f: Findings, facts: dict, panel: list[dict], ref: str, ex: dict | None
+) -> None:
+    """One panel's arms: LOSSLESS (or VACUOUS), DIVERGES and REFUSED."""
+    camp, fam = panel[0]["campaign"], panel[0]["family"]
+    key = dict(campaign=camp, family=fam)
+    scope = f"{camp} {fam}"
+    nums = ShownTable(N, a, "qualification", "findings")
+    refused = refused_arms(a, camp)
+    tasks = {(q["task_id"], q["cap"]) for q in panel}
+    ok: dict[str, set] = defaultdict(set)
+    for q in panel:
+        if q["qualified"]:
+            ok[q["arm"]].add((q["task_id"], q["cap"]))
+    arms = sorted({q["arm"] for q in panel}, key=lambda x: arm_sort_key(x, *facts.get((camp, fam, x), (None, None))))
+    ran = [x for x in arms if (fam, x) not in refused]
+    lossless = [x for x in ran if len(ok[x]) == len(tasks) and x != ref]  # the stable reference goes without saying
+    diverging = [x for x in ran if len(ok[x]) < len(tasks)]
+    if ex is not None and ex["vacuous"]:
+        s = nums.add(("vacuity", camp, fam, "screened"), ex["screened"], "d", row=key, column="task_id")
+        parts = [VACUOUS_TEXT, s, VACUOUS_TAIL, f" (no unrepaired arm diverged from {ref})"]
+        f.add(VACUOUS, scope, parts, "vacuous", key, arms=lossless)
+    elif lossless:
+        n = nums.add(("finding", camp, fam, "tasks"), len(tasks), "d", row=key, column="task_id")
+        verb = " reproduces " if len(lossless) == 1 else " reproduce "
+        parts = [" ".join(lossless) + verb + ref + " on ", n, "/", n, " tasks"]
+        if ex is not None:
+            x = nums.add(("finding", camp, fam, "exposed"), ex["exposed"], "d", row=key, column="task_id")
+            parts += [", ", x, " of them exposed (an unrepaired arm diverges there)"]
+        f.add(LOSSLESS, scope, parts, "lossless", key, cls="ok", arms=lossless)
+    if diverging:
+        n = nums.add(("finding", camp, fam, "tasks"), len(tasks), "d", row=key, column="task_id")
+        groups = []
+        for x in diverging:
+            k = nums.add(
+                ("finding", camp, fam, x, "tasks_failed"), len(tasks) - len(ok[x]), "d", row=key, column="qualified"
+            )
+            groups.append([k, "/", n])
+        verb = " does not reproduce " if len(diverging) == 1 else " do not reproduce "
+        parts = [" ".join(diverging) + verb + ref + " on "] + _join(groups, ", ") + [" tasks"]
+        firsts = [
+            q for q in panel if q["arm"] in diverging and not q["qualified"] and q["first_diff_index"] is not None
+        ]
+        if firsts:
+            q = min(firsts, key=lambda q: (q["first_diff_index"], q["task_id"], q["arm"]))
+            at = ShownTable(N, a, "qualification", "qualification-failures").add(
+                ("qfail", camp, fam, q["task_id"], q["arm"], q["cap"], "first_diff_index"),
+                q["first_diff_index"],
+                "d",
+                row=dict(campaign=camp, family=fam, task_id=q["task_id"], arm=q["arm"], cap=q["cap"]),
+                column="first_diff_index",
+            )
+            parts += [", first divergence at token ", at]
+        f.add(DIVERGES, scope, parts, "diverges", key, cls="bad", arms=diverging)
+    for x in arms:
+        if (fam, x) in refused:
+            f.add(REFUSED, scope, [f"{x} refused at admission: no request of it ran"], "refused", dict(key, arm=x))
+
+
+def _headline_ratio(r: dict, facts: dict) -> bool:
+    """Whether the headline (and the findings) state this qualified ratio: every one of the confirmation,
+    a repair cost (X over a QB arm on one path) of the other campaigns."""
+    if r["campaign"] == "confirmation":
+        return True
+    lay_d = facts.get((r["campaign"], r["family"], r["denominator"]), (None, None))[1]
+    return r["path"] != "mixed" and lay_d == "qb"
+
+
+def _speed_words(num: str, den: str, sp: Any, verdict: str) -> list[Any]:
+    """'NUM is 1.36× slower than DEN [1.30, 1.42], decided' (faster below one; no interval where there is none)."""
+    parts = [f"{num} is ", sp.fold, "\u00d7 slower than " if sp.slower else "\u00d7 faster than ", den]
+    if sp.lo is not None:
+        parts += [" [", sp.lo, ", ", sp.hi, "]"]
+    return parts + [", ", VERDICT_WORDS.get(verdict, verdict)]
+
+
+def _speed_findings(a: Archive, N: Numbers, f: Findings, facts: dict, timing: str) -> None:
+    """SPEED for every qualified ratio with a verdict that the headline selects; the others counted."""
+    chosen: dict[str, list[dict]] = defaultdict(list)
+    more: dict[str, int] = defaultdict(int)
+    for r in a.rows("ratios"):
+        if not r["qualified"] or r["ratio"] is None:
+            continue
+        if r.get("verdict") and _headline_ratio(r, facts):
+            chosen[r["campaign"]].append(r)
+        else:
+            more[r["campaign"]] += 1
+    for camp in campaigns_in([dict(campaign=c) for c in set(chosen) | set(more)]):
+        nums = ShownTable(N, a, "ratios", f"ratios-{camp}")
+        for r in sorted(chosen[camp], key=lambda r: (r["family"], r["cap"])):
+            key = dict(
+                campaign=camp, family=r["family"], cap=r["cap"], numerator=r["numerator"], denominator=r["denominator"]
+            )
+            base = ("ratio", camp, r["family"], r["cap"], r["numerator"], r["denominator"])
+            parts = _speed_words(r["numerator"], r["denominator"], nums.speed(base, key, "ratio", r), r["verdict"])
+            if r.get("detectable") is not None:
+                det = nums.add(base + ("detectable",), r["detectable"], ".4f", row=key, column="detectable")
+                parts += ["; resolution ", det, "\u00d7"]
+            f.add(SPEED, f"{camp} {r['family']} cap {r['cap']}" + timing, parts, "ratio", key, decision=r["verdict"])
+        if more[camp]:
+            m = nums.add(("finding", camp, "more_ratios"), more[camp], "d", row=dict(campaign=camp), column="qualified")
+            words = (
+                " more qualified ratio in the timing section"
+                if more[camp] == 1
+                else " more qualified ratios in the timing section"
+            )
+            f.add(SPEED, camp, [m, words], "more", dict(campaign=camp))
+
+
+def _e2_findings(a: Archive, N: Numbers, f: Findings, timing: str) -> None:
+    """SPEED for every E2 estimate: the comparison's numerator layout against its denominator's."""
+    nums = ShownTable(N, a, "estimates", "estimates")
+    for r in a.rows("estimates"):
+        if r["estimate"] is None:
+            continue
+        key = dict(family=r["family"], path=r["path"], comparison=r["comparison"])
+        base = ("est", r["family"], r["path"], r["comparison"])
+        num, _sep, den = r["comparison"].partition("/")
+        parts = _speed_words(num, den, nums.speed(base, key, "estimate", r), r["decision"])
+        scope = f"E2 {r['family']} {r['path']} {r['comparison']}" + timing
+        f.add(SPEED, scope, parts, "estimate", key, decision=r["decision"])
+
+
+def _e1_finding(a: Archive, N: Numbers, f: Findings) -> None:
+    """E1 over every replayed context: PQ = QB bitwise where the device admitted QB (the refused ones apart)."""
+    rows = a.rows("replay")
+    counts = e1_counts(rows)
+    nums = ShownTable(N, a, "replay", "replay")
+    eq = nums.add(("e1", "pq_eq_qb"), counts["pq_eq_qb"], "d", row={}, column="pq_eq_qb")
+    n = nums.add(("e1", "qb_admitted"), counts["qb_admitted"], "d", row={}, column="qb_admitted")
+    parts = ["PQ = QB bitwise on ", eq, "/", n, " contexts where the device admitted QB"]
+    if counts["qb_refused"]:
+        k = nums.add(("e1", "qb_refused"), counts["qb_refused"], "d", row={}, column="qb_refused")
+        parts += [" (", k, " refused QB)"]
+    f.add(E1, " ".join(sorted({r["family"] for r in rows})), parts, "e1", {})

@@ -8,9 +8,21 @@ from typing import Any
 from ...campaigns.derived import acceptance
 from ...core import stats as S
 from ..document import DASH, Archive, Cell, Figure, Numbers, Section, ShownTable, Table, absent_note, table_section
-from ..svg import bar_figure, interval_figure
+from ..svg import bar_figure, forest_estimate_groups, forest_figure, forest_ratio_groups, interval_figure
 from .noise import aa_cell, aa_rows
 from .vocabulary import CAMPAIGN_TITLES, WORDS, campaigns_in
+
+
+def _interval_cells(nums: ShownTable, base: tuple, key: dict, r: dict) -> list[Cell]:
+    """A qualified ratio's 95 % interval with its design and units, its verdict and its detectable
+    ratio (``ratios`` columns of :mod:`refspec.campaigns.intervals`)."""
+    units = nums.add(base + ("units",), r["units"], "d", row=key, column="units")
+    if r["lo"] is None:
+        return [Cell([DASH, f" ({r['design']}, ", units, ")"]), Cell([r["verdict"]], cls="reason"), Cell([DASH])]
+    lo = nums.add(base + ("lo",), r["lo"], ".6f", row=key, column="lo")
+    hi = nums.add(base + ("hi",), r["hi"], ".6f", row=key, column="hi")
+    det = nums.add(base + ("detectable",), r["detectable"], ".4f", row=key, column="detectable")
+    return [Cell(["[", lo, ", ", hi, f"] ({r['design']}, ", units, ")"]), Cell([r["verdict"]]), Cell([det])]
 
 
 @table_section(
@@ -20,7 +32,12 @@ from .vocabulary import CAMPAIGN_TITLES, WORDS, campaigns_in
     "(paper Tables S2, S3). A regression is a task on which the denominator is slower (task ratio below one). "
     "Comparisons with a failed qualification are shown as a dash with the reason. The CPU-time ratio is the "
     "same ratio over the user plus system CPU time of the serving processes (requests.cpu_ns), beside the "
-    "wall-time ratio, never in its place.",
+    "wall-time ratio, never in its place. Each qualified ratio has its own interval in the design that timed "
+    "it (fresh: every process served one arm, the Welch interval over each arm's processes; paired: one process "
+    "served every arm, the t interval over the processes' within-process contrasts), its verdict at the "
+    "threshold tau weighed by the campaign's A/A floor F (exceeds; faster; equivalent, when the interval of the "
+    "two one-sided tests lies inside [F/tau, tau/F]; noise_too_high; inconclusive; too_few_processes) and its "
+    "detectable ratio, tau x F x exp(half width): the smallest ratio an interval this wide decides.",
     table="ratios",
     absent="confirmation / implementation ratios not run",
 )
@@ -41,16 +58,20 @@ def section_ratios(sec: Section, a: Archive, N: Numbers) -> None:
             nt = nums.add(base + ("n_tasks",), r["n_tasks"], "d", row=key, column="n_tasks")
             if r["qualified"] and r["ratio"] is not None:
                 cells.append(Cell([nums.add(base + ("ratio",), r["ratio"], ".6f", row=key, column="ratio")]))
+                cells.append(Cell(nums.speed(base, key, "ratio", r).parts()))
                 cpu = r.get("cpu_ratio")
                 cells.append(
                     Cell([nums.add(base + ("cpu_ratio",), cpu, ".6f", row=key, column="cpu_ratio")] if cpu else [DASH])
                 )
                 nr = nums.add(base + ("n_regressions",), r["n_regressions"], "d", row=key, column="n_regressions")
+                cells += _interval_cells(nums, base, key, r)
                 cells.append(Cell([nr, "/", nt]))
                 cells.append(Cell([r["regressed_tasks"] or ""], cls="mono small"))
             else:
                 cells.append(Cell([DASH], cls="bad", title="not qualified"))
                 cells.append(Cell([DASH]))
+                cells.append(Cell([DASH]))
+                cells += [Cell([DASH]), Cell([DASH]), Cell([DASH])]
                 cells.append(Cell([DASH, "/", nt]))
                 cells.append(Cell([r["reason"] or "not qualified"], cls="reason"))
             if aa:
@@ -61,10 +82,23 @@ def section_ratios(sec: Section, a: Archive, N: Numbers) -> None:
                 tid,
                 f"{CAMPAIGN_TITLES.get(camp, camp)} ratios",
                 [src] + ([a.src("noise")] if aa else []),
-                ["family", "path", "comparison", "ratio", "CPU-time ratio", "regressions", "regressed tasks / reason"]
+                [
+                    "family",
+                    "path",
+                    "comparison",
+                    "ratio",
+                    "as a speed (numerator vs denominator)",
+                    "CPU-time ratio",
+                    "95% interval (design, processes)",
+                    "verdict",
+                    "detectable ratio",
+                    "regressions",
+                    "regressed tasks / reason",
+                ]
                 + (["A/A noise floor"] if aa else []),
                 rows,
-                numeric=[False, False, False, True, True, True, False] + ([False] if aa else []),
+                numeric=[False, False, False, True, False, True, False, False, True, True, False]
+                + ([False] if aa else []),
             )
         )
     # cost figure: GS/QB and PQ/QB of the implementation campaign
@@ -94,6 +128,36 @@ def section_ratios(sec: Section, a: Archive, N: Numbers) -> None:
                 "Blue: target-only arms; orange: speculative arms.",
             )
         )
+    forest = _forest(a)
+    if forest is not None:
+        sec.items.append(forest)
+
+
+FOREST_TITLE = "Every timed ratio with its interval, A/A band and decision lines"
+
+
+def _forest(a: Archive) -> Figure | None:
+    """The forest plot of every qualified ratio and E2 estimate with an interval (svg.forest_figure),
+    in the ratios section, or in the replication section of an archive without ratios."""
+    ratio_groups = forest_ratio_groups(a.rows("ratios"), a.rows("noise"), S.DEFAULT_THRESHOLD)
+    estimate_groups = forest_estimate_groups(a.rows("estimates"), a.rows("noise"))
+    groups = ratio_groups + estimate_groups
+    if not groups:
+        return None
+    sources = [a.src("ratios")] if ratio_groups else []
+    sources += [a.src("estimates")] if estimate_groups else []
+    sources += [a.src("noise")] if any(g.band for g in groups) else []
+    return Figure(
+        "fig-forest",
+        FOREST_TITLE,
+        sources,
+        forest_figure(FOREST_TITLE, groups, "ratio, log scale; above one the numerator is slower"),
+        "Every qualified ratio and every E2 estimate with an interval, grouped by campaign and family: "
+        "the point, its interval as a whisker and its verdict in words. Solid grey line: one. Dashed: the "
+        "decision lines, tau x F and one over tau x F for a ratio, threshold x F and threshold / F for an "
+        "estimate (F the A/A floor of the campaign and family, one without a control). Shaded: the interval "
+        "of the A/A twin over its arm. Blue: decided; grey: undecided.",
+    )
 
 
 def _layout_of(a: Archive, campaign: str, family: str, arm: str) -> str | None:
@@ -227,6 +291,9 @@ def section_replication(a: Archive, N: Numbers, boot: dict[str, Any]) -> Section
     if boot:
         # the value itself is the table's checked threshold number
         sec.notes.append("plan.json freezes the threshold (as in the table)")
+    forest = None if a.has("ratios") else _forest(a)
+    if forest is not None:
+        sec.items.append(forest)
     if a.has("contrasts"):
         sec.items.append(_contrasts_table(a, N))
     elif a.has("estimates"):

@@ -1,4 +1,4 @@
-"""``refspec stage``: run a controlled stage's command and record its claim (supported or withheld)."""
+"""``refspec claim``: run a controlled stage's command and record its claim (supported or withheld)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from ..core.fsutil import atomic_write_text
 from ..provenance.claims import CLAIM_STAGES, record_claim
 
 # everything after `--` is the stage's own command line (refspec.cli hands it over as args.extra)
-PASSTHROUGH = ("stage",)
+PASSTHROUGH = ("claim",)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -36,7 +36,7 @@ def run(args: argparse.Namespace) -> int:
     rc = subprocess.run([sys.executable, "-m", "refspec.cli", *cmd]).returncode
     if rc not in (EXIT_OK, EXIT_FAILED):
         print(
-            f"refspec stage {args.stage}: the command failed with exit status {rc}; no claim recorded", file=sys.stderr
+            f"refspec claim {args.stage}: the command failed with exit status {rc}; no claim recorded", file=sys.stderr
         )
         return rc
     d = Path(args.dir)
@@ -44,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
     atomic_write_text(done, json.dumps(row, indent=2, sort_keys=True) + "\n")
     word = {"supported": "supported", "vacuous": row["claim"]}.get(row["status"], "WITHHELD")
     print(
-        f"refspec stage {args.stage}: claim {word}; {row['controls_failed']} of {row['controls']} controls failed"
+        f"refspec claim {args.stage}: claim {word}; {row['controls_failed']} of {row['controls']} controls failed"
         + (f": {row['reason']}" if row["reason"] else ""),
         file=sys.stderr,
     )

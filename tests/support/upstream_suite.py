@@ -1,8 +1,10 @@
-"""llama.cpp's own test suite against the pinned source, patched and stock (anc/native.md).
+"""llama.cpp's own test suite against the pinned source, patched and stock (anc/native.md), run by
+``tests/native/test_upstream_suite.py``.
 
-``build.build_tests(options, variant)`` compiles the generator ``test-llama-archs`` and the state
-tests of the pinned source; this module runs them: the generator writes one small random-weight
-model per architecture and variant, the state tests run on every model with the default layout
+:func:`build_tests` compiles the generator ``test-llama-archs`` and the state tests of the pinned
+source (an optional build of the same source, :func:`refspec.native.build.build_variant` of
+:data:`TESTS_BUILD`); the rest runs them: the generator writes one small random-weight model per
+architecture and variant, the state tests run on every model with the default layout
 (``suite_default``) and once per layout through ``LLAMA_ATTN_LAYOUT`` (``run_state_test``, one
 process per model, so that one model's failure cannot hide another's), and ``matrix`` decodes every
 model greedily with every layout and micro-batch size ``q`` against its micro-batch-1 reference R.
@@ -20,10 +22,34 @@ from pathlib import Path
 
 import numpy as np
 
-from ..core.errors import AdmissionError
-from ..core.layouts import LAYOUTS
-from .build import BuildResult
-from .runtime import Context, ContextSpec, Model, greedy
+from refspec.core.errors import AdmissionError
+from refspec.core.layouts import LAYOUTS
+from refspec.native.build import BuildKind, BuildOptions, BuildResult, build_variant
+from refspec.native.runtime import Context, ContextSpec, Model, greedy
+from support.paths import TESTS
+
+# llama.cpp's own tests of the pinned source (build_tests), in the two variants of every optional
+# build: the model generator and the state tests that run on its models
+TEST_TARGETS = ["test-llama-archs", "test-save-load-state", "test-recurrent-state-rollback", "test-batch-alloc"]
+
+
+def tests_flags(options: BuildOptions) -> list[str]:
+    """The build's CMake flags with llama.cpp's tests on."""
+    flags = [f for f in options.cmake_flags() if not f.startswith("-DLLAMA_BUILD_TESTS=")]
+    return flags + ["-DLLAMA_BUILD_TESTS=ON"]
+
+
+TESTS_BUILD = BuildKind(tests_flags, TEST_TARGETS, "upstream tests")
+
+
+def build_tests(
+    options: BuildOptions | None = None, variant: str = "patched", *, jobs: int | None = None, quiet: bool = False
+) -> BuildResult:
+    """Build (or find cached) llama.cpp's own tests (:data:`TEST_TARGETS`) of the pinned source,
+    ``stock`` or ``patched``, in a folder of their own with their own libraries next to them;
+    ``BuildResult.tool(name)`` names each program."""
+    return build_variant(TESTS_BUILD, options or BuildOptions(), variant, jobs=jobs, quiet=quiet)
+
 
 STATE_TESTS = ("test-save-load-state", "test-recurrent-state-rollback")
 BATCH_TEST = "test-batch-alloc"
@@ -198,9 +224,11 @@ def matrix(build: BuildResult, models: list[Path], timeout: float = 600, jobs: i
     from concurrent.futures import ThreadPoolExecutor
 
     def one(path: Path) -> list[dict]:
-        env = _env(None) | build.env()
+        # the child imports this module as ``support.upstream_suite``: ``tests`` on its path
+        path_var = os.pathsep.join(filter(None, [str(TESTS), os.environ.get("PYTHONPATH")]))
+        env = _env(None) | build.env() | {"PYTHONPATH": path_var}
         p = subprocess.run(
-            ["nice", "-n", "10", sys.executable, "-m", "refspec.native.upstream", str(path)],
+            ["nice", "-n", "10", sys.executable, "-m", "support.upstream_suite", str(path)],
             env=env,
             capture_output=True,
             text=True,

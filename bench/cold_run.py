@@ -1,0 +1,177 @@
+"""Benchmark: the two README commands as a newcomer runs them, step by step.
+
+    python3 bench/cold_run.py run  --command main --out cold-main.json [--cold] [--repo .]
+    python3 bench/cold_run.py run  --command test --out cold-test.json [--cold]
+    python3 bench/cold_run.py table cold-main.json [other.json]
+
+``run`` clones the repository's committed HEAD into a temporary folder (a fresh clone: no
+``results/``, no ``.snakemake/``) and runs ``./run main`` or ``./run test`` there, timing the whole
+command (wall, and the CPU time of all its child processes from ``getrusage``). With ``--cold`` the
+caches start empty: ``REFSPEC_CACHE`` (the virtual environment, the native builds, the model files),
+pip's and uv's download caches are fresh temporary folders, as on a new machine; without it the
+command uses the caches this machine already has. It then reads:
+
+* ``main``: Snakemake's benchmark file of every rule (``results/<study>/benchmarks/*.tsv``: wall
+  seconds ``s`` and ``cpu_time``), and the set-up before the workflow (the whole command less the
+  workflow's own wall time, read from the run's Snakemake log times);
+* ``test``: pytest's ``--durations`` lines (each test's setup, call and teardown seconds), summed per
+  test module, and the set-up before pytest (the lint, the Debian packages, the builds).
+
+It writes ``--out`` (JSON: the command, whether cold, the machine's cores, the total wall and CPU
+seconds and one row per step) and prints the table. ``table`` prints one run's table, or two runs'
+side by side with the ratio after/before of every step both have (a before/after on one machine).
+Run nothing else on the machine meanwhile: the steps are timed, not only counted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+DURATION = re.compile(r"^\s*([0-9.]+)s (setup|call|teardown)\s+(\S+?)::")
+
+
+def _clone(repo: Path, dst: Path) -> None:
+    subprocess.run(["git", "clone", "-q", str(repo), str(dst)], check=True)
+
+
+def _env(cache: Path | None) -> dict[str, str]:
+    env = dict(os.environ)
+    if cache is not None:
+        env["REFSPEC_CACHE"] = str(cache / "refspec")
+        env["PIP_CACHE_DIR"] = str(cache / "pip")
+        env["UV_CACHE_DIR"] = str(cache / "uv")
+    return env
+
+
+def _rule_steps(clone: Path) -> list[dict]:
+    rows = []
+    for tsv in sorted(clone.glob("results/*/benchmarks/*.tsv")):
+        lines = tsv.read_text(encoding="utf-8").splitlines()
+        if len(lines) < 2:
+            continue
+        head, vals = lines[0].split("\t"), lines[-1].split("\t")
+        rec = dict(zip(head, vals))
+        cpu = rec.get("cpu_time", "NA")
+        rows.append(
+            {
+                "step": f"rule {tsv.stem}",
+                "wall_s": float(rec["s"]),
+                "cpu_s": float(cpu) if cpu not in ("NA", "") else None,
+            }
+        )
+    return rows
+
+
+def _test_steps(log: str) -> list[dict]:
+    per_module: dict[str, float] = {}
+    for line in log.splitlines():
+        m = DURATION.match(line)
+        if m:
+            per_module[m.group(3)] = per_module.get(m.group(3), 0.0) + float(m.group(1))
+    return [
+        {"step": f"tests {mod}", "wall_s": s, "cpu_s": None}
+        for mod, s in sorted(per_module.items(), key=lambda kv: -kv[1])
+    ]
+
+
+def run(args: argparse.Namespace) -> int:
+    repo = Path(args.repo).resolve()
+    with tempfile.TemporaryDirectory(prefix="refspec-cold-") as tmp:
+        clone = Path(tmp) / "clone"
+        _clone(repo, clone)
+        cache = Path(tmp) / "cache" if args.cold else None
+        extra = ["--durations", "0"] if args.command == "test" else []
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        t0 = time.monotonic()
+        p = subprocess.run(
+            ["./run", args.command, *extra],
+            cwd=clone,
+            env=_env(cache),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        wall = time.monotonic() - t0
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+        (Path(args.out).with_suffix(".log")).write_text(p.stdout, encoding="utf-8")
+        steps = _rule_steps(clone) if args.command == "main" else _test_steps(p.stdout)
+        inner = sum(s["wall_s"] for s in steps) if args.command == "main" else None
+        doc = {
+            "command": f"./run {args.command}",
+            "cold": bool(args.cold),
+            "commit": subprocess.run(
+                ["git", "rev-parse", "HEAD"], cwd=clone, capture_output=True, text=True
+            ).stdout.strip(),
+            "cores": len(os.sched_getaffinity(0)),
+            "exit": p.returncode,
+            "wall_s": wall,
+            "cpu_s": cpu,
+            "rules_wall_s": inner,
+            "steps": steps,
+        }
+    Path(args.out).write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
+    print(table([doc]))
+    return 0 if p.returncode == 0 else 1
+
+
+def _fmt(v: float | None) -> str:
+    return "-" if v is None else f"{v:.1f}"
+
+
+def table(docs: list[dict]) -> str:
+    """One run's steps, or two runs' side by side with the ratio after/before."""
+    lines = []
+    for d in docs:
+        lines.append(
+            f"{d['command']} ({'cold' if d['cold'] else 'warm caches'}, {d['cores']} cores, commit "
+            f"{d['commit'][:10]}, exit {d['exit']}): wall {d['wall_s']:.0f} s, CPU {d['cpu_s']:.0f} s"
+        )
+    if len(docs) == 1:
+        lines.append(f"{'step':<48} {'wall s':>9} {'cpu s':>9}")
+        for s in docs[0]["steps"]:
+            lines.append(f"{s['step']:<48} {_fmt(s['wall_s']):>9} {_fmt(s['cpu_s']):>9}")
+        return "\n".join(lines)
+    a, b = docs
+    bs = {s["step"]: s for s in b["steps"]}
+    lines.append(f"{'step':<48} {'before s':>9} {'after s':>9} {'after/before':>13}")
+    rows = [("whole command", a["wall_s"], b["wall_s"])]
+    rows += [(s["step"], s["wall_s"], bs[s["step"]]["wall_s"]) for s in a["steps"] if s["step"] in bs]
+    for name, x, y in rows:
+        lines.append(f"{name:<48} {x:>9.1f} {y:>9.1f} {y / x if x else float('nan'):>13.3f}")
+    only = [s["step"] for s in b["steps"] if s["step"] not in {t["step"] for t in a["steps"]}]
+    if only:
+        lines.append("only after: " + ", ".join(only))
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="what", required=True)
+    r = sub.add_parser("run")
+    r.add_argument("--command", choices=("main", "test"), required=True)
+    r.add_argument("--out", required=True)
+    r.add_argument("--cold", action="store_true", help="empty caches (a new machine)")
+    r.add_argument("--repo", default=str(Path(__file__).resolve().parent.parent))
+    t = sub.add_parser("table")
+    t.add_argument("runs", nargs="+")
+    args = ap.parse_args(argv)
+    if args.what == "run":
+        return run(args)
+    if len(args.runs) > 2:
+        ap.error("table takes one run or two (before, after)")
+    print(table([json.loads(Path(p).read_text(encoding="utf-8")) for p in args.runs]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,272 @@
+"""Benchmark: the paired design against the fresh design, side by side on the same arms and tasks.
+
+    ./run shell -c 'python bench/paired_vs_fresh.py --out /tmp/paired-vs-fresh [--processes 4] [--repeats 3]'
+    ./run shell -c 'python bench/paired_vs_fresh.py --analyze /tmp/paired-vs-fresh'
+
+Both designs run the same arms (``--arms``, by default R and the target-only layouts M_qb, M_pq,
+M_qh, M_gs, plus ``M_qb_aa``, the A/A twin of M_qb: the same recipe under its own name) on the
+same HumanEval tasks at the same cap, with real workers over loopback:
+
+* **fresh**: every process serves one arm (``--repeats`` passes over the tasks), as the timed
+  campaigns do today; a contrast of two arms carries two processes' start-up luck.
+* **paired**: every process loads the models once and serves every arm
+  (:mod:`refspec.engine.worker_engine`, one context per arm), request by request. The requests
+  come in rounds of one request per arm on one task; the arms' order in round ``r`` is row ``r``
+  of the campaigns' Williams square (:func:`refspec.campaigns.scheduler.latin_orders`, drawn per
+  process from ``--seed``), so each arm takes each position, and follows each other arm, equally
+  often over every full square. Each arm's first request is the
+  worker's registered warm-up (untimed).
+
+The two designs alternate process by process (one paired process, then one fresh process per
+arm, ...), so slow drift of the machine reaches both alike. Every endpoint is compared with R's.
+
+It writes ``requests.parquet`` (one row per timed request) and ``paired_vs_fresh.json`` (the
+variance components of log request time per design: between processes, within a process and,
+for the paired design, the process-by-arm interaction; every ratio against M_qb and between
+layouts with its 95 % interval, 90 % interval, verdict and detectable ratio in both designs;
+the A/A twin's interval as each design's floor), and prints the table. Machines are shared:
+run it alone (no other heavy job), and never read a Vulkan-on-CPU run as a GPU speed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "workflow"))
+
+from refspec.campaigns.scheduler import derive_rng, latin_orders  # noqa: E402
+from refspec.core import stats as S  # noqa: E402
+from refspec.core.arms import load_arms, twin_name, twin_of  # noqa: E402
+from refspec.core.panels import humaneval_tasks, parse_range  # noqa: E402
+from refspec.core.paths import config_dir  # noqa: E402
+from refspec.engine.worker_process import WorkerProcess, WorkerSpec  # noqa: E402
+from refspec.native import build as native  # noqa: E402
+from refspec.native.models import ensure_family  # noqa: E402
+
+FAMILY = "smollm2-135m"
+DEFAULT_ARMS = "R,M_qb,M_pq,M_qh,M_gs,M_qb_aa"
+BASE = "M_qb"
+# the contrasts reported: every arm against M_qb, and the layout pairs the paper compares
+PAIRS = [("M_pq", "M_qh"), ("M_qh", "M_gs")]
+
+
+def arms_file(out: Path, names: list[str]) -> Path:
+    """config/arms.yaml plus the A/A twins named in ``names`` (the same recipe under the twin's name)."""
+    data = yaml.safe_load((config_dir() / "arms.yaml").read_text())
+    for n in names:
+        if n not in data["arms"] and n.endswith("_aa"):
+            data["arms"][n] = dict(data["arms"][twin_of(n)])
+    path = out / "arms.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def start(out, files, lib_dir, afile, worker_id, arms, warmup_cap):
+    all_arms = load_arms(str(afile))
+    spec = WorkerSpec(
+        family=FAMILY,
+        arm=all_arms[arms[0]],
+        also_arms=tuple(all_arms[a] for a in arms[1:]),
+        files=files,
+        lib_dir=lib_dir,
+        worker_id=worker_id,
+        run_dir=out,
+        arms_file=str(afile),
+        warmup_cap=warmup_cap,
+    )
+    return WorkerProcess.start(spec)
+
+
+def timed(w, design, process, arm, task, repeat, position, ids, cap) -> dict:
+    c = w.complete(ids, cap, request_id=f"{process}/{position}", arm=arm)
+    return {
+        "design": design,
+        "process": process,
+        "arm": arm,
+        "task_id": task,
+        "repeat": repeat,
+        "position": position,
+        "t_ns": c.t_ns,
+        "endpoint_sha256": c.endpoint.sha256,
+        "n_tokens": c.endpoint.n,
+    }
+
+
+def run(args) -> Path:
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    names = args.arms.split(",")
+    afile = arms_file(out, names)
+    build = native.current()
+    files = ensure_family(FAMILY)
+    tasks = humaneval_tasks(parse_range(args.tasks))
+    rounds = [(t, r) for r in range(args.repeats) for t in range(len(tasks))]
+    rows: list[dict] = []
+    starts: list[float] = []  # seconds from a paired process's start to its ready file (load and warm-ups)
+    prompts: dict[str, list[int]] = {}
+    total = args.processes * len(args.designs.split(",")) * len(names) * len(rounds)
+    t_start = time.monotonic()
+    for p in range(args.processes):
+        # the paired process: every arm, Latin-square rounds
+        t0 = time.monotonic()
+        w = start(out, files, build.lib_dir, afile, f"paired-{p:02d}", names, args.warmup_cap)
+        starts.append(time.monotonic() - t0)
+        try:
+            for t in tasks:
+                prompts.setdefault(t.task_id, w.tokenize(t.text, chat=True))
+            orders = latin_orders(names, len(rounds), derive_rng(args.seed, "paired", p))
+            pos = 0
+            for (ti, rep), order in zip(rounds, orders):
+                for arm in order:
+                    task = tasks[ti].task_id
+                    rows.append(timed(w, "paired", f"paired-{p:02d}", arm, task, rep, pos, prompts[task], args.cap))
+                    pos += 1
+        finally:
+            w.stop(timeout=60)
+        # the fresh processes of this round: one per arm, in a drawn order
+        order = list(names) if "fresh" in args.designs else []
+        derive_rng(args.seed, "fresh", p).shuffle(order)
+        for arm in order:
+            wid = f"fresh-{p:02d}-{arm}"
+            w = start(out, files, build.lib_dir, afile, wid, [arm], args.warmup_cap)
+            try:
+                for pos, (ti, rep) in enumerate(rounds):
+                    task = tasks[ti].task_id
+                    rows.append(timed(w, "fresh", wid, arm, task, rep, pos, prompts[task], args.cap))
+            finally:
+                w.stop(timeout=60)
+        done = len(rows)
+        print(
+            f"process round {p + 1}/{args.processes}: {done}/{total} requests, {time.monotonic() - t_start:.0f} s",
+            file=sys.stderr,
+            flush=True,
+        )
+    pq.write_table(pa.Table.from_pylist(rows), out / "requests.parquet")
+    (out / "settings.json").write_text(
+        json.dumps({**vars(args), "paired_start_s": starts}, indent=1, sort_keys=True) + "\n"
+    )
+    return out
+
+
+def _interval_record(iv90, iv95, floor) -> dict:
+    return {
+        "ratio": iv95.value,
+        "lo95": iv95.lo,
+        "hi95": iv95.hi,
+        "lo90": iv90.lo,
+        "hi90": iv90.hi,
+        "units": iv95.units,
+        "df": iv95.df,
+        "verdict": S.decide_ratio(iv95, iv90, floor=floor),
+        "detectable": S.detectable_ratio(iv95.half_width, floor=floor),
+    }
+
+
+def contrast(rows, design, num, den, floor=1.0) -> dict:
+    """One ratio num/den in one design, with its intervals (processes the unit in both)."""
+    mine = [r for r in rows if r["design"] == design]
+    tasks = sorted({r["task_id"] for r in mine})
+    if design == "paired":
+        quads = [(r["process"], r["arm"], r["task_id"], r["t_ns"] / 1e9) for r in mine]
+        c = list(S.process_contrasts(quads, num, den, tasks).values())
+        iv95, iv90 = S.paired_interval(c), S.paired_interval(c, level=0.90)
+    else:
+
+        def blocks(arm):
+            out: dict[str, list] = {}
+            for r in mine:
+                if r["arm"] == arm:
+                    out.setdefault(r["process"], []).append((r["task_id"], r["t_ns"] / 1e9))
+            return out
+
+        iv95 = S.worker_interval(blocks(num), blocks(den), tasks)
+        iv90 = S.worker_interval(blocks(num), blocks(den), tasks, level=0.90)
+    return _interval_record(iv90, iv95, floor)
+
+
+def analyze(folder: Path) -> dict:
+    rows = pq.read_table(folder / "requests.parquet").to_pylist()
+    arms = sorted({r["arm"] for r in rows})
+    ref = {(r["task_id"]): r["endpoint_sha256"] for r in rows if r["arm"] == "R"}
+    matches = {a: sum(r["endpoint_sha256"] == ref.get(r["task_id"]) for r in rows if r["arm"] == a) for a in arms}
+    result: dict = {"requests": len(rows), "matches_R": matches, "designs": {}}
+    pairs = [(a, BASE) for a in arms if a != BASE] + [p for p in PAIRS if p[0] in arms and p[1] in arms]
+    for design in ("fresh", "paired"):
+        mine = [r for r in rows if r["design"] == design]
+        if not mine:
+            continue
+        quads = [(r["process"], r["arm"], r["task_id"], r["t_ns"] / 1e9) for r in mine]
+        comps = S.variance_components(quads, design)
+        twin = twin_name(BASE)
+        aa = contrast(rows, design, twin, BASE) if twin in arms else None
+        floor = S.noise_floor_of(aa["lo95"], aa["hi95"]) if aa else 1.0
+        result["designs"][design] = {
+            "components": {
+                "between": comps.between,
+                "within": comps.within,
+                "interaction": comps.interaction,
+                "share_between": comps.share_between,
+                "processes": comps.n_processes,
+            },
+            "aa": aa,
+            "floor": floor,
+            "ratios": {f"{n}/{d}": contrast(rows, design, n, d, floor) for n, d in pairs if n != twin},
+            "seconds": sum(r["t_ns"] for r in mine) / 1e9,
+        }
+    return result
+
+
+def show(res: dict) -> str:
+    lines = [f"{res['requests']} timed requests; endpoints matching R per arm: {res['matches_R']}"]
+    for design, d in res["designs"].items():
+        c = d["components"]
+        inter = "n/a (confounded)" if c["interaction"] is None else f"{math.sqrt(c['interaction']):.4f}"
+        lines.append(
+            f"\n{design}: sd of log time between processes {math.sqrt(c['between']):.4f}, within "
+            f"{math.sqrt(c['within']):.4f}, process x arm {inter}; share between {c['share_between']:.0%}; "
+            f"{c['processes']} processes"
+        )
+        if d["aa"]:
+            a = d["aa"]
+            lines.append(f"  A/A {twin_name(BASE)}/{BASE} {a['ratio']:.4f} [{a['lo95']:.4f}, {a['hi95']:.4f}]")
+        for name, r in d["ratios"].items():
+            lines.append(
+                f"  {name:14s} {r['ratio']:.4f} [{r['lo95']:.4f}, {r['hi95']:.4f}]  {r['verdict']:15s} "
+                f"detectable {r['detectable']:.3f}"
+            )
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", help="folder of a new run")
+    p.add_argument("--analyze", help="folder of an earlier run (writes nothing else)")
+    p.add_argument("--arms", default=DEFAULT_ARMS)
+    p.add_argument("--tasks", default="0-1", help="HumanEval indices")
+    p.add_argument("--processes", type=int, default=4, help="processes per design (fresh: per arm)")
+    p.add_argument("--repeats", type=int, default=3, help="passes over the tasks per arm and process")
+    p.add_argument("--cap", type=int, default=32)
+    p.add_argument("--warmup-cap", type=int, default=4)
+    p.add_argument("--seed", type=int, default=20261205)
+    p.add_argument("--designs", default="fresh,paired", help="fresh,paired (both, alternating) or paired alone")
+    args = p.parse_args(argv)
+    if not (args.out or args.analyze):
+        p.error("--out or --analyze")
+    folder = Path(args.analyze) if args.analyze else run(args)
+    res = analyze(folder)
+    (folder / "paired_vs_fresh.json").write_text(json.dumps(res, indent=1, sort_keys=True) + "\n")
+    print(show(res))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

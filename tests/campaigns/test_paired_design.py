@@ -1,0 +1,205 @@
+"""The paired design: its schedule (balanced, drawn from the seed) and a tiny implementation campaign
+run with real workers, each serving every arm, with its A/A twin in the same processes.
+
+The fresh design stays what it was: a definition without ``design`` schedules the same blocks as
+before, and its plan names no request arm.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+import yaml
+
+from refspec import cli
+from refspec.campaigns.scheduler import latin_orders, paired_schedule, round_schedule, session_ids
+from refspec.core.tables import read_records
+
+ARMS = ["R", "M_qb", "M_pq", "M_qb_aa"]
+PANEL = [{"task_id": "T/0", "text": "Say hello."}, {"task_id": "T/1", "text": "Count to three."}]
+
+
+def test_latin_orders_put_every_arm_in_every_position_equally_often():
+    import random
+
+    orders = latin_orders(ARMS, 8, random.Random(1))
+    for pos in range(len(ARMS)):
+        assert Counter(o[pos] for o in orders) == {a: 2 for a in ARMS}
+    # a Williams square: every arm directly follows every other arm once over a full square of four rows
+    follows = Counter((o[i], o[i + 1]) for o in orders[:4] for i in range(3))
+    assert all(v == 1 for v in follows.values()) and len(follows) == 12
+    # three arms (odd): six rows, each ordered pair twice
+    odd = latin_orders(ARMS[:3], 6, random.Random(2))
+    assert Counter((o[i], o[i + 1]) for o in odd for i in range(2)) == {
+        (a, b): 2 for a in ARMS[:3] for b in ARMS[:3] if a != b
+    }
+    assert all(Counter(o[p] for o in odd) == {a: 2 for a in ARMS[:3]} for p in range(3))
+
+
+def test_paired_blocks_serve_every_arm_each_on_every_task_and_repeat():
+    sessions = paired_schedule(session_ids(1), ARMS, ["T/0", "T/1"], caps=[8], repeats=2, processes=3, seed=7)
+    (s,) = sessions
+    assert len(s.blocks) == 3
+    for p, b in enumerate(s.blocks):
+        assert sorted(b.arms) == sorted(ARMS)
+        got = Counter((r.arm, r.task_id, r.repeat) for r in b.requests)
+        reps = (2 * p + 1, 2 * p + 2)  # one endpoint per (arm, task, session, repeat): numbered across processes
+        assert got == {(a, t, r): 1 for a in ARMS for t in ("T/0", "T/1") for r in reps}
+        assert b.record()["also_arms"] == list(b.also_arms)
+    # the draw is the seed's: the same definition, the same schedule; another seed, another
+    again = paired_schedule(session_ids(1), ARMS, ["T/0", "T/1"], caps=[8], repeats=2, processes=3, seed=7)
+    other = paired_schedule(session_ids(1), ARMS, ["T/0", "T/1"], caps=[8], repeats=2, processes=3, seed=8)
+    assert [b.record() for b in again[0].blocks] == [b.record() for b in s.blocks]
+    assert [b.record() for b in other[0].blocks] != [b.record() for b in s.blocks]
+
+
+def test_the_fresh_design_records_no_request_arm():
+    (s,) = round_schedule(session_ids(1), ["M_qb"], ["T/0"], caps=[8], repeats=1, block_by="arm_repeat", seed=7)
+    for b in s.blocks:
+        rec = b.record()
+        assert "also_arms" not in rec and all(len(r) == 3 for r in rec["requests"])
+
+
+def test_a_tiny_paired_implementation_campaign(tmp_path, lib_path, family_files, capsys, monkeypatch):
+    monkeypatch.setenv("LLAMA_CPP_LIB_PATH", str(lib_path))
+    (tmp_path / "panel.jsonl").write_text("".join(json.dumps(t) + "\n" for t in PANEL))
+    defn = tmp_path / "implementation.yaml"
+    defn.write_text(
+        yaml.safe_dump(
+            {
+                "campaign": "implementation",
+                "arms": ["R", "M_qb", "M_pq"],
+                "panel": {"source": "file", "file": "panel.jsonl"},
+                "cap": 6,
+                "repeats": 1,
+                "sessions": 1,
+                "design": "paired",
+                "processes": 2,
+                "warmup_cap": 2,
+                "aa_arm": "M_qb",
+            }
+        )
+    )
+    out = tmp_path / "res"
+    rc = cli.main(
+        ["campaign", "implementation", "--definition", str(defn), "--out", str(out), "--threads", "1", "--no-progress"]
+    )
+    assert rc == 0
+    cdir = out / "campaigns" / "implementation"
+    reqs = read_records("requests", cdir)
+    timed = [r for r in reqs if r["status"] == "ok"]
+    warm = [r for r in reqs if r["status"] == "excluded_warmup"]
+    workers = sorted({r["worker"] for r in reqs})
+    assert len(workers) == 2  # two processes, each serving all four arms
+    for w in workers:
+        assert {r["arm"] for r in timed if r["worker"] == w} == {"R", "M_qb", "M_pq", "M_qb_aa"}
+        mine = [r for r in warm if r["worker"] == w]
+        assert sorted(r["arm"] for r in mine) == sorted(["R", "M_qb", "M_pq", "M_qb_aa"])
+        assert sorted(r["order_index"] for r in mine) == [0, 1, 2, 3]  # each arm's warmup before any timed request
+        assert min(r["order_index"] for r in timed if r["worker"] == w) == 4
+    # every repaired arm reproduces R on this panel, and every qualified ratio has its paired interval
+    qual = read_records("qualification", cdir)
+    assert all(q["qualified"] for q in qual), qual
+    ratios = read_records("ratios", cdir)
+    assert ratios and all(r["design"] == "paired" and r["units"] == 2 for r in ratios), ratios
+    assert all(r["lo"] is not None and r["lo"] < r["hi"] and r["verdict"] for r in ratios)
+    noise = read_records("noise", cdir)
+    (aa,) = noise
+    assert aa["twin"] == "M_qb_aa" and aa["units"] == 2 and aa["lo"] is not None
+    plan = json.loads((cdir / "plan.json").read_text())
+    assert plan["definition"]["design"] == "paired" if "definition" in plan else True
+
+
+def test_a_tiny_paired_replication_campaign(tmp_path, lib_path, family_files, monkeypatch):
+    """E2 in the paired design: one process per session serves R and both layouts of both paths (and
+    the A/A twin); the session contrast is the process's within-process contrast."""
+    monkeypatch.setenv("LLAMA_CPP_LIB_PATH", str(lib_path))
+    (tmp_path / "panel.jsonl").write_text("".join(json.dumps(t) + "\n" for t in PANEL))
+    defn = tmp_path / "replication.yaml"
+    defn.write_text(
+        yaml.safe_dump(
+            {
+                "campaign": "replication",
+                "arms": ["R", "M_pq", "M_qb"],
+                "paths": ["target"],
+                "layouts": ["pq", "qb"],
+                "panel": {"source": "file", "file": "panel.jsonl"},
+                "block_tasks": 2,
+                "references_per_session": 1,
+                "cap": 6,
+                "repeats": 1,
+                "sessions": 3,
+                "design": "paired",
+                "warmup_cap": 2,
+                "aa_arm": "M_qb",
+            }
+        )
+    )
+    out = tmp_path / "res"
+    rc = cli.main(
+        ["campaign", "replication", "--definition", str(defn), "--out", str(out), "--threads", "1", "--no-progress"]
+    )
+    assert rc == 0
+    cdir = out / "campaigns" / "replication"
+    reqs = read_records("requests", cdir)
+    timed = [r for r in reqs if r["status"] == "ok"]
+    by_session = {}
+    for r in timed:
+        by_session.setdefault(r["session"], set()).add(r["worker"])
+    assert len(by_session) == 3 and all(len(w) == 1 for w in by_session.values())  # one process per session
+    assert {r["arm"] for r in timed} == {"R", "M_pq", "M_qb", "M_qb_aa"}
+    (est,) = read_records("estimates", cdir)
+    assert est["n_sessions"] == 3 and est["lo"] is not None and est["lo"] < est["hi"]
+    (aa,) = read_records("noise", cdir)
+    assert aa["kind"] == "estimate" and aa["units"] == 3
+
+
+def _sized(interaction: float, within: float, budget_s: float, target: float = 1.05) -> dict:
+    from refspec.campaigns.sizing import resolve_size
+
+    defn = {
+        "campaign": "implementation",
+        "design": "paired",
+        "processes": 2,
+        "repeats": 1,
+        "bootstrap": {"threshold": 1.02},
+        "sizing": {
+            "target": target,
+            "budget_s": budget_s,
+            "prior": {
+                "between": 0.04,
+                "within": within,
+                "interaction": interaction,
+                "process_s": 3.0,
+                "request_s": 0.2,
+            },
+        },
+    }
+    return resolve_size(defn, n_arms=4, n_tasks=2)
+
+
+def test_sizing_chooses_processes_and_passes_from_the_prior_and_records_them():
+    small = _sized(interaction=1e-5, within=0.003, budget_s=600)
+    plan = small["sizing"]["plan"]
+    assert plan["reachable"] and plan["expected_detectable"] <= 1.05
+    assert (small["processes"], small["repeats"]) == (plan["processes"], plan["repeats"])
+    # a larger process-by-arm interaction needs more processes; a larger within noise, more passes
+    more_inter = _sized(interaction=1e-4, within=0.003, budget_s=600)["sizing"]["plan"]
+    more_within = _sized(interaction=1e-5, within=0.03, budget_s=600)["sizing"]["plan"]
+    assert more_inter["processes"] > plan["processes"]
+    assert more_within["repeats"] * more_within["processes"] > plan["repeats"] * plan["processes"]
+    # the expected size is what the cost model says it is
+    assert plan["expected_seconds"] <= 600
+    # a budget that cannot reach the target says so, and what it reaches
+    poor = _sized(interaction=1e-3, within=0.03, budget_s=30)["sizing"]["plan"]
+    assert not poor["reachable"] and "would cost" in poor["reason"] or "not reached" in poor["reason"]
+    assert poor["expected_seconds"] <= 30 or "buys no design" in poor["reason"]
+    # the paired design only
+    import pytest
+
+    from refspec.campaigns.sizing import resolve_size
+    from refspec.core.errors import ConfigError
+
+    with pytest.raises(ConfigError):
+        resolve_size({**small, "design": "fresh"}, 4, 2)
