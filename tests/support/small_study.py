@@ -6,10 +6,11 @@ archive (``refspec compare``, ``refspec reproduce``) and for the workflow tests.
 the shared cache, real workers on the real SmolLM2 files, the assembled results sealed
 (``sealed-data``), reported, sealed again (``archive``) and checked. The study is
 
-* ``implementation``: R, M_qb, M_pq and C_pq on HumanEval/0 at cap 32, two fresh workers per arm
-  (the qualified ratios);
+* ``implementation``: R, M_qb, M_pq and C_pq on HumanEval/0 at cap 32, paired, sized by the cost
+  model to a budget of :data:`SIZING_BUDGET_S` (two processes serving every arm, one pass: the
+  qualified ratios, their intervals and the sizing row);
 * ``replication``: the five E2 arms and the A/A twin ``C_qb_aa`` of C_qb on HumanEval/0 at cap 16,
-  three sessions (the session contrasts, the estimates and the A/A noise floor);
+  sized to three sessions (the session contrasts, the estimates and the A/A noise floor);
 * the divergence screen: R on HumanEval/0-2 at cap 34, the unrepaired arms on at most two of them
   (:data:`SCREEN`);
 * the state stages: the partition screen of HumanEval/2 (prefill only; A and U1 differ there, so
@@ -43,7 +44,6 @@ CAMPAIGNS: dict[str, dict] = {
         "arms": ["R", "M_qb", "M_pq", "C_pq"],
         "panel": {"source": "humaneval", "tasks": "0"},
         "cap": 32,
-        "repeats": 2,
         "sessions": 1,
         "warmup_cap": 2,
         "aa_arm": None,
@@ -53,12 +53,26 @@ CAMPAIGNS: dict[str, dict] = {
         "block_tasks": 1,
         "references_per_session": 1,
         "cap": 16,
-        "sessions": 3,
         "gap_s": 0,
         "warmup_cap": 2,
         "aa_arm": "C_qb",
     },
 }
+
+#: the seconds each sized campaign of the small study may spend, as its cost model reckons them
+#: (the default definitions' budgets, 240-300 s, buy the most processes and passes they can; these
+#: buy the smallest designs that still give every interval: implementation 2 processes x 1 pass,
+#: replication 3 sessions x 1 pass)
+SIZING_BUDGET_S = {"implementation": 20, "replication": 40}
+
+
+def sized_to(defn: dict, budget_s: float) -> dict:
+    """A campaign definition whose cost model (``sizing``) may spend ``budget_s`` seconds (a
+    definition without sizing is returned unchanged)."""
+    if defn.get("sizing"):
+        defn["sizing"] = dict(defn["sizing"], budget_s=budget_s)
+    return defn
+
 
 #: the state stages of the small study (the config's ``state``)
 STATE = {
@@ -134,6 +148,7 @@ def small_study_config(tmp: Path) -> Path:
     for name, change in CAMPAIGNS.items():
         d = yaml.safe_load((REPO_ROOT / "config" / "campaigns" / f"{name}.yaml").read_text())
         d.update(change)
+        sized_to(d, SIZING_BUDGET_S[name])
         (defs / f"{name}.yaml").write_text(yaml.safe_dump(d))
     cfg = {
         "family": "smollm2-135m",

@@ -22,7 +22,7 @@ import pytest
 import yaml
 
 from refspec.core.paths import REPO_ROOT
-from support.small_study import run_main, study_env
+from support.small_study import run_main, sized_to, study_env
 
 _env = study_env
 
@@ -41,6 +41,7 @@ def _tiny(tmp: Path, name: str = "confirmation") -> Path:
             "warmup_cap": 2,
         }
     )
+    sized_to(d, 20)  # the smallest paired design (2 processes x 1 pass), not the default budget's
     (defs / f"{name}.yaml").write_text(yaml.safe_dump(d))
     cfg = {
         "family": "smollm2-135m",
