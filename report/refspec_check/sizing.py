@@ -2,7 +2,9 @@
 (anc/campaigns.md, "Sizing").
 
 For every campaign of plan.json whose frozen definition has ``sizing``: the cost model of the paired
-design (Kalibera and Jones) run again from the definition's prior. With ``T`` the panel's tasks and
+design (Kalibera and Jones) run again from the definition's prior: its variance components, and
+its costs unless the campaign's pilot measured them (``sizing.pilot``: then the pilot's
+``process_s`` and ``request_s``, and the budget less the pilot's ``seconds``). With ``T`` the panel's tasks and
 ``A`` the plan's arms, one pass over the panel has within variance ``W / T`` and costs ``T`` requests
 per arm; for ``P = 2 .. max_processes`` processes and ``n = 1 .. max_repeats`` passes,
 ``h = t(0.975, P - 1) * sqrt((2 I + 2 W / (T n)) / P)``, detectable ``tau * exp(2 h)`` and cost
@@ -68,6 +70,16 @@ def plan_paired(
     )
 
 
+def _costs(sizing: dict) -> tuple:
+    """(process_s, request_s, budget_s for the plan): the pilot's costs and the budget less the
+    pilot's seconds where the pilot measured them, else the prior's costs and the whole budget."""
+    pilot = sizing.get("pilot") or {}
+    budget = float(sizing["budget_s"])
+    if "request_s" in pilot:
+        return float(pilot["process_s"]), float(pilot["request_s"]), max(0.0, budget - float(pilot["seconds"]))
+    return float(sizing["prior"]["process_s"]), float(sizing["prior"]["request_s"]), budget
+
+
 def expected_row(plan: dict) -> dict | None:
     """The sizing columns a frozen campaign plan implies (None when its definition has no sizing)."""
     defn = plan.get("definition") or {}
@@ -75,6 +87,7 @@ def expected_row(plan: dict) -> dict | None:
     if not sizing:
         return None
     prior = sizing["prior"]
+    process_s, request_s, budget_s = _costs(sizing)
     thr = float((defn.get("bootstrap") or {}).get("threshold", 1.02))
     tasks = max((len(p.get("tasks") or []) for p in (plan.get("panels") or {}).values()), default=0)
     per = max(1, tasks)
@@ -83,12 +96,12 @@ def expected_row(plan: dict) -> dict | None:
     P, n, _h, det, secs, ok, why = plan_paired(
         float(prior["interaction"]),
         float(prior["within"]) / per,
-        float(prior["process_s"]),
-        float(prior["request_s"]) * per,
+        process_s,
+        request_s * per,
         arms,
         target,
         thr,
-        float(sizing["budget_s"]),
+        budget_s,
         int(sizing.get("max_processes", 32)),
         int(sizing.get("max_repeats", 16)),
     )

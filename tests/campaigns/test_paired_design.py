@@ -203,3 +203,100 @@ def test_sizing_chooses_processes_and_passes_from_the_prior_and_records_them():
 
     with pytest.raises(ConfigError):
         resolve_size({**small, "design": "fresh"}, 4, 2)
+
+
+def test_a_sized_campaign_measures_its_costs_pays_its_pilot_from_the_budget_and_a_resume_reuses_it(
+    tmp_path, lib_path, family_files, monkeypatch
+):
+    """The pilot: a prior whose costs are a thousand times too small would buy 32 processes x 16
+    passes; sized with the costs the pilot measures here (and the budget less the pilot's seconds),
+    the plan is the one the cost model gives for those costs. The frozen plan records the pilot, an
+    analysis of the frozen plan reuses it (no second pilot, the same plan), and report/check.py sizes
+    the plan again from it."""
+    import os
+
+    from refspec.campaigns.sizing import resolve_size
+    from refspec_check.sizing import expected_row
+
+    monkeypatch.setenv("LLAMA_CPP_LIB_PATH", str(lib_path))
+    (tmp_path / "panel.jsonl").write_text("".join(json.dumps(t) + "\n" for t in PANEL))
+    prior = {"between": 0.0007, "within": 0.0035, "interaction": 0.00004, "process_s": 0.001, "request_s": 0.001}
+    base = {
+        "campaign": "implementation",
+        "arms": ["R", "M_qb"],
+        "panel": {"source": "file", "file": "panel.jsonl"},
+        "cap": 6,
+        "repeats": 1,
+        "sessions": 1,
+        "design": "paired",
+        "processes": 2,
+        "warmup_cap": 2,
+        "aa_arm": "M_qb",
+        "bootstrap": {"threshold": 1.02},
+    }
+    defn = tmp_path / "implementation.yaml"
+    defn.write_text(yaml.safe_dump({**base, "sizing": {"target": 1.03, "budget_s": 20, "prior": prior}}))
+    out = tmp_path / "res"
+    args = ["campaign", "implementation", "--definition", str(defn), "--out", str(out), "--threads", "1"]
+    assert cli.main([*args, "--no-progress"]) == 0
+    cdir = out / "campaigns" / "implementation"
+    plan = json.loads((cdir / "plan.json").read_text())
+    sizing = plan["definition"]["sizing"]
+    pilot = sizing["pilot"]
+    assert "failed" not in pilot, pilot
+    assert pilot["requests"] == 3  # R, M_qb and the twin M_qb_aa, one request each
+    assert pilot["request_s"] > 10 * prior["request_s"] and pilot["process_s"] > 10 * prior["process_s"]
+    assert 0 < pilot["seconds"] < 20
+    assert json.loads((cdir / "pilot" / "pilot.json").read_text()) == pilot
+    # the plan is the cost model's for the pilot's costs, not the prior's
+    bare = {**base, "sizing": {"target": 1.03, "budget_s": 20, "prior": prior}}
+    by_prior = resolve_size(bare, 3, 2)["sizing"]["plan"]
+    by_pilot = resolve_size({**bare, "sizing": {**bare["sizing"], "pilot": pilot}}, 3, 2)["sizing"]["plan"]
+    assert (by_prior["processes"], by_prior["repeats"]) == (32, 16)
+    assert sizing["plan"] == by_pilot and plan["definition"]["processes"] == by_pilot["processes"] < 32
+    assert by_pilot["expected_seconds"] <= 20 - pilot["seconds"] or "buys no design" in by_pilot["reason"]
+    workers = {r["worker"] for r in read_records("requests", cdir)}
+    assert len(workers) == by_pilot["processes"]  # the pilot's process timed nothing
+    # re-analysed from the frozen plan: the same pilot, no second one
+    stamp = os.stat(cdir / "pilot" / "pilot.json").st_mtime_ns
+    assert cli.main([*args, "--analyze"]) == 0
+    assert os.stat(cdir / "pilot" / "pilot.json").st_mtime_ns == stamp
+    assert json.loads((cdir / "plan.json").read_text())["definition"]["sizing"]["pilot"] == pilot
+    # the checker sizes the plan again from the pilot
+    row = expected_row(plan)
+    assert (row["processes"], row["repeats"], row["expected_seconds"]) == (
+        by_pilot["processes"],
+        by_pilot["repeats"],
+        by_pilot["expected_seconds"],
+    )
+
+
+def test_a_pilot_that_fails_is_recorded_and_the_prior_sizes_the_plan(tmp_path, family_files, lib_path):
+    """A pilot whose worker cannot start (no libraries where it looks) is recorded with its reason; the
+    plan is then the prior's."""
+    from refspec.campaigns.pilot import costs, measure
+    from refspec.core.arms import load_arms
+
+    arms = load_arms()
+    picked = {n: arms[n].with_(threads=1) for n in ("R", "M_qb")}
+    from refspec.campaigns.context import write_arms_file
+
+    write_arms_file(picked, tmp_path / "arms.yaml")
+    from refspec.core.panels import Task
+
+    pilot = measure(
+        family="smollm2-135m",
+        arms=picked,
+        tasks=[Task("T/0", "Say hello.")],
+        cap=4,
+        files=family_files,
+        draft=None,
+        lib_dir=tmp_path / "no-libraries",
+        arms_file=tmp_path / "arms.yaml",
+        out=tmp_path / "pilot",
+        warmup_cap=2,
+    )
+    assert set(pilot) == {"failed"} and "did not start" in pilot["failed"]
+    assert json.loads((tmp_path / "pilot" / "pilot.json").read_text()) == pilot
+    sizing = {"budget_s": 50, "prior": {"process_s": 3.0, "request_s": 0.5}, "pilot": pilot}
+    assert costs(sizing) == (3.0, 0.5, 50.0)

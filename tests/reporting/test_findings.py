@@ -152,26 +152,37 @@ def test_ratio_tables_show_each_qualified_ratio_as_a_speed(rendered):
 
 
 def test_console_prints_the_findings_first_wrapped(rendered, monkeypatch):
-    """``./run main``'s headline text opens with the findings: one a line, verdict first, wrapped at the
-    terminal's eighty columns with continuation lines indented past the verdict; then the headline."""
-    from refspec.pipeline.main import headline_text
+    """``./run main``'s summary: the findings, one a line, verdict first, wrapped at the terminal's
+    eighty columns with continuation lines indented past the verdict; of the speeds one per
+    campaign, the others counted per campaign on one SPEED line (report.html states each); then
+    the archive's seal. No line is wider than the terminal."""
+    from refspec.pipeline.main import console_findings, headline_text
 
     monkeypatch.setenv("COLUMNS", "80")
     found, nums = _doc(rendered)
+    shown, more = console_findings(found)
+    speeds = [f for f in found if f["verdict"] == "SPEED"]
+    shown_speeds = [f for f in shown if f["verdict"] == "SPEED"]
+    assert len(speeds) > len(shown_speeds) >= 2  # the fixture has more speeds than campaigns
+    assert len({f["scope"].split()[0] for f in shown_speeds}) == len(shown_speeds)
+    assert len(shown_speeds) + sum(more.values()) == len(speeds)
+    assert [f for f in found if f["verdict"] != "SPEED"] == [f for f in shown if f["verdict"] != "SPEED"]
     lines = headline_text(rendered / "numbers.json").splitlines()
-    end = next(i for i, line in enumerate(lines) if line.startswith("headline"))
-    body = lines[1:end]
-    assert lines[0].startswith("findings") and all(len(line) <= 80 for line in lines[:end])
+    assert lines[0].startswith("findings") and all(len(line) <= 80 for line in lines)
+    body = lines[1:]
     starts = [i for i, line in enumerate(body) if not line.startswith("    ")]
-    assert len(starts) == len(found) and any(len(line) > 70 for line in body)
-    assert len(body) > len(found)  # some findings wrap
-    for f, i, j in zip(found, starts, starts[1:] + [len(body)]):
+    assert len(starts) == len(shown) + 1  # and the line of the speeds left to the report
+    assert any(len(line) > 70 for line in body) and len(body) > len(starts)  # some findings wrap
+    for f, i, j in zip(shown, starts, starts[1:]):
         assert body[i].startswith("  " + f["verdict"] + " ")
         assert all(line.startswith(" " * 12) for line in body[i + 1 : j])
         joined = " ".join(line.strip() for line in body[i:j])
         assert " ".join(joined.split()).endswith(" ".join(_text(f, nums).split()))
+    rest = " ".join(line.strip() for line in body[starts[-1] :])
+    assert rest.startswith(f"SPEED     {sum(more.values())} more in report.html (")
+    assert all(f"{c} {n}" in rest for c, n in more.items())
     wide = headline_text(rendered / "numbers.json", width=400).splitlines()
-    assert wide[1 : 1 + len(found)] == [f"  {f['verdict']:<8}  {f['scope']}: {_text(f, nums)}" for f in found]
+    assert wide[1 : 1 + len(shown)] == [f"  {f['verdict']:<8}  {f['scope']}: {_text(f, nums)}" for f in shown]
 
 
 def test_vacuous_panel_says_vacuous_never_lossless(tmp_path):

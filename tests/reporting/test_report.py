@@ -14,6 +14,7 @@ import pytest
 
 from refspec.cli import main as cli_main
 from refspec.core import tables as T
+from refspec.core.hashing import sha256_file
 from refspec.core.paths import REPO_ROOT
 from refspec.reporting import render as report
 from support.browser import CHROMIUM, probe_page
@@ -357,18 +358,21 @@ def test_report_opens_with_the_headline(rendered):
     assert not any(h["scope"].endswith(" C_qb8") for h in head if h["finding"] == "first divergence")
 
 
-def test_main_prints_the_same_headline(rendered):
+def test_the_console_leaves_the_wide_headline_table_to_the_report(rendered, tmp_path):
+    """The headline table's rows are 130-370 characters: the console prints the findings and the
+    archive's seal, each wrapped to the terminal, and leaves the table to report.html."""
     from refspec.pipeline.main import headline_text
 
     doc = json.loads((rendered / "numbers.json").read_text())
-    nums = {n["id"]: n["text"] for n in doc["numbers"]}
-    text = headline_text(rendered / "numbers.json")
-    lines = text.splitlines()
-    lines = lines[next(i for i, line in enumerate(lines) if line.startswith("headline")) :]  # after the findings
-    assert lines[0].startswith("headline") and len(lines) == len(doc["headline"]) + 1
-    for h, line in zip(doc["headline"], lines[1:]):
-        shown = "".join(nums[p["num"]] if isinstance(p, dict) else p for p in h["parts"])
-        assert line.rstrip().endswith(shown) and h["finding"] in line
+    seal = tmp_path / "SEAL.dsse.json"
+    seal.write_text("{}")
+    for width in (80, 120):
+        lines = headline_text(rendered / "numbers.json", seal, width=width).splitlines()
+        assert all(len(line) <= width for line in lines), width
+        assert not any(line.startswith("headline") for line in lines)
+        tail = " ".join(line.strip() for line in lines[-3:])
+        assert f"archive seal (sha256 of SEAL.dsse.json): {sha256_file(seal)}" in tail
+    assert doc["headline"]  # the table is there, in the report
 
 
 def test_one_session_says_too_few_sessions_and_three_get_a_t_interval(tmp_path):

@@ -28,6 +28,8 @@ from ..provenance import plan as planmod
 from ..provenance.plan import PLAN_FORMAT
 from .definitions import load_definition, module_for, normalize_name
 from .records import RunSettings
+from .pilot import PILOT_DIR
+from .pilot import measure as pilot_measure
 from .runner import CampaignRun
 from .scheduler import schedule_record
 from .sizing import resolve_size
@@ -202,6 +204,39 @@ def _models(fam: str, cfg: dict, defn: dict, arms: dict):
     return files, draft, models
 
 
+def _piloted(defn: dict, frozen: dict, fam: str, arms: dict, panels: dict, files, draft, lib_dir, cdir: Path) -> dict:
+    """A sized paired definition with its pilot's costs (``sizing.pilot``): the frozen plan's on a
+    resumed or re-analysed campaign (none where that plan was frozen without one), else measured
+    now (:func:`refspec.campaigns.pilot.measure`); other definitions unchanged."""
+    sizing = defn.get("sizing")
+    if not sizing or defn.get("design") != "paired" or not panels:
+        return defn
+    if frozen:
+        pilot = ((frozen.get("definition") or {}).get("sizing") or {}).get("pilot")
+        if pilot is None:
+            return defn
+    else:
+        pdir = cdir / PILOT_DIR
+        pdir.mkdir(parents=True, exist_ok=True)
+        write_arms_file(arms, pdir / "arms.yaml")
+        pilot = pilot_measure(
+            family=fam,
+            arms=arms,
+            tasks=max(panels.values(), key=len),
+            cap=int(defn["cap"]),
+            files=files,
+            draft=draft,
+            lib_dir=Path(lib_dir),
+            arms_file=pdir / "arms.yaml",
+            out=pdir,
+            warmup_cap=int(defn.get("warmup_cap", 16)),
+            gap_s=float(defn.get("gap_s", 0)),
+        )
+    out = dict(defn)
+    out["sizing"] = dict(sizing, pilot=pilot)
+    return out
+
+
 def _materializer(
     panels: dict, precs: dict, arms: dict, cdir: Path, arms_file: Path, man: Path | None
 ) -> Callable[[], None]:
@@ -283,9 +318,10 @@ def prepare(
 
     panels, precs = _panels(name, mod, defn, cfg, dpath.parent, campaign_dir(out_root, "screen", fam, cfg))
     arms = _arms(name, mod, defn, cfg, nthreads)
-    defn = resolve_size(defn, len(arms), max((len(ts) for ts in panels.values()), default=0))
     arms_file = cdir / "arms.yaml"
     files, draft, models = _models(fam, cfg, defn, arms)
+    defn = _piloted(defn, frozen, fam, arms, panels, files, draft, _lib_dir(cfg), cdir)
+    defn = resolve_size(defn, len(arms), max((len(ts) for ts in panels.values()), default=0))
     ctx = PreparedCampaign(
         name=name,
         preset=preset or "default",

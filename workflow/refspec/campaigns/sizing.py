@@ -4,7 +4,9 @@ A paired definition may carry ``sizing: {target, budget_s, prior: {between, with
 process_s, request_s}}``: the detectable ratio it must reach (default 1.03), the seconds it may
 spend, and the variance components of log request time and the costs (a process's start with its
 warm-ups, one request) measured on an earlier run of the same campaign on this kind of machine
-(the ``variance`` table and the median request time of a sealed run, or a pilot). From them the
+(the ``variance`` table and the median request time of a sealed run). Before it is sized, the
+campaign's pilot (:mod:`refspec.campaigns.pilot`) measures the two costs on this machine; where it
+did, they replace the prior's and its seconds come out of the budget. From them the
 cost model of :func:`refspec.core.stats.plan_paired` chooses the number of processes and the
 passes over the panel per process (``repeats``): one pass times every arm once on every task, so
 a pass's contrast averages ``T`` requests per arm and its variance is ``within / T`` at a cost of
@@ -26,6 +28,7 @@ import math
 
 from ..core.errors import ConfigError
 from ..core.stats import DEFAULT_THRESHOLD, PAIRED, StatsError, VarianceComponents, detectable_ratio, plan_paired
+from .pilot import costs
 
 DEFAULT_TARGET = 1.03
 
@@ -38,6 +41,7 @@ def resolve_size(defn: dict, n_arms: int, n_tasks: int) -> dict:
     if defn.get("design") != "paired":
         raise ConfigError(f"{defn['campaign']}: sizing applies to the paired design (design: paired)")
     prior = sizing["prior"]
+    process_s, request_s, budget_s = costs(sizing)
     per_pass = max(1, n_tasks)
     comps = VarianceComponents(
         PAIRED,
@@ -52,12 +56,12 @@ def resolve_size(defn: dict, n_arms: int, n_tasks: int) -> dict:
     try:
         p = plan_paired(
             comps,
-            process_s=float(prior["process_s"]),
-            request_s=float(prior["request_s"]) * per_pass,
+            process_s=process_s,
+            request_s=request_s * per_pass,
             arms=n_arms,
             target=target,
             threshold=threshold,
-            budget_s=float(sizing["budget_s"]),
+            budget_s=budget_s,
             max_processes=int(sizing.get("max_processes", 32)),
             max_requests=int(sizing.get("max_repeats", 16)),
         )

@@ -1,5 +1,5 @@
 """``refspec main`` (``./run main``): run the workflow on the embedded default, then print the
-archive, its verification and the headline figures (:mod:`refspec.pipeline.main`)."""
+findings, then the archive, the report and its check (:mod:`refspec.pipeline.main`)."""
 
 from __future__ import annotations
 
@@ -46,9 +46,11 @@ def run(args: argparse.Namespace) -> int:
     if dry_run(args.extra):
         return 0
     out = run_outputs(results)
+    # the findings first; the archive, the report and the check line last, where the eye lands
+    if out.numbers is not None:
+        print()
+        print(headline_text(out.numbers, out.archive / "SEAL.dsse.json"))
     print(f"\narchive: {out.archive}")
-    if out.check is not None:
-        print(out.check)
     if out.numbers is not None:
         print(f"report: {out.archive / 'report.html'}")
         if out.report_pdf is not None:
@@ -59,6 +61,6 @@ def run(args: argparse.Namespace) -> int:
                 f"{TEX_PACKAGES}, then run `./run main {rerun_report_args(args.configfile)}`: Snakemake reruns "
                 "the report and everything after it, the archive's seal and the check)"
             )
-        print()
-        print(headline_text(out.numbers, out.archive / "SEAL.dsse.json"))
+    if out.check is not None:
+        print(out.check)
     return 0

@@ -221,25 +221,57 @@ def rerun_report_args(configfile: str) -> str:
 
 
 def headline_text(numbers_json: Path, seal: Path | None = None, width: int | None = None) -> str:
-    """The findings, then the headline block: numbers.json ``findings`` (the report's findings, one a
-    line, verdict first, wrapped to ``width``, by default the terminal's, continuation lines indented)
-    and its summary table (``headline``) as text, with the archive's own seal digest (the report
-    cannot hold it: that seal covers the report)."""
+    """The console's summary of a report: its findings (numbers.json ``findings``, see
+    :func:`console_findings`), one a line, verdict first, wrapped to ``width`` (by default the
+    terminal's) with continuation lines indented past the verdict, then the archive's own seal
+    digest (the report cannot hold it: that seal covers the report). The headline table stays in
+    report.html, whose first screen it is: at 130 to 370 characters a row it fits no terminal."""
     doc = json.loads(numbers_json.read_text(encoding="utf-8"))
     text = {n["id"]: n["text"] for n in doc.get("numbers", [])}
 
     def words(parts: list) -> str:
         return "".join(text.get(p["num"], "?") if isinstance(p, dict) else str(p) for p in parts)
 
-    lines = findings_lines(doc.get("findings") or [], words, width or shutil.get_terminal_size((100, 24)).columns)
-    rows = [(h["finding"], h["scope"], words(h["parts"])) for h in doc.get("headline") or []]
+    cols = max(40, width or shutil.get_terminal_size((100, 24)).columns)
+    shown, more = console_findings(doc.get("findings") or [])
+    lines = findings_lines(shown, words, cols)
+    if more:
+        w = max(len(f["verdict"]) for f in shown)
+        per = ", ".join(f"{c} {n}" for c, n in more.items())
+        lines += _wrapped(
+            f"{SPEED_VERDICT:<{w}}  {sum(more.values())} more in report.html ({per})", cols, w
+        )
     if seal is not None and seal.is_file():
-        rows.append(("archive seal (sha256 of SEAL.dsse.json)", str(seal.parent), sha256_file(seal)))
-    w1 = max((len(r[0]) for r in rows), default=0)
-    w2 = max((len(r[1]) for r in rows), default=0)
-    lines += ["headline (report.html opens with the same table; report/check.py recomputes every number)"]
-    lines += [f"  {f:<{w1}}  {s:<{w2}}  {v}" for f, s, v in rows]
+        lines += textwrap.wrap(
+            f"archive seal (sha256 of {seal.name}): {sha256_file(seal)}",
+            width=cols,
+            subsequent_indent="  ",
+            break_long_words=False,
+        )
     return "\n".join(lines)
+
+
+SPEED_VERDICT = "SPEED"
+
+
+def console_findings(found: list[dict]) -> tuple[list[dict], dict[str, int]]:
+    """The findings the console prints, and how many it leaves to report.html per campaign: every
+    finding but the speeds, and of the speeds the first of each campaign (the first word of its
+    scope: confirmation, implementation, E2, ...); report.html states every one."""
+    shown: list[dict] = []
+    more: dict[str, int] = {}
+    seen: set[str] = set()
+    for f in found:
+        if f["verdict"] != SPEED_VERDICT:
+            shown.append(f)
+            continue
+        camp = f["scope"].split()[0]
+        if camp in seen or f.get("kind") == "more":
+            more[camp] = more.get(camp, 0) + 1
+        else:
+            seen.add(camp)
+            shown.append(f)
+    return shown, more
 
 
 def findings_lines(found: list[dict], words, width: int) -> list[str]:
@@ -250,15 +282,19 @@ def findings_lines(found: list[dict], words, width: int) -> list[str]:
     w = max(len(f["verdict"]) for f in found)
     out = ["findings (report.html opens with the same; report/check.py recomputes each)"]
     for f in found:
-        out += textwrap.wrap(
-            f"{f['verdict']:<{w}}  {f['scope']}: {words(f['parts'])}",
-            width=max(40, width),
-            initial_indent="  ",
-            subsequent_indent=" " * (w + 4),
-            break_long_words=False,
-            break_on_hyphens=False,
-        )
+        out += _wrapped(f"{f['verdict']:<{w}}  {f['scope']}: {words(f['parts'])}", width, w)
     return out
+
+
+def _wrapped(line: str, width: int, verdict_width: int) -> list[str]:
+    return textwrap.wrap(
+        line,
+        width=max(40, width),
+        initial_indent="  ",
+        subsequent_indent=" " * (verdict_width + 4),
+        break_long_words=False,
+        break_on_hyphens=False,
+    )
 
 
 def dry_run(extra: list[str]) -> bool:
