@@ -215,8 +215,9 @@ def test_a_sized_campaign_measures_its_costs_pays_its_pilot_from_the_budget_and_
     the plan again from it."""
     import os
 
-    from refspec.campaigns.sizing import resolve_size
     from refspec_check.sizing import expected_row
+
+    from refspec.campaigns.sizing import resolve_size
 
     monkeypatch.setenv("LLAMA_CPP_LIB_PATH", str(lib_path))
     (tmp_path / "panel.jsonl").write_text("".join(json.dumps(t) + "\n" for t in PANEL))

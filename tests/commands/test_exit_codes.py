@@ -164,3 +164,19 @@ def test_a_crash_under_debug_prints_its_traceback(crashing_command, capsys, monk
     monkeypatch.setenv("REFSPEC_DEBUG", "1")
     assert main([crashing_command]) == errors.EXIT_CRASH
     assert capsys.readouterr().err.startswith("Traceback (most recent call last):")
+
+
+def test_qualify_is_two_sub_commands_each_with_its_own_options(capsys):
+    """``refspec qualify arms`` and ``refspec qualify server`` (opposite exit rules, one module each):
+    no sub-command, a server option given to ``arms`` or an arms option to ``server`` is a usage
+    error (exit 2) that names what is wrong, before anything runs."""
+    assert main(["qualify", "--panel", "humaneval:0-1"]) == errors.EXIT_USAGE == 2
+    assert "arms|server" in capsys.readouterr().err
+    assert main(["qualify", "arms", "--arms", "R,M3"]) == 2
+    assert "--panel" in capsys.readouterr().err
+    assert main(["qualify", "arms", "--panel", "humaneval:0", "--server-binary", "x"]) == 2
+    assert "--server-binary" in capsys.readouterr().err
+    assert main(["qualify", "server", "--model", "m.gguf", "--arms", "R,M3"]) == 2
+    assert "--arms" in capsys.readouterr().err
+    assert main(["qualify", "server", "--model", "m.gguf"]) == 2
+    assert "--server-binary PATH, or --url URL" in capsys.readouterr().err

@@ -214,6 +214,7 @@ def test_cli_refuses_to_mix_runs_and_unknown_arms(qualified, lib_path, capsys, m
     monkeypatch.setenv("LLAMA_CPP_LIB_PATH", str(lib_path))
     base = [
         "qualify",
+        "arms",
         "--family",
         FAMILY,
         "--panel",

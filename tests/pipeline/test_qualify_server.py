@@ -1,4 +1,4 @@
-"""``refspec qualify --server-binary``: a llama-server against its own micro-batch-1 reference, end to
+"""``refspec qualify server``: a llama-server against its own micro-batch-1 reference, end to
 end on refspec's stock llama-server build of the pinned source, with a sealed archive that
 report/check.py accepts. The end-to-end test is of the ``server_build`` opt-in group (it builds the
 stock llama-server, or finds it cached: ``./run test -m server_build``)."""
@@ -17,7 +17,7 @@ from support.paths import REPO_ROOT as REPO
 
 def qualify(*args, cwd=REPO, timeout=1800):
     return subprocess.run(
-        [sys.executable, "-m", "refspec.cli", "qualify", *map(str, args)],
+        [sys.executable, "-m", "refspec.cli", "qualify", "server", *map(str, args)],
         cwd=cwd,
         capture_output=True,
         text=True,

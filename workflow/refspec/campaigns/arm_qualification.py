@@ -1,4 +1,4 @@
-"""Complete-endpoint qualification of arms against the reference R (``refspec qualify``,
+"""Complete-endpoint qualification of arms against the reference R (``refspec qualify arms``,
 :mod:`refspec.commands.qualify`).
 
 A preset of the confirmation campaign (:mod:`refspec.campaigns.confirmation`):

@@ -27,9 +27,9 @@ from ..native.models import config_families_file, ensure_family
 from ..provenance import plan as planmod
 from ..provenance.plan import PLAN_FORMAT
 from .definitions import load_definition, module_for, normalize_name
-from .records import RunSettings
 from .pilot import PILOT_DIR
 from .pilot import measure as pilot_measure
+from .records import RunSettings
 from .runner import CampaignRun
 from .scheduler import schedule_record
 from .sizing import resolve_size

@@ -1,4 +1,4 @@
-"""``refspec qualify --server-binary PATH`` (or ``--url URL --reference-url URL``): is a llama.cpp
+"""``refspec qualify server --server-binary PATH`` (or ``--url URL --reference-url URL``): is a llama.cpp
 server's batching and speculative decoding lossless against that same server's own greedy
 micro-batch-1 output?
 

@@ -1,24 +1,26 @@
-"""``refspec qualify``: complete-endpoint qualification of arms against the reference R.
+"""``refspec qualify``: complete-endpoint qualification against a micro-batch-1 reference, two
+sub-commands with their own exit rules.
 
-    refspec qualify --family F --panel P --arms R,M0,M3,C3 --repeats N
-                    [--draft D] [--cap C] [--out DIR] [--resume] [--config CFG] [--threads T]
+``refspec qualify arms``: refspec's arms against the reference R.
 
-A llama.cpp server of any version against its own micro-batch-1 reference
-(:mod:`refspec.campaigns.server_self_qualification`; sealed archive with its report, one verdict line per arm,
-then the report's findings and headline as ``./run main`` prints them):
-
-    refspec qualify --server-binary PATH --model M [--draft D] [--panel humaneval:0-11] [--cap 128] [--json]
-    refspec qualify --url URL --reference-url URL --model M [--draft D] ...
-
-Exit status there: 0 every candidate reproduces the reference, 1 one does not, 2 usage,
-3 integrity, 5 a request or server failed.
+    refspec qualify arms --family F --panel P --arms R,M0,M3,C3 --repeats N
+                         [--draft D] [--cap C] [--out DIR] [--resume] [--config CFG] [--threads T]
 
 The confirmation campaign on the given arms, panel, cap and repeats, run in
 ``DIR/campaigns/confirmation`` (:mod:`refspec.campaigns.arm_qualification` says how); prints the
-summary (``summary.json``) and where the results are.
+summary (``summary.json``) and where the results are. Exit status: 0 when every planned request
+has a completed attempt (whether or not arms qualify), 5 when some did not complete, 2 for usage
+errors.
 
-Exit status: 0 when every planned request has a completed attempt (whether or
-not arms qualify), 5 when some did not complete, 2 for usage errors.
+``refspec qualify server``: a llama.cpp server of any version against its own micro-batch-1
+reference (:mod:`refspec.campaigns.server_self_qualification`; sealed archive with its report, one
+verdict line per arm, then the report's findings as ``./run main`` prints them):
+
+    refspec qualify server --server-binary PATH --model M [--draft D] [--panel humaneval:0-11] [--cap 128] [--json]
+    refspec qualify server --url URL --reference-url URL --model M [--draft D] ...
+
+Exit status: 0 every candidate reproduces the reference, 1 one does not, 2 usage, 3 integrity,
+5 a request or server failed.
 """
 
 from __future__ import annotations
@@ -34,13 +36,9 @@ from ..pipeline.main import headline_text
 from ..pipeline.server_qualification import ServerQualifyOptions, qualify_server, summary_lines, write_verdicts
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--family", help="model family (default: the config's family)")
+def _common(p: argparse.ArgumentParser) -> None:
+    """The options both sub-commands take."""
     p.add_argument("--config", help="workflow config (default config/config.yaml); its arms_file names the arms")
-    p.add_argument(
-        "--panel", help="panel file, or humaneval:0-11 (from the pinned wheel; servers: default humaneval:0-11)"
-    )
-    p.add_argument("--arms", default="R,M0,M3,C3", help="comma-separated arm names (R is added when missing)")
     p.add_argument("--repeats", type=int, default=1, help="repeats per task for arms other than R (R: max(2, N))")
     p.add_argument("--draft", help="draft model name (default: the family's default draft)")
     p.add_argument("--cap", type=int, help="max new tokens (default: the confirmation definition's cap)")
@@ -52,22 +50,40 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--retries", type=int, help="re-runs of a request whose worker died (default: the definition's, 1)")
     p.add_argument("--request-timeout", type=float, help="seconds per request (default: the definition's, 600)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    g = p.add_argument_group("a llama.cpp server against its own micro-batch-1 reference")
-    g.add_argument("--server-binary", help="a llama-server binary (any version); refspec starts its reference and arms")
-    g.add_argument("--url", help="a candidate server you started (loopback)")
-    g.add_argument("--reference-url", help="its reference, started by you with -ub 1 -b 1 -np 1 and no draft")
-    g.add_argument("--model", help="the target GGUF file (or a family name); with --server-binary/--url")
-    g.add_argument("-k", type=int, default=3, help="draft proposals per cycle (default 3)")
-    g.add_argument("--json", action="store_true", help="print the verdicts as one JSON object")
-    g.add_argument("--no-seal", action="store_true", help="no sealed archive (results folder only)")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    sub = p.add_subparsers(dest="kind", metavar="arms|server", required=True)
+    a = sub.add_parser(
+        "arms",
+        help="refspec's arms against R (exit 0 when every planned request completed, qualified or not; 5 when not)",
+    )
+    a.add_argument("--family", help="model family (default: the config's family)")
+    a.add_argument("--panel", required=True, help="panel file, or humaneval:0-11 (from the pinned wheel)")
+    a.add_argument("--arms", default="R,M0,M3,C3", help="comma-separated arm names (R is added when missing)")
+    _common(a)
+    s = sub.add_parser(
+        "server",
+        help="a llama.cpp server against its own micro-batch-1 reference (exit 0 every candidate reproduces it, "
+        "1 one does not, 5 a request or server failed)",
+    )
+    s.add_argument("--panel", help="panel file, or humaneval:0-11 (default humaneval:0-11)")
+    s.add_argument("--server-binary", help="a llama-server binary (any version); refspec starts its reference and arms")
+    s.add_argument("--url", help="a candidate server you started (loopback)")
+    s.add_argument("--reference-url", help="its reference, started by you with -ub 1 -b 1 -np 1 and no draft")
+    s.add_argument("--model", required=True, help="the target GGUF file (or a family name)")
+    s.add_argument("-k", type=int, default=3, help="draft proposals per cycle (default 3)")
+    s.add_argument("--json", action="store_true", help="print the verdicts as one JSON object")
+    s.add_argument("--no-seal", action="store_true", help="no sealed archive (results folder only)")
+    _common(s)
 
 
 def run_server(args: argparse.Namespace) -> int:
-    """``refspec qualify --server-binary PATH | --url URL --reference-url URL --model M ...``
+    """``refspec qualify server --server-binary PATH | --url URL --reference-url URL --model M ...``
     (:func:`refspec.pipeline.server_qualification.qualify_server`): 5 when a planned request has
     no completed attempt, else 0 when every candidate reproduces the reference, else 1."""
-    if not args.model:
-        raise UsageError("--model is required with --server-binary or --url (the target GGUF file)")
+    if not (args.server_binary or args.url):
+        raise UsageError("qualify server needs --server-binary PATH, or --url URL with --reference-url URL")
     root = results_folder(args.out, args.resume).resolve()
     root.mkdir(parents=True, exist_ok=True)
     options = ServerQualifyOptions(
@@ -108,10 +124,12 @@ def run_server(args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.server_binary or args.url or args.reference_url:
-        return run_server(args)
-    if args.panel is None:
-        raise UsageError("--panel is required (a panel file, or humaneval:0-11)")
+    return run_server(args) if args.kind == "server" else run_arms(args)
+
+
+def run_arms(args: argparse.Namespace) -> int:
+    """``refspec qualify arms --panel P --arms ...`` (:func:`refspec.campaigns.arm_qualification.run_qualify`):
+    0 when every planned request has a completed attempt, qualified or not, else 5."""
     out = results_folder(args.out, args.resume)
     res = run_qualify(
         load_config(args.config),

@@ -238,9 +238,7 @@ def headline_text(numbers_json: Path, seal: Path | None = None, width: int | Non
     if more:
         w = max(len(f["verdict"]) for f in shown)
         per = ", ".join(f"{c} {n}" for c, n in more.items())
-        lines += _wrapped(
-            f"{SPEED_VERDICT:<{w}}  {sum(more.values())} more in report.html ({per})", cols, w
-        )
+        lines += _wrapped(f"{SPEED_VERDICT:<{w}}  {sum(more.values())} more in report.html ({per})", cols, w)
     if seal is not None and seal.is_file():
         lines += textwrap.wrap(
             f"archive seal (sha256 of {seal.name}): {sha256_file(seal)}",

@@ -1,4 +1,4 @@
-"""The server form of ``refspec qualify`` (:mod:`refspec.campaigns.server_self_qualification`): run
+"""``refspec qualify server`` (:mod:`refspec.campaigns.server_self_qualification`): run
 the campaign, then seal its results and render the report, as ``refspec main`` does for its
 campaigns. :func:`qualify_server` does it and returns a :class:`ServerQualification`; the command
 (:mod:`refspec.commands.qualify`) prints it and chooses the exit status.

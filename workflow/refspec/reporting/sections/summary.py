@@ -100,6 +100,13 @@ def section_summary(
         [prov.get("pubkey_fingerprint") or "no key given and no seal present"],
         cls="mono small",
     )
+    if prov.get("pubkey_fingerprint"):
+        h.add(
+            "verify this report",
+            "ARCHIVE: this report's folder (check.py needs Python's standard library only)",
+            [VERIFY_COMMAND, prov["pubkey_fingerprint"]],
+            cls="mono small",
+        )
     srcs = sorted({p.source for row in h.rows for c in row for p in c.parts if isinstance(p, Num)})
     sec.items.append(
         Table("summary", "Headline", srcs, ["finding", "scope", "result"], h.rows, numeric=[False, False, False])
@@ -318,6 +325,9 @@ def _prediction(a: Archive, N: Numbers, h: Headline) -> None:
 
 # =========================================================================== findings
 
+# the auditor's command, completed by the signing key's fingerprint (the headline's last row)
+VERIFY_COMMAND = "python3 report/check.py ARCHIVE --pubkey provenance/signer.pub --expect-keyid "
+
 LOSSLESS, DIVERGES, VACUOUS, REFUSED, SPEED, E1 = "LOSSLESS", "DIVERGES", "VACUOUS", "REFUSED", "SPEED", "E1"
 # a timed verdict (ratios.verdict, estimates.decision) in words; report/check.py (findings.py) pins the same
 VERDICT_WORDS = {
@@ -469,7 +479,7 @@ def _speed_findings(a: Archive, N: Numbers, f: Findings, facts: dict, timing: st
             base = ("ratio", camp, r["family"], r["cap"], r["numerator"], r["denominator"])
             parts = _speed_words(r["numerator"], r["denominator"], nums.speed(base, key, "ratio", r), r["verdict"])
             if r.get("detectable") is not None:
-                det = nums.add(base + ("detectable",), r["detectable"], ".4f", row=key, column="detectable")
+                det = nums.add(base + ("detectable",), r["detectable"], ".3f", row=key, column="detectable")
                 parts += ["; resolution ", det, "\u00d7"]
             f.add(SPEED, f"{camp} {r['family']} cap {r['cap']}" + timing, parts, "ratio", key, decision=r["verdict"])
         if more[camp]:

@@ -21,7 +21,7 @@ def _interval_cells(nums: ShownTable, base: tuple, key: dict, r: dict) -> list[C
         return [Cell([DASH, f" ({r['design']}, ", units, ")"]), Cell([r["verdict"]], cls="reason"), Cell([DASH])]
     lo = nums.add(base + ("lo",), r["lo"], ".6f", row=key, column="lo")
     hi = nums.add(base + ("hi",), r["hi"], ".6f", row=key, column="hi")
-    det = nums.add(base + ("detectable",), r["detectable"], ".4f", row=key, column="detectable")
+    det = nums.add(base + ("detectable",), r["detectable"], ".3f", row=key, column="detectable")
     return [Cell(["[", lo, ", ", hi, f"] ({r['design']}, ", units, ")"]), Cell([r["verdict"]]), Cell([det])]
 
 
