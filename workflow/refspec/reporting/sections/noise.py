@@ -266,7 +266,9 @@ def _sizing_table(a: Archive, N: Numbers) -> Table:
         ],
         rows,
         caption="A paired campaign sized by the cost model (Kalibera and Jones) from a prior of its variance "
-        "components and costs: the processes and passes over the panel chosen for the target detectable ratio "
+        "components and the costs its pilot measured on this machine (a process's start, a request; the prior's "
+        "where the pilot failed), the pilot's seconds paid from the budget: the processes and passes over the "
+        "panel chosen for the target detectable ratio "
         "within the budget, the detectable ratio and seconds expected, and the largest detectable ratio among "
         "the run's own intervals.",
         numeric=[False, False, True, True, True, True, True, True, False, True],
