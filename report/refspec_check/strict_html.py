@@ -99,6 +99,7 @@ STYLESHEET_SHA256 = "7f68618114f6a17cace2672e823bff9ce06f357efb27affe10cf45ab121
 LABEL_RE = re.compile(
     r"(?:E[12]|S\d+(?:\.\d+)?(?:-S\d+)?|§\d+(?:\.\d+)*"  # experiment, table and section labels
     r"|FP64|F16|F32|sha256|SHA-256|Ed25519|UTF-8"  # formats named in the text
+    r"|python3"  # the interpreter of the auditor's command (the headline's "verify this report")
     r"|U1|Sn-1|layer-0"  # the state study's arm names and its first layer
     r"|95%|2\.5/97\.5)"  # the level of the bootstrap interval
 )
