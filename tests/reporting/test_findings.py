@@ -126,7 +126,7 @@ def test_speed_reads_the_ratio_from_its_side_of_one(rendered):
         else:
             assert f"{k['numerator']} is {r['ratio']:.2f}\u00d7 slower than {k['denominator']}" in text
             assert f"[{r['lo']:.2f}, {r['hi']:.2f}]" in text
-        assert f", {words[r['verdict']]}; resolution {r['detectable']:.4f}\u00d7" in text
+        assert f", {words[r['verdict']]}; resolution {r['detectable']:.3f}\u00d7" in text
         if k["campaign"] != "confirmation":
             assert r["path"] != "mixed" and k["denominator"].endswith("_qb")
     assert faster >= 2  # R/M3 of both families is below one
