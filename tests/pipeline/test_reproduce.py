@@ -302,6 +302,13 @@ def test_reproducing_the_small_study_gives_the_same_preservation_findings(small_
     for k in ("qualification", "first_divergence", "endpoints", "partition", "crosses"):
         assert pres[k]["rows_a"] > 0 and pres[k]["rows_a"] == pres[k]["rows_b"], pres[k]
     assert {t["kind"] for t in doc["timings"]} == {"ratio", "estimate"}
+    # the registered plan ran again: its sized campaigns reused the archive's pilots (their costs),
+    # so no timing is "not comparable" for a plan that differs
+    assert not [t for t in doc["timings"] if t["verdict"] == "not comparable"], doc["timings"]
+    repro_cfg = json.loads((out / "reproduce" / "config.yaml").read_text())
+    archived = json.loads((a / "plan.json").read_text())
+    assert repro_cfg["reproduces"]["pilots"] == R.archived_pilots(archived)
+    assert set(repro_cfg["reproduces"]["pilots"]) == {"implementation", "replication"}
     shown = r.stdout[r.stdout.index("reproduction archive:") :]
     print(shown)
 

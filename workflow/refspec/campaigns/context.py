@@ -15,7 +15,7 @@ from typing import Any
 import yaml
 
 from ..core.arms import check_reference, is_twin, load_arms, reference_of, twin_name
-from ..core.config import campaign_dir, study_families
+from ..core.config import campaign_dir, campaign_key, study_families
 from ..core.errors import ConfigError, IntegrityError, UsageError
 from ..core.fsutil import atomic_write_text
 from ..core.hashing import sha256_file, sha256_json
@@ -204,17 +204,21 @@ def _models(fam: str, cfg: dict, defn: dict, arms: dict):
     return files, draft, models
 
 
-def _piloted(defn: dict, frozen: dict, fam: str, arms: dict, panels: dict, files, draft, lib_dir, cdir: Path) -> dict:
+def _piloted(defn: dict, frozen: dict, cfg: dict, fam: str, arms: dict, panels: dict, files, draft, cdir: Path) -> dict:
     """A sized paired definition with its pilot's costs (``sizing.pilot``): the frozen plan's on a
-    resumed or re-analysed campaign (none where that plan was frozen without one), else measured
-    now (:func:`refspec.campaigns.pilot.measure`); other definitions unchanged."""
+    resumed or re-analysed campaign (none where that plan was frozen without one), the archive's
+    in a reproduction (the config's ``reproduces.pilots``: it runs the registered plan), else
+    measured now (:func:`refspec.campaigns.pilot.measure`); other definitions unchanged."""
     sizing = defn.get("sizing")
     if not sizing or defn.get("design") != "paired" or not panels:
         return defn
+    archived = ((cfg.get("reproduces") or {}).get("pilots") or {}).get(campaign_key(cdir))
     if frozen:
         pilot = ((frozen.get("definition") or {}).get("sizing") or {}).get("pilot")
         if pilot is None:
             return defn
+    elif archived is not None:
+        pilot = archived
     else:
         pdir = cdir / PILOT_DIR
         pdir.mkdir(parents=True, exist_ok=True)
@@ -226,7 +230,7 @@ def _piloted(defn: dict, frozen: dict, fam: str, arms: dict, panels: dict, files
             cap=int(defn["cap"]),
             files=files,
             draft=draft,
-            lib_dir=Path(lib_dir),
+            lib_dir=Path(_lib_dir(cfg)),
             arms_file=pdir / "arms.yaml",
             out=pdir,
             warmup_cap=int(defn.get("warmup_cap", 16)),
@@ -320,7 +324,7 @@ def prepare(
     arms = _arms(name, mod, defn, cfg, nthreads)
     arms_file = cdir / "arms.yaml"
     files, draft, models = _models(fam, cfg, defn, arms)
-    defn = _piloted(defn, frozen, fam, arms, panels, files, draft, _lib_dir(cfg), cdir)
+    defn = _piloted(defn, frozen, cfg, fam, arms, panels, files, draft, cdir)
     defn = resolve_size(defn, len(arms), max((len(ts) for ts in panels.values()), default=0))
     ctx = PreparedCampaign(
         name=name,

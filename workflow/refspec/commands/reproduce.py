@@ -109,7 +109,9 @@ def run(args: argparse.Namespace) -> int:
         )
 
         out = (args.out or REPO_ROOT / default_out(a.seal_sha256)).resolve()
-        cfg = reproduction_config(a.manifest, _results_value(out), reproduces_ref(a), check.accepted, check.host)
+        cfg = reproduction_config(
+            a.manifest, _results_value(out), reproduces_ref(a), check.accepted, check.host, plan=a.plan
+        )
         config_path = write_config(cfg, out / RECORD_DIR / "config.yaml")
         record_inputs(out, a, check)
         print(f"config: {config_path}")

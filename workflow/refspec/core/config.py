@@ -129,3 +129,10 @@ def campaign_dir(results: str | Path, name: str, family: str, config: dict | Non
     """Where a campaign of ``family`` writes in a results folder (one layout for the run)."""
     base = Path(results) / "campaigns"
     return base / family / name if len(study_families(config)) > 1 else base / name
+
+
+def campaign_key(cdir: str | Path) -> str:
+    """A campaign's name in the merged plan and tables of its run: ``<name>``, or ``<family>/<name>``
+    for a study of several families (``campaigns/<family>/<name>``, :func:`campaign_dir`)."""
+    cdir = Path(cdir)
+    return cdir.name if cdir.parent.name == "campaigns" else f"{cdir.parent.name}/{cdir.name}"

@@ -17,7 +17,9 @@
    (exit 3) unless it is allowed by name; the host's differences are recorded, never refused.
 4. **Run the registered plan**: Snakemake runs the main job with the rebuilt config, whose
    ``results`` is the reproduction's folder and whose ``reproduces`` names the archive, the
-   accepted differences and the host's (:func:`reproduction_config`); the seal rules pass
+   accepted differences, the host's, and the costs each sized campaign's pilot measured, which
+   the reproduction's campaigns are sized from again instead of measuring their own
+   (:func:`reproduction_config`); the seal rules pass
    ``reproduces`` to ``refspec seal-data`` and ``refspec seal-archive`` (``predicate.reproduces``).
 5. **Check the plan and compare**: the reproduction's registered plan must equal the
    archive's (:func:`plan_check`, :func:`refspec.compare.inputs.plan_differences`), and
@@ -98,8 +100,10 @@ def reproduction_config(
     reproduces: dict[str, str],
     accepted: Iterable[InputDifference] = (),
     host: Iterable[InputDifference] = (),
+    plan: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The archive's config with the reproduction's ``results`` folder and ``reproduces`` record."""
+    """The archive's config with the reproduction's ``results`` folder and ``reproduces`` record;
+    with the archive's ``plan``, the record also carries its campaigns' pilots (:func:`archived_pilots`)."""
     cfg = archived_config(manifest)
     cfg["results"] = str(results)
     cfg["reproduces"] = {
@@ -109,7 +113,23 @@ def reproduction_config(
         "accepted": [d.record() for d in accepted],
         "host": [d.record() for d in host],
     }
+    pilots = archived_pilots(plan or {})
+    if pilots:
+        cfg["reproduces"]["pilots"] = pilots
     return cfg
+
+
+def archived_pilots(plan: dict[str, Any]) -> dict[str, dict]:
+    """campaign key -> ``sizing.pilot`` of every sized campaign of the archive's merged plan: the
+    costs its pilot measured, which the reproduction sizes from again instead of measuring its own
+    (:mod:`refspec.campaigns.pilot`), so that it runs the registered plan and its timings stay
+    comparable with the archive's."""
+    out = {}
+    for key, c in (plan.get("campaigns") or {}).items():
+        pilot = (((c or {}).get("definition") or {}).get("sizing") or {}).get("pilot")
+        if isinstance(pilot, dict):
+            out[key] = pilot
+    return out
 
 
 def write_config(cfg: dict[str, Any], path: Path) -> Path:

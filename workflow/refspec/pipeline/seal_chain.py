@@ -32,6 +32,7 @@ from pathlib import Path
 import pandas as pd
 
 from ..core import tables as T
+from ..core.config import campaign_key
 from ..core.errors import CheckFailed, UsageError
 from ..core.fsutil import atomic_write_text
 from ..core.hashing import sha256_json
@@ -115,12 +116,6 @@ def _merge_plans(plans: list[tuple[str, dict]]) -> dict:
     return merged
 
 
-def _campaign_key(cdir: Path) -> str:
-    """``<name>``, or ``<family>/<name>`` for a study of several families (``campaigns/<family>/<name>``)."""
-    cdir = Path(cdir)
-    return cdir.name if cdir.parent.name == "campaigns" else f"{cdir.parent.name}/{cdir.name}"
-
-
 def assemble(results: Path, manifest: Path, campaigns: list[Path], out: Path) -> dict[str, int]:
     """Merge every campaign folder of ``campaigns`` into the fresh folder ``out`` (replaced if it
     exists): one table per name, the merged plan, the manifest ``manifest`` and the run's ledger
@@ -136,7 +131,7 @@ def assemble(results: Path, manifest: Path, campaigns: list[Path], out: Path) ->
         for name in T.TABLES:
             if T.find_table(name, cdir) is not None:
                 frames.setdefault(name, []).append(T.read_table(name, cdir))
-        key = _campaign_key(cdir)
+        key = campaign_key(cdir)
         plan = cdir / "plan.json"
         if plan.is_file():
             plans.append((key, json.loads(plan.read_text())))
