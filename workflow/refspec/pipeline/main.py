@@ -133,9 +133,11 @@ def _snakemake_running_with(configfile: str) -> bool:
 LOCKS = REPO_ROOT / ".snakemake" / "locks"
 
 
-def _locks_on(results: Path, locks: Path) -> list[Path]:
+def locks_on(results: Path, locks: Path = LOCKS) -> list[Path]:
     """Snakemake's lock files (``N.input.lock`` and ``N.output.lock`` in ``locks``) of every run
-    whose output lock names a file under ``results`` (paths relative to the repository or absolute)."""
+    whose output lock names a file under ``results`` (paths relative to the repository or absolute).
+    Snakemake removes the whole lock folder when any run in the repository ends, so a killed run's
+    locks last until the next run here ends."""
     if not locks.is_dir():
         return []
     root = results.resolve()
@@ -155,7 +157,7 @@ def release_stale_lock(base: list[str], results: Path, locks: Path = LOCKS) -> N
     """A killed run leaves Snakemake's directory lock behind; release the locks on ``results`` when
     no run on the same configuration is alive. Only those lock files go: a live run on another
     study in the same repository keeps its own (``snakemake --unlock`` would remove every lock)."""
-    stale = _locks_on(results, locks)
+    stale = locks_on(results, locks)
     if not stale or _snakemake_running_with(base[base.index("--configfile") + 1]):
         return
     print("refspec main: releasing the lock an interrupted run left behind", file=sys.stderr)  # contract: progress
