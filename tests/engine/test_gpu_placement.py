@@ -14,13 +14,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 
 import pytest
 
 from refspec.core.arms import load_arms
-from refspec.core.config import gpu_layers
+from refspec.core.config import config_of, gpu_layers
 from refspec.core.errors import EXIT_RUNTIME, ConfigError, PlacementError
 from refspec.core.panels import humaneval_tasks
 from refspec.engine.context import Planned, PromptBook, RunContext
@@ -34,26 +35,35 @@ from refspec.provenance.ledger import Ledger
 from support.arms import FAMILY, one_thread_arms
 
 
+def _cfg(entries: dict):
+    """A workflow config of ``entries`` (and the default family), resolved as the commands resolve it."""
+    return config_of({"family": FAMILY, **entries})
+
+
 def test_run_setting_resolves_by_backend():
-    assert gpu_layers({"native": {"backend": "cpu"}}) == 0
-    assert gpu_layers({"native": {"backend": "cuda"}}) == -1
-    assert gpu_layers({"native": {"backend": "vulkan"}, "gpu_layers": "auto"}) == -1
-    assert gpu_layers({"native": {"backend": "cuda"}, "gpu_layers": "none"}) == 0
-    assert gpu_layers({"native": {"backend": "cpu"}, "gpu_layers": "all"}) == -1
-    assert gpu_layers({"native": {"backend": "cuda"}, "gpu_layers": 7}) == 7
+    assert gpu_layers(_cfg({"native": {"backend": "cpu"}})) == 0
+    assert gpu_layers(_cfg({"native": {"backend": "cuda"}})) == -1
+    assert gpu_layers(_cfg({"native": {"backend": "vulkan"}, "gpu_layers": "auto"})) == -1
+    assert gpu_layers(_cfg({"native": {"backend": "cuda"}, "gpu_layers": "none"})) == 0
+    assert gpu_layers(_cfg({"native": {"backend": "cpu"}, "gpu_layers": "all"})) == -1
+    assert gpu_layers(_cfg({"native": {"backend": "cuda"}, "gpu_layers": 7})) == 7
     with pytest.raises(ConfigError):
-        gpu_layers({"gpu_layers": -3})
+        gpu_layers(_cfg({"gpu_layers": -3}))  # refused by the schema
+    assert gpu_layers(None) == 0 and gpu_layers(None, backend="vulkan") == -1
+    assert gpu_layers(_cfg({"native": {"backend": "cuda"}, "gpu_layers": "none"}), backend="cpu") == 0
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        _cfg({}).native.backend = "cuda"  # resolved once: nothing below the command changes it
     arm = load_arms()["M3"]
     assert arm.gpu_layers is None
-    assert arm.placed({"native": {"backend": "cuda"}}).gpu_layers == -1
-    assert arm.placed({"native": {"backend": "cpu"}}).gpu_layers == 0
-    assert arm.with_(gpu_layers=5).placed({"native": {"backend": "cuda"}}).gpu_layers == 5
+    assert arm.placed(_cfg({"native": {"backend": "cuda"}})).gpu_layers == -1
+    assert arm.placed(_cfg({"native": {"backend": "cpu"}})).gpu_layers == 0
+    assert arm.with_(gpu_layers=5).placed(_cfg({"native": {"backend": "cuda"}})).gpu_layers == 5
 
 
 def test_campaign_arms_file_holds_the_resolved_setting(tmp_path):
     from refspec.campaigns.context import apply_overrides, write_arms_file
 
-    arms = apply_overrides(list(load_arms().values())[:3], {}, 1, 16, {"native": {"backend": "cuda"}})
+    arms = apply_overrides(list(load_arms().values())[:3], {}, 1, 16, _cfg({"native": {"backend": "cuda"}}))
     assert {a.gpu_layers for a in arms.values()} == {-1}
     write_arms_file(arms, tmp_path / "arms.yaml")
     back = load_arms(tmp_path / "arms.yaml")

@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from refspec import cli
+from refspec.core.config import config_of
 from refspec.core.errors import EXIT_INTEGRITY, EXIT_OK, EXIT_USAGE, IntegrityError
 from refspec.core.hashing import sha256_file
 from refspec.core.paths import REPO_ROOT
@@ -186,5 +187,6 @@ def test_the_configs_families_file_is_the_one_read(placed, tmp_path, capsys):
     assert "unknown family 'fam_a'" in capsys.readouterr().err
     # a relative families_file in a config is taken from the repository root
     assert (
-        models.config_families_file({"families_file": "config/families.yaml"}) == REPO_ROOT / "config" / "families.yaml"
+        models.config_families_file(config_of({"family": "smollm2-135m", "families_file": "config/families.yaml"}))
+        == REPO_ROOT / "config" / "families.yaml"
     )

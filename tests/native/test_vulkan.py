@@ -30,6 +30,7 @@ import pytest
 import yaml
 
 from refspec.core.arms import load_arms
+from refspec.core.config import config_of
 from refspec.core.errors import EXIT_RUNTIME, ConfigError, PlacementError
 from refspec.core.panels import Task
 from refspec.core.paths import REPO_ROOT
@@ -88,14 +89,21 @@ def test_header_source_is_derived_from_the_machines_own_entry():
 
 def test_device_is_selected_by_the_config(monkeypatch):
     monkeypatch.delenv(vulkan.DEVICE_VAR, raising=False)
-    assert vulkan.device_env({"native": {"backend": "cpu"}}) == {}
-    assert vulkan.device_env({"native": {"backend": "vulkan"}}) == {vulkan.DEVICE_VAR: "0"}
-    assert vulkan.device_env({"native": {"backend": "vulkan", "vulkan_device": 2}}) == {vulkan.DEVICE_VAR: "2"}
+    assert vulkan.device_env(None) == {}
+    assert vulkan.device_env(config_of({"family": "smollm2-135m", **{"native": {"backend": "cpu"}}})) == {}
+    assert vulkan.device_env(config_of({"family": "smollm2-135m", **{"native": {"backend": "vulkan"}}})) == {
+        vulkan.DEVICE_VAR: "0"
+    }
+    assert vulkan.device_env(
+        config_of({"family": "smollm2-135m", **{"native": {"backend": "vulkan", "vulkan_device": 2}}})
+    ) == {vulkan.DEVICE_VAR: "2"}
     monkeypatch.setenv(vulkan.DEVICE_VAR, "1")
     with pytest.raises(ConfigError, match="vulkan_device is 0"):
-        vulkan.device_env({"native": {"backend": "vulkan"}})
+        vulkan.device_env(config_of({"family": "smollm2-135m", **{"native": {"backend": "vulkan"}}}))
     monkeypatch.setenv(vulkan.DEVICE_VAR, "0")
-    assert vulkan.device_env({"native": {"backend": "vulkan"}}) == {vulkan.DEVICE_VAR: "0"}
+    assert vulkan.device_env(config_of({"family": "smollm2-135m", **{"native": {"backend": "vulkan"}}})) == {
+        vulkan.DEVICE_VAR: "0"
+    }
 
 
 def test_header_pins_are_in_the_build_key(monkeypatch):

@@ -114,7 +114,7 @@ def test_paper_preset_sizes_the_screens(tmp_path):
     config.yaml), the divergence screen reads its own; a preset key the section lacks is refused."""
     import yaml
 
-    from refspec.core.config import load_config, preset_settings
+    from refspec.core.config import config_of, load_config, preset_settings
     from refspec.core.errors import ConfigError
 
     cfg = yaml.safe_load((REPO_ROOT / "config" / "config.yaml").read_text())
@@ -128,11 +128,12 @@ def test_paper_preset_sizes_the_screens(tmp_path):
     assert "--tasks 0-163" in line and "--inputs 2 --controls 2" in line, line
     loaded = load_config(path)
     sc = preset_settings(loaded, "screen")
-    assert (sc["cap"], sc["want"], sc["budget"], sc["controls"]) == (128, 20, 164, 4) and "presets" not in sc
-    assert preset_settings({**loaded, "campaigns": {"preset": "default"}}, "screen")["cap"] == 48
-    loaded["screen"]["presets"]["paper"]["tries"] = 3
+    assert (sc.cap, sc.want, sc.budget, sc.controls) == (128, 20, 164, 4) and not sc.presets
+    assert loaded.screen.cap == 48  # the embedded size, untouched by the preset
+    assert preset_settings(loaded.replace(campaigns={"preset": "default"}), "screen").cap == 48
+    cfg["screen"]["presets"]["paper"]["tries"] = 3
     with pytest.raises(ConfigError, match="tries not settings of screen"):
-        preset_settings(loaded, "screen")
+        preset_settings(config_of(cfg), "screen")
 
 
 def test_vulkan_study_runs_the_papers_selectors_and_an_untimed_screen_beside_others(tmp_path):

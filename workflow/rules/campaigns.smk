@@ -30,7 +30,7 @@ rule campaign:
         family=lambda wildcards: (
             f"--family {slot_family(wildcards.name)}" if MULTI else ""
         ),
-        preset=config["campaigns"]["preset"],
+        preset=CFG.campaigns.preset,
         threads=THREADS,
     shell:
         "refspec campaign {params.campaign} {params.family} --config {input.cfg}"

@@ -8,10 +8,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(workflow.basedir) / "workflow"))
 from refspec.provenance.manifest import source_paths
 from refspec.campaigns.definitions import load_definition
-from refspec.core.config import preset_settings
+from refspec.core.config import config_of, preset_settings, study_families
 from refspec.pipeline import seal_chain
 
-RESULTS = config["results"]
+# the configuration, resolved once (Snakemake validated it against the same schema)
+CFG = config_of(config, "the workflow config")
+RESULTS = CFG.results
 LOGS = f"{RESULTS}/logs"
 BENCH = f"{RESULTS}/benchmarks"
 PROV = f"{RESULTS}/provenance"
@@ -21,12 +23,12 @@ SEALED_DATA = f"{RESULTS}/{seal_chain.SEALED_DATA}"
 RENDERED = f"{RESULTS}/{seal_chain.RENDERED}"
 ARCHIVE = f"{RESULTS}/{seal_chain.ARCHIVE}"
 CHECKED = f"{RESULTS}/checked.txt"
-THREADS = config["threads"]
+THREADS = CFG.threads
 # a reproduction of a sealed archive (refspec reproduce): both seals name it
-REPRODUCES = config.get("reproduces") or None
+REPRODUCES = CFG.reproduces
 SEAL_REPRODUCES = (
-    f"--reproduces-seal {REPRODUCES['seal_sha256']} --reproduces-keyid {REPRODUCES['keyid']}"
-    f" --reproduces-archive-id {shlex.quote(REPRODUCES['archive_id'])}"
+    f"--reproduces-seal {REPRODUCES.seal_sha256} --reproduces-keyid {REPRODUCES.keyid}"
+    f" --reproduces-archive-id {shlex.quote(REPRODUCES.archive_id)}"
     if REPRODUCES
     else ""
 )
@@ -38,23 +40,23 @@ CONFIGFILE = (
     else "config/config.yaml"
 )
 PATCHES = sorted(str(p) for p in Path("native/patches").glob("*.patch"))
-PANEL = f"{RESULTS}/panels/{config['panel']['source']}.jsonl"
-CAMPAIGNS = list(config["campaigns"]["run"])
+PANEL = f"{RESULTS}/panels/{CFG.panel.source}.jsonl"
+CAMPAIGNS = list(CFG.campaigns.run)
 # the families studied side by side (config `families`, default [family]); with several, each
 # family's campaigns and replay live in campaigns/<family>/<name> (one archive, one report)
-FAMILIES = list(config.get("families") or [config["family"]])
+FAMILIES = list(study_families(CFG))
 MULTI = len(FAMILIES) > 1
 SLOTS = [f"{f}/{c}" if MULTI else c for f in FAMILIES for c in CAMPAIGNS]
 REPLAY_SLOTS = (
     [f"{f}/replay" if MULTI else "replay" for f in FAMILIES]
-    if config["stages"]["replay"]
+    if CFG.stages.replay
     else []
 )
 
 
 def slot_family(slot):
     parts = Path(slot).parts
-    return parts[0] if len(parts) > 1 else config["family"]
+    return parts[0] if len(parts) > 1 else CFG.family
 
 
 def slot_name(slot):
@@ -71,29 +73,25 @@ def results_of(done, slot):
 # the divergence screen of each family (its exposed panel: campaigns whose panel source is screen)
 SCREEN_SLOTS = (
     [f"{f}/screen" if MULTI else "screen" for f in FAMILIES]
-    if config["stages"]["screen"]
+    if CFG.stages.screen
     else []
 )
 STAGE_SLOTS = (
-    ["audit"] * bool(config["stages"]["audit"])
+    ["audit"] * bool(CFG.stages.audit)
     + SCREEN_SLOTS
-    + ["partition_screen"] * bool(config["stages"]["partition_screen"])
+    + ["partition_screen"] * bool(CFG.stages.partition_screen)
     + REPLAY_SLOTS
     + [
         s
         for s in ("partition", "crosses", "admission", "projection")
-        if config["stages"][s]
+        if getattr(CFG.stages, s)
     ]
 )
 CAMPAIGN_DONE = [f"{RESULTS}/campaigns/{s}.done" for s in SLOTS + STAGE_SLOTS]
-DEFINITIONS = config["campaigns"]["definitions"]
+DEFINITIONS = CFG.campaigns.definitions
 
 
-if (
-    config["stages"]["partition_screen"]
-    and config["stages"]["partition"]
-    and config["state"]["tasks"] != "screen"
-):
+if CFG.stages.partition_screen and CFG.stages.partition and CFG.state.tasks != "screen":
     raise ValueError(
         "stages.partition_screen is on but state.tasks names inputs by hand: set state.tasks to screen"
     )
@@ -101,8 +99,8 @@ if (
 
 # state.tasks / state.pair 'screen': the partition study runs on the screen's frozen inputs and
 # the crosses and projection on its pair (anc/state.md)
-PS_TASKS = config["state"]["tasks"] == "screen"
-PS_PAIR = config["state"]["pair"] == "screen"
+PS_TASKS = CFG.state.tasks == "screen"
+PS_PAIR = CFG.state.pair == "screen"
 
 
 def partition_screen_dir(results):
@@ -113,14 +111,14 @@ def pair_option(results):
     """The crosses' and projection's pair: the configured one, or the partition screen's."""
     if PS_PAIR:
         return f"--screen {partition_screen_dir(results)}"
-    return "--pair " + ",".join(config["state"]["pair"])
+    return "--pair " + ",".join(CFG.state.pair)
 
 
 def partition_screen_input(used):
     """The partition screen's marker when a state stage reads its frozen choice (``used``)."""
     if not used:
         return []
-    if not config["stages"]["partition_screen"]:
+    if not CFG.stages.partition_screen:
         raise ValueError(
             "state.tasks or state.pair is 'screen': turn stages.partition_screen on"
         )
@@ -131,7 +129,7 @@ def screen_input(slot):
     """The divergence screen's marker when the campaign's panel is the screen's exposed panel."""
     defn, _ = load_definition(
         slot_name(slot),
-        config["campaigns"]["preset"],
+        CFG.campaigns.preset,
         f"{DEFINITIONS}/{slot_name(slot)}.yaml",
     )
     if (defn.get("panel") or {}).get("source") != "screen":

@@ -9,8 +9,8 @@ rule models:
         "../../envs/refspec.yaml"
     params:
         families=" ".join(FAMILIES),
-        models_dir=config["models_dir"] or "",
-        families_file=config["families_file"],
+        models_dir=CFG.models_dir or "",
+        families_file=CFG.families_file,
         cfg=CONFIGFILE,
     shell:
         "(for f in {params.families}; do refspec models --config {params.cfg} --family $f"
@@ -26,6 +26,6 @@ rule panel:
     conda:
         "../../envs/refspec.yaml"
     params:
-        tasks=config["panel"]["tasks"],
+        tasks=CFG.panel.tasks,
     shell:
         "refspec panel --source {wildcards.source} --tasks {params.tasks} --out {output} > {log} 2>&1"

@@ -13,8 +13,8 @@ rule native_build:
         "../../envs/refspec.yaml"
     threads: workflow.cores
     params:
-        backend=config["native"]["backend"],
-        cuda_arch=config["native"]["cuda_arch"],
+        backend=CFG.native.backend,
+        cuda_arch=CFG.native.cuda_arch,
     shell:
         "refspec build --backend {params.backend} --cuda-arch {params.cuda_arch} --record {output} --jobs {threads}"
         " > {log} 2>&1"

@@ -3,9 +3,9 @@
 # the declared output is the completion marker beside the folder, so a failed control keeps
 # its complete record (Snakemake never deletes the folder) and the claim is sealed as withheld.
 
-_ST = config["state"]
-_ADM = config["admission"]
-_PS = preset_settings(config, "partition_screen")  # under campaigns.preset
+_ST = CFG.state
+_ADM = CFG.admission
+_PS = preset_settings(CFG, "partition_screen")  # under campaigns.preset
 
 
 rule partition_screen:
@@ -25,14 +25,14 @@ rule partition_screen:
     threads: 1
     params:
         results=lambda wildcards, output: Path(output[0]).parent.parent,
-        tasks=_PS["tasks"],
+        tasks=_PS.tasks,
         splits=",".join(
-            str(s) for s in (_ST["splits"] if _PS["splits"] is None else _PS["splits"])
+            str(s) for s in (_ST.splits if _PS.splits is None else _PS.splits)
         ),
-        ub_sweep=",".join(str(u) for u in _PS["ub_sweep"]),
-        pair="auto" if PS_PAIR else ",".join(_ST["pair"]),
-        inputs=_PS["inputs"],
-        controls=_PS["controls"],
+        ub_sweep=",".join(str(u) for u in _PS.ub_sweep),
+        pair="auto" if PS_PAIR else ",".join(_ST.pair),
+        inputs=_PS.inputs,
+        controls=_PS.controls,
     shell:
         "refspec state screen --config {input.cfg} --tasks {params.tasks} --splits={params.splits}"
         " --ub-sweep={params.ub_sweep} --pair {params.pair} --inputs {params.inputs}"
@@ -61,12 +61,12 @@ rule state_partition:
         tasks=lambda wildcards, output: (
             f"{partition_screen_dir(Path(output[0]).parent.parent)}/exposed-panel.jsonl"
             if PS_TASKS
-            else _ST["tasks"]
+            else _ST.tasks
         ),
-        cap=_ST["cap"],
-        splits=",".join(str(s) for s in _ST["splits"]),
-        ub_sweep=",".join(str(u) for u in _ST["ub_sweep"]),
-        repeats=_ST["repeats"],
+        cap=_ST.cap,
+        splits=",".join(str(s) for s in _ST.splits),
+        ub_sweep=",".join(str(u) for u in _ST.ub_sweep),
+        repeats=_ST.repeats,
     shell:
         "refspec claim partition --dir {params.results}/campaigns/partition --done {output} --results {params.results}"
         " -- state partition --config {input.cfg} --tasks {params.tasks} --cap {params.cap}"
@@ -91,10 +91,10 @@ rule state_crosses:
     params:
         results=lambda wildcards, output: Path(output[0]).parent.parent,
         pair=lambda wildcards, output: pair_option(Path(output[0]).parent.parent),
-        divergent=_ST["divergent"],
-        stable=_ST["stable"],
-        repeats=_ST["cross_repeats"],
-        selectors=",".join(_ST["selectors"] or []),
+        divergent=_ST.divergent,
+        stable=_ST.stable,
+        repeats=_ST.cross_repeats,
+        selectors=",".join(_ST.selectors or []),
     shell:
         "refspec claim crosses --dir {params.results}/campaigns/crosses --done {output} --results {params.results}"
         " -- state crosses --partition {params.results}/campaigns/partition {params.pair}"
@@ -120,7 +120,7 @@ rule state_projection:
     params:
         results=lambda wildcards, output: Path(output[0]).parent.parent,
         pair=lambda wildcards, output: pair_option(Path(output[0]).parent.parent),
-        layers=",".join(str(la) for la in _ST["projection_layers"]),
+        layers=",".join(str(la) for la in _ST.projection_layers),
     shell:
         "refspec claim projection --dir {params.results}/campaigns/projection --done {output} --results {params.results}"
         " -- state projection --config {input.cfg} --partition {params.results}/campaigns/partition {params.pair}"
@@ -143,9 +143,9 @@ rule admission:
     threads: 1
     params:
         results=lambda wildcards, output: Path(output[0]).parent.parent,
-        backend=_ADM["backend"],
-        n_kv=_ADM["n_kv"],
-        queries=_ADM["queries"],
+        backend=_ADM.backend,
+        n_kv=_ADM.n_kv,
+        queries=_ADM.queries,
     shell:
         "refspec claim admission --dir {params.results}/campaigns/admission --done {output} --results {params.results}"
         " -- admission --config {input.cfg} --backend {params.backend} --n-kv {params.n_kv} --queries {params.queries}"

@@ -38,7 +38,7 @@ from typing import Any
 import yaml
 
 from ..core.arms import REFERENCE_ARM, reference_of
-from ..core.config import read_yaml, validate
+from ..core.config import Config, read_yaml, validate
 from ..core.divergence import DECISIVE, DIVERGENCE_TEXT, NEAR_TIE, NEAR_TIE_MARGIN
 from ..core.errors import UsageError
 from ..core.fsutil import atomic_write_text
@@ -162,7 +162,7 @@ def results_folder(out: str | Path | None, resume: bool) -> Path:
 
 
 def run_qualify(
-    cfg: dict,
+    cfg: Config,
     *,
     panel: str,
     arms: str | list[str] = "R,M0,M3,C3",
@@ -185,7 +185,7 @@ def run_qualify(
         panel=panel,
         arms=arms,
         repeats=repeats,
-        family=family or cfg["family"],
+        family=family or cfg.family,
         cap=cap,
         draft=draft,
         retries=retries,

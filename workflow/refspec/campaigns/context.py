@@ -15,7 +15,7 @@ from typing import Any
 import yaml
 
 from ..core.arms import check_reference, is_twin, load_arms, reference_of, twin_name
-from ..core.config import campaign_dir, campaign_key, study_families
+from ..core.config import Config, campaign_dir, campaign_key, plain, study_families
 from ..core.errors import ConfigError, IntegrityError, UsageError
 from ..core.fsutil import atomic_write_text
 from ..core.hashing import sha256_file, sha256_json
@@ -75,7 +75,7 @@ def write_arms_file(arms: dict, path: Path) -> None:
             raise ConfigError(f"{path}: arm {n} does not read back as written")
 
 
-def apply_overrides(arms: list, defn: dict, threads: int, cap: int, config: dict | None = None) -> dict:
+def apply_overrides(arms: list, defn: dict, threads: int, cap: int, config: Config | None = None) -> dict:
     """The campaign's arms as its workers run them: threads, cap, overrides, and the run's GPU setting."""
     over = dict(defn.get("arm_overrides") or {})
     out = {}
@@ -89,7 +89,7 @@ def apply_overrides(arms: list, defn: dict, threads: int, cap: int, config: dict
 # --------------------------------------------------------------------------- prepare, step by step
 
 
-def _lib_dir(config: dict | None = None) -> Path:
+def _lib_dir(config: Config | None = None) -> Path:
     """The libraries of the configured build (its backend: a CUDA host times the CUDA build)."""
     env = os.environ.get("LLAMA_CPP_LIB_PATH")
     if env:
@@ -97,10 +97,12 @@ def _lib_dir(config: dict | None = None) -> Path:
     return Path(native.current(config).lib_dir)
 
 
-def _campaign_folder(name: str, cfg: dict, defn: dict, out: str | Path | None, family: str | None) -> tuple[Path, Path]:
+def _campaign_folder(
+    name: str, cfg: Config, defn: dict, out: str | Path | None, family: str | None
+) -> tuple[Path, Path]:
     """The run's results folder and the campaign's folder in it (refused for a family outside the study)."""
-    out_root = Path(out or cfg.get("results", "results/default")).resolve()
-    fam0 = family or defn.get("family") or cfg["family"]
+    out_root = Path(out or cfg.results).resolve()
+    fam0 = family or defn.get("family") or cfg.family
     if len(study_families(cfg)) > 1 and fam0 not in study_families(cfg):
         raise UsageError(f"family {fam0} is not one of the study's families {study_families(cfg)}")
     return out_root, campaign_dir(out_root, name, fam0, cfg)
@@ -126,10 +128,10 @@ def _screened(spec, screen_dir: Path):
     return {"source": "file", "file": str(screen_dir / rec["exposed_panel"]["file"])}, rec
 
 
-def _panels(name: str, mod: ModuleType, defn: dict, cfg: dict, base: Path, screen_dir: Path) -> tuple[dict, dict]:
+def _panels(name: str, mod: ModuleType, defn: dict, cfg: Config, base: Path, screen_dir: Path) -> tuple[dict, dict]:
     """role -> tasks and role -> panel record (with the panel file's digest, nothing written yet)."""
     if "panel" not in defn and name != "prediction":  # the run's panel (config.yaml: panel) unless the design names one
-        defn["panel"] = dict(cfg["panel"])
+        defn["panel"] = cfg.panel.to_dict()
     panels, precs = {}, {}
     for role, spec in mod.panels(defn).items():
         spec, screened = _screened(spec, screen_dir)
@@ -156,9 +158,9 @@ def _panels(name: str, mod: ModuleType, defn: dict, cfg: dict, base: Path, scree
     return panels, precs
 
 
-def _arms(name: str, mod: ModuleType, defn: dict, cfg: dict, threads: int) -> dict:
+def _arms(name: str, mod: ModuleType, defn: dict, cfg: Config, threads: int) -> dict:
     """The campaign's arms from the configured arms file, the reference first, as the workers run them."""
-    arms_src = Path(cfg.get("arms_file") or "config/arms.yaml")
+    arms_src = Path(cfg.arms_file)
     if not arms_src.is_absolute():
         arms_src = REPO_ROOT / arms_src
     catalog = load_arms(arms_src)
@@ -191,9 +193,9 @@ def aa_twins(name: str, defn: dict, arm_list: list) -> list:
     return [found[0].with_(name=twin_name(aa))]
 
 
-def _models(fam: str, cfg: dict, defn: dict, arms: dict):
+def _models(fam: str, cfg: Config, defn: dict, arms: dict):
     """The family's files, the draft (when an arm speculates) and the models' digests."""
-    files = ensure_family(fam, models_dir=cfg.get("models_dir"), families_file=config_families_file(cfg))
+    files = ensure_family(fam, models_dir=cfg.models_dir, families_file=config_families_file(cfg))
     draft = None
     if any(a.speculative for a in arms.values()):
         draft = defn.get("draft") or files.default_draft
@@ -204,7 +206,9 @@ def _models(fam: str, cfg: dict, defn: dict, arms: dict):
     return files, draft, models
 
 
-def _piloted(defn: dict, frozen: dict, cfg: dict, fam: str, arms: dict, panels: dict, files, draft, cdir: Path) -> dict:
+def _piloted(
+    defn: dict, frozen: dict, cfg: Config, fam: str, arms: dict, panels: dict, files, draft, cdir: Path
+) -> dict:
     """A sized paired definition with its pilot's costs (``sizing.pilot``): the frozen plan's on a
     resumed or re-analysed campaign (none where that plan was frozen without one), the archive's
     in a reproduction (the config's ``reproduces.pilots``: it runs the registered plan), else
@@ -212,13 +216,13 @@ def _piloted(defn: dict, frozen: dict, cfg: dict, fam: str, arms: dict, panels: 
     sizing = defn.get("sizing")
     if not sizing or defn.get("design") != "paired" or not panels:
         return defn
-    archived = ((cfg.get("reproduces") or {}).get("pilots") or {}).get(campaign_key(cdir))
+    archived = ((cfg.reproduces.pilots if cfg.reproduces else None) or {}).get(campaign_key(cdir))
     if frozen:
         pilot = ((frozen.get("definition") or {}).get("sizing") or {}).get("pilot")
         if pilot is None:
             return defn
     elif archived is not None:
-        pilot = archived
+        pilot = plain(archived)
     else:
         pdir = cdir / PILOT_DIR
         pdir.mkdir(parents=True, exist_ok=True)
@@ -295,7 +299,7 @@ def _computed_plan(ctx: PreparedCampaign, models: dict, man: Path | None) -> dic
 
 def prepare(
     name: str,
-    cfg: dict,
+    cfg: Config,
     *,
     preset: str = "default",
     definition: str | Path | dict | None = None,
@@ -314,8 +318,8 @@ def prepare(
     mod = module_for(name)
     out_root, cdir = _campaign_folder(name, cfg, defn, out, family)
     frozen = _frozen_plan(cdir, resume)
-    fam = family or defn.get("family") or frozen.get("family") or cfg["family"]
-    nthreads = int(threads or frozen.get("threads") or cfg.get("threads", 2))
+    fam = family or defn.get("family") or frozen.get("family") or cfg.family
+    nthreads = int(threads or frozen.get("threads") or cfg.threads)
     if nthreads < 1:
         raise UsageError("--threads must be at least 1")
     cdir.mkdir(parents=True, exist_ok=True)

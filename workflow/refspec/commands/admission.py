@@ -9,8 +9,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from ..core.config import Config, load_config
 from ..core.config import gpu_layers as run_gpu_layers
-from ..core.config import load_config
 from ..core.errors import EXIT_OK, UsageError
 from ..core.layouts import LAYOUT_ORDER, REPLAYED_LAYOUTS
 from ..experiments import graph_size
@@ -67,10 +67,10 @@ def run(args: argparse.Namespace) -> int:
     if args.config or args.family or args.backend == "auto":
         cfg = load_config(args.config)
     if args.backend == "auto":
-        args.backend = BACKEND_DEVICES.get(str((cfg.get("native") or {}).get("backend", "cpu")), "CPU")
+        args.backend = BACKEND_DEVICES.get(str(cfg.native.backend), "CPU")
     if not args.gguf and not args.n_head and (args.family or args.config):
-        family = args.family or cfg["family"]
-        files = ensure_family(family, models_dir=cfg.get("models_dir"), families_file=config_families_file(cfg))
+        family = args.family or cfg.family
+        files = ensure_family(family, models_dir=cfg.models_dir, families_file=config_families_file(cfg))
         args.gguf = str(files.target.path)
     else:
         files = None  # a shape from the command line or a GGUF: no family's target to decode
@@ -126,12 +126,12 @@ def run(args: argparse.Namespace) -> int:
     return EXIT_OK if not res["errors"] else 1
 
 
-def _graph_size(cfg: dict, family: str, files, queries: list[int], threads: int) -> list[dict]:
+def _graph_size(cfg: Config | None, family: str, files, queries: list[int], threads: int) -> list[dict]:
     """The graph_size rows of ``family``'s target on the configured build, its layers where the run puts them."""
     build = native.current(cfg)
     runtime.load(build.lib_dir)
     kind = build.record.get("options", {}).get("backend", "cpu")
-    layers = run_gpu_layers({**cfg, "native": {**(cfg.get("native") or {}), "backend": kind}})
+    layers = run_gpu_layers(cfg, backend=kind)
     model = runtime.Model(files.target.path, sha256=files.target.sha256, n_gpu_layers=layers, require_placement=True)
     try:
         return graph_size.run_graph_size(model, family, layouts=LAYOUT_ORDER, queries=queries, threads=threads)

@@ -28,7 +28,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _options(args: argparse.Namespace) -> BuildOptions:
-    opts = BuildOptions.from_config(load_config(args.config) if args.config else {})
+    opts = BuildOptions.from_config(load_config(args.config) if args.config else None)
     if args.backend:
         return BuildOptions(
             backend=args.backend, cuda_arch=args.cuda_arch or opts.cuda_arch, build_type=opts.build_type

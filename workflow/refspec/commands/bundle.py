@@ -41,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
         python=python,
         chunk_mib=args.chunk_mib,
         omit=omit,
-        family=args.family or cfg["family"],
+        family=args.family or cfg.family,
         config=cfg,
         with_build=args.with_build,
     )

@@ -51,13 +51,13 @@ def run(args: argparse.Namespace) -> int:
     runtime.load(native.current(cfg).lib_dir)  # the configured build (cpu, cuda or vulkan)
     ngl = args.gpu_layers if args.gpu_layers is not None else gpu_layers(cfg)
     rows = decode_panel(
-        args.family or cfg["family"],
+        args.family or cfg.family,
         load_panel_spec(args.panel),
         args.arms.split(","),
         cap=args.cap,
         draft=args.draft,
         threads=args.threads,
-        models_dir=cfg.get("models_dir"),
+        models_dir=cfg.models_dir,
         families_file=config_families_file(cfg),
         gpu_layers=ngl,
     )

@@ -37,7 +37,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     cfg = load_config(args.configfile)
     base = snakemake_command(args.configfile)
-    results = REPO_ROOT / config_override(args.extra, "results", cfg["results"])
+    results = REPO_ROOT / config_override(args.extra, "results", cfg.results)
     release_stale_lock(base, results)
     r = subprocess.run(with_cores(base, args.cores, args.extra), cwd=REPO_ROOT)
     if r.returncode != 0:

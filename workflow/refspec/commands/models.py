@@ -41,11 +41,11 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if args.out or args.force:
         raise UsageError("--out and --force go with --pin")
-    name = args.family or cfg["family"]
-    if cfg.get("native") and is_derived(name, ffile):
+    name = args.family or cfg.family
+    if is_derived(name, ffile):
         # derive with the configured build's library (a CUDA host builds no CPU copy); placed files need none
         os.environ.setdefault("LLAMA_CPP_LIB_PATH", str(native.current(cfg).lib_dir))
-    fam = ensure_family(name, models_dir=args.models_dir or cfg.get("models_dir"), families_file=ffile)
+    fam = ensure_family(name, models_dir=args.models_dir or cfg.models_dir, families_file=ffile)
     for f in fam.all():
         print(f"{f.role:6s} {f.name:10s} {f.sha256}  {f.path}")
     return 0

@@ -48,16 +48,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    config = load_config(args.config) if args.config else {}
+    config = load_config(args.config) if args.config else None
     build = native.current(config)
     runtime.load(build.lib_dir)
     kind = build.record.get("options", {}).get("backend", "cpu")
     backend = BACKEND_DEVICES.get(kind, "CPU") if args.backend == "auto" else args.backend
-    gpu_layers = (
-        args.gpu_layers
-        if args.gpu_layers is not None
-        else run_gpu_layers({**(config or {}), "native": {**((config or {}).get("native") or {}), "backend": kind}})
-    )
+    gpu_layers = args.gpu_layers if args.gpu_layers is not None else run_gpu_layers(config, backend=kind)
     tool = resolve_tool(args.tool or build.replay_tool)
     settings = Settings(
         threads=args.threads,
@@ -66,12 +62,12 @@ def run(args: argparse.Namespace) -> int:
         backend=backend,
         replay_threads=args.threads,
     )
-    sizes = (config or {}).get("e1") or {}
-    layers_s = args.layers if args.layers is not None else sizes.get("layers")
+    e1 = config.e1 if config is not None else None  # the config's E1 contexts, else the paper's 24
+    layers_s = args.layers if args.layers is not None else e1 and e1.layers
     layers = [int(x) for x in str(layers_s).split(",")] if layers_s else None
-    phases_s = args.phases if args.phases is not None else sizes.get("phases") or ",".join(PHASES)
+    phases_s = args.phases if args.phases is not None else (e1 and e1.phases) or ",".join(PHASES)
     phases = [x.strip() for x in str(phases_s).split(",") if x.strip()]
-    qs = [int(x) for x in str(args.q if args.q is not None else sizes.get("q", "1,2,3,4")).split(",")]
+    qs = [int(x) for x in str(args.q if args.q is not None else (e1.q if e1 else "1,2,3,4")).split(",")]
     res = run_e1(
         args.family,
         args.out,
@@ -80,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
         layers=layers,
         phases=phases,
         qs=qs,
-        models_dir=(config or {}).get("models_dir"),
+        models_dir=config.models_dir if config else None,
         progress=not args.no_progress,
         families_file=config_families_file(config),
     )

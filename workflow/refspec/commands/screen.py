@@ -43,16 +43,16 @@ def run(args: argparse.Namespace) -> int:
     cfg = load_config(args.config)
     sc = preset_settings(cfg, "screen")
     runtime.load(native.current(cfg).lib_dir)  # the configured build (cpu, cuda or vulkan)
-    arms = args.arms.split(",") if args.arms else list(sc["arms"])
+    arms = args.arms.split(",") if args.arms else list(sc.arms)
     out = Path(args.out)
     rec = run_screen(
         cfg,
-        panel=args.panel or sc["panel"],
-        cap=args.cap or sc["cap"],
+        panel=args.panel or sc.panel.to_dict(),
+        cap=args.cap or sc.cap,
         arms=arms,
-        want=args.want or sc["want"],
-        budget=args.budget or sc["budget"],
-        controls=sc["controls"] if args.controls is None else args.controls,
+        want=args.want or sc.want,
+        budget=args.budget or sc.budget,
+        controls=sc.controls if args.controls is None else args.controls,
         out=out,
         family=args.family,
         gpu_layers=gpu_layers(cfg),

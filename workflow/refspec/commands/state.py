@@ -155,7 +155,7 @@ def _screen(args: argparse.Namespace) -> int:
     runtime.load(native.current(cfg).lib_dir)
     pair = None if args.pair == "auto" else _pair(args)
     rec = pscreen.run_partition_screen(
-        family=args.family or cfg["family"],
+        family=args.family or cfg.family,
         panel=args.tasks,
         arms=_arms(args),
         out=args.out,
@@ -164,7 +164,7 @@ def _screen(args: argparse.Namespace) -> int:
         controls=args.controls,
         n_ctx=args.n_ctx,
         threads=args.threads,
-        models_dir=cfg.get("models_dir"),
+        models_dir=cfg.models_dir,
         families_file=config_families_file(cfg),
         gpu_layers=args.gpu_layers if args.gpu_layers is not None else gpu_layers(cfg),
         progress=not args.no_progress,
@@ -176,7 +176,7 @@ def _screen(args: argparse.Namespace) -> int:
 def _partition(args: argparse.Namespace) -> int:
     cfg = load_config(args.config)
     runtime.load(native.current(cfg).lib_dir)  # the configured build (cpu, cuda or vulkan)
-    family = args.family or cfg["family"]
+    family = args.family or cfg.family
     tasks = load_panel_spec(args.tasks)
     arms = _arms(args)
     ngl = args.gpu_layers if args.gpu_layers is not None else gpu_layers(cfg)
@@ -190,7 +190,7 @@ def _partition(args: argparse.Namespace) -> int:
         threads=args.threads,
         repeats=args.repeats,
         keep_payloads=args.keep_payloads,
-        models_dir=cfg.get("models_dir"),
+        models_dir=cfg.models_dir,
         families_file=config_families_file(cfg),
         gpu_layers=ngl,
     )
@@ -227,7 +227,7 @@ def _projection(args: argparse.Namespace) -> int:
     runtime.load(build.lib_dir)
     backend = args.backend
     if backend == "auto":
-        backend = BACKEND_DEVICES.get(str((cfg.get("native") or {}).get("backend", "cpu")), "CPU")
+        backend = BACKEND_DEVICES.get(str(cfg.native.backend), "CPU")
     doc = projection.run_projection(
         partition_dir=args.partition,
         out=args.out,

@@ -22,7 +22,7 @@ PASSTHROUGH = ("test",)
 def _prepare(config: str | None) -> None:
     cfg = load_config(config)
     native.current(cfg)
-    ensure_family(cfg["family"], models_dir=cfg.get("models_dir"), families_file=config_families_file(cfg))
+    ensure_family(cfg.family, models_dir=cfg.models_dir, families_file=config_families_file(cfg))
     # the Vulkan backend (lavapipe on a machine without a GPU) for the `vulkan` tests, where this
     # machine can have it; elsewhere those tests skip and say why
     why = vulkan.unavailable()

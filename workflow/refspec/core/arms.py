@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from .config import gpu_layers, read_yaml, validate
+from .config import Config, gpu_layers, read_yaml, validate
 from .errors import ConfigError
 from .layouts import LAYOUTS
 from .paths import config_dir
@@ -115,7 +115,7 @@ class Arm:
         elif self.server is not None:
             raise ConfigError(f"arm {self.name}: server settings need kind: server")
 
-    def placed(self, config: dict | None) -> Arm:
+    def placed(self, config: Config | None) -> Arm:
         """This arm with the run's GPU setting (:func:`refspec.core.config.gpu_layers`) unless it has its own."""
         return self if self.gpu_layers is not None else replace(self, gpu_layers=gpu_layers(config))
 

@@ -4,11 +4,21 @@ The workflow config (``config/config.yaml``) is validated against
 ``workflow/schemas/config.schema.yaml``; the families file and arm files have
 their own schemas. A config that does not validate is a usage error (exit 2)
 whose message names the offending path.
+
+The command layer resolves the workflow config once, into a :class:`Config`: an immutable tree of
+frozen dataclasses built from the schema itself (one class per object the schema declares with
+``properties``, one field per property, the schema's defaults filled in; arrays become tuples,
+free-form mappings read-only mappings). Nothing below the command layer reads the raw mapping;
+``Config.to_dict()`` gives it back, key for key, where a config is written out.
 """
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Mapping
+from functools import cache
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import yaml
@@ -63,25 +73,122 @@ def read_config_file(path: str | Path) -> dict:
     return data
 
 
-def load_config(path: str | Path | None = None) -> dict:
-    """The run's config (default ``config/config.yaml``), validated, defaults filled."""
+CONFIG_SCHEMA = "config.schema.yaml"
+
+
+class Section:
+    """Base of the generated configuration classes: a frozen dataclass whose fields are one schema
+    object's properties. A property the file leaves out and the schema gives no default is ``None``
+    (and absent from :meth:`to_dict`)."""
+
+    _present: frozenset
+
+    def to_dict(self) -> dict:
+        """The mapping this section was built from, defaults filled (JSON-able)."""
+        return {f.name: plain(getattr(self, f.name)) for f in dataclasses.fields(self) if f.name in self._present}
+
+    def replace(self, **changes) -> Any:
+        """A copy with ``changes``; a whole config is validated again (defaults filled)."""
+        data = {**self.to_dict(), **{k: plain(v) for k, v in changes.items()}}
+        if not self._path():
+            return config_of(data)
+        return _typed(self._schema(), data, self._path())
+
+
+def plain(value: Any) -> Any:
+    """A configuration value as JSON data: sections and mappings as dicts, tuples as lists."""
+    if isinstance(value, Section):
+        return value.to_dict()
+    if isinstance(value, Mapping):
+        return {k: plain(v) for k, v in value.items()}
+    if isinstance(value, tuple):
+        return [plain(v) for v in value]
+    return value
+
+
+def _frozen(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return MappingProxyType({k: _frozen(v) for k, v in value.items()})
+    if isinstance(value, list):
+        return tuple(_frozen(v) for v in value)
+    return value
+
+
+@cache
+def _schema_root() -> dict:
+    return read_yaml(schemas_dir() / CONFIG_SCHEMA)
+
+
+def _node(path: tuple[str, ...]) -> dict:
+    node = _schema_root()
+    for key in path:
+        node = _object_branch(node["properties"][key]) or node["properties"][key]
+    return node
+
+
+def _object_branch(node: dict) -> dict | None:
+    """The branch of ``node`` (itself, or one of its ``oneOf``/``anyOf``) that declares properties."""
+    if "properties" in node:
+        return node
+    for branch in node.get("oneOf", []) + node.get("anyOf", []):
+        if "properties" in branch:
+            return branch
+    return None
+
+
+@cache
+def _section_class(path: tuple[str, ...]) -> type:
+    node = _node(path)
+    name = "Config" if not path else "".join(w.capitalize() for p in path for w in p.split("_")) + "Settings"
+    cls = dataclasses.make_dataclass(
+        name,
+        [(key, Any) for key in node["properties"]] + [("_present", frozenset, dataclasses.field(repr=False))],
+        bases=(Section,),
+        frozen=True,
+        namespace={"_schema": lambda self, _p=path: _node(_p), "_path": lambda self, _p=path: _p},
+    )
+    cls.__module__ = __name__
+    cls.__doc__ = node.get("description") or f"The configuration's {'.'.join(path) or 'top level'}."
+    return cls
+
+
+def _typed(node: dict, data: Any, path: tuple[str, ...]) -> Any:
+    obj = _object_branch(node)
+    if obj is None or not isinstance(data, Mapping):
+        return _frozen(data)
+    values = {
+        key: _typed(sub, data[key], (*path, key)) if key in data else None for key, sub in obj["properties"].items()
+    }
+    return _section_class(path)(**values, _present=frozenset(k for k in data if k in obj["properties"]))
+
+
+def config_of(data: Mapping, what: str = "config") -> Config:
+    """``data`` (a workflow config as written) validated against the schema, defaults filled, as
+    a :class:`Config`."""
+    return _typed(_schema_root(), validate(plain(data), CONFIG_SCHEMA, what), ())
+
+
+Config = _section_class(())
+
+
+def load_config(path: str | Path | None = None) -> Config:
+    """The run's config (default ``config/config.yaml``), validated, defaults filled, typed."""
     path = Path(path) if path else config_dir() / "config.yaml"
-    return validate(read_config_file(path), "config.schema.yaml", str(path))
+    return config_of(read_config_file(path), str(path))
 
 
-def preset_settings(config: dict, section: str) -> dict:
-    """A stage's settings (``config[section]``, e.g. ``screen``) under the run's preset
+def preset_settings(config: Config, section: str) -> Section:
+    """A stage's settings (``config.<section>``, e.g. ``screen``) under the run's preset
     (``campaigns.preset``): the section's ``presets[<preset>]`` entries replace its own; a preset the
     section does not define leaves the embedded sizes. A preset key the section does not have is a
-    configuration error. The result has no ``presets``."""
-    settings = dict(config.get(section) or {})
-    presets = settings.pop("presets", None) or {}
-    preset = str((config.get("campaigns") or {}).get("preset", "default"))
-    change = presets.get(preset) or {}
-    unknown = sorted(set(change) - set(settings))
+    configuration error. The result's ``presets`` is empty."""
+    settings = getattr(config, section)
+    preset = str(config.campaigns.preset)
+    change = dict(settings.presets.get(preset) or {})
+    unknown = sorted(set(change) - {f.name for f in dataclasses.fields(settings)} - {"_present"})
     if unknown:
         raise ConfigError(f"{section}.presets.{preset}: {', '.join(unknown)} not settings of {section}")
-    return {**settings, **change}
+    return settings.replace(**change, presets={})
 
 
 def load_families(path: str | Path | None = None) -> dict:
@@ -90,15 +197,15 @@ def load_families(path: str | Path | None = None) -> dict:
     return validate(data, "families.schema.yaml", str(path))["families"]
 
 
-def gpu_layers(config: dict | None) -> int:
-    """The run's ``n_gpu_layers`` (-1 = every layer) from ``gpu_layers`` and ``native.backend``.
+def gpu_layers(config: Config | None, backend: str | None = None) -> int:
+    """The run's ``n_gpu_layers`` (-1 = every layer) from ``gpu_layers`` and ``native.backend``, or
+    ``backend`` where the caller runs another build's (no config: ``auto``, on the CPU).
 
     ``auto`` (the default) offloads every layer when the native backend is ``cuda`` or
     ``vulkan`` and none on ``cpu``; ``all``/``none``/a count say so explicitly.
     """
-    config = config or {}
-    setting = config.get("gpu_layers", "auto")
-    backend = str(((config.get("native") or {}).get("backend")) or "cpu")
+    setting = config.gpu_layers if config is not None else "auto"
+    backend = str(backend or (config.native.backend if config is not None else "cpu"))
     if setting == "auto":
         return -1 if backend in ("cuda", "vulkan") else 0
     if setting == "all":
@@ -110,22 +217,23 @@ def gpu_layers(config: dict | None) -> int:
     return int(setting)
 
 
-def study_families(config: dict | None) -> list[str]:
+def study_families(config: Config | None) -> list[str]:
     """The families one run studies side by side: ``families`` when given, else ``[family]``.
 
     With more than one, each family's campaigns live in ``campaigns/<family>/<name>`` of
     the one results folder, and one archive and one report hold them all.
     """
-    config = config or {}
-    fams = list(config.get("families") or [])
+    if config is None:
+        return []
+    fams = list(config.families or [])
     if not fams:
-        return [config["family"]] if config.get("family") else []
+        return [config.family] if config.family else []
     if len(set(fams)) != len(fams):
         raise ConfigError(f"families: a family is listed twice: {fams}")
     return fams
 
 
-def campaign_dir(results: str | Path, name: str, family: str, config: dict | None) -> Path:
+def campaign_dir(results: str | Path, name: str, family: str, config: Config | None) -> Path:
     """Where a campaign of ``family`` writes in a results folder (one layout for the run)."""
     base = Path(results) / "campaigns"
     return base / family / name if len(study_families(config)) > 1 else base / name

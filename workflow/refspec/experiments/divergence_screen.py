@@ -34,6 +34,7 @@ from pathlib import Path
 
 from ..core import tables as T
 from ..core.arms import REFERENCE_ARM, Arm, select
+from ..core.config import Config
 from ..core.divergence import NEAR_TIE_MARGIN, divergence_class
 from ..core.endpoint import compare_endpoints
 from ..core.errors import ConfigError
@@ -78,7 +79,7 @@ def choose_controls(order: list[str], risks: dict, exposed: set[str], n: int) ->
 
 
 def run_screen(
-    cfg: dict,
+    cfg: Config,
     *,
     panel,
     cap: int,
@@ -93,11 +94,11 @@ def run_screen(
     progress: bool = True,
 ) -> dict:
     """Run the screen and write its frozen outputs under ``out``; returns the ``screen.json`` record."""
-    family = family or cfg["family"]
+    family = family or cfg.family
     if cap < 1 or want < 1 or budget < 1 or controls < 0:
         raise ConfigError("the screen needs cap, want and budget of at least 1 and controls of at least 0")
     tasks, prec = resolve_panel(panel)
-    arm_objs = _screen_arms(arms, cap, threads or cfg.get("threads"))
+    arm_objs = _screen_arms(arms, cap, threads or cfg.threads)
     target, draft = _models(cfg, family, arm_objs, gpu_layers)
     device = target.placement["device"]
     prompts = {t.task_id: prompt_tokens(target, t) for t in tasks}
@@ -151,9 +152,9 @@ def _screen_arms(arms: Sequence[str], cap: int, threads) -> list[Arm]:
     return arm_objs
 
 
-def _models(cfg: dict, family: str, arm_objs: Sequence[Arm], gpu_layers: int) -> tuple[Model, Model | None]:
+def _models(cfg: Config, family: str, arm_objs: Sequence[Arm], gpu_layers: int) -> tuple[Model, Model | None]:
     """The family's target model, and its draft model when an arm is speculative."""
-    files = ensure_family(family, models_dir=cfg.get("models_dir"))
+    files = ensure_family(family, models_dir=cfg.models_dir)
     target = Model(files.target.path, sha256=files.target.sha256, n_gpu_layers=gpu_layers, require_placement=True)
     draft = None
     if any(a.speculative for a in arm_objs):

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..core.config import Config
 from ..core.errors import IntegrityError, ReplayToolError, UsageError
 from ..core.fsutil import atomic_write_text
 from ..core.hashing import sha256_file
@@ -129,7 +130,7 @@ def run_replay(
             tmp_ctx.cleanup()
 
 
-def resolve_tool(tool: str | Path | None = None, config: dict | None = None) -> Path:
+def resolve_tool(tool: str | Path | None = None, config: Config | None = None) -> Path:
     """The replay tool to use: an explicit path, ``REFSPEC_REPLAY_TOOL``, or the one that
     :func:`refspec.native.build.build` builds with the configured llama.cpp (cached)."""
     if tool:

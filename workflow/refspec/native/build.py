@@ -43,6 +43,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from ..core.config import Config
 from ..core.errors import BuildError
 from ..core.fsutil import atomic_write_text
 from ..core.hashing import file_digest, sha256_file, sha256_json
@@ -89,13 +90,12 @@ class BuildOptions:
         return flags
 
     @classmethod
-    def from_config(cls, config: dict | None) -> BuildOptions:
-        native = (config or {}).get("native", {}) or {}
-        return cls(
-            backend=str(native.get("backend", "cpu")),
-            cuda_arch=str(native.get("cuda_arch", "90")),
-            build_type=str(native.get("build_type", "Release")),
-        )
+    def from_config(cls, config: Config | None) -> BuildOptions:
+        """The configured build (no config: the defaults, a CPU Release build)."""
+        if config is None:
+            return cls()
+        native = config.native
+        return cls(backend=str(native.backend), cuda_arch=str(native.cuda_arch), build_type=str(native.build_type))
 
 
 @dataclass(frozen=True)
@@ -424,7 +424,7 @@ def _build_into(
     return BuildResult(key=key, root=root, lib_dir=lib_dir, record=record, built=True)
 
 
-def current(config: dict | None = None) -> BuildResult:
+def current(config: Config | None = None) -> BuildResult:
     """The build for a config, building it if needed (quietly when already cached); on
     ``vulkan`` the config's device is selected for this process and the ones it starts."""
     vulkan.select_device(config)

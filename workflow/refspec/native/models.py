@@ -19,14 +19,13 @@ from __future__ import annotations
 import copy
 import ctypes
 import fcntl
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from ..core.config import load_families, read_yaml, validate
+from ..core.config import Config, load_families, read_yaml, validate
 from ..core.errors import ConfigError, IntegrityError, UsageError
 from ..core.fetch import extract_member, fetch_package, verify_sha256
 from ..core.fsutil import atomic_output, atomic_write_text
@@ -65,9 +64,9 @@ class FamilyFiles:
         return [self.target, *self.drafts.values()]
 
 
-def config_families_file(cfg: Mapping[str, Any] | None) -> Path | None:
+def config_families_file(cfg: Config | None) -> Path | None:
     """The families file a workflow config names (a relative path is taken from the repository root)."""
-    value = (cfg or {}).get("families_file")
+    value = cfg.families_file if cfg is not None else None
     if not value:
         return None
     p = Path(value)

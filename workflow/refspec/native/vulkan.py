@@ -32,6 +32,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from ..core.config import Config
 from ..core.errors import BuildError, ConfigError
 from ..core.hashing import sha256_file, sha256_json
 from ..core.paths import cache_dir
@@ -265,16 +266,15 @@ def glslc_version() -> str | None:
     return first[0] if first else None
 
 
-def device_env(config: dict | None) -> dict[str, str]:
+def device_env(config: Config | None) -> dict[str, str]:
     """The environment that selects the configured Vulkan device (empty for other backends).
 
     ``GGML_VK_VISIBLE_DEVICES`` set by the caller wins only when it names the same device; a
     different value is a configuration error, so the device a run used is always the one its
     config (and so its manifest) names."""
-    native = (config or {}).get("native", {}) or {}
-    if native.get("backend") != "vulkan":
+    if config is None or config.native.backend != "vulkan":
         return {}
-    want = str(native.get("vulkan_device", 0))
+    want = str(config.native.vulkan_device)
     have = os.environ.get(DEVICE_VAR)
     if have is not None and have != want:
         raise ConfigError(f"{DEVICE_VAR}={have} in the environment, but the config's native.vulkan_device is {want}")
@@ -287,7 +287,7 @@ def process_device_env() -> dict[str, str]:
     return {k: os.environ[k] for k in (DEVICE_VAR,) if k in os.environ}
 
 
-def select_device(config: dict | None) -> None:
+def select_device(config: Config | None) -> None:
     """Put :func:`device_env` into this process's environment (before ggml is loaded)."""
     os.environ.update(device_env(config))
 
@@ -339,11 +339,11 @@ def is_software_device(name: str | None) -> bool:
     return "llvmpipe" in n or "lavapipe" in n or "swiftshader" in n
 
 
-def facts(config: dict | None, timeout: float = 30.0) -> dict:
+def facts(config: Config | None, timeout: float = 30.0) -> dict:
     """The Vulkan facts the manifest records: devices, the selected one, headers, glslc, variables."""
     env = dict(os.environ, **device_env(config))
     info = vulkaninfo(timeout, env=env)
-    want = int(((config or {}).get("native") or {}).get("vulkan_device", 0))
+    want = int(config.native.vulkan_device) if config is not None else 0
     chosen = next((d for d in info["devices"] if d["index"] == want), None)
     return {
         **info,

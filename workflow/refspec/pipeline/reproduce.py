@@ -40,7 +40,7 @@ from urllib.parse import unquote, urlparse
 
 from ..compare.inputs import PINNED_ROLES, plan_differences, registered_plan_sha256
 from ..compare.model import ArchiveData
-from ..core.config import load_families, study_families
+from ..core.config import Config, config_of, load_families, study_families
 from ..core.errors import IntegrityError
 from ..core.fsutil import atomic_write_text
 from ..core.hashing import sha256_json
@@ -169,14 +169,14 @@ def pinned_inputs(manifest: dict[str, Any]) -> dict[str, str]:
     return out
 
 
-def _model_files(cfg: dict[str, Any]) -> tuple[list[Artifact], dict[str, str]]:
+def _model_files(cfg: Config) -> tuple[list[Artifact], dict[str, str]]:
     """The config's model files that are on this machine (artifacts), and the pins of those
     that are not yet (``{name: pin}``: the ``models`` rule derives them and checks them)."""
     families = load_families(config_families_file(cfg))
     arts, pins = [], {}
     for family in study_families(cfg):
         fam = families.get(family) or {}
-        base = Path(cfg["models_dir"]) if fam.get("source") is None and cfg.get("models_dir") else family_dir(family)
+        base = Path(cfg.models_dir) if fam.get("source") is None and cfg.models_dir else family_dir(family)
         for key, ent in {"target": fam.get("target") or {}, **(fam.get("drafts") or {})}.items():
             path = base / str(ent.get("file"))
             if path.is_file():
@@ -186,27 +186,26 @@ def _model_files(cfg: dict[str, Any]) -> tuple[list[Artifact], dict[str, str]]:
     return arts, pins
 
 
-def _panel_files(cfg: dict[str, Any], scratch: Path) -> list[Artifact]:
+def _panel_files(cfg: Config, scratch: Path) -> list[Artifact]:
     """The run's panel, written by the panel code (as the ``panel`` rule writes it)."""
-    panel = cfg.get("panel") or {}
-    source = str(panel.get("source", "humaneval"))
-    path = scratch / "panels" / f"{source}.jsonl"
+    path = scratch / "panels" / f"{cfg.panel.source}.jsonl"
     path.parent.mkdir(parents=True, exist_ok=True)
-    write_panel(humaneval_tasks(parse_range(str(panel.get("tasks", "0-11")))), path)
+    write_panel(humaneval_tasks(parse_range(str(cfg.panel.tasks))), path)
     return [Artifact(path.name, "panel", path)]
 
 
 def current_inputs(cfg: dict[str, Any], scratch: Path) -> tuple[dict[str, str], dict[str, Any]]:
-    """This machine's pinned inputs for ``cfg`` (as :func:`pinned_inputs` reads them from a
-    manifest) and its host record. Nothing is built; the sdist is fetched when absent."""
+    """This machine's pinned inputs for the config ``cfg`` as written (as :func:`pinned_inputs`
+    reads them from a manifest) and its host record. Nothing is built; the sdist is fetched when absent."""
+    typed = config_of(cfg, "the reproduced config")
     arts = [Artifact(sdist.SDIST_FILE, "sdist", sdist.fetch_sdist())]
     arts += [Artifact(p.name, "patch", p) for p in native.patch_files()]
-    models, pending = _model_files(cfg)
-    arts += models + _panel_files(cfg, scratch)
+    models, pending = _model_files(typed)
+    arts += models + _panel_files(typed, scratch)
     m = build_manifest(arts, cfg, include_source=False, include_host=True, repo_root=REPO_ROOT)
     values = pinned_inputs(m)
     values.update(pending)
-    values[NATIVE_BUILD] = native.build_key(native.BuildOptions.from_config(cfg))[:16]
+    values[NATIVE_BUILD] = native.build_key(native.BuildOptions.from_config(typed))[:16]
     host = ((m.get("buildDefinition") or {}).get("internalParameters") or {}).get("host") or {}
     return values, host
 

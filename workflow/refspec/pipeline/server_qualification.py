@@ -24,6 +24,7 @@ from pathlib import Path
 
 from ..campaigns import server_self_qualification as sq
 from ..campaigns.arm_qualification import run_qualify
+from ..core.config import Config
 from ..core.fsutil import atomic_write_text
 from ..engine.server_cli import probe_binary
 from ..native import build as native
@@ -87,19 +88,19 @@ def _piece_reader(files, lib_dir: Path):
     return piece, m
 
 
-def _archive(root: Path, cfg: dict, res, binary: str | None, version: str | None) -> Path:
+def _archive(root: Path, cfg: Config, res, binary: str | None, version: str | None) -> Path:
     """The manifest, then the seal chain without its check (:func:`run_chain`): ``root/archive``."""
     arts = [Artifact("panel", "panel", p) for p in sorted(res.out_dir.glob("panel-*.jsonl"))]
     if binary is not None:
         arts.append(Artifact(f"llama-server ({version or 'no --version'})", "tool", Path(binary)))
-    man = build_manifest(arts, {**cfg, "qualify": {"server_binary": binary, "server_version": version}})
+    man = build_manifest(arts, {**cfg.to_dict(), "qualify": {"server_binary": binary, "server_version": version}})
     write_manifest(man, root / "manifest.json")
     pub = root / "signer.pub"
     ensure_keys(pub)
     return run_chain(root, root / "manifest.json", [res.out_dir], pub, campaign="qualify").folders.archive
 
 
-def qualify_server(cfg: dict, root: Path, o: ServerQualifyOptions) -> ServerQualification:
+def qualify_server(cfg: Config, root: Path, o: ServerQualifyOptions) -> ServerQualification:
     """Run the server qualification in the results folder ``root`` (created) under the workflow
     config ``cfg``; sealed with its report when ``o.seal`` and every request completed."""
     extra, family, draft = sq.model_family(root, o.model, o.draft)
@@ -110,7 +111,7 @@ def qualify_server(cfg: dict, root: Path, o: ServerQualifyOptions) -> ServerQual
         speculative=o.draft is not None,
         k=o.k,
     )
-    cfg = {**cfg, **extra, "arms_file": str(sq.write_arms(root, arms))}
+    cfg = cfg.replace(**extra, arms_file=str(sq.write_arms(root, arms)))
     version, ref_args = None, "your server at --reference-url"
     if o.server_binary:
         probe = probe_binary(Path(o.server_binary), Path(o.server_binary).resolve().parent)
@@ -135,7 +136,7 @@ def qualify_server(cfg: dict, root: Path, o: ServerQualifyOptions) -> ServerQual
     )
     wall = time.monotonic() - t0
     lib_dir = native.current(cfg).lib_dir
-    files = ensure_family(family, models_dir=cfg.get("models_dir"), families_file=config_families_file(cfg))
+    files = ensure_family(family, models_dir=cfg.models_dir, families_file=config_families_file(cfg))
     piece, model = _piece_reader(files, lib_dir)
     try:
         vs = sq.verdicts(res.summary, piece)

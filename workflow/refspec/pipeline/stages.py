@@ -17,7 +17,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..core.config import study_families
+from ..core.config import Config, study_families
 from ..core.errors import UsageError
 from ..native import build as native
 from ..native import sdist
@@ -28,7 +28,7 @@ from ..provenance import keys
 # --------------------------------------------------------------------------- artifacts
 
 
-def artifacts(cfg: dict, build_record: Path, panels: list[Path]) -> list[dict]:
+def artifacts(cfg: Config, build_record: Path, panels: list[Path]) -> list[dict]:
     """The run's artifacts for config ``cfg`` (its native build, built if needed, must be the one
     ``build_record`` records), each ``{"role", "name", "path"}``."""
     rec = json.loads(build_record.read_text())
@@ -44,7 +44,7 @@ def artifacts(cfg: dict, build_record: Path, panels: list[Path]) -> list[dict]:
         if rec[key].get("sha256") != (b.record.get(key) or {}).get("sha256"):
             raise UsageError(f"{build_record} records another {name} than the build's {b.tool(name)}")
         out.append({"role": "tool", "name": name, "path": str(b.tool(name))})
-    if "servers" in ((cfg.get("campaigns") or {}).get("run") or []):  # llama-server, stock and patched
+    if "servers" in cfg.campaigns.run:  # llama-server, stock and patched
         opts = native.BuildOptions.from_config(cfg)
         for variant in native.SERVER_VARIANTS:
             sb = native.build_server(opts, variant)
@@ -52,7 +52,7 @@ def artifacts(cfg: dict, build_record: Path, panels: list[Path]) -> list[dict]:
                 role = "tool" if name == native.SERVER_TARGET else "library"
                 out.append({"role": role, "name": f"{variant}/{name}", "path": str(sb.lib_dir / name)})
     for family in study_families(cfg):
-        fam = ensure_family(family, models_dir=cfg.get("models_dir"), families_file=config_families_file(cfg))
+        fam = ensure_family(family, models_dir=cfg.models_dir, families_file=config_families_file(cfg))
         for f in fam.all():
             out.append({"role": "model", "name": f"{fam.family}/{f.name}", "path": str(f.path)})
     for p in panels:

@@ -42,6 +42,7 @@ from urllib.parse import unquote, urlparse
 
 from .. import __version__
 from ..core.clock import utc_now_seconds
+from ..core.config import config_of
 from ..core.distributions import normalize
 from ..core.errors import EXIT_FAILED, ConfigError, IntegrityError, RefspecError, UsageError
 from ..core.fsutil import atomic_write_text
@@ -292,9 +293,9 @@ def build_manifest(
     internal: dict[str, Any] = {}
     if include_host:
         internal["host"] = host_facts(gpu=include_gpu)
-        if include_gpu and ((config.get("native") or {}).get("backend")) == "vulkan":
+        if include_gpu and ((config.get("native") or {}).get("backend")) == "vulkan":  # the config as written
             # the Vulkan device the run selected, its driver and API versions, the pinned headers
-            internal["vulkan"] = vulkan.facts(dict(config))
+            internal["vulkan"] = vulkan.facts(config_of(config))
     return {
         "_type": MANIFEST_TYPE,
         "buildDefinition": {
