@@ -61,11 +61,7 @@ def section_summary(
     sec = Section(
         "summary",
         "Summary",
-        "The findings of this archive in plain words, one a line, its verdict first; then the headline table. "
-        "Every number here is the same number, with the same id and source, as in the section it comes from, "
-        "or one of the findings' own (the tasks of a panel, an arm's failed tasks, a ratio read as a speed: "
-        "at or above one the numerator is that many times slower, below one it is one over the ratio times "
-        "faster and its interval turns over); report/check.py recomputes each and the words of each finding.",
+        "What this archive found, verdict first; report/check.py recomputes every number and word.",
     )
     h = Headline()
     facts = {(r["campaign"], r["family"], r["arm"]): (r["mode"], r["layout"]) for r in a.rows("requests")}
