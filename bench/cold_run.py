@@ -1,6 +1,6 @@
 """Benchmark: the two README commands as a newcomer runs them, step by step.
 
-    python3 bench/cold_run.py run  --command main --out cold-main.json [--cold] [--repo .]
+    python3 bench/cold_run.py run  --command main --out cold-main.json [--cold] [--repo .] [--keep-archive DIR]
     python3 bench/cold_run.py run  --command test --out cold-test.json [--cold]
     python3 bench/cold_run.py table cold-main.json [other.json]
 
@@ -30,6 +30,7 @@ import json
 import os
 import re
 import resource
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -106,6 +107,9 @@ def run(args: argparse.Namespace) -> int:
         (Path(args.out).with_suffix(".log")).write_text(p.stdout, encoding="utf-8")
         steps = _rule_steps(clone) if args.command == "main" else _test_steps(p.stdout)
         inner = sum(s["wall_s"] for s in steps) if args.command == "main" else None
+        if args.keep_archive and args.command == "main":  # the sealed archive, for its tables
+            for archive in clone.glob("results/*/archive"):
+                shutil.copytree(archive, Path(args.keep_archive) / archive.parent.name, symlinks=True)
         doc = {
             "command": f"./run {args.command}",
             "cold": bool(args.cold),
@@ -162,6 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--out", required=True)
     r.add_argument("--cold", action="store_true", help="empty caches (a new machine)")
     r.add_argument("--repo", default=str(Path(__file__).resolve().parent.parent))
+    r.add_argument("--keep-archive", metavar="DIR", help="main: copy each sealed archive into DIR/<study>")
     t = sub.add_parser("table")
     t.add_argument("runs", nargs="+")
     args = ap.parse_args(argv)

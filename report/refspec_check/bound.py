@@ -36,6 +36,7 @@ import os
 from collections import defaultdict
 from html.parser import HTMLParser
 
+from refspec_check.contract import posix_rel
 from refspec_check.divergence import DIVERGENCE_TEXT
 from refspec_check.problems import Checker
 from refspec_check.report import Report
@@ -105,8 +106,11 @@ class Records:
             for fn in sorted(os.listdir(tdir)):
                 if fn.endswith(".csv"):
                     rel = os.path.relpath(os.path.join(tdir, fn), rep.dir).replace(os.sep, "/")
-                    with open(os.path.join(tdir, fn), newline="", encoding="utf-8") as f:
-                        self.csv[rel] = list(csv.DictReader(f))
+                    try:
+                        with open(os.path.join(tdir, fn), newline="", encoding="utf-8") as f:
+                            self.csv[rel] = list(csv.DictReader(f))
+                    except (OSError, UnicodeDecodeError, csv.Error) as e:  # a finding, not a crash
+                        c.unread(posix_rel(os.path.join(tdir, fn), c.archive), f"cannot read ({e})")
         self.docs: list[dict[str, str]] = []
         prov = rep.numbers_doc.get("provenance")
         if isinstance(prov, dict):

@@ -580,7 +580,7 @@ def read_tables(c: Checker) -> dict[str, CsvTable]:
 
 
 def read_plan(c: Checker):
-    """The archive's plan.json, or None when absent or not JSON (recorded as unreadable)."""
+    """The archive's plan.json, or None when absent, not JSON or not a JSON object (recorded as unreadable)."""
     plan = None
     plan_path = os.path.join(c.archive, "plan.json")
     if os.path.isfile(plan_path):
@@ -589,6 +589,9 @@ def read_plan(c: Checker):
                 plan = json.load(f)
         except (OSError, ValueError, UnicodeDecodeError, RecursionError) as e:
             c.unread("plan.json", f"not JSON ({e})")
+        if plan is not None and not isinstance(plan, dict):
+            c.unread("plan.json", f"not a JSON object (a {type(plan).__name__})")
+            plan = None
     return plan
 
 

@@ -164,16 +164,35 @@ def _speed_words(num: str, den: str, base: tuple, slower: bool, interval: bool, 
     return words + [", ", VERDICT_WORDS.get(verdict, verdict)]
 
 
-def _speeds(ctx: Context, facts: dict, timing: str, out: dict) -> None:
-    """SPEED of the headline's qualified ratios and of every E2 estimate; the other ratios counted."""
-    E = ctx.E
-    more: dict[str, int] = defaultdict(int)
-    for r in ctx.tables["ratios"].rows if "ratios" in ctx.tables else []:
-        if not r["qualified"] or r["ratio"] is None:
-            continue
+def _stated_ratios(qualified: list[dict], facts: dict, refs: dict) -> set[int]:
+    """The row (by index in ``qualified``) each campaign and family states of its headline ratios
+    (those with a verdict: the confirmation's, the X/QB repair costs on one path of the others):
+    the first with the campaign's reference on one side, else the first."""
+    candidates: dict[tuple, list[int]] = defaultdict(list)
+    for i, r in enumerate(qualified):
         camp = r["campaign"]
         lay_d = (facts.get((camp, r["family"], r["denominator"])) or (None, None))[1]
-        if not r["verdict"] or (camp != "confirmation" and (r["path"] == "mixed" or lay_d != "qb")):
+        if r["verdict"] and (camp == "confirmation" or (r["path"] != "mixed" and lay_d == "qb")):
+            candidates[(camp, r["family"])].append(i)
+    stated = set()
+    for (camp, _fam), rows in candidates.items():
+        ref = refs.get(camp, REFERENCE_ARM)
+        with_ref = [i for i in rows if ref in (qualified[i]["numerator"], qualified[i]["denominator"])]
+        stated.add((with_ref or rows)[0])
+    return stated
+
+
+def _speeds(ctx: Context, facts: dict, timing: str, refs: dict, out: dict) -> None:
+    """SPEED of one headline ratio per campaign and family (:func:`_stated_ratios`) and of every E2
+    estimate; the campaign's other qualified ratios counted."""
+    E = ctx.E
+    more: dict[str, int] = defaultdict(int)
+    rows = ctx.tables["ratios"].rows if "ratios" in ctx.tables else []
+    qualified = [r for r in rows if r["qualified"] and r["ratio"] is not None]
+    stated = _stated_ratios(qualified, facts, refs)
+    for i, r in enumerate(qualified):
+        camp = r["campaign"]
+        if i not in stated:
             more[camp] += 1
             continue
         base = ("ratio", camp, r["family"], r["cap"], r["numerator"], r["denominator"])
@@ -226,7 +245,7 @@ def expect_findings(ctx: Context, qual: dict, facts: dict, plan) -> dict[tuple, 
     out: dict[tuple, Finding] = {}
     _panels(ctx, qual, plan, out)
     software = device_values(read_manifest(ctx.c))[1]
-    _speeds(ctx, facts, SOFTWARE_TIMING if software else "", out)
+    _speeds(ctx, facts, SOFTWARE_TIMING if software else "", reference_arms(plan), out)
     _e1(ctx, out)
     return out
 

@@ -360,15 +360,18 @@ def test_data_seal_and_key_in_the_headline_are_the_archives(tmp_path):
     mm = mismatches(out)
     assert any("provenance.data_seal_sha256" in l for l in mm), out
     assert any("provenance.pubkey_fingerprint" in l and "did not sign" in l for l in mm), out
-    # the headline's last row: the auditor's command with the signer's fingerprint; another key's
-    # fingerprint or another command put there (and sealed again with the valid key) is refused
+    # the headline's first row, right under the findings: the auditor's command with the signer's
+    # fingerprint; another key's fingerprint or another command put there (and sealed again with
+    # the valid key) is refused
     from refspec.reporting.sections.summary import VERIFY_COMMAND
 
-    assert doc["headline"][-1]["finding"] == "verify this report"
-    assert doc["headline"][-1]["parts"] == [VERIFY_COMMAND, pub]
+    assert doc["headline"][0]["finding"] == "verify this report"
+    assert doc["headline"][0]["parts"] == [VERIFY_COMMAND, pub]
     html = (rendered / "report.html").read_text()
     assert html.count(pub) >= 2 and VERIFY_COMMAND.strip() in html
     last = html.index(pub, html.index(VERIFY_COMMAND.strip()))  # the verify row's fingerprint
+    headline = html[html.index('<table data-table="summary"') :]
+    assert "verify this report" in headline[headline.index("<tbody>") :].split("</tr>")[0]  # its first row
     for name, forged_html in (
         ("other-key", html[:last] + fingerprint(Ed25519PrivateKey.generate().public_key()) + html[last + len(pub) :]),
         ("other-command", html.replace("--expect-keyid", "--unsealed")),

@@ -223,8 +223,8 @@ def rerun_report_args(configfile: str) -> str:
 
 
 def headline_text(numbers_json: Path, seal: Path | None = None, width: int | None = None) -> str:
-    """The console's summary of a report: its findings (numbers.json ``findings``, see
-    :func:`console_findings`), one a line, verdict first, wrapped to ``width`` (by default the
+    """The console's summary of a report: its findings (numbers.json ``findings``: report.html's
+    first table, one speed per campaign and family), one a line, verdict first, wrapped to ``width`` (by default the
     terminal's) with continuation lines indented past the verdict, then the archive's own seal
     digest (the report cannot hold it: that seal covers the report). The headline table stays in
     report.html, whose first screen it is: at 130 to 370 characters a row it fits no terminal."""
@@ -235,12 +235,7 @@ def headline_text(numbers_json: Path, seal: Path | None = None, width: int | Non
         return "".join(text.get(p["num"], "?") if isinstance(p, dict) else str(p) for p in parts)
 
     cols = max(40, width or shutil.get_terminal_size((100, 24)).columns)
-    shown, more = console_findings(doc.get("findings") or [])
-    lines = findings_lines(shown, words, cols)
-    if more:
-        w = max(len(f["verdict"]) for f in shown)
-        per = ", ".join(f"{c} {n}" for c, n in more.items())
-        lines += _wrapped(f"{SPEED_VERDICT:<{w}}  {sum(more.values())} more in report.html ({per})", cols, w)
+    lines = findings_lines(doc.get("findings") or [], words, cols)
     if seal is not None and seal.is_file():
         lines += textwrap.wrap(
             f"archive seal (sha256 of {seal.name}): {sha256_file(seal)}",
@@ -249,29 +244,6 @@ def headline_text(numbers_json: Path, seal: Path | None = None, width: int | Non
             break_long_words=False,
         )
     return "\n".join(lines)
-
-
-SPEED_VERDICT = "SPEED"
-
-
-def console_findings(found: list[dict]) -> tuple[list[dict], dict[str, int]]:
-    """The findings the console prints, and how many it leaves to report.html per campaign: every
-    finding but the speeds, and of the speeds the first of each campaign (the first word of its
-    scope: confirmation, implementation, E2, ...); report.html states every one."""
-    shown: list[dict] = []
-    more: dict[str, int] = {}
-    seen: set[str] = set()
-    for f in found:
-        if f["verdict"] != SPEED_VERDICT:
-            shown.append(f)
-            continue
-        camp = f["scope"].split()[0]
-        if camp in seen or f.get("kind") == "more":
-            more[camp] = more.get(camp, 0) + 1
-        else:
-            seen.add(camp)
-            shown.append(f)
-    return shown, more
 
 
 def findings_lines(found: list[dict], words, width: int) -> list[str]:

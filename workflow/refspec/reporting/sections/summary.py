@@ -74,6 +74,13 @@ def section_summary(
             Table("findings", "Findings", sources, ["verdict", "scope", "finding"], found.rows, numeric=[False] * 3)
         )
     prov["findings"] = found.doc
+    if prov.get("pubkey_fingerprint"):  # right under the findings: how to recompute all of them
+        h.add(
+            "verify this report",
+            "ARCHIVE: this report's folder (check.py needs Python's standard library only)",
+            [VERIFY_COMMAND, prov["pubkey_fingerprint"]],
+            cls="mono small",
+        )
     if a.has("qualification"):
         _preservation(a, N, h, facts)
         _first_divergences(a, N, h)
@@ -96,13 +103,6 @@ def section_summary(
         [prov.get("pubkey_fingerprint") or "no key given and no seal present"],
         cls="mono small",
     )
-    if prov.get("pubkey_fingerprint"):
-        h.add(
-            "verify this report",
-            "ARCHIVE: this report's folder (check.py needs Python's standard library only)",
-            [VERIFY_COMMAND, prov["pubkey_fingerprint"]],
-            cls="mono small",
-        )
     srcs = sorted({p.source for row in h.rows for c in row for p in c.parts if isinstance(p, Num)})
     sec.items.append(
         Table("summary", "Headline", srcs, ["finding", "scope", "result"], h.rows, numeric=[False, False, False])
@@ -456,13 +456,24 @@ def _speed_words(num: str, den: str, sp: Any, verdict: str) -> list[Any]:
 
 
 def _speed_findings(a: Archive, N: Numbers, f: Findings, facts: dict, timing: str) -> None:
-    """SPEED for every qualified ratio with a verdict that the headline selects; the others counted."""
+    """SPEED for one qualified ratio per campaign and family, of the rows with a verdict that the
+    headline selects: the first (in the ratios table's order) with the campaign's reference on one
+    side, else the first; the campaign's other qualified ratios counted (the timing section states
+    each as a speed)."""
+    refs = named_references(a)
+    qualified = [r for r in a.rows("ratios") if r["qualified"] and r["ratio"] is not None]
+    candidates: dict[tuple, list[dict]] = defaultdict(list)
+    for r in qualified:
+        if r.get("verdict") and _headline_ratio(r, facts):
+            candidates[(r["campaign"], r["family"])].append(r)
+    stated = set()
+    for (camp, _fam), rows in candidates.items():
+        ref = refs.get(camp, REFERENCE_ARM)
+        stated.add(id(next((r for r in rows if ref in (r["numerator"], r["denominator"])), rows[0])))
     chosen: dict[str, list[dict]] = defaultdict(list)
     more: dict[str, int] = defaultdict(int)
-    for r in a.rows("ratios"):
-        if not r["qualified"] or r["ratio"] is None:
-            continue
-        if r.get("verdict") and _headline_ratio(r, facts):
+    for r in qualified:
+        if id(r) in stated:
             chosen[r["campaign"]].append(r)
         else:
             more[r["campaign"]] += 1

@@ -1,0 +1,80 @@
+"""report/check.py on malformed files that a signer sealed: wrong encoding, truncation or the wrong
+JSON type is a finding about the archive (exit 1, a line naming the file), never a crash of the
+checker (exit 70). Each archive is sealed with the signer's valid key after the damage, so the seal
+verifies and only reading the damaged file can tell."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from refspec.provenance.dsse import SEAL_NAME, envelope_bytes
+from support.synthetic_archive import run_check, seal_archive, signer
+from support.tampering import folder_files, signed_statement, statement
+
+
+def _truncate(p: Path) -> None:
+    data = p.read_bytes()
+    p.write_bytes(data[: len(data) // 2])
+
+
+def _latin1(p: Path) -> None:
+    p.write_bytes(p.read_bytes() + "caf\u00e9 \u00ff\n".encode("latin-1"))
+
+
+def _json_type(p: Path) -> None:
+    p.write_text(json.dumps(["not", "an", "object"]), encoding="utf-8")
+
+
+def _nul(p: Path) -> None:
+    data = p.read_bytes()
+    cut = data.index(b"\n") + 1
+    p.write_bytes(data[:cut] + b"\x00" + data[cut:])
+
+
+#: (file in the results folder, damage): every kind of file the checker reads
+DAMAGE = [
+    ("tables/ratios.csv", _latin1),
+    ("tables/qualification.csv", _truncate),
+    ("tables/requests.csv", _nul),
+    ("tables/estimates.csv", _latin1),
+    ("numbers.json", _truncate),
+    ("numbers.json", _json_type),
+    ("numbers.json", _latin1),
+    ("report.html", _latin1),
+    ("report.tex", _latin1),
+    ("plan.json", _truncate),
+    ("plan.json", _json_type),
+    ("manifest.json", _json_type),
+    ("manifest.json", _latin1),
+    ("ledger.jsonl", _latin1),
+    ("ledger.jsonl", _truncate),
+]
+
+
+@pytest.fixture(scope="module")
+def sealed(stage, tmp_path_factory) -> Path:
+    """The synthetic archive, sealed once with the signer's key."""
+    return seal_archive(stage, tmp_path_factory.mktemp("malformed") / "archive")
+
+
+@pytest.mark.parametrize(("rel", "damage"), DAMAGE, ids=[f"{r}-{d.__name__.strip('_')}" for r, d in DAMAGE])
+def test_a_sealed_malformed_file_is_a_finding_not_a_crash(sealed, tmp_path, rel, damage):
+    archive = tmp_path / "archive"
+    shutil.copytree(sealed, archive)
+    for p in archive.rglob("*"):
+        p.chmod(0o755 if p.is_dir() else 0o644)
+    damage(archive / rel)
+    # signed again over the damaged file with the valid key, as a signer's own tool could
+    stmt = signed_statement(statement(archive), folder_files(archive))
+    (archive / SEAL_NAME).write_bytes(envelope_bytes(stmt, signer()))
+    code, out = run_check(archive)
+    assert code in (1, 2), f"exit {code}:\n{out[-3000:]}"
+    assert "internal error" not in out
+    named = [
+        line for line in out.splitlines() if line.startswith(("MISMATCH", "UNREADABLE")) and Path(rel).name in line
+    ]
+    assert named, f"no line names {rel}:\n{out[-3000:]}"
