@@ -24,8 +24,13 @@ It writes ``requests.parquet`` (one row per timed request) and ``paired_vs_fresh
 variance components of log request time per design: between processes, within a process and,
 for the paired design, the process-by-arm interaction; every ratio against M_qb and between
 layouts with its 95 % interval, 90 % interval, verdict and detectable ratio in both designs;
-the A/A twin's interval as each design's floor), and prints the table. Machines are shared:
-run it alone (no other heavy job), and never read a Vulkan-on-CPU run as a GPU speed.
+the A/A twin's interval as each design's floor), prints the table and seals the run
+(``--no-seal``: not) into ``OUT/archive``: a signed archive (``refspec verify OUT/archive
+--pubkey OUT/signer.pub``) of the requests, the bridge table (``tables/bridge``: one row per
+design and ratio, with ``agree``: whether the two designs' 95 % intervals overlap), the analysis,
+the arms file, the settings as its plan, a ledger and a manifest of the build's libraries and the
+models. Machines are shared: run it alone (no other heavy job), and never read a
+Vulkan-on-CPU run as a GPU speed.
 """
 
 from __future__ import annotations
@@ -246,6 +251,55 @@ def show(res: dict) -> str:
     return "\n".join(lines)
 
 
+def bridge_rows(res: dict) -> list[dict]:
+    """One row per design and ratio; ``agree``: the two designs' 95 % intervals of the ratio overlap."""
+    designs = res["designs"]
+    out = []
+    for design, d in designs.items():
+        other = designs.get("paired" if design == "fresh" else "fresh") or {}
+        for name, r in d["ratios"].items():
+            o = (other.get("ratios") or {}).get(name)
+            out.append(
+                {
+                    "design": design,
+                    "ratio_name": name,
+                    **{
+                        k: r[k]
+                        for k in ("ratio", "lo95", "hi95", "lo90", "hi90", "units", "df", "verdict", "detectable")
+                    },
+                    "floor": d["floor"],
+                    "agree": None if o is None else bool(r["lo95"] <= o["hi95"] and o["lo95"] <= r["hi95"]),
+                }
+            )
+    return out
+
+
+def seal_run(folder: Path, res: dict) -> Path:
+    """``folder`` (a finished run) sealed into ``folder/archive`` with the machine's signing key
+    (created once, as ``./run main`` does; its public key copied to ``folder/signer.pub``)."""
+    from refspec.pipeline.stages import ensure_keys
+    from refspec.provenance.ledger import Ledger
+    from refspec.provenance.manifest import Artifact, build_manifest, write_manifest
+    from refspec.provenance.seal import seal
+
+    settings = json.loads((folder / "settings.json").read_text())
+    stage = folder / "sealed-input"
+    (stage / "tables").mkdir(parents=True, exist_ok=False)
+    pq.write_table(pq.read_table(folder / "requests.parquet"), stage / "tables" / "requests.parquet")
+    pq.write_table(pa.Table.from_pylist(bridge_rows(res)), stage / "tables" / "bridge.parquet")
+    (stage / "paired_vs_fresh.json").write_text(json.dumps(res, indent=1, sort_keys=True) + "\n")
+    (stage / "plan.json").write_text(json.dumps({"campaign": "paired_vs_fresh", "settings": settings}, indent=1) + "\n")
+    build = native.current()
+    files = ensure_family(FAMILY)
+    arts = [Artifact(f.name, "model", f.path) for f in files.all()]
+    arts += [Artifact(n, "library", Path(build.lib_dir) / n) for n in sorted(build.record["files"])]
+    (stage / "arms.yaml").write_bytes((folder / "arms.yaml").read_bytes())  # the recipes, sealed as a file
+    write_manifest(build_manifest(arts, {"bench": "paired_vs_fresh"}), stage / "manifest.json")
+    Ledger(stage / "ledger.jsonl").append({"event": "bench", "bench": "paired_vs_fresh", "requests": res["requests"]})
+    ensure_keys(folder / "signer.pub")
+    return seal(stage, folder / "archive", campaign="paired_vs_fresh", csv_tables="all").out
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", help="folder of a new run")
@@ -258,6 +312,7 @@ def main(argv=None) -> int:
     p.add_argument("--warmup-cap", type=int, default=4)
     p.add_argument("--seed", type=int, default=20261205)
     p.add_argument("--designs", default="fresh,paired", help="fresh,paired (both, alternating) or paired alone")
+    p.add_argument("--no-seal", action="store_true", help="write the analysis, seal nothing")
     args = p.parse_args(argv)
     if not (args.out or args.analyze):
         p.error("--out or --analyze")
@@ -265,6 +320,8 @@ def main(argv=None) -> int:
     res = analyze(folder)
     (folder / "paired_vs_fresh.json").write_text(json.dumps(res, indent=1, sort_keys=True) + "\n")
     print(show(res))
+    if not args.no_seal and not (folder / "archive").exists():
+        print(f"sealed: {seal_run(folder, res)} (refspec verify it with --pubkey {folder / 'signer.pub'})")
     return 0
 
 

@@ -7,7 +7,7 @@ import sys
 import traceback
 
 from refspec_check.archive import check
-from refspec_check.problems import EXIT_INTERNAL, EXIT_OK, EXIT_UNREADABLE
+from refspec_check.problems import EXIT_INTERNAL, EXIT_MISMATCH, EXIT_OK, EXIT_UNREADABLE
 from refspec_check.seal import _HEX64_RE, _KEYID_RE, Trust, read_public_key
 
 
@@ -23,6 +23,20 @@ def parse_args(argv: list[str]):
     ap.add_argument("--pubkey", metavar="KEY.pub", help="the signer's Ed25519 public key (PEM or OpenSSH)")
     ap.add_argument("--expect-keyid", metavar="SHA256:HEX", help="the signer's key id; the public key must have it")
     ap.add_argument("--expect-previous", metavar="SHA", help="sha256 of the seal this archive follows ('none': first)")
+    ap.add_argument(
+        "--input-pubkey",
+        metavar="LABEL=KEY.pub",
+        action="append",
+        default=[],
+        help="a comparison archive: the public key of compared archive LABEL's signer (a or b); "
+        "not needed for an input signed with --pubkey's key",
+    )
+    ap.add_argument(
+        "--pdf-unchecked",
+        action="store_true",
+        help="accept an archive whose report.pdf this machine cannot rebuild (no pdflatex, another pdfTeX); "
+        "without it such an archive fails, and with it the last line says the PDF was not checked",
+    )
     ap.add_argument("--debug", action="store_true", help="on an internal error, print its traceback")
     a = ap.parse_args(argv)
     if a.expect_keyid is not None:
@@ -31,6 +45,10 @@ def parse_args(argv: list[str]):
         if not _KEYID_RE.fullmatch(k):
             ap.error(f"--expect-keyid {a.expect_keyid!r} is not of the form SHA256:<64 hex digits>")
         a.expect_keyid = k
+    for spec in a.input_pubkey:
+        label, sep, path = spec.partition("=")
+        if not sep or label not in ("a", "b") or not path:
+            ap.error(f"--input-pubkey {spec!r} is not a=KEY.pub or b=KEY.pub")
     if a.expect_previous is not None:
         a.expect_previous = a.expect_previous.lower()
         if a.expect_previous != "none" and not _HEX64_RE.fullmatch(a.expect_previous):
@@ -61,6 +79,14 @@ def run(a) -> int:
             print(f"UNREADABLE {a.pubkey}: not an Ed25519 public key ({e})")
             print("FAIL: " + a.archive)
             return EXIT_UNREADABLE
+    for spec in a.input_pubkey:
+        label, _sep, path = spec.partition("=")
+        try:
+            trust.inputs[label] = read_public_key(path)
+        except (OSError, ValueError) as e:
+            print(f"UNREADABLE {path}: not an Ed25519 public key ({e})")
+            print("FAIL: " + a.archive)
+            return EXIT_UNREADABLE
     code, c = check(a.archive, a.quiet, a.unsealed, trust)
     if not a.quiet:
         for p in c.unreadable:
@@ -77,5 +103,11 @@ def run(a) -> int:
     )
     if c.reproduces is not None:
         print("reproduces: " + c.reproduces)
-    print(("OK: " if code == EXIT_OK else "FAIL: ") + a.archive)
+    unchecked = ", ".join(sorted(c.unchecked))
+    if unchecked and not a.pdf_unchecked:  # what a reader opens is checked, or the auditor says it is not
+        code = code if code != EXIT_OK else EXIT_MISMATCH
+        print(f"FAIL: {a.archive} ({unchecked} not checked here; --pdf-unchecked accepts that)")
+        return code
+    tail = f" ({unchecked} NOT CHECKED: accepted by --pdf-unchecked)" if unchecked else ""
+    print(("OK: " if code == EXIT_OK else "FAIL: ") + a.archive + tail)
     return code

@@ -35,7 +35,7 @@ from refspec_check.pdf import check_pdf
 from refspec_check.problems import Checker
 from refspec_check.provenance import check_provenance
 from refspec_check.report import Report
-from refspec_check.seal import Trust, check_sealed
+from refspec_check.seal import Trust, check_sealed, check_signature, key_fingerprint
 from refspec_check.stats import mean, percentile
 
 #: the start of the report's note on a floor given by hand (refspec.compare.report.GIVEN_FLOOR_NOTE)
@@ -55,12 +55,38 @@ def _statement_of(c: Checker, path: str, where: str):
         return None
 
 
-def compare_inputs_read(c: Checker, lab: str, compares: dict) -> dict:
+def check_input_signature(c: Checker, lab: str, sp: str, named_keyid, trust: Trust) -> None:
+    """The carried seal of input ``lab`` verified as a seal is (:func:`check_signature`), under the key
+    the auditor gives for it (``--input-pubkey LAB=KEY.pub``), else under ``--pubkey``'s key when the
+    comparison names that key as the input's signer; the key must be the one the comparison names.
+    A seal no given key can verify is a mismatch: a carried record is only as good as its signature."""
+    where = f"inputs/{lab}/SEAL.dsse.json"
+    public = trust.inputs.get(lab)
+    if public is None and trust.public is not None and key_fingerprint(trust.public) == named_keyid:
+        public = trust.public
+    if public is None:
+        c.bad(where, f"signed by {named_keyid!r}: give that signer's public key with --input-pubkey {lab}=KEY.pub")
+        return
+    try:
+        with open(sp, "rb") as f:
+            data = f.read()
+        env = json.loads(data)
+    except (OSError, ValueError) as e:
+        c.unread(where, f"not a DSSE envelope ({e})")
+        return
+    pinned = Trust(expect_keyid=named_keyid if isinstance(named_keyid, str) else "(none named)")
+    pinned.public = public
+    check_signature(c, data, env, pinned, w=where)
+
+
+def compare_inputs_read(c: Checker, lab: str, compares: dict, trust: Trust) -> dict:
     """The carried records of archive ``lab`` (inputs/a, inputs/b): its seal must be the one the comparison's
-    statement names, and every carried file must be that seal's subject with the sealed sha256."""
+    statement names, signed by the key it names (:func:`check_input_signature`), and every carried file
+    must be that seal's subject with the sealed sha256."""
     d = os.path.join(c.archive, "inputs", lab)
     sp = os.path.join(d, "SEAL.dsse.json")
     out: dict = {}
+    compares = {k: v for k, v in compares.items() if isinstance(v, dict)} if isinstance(compares, dict) else {}
     if not os.path.isfile(sp):
         c.bad(f"inputs/{lab}", "the compared archive's seal is not carried")
         return out
@@ -75,6 +101,7 @@ def compare_inputs_read(c: Checker, lab: str, compares: dict) -> dict:
                 subjects[s_["name"]] = (s_.get("digest") or {}).get("sha256")
         keyid = ((st.get("predicate") or {}).get("signer") or {}).get("keyid")
         c.same(f"inputs/{lab}/SEAL.dsse.json", keyid, (compares.get(lab) or {}).get("keyid"), "signer key id")
+    check_input_signature(c, lab, sp, (compares.get(lab) or {}).get("keyid"), trust)
     for root, _dirs, files in os.walk(d):
         for fn in sorted(files):
             full = os.path.join(root, fn)
@@ -460,7 +487,7 @@ def check_comparison(c: Checker, rep: Report, unsealed: bool, trust: Trust) -> t
     records it carries (inputs/a, inputs/b), which must be the compared archives' sealed files."""
     tables = read_comparison_tables(c)
     compares = compared_archives(c)
-    ins = {lab: compare_inputs_read(c, lab, compares or {}) for lab in ("a", "b")}
+    ins = {lab: compare_inputs_read(c, lab, compares or {}, trust) for lab in ("a", "b")}
     comparisons_src = posix_rel(os.path.join(c.archive, "tables", "comparisons.csv"), rep.dir)
     ctx = Context(c, tables, lambda _name: comparisons_src)
     want = None

@@ -7,7 +7,8 @@ alone in an empty folder, ``SOURCE_DATE_EPOCH=0`` and ``FORCE_SOURCE_DATE=1``, t
 pdfTeX makes the same bytes. When ``pdflatex`` is on the PATH this module compiles the archive's
 report.tex the same way in a temporary folder and compares the bytes with report.pdf: any other
 PDF (another number, another page, a PDF re-sealed with a valid key) is a mismatch. It is not
-checked, and said so (``Checker.unchecked``, exit status unchanged), when pdflatex is absent,
+checked, and said so (``Checker.unchecked``: the check fails unless the auditor passes
+``--pdf-unchecked``, and then its last line says so), when pdflatex is absent,
 when the pdfTeX named in report.pdf is not the one here (another pdfTeX writes other bytes), or
 when TeX here lacks a file report.tex needs. report.tex itself is compiled only when it is inside
 the report's LaTeX subset (``StrictTeX`` found nothing), so no refused construct ever runs.

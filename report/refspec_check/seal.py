@@ -70,11 +70,14 @@ _HEX64_RE = re.compile(r"[0-9a-f]{64}")
 
 class Trust:
     """What the auditor brings from outside the archive: the signer's public key (``--pubkey``), its key
-    id (``--expect-keyid``) and the seal this archive must follow (``--expect-previous``)."""
+    id (``--expect-keyid``), the seal this archive must follow (``--expect-previous``) and, for a
+    comparison archive, the public keys of the compared archives' signers (``--input-pubkey a=KEY.pub``;
+    an input signed with ``--pubkey``'s key needs none)."""
 
     def __init__(self, pubkey: str | None = None, expect_keyid: str | None = None, expect_previous: str | None = None):
         self.pubkey, self.expect_keyid, self.expect_previous = pubkey, expect_keyid, expect_previous
         self.public: bytes | None = None
+        self.inputs: dict[str, bytes] = {}
 
 
 def b64_strict(text) -> bytes:
@@ -90,13 +93,13 @@ def b64_strict(text) -> bytes:
     return raw
 
 
-def check_signature(c: Checker, data: bytes, env, trust: Trust) -> None:
+def check_signature(c: Checker, data: bytes, env, trust: Trust, w: str = "SEAL.dsse.json") -> None:
     """The envelope as ``refspec verify`` checks it: canonical JSON of exactly ``payload``,
     ``payloadType`` and one signature ``{keyid, sig}``, canonical base64, the in-toto payload type,
     the keyid equal to the fingerprint of ``--pubkey`` (itself equal to ``--expect-keyid`` when
     given), and the Ed25519 signature over the DSSE pre-authentication encoding (``ed25519_problem``).
-    Without ``--pubkey`` the signature cannot be checked, which is a mismatch."""
-    w = "SEAL.dsse.json"
+    Without ``--pubkey`` the signature cannot be checked, which is a mismatch. ``w``: the seal's
+    path in the archive (a comparison's carried seals are ``inputs/a/SEAL.dsse.json``, ...)."""
     if not isinstance(env, dict):
         c.bad(w, "not a DSSE envelope (not a JSON object)")
         return

@@ -2,8 +2,9 @@
 
 report.pdf is report.tex compiled reproducibly; check.py compiles report.tex again where pdflatex is
 present and compares the bytes (a PDF showing another number, sealed again with the signer's own
-valid key, is refused), and where pdflatex is absent it prints that report.pdf is not checked and
-counts it so. A campaign's summary.txt stays in the results folder; a sealed archive carrying a
+valid key, is refused); where it cannot rebuild the PDF (no pdflatex, another pdfTeX) it prints that
+report.pdf is not checked, counts it so and fails, unless the auditor passes --pdf-unchecked, which
+the last line then states. A campaign's summary.txt stays in the results folder; a sealed archive carrying a
 document nothing checks (a rewritten summary.txt, a README) is refused."""
 
 from __future__ import annotations
@@ -97,7 +98,8 @@ def test_forged_pdf_resealed_with_a_valid_key_is_refused(pdf_stage, tmp_path):
 
 @needs_pdflatex
 def test_a_pdf_of_another_pdftex_is_named_not_checked(pdf_stage, tmp_path):
-    """A PDF whose banner names another pdfTeX cannot be rebuilt byte for byte here: said, not failed."""
+    """A PDF whose banner names another pdfTeX cannot be rebuilt byte for byte here: said, and a failure
+    unless the auditor accepts it with --pdf-unchecked, which the last line then states."""
 
     def other(work: Path) -> None:
         data = (work / "report.pdf").read_bytes()
@@ -107,7 +109,13 @@ def test_a_pdf_of_another_pdftex_is_named_not_checked(pdf_stage, tmp_path):
 
     arch = sealed(pdf_stage, tmp_path / "archive", other)
     code, out = run_check(arch)
+    assert (
+        code == 1
+        and out.splitlines()[-1] == f"FAIL: {arch} (report.pdf not checked here; --pdf-unchecked accepts that)"
+    )
+    code, out = run_check(arch, "--pdf-unchecked")
     assert code == 0, out
+    assert out.splitlines()[-1] == f"OK: {arch} (report.pdf NOT CHECKED: accepted by --pdf-unchecked)"
     lines = not_checked(out)
     assert len(lines) == 1 and re.fullmatch(
         r"NOT CHECKED report\.pdf: not checked: pdfTeX \S+ \(.*\) here, 9+ \(.*\) made it", lines[0]
@@ -122,15 +130,15 @@ def test_without_pdflatex_report_pdf_is_plainly_not_checked(pdf_stage, tmp_path)
     empty = tmp_path / "bin"
     empty.mkdir()
     env = dict(os.environ, PATH=str(empty))
-    r = subprocess.run(
-        [sys.executable, "-I", "-S", str(CHECK_PATH), str(arch), "--pubkey", str(signer_pubkey())],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env=env,
-        timeout=120,
+    args = [sys.executable, "-I", "-S", str(CHECK_PATH), str(arch), "--pubkey", str(signer_pubkey())]
+    r = subprocess.run(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, timeout=120)
+    assert r.returncode == 1 and r.stdout.splitlines()[-1].startswith(f"FAIL: {arch} (report.pdf not checked here"), (
+        r.stdout
     )
-    assert r.returncode == 0, r.stdout  # exit status unchanged: not checked is not a mismatch
+    args.append("--pdf-unchecked")  # the auditor accepts a PDF this machine cannot rebuild
+    r = subprocess.run(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, timeout=120)
+    assert r.returncode == 0, r.stdout
+    assert r.stdout.splitlines()[-1].endswith("(report.pdf NOT CHECKED: accepted by --pdf-unchecked)"), r.stdout
     lines = not_checked(r.stdout)
     assert len(lines) == 1 and lines[0].startswith("NOT CHECKED report.pdf: pdflatex is not on the PATH"), r.stdout
     assert "; 1 not checked;" in summary_line(r.stdout)

@@ -243,12 +243,30 @@ def test_the_comparison_archive_is_sealed_and_checked(study_copy, capsys):
             str(out),
             "--pubkey",
             str(study_copy["key"].public_path),
+            "--input-pubkey",
+            f"a={study_copy['signer']}",
         ],
         capture_output=True,
         text=True,
     )
     assert chk.returncode == 0, chk.stdout[-4000:]
     assert "OK:" in chk.stdout
+    # B is signed with the comparison's key (--pubkey verifies it); A's signer must be given
+    unpinned = subprocess.run(
+        [
+            sys.executable,
+            "-I",
+            "-S",
+            str(REPO_ROOT / "report" / "check.py"),
+            str(out),
+            "--pubkey",
+            str(study_copy["key"].public_path),
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert unpinned.returncode == 1 and "inputs/a/SEAL.dsse.json" in unpinned.stdout
+    assert "--input-pubkey a=KEY.pub" in unpinned.stdout and "inputs/b/SEAL.dsse.json" not in unpinned.stdout
     # a shown number changed by hand is found
     edited = study_copy["base"] / "comparison-edited"
     shutil.copytree(out, edited)
@@ -265,6 +283,8 @@ def test_the_comparison_archive_is_sealed_and_checked(study_copy, capsys):
             str(edited),
             "--pubkey",
             str(study_copy["key"].public_path),
+            "--input-pubkey",
+            f"a={study_copy['signer']}",
         ],
         capture_output=True,
         text=True,

@@ -99,7 +99,9 @@ def _reseal_edited(comparison, name: str, edit) -> Path:
 
 
 def _check(archive: Path) -> tuple[int, str]:
-    return run_check(archive, pubkey=env_key(archive))
+    """check.py with the comparison's key and, for both carried inputs, their signer's."""
+    inputs = [f"--input-pubkey={lab}={signer_pubkey()}" for lab in ("a", "b")]
+    return run_check(archive, *inputs, pubkey=env_key(archive))
 
 
 def env_key(archive: Path) -> Path:
@@ -118,6 +120,39 @@ def test_the_clean_comparison_archive_checks(comparison):
     code, out = _check(comparison["out"])
     assert code == 0, out[-4000:]
     assert "OK:" in out
+
+
+def test_the_inputs_signer_must_be_given_and_must_have_signed(comparison):
+    """A carried seal is verified under its signer's key: without that key the check fails and says
+    which option gives it; a carried seal whose signature is not the signer's (random bytes in its
+    place, the comparison sealed again with the valid key) is refused."""
+    code, out = run_check(comparison["out"], pubkey=env_key(comparison["out"]))
+    assert code == 1 and "give that signer's public key with --input-pubkey a=KEY.pub" in out, out[-3000:]
+
+    def forge(folder: Path) -> None:
+        import base64
+        import os
+
+        sp = folder / "inputs" / "b" / "SEAL.dsse.json"
+        env = json.loads(sp.read_text())
+        env["signatures"][0]["sig"] = base64.b64encode(os.urandom(64)).decode("ascii")
+        sp.write_text(json.dumps(env, sort_keys=True, separators=(",", ":")) + "\n")
+
+    # the comparison's statement names the forged seal's digest, so only its signature can tell
+    import base64
+    import hashlib
+
+    pred = json.loads(base64.b64decode(json.loads((comparison["out"] / "SEAL.dsse.json").read_text())["payload"]))
+    work = comparison["base"] / "forged-input-signature-results"
+    shutil.copytree(comparison["out"], work)
+    (work / "SEAL.dsse.json").unlink()
+    forge(work)
+    compares = pred["predicate"]["compares"]
+    compares["b"]["seal_sha256"] = hashlib.sha256((work / "inputs" / "b" / "SEAL.dsse.json").read_bytes()).hexdigest()
+    forged = comparison["base"] / "forged-input-signature"
+    seal(work, forged, key=comparison["key"].private_path, campaign="compare", predicate_extra={"compares": compares})
+    out = _refused(forged, "inputs/b/SEAL.dsse.json", "Ed25519 signature refused")
+    assert "seal sha256" not in out and "inputs/a/SEAL.dsse.json" not in out, out[-3000:]
 
 
 def test_a_deleted_differs_row_is_refused(comparison):

@@ -92,7 +92,7 @@ def test_csv_copy_round_trips_with_the_standard_library(seal_env):
 
 
 def _endpoint_rows():
-    from refspec.core.tables import endpoint_sha256
+    from refspec.core.endpoint import Endpoint
 
     rows = []
     for i, (toks, eog) in enumerate((([5, 17, 2], True), ([5, 17, 9, 11], False), ([], True))):
@@ -106,7 +106,7 @@ def _endpoint_rows():
                 "cap": 4,
                 "session": "s0",
                 "repeat": 1,
-                "endpoint_sha256": endpoint_sha256(toks, eog, stop),
+                "endpoint_sha256": Endpoint(tuple(toks), eog, stop).sha256,
                 "tokens": toks,
                 "n": len(toks),
                 "eog": eog,

@@ -41,7 +41,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .endpoint import Endpoint
 from .errors import RefspecError
 from .fsutil import atomic_write_bytes
 from .hashing import canonical_json
@@ -568,16 +567,3 @@ def read_csv_records(name: str, directory: str | Path) -> list[dict[str, Any]]:
         if header != sp.names:
             raise TableError(f"table {name}: {p} header {header} differs from the schema {sp.names}")
         return [{c.name: parse_cell(c.type, c.nullable, t) for c, t in zip(sp.columns, row)} for row in rd]
-
-
-# --------------------------------------------------------------------------- endpoints
-
-
-def endpoint_sha256(tokens: Iterable[int], eog: bool, stop_reason: str) -> str:
-    """The endpoint digest used in ``requests``, ``endpoints`` and ``qualification``.
-
-    The one definition is :attr:`refspec.core.endpoint.Endpoint.sha256`: SHA-256 of
-    the canonical JSON (sorted keys, no whitespace, UTF-8) of
-    ``{"eog": bool, "last_token": int|null, "n": len(tokens), "stop_reason": str, "tokens": [int, ...]}``.
-    """
-    return Endpoint(tuple(int(t) for t in tokens), bool(eog), str(stop_reason)).sha256
