@@ -8,8 +8,8 @@ import pytest
 
 from refspec.campaigns.arm_qualification import format_summary
 from refspec.campaigns.derived import qualification_table
-from refspec.core import tables as T
 from refspec.core.divergence import DECISIVE, NEAR_TIE, NEAR_TIE_MARGIN, divergence_class
+from refspec.core.endpoint import Endpoint
 
 REF = [5, 6, 7, 8, 9]
 ARM = [5, 6, 7, 40, 41]  # diverges at index 3
@@ -27,7 +27,9 @@ def _qual(ref_margin: float, arm_repeats=(1, 2)) -> dict:
         reqs.append(base | dict(status="ok"))
         eps.append(
             base
-            | dict(endpoint_sha256=T.endpoint_sha256(toks, False, "cap"), tokens=toks, eog=False, stop_reason="cap")
+            | dict(
+                endpoint_sha256=Endpoint(tuple(toks), False, "cap").sha256, tokens=toks, eog=False, stop_reason="cap"
+            )
         )
     margins = {("confirmation", "f", "HumanEval/2", 5): R_MARGINS[:3] + [ref_margin] + R_MARGINS[4:]}
     arm_margins = {("confirmation", "f", "HumanEval/2", 5, "M0", "s1", rep): m for rep, m in ARM_MARGINS.items()}

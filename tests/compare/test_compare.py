@@ -17,6 +17,7 @@ from refspec.campaigns import derived
 from refspec.campaigns.noise import weigh_estimates
 from refspec.cli import main
 from refspec.core import tables as T
+from refspec.core.endpoint import Endpoint
 from refspec.core.paths import REPO_ROOT
 from refspec.provenance import keys
 from refspec.provenance.seal import seal
@@ -138,7 +139,7 @@ def test_a_changed_endpoint_differs_with_its_row(study_copy, capsys):
         r = next(r for r in rows if r["campaign"] == "implementation" and r["arm"] == "C_pq" and len(r["tokens"]) > 5)
         r["tokens"] = r["tokens"][:5] + [r["tokens"][5] + 1] + r["tokens"][6:]
         r["last_token"] = r["tokens"][-1]
-        r["endpoint_sha256"] = T.endpoint_sha256(r["tokens"], r["eog"], r["stop_reason"])
+        r["endpoint_sha256"] = Endpoint(tuple(r["tokens"]), r["eog"], r["stop_reason"]).sha256
         changed["key"] = "|".join(
             str(r[k]) for k in ("campaign", "family", "task_id", "arm", "cap", "session", "repeat")
         )

@@ -20,6 +20,7 @@ from refspec.compare.archive import write_archive
 from refspec.compare.model import ArchiveNoiseFloors
 from refspec.compare.timings import verdict
 from refspec.core import tables as T
+from refspec.core.endpoint import Endpoint
 from refspec.provenance import keys
 from refspec.provenance.seal import seal
 from support.synthetic_archive import make_results, run_check, seal_archive, signer_pubkey
@@ -41,7 +42,7 @@ def _slower_pq_and_one_endpoint(res: Path) -> None:
     e = next(e for e in eps if e["campaign"] == "confirmation" and len(e["tokens"]) > 5)
     e["tokens"] = e["tokens"][:5] + [e["tokens"][5] + 1] + e["tokens"][6:]
     e["last_token"] = e["tokens"][-1]
-    e["endpoint_sha256"] = T.endpoint_sha256(e["tokens"], e["eog"], e["stop_reason"])
+    e["endpoint_sha256"] = Endpoint(tuple(e["tokens"]), e["eog"], e["stop_reason"]).sha256
     T.write_table(eps, "endpoints", res / "tables")
 
 

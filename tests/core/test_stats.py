@@ -13,6 +13,7 @@ import refspec_check as CHECK
 from refspec.campaigns import derived as D
 from refspec.core import stats as S
 from refspec.core import tables as T
+from refspec.core.endpoint import Endpoint
 from refspec.core.paths import REPO_ROOT
 
 # --------------------------------------------------------------------------- ratios
@@ -143,7 +144,7 @@ def _ep(camp, fam, task, arm, session, repeat, tokens, eog=True, cap=32):
         cap=cap,
         session=session,
         repeat=repeat,
-        endpoint_sha256=T.endpoint_sha256(tokens, eog, stop),
+        endpoint_sha256=Endpoint(tuple(tokens), eog, stop).sha256,
         tokens=tokens,
         n=len(tokens),
         eog=eog,
@@ -278,7 +279,7 @@ def _req_row(**kw):
         stop_reason="eog",
         eog=True,
         last_token=7,
-        endpoint_sha256=T.endpoint_sha256([1, 2, 7], True, "eog"),
+        endpoint_sha256=Endpoint(tuple([1, 2, 7]), True, "eog").sha256,
         proposals=0,
         accepted=0,
         rollbacks=0,

@@ -87,6 +87,7 @@ def test_checker_refuses_preserved_on_a_vacuous_panel(rendered, tmp_path):
 def partitioned(tmp_path_factory) -> Path:
     """The synthetic archive with a partition study whose arms A and B agree on every input, and its claim."""
     from refspec.core import tables as T
+    from refspec.core.endpoint import Endpoint
     from refspec.provenance.claims import claim_row
 
     results = make_results(tmp_path_factory.mktemp("vacuous-partition") / "results", draws=300)
@@ -94,7 +95,7 @@ def partitioned(tmp_path_factory) -> Path:
     toks = [5, 6, 7]
     base = dict(family=LOUD, prompt_len=30, degenerate=False, cap=3, callers=1, micrographs=1, n=3, eog=False)
     base |= dict(last_token=7, stop_reason="cap", initial_token=5, initial_margin=0.25, kv_bytes=64)
-    base |= dict(endpoint_sha256=T.endpoint_sha256(toks, False, "cap"), tokens=toks, first_diff_vs_A=None)
+    base |= dict(endpoint_sha256=Endpoint(tuple(toks), False, "cap").sha256, tokens=toks, first_diff_vs_A=None)
     base |= dict(logits_sha256="1" * 64, kv_sha256="2" * 64, kv_payload=None, logits_payload=None)
     rows = [
         base

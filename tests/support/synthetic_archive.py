@@ -28,6 +28,7 @@ from refspec.campaigns import noise as NZ
 from refspec.campaigns import variance as VC
 from refspec.core import stats as S
 from refspec.core import tables as T
+from refspec.core.endpoint import Endpoint
 from refspec.provenance.ledger import Ledger
 
 from .paths import REPO_ROOT
@@ -204,7 +205,7 @@ class _Gen:
             toks = toks[:cap]
             eog = len(toks) < cap
         stop = "eog" if eog else "cap"
-        sha = T.endpoint_sha256(toks, eog, stop)
+        sha = Endpoint(tuple(toks), eog, stop).sha256
         t = base * factor * self.rng.lognormvariate(0.0, 0.03)
         n = len(toks)
         if mode == "spec":
