@@ -45,10 +45,13 @@ def parse_args(argv: list[str]):
         if not _KEYID_RE.fullmatch(k):
             ap.error(f"--expect-keyid {a.expect_keyid!r} is not of the form SHA256:<64 hex digits>")
         a.expect_keyid = k
+    inputs = {}
     for spec in a.input_pubkey:
         label, sep, path = spec.partition("=")
         if not sep or label not in ("a", "b") or not path:
             ap.error(f"--input-pubkey {spec!r} is not a=KEY.pub or b=KEY.pub")
+        inputs[label] = path
+    a.input_pubkey = inputs  # label -> key file
     if a.expect_previous is not None:
         a.expect_previous = a.expect_previous.lower()
         if a.expect_previous != "none" and not _HEX64_RE.fullmatch(a.expect_previous):
@@ -72,21 +75,18 @@ def main(argv: list[str] | None = None) -> int:
 def run(a) -> int:
     """Check the archive ``a.archive`` as the parsed options ask; print the findings and the summary."""
     trust = Trust(a.pubkey, a.expect_keyid, a.expect_previous)
-    if a.pubkey is not None:
+    keys = ([(None, a.pubkey)] if a.pubkey is not None else []) + list(a.input_pubkey.items())
+    for label, path in keys:  # the signer's key, then the compared archives' signers' keys
         try:
-            trust.public = read_public_key(a.pubkey)
-        except (OSError, ValueError) as e:
-            print(f"UNREADABLE {a.pubkey}: not an Ed25519 public key ({e})")
-            print("FAIL: " + a.archive)
-            return EXIT_UNREADABLE
-    for spec in a.input_pubkey:
-        label, _sep, path = spec.partition("=")
-        try:
-            trust.inputs[label] = read_public_key(path)
+            public = read_public_key(path)
         except (OSError, ValueError) as e:
             print(f"UNREADABLE {path}: not an Ed25519 public key ({e})")
             print("FAIL: " + a.archive)
             return EXIT_UNREADABLE
+        if label is None:
+            trust.public = public
+        else:
+            trust.inputs[label] = public
     code, c = check(a.archive, a.quiet, a.unsealed, trust)
     if not a.quiet:
         for p in c.unreadable:

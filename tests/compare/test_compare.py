@@ -7,8 +7,6 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -18,10 +16,10 @@ from refspec.campaigns.noise import weigh_estimates
 from refspec.cli import main
 from refspec.core import tables as T
 from refspec.core.endpoint import Endpoint
-from refspec.core.paths import REPO_ROOT
 from refspec.provenance import keys
 from refspec.provenance.seal import seal
 from refspec.provenance.verify import verify_archive
+from support.synthetic_archive import run_check
 
 #: the noise floor of the comparisons of a copy with scaled times: the practical threshold alone, so
 #: that a scaled time is "differs" whatever the small study's own A/A control measured
@@ -235,39 +233,14 @@ def test_the_comparison_archive_is_sealed_and_checked(study_copy, capsys):
         and compares["b"]["seal_sha256"] == verify_archive(b, study_copy["key"].public_path).seal_sha256
     )
     assert compares["a"]["keyid"] == keys.fingerprint(keys.load_public_key(study_copy["signer"]))
-    chk = subprocess.run(
-        [
-            sys.executable,
-            "-I",
-            "-S",
-            str(REPO_ROOT / "report" / "check.py"),
-            str(out),
-            "--pubkey",
-            str(study_copy["key"].public_path),
-            "--input-pubkey",
-            f"a={study_copy['signer']}",
-        ],
-        capture_output=True,
-        text=True,
-    )
-    assert chk.returncode == 0, chk.stdout[-4000:]
-    assert "OK:" in chk.stdout
+    signed_a = f"--input-pubkey=a={study_copy['signer']}"
+    code, stdout = run_check(out, signed_a, pubkey=study_copy["key"].public_path)
+    assert code == 0, stdout[-4000:]
+    assert "OK:" in stdout
     # B is signed with the comparison's key (--pubkey verifies it); A's signer must be given
-    unpinned = subprocess.run(
-        [
-            sys.executable,
-            "-I",
-            "-S",
-            str(REPO_ROOT / "report" / "check.py"),
-            str(out),
-            "--pubkey",
-            str(study_copy["key"].public_path),
-        ],
-        capture_output=True,
-        text=True,
-    )
-    assert unpinned.returncode == 1 and "inputs/a/SEAL.dsse.json" in unpinned.stdout
-    assert "--input-pubkey a=KEY.pub" in unpinned.stdout and "inputs/b/SEAL.dsse.json" not in unpinned.stdout
+    code, stdout = run_check(out, pubkey=study_copy["key"].public_path)
+    assert code == 1 and "inputs/a/SEAL.dsse.json" in stdout
+    assert "--input-pubkey a=KEY.pub" in stdout and "inputs/b/SEAL.dsse.json" not in stdout
     # a shown number changed by hand is found
     edited = study_copy["base"] / "comparison-edited"
     shutil.copytree(out, edited)
@@ -275,22 +248,8 @@ def test_the_comparison_archive_is_sealed_and_checked(study_copy, capsys):
     m = re.search(r'data-num="cmp\|estimate\|smollm2-135m\|target\|PQ/QB\|ratio"[^>]*>([0-9.]+)<', html)
     assert m
     (edited / "report.html").write_text(html.replace(m.group(0), m.group(0).replace(m.group(1), "1.000000"), 1))
-    chk = subprocess.run(
-        [
-            sys.executable,
-            "-I",
-            "-S",
-            str(REPO_ROOT / "report" / "check.py"),
-            str(edited),
-            "--pubkey",
-            str(study_copy["key"].public_path),
-            "--input-pubkey",
-            f"a={study_copy['signer']}",
-        ],
-        capture_output=True,
-        text=True,
-    )
-    assert chk.returncode == 1 and "cmp|estimate|smollm2-135m|target|PQ/QB|ratio" in chk.stdout
+    code, stdout = run_check(edited, signed_a, pubkey=study_copy["key"].public_path)
+    assert code == 1 and "cmp|estimate|smollm2-135m|target|PQ/QB|ratio" in stdout
 
 
 def test_noise_floor_is_the_widest_reach_of_the_archives_a_a_controls():

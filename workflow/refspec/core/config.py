@@ -37,11 +37,17 @@ def read_yaml(path: str | Path) -> Any:
         raise ConfigError(f"{p}: not valid YAML: {e}") from e
 
 
+@cache
+def _schema(schema_name: str) -> dict:
+    """``workflow/schemas/<schema_name>``, read once per process (the validator and the typed config share it)."""
+    return read_yaml(schemas_dir() / schema_name)
+
+
 def validate(data: Any, schema_name: str, what: str) -> Any:
     """Validate ``data`` against ``workflow/schemas/<schema_name>``; fill defaults."""
     import jsonschema
 
-    schema = read_yaml(schemas_dir() / schema_name)
+    schema = _schema(schema_name)
     validator_cls = jsonschema.validators.validator_for(schema)
 
     # fill in defaults like snakemake.utils.validate(set_default=True)
@@ -114,9 +120,8 @@ def _frozen(value: Any) -> Any:
     return value
 
 
-@cache
 def _schema_root() -> dict:
-    return read_yaml(schemas_dir() / CONFIG_SCHEMA)
+    return _schema(CONFIG_SCHEMA)
 
 
 def _node(path: tuple[str, ...]) -> dict:
