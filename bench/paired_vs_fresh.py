@@ -64,12 +64,17 @@ BASE = "M_qb"
 PAIRS = [("M_pq", "M_qh"), ("M_qh", "M_gs")]
 
 
-def arms_file(out: Path, names: list[str]) -> Path:
-    """config/arms.yaml plus the A/A twins named in ``names`` (the same recipe under the twin's name)."""
+def arms_file(out: Path, names: list[str], threads: int | None = None) -> Path:
+    """config/arms.yaml plus the A/A twins named in ``names`` (the same recipe under the twin's name),
+    every arm at ``threads`` compute threads where given (as a run's ``threads`` sets its campaigns')."""
     data = yaml.safe_load((config_dir() / "arms.yaml").read_text())
     for n in names:
         if n not in data["arms"] and n.endswith("_aa"):
             data["arms"][n] = dict(data["arms"][twin_of(n)])
+    if threads:
+        data["defaults"]["threads"] = int(threads)
+        for recipe in data["arms"].values():
+            recipe.pop("threads", None)
     path = out / "arms.yaml"
     path.write_text(yaml.safe_dump(data))
     return path
@@ -110,7 +115,7 @@ def run(args) -> Path:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     names = args.arms.split(",")
-    afile = arms_file(out, names)
+    afile = arms_file(out, names, args.threads)
     build = native.current()
     files = ensure_family(FAMILY)
     tasks = humaneval_tasks(parse_range(args.tasks))
@@ -310,6 +315,7 @@ def main(argv=None) -> int:
     p.add_argument("--repeats", type=int, default=3, help="passes over the tasks per arm and process")
     p.add_argument("--cap", type=int, default=32)
     p.add_argument("--warmup-cap", type=int, default=4)
+    p.add_argument("--threads", type=int, help="compute threads of every arm (default: config/arms.yaml's)")
     p.add_argument("--seed", type=int, default=20261205)
     p.add_argument("--designs", default="fresh,paired", help="fresh,paired (both, alternating) or paired alone")
     p.add_argument("--no-seal", action="store_true", help="write the analysis, seal nothing")
