@@ -1,11 +1,13 @@
 """Benchmark: the paired design against the fresh design, side by side on the same arms and tasks.
 
-    ./run shell -c 'python bench/paired_vs_fresh.py --out /tmp/paired-vs-fresh [--processes 4] [--repeats 3]'
+    ./run shell -c 'python bench/paired_vs_fresh.py --out /tmp/paired-vs-fresh [--processes 4] [--repeats 3] [--threads 1]'
     ./run shell -c 'python bench/paired_vs_fresh.py --analyze /tmp/paired-vs-fresh'
 
 Both designs run the same arms (``--arms``, by default R and the target-only layouts M_qb, M_pq,
 M_qh, M_gs, plus ``M_qb_aa``, the A/A twin of M_qb: the same recipe under its own name) on the
-same HumanEval tasks at the same cap, with real workers over loopback:
+same HumanEval tasks at the same cap and threads (``--threads``: every arm's compute threads, as a
+run's ``threads`` sets its campaigns'; default ``config/arms.yaml``'s), with real workers over
+loopback:
 
 * **fresh**: every process serves one arm (``--repeats`` passes over the tasks), as the timed
   campaigns do today; a contrast of two arms carries two processes' start-up luck.
