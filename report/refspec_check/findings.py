@@ -29,6 +29,7 @@ from refspec_check.bound import TableText, norm
 from refspec_check.context import Context, Expected
 from refspec_check.contract import REFERENCE_ARM
 from refspec_check.device import SOFTWARE_TIMING, device_values
+from refspec_check.figures import DECIDED
 from refspec_check.headline import OWN_TABLES, refused_arms
 from refspec_check.problems import Checker
 from refspec_check.provenance import read_manifest
@@ -167,7 +168,8 @@ def _speed_words(num: str, den: str, base: tuple, slower: bool, interval: bool, 
 def _stated_ratios(qualified: list[dict], facts: dict, refs: dict) -> set[int]:
     """The row (by index in ``qualified``) each campaign and family states of its headline ratios
     (those with a verdict: the confirmation's, the X/QB repair costs on one path of the others):
-    the first with the campaign's reference on one side, else the first."""
+    the first with the campaign's reference on one side and a decided verdict (:data:`DECIDED`), else
+    the first with the reference, else the first."""
     candidates: dict[tuple, list[int]] = defaultdict(list)
     for i, r in enumerate(qualified):
         camp = r["campaign"]
@@ -178,7 +180,8 @@ def _stated_ratios(qualified: list[dict], facts: dict, refs: dict) -> set[int]:
     for (camp, _fam), rows in candidates.items():
         ref = refs.get(camp, REFERENCE_ARM)
         with_ref = [i for i in rows if ref in (qualified[i]["numerator"], qualified[i]["denominator"])]
-        stated.add((with_ref or rows)[0])
+        decided = [i for i in with_ref if qualified[i]["verdict"] in DECIDED]
+        stated.add((decided or with_ref or rows)[0])
     return stated
 
 

@@ -193,3 +193,36 @@ def test_a_dropped_finding_is_refused(stage, tmp_path, verdict, kind):
     code, out = run_check(resealed(stage, tmp_path / "archive", html=html, tex=tex, numbers=numbers))
     assert code == 1, out
     assert f"leaves out the {verdict} finding of {f['scope']}" in out, out
+
+
+@pytest.mark.parametrize(
+    "verdicts,want",
+    [
+        # a decided ratio against the reference is stated before an undecided one above it
+        (("exceeds", "inconclusive", "faster", "exceeds"), "R/C3"),
+        (("exceeds", "inconclusive", "equivalent", "faster"), "R/C3"),
+        # none decided against the reference: the first with it
+        (("exceeds", "inconclusive", "noise_too_high", "exceeds"), "R/M3"),
+        (("exceeds", "noise_too_high", "inconclusive", "faster"), "R/M3"),
+    ],
+)
+def test_stated_ratio_prefers_a_decided_one_against_the_reference(verdicts, want):
+    """The findings state, of a campaign's headline ratios, the first with the reference on one side and
+    a decided verdict, else the first with the reference, else the first; the report
+    (refspec.reporting.sections.summary.stated_ratio) and report/check.py choose the same row."""
+    from refspec_check.findings import _stated_ratios
+
+    from refspec.reporting.sections.summary import stated_ratio
+
+    pairs = [("M3", "C3"), ("R", "M3"), ("R", "C3"), ("M3", "M_qh")]
+    rows = [
+        dict(campaign="confirmation", family="f", path="mixed", numerator=n, denominator=d, verdict=v)
+        for (n, d), v in zip(pairs, verdicts)
+    ]
+    got = stated_ratio(rows, "R")
+    assert f"{got['numerator']}/{got['denominator']}" == want
+    (i,) = _stated_ratios(rows, {}, {})
+    assert rows[i] is got
+    alone = [rows[0], rows[3]]  # no ratio against the reference: the first
+    assert stated_ratio(alone, "R") is alone[0]
+    assert [alone[i] for i in _stated_ratios(alone, {}, {})] == [alone[0]]

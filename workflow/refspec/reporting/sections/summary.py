@@ -11,6 +11,7 @@ from ...core.arms import REFERENCE_ARM
 from ...core.campaign_names import REPORT_ORDER
 from ...core.vacuity import panel_exposure
 from ..document import DASH, Archive, Cell, Num, Numbers, Section, ShownTable, Table
+from ..svg import DECIDED
 from .noise import aa_parts, aa_rows
 from .numerical import e1_counts
 from .prediction import prediction_totals
@@ -455,21 +456,27 @@ def _speed_words(num: str, den: str, sp: Any, verdict: str) -> list[Any]:
     return parts + [", ", VERDICT_WORDS.get(verdict, verdict)]
 
 
+def stated_ratio(rows: list[dict], ref: str) -> dict:
+    """The one of a campaign and family's headline ``rows`` (table order) that its findings state: the
+    first with the reference ``ref`` on one side and a decided verdict (:data:`DECIDED`), else the first
+    with ``ref``, else the first."""
+    with_ref = [r for r in rows if ref in (r["numerator"], r["denominator"])]
+    decided = [r for r in with_ref if r["verdict"] in DECIDED]
+    return (decided or with_ref or rows)[0]
+
+
 def _speed_findings(a: Archive, N: Numbers, f: Findings, facts: dict, timing: str) -> None:
     """SPEED for one qualified ratio per campaign and family, of the rows with a verdict that the
-    headline selects: the first (in the ratios table's order) with the campaign's reference on one
-    side, else the first; the campaign's other qualified ratios counted (the timing section states
-    each as a speed)."""
+    headline selects (:func:`stated_ratio`: the reader's question, is it faster or slower than the
+    reference, answered where the run decides it); the campaign's other qualified ratios counted (the
+    timing section states each as a speed)."""
     refs = named_references(a)
     qualified = [r for r in a.rows("ratios") if r["qualified"] and r["ratio"] is not None]
     candidates: dict[tuple, list[dict]] = defaultdict(list)
     for r in qualified:
         if r.get("verdict") and _headline_ratio(r, facts):
             candidates[(r["campaign"], r["family"])].append(r)
-    stated = set()
-    for (camp, _fam), rows in candidates.items():
-        ref = refs.get(camp, REFERENCE_ARM)
-        stated.add(id(next((r for r in rows if ref in (r["numerator"], r["denominator"])), rows[0])))
+    stated = {id(stated_ratio(rows, refs.get(camp, REFERENCE_ARM))) for (camp, _fam), rows in candidates.items()}
     chosen: dict[str, list[dict]] = defaultdict(list)
     more: dict[str, int] = defaultdict(int)
     for r in qualified:
