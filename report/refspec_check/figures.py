@@ -25,6 +25,7 @@ from collections import defaultdict
 
 from refspec_check.intervals import THRESHOLD
 from refspec_check.problems import Checker
+from refspec_check.stats import DECIDED
 
 DASH = "\u2014"
 
@@ -312,7 +313,6 @@ FOREST_W = 384
 FOREST_TEXT = 11
 FOREST_MIN_PLOT = 160
 FOREST_PAGE_ROWS_H = 600
-DECIDED = ("exceeds", "faster", "equivalent", "below")
 
 
 def forest_ratio_groups(ratios: list, noise: list, tau: float) -> list[tuple]:

@@ -29,12 +29,12 @@ from refspec_check.bound import TableText, norm
 from refspec_check.context import Context, Expected
 from refspec_check.contract import REFERENCE_ARM
 from refspec_check.device import SOFTWARE_TIMING, device_values
-from refspec_check.figures import DECIDED
 from refspec_check.headline import OWN_TABLES, refused_arms
 from refspec_check.problems import Checker
 from refspec_check.provenance import read_manifest
 from refspec_check.qualification import reference_arms
 from refspec_check.report import Report
+from refspec_check.stats import DECIDED
 from refspec_check.vacuity import VACUOUS_TAIL, VACUOUS_TEXT, panel_exposure
 
 # a timed verdict (ratios.verdict, estimates.decision) in words

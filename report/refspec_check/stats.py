@@ -36,6 +36,8 @@ def percentile(sorted_vals: list, p: float) -> float:
 
 CONFIDENCE = 0.95
 MIN_UNITS = 2  # fewer units (workers of an arm, or sessions): no interval
+# the verdicts (decide_ratio) and E2 decisions (decide_weighed) that decide: the others leave it open
+DECIDED = ("exceeds", "faster", "equivalent", "below")
 
 
 def sample_var(xs) -> float:

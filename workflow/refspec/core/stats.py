@@ -232,6 +232,8 @@ DEFAULT_THRESHOLD = 1.02
 TOO_FEW_SESSIONS = "too_few_sessions"
 NOISE_OK = "ok"
 NOISE_TOO_HIGH = "noise_too_high"  # an estimate that clears the threshold only inside the A/A band
+# the verdicts (decide_ratio) and E2 decisions (decide_weighed) that decide: the others leave it open
+DECIDED = ("exceeds", "faster", "equivalent", "below")
 
 
 class StatsError(IntegrityError, ValueError):

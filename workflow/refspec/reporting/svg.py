@@ -13,6 +13,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
+from ..core.stats import DECIDED
 from .document import DASH
 from .tex import tex_escape
 
@@ -285,7 +286,6 @@ FOREST_W = 384  # viewBox width of a column: its 11 px text stays 11 px at the 3
 FOREST_TEXT = 11  # the size of every text of the forest plot
 FOREST_MIN_PLOT = 160  # a plot narrower than this beside the labels puts each label on its own line above
 FOREST_PAGE_ROWS_H = 600  # height of a column's rows on the page (report.tex): a picture of 15.4 cm at most
-DECIDED = ("exceeds", "faster", "equivalent", "below")
 
 
 @dataclass

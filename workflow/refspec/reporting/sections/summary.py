@@ -9,9 +9,9 @@ from typing import Any
 from ...campaigns.derived import arm_sort_key, qualification_counts
 from ...core.arms import REFERENCE_ARM
 from ...core.campaign_names import REPORT_ORDER
+from ...core.stats import DECIDED
 from ...core.vacuity import panel_exposure
 from ..document import DASH, Archive, Cell, Num, Numbers, Section, ShownTable, Table
-from ..svg import DECIDED
 from .noise import aa_parts, aa_rows
 from .numerical import e1_counts
 from .prediction import prediction_totals
