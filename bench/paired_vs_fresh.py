@@ -14,9 +14,9 @@ loopback:
 * **paired**: every process loads the models once and serves every arm
   (:mod:`refspec.engine.worker_engine`, one context per arm), request by request. The requests
   come in rounds of one request per arm on one task; the arms' order in round ``r`` is row ``r``
-  of the campaigns' Williams square (:func:`refspec.campaigns.scheduler.latin_orders`, drawn per
-  process from ``--seed``), so each arm takes each position, and follows each other arm, equally
-  often over every full square. Each arm's first request is the
+  of the campaigns' Williams square (:func:`refspec.campaigns.scheduler.latin_orders`, drawn once
+  from ``--seed`` and dealt out over the processes' rounds in turn, as the campaigns deal it), so
+  each arm takes each position, and follows each other arm, equally often over every full square. Each arm's first request is the
   worker's registered warm-up (untimed).
 
 The two designs alternate process by process (one paired process, then one fresh process per
@@ -127,6 +127,8 @@ def run(args) -> Path:
     prompts: dict[str, list[int]] = {}
     total = args.processes * len(args.designs.split(",")) * len(names) * len(rounds)
     t_start = time.monotonic()
+    # one Williams square for the run, its rows dealt out over the paired processes' rounds in turn
+    square = latin_orders(names, args.processes * len(rounds), derive_rng(args.seed, "paired-square"))
     for p in range(args.processes):
         # the paired process: every arm, Latin-square rounds
         t0 = time.monotonic()
@@ -135,7 +137,7 @@ def run(args) -> Path:
         try:
             for t in tasks:
                 prompts.setdefault(t.task_id, w.tokenize(t.text, chat=True))
-            orders = latin_orders(names, len(rounds), derive_rng(args.seed, "paired", p))
+            orders = square[p * len(rounds) : (p + 1) * len(rounds)]
             pos = 0
             for (ti, rep), order in zip(rounds, orders):
                 for arm in order:
@@ -205,6 +207,26 @@ def contrast(rows, design, num, den, floor=1.0) -> dict:
     return _interval_record(iv90, iv95, floor)
 
 
+def aa_by_first_context(mine: list[dict], twin: str, base: str) -> dict:
+    """The A/A contrast twin/base split by which of the two contexts its process created first (a
+    paired worker creates its arms' contexts in the order of its first round): if where a context's
+    buffers land made one of two identical recipes faster, the two halves would differ."""
+    tasks = sorted({r["task_id"] for r in mine})
+    first: dict[str, tuple[int, str]] = {}
+    for r in mine:
+        if r["arm"] in (twin, base) and (r["process"] not in first or r["position"] < first[r["process"]][0]):
+            first[r["process"]] = (r["position"], r["arm"])
+    quads = [(r["process"], r["arm"], r["task_id"], r["t_ns"] / 1e9) for r in mine]
+    con = S.process_contrasts(quads, twin, base, tasks)
+    out = {}
+    for who in (twin, base):
+        c = [v for proc, v in con.items() if first[proc][1] == who]
+        if len(c) >= 2:
+            iv = S.paired_interval(c)
+            out[f"{who} first"] = {"ratio": iv.value, "lo95": iv.lo, "hi95": iv.hi, "processes": len(c)}
+    return out
+
+
 def analyze(folder: Path) -> dict:
     rows = pq.read_table(folder / "requests.parquet").to_pylist()
     arms = sorted({r["arm"] for r in rows})
@@ -232,6 +254,7 @@ def analyze(folder: Path) -> dict:
             "aa": aa,
             "floor": floor,
             "ratios": {f"{n}/{d}": contrast(rows, design, n, d, floor) for n, d in pairs if n != twin},
+            "aa_by_first_context": aa_by_first_context(mine, twin, BASE) if design == "paired" and aa else None,
             "seconds": sum(r["t_ns"] for r in mine) / 1e9,
         }
     return result
@@ -250,6 +273,10 @@ def show(res: dict) -> str:
         if d["aa"]:
             a = d["aa"]
             lines.append(f"  A/A {twin_name(BASE)}/{BASE} {a['ratio']:.4f} [{a['lo95']:.4f}, {a['hi95']:.4f}]")
+        for half, a in (d.get("aa_by_first_context") or {}).items():
+            lines.append(
+                f"    {half} ({a['processes']} processes): {a['ratio']:.4f} [{a['lo95']:.4f}, {a['hi95']:.4f}]"
+            )
         for name, r in d["ratios"].items():
             lines.append(
                 f"  {name:14s} {r['ratio']:.4f} [{r['lo95']:.4f}, {r['hi95']:.4f}]  {r['verdict']:15s} "

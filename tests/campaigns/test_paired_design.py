@@ -54,6 +54,21 @@ def test_paired_blocks_serve_every_arm_each_on_every_task_and_repeat():
     assert [b.record() for b in other[0].blocks] != [b.record() for b in s.blocks]
 
 
+def test_positions_are_balanced_over_the_campaign_when_each_process_runs_fewer_rounds_than_arms():
+    # ten arms, one task, one repeat: each process runs 1 round, so no process balances anything by
+    # itself; the campaign's 2 sessions x 5 processes = 10 rounds are one full Williams square
+    arms = [f"A{i}" for i in range(10)]
+    sessions = paired_schedule(session_ids(2), arms, ["T/0"], caps=[8], repeats=1, processes=5, seed=11)
+    orders = [[r.arm for r in b.requests] for s in sessions for b in s.blocks]
+    assert len(orders) == 10
+    for pos in range(10):
+        assert Counter(o[pos] for o in orders) == {a: 1 for a in arms}, pos
+    follows = Counter((o[i], o[i + 1]) for o in orders for i in range(9))
+    assert len(follows) == 90 and set(follows.values()) == {1}
+    # each process's first arm is its worker's first arm (the first context it creates)
+    assert [b.arm for s in sessions for b in s.blocks] == [o[0] for o in orders]
+
+
 def test_the_fresh_design_records_no_request_arm():
     (s,) = round_schedule(session_ids(1), ["M_qb"], ["T/0"], caps=[8], repeats=1, block_by="arm_repeat", seed=7)
     for b in s.blocks:

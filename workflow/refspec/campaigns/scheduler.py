@@ -302,21 +302,26 @@ def paired_schedule(
 
     A block's requests come in rounds: one request of every arm on one task. The rounds go cap by
     cap, repeat by repeat (``repeats`` per process, numbered on across the session's processes:
-    process ``p`` runs repeats ``p * repeats + 1 .. (p + 1) * repeats``), the tasks in an order drawn per block; the
-    arms' order in round ``i`` is row ``i`` of :func:`latin_orders` (drawn per block), so within a
-    process each arm takes each position, and follows each other arm, equally often over every full
-    Williams square of rounds. The process's first arm is the first of its first round (the worker's first
-    arm); each arm's registered warmup runs before its first timed request."""
+    process ``p`` runs repeats ``p * repeats + 1 .. (p + 1) * repeats``), the tasks in an order drawn per block.
+    The arms' orders are the rows of one Williams square (:func:`latin_orders`) drawn once for the
+    campaign and dealt out in sequence over every round of every process of every session: a process
+    of a few rounds takes the next few rows, so each arm takes each position, and follows each other
+    arm, equally often over every full square of rounds *of the campaign*, not only within a process
+    that runs a full square (a process of 2 rounds over 10 arms would balance nothing by itself). The
+    process's first arm is the first of its first round (the worker's first arm, and the first context
+    it creates); each arm's registered warmup runs before its first timed request."""
+    n_rounds = len(sessions) * processes * len(caps) * repeats * len(task_ids)
+    rows = latin_orders(arms, n_rounds, derive_rng(seed, "paired-square"))
     out = []
+    dealt = 0
     for sid in sessions:
         blocks: list[BlockPlan] = []
         for p in range(processes):
             rng = derive_rng(seed, "paired", sid, p)
-            reps = range(
-                p * repeats + 1, (p + 1) * repeats + 1
-            )  # a session's repeats are numbered across its processes
+            reps = range(p * repeats + 1, (p + 1) * repeats + 1)
             rounds = [(c, r, t) for c in caps for r in reps for t in _shuffled(task_ids, rng)]
-            orders = latin_orders(arms, len(rounds), rng)
+            orders = rows[dealt : dealt + len(rounds)]
+            dealt += len(rounds)
             reqs = [Req(t, c, r, a) for (c, r, t), order in zip(rounds, orders) for a in order]
             first = orders[0]
             blocks.append(BlockPlan(sid, p, first[0], reqs, f"paired process {p + 1}", tuple(first[1:])))
