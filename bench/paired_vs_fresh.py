@@ -14,8 +14,8 @@ loopback:
 * **paired**: every process loads the models once and serves every arm
   (:mod:`refspec.engine.worker_engine`, one context per arm), request by request. The requests
   come in rounds of one request per arm on one task; the arms' order in round ``r`` is row ``r``
-  of the campaigns' Williams square (:func:`refspec.campaigns.scheduler.latin_orders`, drawn once
-  from ``--seed`` and dealt out over the processes' rounds in turn, as the campaigns deal it), so
+  of the campaigns' Williams square drawn once from ``--seed`` and dealt out over the processes
+  as the campaigns deal it: :func:`refspec.campaigns.scheduler.dealt_orders`), so
   each arm takes each position, and follows each other arm, equally often over every full square. Each arm's first request is the
   worker's registered warm-up (untimed).
 
@@ -50,7 +50,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "workflow"))
 
-from refspec.campaigns.scheduler import derive_rng, latin_orders  # noqa: E402
+from refspec.campaigns.scheduler import dealt_orders, derive_rng  # noqa: E402
 from refspec.core import stats as S  # noqa: E402
 from refspec.core.arms import load_arms, twin_name, twin_of  # noqa: E402
 from refspec.core.panels import humaneval_tasks, parse_range  # noqa: E402
@@ -127,8 +127,8 @@ def run(args) -> Path:
     prompts: dict[str, list[int]] = {}
     total = args.processes * len(args.designs.split(",")) * len(names) * len(rounds)
     t_start = time.monotonic()
-    # one Williams square for the run, its rows dealt out over the paired processes' rounds in turn
-    square = latin_orders(names, args.processes * len(rounds), derive_rng(args.seed, "paired-square"))
+    # one Williams square for the run, its rows dealt out over the paired processes as the campaigns deal it
+    dealt = dealt_orders(names, [len(rounds)] * args.processes, derive_rng(args.seed, "paired-square"))
     for p in range(args.processes):
         # the paired process: every arm, Latin-square rounds
         t0 = time.monotonic()
@@ -137,7 +137,7 @@ def run(args) -> Path:
         try:
             for t in tasks:
                 prompts.setdefault(t.task_id, w.tokenize(t.text, chat=True))
-            orders = square[p * len(rounds) : (p + 1) * len(rounds)]
+            orders = dealt[p]
             pos = 0
             for (ti, rep), order in zip(rounds, orders):
                 for arm in order:

@@ -67,6 +67,13 @@ def test_positions_are_balanced_over_the_campaign_when_each_process_runs_fewer_r
     assert len(follows) == 90 and set(follows.values()) == {1}
     # each process's first arm is its worker's first arm (the first context it creates)
     assert [b.arm for s in sessions for b in s.blocks] == [o[0] for o in orders]
+    # a process whose rounds are a multiple of the square (two arms, four rounds) does not start
+    # with the same arm as every other: the creation order of the contexts is balanced too
+    (two,) = paired_schedule(session_ids(1), ["A", "B"], ["T/0", "T/1"], caps=[8], repeats=2, processes=4, seed=3)
+    assert Counter(b.arm for b in two.blocks) == {"A": 2, "B": 2}
+    for b in two.blocks:
+        firsts = [b.requests[i].arm for i in range(0, len(b.requests), 2)]
+        assert Counter(firsts) == {"A": 2, "B": 2}  # within the process, each arm first in half its rounds
 
 
 def test_the_fresh_design_records_no_request_arm():

@@ -288,6 +288,23 @@ def latin_orders(arms: Sequence[str], n: int, rng: random.Random) -> list[list[s
     return [[names[i] for i in rows[r % len(rows)]] for r in range(n)]
 
 
+def dealt_orders(arms: Sequence[str], rounds: Sequence[int], rng: random.Random) -> list[list[list[str]]]:
+    """The arms' orders of processes that run ``rounds[p]`` rounds each: the rows of one Williams square
+    (:func:`latin_orders`) dealt out in turn, process after process, so that over every full square
+    of rounds of all the processes together each arm takes each position, and follows each other arm,
+    equally often. Process ``p`` runs its rows rotated by ``p`` (the same rows, so the balance is
+    kept): its first round, which also fixes the order in which it creates the arms' contexts, does
+    not repeat from process to process when a process's rounds are a multiple of the square."""
+    rows = latin_orders(arms, sum(rounds), rng)
+    out, dealt = [], 0
+    for p, n in enumerate(rounds):
+        mine = rows[dealt : dealt + n]
+        dealt += n
+        k = p % n if n else 0
+        out.append(mine[k:] + mine[:k])
+    return out
+
+
 def paired_schedule(
     sessions: Sequence[str],
     arms: Sequence[str],
@@ -303,25 +320,23 @@ def paired_schedule(
     A block's requests come in rounds: one request of every arm on one task. The rounds go cap by
     cap, repeat by repeat (``repeats`` per process, numbered on across the session's processes:
     process ``p`` runs repeats ``p * repeats + 1 .. (p + 1) * repeats``), the tasks in an order drawn per block.
-    The arms' orders are the rows of one Williams square (:func:`latin_orders`) drawn once for the
-    campaign and dealt out in sequence over every round of every process of every session: a process
-    of a few rounds takes the next few rows, so each arm takes each position, and follows each other
-    arm, equally often over every full square of rounds *of the campaign*, not only within a process
-    that runs a full square (a process of 2 rounds over 10 arms would balance nothing by itself). The
-    process's first arm is the first of its first round (the worker's first arm, and the first context
-    it creates); each arm's registered warmup runs before its first timed request."""
-    n_rounds = len(sessions) * processes * len(caps) * repeats * len(task_ids)
-    rows = latin_orders(arms, n_rounds, derive_rng(seed, "paired-square"))
+    The arms' orders are the rows of one Williams square drawn once for the campaign and dealt out
+    over every process of every session (:func:`dealt_orders`): a process of a few rounds takes the
+    next few rows, so each arm takes each position, and follows each other arm, equally often over
+    every full square of rounds *of the campaign*, not only within a process that runs a full square
+    (a process of 2 rounds over 10 arms would balance nothing by itself). The process's first arm is
+    the first of its first round (the worker's first arm, and the first context it creates); each
+    arm's registered warmup runs before its first timed request."""
+    per_process = len(caps) * repeats * len(task_ids)
+    dealt = iter(dealt_orders(arms, [per_process] * (len(sessions) * processes), derive_rng(seed, "paired-square")))
     out = []
-    dealt = 0
     for sid in sessions:
         blocks: list[BlockPlan] = []
         for p in range(processes):
             rng = derive_rng(seed, "paired", sid, p)
             reps = range(p * repeats + 1, (p + 1) * repeats + 1)
             rounds = [(c, r, t) for c in caps for r in reps for t in _shuffled(task_ids, rng)]
-            orders = rows[dealt : dealt + len(rounds)]
-            dealt += len(rounds)
+            orders = next(dealt)
             reqs = [Req(t, c, r, a) for (c, r, t), order in zip(rounds, orders) for a in order]
             first = orders[0]
             blocks.append(BlockPlan(sid, p, first[0], reqs, f"paired process {p + 1}", tuple(first[1:])))
