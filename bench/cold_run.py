@@ -12,8 +12,9 @@ pip's and uv's download caches are fresh temporary folders, as on a new machine;
 command uses the caches this machine already has. It then reads:
 
 * ``main``: Snakemake's benchmark file of every rule (``results/<study>/benchmarks/*.tsv``: wall
-  seconds ``s`` and ``cpu_time``), and the set-up before the workflow (the whole command less the
-  workflow's own wall time, read from the run's Snakemake log times);
+  seconds ``s`` and ``cpu_time``; rules that share the two cores overlap, so their sum exceeds
+  the whole), and the set-up before the workflow (from the command's start to the first job time
+  stamp Snakemake prints, to the second);
 * ``test``: pytest's ``--durations`` lines (each test's setup, call and teardown seconds), summed per
   test module, and the set-up before pytest (the lint, the Debian packages, the builds).
 
@@ -38,6 +39,19 @@ import time
 from pathlib import Path
 
 DURATION = re.compile(r"^\s*([0-9.]+)s (setup|call|teardown)\s+(\S+?)::")
+# the time stamp Snakemake prints before each job, in local time: "[Sun Dec  6 21:19:52 2026]"
+JOB_STAMP = re.compile(r"^\[(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) (\w{3} +\d+ \d\d:\d\d:\d\d \d{4})\]$")
+
+
+def _setup_step(log: str, started: float) -> dict | None:
+    """The set-up before the workflow: from the command's start to Snakemake's first job stamp (whole
+    seconds; the virtual environment, the keys, the checks ``./run main`` makes before Snakemake)."""
+    for line in log.splitlines():
+        m = JOB_STAMP.match(line.strip())
+        if m:
+            first = time.mktime(time.strptime(" ".join(m.group(1).split()), "%b %d %H:%M:%S %Y"))
+            return {"step": "set-up before the workflow", "wall_s": max(0.0, first - started), "cpu_s": None}
+    return None
 
 
 def _clone(repo: Path, dst: Path) -> None:
@@ -92,6 +106,7 @@ def run(args: argparse.Namespace) -> int:
         cache = Path(tmp) / "cache" if args.cold else None
         extra = ["--durations", "0"] if args.command == "test" else []
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        started = time.time()
         t0 = time.monotonic()
         p = subprocess.run(
             ["./run", args.command, *extra],
@@ -106,7 +121,9 @@ def run(args: argparse.Namespace) -> int:
         cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
         (Path(args.out).with_suffix(".log")).write_text(p.stdout, encoding="utf-8")
         steps = _rule_steps(clone) if args.command == "main" else _test_steps(p.stdout)
-        inner = sum(s["wall_s"] for s in steps) if args.command == "main" else None
+        setup = _setup_step(p.stdout, started) if args.command == "main" else None
+        steps = ([setup] if setup else []) + steps
+        inner = sum(s["wall_s"] for s in steps if s["step"].startswith("rule ")) if args.command == "main" else None
         if args.keep_archive and args.command == "main":  # the sealed archive, for its tables
             for archive in clone.glob("results/*/archive"):
                 shutil.copytree(archive, Path(args.keep_archive) / archive.parent.name, symlinks=True)

@@ -51,7 +51,9 @@ against ``--expect-previous``, and every file digest listed in its statement (sh
 size); a symbolic link anywhere in the archive is a mismatch. report.pdf is compiled again from
 report.tex where pdflatex is present and compared byte for byte (``pdf``), otherwise printed as
 ``NOT CHECKED`` with the reason; a sealed archive holding any file but its report and data
-records (a campaign's summary.txt, a README) is a mismatch (``files``).
+records (a campaign's summary.txt, a README), or a data record, column, numbers.json key or ledger
+record outside the archive's format, is a mismatch (``files``); labels come from the declared
+records only (``bound``).
 
 Exit status: 0 all consistent, 1 mismatches (each printed with its location),
 2 unreadable input (no archive, no report/numbers.json, malformed files, a

@@ -36,7 +36,15 @@ import os
 from collections import defaultdict
 from html.parser import HTMLParser
 
-from refspec_check.contract import posix_rel
+from refspec_check.contract import (
+    LEDGER_KEYS,
+    LEDGER_KINDS,
+    LEDGER_SHOWN,
+    PROVENANCE_KEYS,
+    ledger_kind,
+    posix_rel,
+    table_columns,
+)
 from refspec_check.divergence import DIVERGENCE_TEXT
 from refspec_check.problems import Checker
 from refspec_check.report import Report
@@ -95,53 +103,49 @@ def value_texts(v: str) -> frozenset[str]:
 
 
 class Records:
-    """The archive's rows, read as the report shows them: each CSV table (by its path relative to the
-    report), and the JSON documents a table without numbers may show (manifest, plan, provenance,
-    ledgers), each object a record of its scalar values."""
+    """The archive's rows, read as the report shows them, from the records its format declares only
+    (``refspec_check.contract``, "the archive's data records"; ``files`` refuses the rest): each table
+    of the format (by its path relative to the report) with its declared columns, each ledger's records
+    of a declared kind with declared keys, read at the keys a report shows (``LEDGER_SHOWN``), and the
+    provenance values of numbers.json. No other document, key or column is read: extra data can never
+    make a text acceptable."""
 
     def __init__(self, c: Checker, rep: Report):
         self.csv: dict[str, list[dict[str, str]]] = {}
         tdir = os.path.join(c.archive, "tables")
         if os.path.isdir(tdir):
             for fn in sorted(os.listdir(tdir)):
-                if fn.endswith(".csv"):
+                cols = table_columns(fn[: -len(".csv")]) if fn.endswith(".csv") else ()
+                if cols:
                     rel = os.path.relpath(os.path.join(tdir, fn), rep.dir).replace(os.sep, "/")
                     try:
                         with open(os.path.join(tdir, fn), newline="", encoding="utf-8") as f:
-                            self.csv[rel] = list(csv.DictReader(f))
+                            self.csv[rel] = [{k: v for k, v in r.items() if k in cols} for r in csv.DictReader(f)]
                     except (OSError, UnicodeDecodeError, csv.Error) as e:  # a finding, not a crash
                         c.unread(posix_rel(os.path.join(tdir, fn), c.archive), f"cannot read ({e})")
         self.docs: list[dict[str, str]] = []
         prov = rep.numbers_doc.get("provenance")
         if isinstance(prov, dict):
-            self._walk(prov)
-        for root, _d, files in os.walk(c.archive):
-            for fn in sorted(files):
-                p = os.path.join(root, fn)
-                if fn.endswith(".json") and fn not in ("numbers.json", "SEAL.dsse.json"):
+            self._walk({k: v for k, v in prov.items() if k in PROVENANCE_KEYS})
+        for rel in sorted(c.tree):
+            parts = rel.split("/")
+            if parts[-1] != "ledger.jsonl" or not (len(parts) == 1 or parts[0] == "campaigns"):
+                continue
+            lines = self.csv.setdefault(posix_rel(os.path.join(c.archive, rel), rep.dir), [])
+            with open(os.path.join(c.archive, rel), encoding="utf-8", errors="replace") as f:
+                for raw in f:
                     try:
-                        with open(p, encoding="utf-8") as f:
-                            self._walk(json.load(f))
-                    except (OSError, ValueError, UnicodeDecodeError, RecursionError):
+                        rec = json.loads(raw)
+                    except (ValueError, RecursionError):
                         continue
-                elif fn.endswith(".jsonl"):
-                    rel = os.path.relpath(p, rep.dir).replace(os.sep, "/")
-                    lines = self.csv.setdefault(rel, [])
-                    with open(p, encoding="utf-8", errors="replace") as f:
-                        for raw in f:
-                            try:
-                                rec = json.loads(raw)
-                            except (ValueError, RecursionError):
-                                continue
-                            self._walk(rec)
-                            if isinstance(rec, dict):
-                                lines.append(
-                                    {
-                                        str(k): "" if v is None else str(v)
-                                        for k, v in rec.items()
-                                        if not isinstance(v, (dict, list))
-                                    }
-                                )
+                    if ledger_kind(rec) in LEDGER_KINDS and all(k in LEDGER_KEYS for k in rec):
+                        lines.append(
+                            {
+                                k: "" if rec[k] is None else str(rec[k])
+                                for k in LEDGER_SHOWN
+                                if k in rec and not isinstance(rec[k], (dict, list))
+                            }
+                        )
         # the files of the archive (the report names its sources by path; check_html checks every link)
         self.paths: set[str] = {
             os.path.relpath(os.path.join(c.archive, f), rep.dir).replace(os.sep, "/") for f in c.tree
@@ -556,12 +560,22 @@ class Binder:
                         return
 
     def bind_free_row(self, line: int, tid: str, cells: list, source_recs: list) -> None:
-        """A row without numbers: one record of the table's sources (or of the archive's JSON) explains every cell."""
+        """A row without numbers: one record explains every cell: a record of the table's sources, a
+        provenance value, or else any declared row of the archive that holds one of the cells' texts
+        (the glossary's row "R_prod" is bound by a row whose arm is R_prod: a term the archive names is
+        one of its labels, never fixed text)."""
         texts = ["".join(v for _k, v in parts) for _tag, parts in cells]
         for rec in source_recs + self.R.docs:
             labs = labels_of([rec])
             if all(self.seg.bound(t, labs) for t in texts):
                 return
+        joined = " ".join(texts)
+        for rows in self.R.csv.values():
+            for rec in rows:
+                if any(v and v in joined for v in rec.values()) and all(
+                    self.seg.bound(t, labels_of([rec])) for t in texts
+                ):
+                    return
         bad = [t for t in texts if not self.seg.bound(t, labels_of(source_recs))]
         self.refuse(line, tid, " | ".join(bad or texts), "a row no single record of the archive holds")
 

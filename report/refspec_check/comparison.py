@@ -25,6 +25,7 @@ from refspec_check.contract import (
     COMPARE_COLUMNS,
     COMPARE_EXTRA,
     COMPARE_FINDINGS,
+    COMPARED_TABLES,
     posix_rel,
     read_csv_table,
     read_plan,
@@ -40,10 +41,6 @@ from refspec_check.stats import mean, percentile
 
 #: the start of the report's note on a floor given by hand (refspec.compare.report.GIVEN_FLOOR_NOTE)
 GIVEN_FLOOR = "The noise floor was given by hand (refspec compare --noise-floor)"
-#: the tables of a compared archive that refspec compare reads and carries (refspec.compare.TABLES_READ)
-COMPARED_TABLES = tuple(
-    dict.fromkeys(tuple(v[0] for v in COMPARE_FINDINGS.values()) + ("requests", "ratios", "estimates", "noise"))
-)
 
 
 def _statement_of(c: Checker, path: str, where: str):

@@ -435,6 +435,59 @@ SCREEN_COLUMNS = {
 
 COLUMNS.update(STATE_COLUMNS)
 COLUMNS.update(SCREEN_COLUMNS)
+
+# the columns a table carries that the recomputation does not read (the rest of its table spec,
+# workflow/schemas/tables): with COLUMNS, every column a table of the archive may have
+CARRIED_COLUMNS = {
+    "admission": ("device", "nodes", "supports_cpu", "observed"),
+    "claims": ("claim",),
+    "crosses": (
+        "family",
+        "prompt_len",
+        "layers",
+        "parts",
+        "p0",
+        "p1",
+        "selected_bytes",
+        "value_bytes",
+        "recipient_kv_sha256",
+        "donor_kv_sha256",
+        "recipient_logits_sha256",
+        "last_token",
+        "first_diff_vs_recipient",
+        "first_diff_vs_donor",
+        "repeats_agree",
+        "controls_ok",
+    ),
+    "frontier": (
+        "family",
+        "donor_arm",
+        "recipient_arm",
+        "score_empty",
+        "max_abs_delta_first",
+        "max_abs_delta_second",
+        "max_abs_delta_joint",
+        "rows_sha256",
+        "note",
+        "repeats_agree",
+    ),
+    "kv_diff": ("family", "cells_differing", "first_cell", "first_position", "elements_differing"),
+    "partition": (
+        "family",
+        "ub",
+        "partition",
+        "cap",
+        "callers",
+        "micrographs",
+        "initial_token",
+        "initial_margin",
+        "kv_bytes",
+        "kv_payload",
+        "logits_payload",
+    ),
+    "partition_screen": ("ub", "partition", "callers", "micrographs", "initial_token", "initial_margin", "kv_bytes"),
+    "projection": ("src0_type", "src0_ne", "src0_buffer", "src1_name", "src1_type", "src1_ne", "out_type"),
+}
 TABLE_NAMES = (
     (
         "requests",
@@ -673,3 +726,189 @@ COMPARE_FINDINGS = {
 
 # columns a finding compares that the report's own checks do not read
 COMPARE_EXTRA = {"partition": dict(family=S), "crosses": dict(family=S, first_diff_vs_recipient=I)}
+
+
+# ----------------------------------------------------------------------- the archive's data records
+# The closed world of a sealed archive's data (files.check_data_records refuses anything else) and
+# the part of it a report may quote as a label (bound.Records reads labels from nothing else).
+
+#: the run's records at the top of the archive (refspec.pipeline.seal_chain.assemble; a comparison's own)
+RUN_RECORDS = ("plan.json", "manifest.json", "ledger.jsonl")
+
+#: a campaign's records, in campaigns/NAME/ or campaigns/FAMILY/NAME/ (seal_chain.CAMPAIGN_RECORDS)
+CAMPAIGN_RECORDS = (
+    "plan.json",
+    "screen.json",
+    "exposed-panel.jsonl",
+    "ledger.jsonl",
+    "journal.jsonl",
+    "timed_audit.json",
+    "phase_mask_summary.json",
+    "prediction.json",
+    "e1_summary.json",
+    "summary.json",
+    "claim.json",
+    "audit_summary.json",
+    "partition-screen.json",
+    "partition.json",
+    "crosses.json",
+    "admission.json",
+    "projection.json",
+)
+
+#: what a comparison archive carries of each compared archive, in inputs/a and inputs/b
+#: (refspec.compare.archive): its seal, plan and manifest, and the CSV copies of the tables compared
+COMPARED_INPUTS = ("a", "b")
+COMPARED_RECORDS = ("SEAL.dsse.json", "plan.json", "manifest.json")
+#: the tables of a compared archive that refspec compare reads and carries (refspec.compare.TABLES_READ)
+COMPARED_TABLES = tuple(
+    dict.fromkeys(tuple(v[0] for v in COMPARE_FINDINGS.values()) + ("requests", "ratios", "estimates", "noise"))
+)
+
+#: numbers.json (refspec.reporting.render, refspec.compare.report): its keys and each number's
+NUMBERS_KEYS = ("format", "provenance", "findings", "headline", "numbers")
+NUMBER_KEYS = ("id", "table", "row", "column", "value", "fmt", "text", "source")
+#: the provenance values of numbers.json, each shown in the report (an archive's, then a comparison's)
+PROVENANCE_KEYS = (
+    "manifest_sha256",
+    "host",
+    "reproduces",
+    "reproduces_accepted",
+    "reproduces_host",
+    "plan_sha256",
+    "ledger_sha256",
+    "seal_sha256",
+    "data_seal_sha256",
+    "pubkey_fingerprint",
+    "devices",
+    "device",
+    "device_driver",
+    "device_api",
+    "device_device_type",
+    "device_headers",
+    "device_glslc",
+    "device_env",
+    "a_seal_sha256",
+    "a_keyid",
+    "a_archive_id",
+    "a_registered_plan_sha256",
+    "b_seal_sha256",
+    "b_keyid",
+    "b_archive_id",
+    "b_registered_plan_sha256",
+)
+
+#: the kinds of a ledger record (ledger.jsonl and a campaign's ledger.jsonl, anc/ledger.md; the first
+#: string among LEDGER_KIND_KEYS): a campaign's and its engine's, the run's, a comparison's events
+#: (verified, compared)
+LEDGER_KINDS = (
+    "analysis",
+    "assemble",
+    "attempt",
+    "block_load",
+    "campaign_run",
+    "excluded_warmup",
+    "failure",
+    "freeze_check",
+    "gap_wait",
+    "interruption",
+    "mismatch",
+    "plan_amendment",
+    "plan_frozen",
+    "run_end",
+    "run_start",
+    "session_end",
+    "session_start",
+    "stage_claim",
+    "submit",
+    "worker_exit",
+    "worker_start",
+    "worker_stopped",
+    "verified",
+    "compared",
+)
+#: every key a ledger record may have (refspec.provenance.ledger adds seq, time and prev_sha256)
+LEDGER_KEYS = LEDGER_KIND_KEYS + (
+    "seq",
+    "time",
+    "prev_sha256",
+    "reason",
+    "campaign",
+    "family",
+    "session",
+    "worker",
+    "arm",
+    "arms",
+    "block",
+    "pid",
+    "outcome",
+    "status",
+    "task_id",
+    "cap",
+    "repeat",
+    "attempt",
+    "retry_of",
+    "order_index",
+    "submit_seq",
+    "last_seq",
+    "endpoint_sha256",
+    "ref_endpoint_sha256",
+    "first_diff_index",
+    "t_ns",
+    "engine_ns",
+    "exit_code",
+    "run",
+    "planned_remaining",
+    "resumed",
+    "incomplete",
+    "ledger",
+    "ledger_head_sha256",
+    "ledger_records",
+    "plan",
+    "plan_sha256",
+    "plan_file_sha256",
+    "field",
+    "value",
+    "stage",
+    "record",
+    "controls",
+    "controls_failed",
+    "mismatches",
+    "requests_compared",
+    "tables",
+    "before",
+    "after",
+    "busy",
+    "busy_threshold",
+    "gap_s",
+    "wait_s",
+    "not_before",
+    "device",
+    "gpu_layers",
+    "identity_sha256",
+    "load_s",
+    "url",
+    "archive",
+    "seal_sha256",
+    "keyid",
+    "preservation_same",
+)
+#: the keys of a ledger record a report shows, or finds the record by: its kind (the ledger table) and
+#: the reason a refused arm's row quotes, with the campaign, family and arm it belongs to
+LEDGER_SHOWN = LEDGER_KIND_KEYS + ("reason", "campaign", "family", "arm")
+
+
+def table_columns(name: str) -> tuple[str, ...]:
+    """Every column table ``name`` of the archive may have (empty for no table of the format)."""
+    if name in COMPARE_COLUMNS:
+        return tuple(COMPARE_COLUMNS[name])
+    return tuple(COLUMNS.get(name, ())) + CARRIED_COLUMNS.get(name, ())
+
+
+def ledger_kind(rec) -> str | None:
+    """A ledger record's kind: the first string among ``LEDGER_KIND_KEYS`` (None for none)."""
+    if isinstance(rec, dict):
+        for k in LEDGER_KIND_KEYS:
+            if isinstance(rec.get(k), str):
+                return rec[k]
+    return None

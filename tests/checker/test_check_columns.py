@@ -59,6 +59,17 @@ def test_every_table_the_checker_reads_has_a_spec():
 
 
 @pytest.mark.parametrize("name", sorted(C.COLUMNS))
+def test_a_tables_declared_columns_are_its_spec(name):
+    """The columns the archive's format declares for a table (refspec_check.files refuses any other)
+    are its spec's: the ones the checker reads (COLUMNS) and the ones it carries (CARRIED_COLUMNS)."""
+    from refspec_check.contract import table_columns
+
+    declared = table_columns(name)
+    assert len(declared) == len(set(declared)), name
+    assert set(declared) == set(T.TABLES[name].names), (name, set(declared) ^ set(T.TABLES[name].names))
+
+
+@pytest.mark.parametrize("name", sorted(C.COLUMNS))
 def test_checker_columns_agree_with_the_table_spec(name):
     assert disagreements({name: C.COLUMNS[name]}) == []
 

@@ -773,11 +773,11 @@ def make_results(
         }
     )
     led = Ledger(out / "ledger.jsonl")
-    led.append({"kind": "plan", "reason": "registered"})
+    led.append({"kind": "plan_frozen", "reason": "registered"})
     for r in reqs:
         if r["status"] != "ok":
             led.append({"kind": "attempt", "status": r["status"], "reason": r["reason"], "worker": r["worker"]})
-    led.append({"kind": "amendment", "reason": "re-run of a failed attempt as attempt 2"})
+    led.append({"kind": "plan_amendment", "reason": "re-run of a failed attempt as attempt 2"})
     return out
 
 
