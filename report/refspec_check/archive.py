@@ -53,8 +53,9 @@ def check(archive: str, quiet: bool = False, unsealed: bool = False, trust: Trus
     rep = read_report(c)
     if rep is None:
         return EXIT_UNREADABLE, c
-    check_archive_files(c, rep.dir, comparison=rep.numbers_doc.get("format") == COMPARISON_FORMAT)
-    if rep.numbers_doc.get("format") == COMPARISON_FORMAT:
+    comparison = rep.numbers_doc.get("format") == COMPARISON_FORMAT
+    check_archive_files(c, rep.dir, comparison=comparison)
+    if comparison:
         return check_comparison(c, rep, unsealed, trust)  # a comparison archive (refspec compare)
     tables = read_tables(c)
     plan = read_plan(c)
