@@ -18,6 +18,7 @@ from refspec_check.pdf import check_pdf
 from refspec_check.problems import EXIT_UNREADABLE, Checker
 from refspec_check.provenance import check_data_seal, check_host, check_provenance, read_manifest
 from refspec_check.qualification import arm_facts, reference_arms
+from refspec_check.rendering import check_rendering
 from refspec_check.replication import bootstrap_parameters, check_loads, check_noise, check_replication, check_sessions
 from refspec_check.report import read_report
 from refspec_check.results import (
@@ -101,4 +102,5 @@ def check(archive: str, quiet: bool = False, unsealed: bool = False, trust: Trus
     check_device(c, rep, prov, head, manifest)
     check_host(c, rep, prov, manifest)
     check_data_seal(c, rep, prov, head)
+    check_rendering(c, rep.dir, prov)
     return check_sealed(c, unsealed, trust)

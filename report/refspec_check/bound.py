@@ -8,7 +8,7 @@ A report is a sequence of visible text nodes. Each one must be one of three thin
 * a **label**: a value of the archive row the text belongs to (an arm, a task, a comparison, a verdict
   as :data:`DISPLAY` writes it, a column name), bound to that row;
 * **fixed text of the report format**, pinned in ``format.json`` (:data:`FORMAT_TEXT`: every string of
-  the renderer's source and templates; tests keep the two in step).
+  the renderer's source; tests keep the two in step).
 
 Binding. Text of a table cell belongs to the row of the checked number that follows it in the cell (text
 after the last number belongs to that last number's row); a cell without numbers belongs to every row the

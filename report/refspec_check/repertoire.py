@@ -12,7 +12,7 @@ from __future__ import annotations
 import unicodedata
 
 # the renderer's non-ASCII characters (tests/checker/test_report_chars.py keeps this equal to the
-# characters of workflow/refspec/reporting/ and report/templates/)
+# characters of workflow/refspec/reporting/)
 RENDERER_CHARS = frozenset(
     {
         "\u00a7",  # SECTION SIGN (paper sections, "§6.1")

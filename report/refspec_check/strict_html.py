@@ -90,7 +90,7 @@ ATTR_VALUES = {
 # the two meta elements the renderer writes (no refresh, no other http-equiv)
 META_ALLOWED = ({"charset": "utf-8"}, {"name": "viewport", "content": "width=device-width, initial-scale=1"})
 
-# sha256 of the one stylesheet (the <style> element of report/templates/report.html.j2); a report
+# sha256 of the one stylesheet (the <style> element refspec.reporting.page writes); a report
 # with any other CSS is refused (tests/checker/test_report_strict.py keeps the two in step)
 STYLESHEET_SHA256 = "9a77ebd3360ff07b27ffbf0007ae435284babc9a68501059658dac5f6db793fa"
 

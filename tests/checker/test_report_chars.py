@@ -209,13 +209,10 @@ def test_the_renderers_output_is_inside_the_repertoire(clean):
 
 
 def _source_chars() -> set[str]:
-    """The non-ASCII characters the renderer's sources and templates write: literal, or as a
+    """The non-ASCII characters the renderer's sources write: literal, or as a
     ``\\uXXXX`` escape in a Python string."""
     out: set[str] = set()
-    files = [
-        *(REPO_ROOT / "workflow" / "refspec" / "reporting").rglob("*.py"),
-        *(REPO_ROOT / "report" / "templates").glob("*"),
-    ]
+    files = [*(REPO_ROOT / "workflow" / "refspec" / "reporting").rglob("*.py")]
     for p in files:
         text = p.read_text(encoding="utf-8")
         out.update(ch for ch in text if ord(ch) > 126)
@@ -273,13 +270,12 @@ def test_the_renderer_shows_other_characters_of_the_data_as_question_marks():
     in a task name, a letter outside ASCII in a log line quoted by a ledger reason) is written into
     report.html as '?' (a control as a space), as report.tex writes it, so a clean report always
     passes the repertoire; markup (the figures) is written as it is."""
-    import markupsafe
     from refspec_check import repertoire
 
-    from refspec.reporting.render import HTML_CHARS, html_text
+    from refspec.reporting.page import HTML_CHARS, Markup, html_text
 
     assert html_text("task\u202e1\tcaf\u00e9 \u2014 \u2026") == "task?1 caf? \u2014 \u2026"
     assert repertoire.problems(html_text("".join(map(chr, range(0x2000, 0x2100))))) == []
-    m = markupsafe.Markup("<svg>\u00e9</svg>")
+    m = Markup("<svg>\u00e9</svg>")
     assert html_text(m) is m
     assert set(HTML_CHARS) == set(repertoire.RENDERER_CHARS)

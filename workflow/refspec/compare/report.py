@@ -1,7 +1,7 @@
 """The comparison report: report.html, report.tex and numbers.json of a comparison archive.
 
 Rendered from the comparison's tables (``tables/comparisons.csv``, ``tables/differences.csv``)
-with the project's report document, templates and format (``anc/report.md``): every number is
+with the project's report document, page and format (``anc/report.md``): every number is
 a checked number (``cmp|ITEM|COLUMN``) that ``report/check.py`` recomputes from the records
 the archive carries (``anc/compare.md``).
 """

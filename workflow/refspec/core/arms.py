@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from .config import Config, gpu_layers, read_yaml, validate
 from .errors import ConfigError
 from .layouts import LAYOUTS
 from .paths import config_dir
+
+if TYPE_CHECKING:  # the configuration (YAML) is read only where arms are loaded: the report needs none of it
+    from .config import Config
 
 SERVER_BUILDS = ("stock", "patched")
 REFERENCE_ARM = "R"  # the reference arm: every other arm's endpoints are checked against it
@@ -117,6 +120,8 @@ class Arm:
 
     def placed(self, config: Config | None) -> Arm:
         """This arm with the run's GPU setting (:func:`refspec.core.config.gpu_layers`) unless it has its own."""
+        from .config import gpu_layers  # lazy: YAML; the report (and the checker) read arm names without it
+
         return self if self.gpu_layers is not None else replace(self, gpu_layers=gpu_layers(config))
 
     @property
@@ -173,6 +178,8 @@ def check_reference(arm: Arm, where: str = "campaign") -> None:
 
 def load_arms(path: str | Path | None = None) -> dict[str, Arm]:
     path = Path(path) if path else config_dir() / "arms.yaml"
+    from .config import read_yaml, validate  # lazy: YAML; the report (and the checker) read arm names without it
+
     data = validate(read_yaml(path) or {}, "arms.schema.yaml", str(path))
     defaults = data.get("defaults", {}) or {}
     return {name: Arm(name=name, **{**defaults, **spec}) for name, spec in data["arms"].items()}

@@ -221,10 +221,12 @@ import math
 import random
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from .errors import IntegrityError
+
+if TYPE_CHECKING:  # numpy is imported where it computes: the report reads this module's names without it
+    import numpy as np
 
 DEFAULT_SEED = 20261014
 DEFAULT_DRAWS = 10_000
@@ -245,6 +247,8 @@ class StatsError(IntegrityError, ValueError):
 
 def mean_log(times: Sequence[float]) -> float:
     """``(1/R) * sum log t``; times must be positive."""
+    import numpy as np
+
     a = np.asarray(times, dtype=np.float64)
     if a.size == 0:
         raise StatsError("mean of no times")
@@ -295,6 +299,8 @@ def paired_ratio(
     both). Tasks default to those timed for both arms; given ``tasks`` must
     all be timed for both. Regressions are tasks with ``d(t) < 0``.
     """
+    import numpy as np
+
     d = task_log_ratios(num, den, tasks)
     if not d:
         raise StatsError("no task is timed for both arms")
@@ -311,6 +317,8 @@ def paired_ratio(
 
 def ratio_of_pooled(d_by_task: Mapping[str, Sequence[float]]) -> tuple[dict[str, float], tuple[str, ...]]:
     """Task point estimates ``exp(mean d)`` from per-session log ratios, and the regressions."""
+    import numpy as np
+
     pts = {t: math.exp(float(np.mean(np.asarray(v, dtype=np.float64)))) for t, v in sorted(d_by_task.items())}
     reg = tuple(t for t, v in sorted(d_by_task.items()) if float(np.mean(np.asarray(v, dtype=np.float64))) < 0)
     return pts, reg
@@ -318,11 +326,15 @@ def ratio_of_pooled(d_by_task: Mapping[str, Sequence[float]]) -> tuple[dict[str,
 
 def percentile(values: Sequence[float], p: float) -> float:
     """Linearly interpolated percentile (numpy's default method)."""
+    import numpy as np
+
     return float(np.percentile(np.asarray(values, dtype=np.float64), p))
 
 
 def bootstrap_indices(n: int, draws: int = DEFAULT_DRAWS, seed: int = DEFAULT_SEED) -> np.ndarray:
     """The ``draws x n`` resampling indices: ``rng.randrange(n)`` in draw-major order."""
+    import numpy as np
+
     if n < 1:
         raise StatsError("bootstrap of no sessions")
     if draws < 1:

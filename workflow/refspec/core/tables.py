@@ -36,6 +36,7 @@ import decimal
 import io
 import json
 import math
+import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -149,37 +150,29 @@ def is_null(v: Any) -> bool:
         return True
     if isinstance(v, float) and math.isnan(v):
         return True
-    try:  # numpy floating NaN
-        import numpy as np
+    np, pd = _loaded("numpy"), _loaded("pandas")
+    if np is not None and isinstance(v, np.floating) and np.isnan(v):  # numpy floating NaN
+        return True
+    return pd is not None and (v is pd.NA or v is pd.NaT)
 
-        if isinstance(v, np.floating) and np.isnan(v):
-            return True
-    except ImportError:  # pragma: no cover
-        pass
-    try:
-        import pandas as pd
 
-        if v is pd.NA or v is pd.NaT:
-            return True
-    except ImportError:  # pragma: no cover
-        pass
-    return False
+def _loaded(name: str) -> Any:
+    """The module ``name`` when it is imported, else None: a value of numpy or pandas exists only once
+    they are (the report and the standard-library checker read tables without them)."""
+    return sys.modules.get(name)
 
 
 def _as_int(v: Any) -> int | None:
     if isinstance(v, bool):
         return None
-    try:
-        import numpy as np
-
+    np = _loaded("numpy")
+    if np is not None:
         if isinstance(v, np.bool_):
             return None
         if isinstance(v, np.integer):
             return int(v)
         if isinstance(v, np.floating):
             v = float(v)
-    except ImportError:  # pragma: no cover
-        pass
     if isinstance(v, int):
         return int(v)
     if isinstance(v, float) and math.isfinite(v) and v.is_integer():
@@ -224,13 +217,9 @@ def _coerce(col: Column, v: Any) -> tuple[Any, str | None]:
         if not math.isfinite(v):
             return None, f"{v!r} is not a finite float64"
     elif col.type == "bool":
-        try:
-            import numpy as np
-
-            if isinstance(v, np.bool_):
-                v = bool(v)
-        except ImportError:  # pragma: no cover
-            pass
+        np = _loaded("numpy")
+        if np is not None and isinstance(v, np.bool_):
+            v = bool(v)
         if not isinstance(v, bool):
             return None, f"expected bool, got {type(v).__name__} {v!r}"
     if col.enum is not None and v not in col.enum:
@@ -243,12 +232,8 @@ def _coerce(col: Column, v: Any) -> tuple[Any, str | None]:
 def _is_float(v: Any) -> bool:
     if isinstance(v, float):
         return True
-    try:
-        import numpy as np
-
-        return isinstance(v, np.floating)
-    except ImportError:  # pragma: no cover
-        return False
+    np = _loaded("numpy")
+    return np is not None and isinstance(v, np.floating)
 
 
 def records(data: Any) -> list[dict[str, Any]]:

@@ -7,7 +7,7 @@ descriptors: ``name``, ``uri``, ``digest``, ``annotations``). It pins
 - the artifacts the pipeline was given (roles ``sdist``, ``patch``,
   ``library``, ``tool``, ``model``, ``panel``), each with sha256 and size;
 - the project source (``source:refspec``: a digest over the package, the rules,
-  the report templates, the environment files and the native sources);
+  the report renderer and checker, the environment files and the native sources);
 - the interpreter (the executable's sha256 and its version);
 - every installed distribution (name, version and the sha256 of its
   ``RECORD`` file, or of ``METADATA`` where there is no ``RECORD``);

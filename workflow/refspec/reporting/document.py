@@ -226,7 +226,15 @@ def rel_path(path: Path, out: Path) -> str:
     return Path(os.path.relpath(path, out)).as_posix()
 
 
-def load_archive(results_dir: str | Path, out_dir: str | Path | None = None) -> Archive:
+def load_archive(
+    results_dir: str | Path, out_dir: str | Path | None = None, *, read: str = "parquet", seal: bool = True
+) -> Archive:
+    """The tables and records of a results folder or archive, for the report written into ``out_dir``.
+
+    ``read="csv"`` reads each table's CSV copy (typed by its schema: the same records as the Parquet
+    table) instead of the Parquet file, as ``report/check.py`` does when it renders the report again
+    with the standard library; ``seal=False`` leaves out a ``SEAL.dsse.json`` present in the folder
+    (an archive's own seal, which did not exist when its report was rendered)."""
     root = Path(results_dir)
     if not root.is_dir():
         raise UsageError(f"results folder {root} not found")
@@ -243,7 +251,7 @@ def load_archive(results_dir: str | Path, out_dir: str | Path | None = None) -> 
         if cp is None:
             notes.append(f"{pq.name} has no CSV copy; not used (the checker reads the CSV)")
             continue
-        data[name] = T.read_records(name, root)
+        data[name] = T.read_csv_records(name, root) if read == "csv" else T.read_records(name, root)
         csv[name] = rel_path(cp, out)
     for key, fname in (
         ("manifest", "manifest.json"),
@@ -252,7 +260,7 @@ def load_archive(results_dir: str | Path, out_dir: str | Path | None = None) -> 
         ("seal", "SEAL.dsse.json"),
     ):
         p = root / fname
-        if p.is_file():
+        if p.is_file() and (seal or key != "seal"):
             files[key] = p
     if not data:
         raise UsageError(f"{root}: no result table found (looked for <table>.parquet + .csv in it and in tables/)")

@@ -2,8 +2,8 @@
 (``report/refspec_check/format.json``).
 
 :func:`extract` reads them from the renderer itself: every string literal of
-``refspec.reporting`` and of ``refspec.compare.report`` (and each literal piece of an f-string; docstrings excepted) and the text of the
-templates outside their tags and Jinja expressions, white space collapsed; and the precision of each
+``refspec.reporting`` and of ``refspec.compare.report`` (and each literal piece of an f-string; docstrings excepted;
+of :mod:`.page`, the text between the HTML tags, without the stylesheet), white space collapsed; and the precision of each
 number column, from every ``ShownTable.add(id, value, fmt, ...)`` call whose format and the last part of
 whose id are literals, completed by :data:`COLUMN_FORMATS` for the calls that compute them. ``refspec lint`` and
 tests/checker/test_report_bound.py keep the pinned file equal to :func:`extract`: a change of the
@@ -22,7 +22,6 @@ from ..core.paths import REPO_ROOT
 PINNED = REPO_ROOT / "report" / "refspec_check" / "format.json"
 REPORTING = Path(__file__).resolve().parent
 COMPARE_REPORT = REPORTING.parent / "compare" / "report.py"
-TEMPLATES = REPO_ROOT / "report" / "templates"
 
 # precisions of the columns whose ``add`` call computes its format or column (a loop over columns)
 COLUMN_FORMATS = {
@@ -133,9 +132,19 @@ def extract() -> dict:
         docs = _docstrings(tree)
         for node in ast.walk(tree):
             if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs:
-                s = _norm(node.value)
-                if s:
-                    frags.add(s)
+                if p.name == "page.py" and "\\" not in node.value:  # the page's HTML (its TeX has backslashes)
+                    if node.value.lstrip().startswith(":root"):
+                        continue  # the stylesheet
+                    # the text between the tags: no tag, attribute or character reference
+                    pieces = [
+                        t for t in re.sub(r"<[^>]*>", "\x00", node.value).split("\x00") if not set(t) & set("<>\"'=&")
+                    ]
+                else:
+                    pieces = [node.value]
+                for piece in pieces:
+                    s = _norm(piece)
+                    if s:
+                        frags.add(s)
             elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "add":
                 fmt = node.args[2] if len(node.args) > 2 else None
                 col = _id_column(node.args[0]) if node.args else None
@@ -145,17 +154,6 @@ def extract() -> dict:
                     for c in (col, named.value if isinstance(named, ast.Constant) else None):
                         if c is not None:
                             formats.setdefault(c, fmt.value)
-    for p in sorted(TEMPLATES.glob("*.j2")):
-        t = re.sub(
-            r"\{%.*?%\}|\{\{.*?\}\}|\{#.*?#\}|\(\(\(.*?\)\)\)|\(\(\*.*?\*\)\)", "\x00", p.read_text("utf-8"), flags=re.S
-        )
-        if p.name.endswith(".html.j2"):
-            t = re.sub(r"<style>.*?</style>", "\x00", t, flags=re.S)
-            t = re.sub(r"<[^>]*>", "\x00", t)
-        for piece in t.split("\x00"):
-            s = _norm(piece)
-            if s:
-                frags.add(s)
     return {"fragments": sorted(frags), "formats": dict(sorted(formats.items()))}
 
 

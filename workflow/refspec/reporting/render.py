@@ -41,18 +41,17 @@ from pathlib import Path
 from typing import Any
 
 from ..core.errors import RenderError
-from ..core.fsutil import atomic_write_bytes, atomic_write_text
-from ..core.paths import REPO_ROOT
-from ..provenance.keys import fingerprint, load_public_key
+from ..core.fsutil import atomic_write_bytes
 from .device import device_caption, device_facts, provenance_values, section_device
-from .document import Archive, Cell, Figure, Num, Numbers, Section, Table, bootstrap_settings, load_archive, read_json
+from .document import Archive, Cell, Figure, Numbers, Section, Table, bootstrap_settings, load_archive, read_json
+from .page import Markup, html_page, tex_colors, tex_page
 from .sections.admission import section_admission, section_graph_size
 from .sections.arms import section_arms, section_glossary
 from .sections.claims import section_claims
 from .sections.noise import section_noise
 from .sections.numerical import section_audit, section_replay
 from .sections.prediction import section_prediction
-from .sections.provenance import section_ledger, section_provenance
+from .sections.provenance import DataSeal, read_data_seal, section_ledger, section_provenance
 from .sections.qualification import section_masks, section_qualification
 from .sections.screen import section_screen
 from .sections.state_studies import (
@@ -66,7 +65,7 @@ from .sections.state_studies import (
 from .sections.summary import section_summary
 from .sections.timing import section_acceptance, section_diagnostics, section_ratios, section_replication
 from .svg import COLORS
-from .tex import TexRaw, tex_cell, tex_finalize
+from .tex import TexRaw
 
 NUMBERS_FORMAT = "refspec-numbers/1"
 # the provenance section's note on report.pdf (what report/refspec_check/pdf.py does)
@@ -75,11 +74,11 @@ PDF_NOTE = (
     "report/check.py compiles report.tex again where pdflatex is present and refuses a report.pdf whose bytes "
     "differ; where pdflatex is absent it says plainly that report.pdf is not checked."
 )
-TEMPLATE_DIR = REPO_ROOT / "report" / "templates"
+TITLE = "refspec report"  # the report format pins the preamble, title included
 
 
 def build(
-    a: Archive, pubkey_fingerprint: str | None = None, data_seal: str | Path | None = None
+    a: Archive, pubkey_fingerprint: str | None = None, data_seal: DataSeal | None = None
 ) -> tuple[list[Section], Numbers, dict[str, Any]]:
     N = Numbers()
     plan = read_json(a.files["plan"]) if "plan" in a.files else None
@@ -188,60 +187,6 @@ def device_summary(a: Archive) -> str:
     )
 
 
-# the non-ASCII characters the report writes (report/refspec_check/repertoire.py pins the same set:
-# check.py refuses every other character a reader sees)
-HTML_CHARS = frozenset("\u00a7\u00b7\u00d7\u2013\u2014\u2026\u2264\u2265")
-
-
-def html_text(v):
-    """A value written into report.html: a string's characters outside printable ASCII, the line
-    break and ``HTML_CHARS`` (a control, a bidi control, a letter outside ASCII in a name or a
-    reason) shown as '?' (a control as a space), as tex_escape does for report.tex; markup as it is."""
-    import markupsafe
-
-    if not isinstance(v, str) or isinstance(v, markupsafe.Markup):
-        return v
-    if all(32 <= ord(ch) <= 126 or ch == "\n" or ch in HTML_CHARS for ch in v):
-        return v
-    return "".join(
-        ch if 32 <= ord(ch) <= 126 or ch == "\n" or ch in HTML_CHARS else " " if ord(ch) < 32 else "?" for ch in v
-    )
-
-
-def _env_html():
-    import jinja2
-
-    env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(TEMPLATE_DIR)),
-        autoescape=True,
-        undefined=jinja2.StrictUndefined,
-        keep_trailing_newline=True,
-        finalize=html_text,
-    )
-    return env
-
-
-def _env_tex():
-    import jinja2
-
-    return jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(TEMPLATE_DIR)),
-        autoescape=False,
-        undefined=jinja2.StrictUndefined,
-        block_start_string="((*",
-        block_end_string="*))",
-        variable_start_string="(((",
-        variable_end_string=")))",
-        comment_start_string="((=",
-        comment_end_string="=))",
-        line_statement_prefix=None,
-        trim_blocks=True,
-        lstrip_blocks=True,
-        finalize=tex_finalize,
-        keep_trailing_newline=True,
-    )
-
-
 def render_documents(
     sections: list[Section],
     prov: dict[str, Any],
@@ -250,41 +195,35 @@ def render_documents(
     tikz: Callable[[Figure], Any] = lambda fig: "",
 ) -> tuple[str, str]:
     """The HTML and LaTeX texts of a report's sections, in the report's one format
-    (``report/templates``): what :func:`render` writes, and any other report of the project
+    (:mod:`.page`): what :func:`render` writes, and any other report of the project
     (e.g. a comparison) that ``report/check.py`` checks. ``svg`` and ``tikz`` draw a figure."""
-    is_table = lambda it: isinstance(it, Table)  # noqa: E731
-    html = (
-        _env_html()
-        .get_template("report.html.j2")
-        .render(
-            title=title,
-            sections=sections,
-            Num=Num,
-            Table=Table,
-            Figure=Figure,
-            prov=prov,
-            isnum=lambda p: isinstance(p, Num),
-            svg=svg,
-            is_table=is_table,
-        )
+    return html_page(sections, title, svg), tex_page(sections, title, tex_colors(COLORS), tikz)
+
+
+def numbers_bytes(prov: dict[str, Any], N: Numbers, fmt: str = NUMBERS_FORMAT) -> bytes:
+    """numbers.json: the provenance values, the findings and the headline (taken out of ``prov``) and every number."""
+    prov = dict(prov)
+    headline = prov.pop("headline", [])
+    found = prov.pop("findings", [])
+    doc = {"format": fmt, "provenance": prov, "findings": found, "headline": headline, "numbers": N.as_json()}
+    return json.dumps(doc, indent=1, sort_keys=False, ensure_ascii=False).encode() + b"\n"
+
+
+def report_files(
+    a: Archive, pubkey_fingerprint: str | None = None, data_seal: DataSeal | None = None
+) -> dict[str, bytes]:
+    """The bytes of report.html, report.tex and numbers.json of an archive: a function of its tables
+    and records alone (and of the signing key's fingerprint and the data seal it was rendered from),
+    which ``report/check.py`` runs again on the sealed archive and compares byte for byte."""
+    sections, N, prov = build(a, pubkey_fingerprint, data_seal)
+    html, tex = render_documents(
+        sections,
+        prov,
+        TITLE,
+        svg=lambda fig: Markup(fig.canvas.to_svg()),
+        tikz=lambda fig: TexRaw(fig.canvas.to_tikz()),
     )
-    tex = (
-        _env_tex()
-        .get_template("report.tex.j2")
-        .render(
-            title=title,
-            sections=sections,
-            prov=prov,
-            is_table=is_table,
-            tikz=tikz,
-            cell=tex_cell,
-            colspec=lambda t: TexRaw(
-                "".join("r" if (t.numeric[i] if i < len(t.numeric) else False) else "l" for i in range(len(t.header)))
-            ),
-            colors=TexRaw("\n".join(rf"\definecolor{{rs{k}}}{{HTML}}{{{v[1:].upper()}}}" for k, v in COLORS.items())),
-        )
-    )
-    return html, tex
+    return {"report.html": html.encode(), "report.tex": tex.encode(), "numbers.json": numbers_bytes(prov, N)}
 
 
 def render(
@@ -297,34 +236,16 @@ def render(
     """Render report.html, report.tex, numbers.json (and report.pdf) into ``out_dir`` (default results_dir)."""
     fp = None
     if pubkey is not None:
+        from ..provenance.keys import fingerprint, load_public_key  # lazy: cryptography; the checker renders without it
+
         fp = fingerprint(load_public_key(pubkey))
     out = Path(out_dir) if out_dir is not None else Path(results_dir)
     out.mkdir(parents=True, exist_ok=True)
     a = load_archive(results_dir, out)
-    sections, N, prov = build(a, fp, data_seal)
-    title = "refspec report"
-    html, tex = render_documents(
-        sections,
-        prov,
-        title,
-        svg=lambda fig: __import__("markupsafe").Markup(fig.canvas.to_svg()),
-        tikz=lambda fig: TexRaw(fig.canvas.to_tikz()),
-    )
+    files = report_files(a, fp, read_data_seal(Path(data_seal)) if data_seal is not None else None)
     paths = {"html": out / "report.html", "tex": out / "report.tex", "numbers": out / "numbers.json"}
-    atomic_write_text(paths["html"], html, mode=0o644)
-    atomic_write_text(paths["tex"], tex, mode=0o644)
-    headline = prov.pop("headline", [])
-    found = prov.pop("findings", [])
-    doc = {
-        "format": NUMBERS_FORMAT,
-        "provenance": prov,
-        "findings": found,
-        "headline": headline,
-        "numbers": N.as_json(),
-    }
-    atomic_write_bytes(
-        paths["numbers"], json.dumps(doc, indent=1, sort_keys=False, ensure_ascii=False).encode() + b"\n", mode=0o644
-    )
+    for key, name in (("html", "report.html"), ("tex", "report.tex"), ("numbers", "numbers.json")):
+        atomic_write_bytes(paths[key], files[name], mode=0o644)
     if pdf:
         p = compile_pdf(paths["tex"])
         if p is not None:

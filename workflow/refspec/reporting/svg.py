@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from ..core.stats import DECIDED
 from .document import DASH
+from .page import escape
 from .tex import tex_escape
 
 COLORS = {
@@ -65,8 +66,6 @@ class Canvas:
 
     # ---- SVG
     def to_svg(self) -> str:
-        from markupsafe import escape
-
         out = [
             f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {self.width:.0f} {self.height:.0f}" '
             f'role="img" aria-label="{escape(self.title)}" class="fig">',

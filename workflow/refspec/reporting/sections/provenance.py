@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -98,8 +99,29 @@ def reproduction_rows(manifest: Any) -> list[list[Cell]]:
     return [[Cell([labels[k]]), Cell([v], cls="mono"), Cell([notes[k]])] for k, v in t.items()]
 
 
+@dataclass(frozen=True)
+class DataSeal:
+    """What the report shows of the seal of the data it was rendered from: its digest and signing key ids."""
+
+    sha256: str
+    keyids: tuple[str, ...] = ()
+
+
+def read_data_seal(path: Path) -> DataSeal | None:
+    """The :class:`DataSeal` of a SEAL.dsse.json file, or None when there is none."""
+    if not path.is_file():
+        return None
+    env = read_json(path)
+    keyids: list[str] = []
+    if isinstance(env, dict):
+        for s_ in env.get("signatures") or []:
+            if isinstance(s_, dict) and isinstance(s_.get("keyid"), str):
+                keyids.append(s_["keyid"])
+    return DataSeal(sha256_file(path), tuple(keyids))
+
+
 def section_provenance(
-    a: Archive, pubkey_fingerprint: str | None, data_seal: str | Path | None = None
+    a: Archive, pubkey_fingerprint: str | None, data_seal: DataSeal | None = None
 ) -> tuple[Section, dict[str, Any]]:
     sec = Section("provenance", "Provenance")
     prov: dict[str, Any] = {}
@@ -162,15 +184,11 @@ def section_provenance(
                 ),
             ]
         )
-    if data_seal is not None and Path(data_seal).is_file():
+    if data_seal is not None:
         # the seal of the data this report was rendered from; the archive's own seal (which covers
         # this report) names it as its previous seal
-        prov["data_seal_sha256"] = sha256_file(Path(data_seal))
-        env = read_json(Path(data_seal))
-        if isinstance(env, dict):
-            for s_ in env.get("signatures") or []:
-                if isinstance(s_, dict) and isinstance(s_.get("keyid"), str):
-                    keyids.append(s_["keyid"])
+        prov["data_seal_sha256"] = data_seal.sha256
+        keyids.extend(data_seal.keyids)
         kv(
             "data seal sha256",
             prov["data_seal_sha256"],

@@ -1,0 +1,90 @@
+"""The report rendered again: report.html, report.tex and numbers.json must be, byte for byte, what the
+report's canonical rendering makes of the archive's sealed tables and records.
+
+The rendering is the pipeline's own (``workflow/refspec/reporting``, standard library only: the checker
+runs it under ``python3 -I -S``, where nothing else can be imported). It reads each table's CSV copy, typed
+by the table's schema, plan.json, manifest.json and ledger.jsonl, and two values that do not come from the
+tables: the signing key's fingerprint and the data seal's digest, both taken from numbers.json and both
+checked against the archive's own seal (``provenance.check_data_seal``). Every number the rendering shows is
+recomputed by the checker's own code (``numbers.check_numbers`` and the section checks), so what a reader
+sees is the checker's numbers in the one layout the tables give: a changed word, row, order, style, figure
+or line of report.tex is a difference of bytes.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from refspec_check.problems import Checker
+
+#: the folder holding the ``refspec`` package, beside this checker's folder in the repository
+WORKFLOW = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "workflow")
+RENDERED = ("report.html", "report.tex", "numbers.json")
+
+
+def _renderer():
+    """The ``refspec.reporting`` modules (render, document, provenance section), or an error text."""
+    if not os.path.isfile(os.path.join(WORKFLOW, "refspec", "reporting", "render.py")):
+        return None, (
+            f"the canonical renderer is not beside the checker ({WORKFLOW}/refspec/reporting): "
+            "carry the repository's report/ and workflow/ folders together"
+        )
+    if WORKFLOW not in sys.path:
+        sys.path.insert(0, WORKFLOW)
+    try:
+        from refspec.reporting import document, render
+        from refspec.reporting.sections.provenance import DataSeal
+    except Exception as e:  # an import outside the standard library, or a broken source
+        return None, f"the canonical renderer cannot be imported ({type(e).__name__}: {e})"
+    return (document, render, DataSeal), None
+
+
+def first_difference(have: bytes, want: bytes) -> str:
+    """Where two renderings first differ: the line, and each side's text around the first differing character."""
+    a = have.decode("utf-8", "replace").split("\n")
+    b = want.decode("utf-8", "replace").split("\n")
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            j = next((k for k, (p, q) in enumerate(zip(x, y)) if p != q), min(len(x), len(y)))
+            lo = max(0, j - 40)
+            return f"line {i + 1}: the archive has {x[lo : j + 60]!r}, the tables give {y[lo : j + 60]!r}"
+    if len(a) != len(b):
+        n = min(len(a), len(b))
+        return f"the archive has {len(a)} lines, the tables give {len(b)} (from line {n + 1} on)"
+    return "the bytes differ"  # only a line ending or encoding detail
+
+
+def check_rendering(c: Checker, report_dir: str, prov: dict) -> None:
+    """report.html, report.tex and numbers.json of ``report_dir`` equal the rendering of the archive's tables."""
+    mods, why = _renderer()
+    where = os.path.relpath(report_dir, c.archive).replace(os.sep, "/")
+    where = "" if where == "." else where + "/"
+    if mods is None:
+        c.bad(f"{where}report.html", why)
+        return
+    document, render, DataSeal = mods
+    fp = prov.get("pubkey_fingerprint") if isinstance(prov.get("pubkey_fingerprint"), str) else None
+    ds = prov.get("data_seal_sha256")
+    try:
+        a = document.load_archive(c.archive, report_dir, read="csv", seal="seal_sha256" in prov)
+        files = render.report_files(a, fp, DataSeal(ds) if isinstance(ds, str) else None)
+    except Exception as e:  # tables the rendering cannot read: the section checks name the file
+        c.bad(f"{where}report.html", f"the sealed tables cannot be rendered ({type(e).__name__}: {e})")
+        return
+    for name in RENDERED:
+        c.compared += 1
+        path = os.path.join(report_dir, name)
+        try:
+            with open(path, "rb") as f:
+                have = f.read()
+        except OSError as e:
+            c.bad(where + name, f"cannot be read to compare with the canonical rendering ({e})")
+            continue
+        if have == files[name]:
+            c.matched += 1
+        else:
+            c.bad(
+                where + name,
+                "differs from the canonical rendering of the sealed tables, " + first_difference(have, files[name]),
+            )
