@@ -26,6 +26,7 @@ from refspec_check.contract import (
     COMPARE_EXTRA,
     COMPARE_FINDINGS,
     COMPARED_TABLES,
+    COMPARISON_FORMAT,
     posix_rel,
     read_csv_table,
     read_plan,
@@ -35,11 +36,12 @@ from refspec_check.numbers import check_html, check_numbers, check_tex
 from refspec_check.pdf import check_pdf
 from refspec_check.problems import Checker
 from refspec_check.provenance import check_provenance
+from refspec_check.rendering import check_comparison_rendering
 from refspec_check.report import Report
 from refspec_check.seal import Trust, check_sealed, check_signature, key_fingerprint
 from refspec_check.stats import mean, percentile
 
-#: the start of the report's note on a floor given by hand (refspec.compare.report.GIVEN_FLOOR_NOTE)
+#: the start of the report's note on a floor given by hand (refspec.reporting.comparison.GIVEN_FLOOR_NOTE)
 GIVEN_FLOOR = "The noise floor was given by hand (refspec compare --noise-floor)"
 
 
@@ -509,4 +511,8 @@ def check_comparison(c: Checker, rep: Report, unsealed: bool, trust: Trust) -> t
     check_tex(c, ctx.E, rep, stated_nums)
     check_pdf(c, rep.dir, rep.tex is not None and not rep.tex.problems)
     check_provenance(c, rep)
+    if isinstance(compares, dict) and all(isinstance(compares.get(k), dict) for k in ("a", "b")):
+        check_comparison_rendering(c, rep.dir, compares, COMPARISON_FORMAT)
+    else:
+        c.bad(rep.html_rel, "the compared archives are not named: the report cannot be rendered again")
     return check_sealed(c, unsealed, trust)

@@ -1,4 +1,4 @@
-"""The visible words of a comparison report (refspec.compare.report): each row of its preservation and
+"""The visible words of a comparison report (refspec.reporting.comparison): each row of its preservation and
 timings tables, in report.html and report.tex, shows the recomputed labels and verdict of its item, every
 recomputed row is shown exactly once, and the summary notes are the recomputed ones."""
 
@@ -11,10 +11,10 @@ import re
 from refspec_check.problems import Checker
 from refspec_check.report import Report
 
-#: refspec.compare.report.VERDICT_CLASS: the class (colour) of a verdict cell
+#: refspec.reporting.comparison.VERDICT_CLASS: the class (colour) of a verdict cell
 VERDICT_CLASS = {"same": "ok", "reproduced": "ok", "differs": "bad", "not comparable": "unqualified"}
 ALL_SAME = "Every preservation finding is the same."
-#: refspec.compare.report._overview: the notes on the registered plans and the pinned inputs (same, differ)
+#: refspec.reporting.comparison._overview: the notes on the registered plans and the pinned inputs (same, differ)
 PLAN_NOTES = ("The registered plans are the same.", "The registered plans differ:")
 PINNED_NOTES = ("The pinned inputs are the same.", "The pinned inputs differ:")
 SOME_DIFFER = "At least one preservation finding differs."

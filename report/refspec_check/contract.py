@@ -765,7 +765,7 @@ COMPARED_TABLES = tuple(
     dict.fromkeys(tuple(v[0] for v in COMPARE_FINDINGS.values()) + ("requests", "ratios", "estimates", "noise"))
 )
 
-#: numbers.json (refspec.reporting.render, refspec.compare.report): its keys and each number's
+#: numbers.json (refspec.reporting.render, refspec.reporting.comparison): its keys and each number's
 NUMBERS_KEYS = ("format", "provenance", "findings", "headline", "numbers")
 NUMBER_KEYS = ("id", "table", "row", "column", "value", "fmt", "text", "source")
 #: the provenance values of numbers.json, each shown in the report (an archive's, then a comparison's)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 
 from refspec_check.problems import Checker
 
@@ -24,7 +25,7 @@ RENDERED = ("report.html", "report.tex", "numbers.json")
 
 
 def _renderer():
-    """The ``refspec.reporting`` modules (render, document, provenance section), or an error text."""
+    """The ``refspec.reporting`` modules (render, document, comparison, provenance section), or an error text."""
     if not os.path.isfile(os.path.join(WORKFLOW, "refspec", "reporting", "render.py")):
         return None, (
             f"the canonical renderer is not beside the checker ({WORKFLOW}/refspec/reporting): "
@@ -33,11 +34,11 @@ def _renderer():
     if WORKFLOW not in sys.path:
         sys.path.insert(0, WORKFLOW)
     try:
-        from refspec.reporting import document, render
+        from refspec.reporting import comparison, document, render
         from refspec.reporting.sections.provenance import DataSeal
     except Exception as e:  # an import outside the standard library, or a broken source
         return None, f"the canonical renderer cannot be imported ({type(e).__name__}: {e})"
-    return (document, render, DataSeal), None
+    return (document, render, comparison, DataSeal), None
 
 
 def first_difference(have: bytes, want: bytes) -> str:
@@ -55,21 +56,21 @@ def first_difference(have: bytes, want: bytes) -> str:
     return "the bytes differ"  # only a line ending or encoding detail
 
 
-def check_rendering(c: Checker, report_dir: str, prov: dict) -> None:
-    """report.html, report.tex and numbers.json of ``report_dir`` equal the rendering of the archive's tables."""
-    mods, why = _renderer()
+def _where(c: Checker, report_dir: str) -> str:
     where = os.path.relpath(report_dir, c.archive).replace(os.sep, "/")
-    where = "" if where == "." else where + "/"
+    return "" if where == "." else where + "/"
+
+
+def _compare(c: Checker, report_dir: str, render) -> None:
+    """Each rendered file of ``report_dir`` against ``render(mods)`` (name -> bytes); the problem names the file."""
+    where = _where(c, report_dir)
+    mods, why = _renderer()
     if mods is None:
         c.bad(f"{where}report.html", why)
         return
-    document, render, DataSeal = mods
-    fp = prov.get("pubkey_fingerprint") if isinstance(prov.get("pubkey_fingerprint"), str) else None
-    ds = prov.get("data_seal_sha256")
     try:
-        a = document.load_archive(c.archive, report_dir, read="csv", seal="seal_sha256" in prov)
-        files = render.report_files(a, fp, DataSeal(ds) if isinstance(ds, str) else None)
-    except Exception as e:  # tables the rendering cannot read: the section checks name the file
+        files = render(*mods)
+    except Exception as e:  # records the rendering cannot read: the section checks name the file
         c.bad(f"{where}report.html", f"the sealed tables cannot be rendered ({type(e).__name__}: {e})")
         return
     for name in RENDERED:
@@ -88,3 +89,21 @@ def check_rendering(c: Checker, report_dir: str, prov: dict) -> None:
                 where + name,
                 "differs from the canonical rendering of the sealed tables, " + first_difference(have, files[name]),
             )
+
+
+def check_rendering(c: Checker, report_dir: str, prov: dict) -> None:
+    """report.html, report.tex and numbers.json of a run's archive equal the rendering of its tables."""
+    fp = prov.get("pubkey_fingerprint") if isinstance(prov.get("pubkey_fingerprint"), str) else None
+    ds = prov.get("data_seal_sha256")
+
+    def render(document, render, _comparison, DataSeal):
+        a = document.load_archive(c.archive, report_dir, read="csv", seal="seal_sha256" in prov)
+        return render.report_files(a, fp, DataSeal(ds) if isinstance(ds, str) else None)
+
+    _compare(c, report_dir, render)
+
+
+def check_comparison_rendering(c: Checker, report_dir: str, compares: dict, fmt: str) -> None:
+    """The same of a comparison archive: its tables, plan.json and manifest.json, and the compared archives
+    as its seal names them (``compares``)."""
+    _compare(c, report_dir, lambda _d, _r, comparison, _s: comparison.comparison_files(Path(c.archive), compares, fmt))

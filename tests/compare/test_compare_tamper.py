@@ -275,3 +275,23 @@ def test_a_claimed_pinned_difference_hiding_every_timing_is_refused(comparison):
         "report.html: does not say 'The pinned inputs are the same.', what the carried plans and manifests give",
         "report.tex: does not say 'The pinned inputs are the same.'",
     )
+
+
+def test_an_edit_of_the_comparison_report_is_refused_by_its_rendering(comparison):
+    """The comparison's report.tex with two section titles exchanged, sealed again: its words all belong to
+    the format, so only the report rendered again from the comparison's tables (refspec_check/rendering.py)
+    tells; the clean comparison archive is its own rendering."""
+
+    def exchange(folder: Path) -> None:
+        p = folder / "report.tex"
+        t = p.read_text(encoding="utf-8")
+        a, b = "\\section{Findings}", "\\section{Differences}"
+        assert a in t and b in t
+        p.write_text(t.replace(a, "\x00").replace(b, a).replace("\x00", b), encoding="utf-8")
+
+    out = _refused(
+        _reseal_edited(comparison, "titles-exchanged", exchange),
+        "MISMATCH report.tex: differs from the canonical rendering of the sealed tables, line ",
+    )
+    assert "report.html: differs" not in out and "numbers.json: differs" not in out, out[-3000:]
+    assert "differs from the canonical rendering" not in _check(comparison["out"])[1]

@@ -18,12 +18,12 @@ from pathlib import Path
 from typing import Any
 
 from .. import __version__
-from ..core.fsutil import atomic_write_text
+from ..core.fsutil import atomic_write_bytes, atomic_write_text
 from ..provenance.ledger import Ledger
 from ..provenance.seal import SealResult, seal
+from ..reporting.comparison import comparison_files
 from .model import ArchiveComparison, ArchiveData
 from .output import COMPARE_CAMPAIGN, COMPARE_FORMAT, comparison_rows, difference_rows, write_rows
-from .report import render_comparison
 
 
 def _carry(c: ArchiveComparison, root: Path) -> None:
@@ -66,7 +66,9 @@ def write_results(c: ArchiveComparison, root: Path) -> None:
     for x in (c.a, c.b):
         led.append({"event": "verified", "archive": x.label, "seal_sha256": x.seal_sha256, "keyid": x.keyid})
     led.append({"event": "compared", "preservation_same": c.preservation_same, "exit_code": c.exit_code})
-    render_comparison(c, root)
+    files = comparison_files(root, {"a": _sealref(c.a), "b": _sealref(c.b)}, COMPARE_FORMAT)
+    for name, data in files.items():
+        atomic_write_bytes(root / name, data, mode=0o644)
 
 
 def write_archive(c: ArchiveComparison, out: Path, key: Any = None, created: str | None = None) -> SealResult:

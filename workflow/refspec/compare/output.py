@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core import tables as T
-from ..core.paths import schemas_dir
+from ..reporting.comparison import table_spec
 from .model import DIFFERS, NOT_COMPARABLE, REPRODUCED, SAME, ArchiveComparison, TimingComparison
 
 COMPARE_FORMAT = "refspec-comparison/1"
@@ -107,10 +107,6 @@ def json_text(c: ArchiveComparison) -> str:
 
 
 # --------------------------------------------------------------------------- tables
-
-
-def table_spec(name: str) -> T.TableSpec:
-    return T.load_spec(schemas_dir() / "compare" / f"{name}.json")
 
 
 def write_rows(rows: list[dict[str, Any]], name: str, out_dir: Path) -> dict[str, Path]:

@@ -540,15 +540,16 @@ def read_records(name: str, directory: str | Path) -> list[dict[str, Any]]:
     return table.to_pylist()
 
 
-def read_csv_records(name: str, directory: str | Path) -> list[dict[str, Any]]:
-    """Rows of the CSV copy, typed by the schema (the checker's reading, for cross-checks)."""
+def read_csv_records(name: str | TableSpec, directory: str | Path) -> list[dict[str, Any]]:
+    """Rows of the CSV copy, typed by the schema (the checker's reading, for cross-checks; the report's
+    reading when ``report/check.py`` renders it again)."""
     sp = spec(name)
-    p = find_table(name, directory, ext="csv")
+    p = find_table(sp.name, directory, ext="csv")
     if p is None:
-        raise TableError(f"table {name}: no {name}.csv in {directory}")
+        raise TableError(f"table {sp.name}: no {sp.name}.csv in {directory}")
     with open(p, newline="", encoding="utf-8") as f:
         rd = csv.reader(f)
         header = next(rd, None)
         if header != sp.names:
-            raise TableError(f"table {name}: {p} header {header} differs from the schema {sp.names}")
+            raise TableError(f"table {sp.name}: {p} header {header} differs from the schema {sp.names}")
         return [{c.name: parse_cell(c.type, c.nullable, t) for c, t in zip(sp.columns, row)} for row in rd]

@@ -2,7 +2,7 @@
 (``report/refspec_check/format.json``).
 
 :func:`extract` reads them from the renderer itself: every string literal of
-``refspec.reporting`` and of ``refspec.compare.report`` (and each literal piece of an f-string; docstrings excepted;
+``refspec.reporting`` (the comparison report included; each literal piece of an f-string; docstrings excepted;
 of :mod:`.page`, the text between the HTML tags, without the stylesheet), white space collapsed; and the precision of each
 number column, from every ``ShownTable.add(id, value, fmt, ...)`` call whose format and the last part of
 whose id are literals, completed by :data:`COLUMN_FORMATS` for the calls that compute them. ``refspec lint`` and
@@ -21,7 +21,6 @@ from ..core.paths import REPO_ROOT
 
 PINNED = REPO_ROOT / "report" / "refspec_check" / "format.json"
 REPORTING = Path(__file__).resolve().parent
-COMPARE_REPORT = REPORTING.parent / "compare" / "report.py"
 
 # precisions of the columns whose ``add`` call computes its format or column (a loop over columns)
 COLUMN_FORMATS = {
@@ -33,7 +32,7 @@ COLUMN_FORMATS = {
     "error": "d",
     "positions": "d",
     "positions_differing": "d",
-    # refspec.compare.report: the two archives' values and intervals, row counts and the band
+    # refspec.reporting.comparison: the two archives' values and intervals, row counts and the band
     "a_value": ".6f",
     "a_lo": ".6f",
     "a_hi": ".6f",
@@ -127,7 +126,7 @@ def extract() -> dict:
     """``{"fragments": [...], "formats": {column: fmt}}`` of the renderer as it is."""
     frags: set[str] = set()
     formats: dict[str, str] = dict(COLUMN_FORMATS)
-    for p in [*sorted(q for q in REPORTING.rglob("*.py") if q.name != "format_text.py"), COMPARE_REPORT]:
+    for p in sorted(q for q in REPORTING.rglob("*.py") if q.name != "format_text.py"):
         tree = ast.parse(p.read_text(encoding="utf-8"))
         docs = _docstrings(tree)
         for node in ast.walk(tree):

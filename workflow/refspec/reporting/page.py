@@ -1,6 +1,6 @@
 """report.html and report.tex of a document's sections, written with the standard library only.
 
-This is the report's one format: the pipeline writes it (:mod:`.render`, :mod:`refspec.compare.report`)
+This is the report's one format: the pipeline writes it (:mod:`.render`, :mod:`.comparison`)
 and ``report/check.py`` runs the same code on the sealed tables and compares the bytes
 (``refspec_check/rendering.py``). Nothing here may import outside the standard library and this package.
 

@@ -1,9 +1,12 @@
-"""The comparison report: report.html, report.tex and numbers.json of a comparison archive.
+"""The comparison report: report.html, report.tex and numbers.json of a comparison archive (``refspec compare``).
 
-Rendered from the comparison's tables (``tables/comparisons.csv``, ``tables/differences.csv``)
-with the project's report document, page and format (``anc/report.md``): every number is
-a checked number (``cmp|ITEM|COLUMN``) that ``report/check.py`` recomputes from the records
-the archive carries (``anc/compare.md``).
+A function of the comparison archive's records alone: its tables (``tables/comparisons.csv``,
+``tables/differences.csv``, read as their CSV copies typed by their specs), plan.json (the noise floor),
+manifest.json (the registered plans' digests), the digests of its records and the compared archives as its
+seal names them. ``refspec compare`` writes it (:func:`refspec.compare.archive.write_results`) and
+``report/check.py`` renders it again and compares the bytes (``refspec_check/rendering.py``). Every number
+is a checked number (``cmp|ITEM|COLUMN``) that the checker recomputes from the records the archive carries
+(``anc/compare.md``). Standard library only, like the rest of this package.
 """
 
 from __future__ import annotations
@@ -12,12 +15,12 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ..core.fsutil import atomic_write_bytes, atomic_write_text
+from ..core import tables as T
 from ..core.hashing import sha256_file
-from ..reporting.document import DASH, Cell, Num, Numbers, Section, Table
-from ..reporting.render import render_documents
-from .model import SAME, ArchiveComparison
-from .output import COMPARE_FORMAT, comparison_rows, difference_rows
+from ..core.paths import schemas_dir
+from .document import DASH, Cell, Num, Numbers, Section, Table, read_json
+from .page import html_page, tex_colors, tex_page
+from .svg import COLORS
 
 SRC = "tables/comparisons.csv"
 DIFF_SRC = "tables/differences.csv"
@@ -28,6 +31,11 @@ GIVEN_FLOOR_NOTE = (
     "controls: the band is the practical threshold widened by that floor."
 )
 VERDICT_CLASS = {"same": "ok", "reproduced": "ok", "differs": "bad", "not comparable": "unqualified"}
+
+
+def table_spec(name: str) -> T.TableSpec:
+    """The spec of a comparison archive's table (``workflow/schemas/compare/<name>.json``)."""
+    return T.load_spec(schemas_dir() / "compare" / f"{name}.json")
 
 
 def _num(N: Numbers, item: str, col: str, value: Any, fmt: str, row: dict) -> Num | str:
@@ -43,24 +51,24 @@ def _interval(N: Numbers, r: dict, v: str, lo: str, hi: str) -> list[Any]:
     return parts
 
 
-def _provenance(c: ArchiveComparison, root: Path) -> dict[str, Any]:
+def _provenance(root: Path, compares: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The comparison's records' digests, the compared archives as its seal names them (``compares``:
+    label -> seal_sha256, keyid, archive_id) and their registered plans' digests (its manifest.json)."""
     prov = {
         "manifest_sha256": sha256_file(root / "manifest.json"),
         "plan_sha256": sha256_file(root / "plan.json"),
         "ledger_sha256": sha256_file(root / "ledger.jsonl"),
-        "a_seal_sha256": c.a.seal_sha256,
-        "a_keyid": c.a.keyid,
-        "a_archive_id": c.a.archive_id,
-        "b_seal_sha256": c.b.seal_sha256,
-        "b_keyid": c.b.keyid,
-        "b_archive_id": c.b.archive_id,
-        "a_registered_plan_sha256": c.inputs.plan_a,
-        "b_registered_plan_sha256": c.inputs.plan_b,
     }
+    for lab in ("a", "b"):
+        for k in ("seal_sha256", "keyid", "archive_id"):
+            prov[f"{lab}_{k}"] = compares[lab][k]
+    registered = (read_json(root / "manifest.json") or {}).get("registered_plan_sha256") or {}
+    for lab in ("a", "b"):
+        prov[f"{lab}_registered_plan_sha256"] = registered.get(lab)
     return prov
 
 
-def _overview(c: ArchiveComparison, prov: dict[str, Any]) -> Section:
+def _overview(prov: dict[str, Any], diffs: list[dict[str, Any]], noise: dict[str, Any]) -> Section:
     mono = lambda s: Cell([s], cls="mono")  # noqa: E731
     archives = Table(
         "archives",
@@ -68,10 +76,14 @@ def _overview(c: ArchiveComparison, prov: dict[str, Any]) -> Section:
         [],
         ["", "A", "B"],
         [
-            [Cell(["seal sha256"]), mono(c.a.seal_sha256), mono(c.b.seal_sha256)],
-            [Cell(["signing key"]), mono(c.a.keyid), mono(c.b.keyid)],
-            [Cell(["archive id"]), mono(c.a.archive_id), mono(c.b.archive_id)],
-            [Cell(["registered plan sha256"]), mono(c.inputs.plan_a), mono(c.inputs.plan_b)],
+            [Cell(["seal sha256"]), mono(prov["a_seal_sha256"]), mono(prov["b_seal_sha256"])],
+            [Cell(["signing key"]), mono(prov["a_keyid"]), mono(prov["b_keyid"])],
+            [Cell(["archive id"]), mono(prov["a_archive_id"]), mono(prov["b_archive_id"])],
+            [
+                Cell(["registered plan sha256"]),
+                mono(prov["a_registered_plan_sha256"]),
+                mono(prov["b_registered_plan_sha256"]),
+            ],
         ],
         caption="Each archive was verified against its own pinned key before it was compared.",
     )
@@ -83,7 +95,7 @@ def _overview(c: ArchiveComparison, prov: dict[str, Any]) -> Section:
         [[Cell([k]), mono(prov[f"{k.split('.')[0]}_sha256"])] for k in ("manifest.json", "plan.json", "ledger.jsonl")],
     )
     notes = []
-    plan_same = c.inputs.plan_a == c.inputs.plan_b
+    plan_same = prov["a_registered_plan_sha256"] == prov["b_registered_plan_sha256"]
     notes.append(
         "The registered plans are the same."
         if plan_same
@@ -91,19 +103,17 @@ def _overview(c: ArchiveComparison, prov: dict[str, Any]) -> Section:
     )
     notes.append(
         "The pinned inputs are the same."
-        if not c.inputs.pinned_differences
+        if not any(d["finding"] == "pinned" for d in diffs)
         else "The pinned inputs differ: no timing is comparable (see the differences)."
     )
-    if c.noise_given is not None:
+    if noise.get("given") is not None:
         notes.append(GIVEN_FLOOR_NOTE)
-    elif not c.noise.recorded:
+    elif not noise.get("recorded"):
         notes.append(
             "No A/A control was recorded in either archive: the noise floor is unknown, and the band within which "
             "a ratio of two timings counts as reproduced is the practical threshold alone."
         )
-    return Section(
-        "comparison", "ArchiveComparison of two sealed archives", intro="", items=[archives, records], notes=notes
-    )
+    return Section("comparison", "Comparison of two sealed archives", intro="", items=[archives, records], notes=notes)
 
 
 def _preservation_table(N: Numbers, rows: list[dict[str, Any]]) -> Table:
@@ -164,8 +174,7 @@ def _timings_table(N: Numbers, rows: list[dict[str, Any]]) -> Table:
     )
 
 
-def _differences(c: ArchiveComparison) -> Section:
-    diffs = difference_rows(c)
+def _differences(diffs: list[dict[str, Any]]) -> Section:
     diff_tab = Table(
         "differences",
         "Differences",
@@ -191,12 +200,15 @@ def _differences(c: ArchiveComparison) -> Section:
     )
 
 
-def build(c: ArchiveComparison, root: Path) -> tuple[list[Section], Numbers, dict[str, Any]]:
-    """The comparison report's sections, its number registry and its provenance record."""
+def build(
+    rows: list[dict[str, Any]],
+    diffs: list[dict[str, Any]],
+    noise: dict[str, Any],
+    prov: dict[str, Any],
+) -> tuple[list[Section], Numbers]:
+    """The comparison report's sections and its number registry."""
     N = Numbers()
-    rows = comparison_rows(c)
-    prov = _provenance(c, root)
-    overview = _overview(c, prov)
+    overview = _overview(prov, diffs, noise)
     pres = _preservation_table(N, rows)
     tim = _timings_table(N, rows)
     verdict_sec = Section(
@@ -205,20 +217,28 @@ def build(c: ArchiveComparison, root: Path) -> tuple[list[Section], Numbers, dic
         intro="Preservation: every finding compared row by row. Timings: every qualified ratio and E2 estimate.",
         items=[pres, tim],
     )
-    diff_sec = _differences(c)
-    same = all(f.verdict == SAME for f in c.findings)
+    diff_sec = _differences(diffs)
+    same = all(r["verdict"] == "same" for r in rows if r["section"] == "preservation")
     verdict_sec.notes.append(
         "Every preservation finding is the same." if same else "At least one preservation finding differs."
     )
-    return [overview, verdict_sec, diff_sec], N, prov
+    return [overview, verdict_sec, diff_sec], N
 
 
-def render_comparison(c: ArchiveComparison, root: Path) -> dict[str, Path]:
-    sections, N, prov = build(c, root)
-    html, tex = render_documents(sections, prov, TITLE)
-    paths = {"html": root / "report.html", "tex": root / "report.tex", "numbers": root / "numbers.json"}
-    atomic_write_text(paths["html"], html, mode=0o644)
-    atomic_write_text(paths["tex"], tex, mode=0o644)
-    doc = {"format": COMPARE_FORMAT, "provenance": prov, "numbers": N.as_json()}
-    atomic_write_bytes(paths["numbers"], json.dumps(doc, indent=1, ensure_ascii=False).encode() + b"\n", mode=0o644)
-    return paths
+def comparison_files(root: Path, compares: dict[str, dict[str, Any]], fmt: str) -> dict[str, bytes]:
+    """The bytes of report.html, report.tex and numbers.json (of format ``fmt``) of the comparison
+    archive's records in ``root``, the compared archives being ``compares`` (its seal's ``predicate.compares``)."""
+    rows = T.read_csv_records(table_spec("comparisons"), root)
+    diffs = T.read_csv_records(table_spec("differences"), root)
+    plan = read_json(root / "plan.json") or {}
+    noise = plan.get("noise_floor") if isinstance(plan.get("noise_floor"), dict) else {}
+    prov = _provenance(root, compares)
+    sections, N = build(rows, diffs, noise, prov)
+    html = html_page(sections, TITLE, lambda fig: "")
+    tex = tex_page(sections, TITLE, tex_colors(COLORS), lambda fig: "")
+    doc = {"format": fmt, "provenance": prov, "numbers": N.as_json()}
+    return {
+        "report.html": html.encode(),
+        "report.tex": tex.encode(),
+        "numbers.json": json.dumps(doc, indent=1, ensure_ascii=False).encode() + b"\n",
+    }
