@@ -98,9 +98,8 @@ from refspec_check.stats import (
     t_quantile,
     worker_interval,
 )
-from refspec_check.strict_html import _WORD_STRIP, STYLESHEET_SHA256
+from refspec_check.strict_html import STYLESHEET_SHA256
 from refspec_check.strict_tex import _TEX_NUM_RE, TEX_PREAMBLE_SHA256, tex_id_decode
-from refspec_check.visible import archive_names, ledger_reason_words, visible_digits_problem
 
 __all__ = [
     "B",
@@ -119,19 +118,16 @@ __all__ = [
     "TEX_PREAMBLE_SHA256",
     "_IDENTITY",
     "_TEX_NUM_RE",
-    "_WORD_STRIP",
     "_ed_decode",
     "_ed_equal",
     "_ed_mul",
     "aa_verdict",
-    "archive_names",
     "check",
     "check_qualification",
     "decide_weighed",
     "dsse_pae",
     "ed25519_problem",
     "key_fingerprint",
-    "ledger_reason_words",
     "main",
     "mean",
     "median",
@@ -147,5 +143,4 @@ __all__ = [
     "recompute_qualification",
     "reference_arms",
     "tex_id_decode",
-    "visible_digits_problem",
 ]

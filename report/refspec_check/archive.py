@@ -13,7 +13,7 @@ from refspec_check.figures import check_figures
 from refspec_check.files import check_archive_files
 from refspec_check.findings import check_findings, expect_findings
 from refspec_check.headline import check_headline
-from refspec_check.numbers import check_html, check_numbers, check_tex
+from refspec_check.numbers import check_markup, check_numbers
 from refspec_check.pdf import check_pdf
 from refspec_check.problems import EXIT_UNREADABLE, Checker
 from refspec_check.provenance import check_data_seal, check_host, check_provenance, read_manifest
@@ -91,8 +91,7 @@ def check(archive: str, quiet: bool = False, unsealed: bool = False, trust: Trus
     check_state(ctx)  # partition, KV, crosses, frontier, admission, claims
     found = expect_findings(ctx, qual, facts, plan)
     stated = check_numbers(c, E, rep)
-    check_html(c, E, rep, stated)
-    check_tex(c, E, rep, stated)
+    check_markup(c, rep)
     check_pdf(c, rep.dir, rep.tex is not None and not rep.tex.problems)
     check_figures(c, tables, src, rep)
     prov = check_provenance(c, rep)

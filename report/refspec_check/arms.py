@@ -26,9 +26,9 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 
-from refspec_check.bound import TableText, norm
 from refspec_check.context import Context
 from refspec_check.contract import REFERENCE_ARM, TWIN_SUFFIX
+from refspec_check.html_tables import NUM, TableText, norm
 from refspec_check.qualification import reference_arms
 from refspec_check.report import Report
 from refspec_check.vacuity import is_unrepaired
@@ -51,7 +51,6 @@ HEADER = ("arm", "mode", "micro-batch", "layout", "phase mask", "proposals", "dr
 LAYOUT_ORDER = ("mq", "gs", "pq", "qb", "qh")  # refspec.core.layouts.LAYOUT_ORDER
 TARGET_PHASES = 3  # mask bits 1 and 2: target prefill and continuation
 DASH = "\u2014"
-NUM = "\x00"
 
 
 def natural_key(s: str) -> tuple:

@@ -18,18 +18,18 @@ A finding is one line in plain words, its verdict first, built only from the arc
 :func:`expect_findings` recomputes them (and adds the numbers only the findings show to the expected
 numbers); :func:`check_findings` refuses a finding whose verdict, arms or words are not the tables', a
 finding the tables do not give, one left out, and a findings table of report.html that is not exactly
-numbers.json's findings (report.tex's rows are report.html's: refspec_check.bound.check_tex_rows).
+numbers.json's findings (report.html and report.tex show them as the rendering writes them: rendering.py).
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
 
-from refspec_check.bound import TableText, norm
 from refspec_check.context import Context, Expected
 from refspec_check.contract import REFERENCE_ARM
 from refspec_check.device import SOFTWARE_TIMING, device_values
 from refspec_check.headline import OWN_TABLES, refused_arms
+from refspec_check.html_tables import norm
 from refspec_check.problems import Checker
 from refspec_check.provenance import read_manifest
 from refspec_check.qualification import reference_arms
@@ -300,8 +300,8 @@ def _text(parts: list, stated: dict) -> str:
 
 
 def check_findings(c: Checker, rep: Report, stated: dict, expected: dict[tuple, Finding]) -> None:
-    """numbers.json's findings against :func:`expect_findings`, and report.html's findings table against
-    numbers.json's findings (row for row: verdict, scope, words and numbers)."""
+    """numbers.json's findings against :func:`expect_findings` (report.html and report.tex show them as the
+    rendering of the tables writes them: ``rendering.py``)."""
     doc = rep.numbers_doc.get("findings")
     if not isinstance(doc, list):
         c.bad("numbers.json: findings", "missing: the report must open with its findings")
@@ -341,26 +341,3 @@ def check_findings(c: Checker, rep: Report, stated: dict, expected: dict[tuple, 
     for key in sorted(set(expected) - seen, key=str):
         e = expected[key]
         c.bad("numbers.json: findings", f"leaves out the {e.verdict} finding of {e.scope} ({key[0]} {key[1:]})")
-    check_findings_shown(c, rep, doc)
-
-
-def check_findings_shown(c: Checker, rep: Report, doc: list) -> None:
-    """report.html's findings table is numbers.json's findings, row for row: the verdict, the scope and
-    the finding's words with the same numbers in the same places."""
-    tp = TableText()
-    tp.feed(rep.html_text)
-    tp.close()
-    tables = [t for t in tp.tables if t["id"] == "findings"]
-    rows = [(line, cells) for t in tables for line, cells in t["rows"] if any(tag == "td" for tag, _p in cells)]
-    c.identities += 1
-    if len(tables) > 1:
-        c.bad(rep.html_rel, "more than one findings table")
-    if len(rows) != len(doc):
-        c.bad(f"{rep.html_rel} findings table", f"shows {len(rows)} findings; numbers.json lists {len(doc)}")
-    for j, ((line, cells), f) in enumerate(zip(rows, doc)):
-        if not isinstance(f, dict):
-            continue
-        got = [_said([v if k == "text" else {"num": v} for k, v in parts]) for _t, parts in cells]
-        want = [[norm(str(f.get("verdict")))], [norm(str(f.get("scope")))], _said(f.get("parts") or [])]
-        if got != want:
-            c.bad(f"{rep.html_rel}:{line} findings table", f"row {j + 1} is not numbers.json's findings[{j}]")

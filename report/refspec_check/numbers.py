@@ -1,21 +1,18 @@
-"""The report's numbers versus the recomputation: numbers.json, the numbers report.html and report.tex show
-(to the digits displayed), and their links and sources."""
+"""The report's numbers versus the recomputation (numbers.json: each number's value, source and text), and
+report.html and report.tex against the report's strict subsets and links."""
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import os
 import re
 
-from refspec_check.bound import check_bound_text, check_precision, tex_visible
 from refspec_check.context import Expected
 from refspec_check.contract import posix_rel
 from refspec_check.problems import REL_TOL, Checker, fmt
 from refspec_check.report import Report
 from refspec_check.seal import _inside
 from refspec_check.strict_html import STYLESHEET_SHA256
-from refspec_check.visible import bound_texts, check_visible_digits, digit_problems, visible_names
 
 _NUM_RE = re.compile(r"^(-?)(\d+)(?:\.(\d*))?(?:[eE]([+-]?\d+))?$")
 
@@ -73,37 +70,11 @@ def check_numbers(c: Checker, E: Expected, rep: Report) -> dict:
     return stated
 
 
-def compare_shown(c: Checker, E: Expected, where: str, nid: str, text: str):
-    """One number as a report shows it (HTML or TeX) against its recomputed value; returns the
-    recomputed (value, source) or None when the id is not recomputable (a problem)."""
-    exp = E.items.get(nid)
-    if exp is None:
-        c.bad(where, f"shows {text!r} but the number is not recomputable from the archive")
-        return None
-    c.compared += 1
-    if displayed_matches(text, exp[0]):
-        c.matched += 1
-        check_precision(c, where, nid, text, exp[0])
-    else:
-        c.bad(where, f"shows {text!r}, recomputed {fmt(exp[0])}")
-    return exp
-
-
-def check_html(c: Checker, E: Expected, rep: Report, stated: dict) -> None:
-    """report.html against the recomputed numbers: each displayed number (``data-num``) is the
-    recomputed value rounded to the digits shown, with the recomputed ``data-src``; every number of
-    numbers.json is shown; no active content; every link stays inside the archive and names a file."""
-    shown = set()
-    for nid, text, dsrc, line in rep.hp.nums:
-        where = f"{rep.html_rel}:{line} data-num={nid!r}"
-        shown.add(nid)
-        exp = compare_shown(c, E, where, nid, text)
-        if exp is None:
-            continue
-        if dsrc != exp[1]:
-            c.bad(where, f"data-src {dsrc!r}, expected {exp[1]!r}")
-    for nid in sorted(set(stated) - shown):
-        c.bad(f"{rep.html_rel}", f"number {nid} of numbers.json is not shown")
+def check_markup(c: Checker, rep: Report) -> None:
+    """report.html and report.tex against the report's strict subsets (``StrictHTML``, ``StrictTeX``): no
+    active content, the one stylesheet, every link inside the archive and naming a file. A report.pdf
+    without its report.tex is a mismatch (the PDF is read through its source). What they show is the
+    rendering of the tables (``rendering.py``); these rules name the line of what breaks the format."""
     for line, msg in rep.hp.problems:
         c.bad(f"{rep.html_rel}:{line}", msg)
     css = "".join(rep.hp.styles)
@@ -112,8 +83,6 @@ def check_html(c: Checker, E: Expected, rep: Report, stated: dict) -> None:
     for href, line in rep.hp.hrefs:
         if href.startswith("#") and href[1:] not in rep.hp.ids:
             c.bad(f"{rep.html_rel}:{line} href={href!r}", "link to an id the report does not have")
-    check_visible_digits(c, rep)
-    check_bound_text(c, rep)
     for attr, val, line in rep.hp.links:
         where = f"{rep.html_rel}:{line} {attr}={val!r}"
         if val.startswith("#"):
@@ -127,32 +96,10 @@ def check_html(c: Checker, E: Expected, rep: Report, stated: dict) -> None:
             c.bad(where, "link leaves the archive")
         elif not os.path.isfile(p):
             c.bad(where, "linked file is missing")
-
-
-def check_tex(c: Checker, E: Expected, rep: Report, stated: dict) -> None:
-    """report.tex, when the archive holds it, against the report's LaTeX subset (``StrictTeX``)
-    and the recomputed numbers: every checked number ``\\rsnum{ID}{TEXT}`` shows its recomputed
-    value rounded to the digits shown, every number of numbers.json is shown, and digits in
-    visible text outside checked numbers follow the HTML rule (``check_visible_digits``). A
-    report.pdf without its report.tex is a mismatch (the PDF is read through its source)."""
-    tp = rep.tex
-    if tp is None:
+    if rep.tex is None:
         if os.path.isfile(os.path.join(rep.dir, "report.pdf")):
             c.bad(posix_rel(os.path.join(rep.dir, "report.pdf"), c.archive), "report.pdf without its report.tex")
         return
     c.files.add(os.path.join(rep.dir, "report.tex"))
-    shown = set()
-    for nid, text, line in tp.nums:
-        where = f"{rep.tex_rel}:{line} rsnum={nid!r}"
-        shown.add(nid)
-        compare_shown(c, E, where, nid, text)
-    for nid in sorted(set(stated) - shown):
-        c.bad(rep.tex_rel, f"number {nid} of numbers.json is not shown")
-    for line, msg in tp.problems:
+    for line, msg in rep.tex.problems:
         c.bad(f"{rep.tex_rel}:{line}", msg)
-    names = visible_names(c, rep)
-    names |= {tex_visible(n) for n in names}
-    bound = functools.cache(lambda: {tex_visible(b) for b in bound_texts(c, rep)})
-    for text, line in tp.text:
-        for word in digit_problems(text, names, bound):
-            c.bad(f"{rep.tex_rel}:{line}", f"digits {word!r} in visible text outside a checked number")

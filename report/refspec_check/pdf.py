@@ -92,7 +92,7 @@ def compile_report(exe: str, tex: bytes, timeout: int = PDF_TIMEOUT) -> tuple[by
 def check_pdf(c: Checker, report_dir: str, tex_ok: bool) -> None:
     """report.pdf beside report.tex: rebuilt and compared byte for byte, or recorded as not checked
     (``c.unchecked``) with the reason. ``tex_ok``: report.tex is present and inside its format (a
-    report.pdf without its report.tex is refused by ``numbers.check_tex``)."""
+    report.pdf without its report.tex is refused by ``numbers.check_markup``)."""
     pdf = os.path.join(report_dir, "report.pdf")
     if not os.path.isfile(pdf):
         return

@@ -94,37 +94,6 @@ META_ALLOWED = ({"charset": "utf-8"}, {"name": "viewport", "content": "width=dev
 # with any other CSS is refused (tests/checker/test_report_strict.py keeps the two in step)
 STYLESHEET_SHA256 = "9a77ebd3360ff07b27ffbf0007ae435284babc9a68501059658dac5f6db793fa"
 
-# Digits in visible text outside a checked number (data-num) are refused unless the word holding
-# them is one of these labels, or a name the archive's own tables hold (see visible_digit_problem).
-LABEL_RE = re.compile(
-    r"(?:E[12]|S\d+(?:\.\d+)?(?:-S\d+)?|§\d+(?:\.\d+)*"  # experiment, table and section labels
-    r"|FP64|F16|F32|sha256|SHA-256|Ed25519|UTF-8"  # formats named in the text
-    r"|python3"  # the interpreter of the auditor's command (the headline's "verify this report")
-    r"|U1|Sn-1|layer-0"  # the state study's arm names and its first layer
-    r"|95%|2\.5/97\.5)"  # the level of the bootstrap interval
-)
-
-# integer columns whose values are row keys or identifiers a table shows as text (a cap, a mask, a
-# layer, a token id, the attention shape of a family ...)
-KEY_COLUMNS = (
-    "cap",
-    "mask",
-    "layer",
-    "q",
-    "k",
-    "ub",
-    "n_kv",
-    "repeat",
-    "argmax",
-    "token_a",
-    "token_b",
-    "n_head",
-    "n_head_kv",
-    "head_dim",
-)
-
-_WORD_STRIP = "()[]{},;:.!?'\"“”‘’"
-
 
 class StrictHTML(HTMLParser):
     """Parse report.html against the subset, recording problems (line, what), the checked numbers

@@ -35,9 +35,15 @@ def clean(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def names(clean) -> set[str]:
-    c = CHECK.Checker(str(clean))
-    CHECK.read_tables(c)
-    return CHECK.archive_names(c)
+    """Every cell value of the archive's tables (the names a signer may compose into a claim)."""
+    import csv
+
+    out: set[str] = set()
+    for p in sorted((clean / "tables").glob("*.csv")):
+        with open(p, newline="", encoding="utf-8") as f:
+            for row in csv.reader(f):
+                out.update(row)
+    return out
 
 
 def resealed(clean: Path, dst: Path, name: str, edit) -> Path:
@@ -168,8 +174,8 @@ ATTACKS = [
     ("confusable letter and vulgar fraction", "report.html", _confusable, "U+00BD VULGAR FRACTION ONE HALF"),
     ("line separator between digits", "report.html", _separator, "U+2028 LINE SEPARATOR"),
     ("zero-width character", "report.html", _zero_width, "U+200B ZERO WIDTH SPACE"),
-    ("names composed into a claim", "report.html", _composed, "digits '"),
-    ("checked span replaced by a name", "report.html", _span_as_name, "digits '"),
+    ("names composed into a claim", "report.html", _composed, "differs from the canonical rendering"),
+    ("checked span replaced by a name", "report.html", _span_as_name, "differs from the canonical rendering"),
     ("</ style> read otherwise by a browser", "report.html", _style_end, "'</ style>"),
     ("the real table inside <title>", "report.html", _title_table, "markup inside <title>"),
     ("svg text in a table cell", "report.html", _svg_in_cell, "<svg> inside <td>"),
@@ -253,16 +259,6 @@ def test_refused_characters_are_named(ch, kind):
     assert line == 2 and f"U+{ord(ch):04X}" in msg and kind in msg, msg
     if unicodedata.name(ch, ""):
         assert unicodedata.name(ch) in msg
-
-
-def test_a_number_is_never_a_name():
-    """A word of digits and number separators is refused even where the archive holds it as a
-    name; a name with a letter, a label and a long digit-only digest pass."""
-    names = {"8", "24", "8/8", "1,5", "HumanEval/8", "w05-C_k5u6", "123456789012"}
-    for w in ("8", "24", "8/8", "1,5", "=24", "8.", "(8)"):
-        assert CHECK.visible_digits_problem(w, names), w
-    for w in ("HumanEval/8", "w05-C_k5u6", "E2", "S13", "123456789012", "(HumanEval/8)"):
-        assert not CHECK.visible_digits_problem(w, names), w
 
 
 def test_the_renderer_shows_other_characters_of_the_data_as_question_marks():

@@ -1,6 +1,6 @@
 """The archive's data records are a closed world (refspec_check.files, refspec_check.contract): a file,
-table, column, numbers.json key or ledger record the format does not declare is refused, and the report's
-labels come from the declared records only (refspec_check.bound.Records).
+table, column, numbers.json key or ledger record the format does not declare is refused, and the report is
+rendered again from the declared records only (refspec_check.rendering).
 
 The dishonest signer of these tests adds data that holds a sentence, writes that sentence into
 report.html and seals the archive again with a valid key, so that the sentence reads as "a value of the
@@ -108,7 +108,9 @@ def numbers_extra_key(work: Path) -> None:
     p.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
 
 
-UNBOUND = f"'{SENTENCE}.' is neither the report format's text nor a name of the archive"
+# the sentence in report.html: the report rendered again from the tables does not hold it (or cannot be
+# rendered from tables whose columns are not their spec's)
+UNBOUND = "MISMATCH report.html: "
 
 CASES = [
     (

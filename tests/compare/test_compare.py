@@ -249,7 +249,8 @@ def test_the_comparison_archive_is_sealed_and_checked(study_copy, capsys):
     assert m
     (edited / "report.html").write_text(html.replace(m.group(0), m.group(0).replace(m.group(1), "1.000000"), 1))
     code, stdout = run_check(edited, signed_a, pubkey=study_copy["key"].public_path)
-    assert code == 1 and "cmp|estimate|smollm2-135m|target|PQ/QB|ratio" in stdout
+    assert code == 1 and "MISMATCH report.html: differs from the canonical rendering" in stdout, stdout[-3000:]
+    assert ">1.000000</span>" in stdout, stdout[-3000:]
 
 
 def test_noise_floor_is_the_widest_reach_of_the_archives_a_a_controls():

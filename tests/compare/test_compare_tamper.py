@@ -161,12 +161,10 @@ def test_a_deleted_differs_row_is_refused(comparison):
         assert [f.verdict for f in c.findings if f.finding == "endpoints"] == ["differs"]
         c.findings = [f for f in c.findings if f.finding != "endpoints"]
 
-    out = _refused(
+    _refused(
         _lie(comparison, "no-endpoints", drop),
         "row 'endpoints' missing: the carried inputs give it, with verdict 'differs'",
-        "At least one preservation finding differs.",
     )
-    assert "report.html" in out and "report.tex" in out
 
 
 def test_a_changed_timing_verdict_is_refused(comparison):
@@ -180,7 +178,6 @@ def test_a_changed_timing_verdict_is_refused(comparison):
     _refused(
         _lie(comparison, "hidden-timing", hide),
         "path=spec comparison=PQ/QB] column verdict: verdict 'not comparable' != recomputed 'differs'",
-        f"[row of {item}]: column 10 reads 'not comparable', the carried inputs give 'differs'",
     )
 
 
@@ -217,9 +214,8 @@ def test_a_verdict_word_changed_in_the_report_is_refused(comparison):
 
     _refused(
         _reseal_edited(comparison, "word", edit),
-        "report.html [row of endpoints]: column 6 reads 'same', the carried inputs give 'differs'",
-        "report.html [row of endpoints]: the verdict is shown as 'ok', not as 'bad'",
-        "report.tex [row of endpoints]: column 6 reads 'same', the carried inputs give 'differs'",
+        "MISMATCH report.html: differs from the canonical rendering of the sealed tables, line ",
+        "MISMATCH report.tex: differs from the canonical rendering of the sealed tables, line ",
     )
 
 
@@ -272,8 +268,8 @@ def test_a_claimed_pinned_difference_hiding_every_timing_is_refused(comparison):
     _refused(
         _lie(comparison, "claimed-pinned", claim),
         "column verdict: verdict 'not comparable' != recomputed 'differs'",
-        "report.html: does not say 'The pinned inputs are the same.', what the carried plans and manifests give",
-        "report.tex: does not say 'The pinned inputs are the same.'",
+        "MISMATCH tables/differences.csv: the carried manifests' pinned inputs are the same, but the differences "
+        "list pinned inputs",
     )
 
 
