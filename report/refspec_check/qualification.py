@@ -37,6 +37,28 @@ def reference_arms(plan) -> dict:
     return out
 
 
+def qualification_reason(
+    qualified: bool, has_ref: bool, n_ref_endpoints: int, n_need: int, n_req: int, n_match: int, fd
+) -> str | None:
+    """Why an arm does not qualify on a task, as the qualification table says it (None when it does): no
+    completed reference request; a reference with more than one endpoint; no required request; else the
+    required requests not completed and the endpoints that differ, with the first divergence's index."""
+    if qualified:
+        return None
+    if not has_ref:
+        return "no completed reference request"
+    if n_ref_endpoints != 1:
+        return f"reference unstable: {n_ref_endpoints} distinct R endpoints"
+    if n_need == 0:
+        return "no required request"
+    parts = []
+    if n_need - n_req:
+        parts.append(f"{n_need - n_req} of {n_need} required requests not completed")
+    if n_req - n_match:
+        parts.append(f"{n_req - n_match} of {n_req} endpoints differ, first at index {fd}")
+    return "; ".join(parts) or "not qualified"
+
+
 def recompute_qualification(requests: list, endpoints: list, references: dict | None = None) -> dict:
     """(campaign, family, task, cap, arm) -> recomputed qualification facts; ``references`` maps a
     campaign to its reference arm (:func:`reference_arms`; R when absent)."""
@@ -78,11 +100,15 @@ def recompute_qualification(requests: list, endpoints: list, references: dict | 
                 fd = best[0]
                 rt = ref["tokens"][fd] if fd < len(ref["tokens"]) else None
                 at = best[1]["tokens"][fd] if fd < len(best[1]["tokens"]) else None
+        qualified = stable and len(need) > 0 and n_match == len(need)
         out[k] = dict(
             n_required=len(need),
             n_requests=len(eps),
             n_matching=n_match,
-            qualified=stable and len(need) > 0 and n_match == len(need),
+            qualified=qualified,
+            reason=qualification_reason(
+                qualified, ref is not None, len({e["endpoint_sha256"] for e in refs}), len(need), len(eps), n_match, fd
+            ),
             ref_endpoint_sha256=ref_sha,
             first_diff_index=fd,
             ref_token=rt,

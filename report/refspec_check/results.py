@@ -113,10 +113,9 @@ def check_qualification(ctx: Context, references: dict | None = None) -> dict:
             for col in ("ref_margin", "arm_margin", "divergence", "near_tie_bound"):
                 rq[col] = q[col]
             check_divergence(c, lambda col, i=i: tq.where(i, col), q)
+            c.recomputed += 1
+            c.same(tq.where(i, "reason"), q["reason"], rq["reason"], "reason")
             rq["reason"] = q["reason"]
-            c.identities += 1
-            if (q["reason"] is None) != bool(q["qualified"]):
-                c.bad(tq.where(i, "reason"), "a reason must be given exactly when not qualified")
         for k in sorted(set(qual) - stated_keys):
             c.bad(tq.rel, f"no row for campaign={k[0]} family={k[1]} task={k[2]} cap={k[3]} arm={k[4]}")
             qual.pop(k)
@@ -146,6 +145,19 @@ def check_qualification(ctx: Context, references: dict | None = None) -> dict:
             if ex["vacuous"]:
                 E.add(("vacuity", camp, fam, "screened"), ex["screened"], s_q)
     return qual
+
+
+def unqualified_reason(panel: dict, arms) -> str | None:
+    """Why a comparison is not qualified, as the ratio table says it: for each arm not qualified on every
+    task of the panel, "ARM not qualified on BAD/ALL tasks (the first five bad tasks, ' ...' after them)"."""
+    tasks = sorted(panel)
+    parts = []
+    for a in arms:
+        bad = [t for t in tasks if not panel[t].get(a, False)]
+        if bad:
+            shown = " ".join(bad[:5]) + (" ..." if len(bad) > 5 else "")
+            parts.append(f"{a} not qualified on {len(bad)}/{len(tasks)} tasks ({shown})")
+    return "; ".join(parts) if parts else None
 
 
 def check_ratios(ctx: Context, qual: dict, facts: dict) -> None:
@@ -193,6 +205,7 @@ def check_ratios(ctx: Context, qual: dict, facts: dict) -> None:
         if not q_ok:
             for col in ("ratio", "cpu_ratio", "n_regressions", "regressed_tasks") + INTERVAL_COLUMNS:
                 c.same(tr.where(i, col), row.get(col), None, "unqualified comparison must have no value:")
+            c.same(tr.where(i, "reason"), row.get("reason"), unqualified_reason(panel, (a, b)), "reason")
             continue
         num = {t: times.get((camp, fam, cap, a, t), []) for t in tasks}
         den = {t: times.get((camp, fam, cap, b, t), []) for t in tasks}
@@ -315,6 +328,7 @@ def check_diagnostics(ctx: Context, qual: dict, facts: dict) -> None:
             c.bad(td.where(i), "both arms qualify: a qualified ratio is not a diagnostic timing")
         else:
             c.same(td.where(i, "label"), row["label"], diagnostic_label(fa == 0, fb == 0))
+            c.same(td.where(i, "reason"), row["reason"], unqualified_reason(panel, (a, b)), "reason")
         common = [t for t in tasks if dtimes.get((camp, fam, cap, a, t)) and dtimes.get((camp, fam, cap, b, t))]
         c.same(td.where(i, "n_tasks_timed"), row["n_tasks_timed"], len(common))
         E.add(base + ("n_tasks",), len(tasks), s_d)

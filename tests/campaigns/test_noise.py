@@ -321,7 +321,10 @@ def test_edited_aa_number_is_caught(aa_archive, tmp_path):
     p.write_text(html[: m.start(2)] + edited + html[m.end(2) :])
     code, out = run_check(dst)
     assert code == 1
-    assert any(l.startswith("MISMATCH") and m.group(1) in l and f"shows '{edited}'" in l for l in out.splitlines()), out
+    assert any(
+        l.startswith("MISMATCH report.html: differs from the canonical rendering") and f">{edited}</span>" in l
+        for l in out.splitlines()
+    ), out
 
 
 def test_edited_aa_verdict_and_busy_flag_are_caught(aa_archive, tmp_path):

@@ -173,3 +173,31 @@ def test_the_first_difference_names_the_line_and_both_texts():
 
     assert first_difference(b"a\nb c d\n", b"a\nb X d\n") == "line 2: the archive has 'b c d', the tables give 'b X d'"
     assert first_difference(b"a\nb", b"a\nb\nc") == "the archive has 2 lines, the tables give 3 (from line 3 on)"
+
+
+REASONS = [
+    ("ratios", "the reason of an unqualified ratio"),
+    ("diagnostics", "the reason of a diagnostic timing"),
+    ("qualification", "the reason an arm does not qualify on a task"),
+]
+
+
+@pytest.mark.parametrize("table,what", REASONS, ids=[r[0] for r in REASONS])
+def test_a_derived_reason_is_recomputed(stage, tmp_path, table, what):
+    """A text the rendering shows from a derived table is the checker's recomputation: changed in the table
+    and rendered again (report and tables agree), it is refused at its cell."""
+
+    def edit(work: Path) -> None:
+        from refspec.core import tables as T
+        from refspec.reporting import render as report
+
+        rows = T.read_records(table, work / "tables")
+        row = next(r for r in rows if r["reason"])
+        row["reason"] = "erratum: " + row["reason"]
+        T.write_table(rows, table, work / "tables")
+        report.render(work, pdf=False)
+
+    code, out = run_check(reseal_edited(stage, tmp_path / "archive", edit))
+    assert code == 1, out
+    assert re.search(rf"MISMATCH tables/{table}\.csv:\d+ \[[^]]*\] column reason: reason 'erratum: ", out), (what, out)
+    assert RENDERED not in out, out  # the report is the rendering of these (wrong) tables

@@ -281,7 +281,9 @@ def test_checker_catches_a_changed_projection_count(archive, tmp_path):
     assert html.count(old) == 1
     p.write_text(html.replace(old, old.replace(f">{n['text']}<", f">{n['value'] - 1}<")))
     r = _check(bad)
-    assert r.returncode == 1 and f"data-num={nid!r}" in r.stdout, r.stdout + r.stderr
+    shown = f'projection.csv">{n["value"] - 1}</span>'
+    assert r.returncode == 1 and "MISMATCH report.html: differs from the canonical rendering" in r.stdout, r.stdout
+    assert shown in r.stdout, r.stdout
 
 
 def test_checker_catches_a_changed_projection_row(archive, tmp_path):
