@@ -96,14 +96,12 @@ STYLESHEET_SHA256 = "9a77ebd3360ff07b27ffbf0007ae435284babc9a68501059658dac5f6db
 
 
 class StrictHTML(HTMLParser):
-    """Parse report.html against the subset, recording problems (line, what), the checked numbers
-    (``nums``), the links, ids, the stylesheet and the visible text outside checked numbers."""
+    """Parse report.html against the subset, recording problems (line, what), the links, ids, the
+    stylesheet and the visible text outside checked numbers."""
 
     def __init__(self):
         super().__init__(convert_charrefs=True)
         self.problems: list[tuple[int, str]] = []
-        self.nums: list[tuple[str, str, str | None, int]] = []  # id, text, data-src, line
-        self.table_of: list[str | None] = []
         self.links: list[tuple[str, str, int]] = []
         self.ids: dict[str, int] = {}
         self.hrefs: list[tuple[str, int]] = []
@@ -114,7 +112,6 @@ class StrictHTML(HTMLParser):
         self._run: list[str] = []
         self._run_at: tuple[int, str] = (0, "")
         self.stack: list[tuple[str, int]] = []
-        self._table: str | None = None
         self._num: tuple | None = None
         self._buf: list[str] = []
         self._seen_doctype = False
@@ -199,14 +196,12 @@ class StrictHTML(HTMLParser):
                 self.links.append((k, a[k], line))
         if tag == "a" and a.get("href") is not None:
             self.hrefs.append((a["href"], line))
-        if tag == "table":
-            self._table = a.get("data-table")
         if "data-num" in a:
             if tag != "span" or set(a) != _NUM_ATTRS:
                 self.bad(f"a checked number is a <span> with data-num and data-src only, not <{tag} {sorted(a)}>")
             if not self._in("td") and not self._in("p"):
                 self.bad(f"checked number {a['data-num']!r} outside a table cell or paragraph")
-            self._num = (a["data-num"], a.get("data-src"), line)
+            self._num = (a["data-num"], line)
             self._buf = []
         elif tag == "span":
             self.bad("<span> without data-num")
@@ -236,18 +231,14 @@ class StrictHTML(HTMLParser):
                 return
         self.stack.pop()
         if tag == "span" and self._num is not None:
-            nid, src, line = self._num
+            nid, line = self._num
             text = "".join(self._buf)
             if text != text.strip() or not text:
                 self.problems.append((line, f"checked number {nid!r} has surrounding space or no text"))
-            self.nums.append((nid, text.strip(), src, line))
             if not self._run:
                 self._run_at = (line, self.stack[-1][0] if self.stack else "")
             self._run.append("#")
-            self.table_of.append(self._table)
             self._num = None
-        elif tag == "table":
-            self._table = None
 
     def handle_data(self, data):
         line = self.getpos()[0]

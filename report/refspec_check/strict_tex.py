@@ -95,15 +95,10 @@ def tex_id_decode(s: str) -> str:
 
 
 class StrictTeX:
-    """Parse report.tex against the report's LaTeX subset, recording problems (line, what), the
-    checked numbers ``\\rsnum{ID}{TEXT}`` (``nums``), the visible text of each line outside checked
-    numbers (a checked number stands there as ``#``) and the text of the figures' labels."""
+    """Parse report.tex against the report's LaTeX subset, recording problems (line, what)."""
 
     def __init__(self, text: str):
         self.problems: list[tuple[int, str]] = []
-        self.nums: list[tuple[str, str, int]] = []  # id, text, line
-        self.text: list[tuple[str, int]] = []  # visible text outside the figures, per line
-        self.figure_text: list[tuple[str, int]] = []
         self.envs: list[tuple[str, int]] = []
         self.depth = 0
         self.parse(text)
@@ -153,8 +148,7 @@ class StrictTeX:
                     if end is not None and body[end + 1 : end + 2] != ["\\end{center}"]:
                         self.bad(no, "a figure not closed by \\end{center} on the line after its picture")
                 continue
-            vis = self.scan(line, no)
-            self.text.append(("".join(vis), no))
+            self.scan(line, no)
         if box is not None:
             self.bad(start + 1 + len(body), "a figure is never closed")
         for env, no in self.envs:
@@ -182,16 +176,14 @@ class StrictTeX:
             if any(not (-0.001 <= x <= w + 0.001) for x in xs) or any(not (-0.001 <= y <= h + 0.001) for y in ys):
                 self.bad(no, "a figure draws outside its bounding box")
             if k == 4:
-                vis = self.scan(m.group(3), no, label=True)
-                self.figure_text.append(("".join(vis), no))
+                self.scan(m.group(3), no, label=True)
             return box
         self.bad(no, f"figure line {line[:60]!r} is not in the report format")
         return box
 
-    def scan(self, line: str, no: int, label: bool = False) -> list[str]:
-        """The visible text of one line (a checked number as ``#``), recording what is outside the
-        subset; ``label``: a figure's label (text and the escaping's macros only)."""
-        vis: list[str] = []
+    def scan(self, line: str, no: int, label: bool = False) -> None:
+        """Record what of one line is outside the subset; ``label``: a figure's label (text and the
+        escaping's macros only)."""
         i, n = 0, len(line)
         while i < n:
             ch = line[i]
@@ -203,10 +195,7 @@ class StrictTeX:
                         rest = line[i + 2 :].lstrip(" ")
                         if rest[:1] in ("[", "*"):
                             self.bad(no, "\\\\ with an argument is not in the report format")
-                        vis.append(" ")
-                    elif sym in TEX_SYMBOLS:
-                        vis.append(TEX_SYMBOLS[sym])
-                    else:
+                    elif sym not in TEX_SYMBOLS:
                         self.bad(no, f"control symbol \\{sym} is not in the report format")
                     i += 2
                     continue
@@ -217,7 +206,6 @@ class StrictTeX:
                         i = m.end()
                     else:
                         i = m.end() + 2
-                    vis.append(TEX_TEXT_MACROS[word])
                     continue
                 if label:
                     self.bad(no, f"control sequence \\{word} in a figure label")
@@ -229,8 +217,6 @@ class StrictTeX:
                         self.bad(no, "\\rsnum not of the form \\rsnum{ID}{NUMBER}")
                         i = m.end()
                         continue
-                    self.nums.append((tex_id_decode(mm.group(1)), mm.group(2), no))
-                    vis.append("#")
                     i = mm.end()
                     continue
                 if word == "parbox":
@@ -240,25 +226,21 @@ class StrictTeX:
                         i = m.end()
                     else:
                         i = mm.end()
-                    vis.append(" ")
                     continue
                 if word in ("begin", "end"):
                     i = self.env(line, i, no)
-                    vis.append(" ")
                     continue
                 if word in TEX_WORDS:
                     i = m.end()
                     if word in ("section", "subsection") and line[i : i + 1] == "*":
                         i += 1
-                    vis.append(" ")
                     continue
                 self.bad(no, f"control sequence \\{word} is not in the report format")
                 i = m.end()
                 continue
             if ch == "$":
-                for k, v in TEX_MATH.items():
+                for k in TEX_MATH:
                     if line.startswith(k, i):
-                        vis.append(v)
                         i += len(k)
                         break
                 else:
@@ -279,14 +261,9 @@ class StrictTeX:
             if ch in "%#^_~" or (ch == "&" and label):
                 what = {"%": "a comment", "#": "a macro parameter", "~": "an active character"}.get(ch, "math")
                 self.bad(no, f"character {ch!r} ({what}) is not in the report format")
-            elif ch == "&":
-                vis.append(" ")
             elif ord(ch) < 32 or ord(ch) > 126:
                 self.bad(no, f"character {repertoire.describe(ch)} (the report's LaTeX is printable ASCII)")
-            else:
-                vis.append(ch)
             i += 1
-        return vis
 
     def env(self, line: str, i: int, no: int) -> int:
         m = _TEX_ENV_RE.match(line, i)
