@@ -25,7 +25,8 @@ RENDERED = ("report.html", "report.tex", "numbers.json")
 
 
 def _renderer():
-    """The ``refspec.reporting`` modules (render, document, comparison, provenance section), or an error text."""
+    """The ``refspec.reporting`` package with the modules the checks call (render, document, comparison,
+    the provenance section) imported, or an error text."""
     if not os.path.isfile(os.path.join(WORKFLOW, "refspec", "reporting", "render.py")):
         return None, (
             f"the canonical renderer is not beside the checker ({WORKFLOW}/refspec/reporting): "
@@ -34,11 +35,13 @@ def _renderer():
     if WORKFLOW not in sys.path:
         sys.path.insert(0, WORKFLOW)
     try:
-        from refspec.reporting import comparison, document, render
-        from refspec.reporting.sections.provenance import DataSeal
+        import refspec.reporting.comparison
+        import refspec.reporting.document
+        import refspec.reporting.render
+        import refspec.reporting.sections.provenance
     except Exception as e:  # an import outside the standard library, or a broken source
         return None, f"the canonical renderer cannot be imported ({type(e).__name__}: {e})"
-    return (document, render, comparison, DataSeal), None
+    return refspec.reporting, None
 
 
 def first_difference(have: bytes, want: bytes) -> str:
@@ -62,14 +65,15 @@ def _where(c: Checker, report_dir: str) -> str:
 
 
 def _compare(c: Checker, report_dir: str, render) -> None:
-    """Each rendered file of ``report_dir`` against ``render(mods)`` (name -> bytes); the problem names the file."""
+    """Each rendered file of ``report_dir`` against ``render(reporting)`` (name -> bytes; ``reporting`` the
+    ``refspec.reporting`` package); the problem names the file."""
     where = _where(c, report_dir)
-    mods, why = _renderer()
-    if mods is None:
+    reporting, why = _renderer()
+    if reporting is None:
         c.bad(f"{where}report.html", why)
         return
     try:
-        files = render(*mods)
+        files = render(reporting)
     except Exception as e:  # records the rendering cannot read: the section checks name the file
         c.bad(f"{where}report.html", f"the sealed tables cannot be rendered ({type(e).__name__}: {e})")
         return
@@ -96,9 +100,10 @@ def check_rendering(c: Checker, report_dir: str, prov: dict) -> None:
     fp = prov.get("pubkey_fingerprint") if isinstance(prov.get("pubkey_fingerprint"), str) else None
     ds = prov.get("data_seal_sha256")
 
-    def render(document, render, _comparison, DataSeal):
-        a = document.load_archive(c.archive, report_dir, read="csv", seal="seal_sha256" in prov)
-        return render.report_files(a, fp, DataSeal(ds) if isinstance(ds, str) else None)
+    def render(reporting):
+        a = reporting.document.load_archive(c.archive, report_dir, read="csv", seal="seal_sha256" in prov)
+        data_seal = reporting.sections.provenance.ShownSeal(ds) if isinstance(ds, str) else None
+        return reporting.render.report_files(a, fp, data_seal)
 
     _compare(c, report_dir, render)
 
@@ -106,4 +111,4 @@ def check_rendering(c: Checker, report_dir: str, prov: dict) -> None:
 def check_comparison_rendering(c: Checker, report_dir: str, compares: dict, fmt: str) -> None:
     """The same of a comparison archive: its tables, plan.json and manifest.json, and the compared archives
     as its seal names them (``compares``)."""
-    _compare(c, report_dir, lambda _d, _r, comparison, _s: comparison.comparison_files(Path(c.archive), compares, fmt))
+    _compare(c, report_dir, lambda reporting: reporting.comparison.comparison_files(Path(c.archive), compares, fmt))

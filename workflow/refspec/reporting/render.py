@@ -51,7 +51,7 @@ from .sections.claims import section_claims
 from .sections.noise import section_noise
 from .sections.numerical import section_audit, section_replay
 from .sections.prediction import section_prediction
-from .sections.provenance import DataSeal, read_data_seal, section_ledger, section_provenance
+from .sections.provenance import ShownSeal, read_seal, section_ledger, section_provenance
 from .sections.qualification import section_masks, section_qualification
 from .sections.screen import section_screen
 from .sections.state_studies import (
@@ -78,7 +78,7 @@ TITLE = "refspec report"  # the report format pins the preamble, title included
 
 
 def build(
-    a: Archive, pubkey_fingerprint: str | None = None, data_seal: DataSeal | None = None
+    a: Archive, pubkey_fingerprint: str | None = None, data_seal: ShownSeal | None = None
 ) -> tuple[list[Section], Numbers, dict[str, Any]]:
     N = Numbers()
     plan = read_json(a.files["plan"]) if "plan" in a.files else None
@@ -210,7 +210,7 @@ def numbers_bytes(prov: dict[str, Any], N: Numbers, fmt: str = NUMBERS_FORMAT) -
 
 
 def report_files(
-    a: Archive, pubkey_fingerprint: str | None = None, data_seal: DataSeal | None = None
+    a: Archive, pubkey_fingerprint: str | None = None, data_seal: ShownSeal | None = None
 ) -> dict[str, bytes]:
     """The bytes of report.html, report.tex and numbers.json of an archive: a function of its tables
     and records alone (and of the signing key's fingerprint and the data seal it was rendered from),
@@ -242,7 +242,7 @@ def render(
     out = Path(out_dir) if out_dir is not None else Path(results_dir)
     out.mkdir(parents=True, exist_ok=True)
     a = load_archive(results_dir, out)
-    files = report_files(a, fp, read_data_seal(Path(data_seal)) if data_seal is not None else None)
+    files = report_files(a, fp, read_seal(Path(data_seal)) if data_seal is not None else None)
     paths = {"html": out / "report.html", "tex": out / "report.tex", "numbers": out / "numbers.json"}
     for key, name in (("html", "report.html"), ("tex", "report.tex"), ("numbers", "numbers.json")):
         atomic_write_bytes(paths[key], files[name], mode=0o644)

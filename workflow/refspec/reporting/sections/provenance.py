@@ -100,15 +100,16 @@ def reproduction_rows(manifest: Any) -> list[list[Cell]]:
 
 
 @dataclass(frozen=True)
-class DataSeal:
-    """What the report shows of the seal of the data it was rendered from: its digest and signing key ids."""
+class ShownSeal:
+    """What the report shows of a seal (the folder's own, or that of the data it was rendered from): its
+    digest and signing key ids."""
 
     sha256: str
     keyids: tuple[str, ...] = ()
 
 
-def read_data_seal(path: Path) -> DataSeal | None:
-    """The :class:`DataSeal` of a SEAL.dsse.json file, or None when there is none."""
+def read_seal(path: Path) -> ShownSeal | None:
+    """The :class:`ShownSeal` of a SEAL.dsse.json file, or None when there is none."""
     if not path.is_file():
         return None
     env = read_json(path)
@@ -117,11 +118,11 @@ def read_data_seal(path: Path) -> DataSeal | None:
         for s_ in env.get("signatures") or []:
             if isinstance(s_, dict) and isinstance(s_.get("keyid"), str):
                 keyids.append(s_["keyid"])
-    return DataSeal(sha256_file(path), tuple(keyids))
+    return ShownSeal(sha256_file(path), tuple(keyids))
 
 
 def section_provenance(
-    a: Archive, pubkey_fingerprint: str | None, data_seal: DataSeal | None = None
+    a: Archive, pubkey_fingerprint: str | None, data_seal: ShownSeal | None = None
 ) -> tuple[Section, dict[str, Any]]:
     sec = Section("provenance", "Provenance")
     prov: dict[str, Any] = {}
@@ -159,16 +160,10 @@ def section_provenance(
     if led:
         prov["ledger_sha256"] = sha256_file(led)
     kv("ledger.jsonl sha256", prov.get("ledger_sha256"), "append-only ledger of every attempt")
-    seal = a.files.get("seal")
-    keyids: list[str] = []
+    seal = read_seal(a.files["seal"]) if "seal" in a.files else None
+    keyids = list(seal.keyids) if seal else []
     if seal:
-        prov["seal_sha256"] = sha256_file(seal)
-        env = read_json(seal)
-        if isinstance(env, dict):
-            for s in env.get("signatures") or []:
-                if isinstance(s, dict) and isinstance(s.get("keyid"), str):
-                    keyids.append(s["keyid"])
-    if seal:
+        prov["seal_sha256"] = seal.sha256
         kv("SEAL.dsse.json sha256", prov["seal_sha256"], "seal present when this report was rendered")
     else:
         # the archive's own seal covers this report, so the report cannot hold that seal's digest
