@@ -172,13 +172,13 @@ def arm_evidence(arms: dict[str, Arm], base: dict, reference: str = REFERENCE_AR
         prop = sum(r["row"]["proposals"] or 0 for r in mine)
         if arm.speculative and prop:
             parts.append(f"acceptance {sum(r['row']['accepted'] or 0 for r in mine) / prop:.3f}")
-        if name != reference and getattr(arm, "kind", "worker") != "server":
+        if name != reference and getattr(arm, "kind", "worker") == "worker":
             checks = nonvacuity(arm, mine)["checks"]
             parts.append(
                 "non-vacuity: " + ", ".join(f"{k.replace('_', ' ')} {'yes' if v else 'NO'}" for k, v in checks.items())
             )
-        if getattr(arm, "kind", "worker") == "server":  # a black box: no engine counters to check
-            parts.append("server: draft counts only (no engine counters)")
+        if getattr(arm, "kind", "worker") != "worker":  # a black box: no engine counters to check
+            parts.append(f"{arm.kind}: draft counts only (no engine counters)")
         lines.append(f"  {name:8s} " + "; ".join(parts))
     return "per arm (completed requests):\n" + "\n".join(lines)
 

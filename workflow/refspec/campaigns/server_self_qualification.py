@@ -1,6 +1,8 @@
 """``refspec qualify server --server-binary PATH`` (or ``--url URL --reference-url URL``): is a llama.cpp
 server's batching and speculative decoding lossless against that same server's own greedy
-micro-batch-1 output?
+micro-batch-1 output? ``refspec qualify openvino`` asks the same of OpenVINO GenAI
+(:func:`openvino_arms`: ``O_ref`` its stateful greedy pipeline, ``O_cb`` its continuous-batching
+pipeline without a draft, ``O_spec`` the same with the draft).
 
 A preset of the confirmation campaign (:mod:`refspec.campaigns.arm_qualification`) with server arms only
 (``anc/servers.md``), written to ``DIR/qualify-arms.yaml`` and run by the campaign engine:
@@ -30,6 +32,11 @@ from ..core.hashing import sha256_file
 REFERENCE = "S_ref"
 PLAIN = "S_ub512"
 SPEC = "S_spec"
+# OpenVINO GenAI (refspec qualify openvino, anc/openvino.md)
+OV_REFERENCE = "O_ref"
+OV_BATCHED = "O_cb"
+OV_SPEC = "O_spec"
+OV_BATCHED_TOKENS = 256  # SchedulerConfig.max_num_batched_tokens, the engine's default
 ARMS_FILE = "qualify-arms.yaml"
 FAMILIES_FILE = "qualify-families.yaml"
 DEFAULT_PANEL = "humaneval:0-11"
@@ -90,9 +97,48 @@ def server_arms(
     return arms
 
 
+def openvino_arms(*, speculative: bool, k: int = 4, ready_timeout_s: float = 600.0) -> dict:
+    """The arms file of an OpenVINO GenAI qualification (``anc/openvino.md``): the engine's own greedy
+    reference (the stateful pipeline), the same model in its continuous-batching pipeline (the control
+    that separates that pipeline's geometry from speculation) and, with a draft, its speculative
+    decoding (``k`` draft tokens a step)."""
+    base = {"kind": "openvino", "layout": "mq", "mask": 0}
+    cb = {"pipeline": "continuous_batching", "ready_timeout_s": ready_timeout_s}
+    arms = {
+        OV_REFERENCE: {
+            **base,
+            "mode": "target",
+            "ub": 1,
+            "openvino": {"pipeline": "stateful", "ready_timeout_s": ready_timeout_s},
+            "description": "OpenVINO GenAI's stateful LLMPipeline, greedy, no draft: the engine's reference "
+            "(the whole prompt in one inference, then one token a step; ub does not apply)",
+        },
+        OV_BATCHED: {
+            **base,
+            "mode": "target",
+            "ub": OV_BATCHED_TOKENS,
+            "openvino": cb,
+            "description": f"the same model in the continuous-batching pipeline (paged KV cache, "
+            f"{OV_BATCHED_TOKENS} tokens a step), greedy, no draft",
+        },
+    }
+    if speculative:
+        arms[OV_SPEC] = {
+            **base,
+            "mode": "spec",
+            "ub": OV_BATCHED_TOKENS,
+            "k": k,
+            "openvino": cb,
+            "description": f"the continuous-batching pipeline with the draft model, {k} draft tokens a step",
+        }
+    return arms
+
+
 def write_arms(root: Path, arms: dict) -> Path:
     path = root / ARMS_FILE
-    text = "# refspec qualify: the server arms (anc/servers.md)\n" + yaml.safe_dump({"arms": arms}, sort_keys=False)
+    text = "# refspec qualify: the arms (anc/servers.md, anc/openvino.md)\n" + yaml.safe_dump(
+        {"arms": arms}, sort_keys=False
+    )
     atomic_write_text(path, text, mode=0o644)
     return path
 

@@ -21,6 +21,13 @@ verdict line per arm, then the report's findings as ``./run main`` prints them):
 
 Exit status: 0 every candidate reproduces the reference, 1 one does not, 2 usage, 3 integrity,
 5 a request or server failed.
+
+``refspec qualify openvino``: OpenVINO GenAI's continuous-batching pipeline and its speculative
+decoding against the engine's own greedy reference, its stateful pipeline, on the same GGUF files
+(``anc/openvino.md``; the engine's environment is created on first use). The same archive, lines and
+exit status as ``qualify server``:
+
+    refspec qualify openvino --model target.gguf [--draft draft.gguf] [-k 4] [--panel humaneval:0-11] [--cap 128]
 """
 
 from __future__ import annotations
@@ -53,7 +60,7 @@ def _common(p: argparse.ArgumentParser) -> None:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    sub = p.add_subparsers(dest="kind", metavar="arms|server", required=True)
+    sub = p.add_subparsers(dest="kind", metavar="arms|server|openvino", required=True)
     a = sub.add_parser(
         "arms",
         help="refspec's arms against R (exit 0 when every planned request completed, qualified or not; 5 when not)",
@@ -76,21 +83,35 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     s.add_argument("--json", action="store_true", help="print the verdicts as one JSON object")
     s.add_argument("--no-seal", action="store_true", help="no sealed archive (results folder only)")
     _common(s)
+    o = sub.add_parser(
+        "openvino",
+        help="OpenVINO GenAI's batched and speculative pipelines against its own stateful greedy pipeline "
+        "(exit 0 every candidate reproduces it, 1 one does not, 5 a request or process failed)",
+    )
+    o.add_argument("--panel", help="panel file, or humaneval:0-11 (default humaneval:0-11)")
+    o.add_argument("--model", required=True, help="the target GGUF file (or a family name)")
+    o.add_argument("-k", type=int, default=4, help="draft tokens per step, num_assistant_tokens (default 4)")
+    o.add_argument("--json", action="store_true", help="print the verdicts as one JSON object")
+    o.add_argument("--no-seal", action="store_true", help="no sealed archive (results folder only)")
+    _common(o)
 
 
 def run_server(args: argparse.Namespace) -> int:
     """``refspec qualify server --server-binary PATH | --url URL --reference-url URL --model M ...``
+    and ``refspec qualify openvino --model M [--draft D]``
     (:func:`refspec.pipeline.server_qualification.qualify_server`): 5 when a planned request has
     no completed attempt, else 0 when every candidate reproduces the reference, else 1."""
-    if not (args.server_binary or args.url):
+    engine = "openvino" if args.kind == "openvino" else "server"
+    if engine == "server" and not (args.server_binary or args.url):
         raise UsageError("qualify server needs --server-binary PATH, or --url URL with --reference-url URL")
     root = results_folder(args.out, args.resume).resolve()
     root.mkdir(parents=True, exist_ok=True)
     options = ServerQualifyOptions(
         model=args.model,
-        server_binary=args.server_binary,
-        url=args.url,
-        reference_url=args.reference_url,
+        engine=engine,
+        server_binary=getattr(args, "server_binary", None),
+        url=getattr(args, "url", None),
+        reference_url=getattr(args, "reference_url", None),
         draft=args.draft,
         k=args.k,
         panel=args.panel,
@@ -109,7 +130,8 @@ def run_server(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(doc, sort_keys=True))
         return code
-    for line in summary_lines(q, args.server_binary or args.url, args.model):
+    target = "openvino-genai" if engine == "openvino" else args.server_binary or args.url
+    for line in summary_lines(q, target, args.model):
         print(line)
     if q.archive is not None and (q.archive / "numbers.json").is_file():
         # the findings and headline of the sealed report, as ./run main prints them
@@ -124,7 +146,7 @@ def run_server(args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    return run_server(args) if args.kind == "server" else run_arms(args)
+    return run_server(args) if args.kind in ("server", "openvino") else run_arms(args)
 
 
 def run_arms(args: argparse.Namespace) -> int:

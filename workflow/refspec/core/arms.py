@@ -14,6 +14,8 @@ if TYPE_CHECKING:  # the configuration (YAML) is read only where arms are loaded
     from .config import Config
 
 SERVER_BUILDS = ("stock", "patched")
+KINDS = ("worker", "server", "openvino")
+OPENVINO_PIPELINES = ("stateful", "continuous_batching")
 REFERENCE_ARM = "R"  # the reference arm: every other arm's endpoints are checked against it
 # The A/A control (anc/campaigns.md): the twin of arm X is X_aa, the same recipe under its own name.
 # Names ending in _aa are reserved for twins.
@@ -72,6 +74,29 @@ class ServerSpec:
 
 
 @dataclass(frozen=True)
+class OpenVINOSpec:
+    """An OpenVINO GenAI arm's pipeline (``kind: openvino``, ``anc/openvino.md``): ``stateful`` (one
+    sequence, the model's own state: the engine's greedy reference) or ``continuous_batching`` (a
+    paged KV cache and a scheduler that takes up to ``ub`` tokens a step; with ``mode: spec`` it
+    verifies ``k`` draft tokens a step). ``ready_timeout_s`` bounds the wait for ``/health``."""
+
+    pipeline: str = "stateful"
+    ready_timeout_s: float = 300.0
+
+    def record(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_record(cls, rec: dict | OpenVINOSpec) -> OpenVINOSpec:
+        if isinstance(rec, OpenVINOSpec):
+            return rec
+        rec = dict(rec or {})
+        if "ready_timeout_s" in rec:
+            rec["ready_timeout_s"] = float(rec["ready_timeout_s"])
+        return cls(**rec)
+
+
+@dataclass(frozen=True)
 class Arm:
     name: str
     mode: str  # target | spec
@@ -86,14 +111,29 @@ class Arm:
     n_ctx: int = 2048
     description: str = ""
     gpu_layers: int | None = None  # n_gpu_layers (-1 every layer); None: the run's setting
-    kind: str = "worker"  # worker (refspec's own) | server (a black-box llama.cpp server, see ServerSpec)
+    kind: str = "worker"  # worker (refspec's own) | server (a black-box llama.cpp server) | openvino
     server: ServerSpec | None = None
+    openvino: OpenVINOSpec | None = None
 
     def __post_init__(self):
         if self.server is not None and not isinstance(self.server, ServerSpec):
             object.__setattr__(self, "server", ServerSpec.from_record(self.server))
-        if self.kind not in ("worker", "server"):
-            raise ConfigError(f"arm {self.name}: kind {self.kind!r} is not worker or server")
+        if self.openvino is not None and not isinstance(self.openvino, OpenVINOSpec):
+            object.__setattr__(self, "openvino", OpenVINOSpec.from_record(self.openvino))
+        if self.kind not in KINDS:
+            raise ConfigError(f"arm {self.name}: kind {self.kind!r} is not one of {', '.join(KINDS)}")
+        if self.kind == "openvino":
+            o = self.openvino
+            if o is None or self.server is not None:
+                raise ConfigError(f"arm {self.name}: an openvino arm names its openvino.pipeline and no server")
+            if o.pipeline not in OPENVINO_PIPELINES:
+                raise ConfigError(
+                    f"arm {self.name}: openvino.pipeline {o.pipeline!r} is not one of {', '.join(OPENVINO_PIPELINES)}"
+                )
+            if self.speculative and o.pipeline != "continuous_batching":
+                raise ConfigError(f"arm {self.name}: OpenVINO GenAI speculates in the continuous_batching pipeline")
+        elif self.openvino is not None:
+            raise ConfigError(f"arm {self.name}: openvino settings need kind: openvino")
         if self.kind == "server":
             s = self.server
             if s is None or sum(x is not None for x in (s.build, s.url, s.binary)) != 1:
@@ -136,8 +176,13 @@ class Arm:
         if self.kind == "worker":  # refspec's own arms keep their record as it always was
             d.pop("kind")
             d.pop("server")
-        else:
+            d.pop("openvino")
+        elif self.kind == "server":  # as server arms always were
             d["server"] = self.server.record()
+            d.pop("openvino")
+        else:
+            d.pop("server")
+            d["openvino"] = self.openvino.record()
         return d
 
 
@@ -150,11 +195,16 @@ def reference_problems(arm: Arm) -> list[str]:
     """Why ``arm`` cannot be a campaign's reference (empty: it can).
 
     The admission rule that R obeys: a micro-batch-1 recipe, i.e. target only (no draft) with a
-    target micro-batch of one row per graph (``ub: 1``). A server arm must not override that
+    target micro-batch of one row per graph (``ub: 1``). OpenVINO GenAI has no micro-batch setting:
+    its reference is the stateful single-sequence pipeline without a draft. A server arm must not override that
     with its own arguments (``-ub``, ``-b``, ``-np``, a draft model)."""
     problems = []
     if arm.speculative:
         problems.append("it speculates (mode spec): a reference runs the target alone")
+    if arm.openvino is not None:  # the engine has no micro-batch setting: its single-sequence pipeline
+        if arm.openvino.pipeline != "stateful":
+            problems.append(f"its pipeline is {arm.openvino.pipeline}: an OpenVINO reference runs the stateful one")
+        return problems
     if arm.ub != 1:
         problems.append(f"its micro-batch is {arm.ub} rows (ub {arm.ub}): a reference runs ub 1")
     if arm.server is not None:

@@ -1,7 +1,8 @@
 """One launcher: the arm's ``kind`` picks the implementation of its process (:mod:`refspec.engine.process`).
 
 ``worker``: refspec's own worker (:mod:`refspec.engine.worker_process`); ``server``: a black-box
-llama.cpp server (:mod:`refspec.engine.server`). Each starts a fresh process for a block,
+llama.cpp server (:mod:`refspec.engine.server`); ``openvino``: an OpenVINO GenAI pipeline
+(:mod:`refspec.engine.openvino`). Each starts a fresh process for a block,
 ledgers the start and records the registered warmup (an excluded row). Only refspec's own
 worker serves several arms in one process (the paired design).
 """
@@ -13,12 +14,13 @@ from collections.abc import Callable
 from ..core.arms import Arm
 from ..core.errors import UsageError
 from .context import RunContext
+from .openvino import start_openvino
 from .process import ArmProcess
 from .server import start_server
 from .worker_process import start_paired_worker, start_worker
 
 Launch = Callable[[RunContext, Arm, int], tuple[ArmProcess, dict]]
-LAUNCHERS: dict[str, Launch] = {"worker": start_worker, "server": start_server}
+LAUNCHERS: dict[str, Launch] = {"worker": start_worker, "server": start_server, "openvino": start_openvino}
 
 
 def start_process(

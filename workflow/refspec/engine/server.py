@@ -177,6 +177,13 @@ def vocabulary_problems(base_url: str, ref: Vocabulary, prompt_ids: list[int]) -
         problems.append(f"vocabulary type {meta.get('vocab_type')} != the reference's {ref.vocab_type}")
     if problems:
         return problems
+    return piece_problems(base_url, ref, prompt_ids)
+
+
+def piece_problems(base_url: str, ref: Vocabulary, prompt_ids: list[int]) -> list[str]:
+    """How the server's ``/detokenize`` of a sample of the vocabulary (and every prompt ID) differs
+    from the reference's pieces (empty: it does not)."""
+    problems = []
     ids = ref.probe_ids(prompt_ids)
     _, raw = send_json("POST", base_url + "/detokenize", {"tokens": ids})
     got = json.loads(raw).get("content")
@@ -538,9 +545,17 @@ def open_server(ctx: RunContext, arm: Arm, wid: str) -> ServerProcess:
 
 def start_server(ctx: RunContext, arm: Arm, block: int) -> tuple[ServerProcess, dict]:
     """Start, check, warm up and record a server arm's server (its :data:`refspec.engine.launcher.LAUNCHERS` entry)."""
+    return start_checked(ctx, arm, block, open_server)
+
+
+def start_checked(ctx: RunContext, arm: Arm, block: int, opener) -> tuple[ServerProcess, dict]:
+    """``opener(ctx, arm, worker_id)`` starts and checks the process (:class:`ServerRefused` when it
+    cannot be timed); then its start is ledgered and its registered warmup run and recorded (an
+    excluded row). Every arm served through the server interface (a llama.cpp server, an OpenVINO
+    GenAI process) starts here."""
     wid = ctx.next_worker_id(arm.name)
     try:
-        w = open_server(ctx, arm, wid)
+        w = opener(ctx, arm, wid)
     except ServerRefused as e:
         ledger_line(ctx, "failure", f"server refused: {e}", worker=wid, arm=arm.name, block=block, outcome="failed")
         raise

@@ -1,4 +1,5 @@
-"""``refspec qualify server`` (:mod:`refspec.campaigns.server_self_qualification`): run
+"""``refspec qualify server`` and ``refspec qualify openvino``
+(:mod:`refspec.campaigns.server_self_qualification`): run
 the campaign, then seal its results and render the report, as ``refspec main`` does for its
 campaigns. :func:`qualify_server` does it and returns a :class:`ServerQualification`; the command
 (:mod:`refspec.commands.qualify`) prints it and chooses the exit status.
@@ -7,7 +8,8 @@ campaigns. :func:`qualify_server` does it and returns a :class:`ServerQualificat
 
     campaigns/confirmation/    the campaign (plan, journal, ledger, tables, summary.json)
     qualify-arms.yaml          the server arms; qualify-families.yaml: the model files' pins
-    manifest.json              the run's source manifest (the server binary, its sha256 and --version)
+    manifest.json              the run's source manifest (the server binary, its sha256 and --version;
+                               for OpenVINO GenAI the IR files and the engine environment's distributions)
     assembled/                 the assembled results (the seal chain: :mod:`refspec.pipeline.seal_chain`)
     sealed-data/               their sealed archive, the first seal of the chain
     rendered/                  the sealed data (without its seal) with the report rendered into it
@@ -25,6 +27,7 @@ from pathlib import Path
 from ..campaigns import server_self_qualification as sq
 from ..campaigns.arm_qualification import run_qualify
 from ..core.config import Config
+from ..core.errors import IntegrityError
 from ..core.fsutil import atomic_write_text
 from ..engine.server_cli import probe_binary
 from ..native import build as native
@@ -41,6 +44,7 @@ class ServerQualifyOptions:
     (``url``, ``reference_url``), the model files, the panel and the campaign's knobs."""
 
     model: str
+    engine: str = "server"  # server (llama.cpp) | openvino (OpenVINO GenAI, anc/openvino.md)
     server_binary: str | None = None
     url: str | None = None
     reference_url: str | None = None
@@ -67,6 +71,7 @@ class ServerQualification:
     verdicts: list[dict]
     version: str | None
     reference_args: str  # how the reference ran, for the summary line
+    reference: str  # the reference arm's name
     wall_s: float
     archive: Path | None
     complete: bool  # every planned request has a completed attempt
@@ -88,12 +93,37 @@ def _piece_reader(files, lib_dir: Path):
     return piece, m
 
 
-def _archive(root: Path, cfg: Config, res, binary: str | None, version: str | None) -> Path:
-    """The manifest, then the seal chain without its check (:func:`run_chain`): ``root/archive``."""
+def _openvino_pins(cfg: Config, family: str, draft: str | None) -> tuple[list[Artifact], dict]:
+    """The IR files the OpenVINO arms loaded (converted from the pinned GGUF files, cached by their
+    inputs' hashes) as model artifacts, and the engine environment's distributions."""
+    from ..engine.openvino_env import ensure_env, ensure_ir, verify_ir
+
+    env = ensure_env()
+    files = ensure_family(family, models_dir=cfg.models_dir, families_file=config_families_file(cfg))
+    models = {"target": files.target}
+    if draft is not None:
+        models["draft"] = files.draft(draft)
+    arts = []
+    for role, m in models.items():
+        ir = ensure_ir(env, Path(m.path), m.sha256)
+        bad = verify_ir(ir)
+        if bad:
+            raise IntegrityError("OpenVINO IR changed since its conversion: " + "; ".join(bad))
+        arts += [Artifact(f"openvino-ir/{role}/{name}", "model", ir.folder / name) for name in sorted(ir.files)]
+    return arts, {"openvino": env.site_packages()}
+
+
+def _archive(root: Path, cfg: Config, res, binary: str | None, version: str | None, engine=None) -> Path:
+    """The manifest, then the seal chain without its check (:func:`run_chain`): ``root/archive``.
+    ``engine``: (artifacts, environments) of an OpenVINO qualification (:func:`_openvino_pins`)."""
     arts = [Artifact("panel", "panel", p) for p in sorted(res.out_dir.glob("panel-*.jsonl"))]
     if binary is not None:
         arts.append(Artifact(f"llama-server ({version or 'no --version'})", "tool", Path(binary)))
-    man = build_manifest(arts, {**cfg.to_dict(), "qualify": {"server_binary": binary, "server_version": version}})
+    extra, envs = engine or ([], {})
+    q = {"server_binary": binary, "server_version": version}
+    if engine is not None:
+        q = {"engine": "openvino-genai", "engine_version": version}
+    man = build_manifest([*arts, *extra], {**cfg.to_dict(), "qualify": q}, environments=envs)
     write_manifest(man, root / "manifest.json")
     pub = root / "signer.pub"
     ensure_keys(pub)
@@ -104,19 +134,28 @@ def qualify_server(cfg: Config, root: Path, o: ServerQualifyOptions) -> ServerQu
     """Run the server qualification in the results folder ``root`` (created) under the workflow
     config ``cfg``; sealed with its report when ``o.seal`` and every request completed."""
     extra, family, draft = sq.model_family(root, o.model, o.draft)
-    arms = sq.server_arms(
-        binary=o.server_binary,
-        url=o.url,
-        reference_url=o.reference_url,
-        speculative=o.draft is not None,
-        k=o.k,
-    )
+    if o.engine == "openvino":
+        from ..engine.openvino_env import ensure_env
+
+        arms = sq.openvino_arms(speculative=o.draft is not None, k=o.k)
+        reference = sq.OV_REFERENCE
+        version = ensure_env().version  # created on first use, before the campaign starts
+        ref_args = "the stateful LLMPipeline"
+    else:
+        arms = sq.server_arms(
+            binary=o.server_binary,
+            url=o.url,
+            reference_url=o.reference_url,
+            speculative=o.draft is not None,
+            k=o.k,
+        )
+        reference = sq.REFERENCE
+        version, ref_args = None, "your server at --reference-url"
+        if o.server_binary:
+            probe = probe_binary(Path(o.server_binary), Path(o.server_binary).resolve().parent)
+            version = probe["version"]
+            ref_args = "-ub 1 -b 1 -np 1" if probe["options"].batch_one else "-ub 1 -np 1"
     cfg = cfg.replace(**extra, arms_file=str(sq.write_arms(root, arms)))
-    version, ref_args = None, "your server at --reference-url"
-    if o.server_binary:
-        probe = probe_binary(Path(o.server_binary), Path(o.server_binary).resolve().parent)
-        version = probe["version"]
-        ref_args = "-ub 1 -b 1 -np 1" if probe["options"].batch_one else "-ub 1 -np 1"
     t0 = time.monotonic()
     res = run_qualify(
         cfg,
@@ -132,7 +171,7 @@ def qualify_server(cfg: Config, root: Path, o: ServerQualifyOptions) -> ServerQu
         retries=o.retries,
         request_timeout=o.request_timeout,
         progress=o.progress,
-        reference=sq.REFERENCE,
+        reference=reference,
     )
     wall = time.monotonic() - t0
     lib_dir = native.current(cfg).lib_dir
@@ -142,25 +181,37 @@ def qualify_server(cfg: Config, root: Path, o: ServerQualifyOptions) -> ServerQu
         vs = sq.verdicts(res.summary, piece)
     finally:
         model.close()
-    archive = _archive(root, cfg, res, o.server_binary, version) if o.seal and res.complete else None
+    archive = None
+    if o.seal and res.complete:
+        engine = _openvino_pins(cfg, family, draft) if o.engine == "openvino" else None
+        archive = _archive(root, cfg, res, o.server_binary, version, engine)
     record = {
-        "server": {
-            "binary": o.server_binary,
-            "version": version,
-            "url": o.url,
-            "reference_url": o.reference_url,
-        },
+        "engine": o.engine,
+        **(
+            {"openvino": {"version": version}}
+            if o.engine == "openvino"
+            else {
+                "server": {
+                    "binary": o.server_binary,
+                    "version": version,
+                    "url": o.url,
+                    "reference_url": o.reference_url,
+                }
+            }
+        ),
         "model": o.model,
         "draft": o.draft,
         "panel": res.summary["panel"],
         "cap": res.summary["cap"],
-        "reference": sq.REFERENCE,
+        "reference": reference,
         "verdicts": vs,
         "wall_s": round(wall, 1),
         "results": str(root),
         "archive": None if archive is None else str(archive),
     }
-    return ServerQualification(root, res.summary, vs, version, ref_args, wall, archive, res.complete, record)
+    return ServerQualification(
+        root, res.summary, vs, version, ref_args, reference, wall, archive, res.complete, record
+    )
 
 
 def write_verdicts(q: ServerQualification, exit_status: int) -> dict:
@@ -178,7 +229,7 @@ def summary_lines(q: ServerQualification, target: str, model: str) -> list[str]:
     return [
         f"refspec qualify: {Path(target).name} ({q.version or 'version unknown'}), "
         f"{Path(model).name}, panel {s['panel']['spec']} ({s['panel']['tasks']} tasks), cap {s['cap']}",
-        f"reference {sq.REFERENCE} ({q.reference_args}, no draft): {ref['runs_per_task']} runs per task, "
+        f"reference {q.reference} ({q.reference_args}, no draft): {ref['runs_per_task']} runs per task, "
         f"stable on {ref['stable_tasks']}/{s['panel']['tasks']} tasks",
         *(sq.verdict_line(v) for v in q.verdicts),
         f"wall time {q.wall_s:.0f} s; results {q.root}"

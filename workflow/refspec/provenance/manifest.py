@@ -202,8 +202,9 @@ def _dist_file(dist: _md.Distribution, filename: str) -> Path | None:
     return None
 
 
-def distribution_entries(path: list[str] | None = None) -> list[dict[str, Any]]:
-    """Every installed distribution visible on ``path`` (default ``sys.path``), first one wins."""
+def distribution_entries(path: list[str] | None = None, prefix: str = "") -> list[dict[str, Any]]:
+    """Every installed distribution visible on ``path`` (default ``sys.path``), first one wins;
+    ``prefix`` names another environment's (``openvino:pkg:pypi/numpy``)."""
     seen: dict[str, dict[str, Any]] = {}
     for dist in _md.distributions(path=path if path is not None else sys.path):
         name = dist.metadata.get("Name") if dist.metadata is not None else None
@@ -214,7 +215,7 @@ def distribution_entries(path: list[str] | None = None) -> list[dict[str, Any]]:
             continue
         version = dist.version
         entry: dict[str, Any] = {
-            "name": f"pkg:pypi/{key}",
+            "name": f"{prefix}pkg:pypi/{key}",
             "uri": f"pkg:pypi/{key}@{version}",
             "digest": {},
             "annotations": {"role": "distribution", "version": version},
@@ -263,10 +264,13 @@ def build_manifest(
     include_gpu: bool = True,
     repo_root: Path = REPO_ROOT,
     created: str | None = None,
+    environments: Mapping[str, list[str]] | None = None,
 ) -> dict[str, Any]:
     """The source manifest of a run (see the module docstring and ``anc/manifest.md``).
 
     ``include_*`` switches exist for small fixtures; a run's manifest includes everything.
+    ``environments``: other Python environments the run's processes used (name -> their
+    ``site-packages``), whose distributions are listed as ``<name>:pkg:pypi/<distribution>``.
     """
     arts = list(artifacts)
     keys = [a.key for a in arts]
@@ -285,6 +289,10 @@ def build_manifest(
     if include_environment:
         deps.append(interpreter_entry())
         deps.extend(distribution_entries())
+        for env_name, paths in sorted((environments or {}).items()):
+            for entry in distribution_entries(list(paths), prefix=f"{env_name}:"):
+                entry["annotations"].update(environment=env_name, paths=list(paths))
+                deps.append(entry)
     external: dict[str, Any] = {"config": config_json, "config_sha256": sha256_json(config_json)}
     if config_path is not None:
         cp = Path(config_path)
@@ -330,7 +338,13 @@ def _options_of(manifest: Mapping[str, Any]) -> dict[str, Any]:
     deps = manifest.get("buildDefinition", {}).get("resolvedDependencies", [])
     roles = {d.get("annotations", {}).get("role") for d in deps}
     host = manifest.get("buildDefinition", {}).get("internalParameters", {}).get("host")
+    envs = {
+        a["environment"]: a["paths"]
+        for a in (d.get("annotations", {}) for d in deps)
+        if a.get("role") == "distribution" and a.get("environment")
+    }
     return {
+        **({"environments": envs} if envs else {}),
         "include_source": "source" in roles,
         "include_environment": "interpreter" in roles,
         "include_host": host is not None,

@@ -1,0 +1,136 @@
+"""OpenVINO GenAI arms (``kind: openvino``, ``anc/openvino.md``): a second engine behind the process interface.
+
+:func:`start_openvino` is what :func:`refspec.engine.launcher.start_process` runs for such an arm:
+
+1. the engine's environment and the IR of the target (and, speculative, the draft) converted from
+   the run's pinned GGUF files (:mod:`refspec.engine.openvino_env`, cached by their inputs' hashes,
+   each IR file checked against the sha256 recorded at its conversion);
+2. a fresh process of :mod:`refspec.engine.openvino_server` with the engine's interpreter, on a free
+   loopback port, under the scrubbed worker environment (:func:`refspec.engine.spawn.worker_env`),
+   its log in ``workers/<id>.log``; the arm's ``threads`` are the engine's ``INFERENCE_NUM_THREADS``;
+   the end-of-generation tokens are the pinned reference model's;
+3. the same checks a server arm passes before it is timed (one slot, the target file refspec gave it,
+   the reference's vocabulary size and pieces, and every prompt tokenized alike), then the
+   registered warmup (:func:`refspec.engine.server.start_checked`).
+
+Its :class:`OpenVINOProcess` is a :class:`refspec.engine.server.ServerProcess`: the same request
+body, the same complete-endpoint validation (:func:`refspec.engine.server.endpoint_from_response`),
+the same journal and ledger. What differs: a speculative arm's response must carry the engine's
+draft counters, with draft tokens in every request of :data:`MIN_PROPOSING` tokens or more, and a
+target-only arm's none; an arm whose draft did not run is refused, never scored as speculative.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..core.arms import Arm
+from .context import RunContext
+from .openvino_env import SERVER_SCRIPT, ensure_env, ensure_ir, environ, verify_ir
+from .server import (
+    ResponseRefused,
+    ServerProcess,
+    ServerRefused,
+    _get_json,
+    _wait_health,
+    free_port,
+    piece_problems,
+    reference_vocabulary,
+    start_checked,
+)
+from .spawn import spawn
+
+
+# From this many generated tokens on, the engine's draft has run (cap 2: the first token comes from
+# the prompt's inference and the second from the target alone; cap 4: the draft generated 3)
+MIN_PROPOSING = 4
+
+
+class OpenVINOProcess(ServerProcess):
+    """An OpenVINO GenAI arm's process: an :class:`refspec.engine.process.ArmProcess`."""
+
+    def complete(self, prompt_ids: list[int], cap: int, *, request_id: str | None = None, timeout: float = 600.0):
+        c = super().complete(prompt_ids, cap, request_id=request_id, timeout=timeout)
+        tm = c.response["server"].get("timings") or {}
+        if self.arm.speculative:
+            if "draft_n" not in tm:
+                raise ResponseRefused("a speculative arm's response has no draft counters: its draft did not run")
+            if c.endpoint.n >= MIN_PROPOSING and not tm["draft_n"]:
+                raise ResponseRefused(
+                    f"a speculative arm's draft generated no token in a request of {c.endpoint.n} tokens"
+                )
+        elif "draft_n" in tm:
+            raise ResponseRefused("a target-only arm's response has draft counters: a draft ran")
+        c.extra["engine_ns"] = tm.get("engine_ns")
+        return c
+
+
+def open_openvino(ctx: RunContext, arm: Arm, wid: str) -> OpenVINOProcess:
+    """Start the arm's OpenVINO GenAI process and check it; :class:`ServerRefused` when it cannot be timed."""
+    o = arm.openvino
+    env = ensure_env()
+    target = ensure_ir(env, Path(ctx.files.target.path), ctx.files.target.sha256)
+    irs = {"target": target}
+    if arm.speculative:
+        d = ctx.files.draft(ctx.draft)
+        irs["draft"] = ensure_ir(env, Path(d.path), d.sha256)
+    bad = [p for ir in irs.values() for p in verify_ir(ir)]
+    if bad:
+        raise ServerRefused(f"OpenVINO IR of arm {arm.name} changed since its conversion: " + "; ".join(bad))
+    ref = reference_vocabulary(ctx.files.target.path, ctx.files.target.sha256, Path(ctx.lib_dir))
+    prompt_ids = sorted({t for ids in (ctx.prompts.ids.values() if ctx.prompts else []) for t in ids})
+    wdir = Path(ctx.out_dir).resolve() / "workers"
+    wdir.mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    cmd = [str(env.python), "-I", str(SERVER_SCRIPT), "serve", "--model", str(target.folder)]
+    cmd += ["--gguf", str(ctx.files.target.path), "--pipeline", o.pipeline, "--batched-tokens", str(arm.ub)]
+    if arm.speculative:
+        cmd += ["--draft", str(irs["draft"].folder), "--proposals", str(arm.k)]
+    cmd += ["--eog", ",".join(str(t) for t in sorted(ref.eog)), "--threads", str(arm.threads), "--port", str(port)]
+    log_path = wdir / f"{wid}.log"
+    with open(log_path, "ab") as log:
+        log.write(f"$ {' '.join(cmd)}\n".encode())
+    proc = spawn(cmd, ctx.lib_dir, arm.threads, log_path=log_path, cwd=wdir, extra=environ(env))
+    _wait_health(url, proc, o.ready_timeout_s, log_path, wid)
+    try:
+        props = _get_json(url + "/props")
+        problems = []
+        if props.get("total_slots") != 1:
+            problems.append(f"the process has {props.get('total_slots')} slots, not 1")
+        if props.get("model_path") != str(ctx.files.target.path):
+            problems.append(f"the process names {props.get('model_path')}, not {ctx.files.target.path}")
+        if props.get("n_vocab") != ref.n_vocab:
+            problems.append(f"vocabulary size {props.get('n_vocab')} != the reference's {ref.n_vocab}")
+        else:
+            problems += piece_problems(url, ref, prompt_ids)
+        if problems:
+            raise ServerRefused(f"OpenVINO process {wid} ({url}) refused: " + "; ".join(problems))
+    except BaseException:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        raise
+    ready = {
+        "arm": arm.name,
+        "arm_record": arm.record(),
+        "prompt_cache": False,
+        "placement": {"device": "CPU", "engine": "openvino-genai", "threads": arm.threads},
+        "url": url,
+        "fresh": True,
+        "command": cmd,
+        "env": {"VIRTUAL_ENV": str(env.root)},
+        "engine": {**env.record(), **props.get("engine", {})},
+        "ir": {k: v.record() for k, v in irs.items()},
+        "props": {k: props.get(k) for k in ("model_path", "total_slots", "build_info")},
+        "vocabulary": {"n_vocab": ref.n_vocab, "vocab_type": None, "checked": True},
+    }
+    w = OpenVINOProcess(wid, arm, url, proc, log_path, ready, ref)
+    w.tokenizer = (ctx.files.target.path, ctx.files.target.sha256, Path(ctx.lib_dir))
+    return w
+
+
+def start_openvino(ctx: RunContext, arm: Arm, block: int) -> tuple[OpenVINOProcess, dict]:
+    """Start, check, warm up and record an OpenVINO GenAI arm's process (its launcher entry)."""
+    return start_checked(ctx, arm, block, open_openvino)
+
