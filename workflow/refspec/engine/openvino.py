@@ -40,7 +40,6 @@ from .server import (
 )
 from .spawn import spawn
 
-
 # From this many generated tokens on, the engine's draft has run (cap 2: the first token comes from
 # the prompt's inference and the second from the target alone; cap 4: the draft generated 3)
 MIN_PROPOSING = 4
@@ -83,7 +82,7 @@ def open_openvino(ctx: RunContext, arm: Arm, wid: str) -> OpenVINOProcess:
     wdir.mkdir(parents=True, exist_ok=True)
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    cmd = [str(env.python), "-I", str(SERVER_SCRIPT), "serve", "--model", str(target.folder)]
+    cmd = [str(env.python), "-I", str(SERVER_SCRIPT), "--model", str(target.folder)]
     cmd += ["--gguf", str(ctx.files.target.path), "--pipeline", o.pipeline, "--batched-tokens", str(arm.ub)]
     if arm.speculative:
         cmd += ["--draft", str(irs["draft"].folder), "--proposals", str(arm.k)]
@@ -133,4 +132,3 @@ def open_openvino(ctx: RunContext, arm: Arm, wid: str) -> OpenVINOProcess:
 def start_openvino(ctx: RunContext, arm: Arm, block: int) -> tuple[OpenVINOProcess, dict]:
     """Start, check, warm up and record an OpenVINO GenAI arm's process (its launcher entry)."""
     return start_checked(ctx, arm, block, open_openvino)
-

@@ -10,7 +10,7 @@ The engine is optional: nothing of it is installed until an ``openvino`` arm fir
   installer, the seconds and the bytes it took.
 * :func:`ensure_ir`: the engine reads a GGUF file and builds an OpenVINO model from it; its
   speculative pipeline needs the draft as an IR folder, so every model file is converted once
-  (:mod:`refspec.engine.openvino_server` ``convert``, a fresh process per conversion) into
+  (:mod:`refspec.engine.openvino_convert`, a fresh process per conversion) into
   ``$REFSPEC_CACHE/openvino-ir/<key>``, keyed by the GGUF's sha256, the engine's version and the
   converter's own sha256. The IR files' sha256 (:attr:`IR.files`) go into the ready record of every
   process that loads them and into the run's source manifest.
@@ -36,6 +36,7 @@ from ..core.paths import REPO_ROOT, cache_dir
 
 LOCK_FILE = REPO_ROOT / "envs" / "openvino.txt"
 SERVER_SCRIPT = Path(__file__).resolve().with_name("openvino_server.py")
+CONVERT_SCRIPT = Path(__file__).resolve().with_name("openvino_convert.py")
 ENGINE_DISTRIBUTION = "openvino-genai"
 
 
@@ -145,7 +146,9 @@ def ensure_env(cache: Path | None = None) -> OpenVINOEnv:
 
 
 def _create(root: Path) -> None:
-    print(f"refspec: creating the OpenVINO GenAI environment {root} (about 300 MB, once)", file=sys.stderr)
+    print(
+        f"refspec: creating the OpenVINO GenAI environment {root} (about 300 MB, once)", file=sys.stderr
+    )  # contract: progress
     shutil.rmtree(root, ignore_errors=True)
     root.parent.mkdir(parents=True, exist_ok=True)
     log = root.parent / f"{root.name}.install.log"
@@ -172,13 +175,13 @@ def _create(root: Path) -> None:
     atomic_write_text(root / "install.json", json.dumps(rec, indent=1, sort_keys=True) + "\n", mode=0o644)
     (root / ".complete").touch()
     mb = rec["bytes"] / 2**20
-    print(f"refspec: OpenVINO GenAI {rec['engine_version']}: {mb:.0f} MiB in {rec['seconds']:.0f} s ({installer})",
-          file=sys.stderr)
+    done = f"refspec: OpenVINO GenAI {rec['engine_version']}: {mb:.0f} MiB in {rec['seconds']:.0f} s ({installer})"
+    print(done, file=sys.stderr)  # contract: progress
 
 
 def ir_key(env: OpenVINOEnv, gguf_sha256: str) -> str:
     h = hashlib.sha256()
-    for part in (gguf_sha256, env.version, sha256_file(SERVER_SCRIPT)):
+    for part in (gguf_sha256, env.version, sha256_file(CONVERT_SCRIPT)):
         h.update(part.encode() + b"\0")
     return h.hexdigest()[:16]
 
@@ -197,11 +200,16 @@ def ensure_ir(env: OpenVINOEnv, gguf: Path, gguf_sha256: str, cache: Path | None
                 if sha256_file(gguf) != gguf_sha256:
                     raise EngineUnavailable(f"{gguf}: its sha256 is not the pinned {gguf_sha256}")
                 shutil.rmtree(folder, ignore_errors=True)
-                print(f"refspec: converting {gguf.name} to OpenVINO IR ({folder})", file=sys.stderr)
+                print(
+                    f"refspec: converting {gguf.name} to OpenVINO IR ({folder})", file=sys.stderr
+                )  # contract: progress
                 log = base / f"{key}.convert.log"
                 log.unlink(missing_ok=True)
-                _run([str(env.python), "-I", str(SERVER_SCRIPT), "convert", "--gguf", str(gguf), "--out", str(folder)],
-                     f"converting {gguf.name} to OpenVINO IR", log)
+                _run(
+                    [str(env.python), "-I", str(CONVERT_SCRIPT), "--gguf", str(gguf), "--out", str(folder)],
+                    f"converting {gguf.name} to OpenVINO IR",
+                    log,
+                )
                 files = {p.name: sha256_file(p) for p in sorted(folder.glob("openvino_*")) if p.is_file()}
                 atomic_write_text(sums, json.dumps(files, indent=1, sort_keys=True) + "\n", mode=0o644)
     files = json.loads(sums.read_text())

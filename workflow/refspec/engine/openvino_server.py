@@ -4,11 +4,10 @@ Run by :mod:`refspec.engine.openvino` with the Python of the OpenVINO environmen
 (:mod:`refspec.engine.openvino_env`), as a file (``python -I openvino_server.py ...``): it imports the
 standard library, ``numpy`` and ``openvino_genai`` only, never refspec.
 
-    python -I openvino_server.py serve --model IR --gguf FILE --pipeline stateful|continuous_batching
-        [--draft IR --proposals K] [--batched-tokens N] --eog 0,2 --threads T --port P --ready FILE
-    python -I openvino_server.py convert --gguf FILE --out FOLDER
+    python -I openvino_server.py --model IR --gguf FILE --pipeline stateful|continuous_batching
+        [--draft IR --proposals K] [--batched-tokens N] --eog 0,2 --threads T --port P
 
-``serve`` loads one pipeline and answers the part of llama.cpp's server interface refspec uses, one
+It loads one pipeline and answers the part of llama.cpp's server interface refspec uses, one
 request at a time:
 
 * ``GET /health``: ``{"status": "ok"}`` once the pipeline is loaded;
@@ -32,60 +31,21 @@ sequence whose KV cache is the model's state; ``continuous_batching`` is the sam
 ``SchedulerConfig`` (paged KV cache, ``--batched-tokens`` tokens per step, prefix caching off);
 with ``--draft`` it is the continuous-batching pipeline with ``draft_model`` (``--proposals`` draft
 tokens per step). The engine exposes no per-token logits through ``generate``, so no margins.
-
-``convert`` reads a GGUF file with the engine's GGUF reader and saves the OpenVINO IR it builds
-(``enable_save_ov_model``) into ``--out``: the GGUF is linked into a fresh folder, converted there in
-this fresh process (node names come from process-wide counters, so one conversion per process
-makes the IR byte-reproducible), the link removed and the folder renamed into place.
 """
 
 from __future__ import annotations
 
-import argparse
+import argparse  # contract: a program of its own, run by the engine's interpreter
 import json
-import os
-import shutil
 import sys
 import time
 from http.server import BaseHTTPRequestHandler, HTTPServer
-
-CONVERSION_FILES = (
-    "openvino_model.xml",
-    "openvino_model.bin",
-    "openvino_tokenizer.xml",
-    "openvino_tokenizer.bin",
-    "openvino_detokenizer.xml",
-    "openvino_detokenizer.bin",
-)
 
 
 def engine_version() -> str:
     import openvino_genai
 
     return str(getattr(openvino_genai, "__version__", None) or openvino_genai.get_version())
-
-
-def convert(gguf: str, out: str) -> int:
-    import openvino_genai as ov
-
-    tmp = out + f".tmp-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    os.makedirs(tmp)
-    link = os.path.join(tmp, os.path.basename(gguf))
-    os.symlink(os.path.abspath(gguf), link)
-    t0 = time.monotonic()
-    ov.LLMPipeline(link, "CPU", enable_save_ov_model=True)
-    os.unlink(link)
-    missing = [f for f in CONVERSION_FILES if not os.path.isfile(os.path.join(tmp, f))]
-    if missing:
-        print(f"conversion of {gguf} left no {', '.join(missing)}", file=sys.stderr)
-        return 5
-    rec = {"gguf": os.path.abspath(gguf), "engine": engine_version(), "seconds": round(time.monotonic() - t0, 2)}
-    with open(os.path.join(tmp, "conversion.json"), "w", encoding="utf-8") as f:
-        json.dump(rec, f, indent=1, sort_keys=True)
-    os.replace(tmp, out)
-    print(json.dumps(rec, sort_keys=True))
-    return 0
 
 
 class Engine:
@@ -146,7 +106,9 @@ class Engine:
         }
 
     def tokenize(self, body: dict) -> dict:
-        enc = self.tokenizer.encode(str(body.get("content", "")), add_special_tokens=bool(body.get("add_special", True)))
+        enc = self.tokenizer.encode(
+            str(body.get("content", "")), add_special_tokens=bool(body.get("add_special", True))
+        )
         return {"tokens": [int(t) for t in enc.input_ids.data.tolist()[0]]}
 
     def detokenize(self, body: dict) -> dict:
@@ -191,7 +153,7 @@ def serve(a: argparse.Namespace) -> int:
         protocol_version = "HTTP/1.1"
 
         def log_message(self, fmt, *args):  # the process log records requests one line each
-            sys.stderr.write("%s %s\n" % (time.strftime("%H:%M:%S"), fmt % args))
+            sys.stderr.write(f"{time.strftime('%H:%M:%S')} {fmt % args}\n")
 
         def reply(self, status: int, doc: dict) -> None:
             raw = json.dumps(doc).encode()
@@ -224,7 +186,7 @@ def serve(a: argparse.Namespace) -> int:
                 return self.reply(500, {"error": f"{type(e).__name__}: {e}"})
 
     httpd = HTTPServer(("127.0.0.1", int(a.port)), Handler)
-    print(json.dumps({"listening": a.port, **engine.props()}), flush=True)
+    print(json.dumps({"listening": a.port, **engine.props()}), flush=True)  # contract: its own program's log
     try:
         httpd.serve_forever()
     except KeyboardInterrupt:
@@ -234,23 +196,16 @@ def serve(a: argparse.Namespace) -> int:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    sub = p.add_subparsers(dest="cmd", required=True)
-    c = sub.add_parser("convert")
-    c.add_argument("--gguf", required=True)
-    c.add_argument("--out", required=True)
-    s = sub.add_parser("serve")
-    s.add_argument("--model", required=True, help="the target's IR folder")
-    s.add_argument("--gguf", required=True, help="the GGUF file the IR was converted from (reported in /props)")
-    s.add_argument("--pipeline", choices=("stateful", "continuous_batching"), required=True)
-    s.add_argument("--draft", help="the draft's IR folder (speculative decoding; continuous batching)")
-    s.add_argument("--proposals", type=int, default=4, help="draft tokens per step (num_assistant_tokens)")
-    s.add_argument("--batched-tokens", type=int, default=256, help="SchedulerConfig.max_num_batched_tokens")
-    s.add_argument("--eog", required=True, help="comma-separated end-of-generation token IDs")
-    s.add_argument("--threads", type=int, default=1)
-    s.add_argument("--port", type=int, required=True)
+    p.add_argument("--model", required=True, help="the target's IR folder")
+    p.add_argument("--gguf", required=True, help="the GGUF file the IR was converted from (reported in /props)")
+    p.add_argument("--pipeline", choices=("stateful", "continuous_batching"), required=True)
+    p.add_argument("--draft", help="the draft's IR folder (speculative decoding; continuous batching)")
+    p.add_argument("--proposals", type=int, default=4, help="draft tokens per step (num_assistant_tokens)")
+    p.add_argument("--batched-tokens", type=int, default=256, help="SchedulerConfig.max_num_batched_tokens")
+    p.add_argument("--eog", required=True, help="comma-separated end-of-generation token IDs")
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--port", type=int, required=True)
     a = p.parse_args(argv)
-    if a.cmd == "convert":
-        return convert(a.gguf, a.out)
     if a.draft and a.pipeline != "continuous_batching":
         p.error("--draft runs in the continuous-batching pipeline")
     return serve(a)

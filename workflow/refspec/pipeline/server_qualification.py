@@ -29,6 +29,7 @@ from ..campaigns.arm_qualification import run_qualify
 from ..core.config import Config
 from ..core.errors import IntegrityError
 from ..core.fsutil import atomic_write_text
+from ..engine.openvino_env import ensure_env, ensure_ir, verify_ir
 from ..engine.server_cli import probe_binary
 from ..native import build as native
 from ..native.models import config_families_file, ensure_family
@@ -96,8 +97,6 @@ def _piece_reader(files, lib_dir: Path):
 def _openvino_pins(cfg: Config, family: str, draft: str | None) -> tuple[list[Artifact], dict]:
     """The IR files the OpenVINO arms loaded (converted from the pinned GGUF files, cached by their
     inputs' hashes) as model artifacts, and the engine environment's distributions."""
-    from ..engine.openvino_env import ensure_env, ensure_ir, verify_ir
-
     env = ensure_env()
     files = ensure_family(family, models_dir=cfg.models_dir, families_file=config_families_file(cfg))
     models = {"target": files.target}
@@ -135,8 +134,6 @@ def qualify_server(cfg: Config, root: Path, o: ServerQualifyOptions) -> ServerQu
     config ``cfg``; sealed with its report when ``o.seal`` and every request completed."""
     extra, family, draft = sq.model_family(root, o.model, o.draft)
     if o.engine == "openvino":
-        from ..engine.openvino_env import ensure_env
-
         arms = sq.openvino_arms(speculative=o.draft is not None, k=o.k)
         reference = sq.OV_REFERENCE
         version = ensure_env().version  # created on first use, before the campaign starts
@@ -209,9 +206,7 @@ def qualify_server(cfg: Config, root: Path, o: ServerQualifyOptions) -> ServerQu
         "results": str(root),
         "archive": None if archive is None else str(archive),
     }
-    return ServerQualification(
-        root, res.summary, vs, version, ref_args, reference, wall, archive, res.complete, record
-    )
+    return ServerQualification(root, res.summary, vs, version, ref_args, reference, wall, archive, res.complete, record)
 
 
 def write_verdicts(q: ServerQualification, exit_status: int) -> dict:
