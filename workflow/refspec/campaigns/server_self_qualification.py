@@ -97,19 +97,22 @@ def server_arms(
     return arms
 
 
-def openvino_arms(*, speculative: bool, k: int = 4, ready_timeout_s: float = 600.0) -> dict:
+def openvino_arms(
+    *, speculative: bool, k: int = 4, execution_mode: str = "performance", ready_timeout_s: float = 600.0
+) -> dict:
     """The arms file of an OpenVINO GenAI qualification (``anc/openvino.md``): the engine's own greedy
     reference (the stateful pipeline), the same model in its continuous-batching pipeline (the control
     that separates that pipeline's geometry from speculation) and, with a draft, its speculative
-    decoding (``k`` draft tokens a step)."""
+    decoding (``k`` draft tokens a step); every arm in the CPU plugin's ``execution_mode``."""
     base = {"kind": "openvino", "layout": "mq", "mask": 0}
-    cb = {"pipeline": "continuous_batching", "ready_timeout_s": ready_timeout_s}
+    mode = {"execution_mode": execution_mode, "ready_timeout_s": ready_timeout_s}
+    cb = {"pipeline": "continuous_batching", **mode}
     arms = {
         OV_REFERENCE: {
             **base,
             "mode": "target",
             "ub": 1,
-            "openvino": {"pipeline": "stateful", "ready_timeout_s": ready_timeout_s},
+            "openvino": {"pipeline": "stateful", **mode},
             "description": "OpenVINO GenAI's stateful LLMPipeline, greedy, no draft: the engine's reference "
             "(the whole prompt in one inference, then one token a step; ub does not apply)",
         },

@@ -27,7 +27,8 @@ decoding against the engine's own greedy reference, its stateful pipeline, on th
 (``anc/openvino.md``; the engine's environment is created on first use). The same archive, lines and
 exit status as ``qualify server``:
 
-    refspec qualify openvino --model target.gguf [--draft draft.gguf] [-k 4] [--panel humaneval:0-11] [--cap 128]
+    refspec qualify openvino --model target.gguf [--draft draft.gguf] [-k 4] [--execution-mode accuracy]
+                             [--panel humaneval:0-11] [--cap 128]
 """
 
 from __future__ import annotations
@@ -91,6 +92,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     o.add_argument("--panel", help="panel file, or humaneval:0-11 (default humaneval:0-11)")
     o.add_argument("--model", required=True, help="the target GGUF file (or a family name)")
     o.add_argument("-k", type=int, default=4, help="draft tokens per step, num_assistant_tokens (default 4)")
+    o.add_argument(
+        "--execution-mode",
+        choices=("performance", "accuracy"),
+        default="performance",
+        help="the CPU plugin's EXECUTION_MODE_HINT for every arm (performance, its default: bf16 where the "
+        "CPU has it; accuracy: f32)",
+    )
     o.add_argument("--json", action="store_true", help="print the verdicts as one JSON object")
     o.add_argument("--no-seal", action="store_true", help="no sealed archive (results folder only)")
     _common(o)
@@ -109,6 +117,7 @@ def run_server(args: argparse.Namespace) -> int:
     options = ServerQualifyOptions(
         model=args.model,
         engine=engine,
+        execution_mode=getattr(args, "execution_mode", "performance"),
         server_binary=getattr(args, "server_binary", None),
         url=getattr(args, "url", None),
         reference_url=getattr(args, "reference_url", None),

@@ -78,9 +78,12 @@ class OpenVINOSpec:
     """An OpenVINO GenAI arm's pipeline (``kind: openvino``, ``anc/openvino.md``): ``stateful`` (one
     sequence, the model's own state: the engine's greedy reference) or ``continuous_batching`` (a
     paged KV cache and a scheduler that takes up to ``ub`` tokens a step; with ``mode: spec`` it
-    verifies ``k`` draft tokens a step). ``ready_timeout_s`` bounds the wait for ``/health``."""
+    verifies ``k`` draft tokens a step). ``execution_mode``: the CPU plugin's ``EXECUTION_MODE_HINT``,
+    ``performance`` (its default: bf16 inference where the CPU has it) or ``accuracy`` (f32).
+    ``ready_timeout_s`` bounds the wait for ``/health``."""
 
     pipeline: str = "stateful"
+    execution_mode: str = "performance"  # the CPU plugin's EXECUTION_MODE_HINT: performance | accuracy
     ready_timeout_s: float = 300.0
 
     def record(self) -> dict:
@@ -129,6 +132,10 @@ class Arm:
             if o.pipeline not in OPENVINO_PIPELINES:
                 raise ConfigError(
                     f"arm {self.name}: openvino.pipeline {o.pipeline!r} is not one of {', '.join(OPENVINO_PIPELINES)}"
+                )
+            if o.execution_mode not in ("performance", "accuracy"):
+                raise ConfigError(
+                    f"arm {self.name}: openvino.execution_mode {o.execution_mode!r} is not performance or accuracy"
                 )
             if self.speculative and o.pipeline != "continuous_batching":
                 raise ConfigError(f"arm {self.name}: OpenVINO GenAI speculates in the continuous_batching pipeline")

@@ -86,7 +86,8 @@ def open_openvino(ctx: RunContext, arm: Arm, wid: str) -> OpenVINOProcess:
     cmd += ["--gguf", str(ctx.files.target.path), "--pipeline", o.pipeline, "--batched-tokens", str(arm.ub)]
     if arm.speculative:
         cmd += ["--draft", str(irs["draft"].folder), "--proposals", str(arm.k)]
-    cmd += ["--eog", ",".join(str(t) for t in sorted(ref.eog)), "--threads", str(arm.threads), "--port", str(port)]
+    cmd += ["--eog", ",".join(str(t) for t in sorted(ref.eog)), "--threads", str(arm.threads)]
+    cmd += ["--execution-mode", o.execution_mode, "--port", str(port)]
     log_path = wdir / f"{wid}.log"
     with open(log_path, "ab") as log:
         log.write(f"$ {' '.join(cmd)}\n".encode())

@@ -5,7 +5,8 @@ Run by :mod:`refspec.engine.openvino` with the Python of the OpenVINO environmen
 standard library, ``numpy`` and ``openvino_genai`` only, never refspec.
 
     python -I openvino_server.py --model IR --gguf FILE --pipeline stateful|continuous_batching
-        [--draft IR --proposals K] [--batched-tokens N] --eog 0,2 --threads T --port P
+        [--draft IR --proposals K] [--batched-tokens N] --eog 0,2 --threads T
+        [--execution-mode performance|accuracy] --port P
 
 It loads one pipeline and answers the part of llama.cpp's server interface refspec uses, one
 request at a time:
@@ -30,7 +31,9 @@ The three pipelines (``--pipeline``, ``--draft``): ``stateful`` is ``LLMPipeline
 sequence whose KV cache is the model's state; ``continuous_batching`` is the same model under a
 ``SchedulerConfig`` (paged KV cache, ``--batched-tokens`` tokens per step, prefix caching off);
 with ``--draft`` it is the continuous-batching pipeline with ``draft_model`` (``--proposals`` draft
-tokens per step). The engine exposes no per-token logits through ``generate``, so no margins.
+tokens per step). ``--execution-mode accuracy`` sets the CPU plugin's ``EXECUTION_MODE_HINT`` to
+``ACCURACY`` for the target and the draft (f32 inference where ``performance``, the default, runs
+bf16 on CPUs that have it); ``/props`` reports the plugin's defaults on this host (``device``). The engine exposes no per-token logits through ``generate``, so no margins.
 """
 
 from __future__ import annotations
@@ -48,6 +51,37 @@ def engine_version() -> str:
     return str(getattr(openvino_genai, "__version__", None) or openvino_genai.get_version())
 
 
+DEVICE_PROPERTIES = (
+    "INFERENCE_PRECISION_HINT",
+    "KV_CACHE_PRECISION",
+    "DYNAMIC_QUANTIZATION_GROUP_SIZE",
+    "EXECUTION_MODE_HINT",
+    "OPTIMIZATION_CAPABILITIES",
+)
+
+
+def device_defaults(ovr) -> dict:
+    """The CPU plugin's defaults on this host, which the pipelines run with: the inference precision
+    (bf16 where the CPU has it, else f32), the KV cache's, dynamic quantization: they decide how
+    close two geometries' logits come, and they differ between hosts."""
+    core = ovr.Core()
+    out = {}
+    for k in DEVICE_PROPERTIES:
+        try:
+            v = core.get_property("CPU", k)
+        except Exception as e:  # a property this version does not know
+            v = f"unavailable: {type(e).__name__}"
+        out[k] = [str(x) for x in v] if isinstance(v, (list, tuple)) else _text(v)
+    return out
+
+
+def _text(v) -> str:
+    """A property value as text: an element type by its short name (``bf16``), an enum by its name."""
+    if hasattr(v, "get_type_name"):
+        return str(v.get_type_name())
+    return str(getattr(v, "name", v))
+
+
 class Engine:
     """One loaded pipeline and what a request needs from it."""
 
@@ -59,6 +93,8 @@ class Engine:
         self.ov, self.ovr, self.np = ov, ovr, np
         self.args = a
         props = {"INFERENCE_NUM_THREADS": int(a.threads)}
+        if a.execution_mode == "accuracy":  # the plugin's default is PERFORMANCE
+            props["EXECUTION_MODE_HINT"] = ovr.properties.hint.ExecutionMode.ACCURACY
         self.eog = sorted({int(x) for x in a.eog.split(",") if x.strip()})
         kw = dict(props)
         if a.pipeline == "continuous_batching":
@@ -73,6 +109,7 @@ class Engine:
         self.load_s = time.monotonic() - t0
         self.tokenizer = self.pipe.get_tokenizer()
         self.n_vocab = len(self.tokenizer.get_vocab())
+        self.device = device_defaults(ovr)
 
     def config(self, cap: int):
         c = self.ov.GenerationConfig()
@@ -100,6 +137,8 @@ class Engine:
                 "batched_tokens": int(a.batched_tokens) if a.pipeline == "continuous_batching" else None,
                 "prefix_caching": False if a.pipeline == "continuous_batching" else None,
                 "threads": int(a.threads),
+                "execution_mode": a.execution_mode,
+                "device": self.device,
                 "eog": self.eog,
                 "load_s": round(self.load_s, 3),
             },
@@ -204,6 +243,12 @@ def main(argv=None) -> int:
     p.add_argument("--batched-tokens", type=int, default=256, help="SchedulerConfig.max_num_batched_tokens")
     p.add_argument("--eog", required=True, help="comma-separated end-of-generation token IDs")
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument(
+        "--execution-mode",
+        choices=("performance", "accuracy"),
+        default="performance",
+        help="the CPU plugin's EXECUTION_MODE_HINT (performance: its default, bf16 where the CPU has it)",
+    )
     p.add_argument("--port", type=int, required=True)
     a = p.parse_args(argv)
     if a.draft and a.pipeline != "continuous_batching":

@@ -46,6 +46,7 @@ class ServerQualifyOptions:
 
     model: str
     engine: str = "server"  # server (llama.cpp) | openvino (OpenVINO GenAI, anc/openvino.md)
+    execution_mode: str = "performance"  # openvino: the CPU plugin's EXECUTION_MODE_HINT
     server_binary: str | None = None
     url: str | None = None
     reference_url: str | None = None
@@ -134,10 +135,10 @@ def qualify_server(cfg: Config, root: Path, o: ServerQualifyOptions) -> ServerQu
     config ``cfg``; sealed with its report when ``o.seal`` and every request completed."""
     extra, family, draft = sq.model_family(root, o.model, o.draft)
     if o.engine == "openvino":
-        arms = sq.openvino_arms(speculative=o.draft is not None, k=o.k)
+        arms = sq.openvino_arms(speculative=o.draft is not None, k=o.k, execution_mode=o.execution_mode)
         reference = sq.OV_REFERENCE
         version = ensure_env().version  # created on first use, before the campaign starts
-        ref_args = "the stateful LLMPipeline"
+        ref_args = f"the stateful LLMPipeline, execution mode {o.execution_mode}"
     else:
         arms = sq.server_arms(
             binary=o.server_binary,
@@ -185,7 +186,7 @@ def qualify_server(cfg: Config, root: Path, o: ServerQualifyOptions) -> ServerQu
     record = {
         "engine": o.engine,
         **(
-            {"openvino": {"version": version}}
+            {"openvino": {"version": version, "execution_mode": o.execution_mode}}
             if o.engine == "openvino"
             else {
                 "server": {
