@@ -66,7 +66,11 @@ def test_an_openvino_arm_names_its_pipeline_and_speculates_only_in_continuous_ba
     with pytest.raises(ConfigError, match="need kind: openvino"):
         _arm(kind="worker", openvino={"pipeline": "stateful"})
     a = _arm(mode="spec", k=4, openvino={"pipeline": "continuous_batching"})
-    assert a.record()["openvino"] == {"pipeline": "continuous_batching", "execution_mode": "performance", "ready_timeout_s": 300.0}
+    assert a.record()["openvino"] == {
+        "pipeline": "continuous_batching",
+        "execution_mode": "performance",
+        "ready_timeout_s": 300.0,
+    }
     assert "server" not in a.record() and a.record()["kind"] == "openvino"
 
 

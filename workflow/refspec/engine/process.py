@@ -1,7 +1,8 @@
 """The process interface of an arm: what the driver needs from the process that serves a block.
 
-Two implementations: refspec's own worker (:class:`refspec.engine.worker_process.WorkerProcess`) and a
-black-box llama.cpp server (:class:`refspec.engine.server.ServerProcess`).
+Three implementations: refspec's own worker (:class:`refspec.engine.worker_process.WorkerProcess`), a
+black-box llama.cpp server (:class:`refspec.engine.server.ServerProcess`) and an OpenVINO GenAI
+process (:class:`refspec.engine.openvino.OpenVINOProcess`).
 :func:`refspec.engine.launcher.start_process` picks the one the arm's ``kind`` names; each
 starts its process, checks it, runs and records its registered warmup, and hands back an
 :class:`ArmProcess`.
