@@ -292,3 +292,38 @@ def test_qualify_openvino_end_to_end_sealed_and_checked(tmp_path, ov_env, irs, f
     )  # fmt: skip
     assert c.returncode == 0, c.stdout[-3000:] + c.stderr[-2000:]
     assert "0 mismatches" in c.stdout
+
+
+def test_an_ir_changed_in_the_cache_refuses_the_arm_with_its_failure_in_the_ledger(tmp_path, irs, family_files):
+    """A cached IR file edited after its conversion: ``qualify openvino`` exits 5 naming the file, and
+    the refused start is a ``failure`` line of the campaign ledger; nothing is scored from it."""
+    from refspec.core.paths import cache_dir
+
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    for p in cache_dir().iterdir():  # the same cache, but its own copy of the target's IR
+        if p.name != "openvino-ir" and not p.name.endswith(".lock"):
+            (cache / p.name).symlink_to(p)
+    ir_dir = cache / "openvino-ir"
+    ir_dir.mkdir()
+    for ir in irs.values():
+        (ir_dir / ir.folder.name).symlink_to(ir.folder)
+    target = ir_dir / irs["target"].folder.name
+    target.unlink()
+    shutil.copytree(irs["target"].folder, target)
+    xml = target / "openvino_model.xml"
+    xml.write_text(xml.read_text().replace('version="11"', 'version="12"', 1))
+    out = tmp_path / "q"
+    import os
+
+    p = subprocess.run(
+        [sys.executable, "-m", "refspec.cli", "qualify", "openvino", "--model", str(family_files.target.path),
+         "--panel", "humaneval:0-0", "--cap", "8", "--out", str(out), "--no-progress"],
+        cwd=REPO, capture_output=True, text=True, timeout=900, env={**os.environ, "REFSPEC_CACHE": str(cache)},
+    )  # fmt: skip
+    assert p.returncode == 5, p.stdout[-2000:] + p.stderr[-2000:]
+    assert "openvino_model.xml: sha256 differs from its conversion's" in p.stderr
+    ledger = [json.loads(x) for x in (out / "campaigns/confirmation/ledger.jsonl").read_text().splitlines()]
+    failures = [x for x in ledger if x.get("kind") == "failure"]
+    assert failures and "changed since its conversion" in json.dumps(failures[-1])
+    assert not (out / "archive").exists()

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from ..core.arms import Arm
 from .context import RunContext
-from .openvino_env import SERVER_SCRIPT, ensure_env, ensure_ir, environ, verify_ir
+from .openvino_env import SERVER_SCRIPT, EngineUnavailable, ensure_env, ensure_ir, environ, verify_ir
 from .server import (
     ResponseRefused,
     ServerProcess,
@@ -67,12 +67,15 @@ class OpenVINOProcess(ServerProcess):
 def open_openvino(ctx: RunContext, arm: Arm, wid: str) -> OpenVINOProcess:
     """Start the arm's OpenVINO GenAI process and check it; :class:`ServerRefused` when it cannot be timed."""
     o = arm.openvino
-    env = ensure_env()
-    target = ensure_ir(env, Path(ctx.files.target.path), ctx.files.target.sha256)
-    irs = {"target": target}
-    if arm.speculative:
-        d = ctx.files.draft(ctx.draft)
-        irs["draft"] = ensure_ir(env, Path(d.path), d.sha256)
+    try:  # a failure here is the arm's failed start: ledgered by start_checked, never dropped
+        env = ensure_env()
+        target = ensure_ir(env, Path(ctx.files.target.path), ctx.files.target.sha256)
+        irs = {"target": target}
+        if arm.speculative:
+            d = ctx.files.draft(ctx.draft)
+            irs["draft"] = ensure_ir(env, Path(d.path), d.sha256)
+    except EngineUnavailable as e:
+        raise ServerRefused(f"OpenVINO GenAI for arm {arm.name}: {e}") from e
     bad = [p for ir in irs.values() for p in verify_ir(ir)]
     if bad:
         raise ServerRefused(f"OpenVINO IR of arm {arm.name} changed since its conversion: " + "; ".join(bad))
