@@ -245,6 +245,14 @@ def qualify(*args, timeout=1800):
     )
 
 
+def test_usage_errors_exit_2_before_anything_is_installed_or_run(tmp_path):
+    p = qualify("--model", tmp_path / "nope.gguf", "--out", tmp_path / "a")
+    assert p.returncode == 2 and "--model" in p.stderr and "no such file" in p.stderr
+    p = qualify("--out", tmp_path / "b")
+    assert p.returncode == 2 and "--model" in p.stderr
+    assert not (tmp_path / "a" / "campaigns").exists()
+
+
 def test_qualify_openvino_end_to_end_sealed_and_checked(tmp_path, ov_env, irs, family_files):
     out = tmp_path / "q"
     draft = family_files.draft(family_files.default_draft).path
