@@ -91,22 +91,6 @@ def env_key() -> str:
     return h.hexdigest()[:16]
 
 
-class _Lock:
-    """An exclusive ``flock`` on ``path`` (one creator at a time; others wait, then find it done)."""
-
-    def __init__(self, path: Path):
-        self.path = path
-
-    def __enter__(self):
-        self.f = open(self.path, "w")
-        fcntl.flock(self.f, fcntl.LOCK_EX)
-        return self
-
-    def __exit__(self, *exc):
-        fcntl.flock(self.f, fcntl.LOCK_UN)
-        self.f.close()
-
-
 def _run(cmd: list[str], what: str, log: Path) -> None:
     with open(log, "ab") as f:
         f.write(f"$ {' '.join(cmd)}\n".encode())
@@ -139,7 +123,8 @@ def ensure_env(cache: Path | None = None) -> OpenVINOEnv:
     root = cache / f"openvino-{key}"
     done = root / ".complete"
     if not done.is_file():
-        with _Lock(cache / f"openvino-{key}.lock"):
+        with open(cache / f"openvino-{key}.lock", "w") as lockf:  # one creator; the others find it done
+            fcntl.flock(lockf, fcntl.LOCK_EX)
             if not done.is_file():
                 _create(root)
     return OpenVINOEnv(root, key, json.loads((root / "install.json").read_text())["engine_version"])
@@ -195,7 +180,8 @@ def ensure_ir(env: OpenVINOEnv, gguf: Path, gguf_sha256: str, cache: Path | None
     folder = base / key
     sums = folder / "sha256.json"
     if not sums.is_file():
-        with _Lock(base / f"{key}.lock"):
+        with open(base / f"{key}.lock", "w") as lockf:  # one converter; the others find its IR
+            fcntl.flock(lockf, fcntl.LOCK_EX)
             if not sums.is_file():
                 if sha256_file(gguf) != gguf_sha256:
                     raise EngineUnavailable(f"{gguf}: its sha256 is not the pinned {gguf_sha256}")

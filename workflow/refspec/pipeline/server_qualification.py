@@ -95,11 +95,10 @@ def _piece_reader(files, lib_dir: Path):
     return piece, m
 
 
-def _openvino_pins(cfg: Config, family: str, draft: str | None) -> tuple[list[Artifact], dict]:
-    """The IR files the OpenVINO arms loaded (converted from the pinned GGUF files, cached by their
-    inputs' hashes) as model artifacts, and the engine environment's distributions."""
+def _openvino_pins(files, draft: str | None) -> tuple[list[Artifact], dict]:
+    """The IR files the OpenVINO arms loaded (converted from the family's pinned GGUF ``files``,
+    cached by their inputs' hashes) as model artifacts, and the engine environment's distributions."""
     env = ensure_env()
-    files = ensure_family(family, models_dir=cfg.models_dir, families_file=config_families_file(cfg))
     models = {"target": files.target}
     if draft is not None:
         models["draft"] = files.draft(draft)
@@ -181,7 +180,7 @@ def qualify_server(cfg: Config, root: Path, o: ServerQualifyOptions) -> ServerQu
         model.close()
     archive = None
     if o.seal and res.complete:
-        engine = _openvino_pins(cfg, family, draft) if o.engine == "openvino" else None
+        engine = _openvino_pins(files, draft) if o.engine == "openvino" else None
         archive = _archive(root, cfg, res, o.server_binary, version, engine)
     record = {
         "engine": o.engine,
