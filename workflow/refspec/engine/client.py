@@ -30,10 +30,10 @@ def open_request(req: urllib.request.Request, timeout: float) -> tuple[int, byte
         raise TransportError(f"{type(e).__name__}: {e}") from e
 
 
-def get_json(url: str, headers: dict[str, str], timeout: float) -> dict:
+def get_json(url: str, headers: dict[str, str] | None = None, timeout: float = 30.0) -> dict:
     """GET ``url`` and parse its JSON answer (an HTTP error: RequestError; anything else: TransportError)."""
     try:
-        with _OPENER.open(urllib.request.Request(url, headers=headers), timeout=timeout) as resp:
+        with _OPENER.open(urllib.request.Request(url, headers=headers or {}), timeout=timeout) as resp:
             return json.loads(resp.read())
     except urllib.error.HTTPError as e:
         raise RequestError(e.code, e.read().decode("utf-8", "replace")[:500]) from e

@@ -25,18 +25,18 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..core.arms import Arm
+from .client import get_json
 from .context import RunContext
 from .openvino_env import SERVER_SCRIPT, EngineUnavailable, ensure_env, ensure_ir, environ, verify_ir
 from .server import (
     ResponseRefused,
     ServerProcess,
     ServerRefused,
-    _get_json,
-    _wait_health,
     free_port,
     piece_problems,
     reference_vocabulary,
     start_checked,
+    wait_health,
 )
 from .spawn import spawn
 
@@ -95,9 +95,9 @@ def open_openvino(ctx: RunContext, arm: Arm, wid: str) -> OpenVINOProcess:
     with open(log_path, "ab") as log:
         log.write(f"$ {' '.join(cmd)}\n".encode())
     proc = spawn(cmd, ctx.lib_dir, arm.threads, log_path=log_path, cwd=wdir, extra=environ(env))
-    _wait_health(url, proc, o.ready_timeout_s, log_path, wid)
+    wait_health(url, proc, o.ready_timeout_s, log_path, wid)
     try:
-        props = _get_json(url + "/props")
+        props = get_json(url + "/props")
         problems = []
         if props.get("total_slots") != 1:
             problems.append(f"the process has {props.get('total_slots')} slots, not 1")

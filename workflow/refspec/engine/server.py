@@ -50,7 +50,7 @@ from ..core.hashing import sha256_json
 from ..native import build as native
 from ..native.cmake import BUILD_RECORD
 from ..native.runtime import Model
-from .client import send_json
+from .client import get_json, send_json
 from .context import RunContext, ledger_line, record
 from .errors import InvalidResponse
 from .process import WARMUP_TASK, Completion
@@ -109,11 +109,6 @@ def free_port(host: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
-def _get_json(url: str, timeout: float = 30.0) -> dict:
-    _, raw = send_json("GET", url, timeout=timeout)
-    return json.loads(raw)
-
-
 # --------------------------------------------------------------------------- the reference vocabulary
 
 
@@ -166,7 +161,7 @@ def reference_vocabulary(target_path: Path, sha256: str, lib_dir: Path) -> Vocab
 def vocabulary_problems(base_url: str, ref: Vocabulary, prompt_ids: list[int]) -> list[str]:
     """How the server's tokenizer differs from the reference (empty: the same vocabulary)."""
     problems = []
-    models = _get_json(base_url + "/v1/models")
+    models = get_json(base_url + "/v1/models")
     metas = [m.get("meta") or {} for m in models.get("data") or [] if isinstance(m, dict)]
     if not metas:
         return ["/v1/models lists no model"]
@@ -246,7 +241,7 @@ class ServerProcess:
         if self.proc is not None:
             return self.proc.poll() is None
         try:
-            _get_json(self.url + "/health", timeout=5.0)
+            get_json(self.url + "/health", timeout=5.0)
             return True
         except Exception:
             return False
@@ -433,7 +428,7 @@ def _server_build(ctx: RunContext, variant: str):
     return native.build_server(opts, variant, quiet=True)
 
 
-def _wait_health(url: str, proc: subprocess.Popen, timeout: float, log_path: Path, wid: str) -> None:
+def wait_health(url: str, proc: subprocess.Popen, timeout: float, log_path: Path, wid: str) -> None:
     deadline = time.monotonic() + timeout
     last = "no answer"
     while True:
@@ -494,7 +489,7 @@ def _start_binary(ctx: RunContext, arm: Arm, wid: str, wdir: Path, ready: dict):
         if extra:
             log.write(f"  with {ENV_LAYOUT}={s.attn_layout}\n".encode())
     proc = spawn(cmd, lib_dir, arm.threads, log_path=log_path, cwd=wdir, extra=extra)
-    _wait_health(url, proc, s.ready_timeout_s, log_path, wid)
+    wait_health(url, proc, s.ready_timeout_s, log_path, wid)
     ready.update({"url": url, "fresh": True, "command": cmd, "env": extra or {}, **ident})
     if slot_dir is not None:
         ready["prompt_cache"] = "legacy draft path: cache_prompt true with a slot erase before every request"
@@ -515,14 +510,14 @@ def open_server(ctx: RunContext, arm: Arm, wid: str) -> ServerProcess:
     if s.url is not None:
         url = check_loopback(s.url)
         try:
-            _get_json(url + "/health", timeout=min(10.0, s.ready_timeout_s))
+            get_json(url + "/health", timeout=min(10.0, s.ready_timeout_s))
         except Exception as e:
             raise ServerRefused(f"server {wid} at {url} does not answer /health: {e}") from e
         ready.update({"url": url, "fresh": False, "command": None})
     else:
         url, proc, log_path, opts = _start_binary(ctx, arm, wid, wdir, ready)
     try:
-        props = _get_json(url + "/props")
+        props = get_json(url + "/props")
         problems = []
         if props.get("total_slots") != 1:
             problems.append(f"the server has {props.get('total_slots')} slots, not 1 (start it with -np 1)")
