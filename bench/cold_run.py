@@ -16,7 +16,8 @@ command uses the caches this machine already has. It then reads:
   the whole), and the set-up before the workflow (from the command's start to the first job time
   stamp Snakemake prints, to the second);
 * ``test``: pytest's ``--durations`` lines (each test's setup, call and teardown seconds), summed per
-  test module, and the set-up before pytest (the lint, the Debian packages, the builds).
+  test module, the ten slowest tests (``slowest_tests``, the same sums per test), and the set-up
+  before pytest (the lint, the Debian packages, the builds: the wall time less pytest's own total).
 
 It writes ``--out`` (JSON: the command, whether cold, the machine's cores, the total wall and CPU
 seconds and one row per step) and prints the table. ``table`` prints one run's table, or two runs'
@@ -38,7 +39,9 @@ import tempfile
 import time
 from pathlib import Path
 
-DURATION = re.compile(r"^\s*([0-9.]+)s (setup|call|teardown)\s+(\S+?)::")
+DURATION = re.compile(r"^\s*([0-9.]+)s (setup|call|teardown)\s+((\S+?)::.+?)\s*$")
+SLOWEST = 10
+PYTEST_TOTAL = re.compile(r"^=*\s*\d+ (?:passed|failed).* in ([0-9.]+)s")
 # the time stamp Snakemake prints before each job, in local time: "[Sun Dec  6 21:19:52 2026]"
 JOB_STAMP = re.compile(r"^\[(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) (\w{3} +\d+ \d\d:\d\d:\d\d \d{4})\]$")
 
@@ -86,16 +89,30 @@ def _rule_steps(clone: Path) -> list[dict]:
     return rows
 
 
-def _test_steps(log: str) -> list[dict]:
-    per_module: dict[str, float] = {}
+def _durations(log: str, group: int) -> list[tuple[str, float]]:
+    """pytest's ``--durations`` lines summed (setup, call and teardown) per test (``group`` 3) or per
+    test module (``group`` 4), the slowest first."""
+    total: dict[str, float] = {}
     for line in log.splitlines():
         m = DURATION.match(line)
         if m:
-            per_module[m.group(3)] = per_module.get(m.group(3), 0.0) + float(m.group(1))
-    return [
-        {"step": f"tests {mod}", "wall_s": s, "cpu_s": None}
-        for mod, s in sorted(per_module.items(), key=lambda kv: -kv[1])
-    ]
+            total[m.group(group)] = total.get(m.group(group), 0.0) + float(m.group(1))
+    return sorted(total.items(), key=lambda kv: -kv[1])
+
+
+def _test_steps(log: str) -> list[dict]:
+    return [{"step": f"tests {mod}", "wall_s": s, "cpu_s": None} for mod, s in _durations(log, 4)]
+
+
+def _slowest_tests(log: str) -> list[dict]:
+    return [{"test": t, "wall_s": s} for t, s in _durations(log, 3)[:SLOWEST]]
+
+
+def _pytest_setup_step(log: str, wall: float) -> dict | None:
+    """The set-up before pytest (lint, Debian packages, builds, models): the command's wall time less
+    the seconds pytest's last summary line reports."""
+    totals = [float(m.group(1)) for m in map(PYTEST_TOTAL.match, log.splitlines()) if m]
+    return {"step": "set-up before pytest", "wall_s": max(0.0, wall - totals[-1]), "cpu_s": None} if totals else None
 
 
 def run(args: argparse.Namespace) -> int:
@@ -115,13 +132,14 @@ def run(args: argparse.Namespace) -> int:
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
+            errors="replace",
         )
         wall = time.monotonic() - t0
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
         (Path(args.out).with_suffix(".log")).write_text(p.stdout, encoding="utf-8")
         steps = _rule_steps(clone) if args.command == "main" else _test_steps(p.stdout)
-        setup = _setup_step(p.stdout, started) if args.command == "main" else None
+        setup = _setup_step(p.stdout, started) if args.command == "main" else _pytest_setup_step(p.stdout, wall)
         steps = ([setup] if setup else []) + steps
         inner = sum(s["wall_s"] for s in steps if s["step"].startswith("rule ")) if args.command == "main" else None
         if args.keep_archive and args.command == "main":  # the sealed archive, for its tables
@@ -140,9 +158,25 @@ def run(args: argparse.Namespace) -> int:
             "rules_wall_s": inner,
             "steps": steps,
         }
+        if args.command == "test":
+            doc["slowest_tests"] = _slowest_tests(p.stdout)
     Path(args.out).write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
     print(table([doc]))
     return 0 if p.returncode == 0 else 1
+
+
+def _read_run(path: Path) -> dict:
+    """A run's JSON; a test run written before ``slowest_tests`` and the set-up row existed gets them
+    from its log, which ``run`` writes beside it."""
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    log = path.with_suffix(".log")
+    if doc["command"] == "./run test" and log.is_file():
+        text = log.read_text(encoding="utf-8", errors="replace")
+        doc.setdefault("slowest_tests", _slowest_tests(text))
+        if not any(s["step"] == "set-up before pytest" for s in doc["steps"]):
+            setup = _pytest_setup_step(text, doc["wall_s"])
+            doc["steps"] = ([setup] if setup else []) + doc["steps"]
+    return doc
 
 
 def _fmt(v: float | None) -> str:
@@ -161,6 +195,8 @@ def table(docs: list[dict]) -> str:
         lines.append(f"{'step':<48} {'wall s':>9} {'cpu s':>9}")
         for s in docs[0]["steps"]:
             lines.append(f"{s['step']:<48} {_fmt(s['wall_s']):>9} {_fmt(s['cpu_s']):>9}")
+        for t in docs[0].get("slowest_tests", []):
+            lines.append(f"slowest test {t['wall_s']:>8.1f}  {t['test']}")
         return "\n".join(lines)
     a, b = docs
     bs = {s["step"]: s for s in b["steps"]}
@@ -172,6 +208,10 @@ def table(docs: list[dict]) -> str:
     only = [s["step"] for s in b["steps"] if s["step"] not in {t["step"] for t in a["steps"]}]
     if only:
         lines.append("only after: " + ", ".join(only))
+    for label, d in (("before", a), ("after", b)):
+        if d.get("slowest_tests"):
+            lines.append(f"the {len(d['slowest_tests'])} slowest tests {label} (setup + call + teardown, s):")
+            lines += [f"  {t['wall_s']:>8.1f}  {t['test']}" for t in d["slowest_tests"]]
     return "\n".join(lines)
 
 
@@ -191,7 +231,7 @@ def main(argv: list[str] | None = None) -> int:
         return run(args)
     if len(args.runs) > 2:
         ap.error("table takes one run or two (before, after)")
-    print(table([json.loads(Path(p).read_text(encoding="utf-8")) for p in args.runs]))
+    print(table([_read_run(Path(p)) for p in args.runs]))
     return 0
 
 
