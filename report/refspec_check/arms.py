@@ -16,6 +16,10 @@ one per campaign it ran in:
 * elsewhere "unrepaired control" (mask 0, ub above 1: vacuity.is_unrepaired), "repaired arm" (a layout
   other than mq with mask bit 1 or 2), else "compared arm".
 
+Where some arm's plan record (plan.json, a campaign's ``arms``) has a ``kind`` other than refspec's
+worker, an ``engine`` column follows the arm: "llama.cpp" (no kind, or ``worker``), "llama-server"
+(``server``), "OpenVINO GenAI" with its pipeline (``openvino``; "stateful", "continuous batching").
+
 Rows are in the renderer's arm order (R, other R_ arms, target before speculative, layouts in
 LAYOUT_ORDER, then the code with its digit runs compared as numbers: C_m2 before C_m10). A row edited,
 added, removed or moved is refused with its line.
@@ -48,6 +52,9 @@ ROLE_ORDER = (
     "predictor candidate",
 )
 HEADER = ("arm", "mode", "micro-batch", "layout", "phase mask", "proposals", "draft", "campaigns", "role")
+WORKER_ENGINE = "llama.cpp"
+ENGINE_TEXT = {"worker": WORKER_ENGINE, "server": "llama-server", "openvino": "OpenVINO GenAI"}
+PIPELINE_TEXT = {"stateful": "stateful", "continuous_batching": "continuous batching"}
 LAYOUT_ORDER = ("mq", "gs", "pq", "qb", "qh")  # refspec.core.layouts.LAYOUT_ORDER
 TARGET_PHASES = 3  # mask bits 1 and 2: target prefill and continuation
 DASH = "\u2014"
@@ -70,6 +77,28 @@ def _plans(plan) -> list:
         return []
     camps = plan.get("campaigns") if isinstance(plan.get("campaigns"), dict) else {}
     return [p for p in [*camps.values(), plan] if isinstance(p, dict)]
+
+
+def engines(plan) -> dict:
+    """arm -> its engine text from the plan's arm records (the first record of an arm)."""
+    out: dict = {}
+    for p in _plans(plan):
+        arms = p.get("arms") if isinstance(p.get("arms"), dict) else {}
+        for name, rec in arms.items():
+            if isinstance(rec, dict) and name not in out:
+                kind = rec.get("kind", "worker")
+                ov = rec.get("openvino") if isinstance(rec.get("openvino"), dict) else {}
+                pipe = ov.get("pipeline") if kind == "openvino" else None
+                out[name] = ENGINE_TEXT.get(kind, str(kind)) + (
+                    f", {PIPELINE_TEXT.get(pipe, str(pipe))}" if pipe else ""
+                )
+    return out
+
+
+def header(plan, arms: set) -> tuple[str, ...]:
+    """The arms table's header: with the engine column where some arm that ran is not refspec's worker."""
+    eng = engines(plan)
+    return HEADER[:1] + ("engine",) * any(eng.get(a, WORKER_ENGINE) != WORKER_ENGINE for a in arms) + HEADER[1:]
 
 
 def prediction_roles(plan, prediction: list) -> tuple[set, set]:
@@ -122,6 +151,8 @@ def expected_rows(ctx: Context, plan) -> list[tuple[str, ...]]:
             r
         )
     src = ctx.src("requests") if reqs else ""
+    eng = engines(plan)
+    shown = len(header(plan, {g[0] for g in groups})) > len(HEADER)
     out = []
     for key in sorted(groups, key=lambda g: (arm_order(g[0], g[1], g[2]), *map(_last, g[3:]))):
         arm, mode, layout, ub, mask, k = key
@@ -139,6 +170,7 @@ def expected_rows(ctx: Context, plan) -> list[tuple[str, ...]]:
         out.append(
             (
                 arm,
+                *((eng.get(arm, WORKER_ENGINE),) if shown else ()),
                 MODE_TEXT.get(mode, mode),
                 num("ub", ub),
                 layout,
@@ -178,8 +210,10 @@ def check_arms(ctx: Context, rep: Report, plan) -> None:
         return
     t = tables[0]
     head = [_cells(cells) for _line, cells in t["rows"] if cells and all(tag == "th" for tag, _p in cells)]
-    if head != [HEADER]:
-        c.bad(f"{rep.html_rel}:{t['line']}", f"arms table header {head[:1]!r}, expected {HEADER!r}")
+    reqs = ctx.tables["requests"].rows if "requests" in ctx.tables else []
+    want_head = header(plan, {r["arm"] for r in reqs})
+    if head != [want_head]:
+        c.bad(f"{rep.html_rel}:{t['line']}", f"arms table header {head[:1]!r}, expected {want_head!r}")
     body = [(line, _cells(cells)) for line, cells in t["rows"] if any(tag == "td" for tag, _p in cells)]
     got = [row for _line, row in body]
     c.compared += 1

@@ -248,3 +248,67 @@ def test_roles_come_from_the_data():
     }
     rows = {x["arm"]: x for x in arm_rows(reqs, plan, [])}
     assert (rows["C_k5u6"]["k"], rows["C_k5u6"]["ub"], rows["M3"]["k"]) == (5, 6, None)
+
+
+ENGINE_PLAN = {  # arm records as a campaign plan carries them (refspec's worker arms have no kind)
+    "campaigns": {
+        "qualify": {
+            "campaign": "confirmation",
+            "arms": {
+                "O_ref": {"kind": "openvino", "openvino": {"pipeline": "stateful"}},
+                "O_cb": {"kind": "openvino", "openvino": {"pipeline": "continuous_batching"}},
+                "S_stock": {"kind": "server", "server": {}},
+                "R": {"mode": "target", "layout": "mq"},
+            },
+        }
+    }
+}
+
+
+def test_an_arm_of_another_engine_is_named_and_the_checker_names_it_alike():
+    from refspec_check.arms import HEADER, engines, header
+
+    from refspec.reporting.sections.arms import ARMS_HEADER, arm_engines, plan_records
+
+    want = {
+        "O_ref": "OpenVINO GenAI, stateful",
+        "O_cb": "OpenVINO GenAI, continuous batching",
+        "S_stock": "llama-server",
+        "R": "llama.cpp",
+    }
+    assert arm_engines(plan_records(ENGINE_PLAN)) == want == engines(ENGINE_PLAN)
+    reqs = [_req("confirmation", a, "target", "mq", 4 if a != "O_ref" else 1, 0) for a in ("O_ref", "O_cb", "R")]
+    assert {x["arm"]: x["engine"] for x in arm_rows(reqs, ENGINE_PLAN, [])} == {
+        k: want[k] for k in ("O_ref", "O_cb", "R")
+    }
+    # the column only where some arm that ran is not refspec's worker
+    assert header(ENGINE_PLAN, {"R"}) == HEADER == tuple(ARMS_HEADER)
+    assert header(ENGINE_PLAN, {"R", "O_cb"}) == ("arm", "engine", *HEADER[1:])
+
+
+def _as_server(stage: Path, dst: Path, arm: str) -> Path:
+    """The stage with ``arm``'s plan record a llama-server arm, its report rendered again."""
+    from refspec.reporting.render import render
+
+    shutil.copytree(stage, dst)
+    for p in dst.rglob("*"):
+        p.chmod(0o755 if p.is_dir() else 0o644)
+    plan = json.loads((dst / "plan.json").read_text())
+    plan["campaigns"]["prediction"]["arms"] = {arm: {"kind": "server", "server": {}}}
+    (dst / "plan.json").write_text(json.dumps(plan, indent=1) + "\n")
+    render(dst, pdf=False)
+    return dst
+
+
+def test_an_arm_of_another_engine_shows_an_engine_column_that_the_checker_recomputes(stage, tmp_path):
+    served = _as_server(stage, tmp_path / "served", "M0")
+    rows = {r[0]: r for r in _arms_html(served)}
+    assert rows["M0"][1] == "llama-server" and rows["R"][1] == "llama.cpp" and rows["C3"][1] == "llama.cpp"
+    assert [r[1:] for r in _arms_html(stage)] == [r[2:] for r in _arms_html(served)]  # the rest as before
+    code, out = run_check(sealed(served, tmp_path / "clean"))
+    assert code == 0, out[-3000:]
+    # the engine claimed for another arm, in both report files alike: refused by the arms check itself
+    swap = _edit_cell("C3", "<td>llama.cpp</td>", "<td>llama-server</td>", "C3 & llama.cpp & ", "C3 & llama-server & ")
+    code, out = run_check(sealed(served, tmp_path / "edited", swap))
+    lines = [x for x in out.splitlines() if x.startswith("MISMATCH report.html:") and "arms table row" in x]
+    assert code == 1 and lines and "recomputed 'C3 | llama.cpp |" in lines[0], out[-3000:]

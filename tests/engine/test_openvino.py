@@ -14,6 +14,7 @@ What a wrong implementation gets wrong here:
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -300,6 +301,15 @@ def test_qualify_openvino_end_to_end_sealed_and_checked(tmp_path, ov_env, irs, f
     )  # fmt: skip
     assert c.returncode == 0, c.stdout[-3000:] + c.stderr[-2000:]
     assert "0 mismatches" in c.stdout
+    # the report's arms table names the engine and pipeline of each arm (refspec's worker vocabulary alone
+    # would present O_cb as a llama.cpp arm at micro-batch 256)
+    arms = re.search(r'<table data-table="arms".*?</table>', (archive / "report.html").read_text(), flags=re.S)
+    shown = dict(re.findall(r'<tr><td class="mono">(O_\w+)</td><td>([^<]*)</td>', arms.group(0)))
+    assert shown == {
+        "O_ref": "OpenVINO GenAI, stateful",
+        "O_cb": "OpenVINO GenAI, continuous batching",
+        "O_spec": "OpenVINO GenAI, continuous batching",
+    }
 
 
 def test_an_ir_changed_in_the_cache_refuses_the_arm_with_its_failure_in_the_ledger(tmp_path, irs, family_files):

@@ -16,6 +16,12 @@ states, per campaign the arm ran in:
   a repaired arm (a layout other than ``mq`` switched on in a target phase: mask bit 1 or 2) or,
   failing both, a compared arm.
 
+*Engine*: where an arm's plan record (plan.json, the campaign's ``arms``) names a ``kind`` other than
+refspec's own worker, the table gains an ``engine`` column after the arm: "llama.cpp" for refspec's
+worker, "llama-server" for a server arm, "OpenVINO GenAI" with its pipeline for an OpenVINO arm. There
+micro-batch is the engine's tokens a step, layout ``mq`` its native attention and phase mask 0 no repair
+(``anc/openvino.md``). An archive of refspec's worker alone has no such column.
+
 Rows are sorted by :func:`refspec.campaigns.derived.arm_sort_key` (digit runs numerically, so C_m2
 before C_m10). ``report/check.py`` recomputes every row on its own (``refspec_check/arms.py``):
 change one only together with the other.
@@ -50,6 +56,10 @@ ROLE_ORDER = (
 # the target phases of the phase mask (target prefill, target continuation)
 TARGET_PHASES = 0b11
 ARMS_HEADER = ["arm", "mode", "micro-batch", "layout", "phase mask", "proposals", "draft", "campaigns", "role"]
+# the engine column (shown when some arm is not refspec's worker): an arm record's kind, an OpenVINO pipeline
+WORKER_ENGINE = "llama.cpp"
+ENGINE_TEXT = {"worker": WORKER_ENGINE, "server": "llama-server", "openvino": "OpenVINO GenAI"}
+PIPELINE_TEXT = {"stateful": "stateful", "continuous_batching": "continuous batching"}
 
 
 def plan_records(plan: Any) -> list[dict]:
@@ -68,6 +78,24 @@ def campaign_references(plans: list[dict]) -> dict[str, str]:
             defn = p.get("definition") if isinstance(p.get("definition"), dict) else {}
             ref = defn.get("reference")
             out.setdefault(p["campaign"], ref if isinstance(ref, str) and ref else REFERENCE_ARM)
+    return out
+
+
+def arm_engines(plans: list[dict]) -> dict[str, str]:
+    """arm -> its engine as the campaign plans' arm records name it (``kind``, absent for refspec's worker;
+    an OpenVINO arm with its pipeline). The first record of an arm wins; an arm without one has none."""
+    out: dict[str, str] = {}
+    for p in plans:
+        arms = p.get("arms") if isinstance(p.get("arms"), dict) else {}
+        for name, rec in arms.items():
+            if not isinstance(rec, dict):
+                continue
+            kind = rec.get("kind", "worker")
+            text = ENGINE_TEXT.get(kind, str(kind))
+            ov = rec.get("openvino") if isinstance(rec.get("openvino"), dict) else {}
+            if kind == "openvino" and ov.get("pipeline"):
+                text += ", " + PIPELINE_TEXT.get(ov["pipeline"], str(ov["pipeline"]))
+            out.setdefault(name, text)
     return out
 
 
@@ -124,6 +152,7 @@ def arm_rows(requests: list[dict], plan: Any, prediction: list[dict]) -> list[di
     plans = plan_records(plan)
     refs = campaign_references(plans)
     live, chosen = prediction_arms(plans, prediction)
+    engines = arm_engines(plans)
     groups: dict[tuple, list[dict]] = defaultdict(list)
     for r in requests:
         groups[recipe_key(r)].append(r)
@@ -135,6 +164,7 @@ def arm_rows(requests: list[dict], plan: Any, prediction: list[dict]) -> list[di
         out.append(
             dict(
                 arm=arm,
+                engine=engines.get(arm, WORKER_ENGINE),
                 mode=mode,
                 layout=layout,
                 ub=ub,
@@ -169,7 +199,9 @@ def section_arms(sec: Section, a: Archive, N: Numbers) -> None:
     nums = ShownTable(N, a, "requests", tid)
     plan = read_json(a.files["plan"]) if "plan" in a.files else None
     rows = []
-    for x in arm_rows(a.rows("requests"), plan, a.rows("prediction")):
+    arms = arm_rows(a.rows("requests"), plan, a.rows("prediction"))
+    engine = any(x["engine"] != WORKER_ENGINE for x in arms)  # the column only where it tells something
+    for x in arms:
         key = {c: x[c] for c in ("arm", "mode", "layout", "ub", "mask")}
         if x["k"] is not None:
             key["k"] = x["k"]
@@ -182,6 +214,7 @@ def section_arms(sec: Section, a: Archive, N: Numbers) -> None:
         rows.append(
             [
                 Cell([x["arm"]], cls="mono"),
+                *([Cell([x["engine"]])] if engine else []),
                 Cell([MODE_TEXT.get(x["mode"], x["mode"])]),
                 Cell(ub),
                 Cell([x["layout"]], cls="mono"),
@@ -197,9 +230,9 @@ def section_arms(sec: Section, a: Archive, N: Numbers) -> None:
             tid,
             "Arms",
             [a.src("requests")],
-            list(ARMS_HEADER),
+            ARMS_HEADER[:1] + ["engine"] * engine + ARMS_HEADER[1:],
             rows,
-            numeric=[False, False, True, False, True, True, False, False, False],
+            numeric=[False] * (1 + engine) + [False, True, False, True, True, False, False, False],
         )
     )
 
