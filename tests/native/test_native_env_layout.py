@@ -104,6 +104,8 @@ def test_env_qb_reproduces_reference_where_stock_diverges(native_build, family_f
         assert qb.returncode == 0, qb.stderr[-2000:]
         assert "LLAMA_ATTN_LAYOUT='qb': attention layout set" in qb.stderr
         assert want in qb.stdout, f"{task_id}: llama-speculative-simple with LLAMA_ATTN_LAYOUT=qb is not R"
+        if stock_diverged:  # one prompt on which the stock layout leaves R is all the assertion below needs
+            continue
         stock = _spec_simple(native_build, family_files, prompt, layout=None)
         assert stock.returncode == 0, stock.stderr[-2000:]
         assert "LLAMA_ATTN_LAYOUT" not in stock.stderr
