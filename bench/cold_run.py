@@ -21,7 +21,10 @@ command uses the caches this machine already has. It then reads:
 
 It writes ``--out`` (JSON: the command, whether cold, the machine's cores, the total wall and CPU
 seconds and one row per step) and prints the table. ``table`` prints one run's table, or two runs'
-side by side with the ratio after/before of every step both have (a before/after on one machine).
+side by side with the ratio after/before of every step both have (a before/after on one machine),
+wall and CPU seconds. Both lead with the sums of a main run's timed campaigns (the ``campaign_*``
+rules, which run alone and spend their sized budgets) and of its other rules, or of a test run's
+modules: what a cut can reach is read there first.
 Run nothing else on the machine meanwhile: the steps are timed, not only counted.
 """
 
@@ -179,6 +182,24 @@ def _read_run(path: Path) -> dict:
     return doc
 
 
+def _sums(steps: list[dict]) -> list[dict]:
+    """The sums of the steps by kind: a main run's timed campaigns and its other rules, a test run's
+    modules (rules overlap on the cores, so a sum is work, not wall time)."""
+    kinds = (
+        ("sum: timed campaigns (rules campaign_*)", lambda n: n.startswith("rule campaign_")),
+        ("sum: other rules", lambda n: n.startswith("rule ") and not n.startswith("rule campaign_")),
+        ("sum: test modules", lambda n: n.startswith("tests ")),
+    )
+    out = []
+    for label, member in kinds:
+        mine = [s for s in steps if member(s["step"])]
+        if mine:
+            cpus = [s["cpu_s"] for s in mine]
+            cpu = None if any(c is None for c in cpus) else sum(cpus)
+            out.append({"step": label, "wall_s": sum(s["wall_s"] for s in mine), "cpu_s": cpu})
+    return out
+
+
 def _fmt(v: float | None) -> str:
     return "-" if v is None else f"{v:.1f}"
 
@@ -193,18 +214,26 @@ def table(docs: list[dict]) -> str:
         )
     if len(docs) == 1:
         lines.append(f"{'step':<48} {'wall s':>9} {'cpu s':>9}")
-        for s in docs[0]["steps"]:
+        for s in _sums(docs[0]["steps"]) + docs[0]["steps"]:
             lines.append(f"{s['step']:<48} {_fmt(s['wall_s']):>9} {_fmt(s['cpu_s']):>9}")
         for t in docs[0].get("slowest_tests", []):
             lines.append(f"slowest test {t['wall_s']:>8.1f}  {t['test']}")
         return "\n".join(lines)
     a, b = docs
-    bs = {s["step"]: s for s in b["steps"]}
-    lines.append(f"{'step':<48} {'before s':>9} {'after s':>9} {'after/before':>13}")
-    rows = [("whole command", a["wall_s"], b["wall_s"])]
-    rows += [(s["step"], s["wall_s"], bs[s["step"]]["wall_s"]) for s in a["steps"] if s["step"] in bs]
-    for name, x, y in rows:
-        lines.append(f"{name:<48} {x:>9.1f} {y:>9.1f} {y / x if x else float('nan'):>13.3f}")
+    a_steps, b_steps = _sums(a["steps"]) + a["steps"], _sums(b["steps"]) + b["steps"]
+    bs = {s["step"]: s for s in b_steps}
+    lines.append(
+        f"{'step':<48} {'before s':>9} {'after s':>9} {'after/before':>13} {'before cpu':>11} {'after cpu':>10}"
+    )
+    rows = [("whole command", a["wall_s"], b["wall_s"], a["cpu_s"], b["cpu_s"])]
+    rows += [
+        (s["step"], s["wall_s"], bs[s["step"]]["wall_s"], s["cpu_s"], bs[s["step"]]["cpu_s"])
+        for s in a_steps
+        if s["step"] in bs
+    ]
+    for name, x, y, cx, cy in rows:
+        ratio = y / x if x else float("nan")
+        lines.append(f"{name:<48} {x:>9.1f} {y:>9.1f} {ratio:>13.3f} {_fmt(cx):>11} {_fmt(cy):>10}")
     only = [s["step"] for s in b["steps"] if s["step"] not in {t["step"] for t in a["steps"]}]
     if only:
         lines.append("only after: " + ", ".join(only))

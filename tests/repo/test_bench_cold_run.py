@@ -67,10 +67,34 @@ def test_an_older_runs_table_takes_its_slowest_tests_and_set_up_from_the_log_bes
     (tmp_path / "after.json").write_text(json.dumps(after), encoding="utf-8")
     text = b.table([b._read_run(tmp_path / "before.json"), b._read_run(tmp_path / "after.json")])
     assert "whole command" in text and "0.500" in text  # 200 / 400.25, rounded
-    assert any(line.startswith("set-up before pytest") and line.endswith("0.323") for line in text.splitlines())
+    setup = next(line for line in text.splitlines() if line.startswith("set-up before pytest"))
+    assert setup.split()[-3:] == ["0.323", "-", "-"]  # the ratio, then no CPU seconds for the set-up
     before_part, after_part = text.split("slowest tests after")
     assert "36.0  tests/a/test_x.py::test_slow" in before_part
     assert [x.strip() for x in after_part.strip().splitlines()] == [
         "(setup + call + teardown, s):",
         "3.0  tests/b/test_y.py::test_alone",
     ]
+
+
+def test_a_main_runs_table_sums_its_timed_campaigns_apart_from_its_other_rules():
+    b = _bench()
+    steps = [
+        {"step": "set-up before the workflow", "wall_s": 60.0, "cpu_s": None},
+        {"step": "rule campaign_implementation", "wall_s": 300.0, "cpu_s": 150.0},
+        {"step": "rule campaign_replication", "wall_s": 200.0, "cpu_s": 50.0},
+        {"step": "rule replay", "wall_s": 90.0, "cpu_s": 80.0},
+        {"step": "rule native_build", "wall_s": 120.0, "cpu_s": None},
+    ]
+    # the set-up is neither; a rule without a CPU time leaves its sum's CPU unknown, not undercounted
+    assert b._sums(steps) == [
+        {"step": "sum: timed campaigns (rules campaign_*)", "wall_s": 500.0, "cpu_s": 200.0},
+        {"step": "sum: other rules", "wall_s": 210.0, "cpu_s": None},
+    ]
+    doc = {"command": "./run main", "cold": True, "commit": "0" * 40, "cores": 2, "exit": 0}
+    before = doc | {"wall_s": 800.0, "cpu_s": 500.0, "steps": steps}
+    after = doc | {"wall_s": 600.0, "cpu_s": 450.0, "steps": [dict(s, wall_s=s["wall_s"] / 2) for s in steps]}
+    lines = b.table([before, after]).splitlines()
+    summed = next(x for x in lines if x.startswith("sum: timed campaigns"))
+    assert summed.split()[-5:] == ["500.0", "250.0", "0.500", "200.0", "200.0"]
+    assert next(x for x in lines if x.startswith("sum: other rules")).split()[-2:] == ["-", "-"]
