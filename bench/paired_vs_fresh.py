@@ -131,13 +131,15 @@ def run(args) -> Path:
     dealt = dealt_orders(names, [len(rounds)] * args.processes, derive_rng(args.seed, "paired-square"))
     for p in range(args.processes):
         # the paired process: every arm, Latin-square rounds
+        orders = dealt[p]
         t0 = time.monotonic()
-        w = start(out, files, build.lib_dir, afile, f"paired-{p:02d}", names, args.warmup_cap)
+        # the contexts are created in the order of the process's first round, as a campaign's paired
+        # worker creates them (refspec.campaigns.scheduler.paired_schedule), so the order is drawn too
+        w = start(out, files, build.lib_dir, afile, f"paired-{p:02d}", orders[0], args.warmup_cap)
         starts.append(time.monotonic() - t0)
         try:
             for t in tasks:
                 prompts.setdefault(t.task_id, w.tokenize(t.text, chat=True))
-            orders = dealt[p]
             pos = 0
             for (ti, rep), order in zip(rounds, orders):
                 for arm in order:
@@ -231,7 +233,12 @@ def analyze(folder: Path) -> dict:
     rows = pq.read_table(folder / "requests.parquet").to_pylist()
     arms = sorted({r["arm"] for r in rows})
     ref = {(r["task_id"]): r["endpoint_sha256"] for r in rows if r["arm"] == "R"}
-    matches = {a: sum(r["endpoint_sha256"] == ref.get(r["task_id"]) for r in rows if r["arm"] == a) for a in arms}
+    # without R among the arms there is nothing to compare with (None, not 0 matches)
+    matches = (
+        {a: sum(r["endpoint_sha256"] == ref.get(r["task_id"]) for r in rows if r["arm"] == a) for a in arms}
+        if ref
+        else None
+    )
     result: dict = {"requests": len(rows), "matches_R": matches, "designs": {}}
     pairs = [(a, BASE) for a in arms if a != BASE] + [p for p in PAIRS if p[0] in arms and p[1] in arms]
     for design in ("fresh", "paired"):
@@ -261,7 +268,9 @@ def analyze(folder: Path) -> dict:
 
 
 def show(res: dict) -> str:
-    lines = [f"{res['requests']} timed requests; endpoints matching R per arm: {res['matches_R']}"]
+    compared = res["matches_R"]
+    said = f"endpoints matching R per arm: {compared}" if compared is not None else "no R among the arms: not compared"
+    lines = [f"{res['requests']} timed requests; {said}"]
     for design, d in res["designs"].items():
         c = d["components"]
         inter = "n/a (confounded)" if c["interaction"] is None else f"{math.sqrt(c['interaction']):.4f}"
