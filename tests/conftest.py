@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import pytest
 
-from support.durations import GROUP_BUDGET_S, group_times
+from support.durations import GROUP_BUDGET_S, SLOWEST, group_times, slowest_tests
 from support.opt_in import OPT_IN, skip_opt_in
 
 #: the reason prefixes of the skips a run may end with (see the module's docstring)
@@ -185,9 +185,21 @@ def pytest_sessionfinish(session, exitstatus):
         session.exitstatus = 1
 
 
+def _reports(tr) -> list:
+    return [r for key in ("passed", "failed", "skipped", "error", "") for r in tr.stats.get(key, [])]
+
+
+def _write_slowest(tr) -> None:
+    slow = slowest_tests(_reports(tr))
+    if not slow:
+        return
+    tr.section(f"the {SLOWEST} slowest tests (seconds: setup + call + teardown)", sep="=")
+    for nodeid, s in slow:
+        tr.write_line(f"  {s:8.1f}  {nodeid}")
+
+
 def _write_group_times(tr) -> None:
-    reports = [r for key in ("passed", "failed", "skipped", "error", "") for r in tr.stats.get(key, [])]
-    times = group_times(reports)
+    times = group_times(_reports(tr))
     if not times:
         return
     tr.section("test time by group (seconds, summed over the group's tests; budget on a 2-core machine)", sep="=")
@@ -203,6 +215,7 @@ def _write_group_times(tr) -> None:
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
     tr = terminalreporter
+    _write_slowest(tr)
     _write_group_times(tr)
     for study in _SMALL_STUDY:
         tr.write_line(study.summary())

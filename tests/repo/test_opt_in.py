@@ -11,7 +11,7 @@ from collections import Counter
 from types import SimpleNamespace
 
 from refspec.pipeline.main import pytest_command, suite_processes
-from support.durations import GROUP_BUDGET_S, group_times
+from support.durations import GROUP_BUDGET_S, group_times, slowest_tests
 from support.opt_in import skip_opt_in
 from support.paths import REPO_ROOT, TESTS
 
@@ -87,6 +87,20 @@ def test_every_test_group_has_a_time_budget():
 
     reps = [Rep("tests/core/test_a.py::t", 1.5), Rep("tests/core/test_b.py::u", 2.0), Rep("tests/repo/x.py::v", 0.25)]
     assert group_times(reps) == {"core": 3.5, "repo": 0.25}
+
+
+def test_the_slowest_tests_sum_each_tests_setup_call_and_teardown():
+    class Rep:
+        def __init__(self, nodeid, duration):
+            self.nodeid, self.duration = nodeid, duration
+
+    # the fixture-heavy test is slowest only with its setup counted (its call alone is the fastest)
+    reps = [Rep("tests/a.py::heavy", 30.0), Rep("tests/a.py::heavy", 1.0), Rep("tests/a.py::heavy", 0.5)]
+    reps += [Rep(f"tests/b.py::t{i}", 10.0 + i) for i in range(12)]
+    reps.append(Rep("", 99.0))  # a collection report names no test
+    slow = slowest_tests(reps)
+    assert len(slow) == 10 and slow[0] == ("tests/a.py::heavy", 31.5)
+    assert [t for t, _ in slow[1:]] == [f"tests/b.py::t{i}" for i in range(11, 2, -1)]
 
 
 def test_a_parallel_run_keeps_each_module_in_one_process():

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import subprocess
 import sys
+import time
 
 from ..core.config import load_config
 from ..core.paths import REPO_ROOT
@@ -40,10 +41,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    t0 = time.monotonic()
     lint_rc = lint()
     apt_install(DEBIAN_TEST_PACKAGES)
     _prepare(None)
+    t_suite = time.monotonic()
     r = subprocess.run(pytest_command(list(args.extra)), cwd=REPO_ROOT)
+    t_end = time.monotonic()
     if lint_rc != 0:
         print("refspec test: the code checks failed (see 'refspec lint' above)", file=sys.stderr)
+    print(
+        f"refspec test: {t_end - t0:.0f} s in all: {t_suite - t0:.0f} s of checks, packages, builds and models, "
+        f"{t_end - t_suite:.0f} s of pytest"
+    )
     return r.returncode or lint_rc

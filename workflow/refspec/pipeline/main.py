@@ -87,7 +87,8 @@ def pytest_command(extra: list[str]) -> list[str]:
     skipped by tests/conftest.py, as under a plain ``pytest``): the modules spread over
     :func:`suite_processes` processes (pytest-xdist, each module's tests in one process, the
     modules handed out in the order tests/conftest.py gives them, the longest first; ``-n 0`` in
-    ``extra`` runs them in this one), and the slowest tests listed at the end."""
+    ``extra`` runs them in this one); tests/conftest.py lists the ten slowest tests and the time per
+    test group at the end."""
     parallel = (
         []
         if any(a == "-n" or a.startswith(("-n", "--numprocesses")) for a in extra)
@@ -107,8 +108,6 @@ def pytest_command(extra: list[str]) -> list[str]:
         "--dist",
         "loadfile",
         "--no-loadscope-reorder",  # the suite's order (the longest modules first), not by test count
-        "--durations",
-        "40",
         *extra,
     ]
 
