@@ -185,12 +185,8 @@ def pytest_sessionfinish(session, exitstatus):
         session.exitstatus = 1
 
 
-def _reports(tr) -> list:
-    return [r for key in ("passed", "failed", "skipped", "error", "") for r in tr.stats.get(key, [])]
-
-
-def _write_slowest(tr) -> None:
-    slow = slowest_tests(_reports(tr))
+def _write_slowest(tr, reports: list) -> None:
+    slow = slowest_tests(reports)
     if not slow:
         return
     tr.section(f"the {SLOWEST} slowest tests (seconds: setup + call + teardown)", sep="=")
@@ -198,8 +194,8 @@ def _write_slowest(tr) -> None:
         tr.write_line(f"  {s:8.1f}  {nodeid}")
 
 
-def _write_group_times(tr) -> None:
-    times = group_times(_reports(tr))
+def _write_group_times(tr, reports: list) -> None:
+    times = group_times(reports)
     if not times:
         return
     tr.section("test time by group (seconds, summed over the group's tests; budget on a 2-core machine)", sep="=")
@@ -215,8 +211,10 @@ def _write_group_times(tr) -> None:
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
     tr = terminalreporter
-    _write_slowest(tr)
-    _write_group_times(tr)
+    # every report of the run (setup, call and teardown alike), read once for both summaries
+    reports = [r for key in ("passed", "failed", "skipped", "error", "") for r in tr.stats.get(key, [])]
+    _write_slowest(tr, reports)
+    _write_group_times(tr, reports)
     for study in _SMALL_STUDY:
         tr.write_line(study.summary())
     if not _SKIPPED:

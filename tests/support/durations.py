@@ -1,7 +1,8 @@
 """The suite's time per test group against its budget, and its slowest tests (printed by
-tests/conftest.py at the end of ``./run test``): the budgets are the measured times of a full run on a quiet 2-core machine with
-warm caches, rounded up; a group over its budget is named in the summary, not failed (machines
-are shared, and speed is measured in benchmarks, not asserted by tests)."""
+tests/conftest.py at the end of ``./run test``): the budgets are the measured times of a full run
+on a quiet 2-core machine with warm caches, rounded up; a group over its budget is named in the
+summary, not failed (machines are shared, and speed is measured in benchmarks, not asserted by
+tests)."""
 
 from __future__ import annotations
 
