@@ -13,6 +13,7 @@ from refspec_check.figures import check_figures
 from refspec_check.files import check_archive_files
 from refspec_check.findings import check_findings, expect_findings
 from refspec_check.headline import check_headline
+from refspec_check.intervals import AARules
 from refspec_check.numbers import check_markup, check_numbers
 from refspec_check.pdf import check_pdf
 from refspec_check.problems import EXIT_UNREADABLE, Checker
@@ -72,10 +73,11 @@ def check(archive: str, quiet: bool = False, unsealed: bool = False, trust: Trus
     qual = check_qualification(ctx, reference_arms(plan))
     check_screen(ctx, plan)
     check_exposed_repairs(ctx, qual)
-    check_ratios(ctx, qual, facts)
+    rules = AARules(c, plan)  # (campaign, family) -> the A/A rule its plan froze
+    check_ratios(ctx, qual, facts, rules)
     check_diagnostics(ctx, qual, facts)
     check_qualified_ratios(ctx)
-    noise = check_noise(ctx, qual, bootstrap_parameters(plan))
+    noise = check_noise(ctx, qual, bootstrap_parameters(plan), rules)
     est_dec = check_replication(ctx, qual, facts, bootstrap_parameters(plan), noise)
     check_variance(ctx)
     check_sizing(ctx, plan)

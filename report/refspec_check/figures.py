@@ -23,6 +23,7 @@ import os
 import re
 from collections import defaultdict
 
+from refspec_check.answer import word
 from refspec_check.intervals import THRESHOLD
 from refspec_check.problems import Checker
 from refspec_check.stats import DECIDED
@@ -384,7 +385,7 @@ def _log_ticks(lo: float, hi: float, sx) -> list[float]:
 
 
 def _forest_x(groups: list[tuple]) -> tuple[float, float, int]:
-    x1 = FOREST_W - label_width([r[4].replace("_", " ") for g in groups for r in g[1]], FOREST_TEXT, 0.0)
+    x1 = FOREST_W - label_width([word(r[4]) for g in groups for r in g[1]], FOREST_TEXT, 0.0)
     x0 = label_width([r[0] for g in groups for r in g[1]], FOREST_TEXT, 40.0)
     return (10.0, x1, 32) if x1 - x0 < FOREST_MIN_PLOT else (x0, x1, 20)
 
@@ -450,7 +451,7 @@ def _forest_canvas(title: str, columns: list[list[tuple]], xlabel: str) -> Canva
             c.line(off + sx(lo), ym - 4, off + sx(lo), ym + 4, cls=cls, width=1.5)
             c.line(off + sx(hi), ym - 4, off + sx(hi), ym + 4, cls=cls, width=1.5)
             c.circle(off + sx(val), ym, 4.0, cls=cls)
-            c.text(off + x1 + 8, ym + 4, verdict.replace("_", " "), cls=cls, size=size)
+            c.text(off + x1 + 8, ym + 4, word(verdict), cls=cls, size=size)
     for k in range(len(columns)):
         off = k * FOREST_W
         c.line(off + x0, ybot, off + x1, ybot)

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+from refspec_check.answer import answers, panel_sets, recipes, speed_sentence
 from refspec_check.context import Context, Expected
 from refspec_check.contract import REFERENCE_ARM
 from refspec_check.device import SOFTWARE_TIMING, device_values
@@ -37,17 +38,6 @@ from refspec_check.report import Report
 from refspec_check.stats import DECIDED
 from refspec_check.vacuity import VACUOUS_TAIL, VACUOUS_TEXT, panel_exposure
 
-# a timed verdict (ratios.verdict, estimates.decision) in words
-VERDICT_WORDS = {
-    "exceeds": "decided",
-    "faster": "decided",
-    "equivalent": "equivalent within the threshold",
-    "noise_too_high": "not resolvable: machine noise too high",
-    "inconclusive": "inconclusive",
-    "too_few_processes": "too few processes",
-    "below": "below the threshold",
-    "too_few_sessions": "too few sessions",
-}
 TIMES = "\u00d7"
 
 
@@ -61,11 +51,20 @@ def fold(ratio: float, lo=None, hi=None) -> tuple[bool, float, float | None, flo
 
 
 def add_fold(E: Expected, base: tuple, ratio: float, lo, hi, source: str) -> None:
-    """The fold of a recomputed ratio (``base + (fold,)``) and, with an interval, its bounds (``fold_lo``,
-    ``fold_hi``): the numbers the report shows for "1.36× slower [1.30, 1.42]"."""
-    _slower, f, f_lo, f_hi = fold(ratio, lo, hi)
-    E.add(base + ("fold",), f, source)
-    if f_lo is not None and f_hi is not None:
+    """The numbers a ratio (or estimate) with its interval is shown with wherever it is read as a speed
+    (refspec_check.answer.speed_phrase): with an interval away from one, its fold (``base + (fold,)``)
+    and bounds (``fold_lo``, ``fold_hi``), "1.36× slower [1.30, 1.42]"; with an interval holding one,
+    the ratio and bounds as they are (``plain``, ``plain_lo``, ``plain_hi``), "no detectable difference
+    (1.02 [0.94, 1.10])"; without an interval, the ratio as it is (``plain``)."""
+    if lo is None or hi is None:
+        E.add(base + ("plain",), ratio, source)
+    elif lo <= 1.0 <= hi:
+        E.add(base + ("plain",), ratio, source)
+        E.add(base + ("plain_lo",), lo, source)
+        E.add(base + ("plain_hi",), hi, source)
+    else:
+        _slower, f, f_lo, f_hi = fold(ratio, lo, hi)
+        E.add(base + ("fold",), f, source)
         E.add(base + ("fold_lo",), f_lo, source)
         E.add(base + ("fold_hi",), f_hi, source)
 
@@ -158,13 +157,6 @@ def _panels(ctx: Context, qual: dict, plan, out: dict) -> None:
             out[("refused", camp, fam, a)] = Finding("REFUSED", scope, lambda arms, w=words: w)
 
 
-def _speed_words(num: str, den: str, base: tuple, slower: bool, interval: bool, verdict: str) -> list:
-    words = [f"{num} is ", _num(*base, "fold"), f"{TIMES} slower than " if slower else f"{TIMES} faster than ", den]
-    if interval:
-        words += [" [", _num(*base, "fold_lo"), ", ", _num(*base, "fold_hi"), "]"]
-    return words + [", ", VERDICT_WORDS.get(verdict, verdict)]
-
-
 def _stated_ratios(qualified: list[dict], facts: dict, refs: dict) -> set[int]:
     """The row (by index in ``qualified``) each campaign and family states of its headline ratios
     (those with a verdict: the confirmation's, the X/QB repair costs on one path of the others):
@@ -185,25 +177,26 @@ def _stated_ratios(qualified: list[dict], facts: dict, refs: dict) -> set[int]:
     return stated
 
 
-def _speeds(ctx: Context, facts: dict, timing: str, refs: dict, out: dict) -> None:
-    """SPEED of one headline ratio per campaign and family (:func:`_stated_ratios`) and of every E2
-    estimate; the campaign's other qualified ratios counted."""
+def _speeds(ctx: Context, facts: dict, timing: str, refs: dict, out: dict, answered: dict) -> None:
+    """SPEED of one headline ratio per campaign and family without an answer (:func:`_stated_ratios`)
+    and of every E2 estimate; the campaign's other qualified ratios, those the answers state aside, counted."""
     E = ctx.E
     more: dict[str, int] = defaultdict(int)
     rows = ctx.tables["ratios"].rows if "ratios" in ctx.tables else []
     qualified = [r for r in rows if r["qualified"] and r["ratio"] is not None]
-    stated = _stated_ratios(qualified, facts, refs)
-    for i, r in enumerate(qualified):
+    open_ = [r for r in qualified if (r["campaign"], r["family"]) not in answered]
+    stated = {id(open_[i]) for i in _stated_ratios(open_, facts, refs)}
+    said = {id(r) for rs in answered.values() for r in rs}
+    for r in qualified:
         camp = r["campaign"]
-        if i not in stated:
-            more[camp] += 1
+        if id(r) not in stated:
+            if id(r) not in said:
+                more[camp] += 1
             continue
         base = ("ratio", camp, r["family"], r["cap"], r["numerator"], r["denominator"])
-        words = _speed_words(
-            r["numerator"], r["denominator"], base, r["ratio"] >= 1.0, r["lo"] is not None, r["verdict"]
-        )
+        words = speed_sentence(r["numerator"], r["denominator"], base, r["ratio"], r["lo"], r["hi"], r["verdict"])
         if r["detectable"] is not None:
-            words += ["; resolution ", _num(*base, "detectable"), TIMES]
+            words += ["; detectable ratio ", _num(*base, "detectable")]
         scope = f"{camp} {r['family']} cap {r['cap']}{timing}"
         out[("ratio",) + base[1:]] = Finding("SPEED", scope, lambda arms, w=words: w)
     for camp, k in more.items():
@@ -217,7 +210,7 @@ def _speeds(ctx: Context, facts: dict, timing: str, refs: dict, out: dict) -> No
             continue
         num, _sep, den = r["comparison"].partition("/")
         base = ("est", r["family"], r["path"], r["comparison"])
-        words = _speed_words(num, den, base, r["estimate"] >= 1.0, r["lo"] is not None, r["decision"])
+        words = speed_sentence(num, den, base, r["estimate"], r["lo"], r["hi"], r["decision"])
         scope = f"E2 {r['family']} {r['path']} {r['comparison']}{timing}"
         out[("estimate",) + base[1:]] = Finding("SPEED", scope, lambda arms, w=words: w)
 
@@ -240,20 +233,51 @@ def _e1(ctx: Context, out: dict) -> None:
     out[("e1",)] = Finding("E1", scope, lambda arms, w=words: w)
 
 
+def _answers(ctx: Context, qual: dict, plan, timing: str, out: dict) -> dict:
+    """ANSWER, DEFAULT and ADVICE (refspec_check.answer) into ``out``; returns (campaign, family) -> the
+    ratio rows they state, for every campaign and family with an answer finding."""
+    t = ctx.tables
+    if "ratios" not in t or not qual:
+        return {}
+    ratios, reqs = t["ratios"].rows, t["requests"].rows if "requests" in t else []
+    diags = t["diagnostics"].rows if "diagnostics" in t else []
+    camps = sorted({r["campaign"] for r in ratios})  # the order of the findings is not checked: their keys are
+    vacuous = {k for k, ex in panel_exposure(qual, reqs).items() if ex["vacuous"]}
+    pans = panel_sets(qual, OWN_TABLES)
+    found = answers(pans, recipes(reqs), reference_arms(plan), ratios, diags, camps, vacuous)
+    answered: dict = {}
+    s_q = ctx.src("qualification") if "qualification" in t else ""
+    for key, (verdict, words, rows) in found.items():
+        kind, camp, fam, cap = key
+        for w in words:  # the counts the DEFAULT line shows (a panel's tasks, the default's failed ones)
+            if isinstance(w, tuple) and w[1].startswith("finding|"):
+                tasks, ok, _arms = pans[(camp, fam)]
+                p = w[1].split("|")
+                ctx.E.add(tuple(p), len(tasks) if p[-1] == "tasks" else len(tasks) - len(ok.get(p[3], ())), s_q)
+        out[key] = Finding(verdict, f"{camp} {fam} cap {cap}{timing}", lambda arms, w=words: w)
+        answered.setdefault((camp, fam), []).extend(rows)
+    return answered
+
+
 def expect_findings(ctx: Context, qual: dict, facts: dict, plan) -> dict[tuple, Finding]:
     """The findings the tables give, by kind and key; the numbers only they show go into ``ctx.E``
     (a panel's tasks, exposed tasks and each diverging arm's failed tasks, a campaign's count of other
     qualified ratios, the E1 counts over every context). The folds of the ratios and estimates are
     recomputed beside the ratios themselves (:func:`add_fold`)."""
     out: dict[tuple, Finding] = {}
-    _panels(ctx, qual, plan, out)
     software = device_values(read_manifest(ctx.c))[1]
-    _speeds(ctx, facts, SOFTWARE_TIMING if software else "", reference_arms(plan), out)
+    timing = SOFTWARE_TIMING if software else ""
+    answered = _answers(ctx, qual, plan, timing, out)
+    _panels(ctx, qual, plan, out)
+    _speeds(ctx, facts, timing, reference_arms(plan), out, answered)
     _e1(ctx, out)
     return out
 
 
 KEYS = {
+    "answer": ("campaign", "family", "cap"),
+    "default": ("campaign", "family", "cap"),
+    "advice": ("campaign", "family", "cap"),
     "lossless": ("campaign", "family"),
     "vacuous": ("campaign", "family"),
     "diverges": ("campaign", "family"),

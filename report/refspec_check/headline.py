@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from refspec_check.answer import VERDICT_WORDS
 from refspec_check.context import Expected
 from refspec_check.problems import Checker
 from refspec_check.report import Report
 from refspec_check.vacuity import NOT_WITH_VACUITY, VACUOUS_TAIL, VACUOUS_TEXT
 
-DECISION_TEXT = {"too_few_sessions": "too few sessions", "noise_too_high": "machine noise too high"}
+DECISION_TEXT = VERDICT_WORDS  # the decision in words (refspec_check.answer)
 
 
 def check_headline(c: Checker, E: Expected, rep: Report, stated: dict, est_dec: dict) -> list:
@@ -117,7 +118,8 @@ def required_in_headline(c: Checker, E: Expected) -> dict[str, str]:
     * preservation: matching / required of every arm of every campaign (but the sweep and the prediction),
       and its count of failed tasks where tasks fail (a refused arm says "refused" instead);
     * the first divergence of every failing arm that ran (its earliest, by index then task);
-    * every qualified ratio of the confirmation and the A/A control of each campaign and family it shows;
+    * every qualified ratio of the confirmation (in words: its fold or, where its interval holds one or
+      there is none, the ratio itself) and the A/A control of each campaign and family it shows;
     * every E2 estimate's session count (and the replication's A/A control);
     * the E1 counts of every family and stage (PQ = QB of the contexts that admit QB, the refused ones
       where there are any, PQ = QH of all), and the prediction's totals;
@@ -138,7 +140,8 @@ def required_in_headline(c: Checker, E: Expected) -> dict[str, str]:
                 cand = (E.items[nid][0], p[3], nid)
                 if k not in first or cand < first[k]:
                     first[k] = cand
-        elif p[0] == "ratio" and len(p) == 7 and p[1] == "confirmation" and p[6] == "ratio":
+        elif p[0] == "ratio" and len(p) == 7 and p[1] == "confirmation" and p[6] in ("fold", "plain"):
+            # the ratio in words: its fold where the interval is away from one, else as it is (add_fold)
             need[nid] = f"qualified ratio {p[4]}/{p[5]} of {p[1]} {p[2]}"
             shown_ratio.add((p[1], p[2], p[3]))
         elif p[0] == "est" and p[-1] == "n_sessions":

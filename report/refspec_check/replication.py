@@ -1,5 +1,7 @@
 """The replication recomputed: session contrasts, estimates with their session t intervals and weighed decisions,
-the A/A noise rows, the loads and the sessions."""
+the A/A noise rows, the loads and the sessions. The floor of an A/A row, its mde and units_needed, and so the
+E2 decisions it weighs, follow the A/A rule the campaign's plan froze (``aa_rule``; "floor" without the
+field), as refspec.core.stats defines both rules, to the bit."""
 
 from __future__ import annotations
 
@@ -13,11 +15,12 @@ from refspec_check.contract import TWIN_SUFFIX
 from refspec_check.findings import add_fold
 from refspec_check.qualification import all_qualified, panels
 from refspec_check.stats import (
+    LEGACY_AA_RULE,
     TARGET_EFFECT,
     aa_verdict,
     cpu_pooled_ratio,
     decide_weighed,
-    floor_of,
+    decision_floor,
     mean,
     minimum_detectable,
     paired,
@@ -181,16 +184,19 @@ def _missing_noise_rows(ctx: Context) -> None:
             ctx.c.bad("noise.csv", f"missing: requests.csv has the A/A twin {k[2]} ({k[0]}, {k[1]}) but no A/A row")
 
 
-def check_noise(ctx: Context, qual: dict, boot: dict) -> dict:
+def check_noise(ctx: Context, qual: dict, boot: dict, rules=None) -> dict:
     """The A/A control (noise.csv): an arm X and its twin X_aa, both qualified on the panel. Kind ratio
     (every campaign but replication): value = the paired ratio of twin over arm, [lo, hi] = its Welch
     interval over the workers (block residuals), or, when a process served several arms (the paired
     design, refspec_check.intervals), exp(mean c_p) with the t interval over the processes'
     within-process contrasts of twin over arm; kind estimate (replication): the one-sample t interval
-    over the session contrasts c_s. verdict ok when lo <= 1 <= hi, else biased; floor F = max(hi, 1/lo);
-    mde = threshold * F * sqrt(hi/lo); units_needed for 1.05; cpu_value the paired ratio of cpu_ns;
-    unqualified (no value) when either arm fails a panel task or has too few units. Every twin in
-    requests.csv has its row. Returns (campaign, family) -> the largest floor of its controls."""
+    over the session contrasts c_s. verdict ok when lo <= 1 <= hi, else biased; floor F under the A/A
+    rule of the campaign's plan (``rules``: (campaign, family) -> rule, refspec_check.intervals.AARules;
+    "floor" when plan.json records none): "calibration" F = 1 while lo <= 1 <= hi, else max(hi, 1/lo);
+    "floor" F = max(hi, 1/lo); mde = threshold * F * sqrt(hi/lo); units_needed for 1.05 under the same
+    rule (refspec_check.stats.units_needed); cpu_value the paired ratio of cpu_ns; unqualified (no
+    value) when either arm fails a panel task or has too few units. Every twin in requests.csv has its
+    row. Returns (campaign, family) -> the largest floor of its controls."""
     c, E, tables, src = ctx.c, ctx.E, ctx.tables, ctx.src
     out: dict = {}
     if "noise" not in tables:
@@ -240,9 +246,10 @@ def check_noise(ctx: Context, qual: dict, boot: dict) -> dict:
             continue
         value, lo, hi, df, units = iv
         verdict = aa_verdict(lo, hi)
-        floor = floor_of(lo, hi)
-        mde = minimum_detectable(lo, hi, float(thr))
-        need = units_needed(units, lo, hi, TARGET_EFFECT, float(thr))
+        rule = rules(camp, fam) if rules is not None else LEGACY_AA_RULE
+        floor = decision_floor(lo, hi, rule)
+        mde = minimum_detectable(lo, hi, float(thr), rule)
+        need = units_needed(units, lo, hi, TARGET_EFFECT, float(thr), rule)
         cpu_v = cpu_pooled_ratio(cpu, (camp, fam, cap), twin, arm, tasks)
         out[(camp, fam)] = max(out.get((camp, fam), 1.0), floor)
         got = dict(value=value, cpu_value=cpu_v, lo=lo, hi=hi, df=df, units=units, floor=floor, mde=mde)

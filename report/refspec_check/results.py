@@ -11,7 +11,7 @@ from refspec_check.context import Context
 from refspec_check.contract import DIAGNOSTIC_PAIRS, CsvTable
 from refspec_check.digests import endpoint_digest
 from refspec_check.divergence import check_row as check_divergence
-from refspec_check.findings import add_fold
+from refspec_check.findings import add_fold, fold
 from refspec_check.problems import Checker
 from refspec_check.qualification import all_qualified, diagnostic_label, panels, recompute_qualification
 from refspec_check.stats import cpu_pooled_ratio, median, paired
@@ -160,14 +160,16 @@ def unqualified_reason(panel: dict, arms) -> str | None:
     return "; ".join(parts) if parts else None
 
 
-def check_ratios(ctx: Context, qual: dict, facts: dict) -> None:
+def check_ratios(ctx: Context, qual: dict, facts: dict, rules=None) -> None:
     """Every pairwise qualified ratio, its task regressions, and ratio transitivity.
 
     On the panel of tasks of (campaign, family, cap), with both arms qualified on every task:
     d(t) = mean_r log t_A(t, r) - mean_r log t_B(t, r), ratio = exp(mean_t d(t)), regressed tasks
     are those with d(t) < 0. path = the arms' common mode, else "mixed". An unqualified comparison
     has no ratio. cpu_ratio: the same paired ratio of the serving processes' CPU times (cpu_ns), where
-    every task has them for both arms. Identity on the stated values: ratio(A/C) = ratio(A/B) * ratio(B/C) (within 1e-9)."""
+    every task has them for both arms. Identity on the stated values: ratio(A/C) = ratio(A/B) * ratio(B/C) (within 1e-9).
+    ``rules``: (campaign, family) -> the A/A rule plan.json froze (refspec_check.intervals.AARules; "floor"
+    for every campaign without it)."""
     c, E, tables, src = ctx.c, ctx.E, ctx.tables, ctx.src
     if "ratios" not in tables:
         return
@@ -226,7 +228,8 @@ def check_ratios(ctx: Context, qual: dict, facts: dict) -> None:
         c.same(tr.where(i, "cpu_ratio"), row["cpu_ratio"], cpu_r)
         if cpu_r is not None:
             E.add(base + ("cpu_ratio",), cpu_r, s_r)
-        want = check_ratio_interval(ctx, tr, i, row, (camp, fam, cap), tasks, icache, base)
+        rule = rules(camp, fam) if rules is not None else IV.LEGACY_AA_RULE
+        want = check_ratio_interval(ctx, tr, i, row, (camp, fam, cap), tasks, (icache, rule), base)
         add_fold(E, base, ratio, want["lo"], want["hi"], s_r)  # the ratio read as a speed ("1.36× faster")
     check_ratio_transitivity(c, tr)
 
@@ -235,16 +238,18 @@ INTERVAL_COLUMNS = ("design", "units", "lo", "hi", "verdict", "detectable")
 
 
 def check_ratio_interval(
-    ctx: Context, tr, i: int, row: dict, key: tuple, tasks: list, icache: dict, base: tuple
+    ctx: Context, tr, i: int, row: dict, key: tuple, tasks: list, cache: tuple, base: tuple
 ) -> dict:
     """A qualified ratio's interval columns (refspec_check.intervals): the design read from the
-    requests, the interval in that design, the verdict weighed by the campaign's A/A floor and the
-    detectable ratio. Returns the recomputed columns."""
+    requests, the interval in that design, the verdict weighed by the floor of the campaign's A/A
+    control under its rule and the detectable ratio. ``cache``: (the intervals' cache, the rule).
+    Returns the recomputed columns."""
     c, E, s_r = ctx.c, ctx.E, ctx.src("ratios")
+    icache, rule = cache
     if key not in icache:
         rows = IV.timed(ctx.tables["requests"].rows if "requests" in ctx.tables else [], *key)
         design = IV.design_of(rows)
-        icache[key] = (rows, design, IV.aa_floor(rows, tasks, design))
+        icache[key] = (rows, design, IV.aa_floor(rows, tasks, design, rule))
     rows, design, floor = icache[key]
     want = IV.ratio_columns(rows, row["numerator"], row["denominator"], tasks, design, floor)
     for col in INTERVAL_COLUMNS:
@@ -349,6 +354,7 @@ def check_diagnostics(ctx: Context, qual: dict, facts: dict) -> None:
         c.same(td.where(i, "n_regressions"), row["n_regressions"], len(reg))
         c.same(td.where(i, "regressed_tasks"), row["regressed_tasks"] or "", " ".join(reg))
         E.add(base + ("ratio",), math.exp(D), s_d)
+        E.add(base + ("fold",), fold(math.exp(D))[1], s_d)  # "1.37x faster" beside the diagnostic ratio
         E.add(base + ("median_numerator_ms",), mn / 1e6, s_d)
         E.add(base + ("median_denominator_ms",), md / 1e6, s_d)
         E.add(base + ("n_regressions",), len(reg), s_d)

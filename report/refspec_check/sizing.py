@@ -7,8 +7,10 @@ its costs unless the campaign's pilot measured them (``sizing.pilot``: then the 
 ``process_s`` and ``request_s``, and the budget less the pilot's ``seconds``). With ``T`` the panel's tasks and
 ``A`` the plan's arms, one pass over the panel has within variance ``W / T`` and costs ``T`` requests
 per arm; for ``P = 2 .. max_processes`` processes and ``n = 1 .. max_repeats`` passes,
-``h = t(0.975, P - 1) * sqrt((2 I + 2 W / (T n)) / P)``, detectable ``tau * exp(2 h)`` and cost
-``P * (process_s + A * n * T * request_s)``: the cheapest plan that reaches the target within
+``h = t(0.975, P - 1) * sqrt((2 I + 2 W / (T n)) / P)``, detectable ``tau * exp(h)`` under the A/A
+rule "calibration" the campaign's plan froze (``aa_rule``: F = 1 while the control holds) or
+``tau * exp(2 h)`` under "floor" (a plan without the field; refspec_check.stats.expected_detectable,
+to the bit with refspec.core.stats) and cost ``P * (process_s + A * n * T * request_s)``: the cheapest plan that reaches the target within
 the budget, else the best the budget reaches (reachable false). The chosen processes and repeats
 must be the definition's ``processes`` (replication: ``sessions``) and ``repeats``, and the
 ``sizing`` row must state them with the expected detectable ratio and cost, the sentence, and the
@@ -20,7 +22,7 @@ from __future__ import annotations
 import math
 
 from refspec_check.context import Context
-from refspec_check.stats import MIN_UNITS, detectable_ratio, t_quantile
+from refspec_check.stats import AA_RULES, LEGACY_AA_RULE, MIN_UNITS, detectable_ratio, expected_detectable, t_quantile
 
 CONFIDENCE = 0.95
 
@@ -36,14 +38,15 @@ def plan_paired(
     budget_s: float,
     max_processes: int,
     max_requests: int,
+    rule: str = LEGACY_AA_RULE,
 ) -> tuple:
-    """(processes, passes, half width, detectable, seconds, reachable, reason)."""
+    """(processes, passes, half width, detectable, seconds, reachable, reason); detectable under the A/A ``rule``."""
     plans = []
     for P in range(MIN_UNITS, max_processes + 1):
         q = t_quantile(0.5 + CONFIDENCE / 2.0, float(P - 1))
         for n in range(1, max_requests + 1):
             h = q * math.sqrt((2.0 * inter + 2.0 * within / n) / P)
-            plans.append((P, n, h, thr * math.exp(2.0 * h), P * (process_s + arms * n * request_s)))
+            plans.append((P, n, h, expected_detectable(h, thr, rule), P * (process_s + arms * n * request_s)))
 
     def said(x):
         return f"{x[0]} processes x {x[1]} requests per arm, {x[4]:.0f} s"
@@ -93,6 +96,7 @@ def expected_row(plan: dict) -> dict | None:
     per = max(1, tasks)
     arms = len(plan.get("arms") or {})
     target = float(sizing.get("target", 1.03))
+    rule = plan.get("aa_rule", LEGACY_AA_RULE)  # the A/A rule the plan froze ("floor" before the field)
     P, n, _h, det, secs, ok, why = plan_paired(
         float(prior["interaction"]),
         float(prior["within"]) / per,
@@ -104,6 +108,7 @@ def expected_row(plan: dict) -> dict | None:
         budget_s,
         int(sizing.get("max_processes", 32)),
         int(sizing.get("max_repeats", 16)),
+        rule if rule in AA_RULES else LEGACY_AA_RULE,
     )
     return dict(
         campaign=defn.get("campaign"),

@@ -2,13 +2,30 @@
 to 1e-12): means of logs, paired ratios, percentiles, the worker-level (Welch) and session (t) intervals
 with Student's t quantile, the A/A floor and verdict, the weighed decision and the minimum detectable
 ratio; of the paired design, the process contrasts and their interval, the variance components, the
-equivalence test, the ratio decision and the detectable ratio."""
+equivalence test, the ratio decision and the detectable ratio.
+
+The floor F that weighs the decisions follows the A/A rule a campaign's plan froze (``aa_rule``;
+``"floor"`` for a plan without the field, refspec_check.intervals.aa_rule_of), as
+``refspec.core.stats.decision_floor`` defines it, to the bit:
+
+    rule "calibration":  F = 1 while the A/A interval holds 1 (lo <= 1 <= hi), else max(hi, 1/lo)
+    rule "floor":        F = max(hi, 1/lo)
+    mde = tau * F * sqrt(hi/lo)
+    units_needed = max(units, ceil(units * (h / h*)^2)),  h = log(hi/lo)/2,
+        h* = log(m / (tau * F))   (calibration; none when m <= tau * F)
+        h* = log(m / tau) / 2     (floor; none when m <= tau)
+    expected detectable of a sizing plan = tau * exp(h) (calibration) or tau * exp(2 h) (floor)"""
 
 from __future__ import annotations
 
 import math
 
 TARGET_EFFECT = 1.05  # the minimum detectable ratio a design should reach (units_needed)
+AA_CALIBRATION = "calibration"  # F = 1 while the A/A interval holds 1, max(hi, 1/lo) when it does not
+AA_FLOOR = "floor"  # F = max(hi, 1/lo) always
+AA_RULES = (AA_CALIBRATION, AA_FLOOR)
+DEFAULT_AA_RULE = AA_CALIBRATION  # the rule a campaign freezes into its plan
+LEGACY_AA_RULE = AA_FLOOR  # the rule of a plan without aa_rule
 
 
 def mean(xs) -> float:
@@ -180,8 +197,17 @@ def decide_weighed(lo: float, hi: float, thr: float, floor: float = 1.0) -> str:
     return "inconclusive"
 
 
-def minimum_detectable(lo: float, hi: float, thr: float) -> float:
-    return thr * floor_of(lo, hi) * math.sqrt(hi / lo)
+def decision_floor(lo: float, hi: float, rule: str = DEFAULT_AA_RULE) -> float:
+    """F under the A/A rule: 1 while [lo, hi] holds 1 under "calibration", else max(hi, 1/lo)."""
+    if rule not in AA_RULES:
+        raise ValueError(f"unknown A/A rule {rule!r}")
+    if rule == AA_CALIBRATION and lo <= 1.0 <= hi:
+        return 1.0
+    return floor_of(lo, hi)
+
+
+def minimum_detectable(lo: float, hi: float, thr: float, rule: str = DEFAULT_AA_RULE) -> float:
+    return thr * decision_floor(lo, hi, rule) * math.sqrt(hi / lo)
 
 
 def detectable_ratio(h: float, thr: float, floor: float = 1.0) -> float:
@@ -189,11 +215,27 @@ def detectable_ratio(h: float, thr: float, floor: float = 1.0) -> float:
     return thr * floor * math.exp(h)
 
 
-def units_needed(units: int, lo: float, hi: float, target: float, thr: float):
-    if target <= thr:
-        return None
-    h, h_star = math.log(hi / lo) / 2.0, math.log(target / thr) / 2.0
+def units_needed(units: int, lo: float, hi: float, target: float, thr: float, rule: str = DEFAULT_AA_RULE):
+    """units * (h / h*)^2 (at least units): h* = log(target / (thr * F)) under "calibration", F held at
+    decision_floor (None when target <= thr * F); h* = log(target / thr) / 2 under "floor"."""
+    if rule == AA_FLOOR:
+        if target <= thr:
+            return None
+        h_star = math.log(target / thr) / 2.0
+    else:
+        bar = thr * decision_floor(lo, hi, rule)
+        if target <= bar:
+            return None
+        h_star = math.log(target / bar)
+    h = math.log(hi / lo) / 2.0
     return max(units, math.ceil(units * (h / h_star) ** 2))
+
+
+def expected_detectable(h: float, thr: float, rule: str = DEFAULT_AA_RULE) -> float:
+    """A sizing plan's expected detectable ratio: tau * exp(h) under "calibration", tau * exp(2 h) under "floor"."""
+    if rule not in AA_RULES:
+        raise ValueError(f"unknown A/A rule {rule!r}")
+    return thr * math.exp(2.0 * h if rule == AA_FLOOR else h)
 
 
 def median(xs) -> float:

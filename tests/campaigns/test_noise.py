@@ -20,7 +20,7 @@ from refspec.core.arms import Arm
 from refspec.core.errors import ConfigError
 from refspec.engine import load
 from refspec.reporting import render as report
-from support.synthetic_archive import make_results, run_check, seal_archive
+from support.synthetic_archive import make_results, reseal_edited, run_check, seal_archive
 
 THR = S.DEFAULT_THRESHOLD
 
@@ -32,9 +32,9 @@ AA_DRIFT = [0.030, 0.031, 0.029, 0.032, 0.028, 0.030]  # excludes 1
 AA_WIDE = [-0.050, 0.045, -0.040, 0.052, 0.010, -0.012]  # contains 1, wide
 
 
-def _decision(aa: list[float], ab: list[float] = AB) -> tuple[str, str]:
+def _decision(aa: list[float], ab: list[float] = AB, rule: str = S.DEFAULT_AA_RULE) -> tuple[str, str]:
     nf, e = S.session_interval(aa), S.session_interval(ab)
-    return S.aa_verdict(nf.lo, nf.hi), S.decide_weighed(e.lo, e.hi, THR, S.noise_floor_of(nf.lo, nf.hi))
+    return S.aa_verdict(nf.lo, nf.hi), S.decide_weighed(e.lo, e.hi, THR, S.decision_floor(nf.lo, nf.hi, rule))
 
 
 def test_quiet_aa_keeps_the_decision():
@@ -49,8 +49,9 @@ def test_aa_excluding_one_is_biased_and_its_floor_still_weighs():
     assert nf.lo > 1
     # F = hi of the control, about 1.032: a 5 % effect (lo about 1.049) clears 1.02, not 1.02 x 1.032;
     # a 10 % effect clears both
-    assert _decision(AA_DRIFT) == ("biased", "noise_too_high")
-    assert _decision(AA_DRIFT, [x + 0.05 for x in AB]) == ("biased", "exceeds")
+    for rule in S.AA_RULES:  # a failed control carries its bias under either rule
+        assert _decision(AA_DRIFT, rule=rule) == ("biased", "noise_too_high")
+        assert _decision(AA_DRIFT, [x + 0.05 for x in AB], rule) == ("biased", "exceeds")
 
 
 def test_a_wide_aa_is_no_longer_a_veto():
@@ -62,7 +63,9 @@ def test_a_wide_aa_is_no_longer_a_veto():
     big = [0.33, 0.35, 0.34, 0.32, 0.36, 0.34]  # a 40 % effect
     e = S.session_interval(big)
     assert e.lo > THR * F and S.decide_weighed(e.lo, e.hi, THR, F) == "exceeds"
-    assert _decision(AA_WIDE) == ("ok", "noise_too_high")  # 5 % sits inside this wide band
+    assert _decision(AA_WIDE, rule=S.AA_FLOOR) == ("ok", "noise_too_high")  # 5 % sits inside this wide band
+    # the calibration rule: the control holds 1, so the 5 % effect's own interval decides it
+    assert _decision(AA_WIDE) == ("ok", "exceeds")
 
 
 def test_noise_never_turns_an_inconclusive_into_a_claim():
@@ -73,10 +76,11 @@ def test_noise_never_turns_an_inconclusive_into_a_claim():
 @pytest.mark.parametrize("lo,hi", [(0.999, 1.001), (1.001, 1.01), (0.98, 1.01), (0.99, 1.0102), (1.0, 1.02)])
 def test_checker_applies_the_same_rule(lo, hi):
     assert CHECK.aa_verdict(lo, hi) == S.aa_verdict(lo, hi)
-    for elo, ehi in ((1.03, 1.06), (0.9, 0.95), (1.0, 1.05), (1.021, 1.03)):
-        F = S.noise_floor_of(lo, hi)
-        assert CHECK.decide_weighed(elo, ehi, THR, F) == S.decide_weighed(elo, ehi, THR, F)
-    assert CHECK.minimum_detectable(lo, hi, THR) == S.minimum_detectable(lo, hi, THR)
+    for rule in S.AA_RULES:
+        F = S.decision_floor(lo, hi, rule)
+        for elo, ehi in ((1.03, 1.06), (0.9, 0.95), (1.0, 1.05), (1.021, 1.03)):
+            assert CHECK.decide_weighed(elo, ehi, THR, F) == S.decide_weighed(elo, ehi, THR, F)
+        assert CHECK.minimum_detectable(lo, hi, THR, rule) == S.minimum_detectable(lo, hi, THR, rule)
 
 
 # --------------------------------------------------------------------------- the noise table
@@ -342,3 +346,44 @@ def test_edited_aa_verdict_and_busy_flag_are_caught(aa_archive, tmp_path):
     assert code == 1
     assert any("tables/noise.csv" in l and "column verdict" in l for l in out.splitlines()), out
     assert any("tables/loads.csv" in l and "column busy" in l for l in out.splitlines()), out
+
+
+# --------------------------------------------------------------------------- an archive from before aa_rule
+
+
+@pytest.fixture(scope="module")
+def legacy_results(tmp_path_factory):
+    """A rendered archive decided under the floor rule whose plan.json records no aa_rule, as every
+    archive sealed before the field."""
+    results = make_results(tmp_path_factory.mktemp("aa-legacy") / "results", draws=500, aa=True, aa_rule=None)
+    report.render(results, pdf=False)
+    return results
+
+
+def _rows(folder, name):
+    with open(folder / "tables" / f"{name}.csv") as f:
+        return list(csv.DictReader(f))
+
+
+def test_an_archive_from_before_the_rule_checks_under_the_floor_rule(legacy_results, tmp_path):
+    plan = json.loads((legacy_results / "plan.json").read_text())
+    assert "aa_rule" not in plan and not any("aa_rule" in p for p in plan["campaigns"].values())
+    noise = [n for n in _rows(legacy_results, "noise") if n["lo"]]
+    assert any(n["verdict"] == "ok" for n in noise)  # a control that holds: F > 1 only under the floor rule
+    for n in noise:
+        assert float(n["floor"]) == S.noise_floor_of(float(n["lo"]), float(n["hi"]))
+    code, out = run_check(seal_archive(legacy_results, tmp_path / "archive"))
+    assert code == 0, out[-2000:]
+
+
+def test_a_plan_that_claims_the_calibration_rule_for_floor_rule_tables_is_refused(legacy_results, tmp_path):
+    def claim(w):
+        doc = json.loads((w / "plan.json").read_text())
+        doc["aa_rule"] = S.AA_CALIBRATION
+        for p in doc["campaigns"].values():
+            p["aa_rule"] = S.AA_CALIBRATION
+        (w / "plan.json").write_text(json.dumps(doc, indent=1) + "\n")
+
+    code, out = run_check(reseal_edited(legacy_results, tmp_path / "archive", claim))
+    assert code == 1
+    assert any("tables/noise.csv" in l and "column floor" in l for l in out.splitlines()), out[-2000:]

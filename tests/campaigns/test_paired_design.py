@@ -193,7 +193,9 @@ def test_a_tiny_paired_replication_campaign(tmp_path, lib_path, family_files, mo
     assert aa["kind"] == "estimate" and aa["units"] == 3
 
 
-def _sized(interaction: float, within: float, budget_s: float, target: float = 1.05) -> dict:
+def _sized(interaction: float, within: float, budget_s: float, target: float = 1.03) -> dict:
+    """A sized definition under the calibration rule (detectable tau * exp(h)), whose 1.03 costs
+    about what 1.05 did under the floor rule (tau * exp(2 h))."""
     from refspec.campaigns.sizing import resolve_size
 
     defn = {
@@ -246,8 +248,8 @@ def test_sizing_chooses_processes_and_passes_from_the_prior_and_records_them():
 def test_a_sized_campaign_measures_its_costs_pays_its_pilot_from_the_budget_and_a_resume_reuses_it(
     tmp_path, lib_path, family_files, monkeypatch
 ):
-    """The pilot: a prior whose costs are a thousand times too small would buy 32 processes x 16
-    passes; sized with the costs the pilot measures here (and the budget less the pilot's seconds),
+    """The pilot: a prior whose costs are a thousand times too small would buy 30 processes x 6
+    passes (the cheapest plan that reaches 1.03 under the calibration rule); sized with the costs the pilot measures here (and the budget less the pilot's seconds),
     the plan is the one the cost model gives for those costs. The frozen plan records the pilot, an
     analysis of the frozen plan reuses it (no second pilot, the same plan), and report/check.py sizes
     the plan again from it."""
@@ -291,8 +293,9 @@ def test_a_sized_campaign_measures_its_costs_pays_its_pilot_from_the_budget_and_
     bare = {**base, "sizing": {"target": 1.03, "budget_s": 20, "prior": prior}}
     by_prior = resolve_size(bare, 3, 2)["sizing"]["plan"]
     by_pilot = resolve_size({**bare, "sizing": {**bare["sizing"], "pilot": pilot}}, 3, 2)["sizing"]["plan"]
-    assert (by_prior["processes"], by_prior["repeats"]) == (32, 16)
-    assert sizing["plan"] == by_pilot and plan["definition"]["processes"] == by_pilot["processes"] < 32
+    assert (by_prior["processes"], by_prior["repeats"], by_prior["reachable"]) == (30, 6, True)
+    assert plan["aa_rule"] == "calibration"  # the rule the plan was sized under, frozen with it
+    assert sizing["plan"] == by_pilot and plan["definition"]["processes"] == by_pilot["processes"] < 30
     assert by_pilot["expected_seconds"] <= 20 - pilot["seconds"] or "buys no design" in by_pilot["reason"]
     workers = {r["worker"] for r in read_records("requests", cdir)}
     assert len(workers) == by_pilot["processes"]  # the pilot's process timed nothing

@@ -100,7 +100,7 @@ def _swapped_fold(doc: dict) -> tuple[str, str, str]:
     ("1.36" to "1.63")."""
     nums = {n["id"]: n for n in doc["numbers"]}
     for f in doc["findings"]:
-        if f["kind"] == "ratio" and SLOWER in f["parts"]:
+        if f["kind"] in ("ratio", "answer") and SLOWER in f["parts"]:
             nid = f["parts"][f["parts"].index(SLOWER) - 1]["num"]
             t = nums[nid]["text"]
             if t[-1] != t[-2]:
@@ -134,18 +134,18 @@ def test_slower_swapped_for_faster_is_refused(stage, tmp_path):
     """(c) "M3 is 1.62× slower than C3" made "faster", everywhere alike: the ratio is above one."""
     swap = lambda s: s.replace(SLOWER.rstrip(), FASTER.rstrip(), 1)  # noqa: E731
     tex_swap = lambda s: s.replace("$\\times$ slower than", "$\\times$ faster than", 1)  # noqa: E731
-    speeds = [f for f in _numbers(stage)["findings"] if f["verdict"] == "SPEED"]
-    nth = next(k for k, f in enumerate(speeds) if f["kind"] == "ratio" and SLOWER in f["parts"])
+    speeds = [f for f in _numbers(stage)["findings"] if f["verdict"] == "ANSWER"]
+    nth = next(k for k, f in enumerate(speeds) if SLOWER in f["parts"])
 
     def numbers(doc):
-        f = _nth(doc, "SPEED", nth)
+        f = _nth(doc, "ANSWER", nth)
         f["parts"][f["parts"].index(SLOWER)] = FASTER
 
     arch = resealed(
         stage,
         tmp_path / "archive",
-        html=lambda h: _edit_row(h, "SPEED", nth, swap),
-        tex=lambda t: _edit_tex_row(t, "SPEED", nth, tex_swap),
+        html=lambda h: _edit_row(h, "ANSWER", nth, swap),
+        tex=lambda t: _edit_tex_row(t, "ANSWER", nth, tex_swap),
         numbers=numbers,
     )
     code, out = run_check(arch)
@@ -156,7 +156,7 @@ def test_slower_swapped_for_faster_is_refused(stage, tmp_path):
 def test_faster_in_report_tex_alone_is_refused(stage, tmp_path):
     """report.tex is rendered from the tables too: "slower" made "faster" there alone is refused."""
     tex_swap = lambda s: s.replace("$\\times$ slower than", "$\\times$ faster than", 1)  # noqa: E731
-    code, out = run_check(resealed(stage, tmp_path / "archive", tex=lambda t: _edit_tex_row(t, "SPEED", 0, tex_swap)))
+    code, out = run_check(resealed(stage, tmp_path / "archive", tex=lambda t: _edit_tex_row(t, "ANSWER", 0, tex_swap)))
     assert code == 1, out
     assert "MISMATCH report.tex: differs from the canonical rendering" in out, out
     assert "report.html: differs" not in out, out
@@ -172,10 +172,14 @@ def test_a_finding_shown_otherwise_in_report_html_is_refused(stage, tmp_path):
     )
 
 
-@pytest.mark.parametrize("verdict,kind", [("SPEED", "ratio"), ("DIVERGES", "diverges"), ("REFUSED", "refused")])
+@pytest.mark.parametrize(
+    "verdict,kind",
+    [("ANSWER", "answer"), ("ADVICE", "advice"), ("DEFAULT", "default"), ("DIVERGES", "diverges"), ("REFUSED", "refused")],
+)
 def test_a_dropped_finding_is_refused(stage, tmp_path, verdict, kind):
-    """(d) A finding dropped from numbers.json, report.html and report.tex alike (a SPEED line whose numbers
-    the timing section still shows, a DIVERGES line, the refused arm's line) is refused as left out."""
+    """(d) A finding dropped from numbers.json, report.html and report.tex alike (the answer, the advice or
+    the default line, whose numbers the timing section still shows, a DIVERGES line, the refused arm's
+    line) is refused as left out."""
     doc = _numbers(stage)
     f = _nth(doc, verdict, 0, kind)
 

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from refspec.campaigns.sizing import resolve_size, sizing_table
+from refspec.core import stats as S
 from refspec.core import tables as T
 from refspec.reporting import render
 from support.synthetic_archive import make_results, reseal_edited, run_check, seal_archive
@@ -40,6 +41,7 @@ def _sized_plan(results: Path) -> dict:
     plan = {
         "campaign": "implementation",
         "family": family,
+        "aa_rule": S.DEFAULT_AA_RULE,  # the rule resolve_size sized under, as a frozen plan records it
         "definition": defn,
         "arms": {a: {} for a in arms},
         "panels": {"implementation": {"source": "humaneval", "tasks": tasks}},

@@ -17,6 +17,7 @@ import re
 from pathlib import Path
 
 import pytest
+from refspec_check.answer import VERDICT_WORDS
 
 from refspec.reporting import render as report
 from support.synthetic_archive import make_results, reseal_edited, run_check
@@ -24,7 +25,7 @@ from support.synthetic_archive import make_results, reseal_edited, run_check
 FID = "fig-forest"
 TAU = 1.02
 PHONE_FIGURE_PX = 412 - 2 * 0.6 * 16  # a 412 px phone: main's padding is .6rem on each side
-DECIDED = {"exceeds", "faster", "equivalent", "below"}
+DECIDED = {VERDICT_WORDS[v] for v in ("exceeds", "faster", "equivalent", "below")}  # the words drawn
 
 
 @pytest.fixture(scope="module")
@@ -60,7 +61,7 @@ def _expected_rows(results: Path) -> list[tuple[str, str, str]]:
     for r in _csv(results, "estimates"):
         if r["estimate"] != "" and r["lo"] != "":
             out.append((f"replication, {r['family']}", f"{r['comparison']} {r['path']}", r["decision"]))
-    return [(g, lab, v.replace("_", " ")) for g, lab, v in out]
+    return [(g, lab, VERDICT_WORDS[v]) for g, lab, v in out]
 
 
 _ROW = re.compile(
@@ -105,7 +106,7 @@ def test_one_row_per_interval_with_its_verdict(stage, aa_results, which):
     drawn = [(g["header"], r["label"], r["word"]) for g in groups for r in g["rows"]]
     want = _expected_rows(results)
     assert drawn == want
-    assert len(want) > 20 and {w for _g, _l, w in want} >= {"exceeds", "inconclusive"}
+    assert len(want) > 20 and {w for _g, _l, w in want} >= {"slower", "undecided: interval too wide"}
     for g in groups:
         for r in g["rows"]:
             assert r["colour"] == ("#2c6db0" if r["word"] in DECIDED else "#7f7f7f"), r
@@ -124,9 +125,9 @@ def test_rows_stand_where_their_verdicts_say(aa_results):
     for g in _drawn(svg):
         lower, upper = _lines_of(svg, g["rows"])
         for r in g["rows"]:
-            if r["word"] == "exceeds":
+            if r["word"] == "slower":
                 assert r["lo"] > upper, (g["header"], r)
-            elif r["word"] in ("faster", "below"):
+            elif r["word"] in ("faster", VERDICT_WORDS["below"]):
                 assert r["hi"] < (lower if r["word"] == "faster" else upper), (g["header"], r)
             else:
                 assert r["lo"] <= upper, (g["header"], r)
@@ -215,7 +216,7 @@ def _removed_row(fig: str) -> str:
 
 
 def _changed_verdict(fig: str) -> str:
-    return fig.replace(">inconclusive</text>", ">exceeds</text>", 1)
+    return fig.replace(">undecided: interval too wide</text>", ">slower</text>", 1)
 
 
 def _moved_decision_line(fig: str) -> str:
@@ -236,7 +237,7 @@ def _tex_forest(edit):
 
 
 def _tex_verdict(pic: str) -> str:
-    return pic.replace("{\\footnotesize inconclusive}", "{\\footnotesize faster}", 1)
+    return pic.replace("{\\footnotesize undecided: interval too wide}", "{\\footnotesize faster}", 1)
 
 
 def _tex_point(pic: str) -> str:
@@ -249,7 +250,7 @@ EDITS = [
     ("a point moved", "report.html", _in_figure(_moved_point), "<circle"),
     ("a whisker shortened", "report.html", _in_figure(_shortened_whisker), "<line"),
     ("a row removed", "report.html", _in_figure(_removed_row), "marks where its data draws"),
-    ("a verdict word changed", "report.html", _in_figure(_changed_verdict), "exceeds"),
+    ("a verdict word changed", "report.html", _in_figure(_changed_verdict), "slower"),
     ("a decision line moved", "report.html", _in_figure(_moved_decision_line), "stroke-dasharray"),
     ("a TikZ verdict word changed", "report.tex", _tex_forest(_tex_verdict), "faster"),
     ("a TikZ point moved", "report.tex", _tex_forest(_tex_point), "\\fill[rstarget]"),

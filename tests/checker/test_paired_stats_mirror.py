@@ -88,7 +88,8 @@ def test_checker_mirrors_the_sizing_plan_to_the_bit():
         target, budget = rng.choice([1.03, 1.05, 1.1, 1.2]), rng.choice([30.0, 240.0, 2000.0])
         caps = dict(max_processes=rng.randint(2, 24), max_requests=rng.randint(1, 8))
         comps = S.VarianceComponents("paired", 0.0, within, inter, 0, 0)
-        p = S.plan_paired(comps, target=target, threshold=1.02, budget_s=budget, **costs, **caps)
+        rule = rng.choice(S.AA_RULES)  # the A/A rule of the plan: calibration (the default) or floor
+        p = S.plan_paired(comps, target=target, threshold=1.02, budget_s=budget, **costs, **caps, aa_rule=rule)
         got = CS.plan_paired(
             inter,
             within,
@@ -100,6 +101,7 @@ def test_checker_mirrors_the_sizing_plan_to_the_bit():
             budget,
             caps["max_processes"],
             caps["max_requests"],
+            rule,
         )
         want = (
             p.processes,

@@ -202,12 +202,15 @@ def test_detectable_ratio_and_minimum_detectable():
     rng = random.Random(3)
     for _ in range(500):
         lo, hi = rng.uniform(0.8, 1.0), rng.uniform(1.0, 1.25)
-        # the formula as it stood, bit for bit
-        assert S.minimum_detectable(lo, hi, 1.02) == 1.02 * S.noise_floor_of(lo, hi) * math.sqrt(hi / lo)
+        # the formula as it stood (the floor rule), bit for bit
+        assert S.minimum_detectable(lo, hi, 1.02, S.AA_FLOOR) == 1.02 * S.noise_floor_of(lo, hi) * math.sqrt(hi / lo)
         h = math.log(hi / lo) / 2
-        assert S.minimum_detectable(lo, hi, 1.02) == pytest.approx(
+        assert S.minimum_detectable(lo, hi, 1.02, S.AA_FLOOR) == pytest.approx(
             S.detectable_ratio(h, 1.02, S.noise_floor_of(lo, hi)), rel=1e-14
         )
+        # the calibration rule: the control holds 1 here, so F = 1
+        assert S.minimum_detectable(lo, hi, 1.02) == 1.02 * math.sqrt(hi / lo)
+        assert S.minimum_detectable(lo, hi, 1.02) == pytest.approx(S.detectable_ratio(h, 1.02), rel=1e-14)
 
 
 # --------------------------------------------------------------------------- sizing
@@ -225,22 +228,28 @@ def t975(df):
     return S.t_quantile(0.975, df)
 
 
-def by_hand(c, P, n, arms=3, process_s=30.0, request_s=0.5, tau=1.02):
+def by_hand(c, P, n, arms=3, process_s=30.0, request_s=0.5, tau=1.02, rule=S.AA_CALIBRATION):
+    """(h, detectable, seconds): detectable tau * exp(h) under the calibration rule (F = 1 while the
+    control holds), tau * exp(2 h) under the floor rule (F of about exp(h))."""
     h = t975(P - 1) * math.sqrt((2 * c.interaction + 2 * c.within / n) / P)
-    return h, tau * math.exp(2 * h), P * (process_s + arms * n * request_s)
+    return h, tau * math.exp((2 if rule == S.AA_FLOOR else 1) * h), P * (process_s + arms * n * request_s)
 
 
-def test_plan_is_the_cheapest_design_that_reaches_the_target():
+@pytest.mark.parametrize("rule", S.AA_RULES)
+def test_plan_is_the_cheapest_design_that_reaches_the_target(rule):
     c = comps(2e-5, 0.0025)
-    plan = S.plan_paired(c, budget_s=1e6, **COST)
-    h, det, sec = by_hand(c, plan.processes, plan.requests_per_arm)
+    plan = S.plan_paired(c, budget_s=1e6, **COST, aa_rule=rule)
+    h, det, sec = by_hand(c, plan.processes, plan.requests_per_arm, rule=rule)
     assert plan.reachable and plan.expected_detectable <= 1.03
     assert plan.expected_half_width == pytest.approx(h, rel=1e-14)
     assert plan.expected_detectable == pytest.approx(det, rel=1e-14) and plan.expected_seconds == sec
     for P in range(2, 65):
         for n in range(1, 65):
-            _, d, s = by_hand(c, P, n)
+            _, d, s = by_hand(c, P, n, rule=rule)
             assert d > 1.03 or s >= sec, (P, n)
+    # the default is the calibration rule, and it needs a cheaper design than the floor rule
+    if rule == S.AA_FLOOR:
+        assert S.plan_paired(c, budget_s=1e6, **COST).expected_seconds < sec
 
 
 def test_plan_takes_processes_for_interaction_and_requests_for_within():

@@ -115,8 +115,14 @@ def test_floor_verdict_and_minimum_detectable_ratio():
     assert S.noise_floor_of(0.921, 1.182) == 1.182
     assert S.noise_floor_of(0.80, 1.1) == pytest.approx(1.25)
     assert S.aa_verdict(0.852, 0.960) == "biased" and S.aa_verdict(0.9, 1.1) == "ok"
-    assert S.minimum_detectable(0.921, 1.182, 1.02) == pytest.approx(1.02 * 1.182 * math.sqrt(1.182 / 0.921))
-    # h = log(1.1/0.9)/2 with 4 workers; 1.05 needs h* = log(1.05/1.02)/2
+    # the floor rule: F = max(hi, 1/lo) weighs the mde; the calibration rule: F = 1 while the control holds
+    floor_mde = S.minimum_detectable(0.921, 1.182, 1.02, S.AA_FLOOR)
+    assert floor_mde == pytest.approx(1.02 * 1.182 * math.sqrt(1.182 / 0.921))
+    assert S.minimum_detectable(0.921, 1.182, 1.02) == pytest.approx(1.02 * math.sqrt(1.182 / 0.921))
+    assert S.minimum_detectable(0.852, 0.960, 1.02) == pytest.approx(1.02 / 0.852 * math.sqrt(0.960 / 0.852))
+    # h = log(1.1/0.9)/2 with 4 workers; 1.05 needs h* = log(1.05/1.02)/2 (floor) or log(1.05/1.02) (calibration)
     h, hs = math.log(1.1 / 0.9) / 2, math.log(1.05 / 1.02) / 2
-    assert S.units_needed(4, 0.9, 1.1, 1.05, 1.02) == math.ceil(4 * (h / hs) ** 2)
+    assert S.units_needed(4, 0.9, 1.1, 1.05, 1.02, S.AA_FLOOR) == math.ceil(4 * (h / hs) ** 2)
+    assert S.units_needed(4, 0.9, 1.1, 1.05, 1.02) == math.ceil(4 * (h / (2 * hs)) ** 2)
     assert S.units_needed(4, 0.9, 1.1, 1.01, 1.02) is None
+    assert S.units_needed(4, 0.9, 1.1, 1.01, 1.02, S.AA_FLOOR) is None

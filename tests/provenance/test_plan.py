@@ -103,6 +103,7 @@ def test_plan_edited_after_freezing_is_refused_naming_the_field(tmp_path, lib_pa
     defn, cdir = _frozen_campaign(tmp_path, lib_path)
     plan = json.loads((cdir / "plan.json").read_text())
     assert plan["bootstrap"] == {"seed": 20261014, "draws": 10000, "threshold": 1.02}
+    assert plan["aa_rule"] == "calibration"  # the A/A control's rule for every decision's floor
     assert set(plan["analysis_code"]["files"]) >= {
         "core/stats.py",
         "provenance/plan.py",

@@ -394,7 +394,7 @@ def test_one_session_says_too_few_sessions_and_three_get_a_t_interval(tmp_path):
     html = (results / "report.html").read_text()
     table = html[html.index('data-table="estimates"') :]
     table = table[: table.index("</table>")]
-    assert table.count(">too few sessions<") == 4
+    assert table.count(">undecided: too few sessions<") == 4
     assert not re.search(r">(exceeds|inconclusive|below)<", table)
     # three sessions: a t interval with two degrees of freedom, and a decision
     three = T.read_records("estimates", make_results(tmp_path / "three", n_sessions=3, draws=300))

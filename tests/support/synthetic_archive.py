@@ -342,6 +342,7 @@ def make_results(
     unexposed: str | None = None,
     screen: bool = True,
     vulkan: bool = False,
+    aa_rule: str | None = S.DEFAULT_AA_RULE,
 ) -> Path:
     """Write a complete synthetic results folder into ``out`` (tables under ``out/tables``).
 
@@ -353,7 +354,9 @@ def make_results(
     False leaves the divergence screen out (no table, no screen.json, the confirmation's panel not
     taken from a screen), as a run with ``stages.screen: false`` does; ``vulkan``: the run of
     ``config/vulkan.yaml`` on lavapipe: the manifest records the Vulkan backend and its software
-    device (``VULKAN_RECORD``), and every placed request ran on Vulkan0 with all layers offloaded."""
+    device (``VULKAN_RECORD``), and every placed request ran on Vulkan0 with all layers offloaded;
+    ``aa_rule``: the A/A rule the tables are decided under and plan.json records (None: an archive from
+    before the field, decided under the floor rule, whose plan records none)."""
     out = Path(out)
     tdir = out / "tables"
     g = _Gen(seed, evil)
@@ -634,17 +637,17 @@ def make_results(
     }
     qual = D.qualification_table(reqs, eps, margins=margins, arm_margins=arm_margins)
     T.write_table(qual, "qualification", tdir)
-    ratios = D.ratios_table(
-        reqs, qual, "confirmation", pairs=[("M0", "M3"), ("M3", "C3"), ("R_prod", "C3"), ("R", "C3"), ("R", "M3")]
-    )
-    ratios += D.ratios_table(reqs, qual, "implementation")
+    rule = aa_rule or S.LEGACY_AA_RULE
+    pairs = [("M0", "M3"), ("M3", "C3"), ("R_prod", "C3"), ("R", "C3"), ("R", "M3")]
+    ratios = D.ratios_table(reqs, qual, "confirmation", pairs=pairs, aa_rule=rule)
+    ratios += D.ratios_table(reqs, qual, "implementation", aa_rule=rule)
     T.write_table(ratios, "ratios", tdir)
     T.write_table(D.diagnostics_table(reqs, qual, "confirmation"), "diagnostics", tdir)
     T.write_table(pred_rows, "prediction", tdir)
     contrasts, estimates = D.replication_tables(reqs, qual)
     if aa:
-        noise = NZ.noise_table(reqs, qual, "implementation")
-        noise += NZ.noise_table(reqs, qual, "replication")
+        noise = NZ.noise_table(reqs, qual, "implementation", aa_rule=rule)
+        noise += NZ.noise_table(reqs, qual, "replication", aa_rule=rule)
         estimates = NZ.weigh_estimates(estimates, [n for n in noise if n["campaign"] == "replication"])
         T.write_table(noise, "noise", tdir)
         T.write_table(loads, "loads", tdir)
@@ -737,17 +740,20 @@ def make_results(
         json.dumps(
             {
                 "campaign": "synthetic",
+                # the A/A rule of every campaign that has no plan of its own here (none: an older archive)
+                **({"aa_rule": aa_rule} if aa_rule else {}),
                 "bootstrap": {"seed": boot_seed, "draws": draws, "threshold": S.DEFAULT_THRESHOLD},
                 "campaigns": {
                     **{
                         f"{fam}/confirmation": {
+                            **({"aa_rule": aa_rule} if aa_rule else {}),
                             "panels": {
                                 "confirm": {
                                     "source": "screen",
                                     "tasks": rec["exposed_panel"]["tasks"],
                                     "screen": {"cap": rec["cap"]},
                                 }
-                            }
+                            },
                         }
                         for fam, (_rows, rec) in screens.items()
                     },

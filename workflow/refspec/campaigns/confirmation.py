@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from ..core.arms import reference_of
 from ..core.errors import ConfigError
+from ..core.stats import aa_rule_of
 from .derived import diagnostics_table, qualification_counts, ratios_table
 from .scheduler import paired_schedule, round_schedule, session_ids
 from .text import fmt_ratio, table_text
@@ -135,7 +136,7 @@ def diagnostics_text(rows: list[dict]) -> str:
 
 
 def analyze(ctx, base: dict) -> dict:
-    ratios = ratios_table(base["requests"], base["qualification"], ctx.name)
+    ratios = ratios_table(base["requests"], base["qualification"], ctx.name, aa_rule=aa_rule_of(ctx.plan))
     diag = diagnostics_table(base["requests"], base["qualification"], ctx.name)
     d = ctx.defn
     text = "\n".join(

@@ -21,6 +21,7 @@ from ..core.fsutil import atomic_write_text
 from ..core.hashing import sha256_file, sha256_json
 from ..core.panels import resolve_panel, write_panel
 from ..core.paths import REPO_ROOT
+from ..core.stats import DEFAULT_AA_RULE
 from ..experiments.divergence_screen import SCREEN_RECORD, read_screen
 from ..native import build as native
 from ..native.models import config_families_file, ensure_family
@@ -279,6 +280,9 @@ def _computed_plan(ctx: PreparedCampaign, models: dict, man: Path | None) -> dic
         "threads": ctx.threads,
         "seed": int(defn["seed"]),
         "threshold": float(boot["threshold"]),
+        # the A/A control's rule for the floor of every decision (refspec.core.stats.decision_floor);
+        # a plan without it was decided under "floor"
+        "aa_rule": DEFAULT_AA_RULE,
         "bootstrap": {"seed": int(boot["seed"]), "draws": int(boot["draws"]), "threshold": float(boot["threshold"])},
         "sessions": len(sessions),
         "gap_s": float(defn.get("gap_s", 0)),
@@ -329,7 +333,7 @@ def prepare(
     arms_file = cdir / "arms.yaml"
     files, draft, models = _models(fam, cfg, defn, arms)
     defn = _piloted(defn, frozen, cfg, fam, arms, panels, files, draft, cdir)
-    defn = resolve_size(defn, len(arms), max((len(ts) for ts in panels.values()), default=0))
+    defn = resolve_size(defn, len(arms), max((len(ts) for ts in panels.values()), default=0), DEFAULT_AA_RULE)
     ctx = PreparedCampaign(
         name=name,
         preset=preset or "default",

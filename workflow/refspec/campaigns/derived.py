@@ -41,6 +41,7 @@ from ..core.divergence import NEAR_TIE_MARGIN, divergence_class, margin_at
 from ..core.endpoint import first_divergence
 from ..core.layouts import LAYOUT_ORDER
 from ..core.stats import (
+    DEFAULT_AA_RULE,
     DEFAULT_THRESHOLD,
     MIN_UNITS,
     TOO_FEW_SESSIONS,
@@ -318,6 +319,7 @@ def ratios_table(
     qualification: Any,
     campaign: str,
     pairs: Sequence[tuple[str, str]] | None = None,
+    aa_rule: str = DEFAULT_AA_RULE,
 ) -> list[dict[str, Any]]:
     """Rows of the ``ratios`` table for one campaign.
 
@@ -326,7 +328,8 @@ def ratios_table(
     lists (numerator, denominator) arms; by default every unordered pair in
     :func:`arm_sort_key` order (earlier arm in the numerator), A/A twins left out. Times are
     pooled over sessions and repeats per task. Every qualified ratio carries its interval,
-    verdict and detectable ratio in the design that timed it (:mod:`.intervals`).
+    verdict and detectable ratio in the design that timed it (:mod:`.intervals`), weighed by the
+    A/A control's floor under ``aa_rule`` (the campaign plan's, :func:`refspec.core.stats.aa_rule_of`).
     """
     reqs = [r for r in records(requests) if r["campaign"] == campaign]
     qual = records(qualification)
@@ -343,7 +346,7 @@ def ratios_table(
         tasks = sorted(panel)
         timed = IV.timed(reqs, fam, cap)
         design = IV.design_of(timed)
-        floor = IV.aa_floor(timed, tasks, design)
+        floor = IV.aa_floor(timed, tasks, design, aa_rule)
         for a, b in fam_pairs:
             if a not in arms or b not in arms:
                 continue

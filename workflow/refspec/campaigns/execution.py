@@ -12,6 +12,7 @@ from ..core.arms import is_twin, reference_of
 from ..core.errors import IntegrityError
 from ..core.fsutil import atomic_write_text
 from ..core.hashing import sha256_file
+from ..core.stats import aa_rule_of
 from ..core.tables import spec, write_table
 from ..provenance import plan as planmod
 from ..provenance.ledger import Ledger
@@ -172,7 +173,11 @@ def aa_and_load(ctx: PreparedCampaign, run, base: dict, tables: dict) -> list[st
     if any(is_twin(n) for n in ctx.arms) and "noise" not in tables:
         boot = ctx.plan.get("bootstrap") or ctx.defn["bootstrap"]
         tables["noise"] = noise_table(
-            base["requests"], base["qualification"], ctx.name, threshold=float(boot["threshold"])
+            base["requests"],
+            base["qualification"],
+            ctx.name,
+            threshold=float(boot["threshold"]),
+            aa_rule=aa_rule_of(ctx.plan),
         )
         texts.append(noise_text(tables["noise"]))
     loads = loads_table(run.ledger_records(), ctx.name, ctx.family)

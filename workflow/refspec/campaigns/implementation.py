@@ -11,6 +11,7 @@ session, and the logical counters of GS against QB.
 from __future__ import annotations
 
 from ..core.arms import REFERENCE_ARM, is_twin
+from ..core.stats import aa_rule_of
 from .confirmation import counts_text, named_arms, ratios_text, round_sessions
 from .derived import ratios_table
 from .evidence import COMPARED_COUNTERS, LOGICAL_COUNTERS
@@ -69,7 +70,7 @@ def highlights(ctx, ratios: list[dict]) -> str:
 
 
 def analyze(ctx, base: dict) -> dict:
-    ratios = ratios_table(base["requests"], base["qualification"], ctx.name)
+    ratios = ratios_table(base["requests"], base["qualification"], ctx.name, aa_rule=aa_rule_of(ctx.plan))
     d = ctx.defn
     text = "\n".join(
         [

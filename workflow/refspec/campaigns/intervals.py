@@ -10,10 +10,12 @@ The design is read from the rows (:func:`design_of`), never assumed, so the chec
 Each qualified ratio of a campaign, family and cap gets (:func:`ratio_columns`): the design, the
 units (processes per arm, the smaller side, or processes timing both arms), the 95 % interval, the
 verdict of :func:`refspec.core.stats.decide_ratio` on the 95 % and 90 % intervals weighed by the
-campaign's A/A floor (:func:`aa_floor`: the twin's interval in the same design; 1 without a
-control) at the threshold :data:`refspec.core.stats.DEFAULT_THRESHOLD`, and the detectable ratio
-``tau * F * exp(h)`` of the ratio's own half width ``h``. With fewer than two units there is no
-interval: the verdict is ``too_few_processes``.
+floor ``F`` of the campaign's A/A control (:func:`aa_floor`: the twin's interval in the same design,
+under the rule the campaign's plan froze, ``aa_rule``, :func:`refspec.core.stats.decision_floor`:
+1 while the control holds 1 under the calibration rule, ``max(hi, 1/lo)`` when it does not or under
+the floor rule; 1 without a control) at the threshold :data:`refspec.core.stats.DEFAULT_THRESHOLD`,
+and the detectable ratio ``tau * F * exp(h)`` of the ratio's own half width ``h``. With fewer than
+two units there is no interval: the verdict is ``too_few_processes``.
 """
 
 from __future__ import annotations
@@ -23,14 +25,15 @@ from typing import Any
 
 from ..core.arms import is_twin, twin_name
 from ..core.stats import (
+    DEFAULT_AA_RULE,
     DEFAULT_THRESHOLD,
     FRESH,
     PAIRED,
     Interval,
     StatsError,
     decide_ratio,
+    decision_floor,
     detectable_ratio,
-    noise_floor_of,
     paired_interval,
     process_contrasts,
     worker_interval,
@@ -74,9 +77,12 @@ def design_interval(
     return worker_interval(blocks(num), blocks(den), tasks, level)
 
 
-def aa_floor(rows: Sequence[tuple[str, str, str, float]], tasks: Sequence[str], design: str) -> float:
-    """The A/A floor ``F`` of the campaign's control (the first arm, by name, whose twin has timed
-    rows), in ``design``; 1 without a control or without its interval."""
+def aa_floor(
+    rows: Sequence[tuple[str, str, str, float]], tasks: Sequence[str], design: str, rule: str = DEFAULT_AA_RULE
+) -> float:
+    """The floor ``F`` of the campaign's A/A control (the first arm, by name, whose twin has timed
+    rows), in ``design``, under ``rule`` (:func:`~refspec.core.stats.decision_floor`); 1 without a
+    control or without its interval."""
     names = {a for _w, a, _t, _x in rows}
     for arm in sorted(a for a in names if not is_twin(a)):
         twin = twin_name(arm)
@@ -85,7 +91,7 @@ def aa_floor(rows: Sequence[tuple[str, str, str, float]], tasks: Sequence[str], 
                 iv = design_interval(rows, twin, arm, tasks, design, 0.95)
             except StatsError:
                 return 1.0
-            return noise_floor_of(iv.lo, iv.hi)
+            return decision_floor(iv.lo, iv.hi, rule)
     return 1.0
 
 

@@ -11,10 +11,15 @@ A/A control (``noise`` table)
     * kind ``estimate`` (replication): the session contrasts ``c_s`` of ``X_aa`` over ``X``
       (the terms of an E2 estimate);
 
-    and :func:`refspec.core.stats.noise_floor` gives the value, the bootstrap interval and the
-    verdict (``ok`` or ``noise_too_high``). An estimate's ``exceeds``/``below`` decision is
-    ``noise_too_high`` when the A/A control of its campaign and family is
-    (:func:`gate_estimates`).
+    with the interval of their design (the worker-level or paired interval of kind ``ratio``, the
+    session interval of kind ``estimate``) and the verdict ``ok`` (the interval holds 1) or
+    ``biased``. The control is a calibration test (:func:`refspec.core.stats.decision_floor`, the
+    rule the campaign's plan froze as ``aa_rule``): under the calibration rule the row's ``floor``
+    ``F`` is 1 while the interval holds 1 (the twin's noise is already inside every ratio's own
+    interval) and ``max(hi, 1/lo)`` when it does not (the control failed and the decisions carry
+    the measured bias); under the floor rule of older plans it is ``max(hi, 1/lo)`` always. The
+    row's ``mde`` and ``units_needed`` follow the same ``F``, and an E2 estimate is decided under
+    the largest ``F`` of its family (:func:`weigh_estimates`).
 
 Machine load (``loads`` table)
     The campaign engine samples the machine before and after every block
@@ -32,6 +37,7 @@ from typing import Any
 from ..core.arms import is_twin, twin_of
 from ..core.stats import (
     CONFIDENCE,
+    DEFAULT_AA_RULE,
     DEFAULT_THRESHOLD,
     NOISE_BIASED,
     NOISE_TOO_HIGH,
@@ -40,8 +46,8 @@ from ..core.stats import (
     StatsError,
     aa_verdict,
     decide_weighed,
+    decision_floor,
     minimum_detectable,
-    noise_floor_of,
     paired_ratio,
     session_interval,
     units_needed,
@@ -104,8 +110,10 @@ def noise_table(
     qualification: Any,
     campaign: str,
     threshold: float = DEFAULT_THRESHOLD,
+    aa_rule: str = DEFAULT_AA_RULE,
 ) -> list[dict[str, Any]]:
-    """Rows of the ``noise`` table for one campaign: one per family, cap and twin arm."""
+    """Rows of the ``noise`` table for one campaign: one per family, cap and twin arm; ``floor``,
+    ``mde`` and ``units_needed`` under ``aa_rule`` (the campaign plan's)."""
     reqs = [r for r in records(requests) if r["campaign"] == campaign]
     panels = _panels(records(qualification), campaign)
     blocks, times = _blocks(reqs)
@@ -141,9 +149,9 @@ def noise_table(
                 hi=iv.hi,
                 df=iv.df,
                 units=iv.units,
-                floor=noise_floor_of(iv.lo, iv.hi),
-                mde=minimum_detectable(iv.lo, iv.hi, threshold),
-                units_needed=units_needed(iv.units, iv.lo, iv.hi, TARGET_EFFECT, threshold),
+                floor=decision_floor(iv.lo, iv.hi, aa_rule),
+                mde=minimum_detectable(iv.lo, iv.hi, threshold, aa_rule),
+                units_needed=units_needed(iv.units, iv.lo, iv.hi, TARGET_EFFECT, threshold, aa_rule),
                 verdict=verdict,
                 reason="the A/A interval does not contain 1" if verdict == NOISE_BIASED else None,
             )
@@ -153,7 +161,9 @@ def noise_table(
 
 def weigh_estimates(estimates: list[dict], noise: list[dict]) -> list[dict]:
     """The estimates decided under the A/A floor of their family (:func:`~refspec.core.stats.decide_weighed`):
-    the floor is the largest of the family's controls; an estimate decided only inside the band says so."""
+    the floor is the largest ``floor`` of the family's control rows (already under the campaign's rule:
+    1 for a control that holds under the calibration rule); an estimate decided only inside the band
+    says so."""
     floors: dict[str, dict] = {}
     for n in noise:
         if n["floor"] is not None and (n["family"] not in floors or n["floor"] > floors[n["family"]]["floor"]):

@@ -18,6 +18,7 @@ import math
 
 from ..core.arms import REFERENCE_ARM, is_twin, twin_of
 from ..core.errors import ConfigError
+from ..core.stats import aa_rule_of
 from .confirmation import named_arms
 from .derived import replication_tables
 from .evidence import COMPARED_COUNTERS
@@ -117,7 +118,7 @@ def reference_check(ctx, base: dict) -> str:
 
 
 def analyze(ctx, base: dict) -> dict:
-    boot = ctx.plan.get("bootstrap") or ctx.defn["bootstrap"]
+    boot, rule = ctx.plan.get("bootstrap") or ctx.defn["bootstrap"], aa_rule_of(ctx.plan)
     x, y = ctx.defn["layouts"]
     contrasts, estimates = replication_tables(
         base["requests"],
@@ -127,7 +128,7 @@ def analyze(ctx, base: dict) -> dict:
         paths=ctx.defn["paths"],
         threshold=float(boot["threshold"]),
     )
-    noise = noise_table(base["requests"], base["qualification"], "replication", threshold=float(boot["threshold"]))
+    noise = noise_table(base["requests"], base["qualification"], "replication", float(boot["threshold"]), rule)
     estimates = weigh_estimates(estimates, noise)
     rows = []
     arm_label = {"target": "M", "spec": "C"}

@@ -21,6 +21,7 @@ import json
 from pathlib import Path
 
 from ..core.arms import REFERENCE_ARM
+from ..core.stats import aa_rule_of
 from ..native import build as native
 from ..native.cmake import BUILD_RECORD
 from .confirmation import counts_text, diagnostics_text, named_arms, ratios_text, round_sessions
@@ -96,7 +97,9 @@ def execute(ctx) -> None:
 
 
 def analyze(ctx, base: dict) -> dict:
-    ratios = ratios_table(base["requests"], base["qualification"], ctx.name, pairs=pairs(ctx))
+    ratios = ratios_table(
+        base["requests"], base["qualification"], ctx.name, pairs=pairs(ctx), aa_rule=aa_rule_of(ctx.plan)
+    )
     diag = diagnostics_table(base["requests"], base["qualification"], ctx.name)
     d = ctx.defn
     text = "\n".join(

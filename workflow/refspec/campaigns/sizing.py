@@ -8,7 +8,9 @@ warm-ups, one request) measured on an earlier run of the same campaign on this k
 campaign's pilot (:mod:`refspec.campaigns.pilot`) measures the two costs on this machine; where it
 did, they replace the prior's and its seconds come out of the budget. From them the
 cost model of :func:`refspec.core.stats.plan_paired` chooses the number of processes and the
-passes over the panel per process (``repeats``): one pass times every arm once on every task, so
+passes over the panel per process (``repeats``), its expected detectable ratio ``tau * exp(h)``
+under the calibration rule the plan freezes (``aa_rule``: ``F = 1`` while the A/A control holds;
+``tau * exp(2 h)`` under the floor rule): one pass times every arm once on every task, so
 a pass's contrast averages ``T`` requests per arm and its variance is ``within / T`` at a cost of
 ``T`` requests per arm.
 
@@ -27,14 +29,23 @@ import copy
 import math
 
 from ..core.errors import ConfigError
-from ..core.stats import DEFAULT_THRESHOLD, PAIRED, StatsError, VarianceComponents, detectable_ratio, plan_paired
+from ..core.stats import (
+    DEFAULT_AA_RULE,
+    DEFAULT_THRESHOLD,
+    PAIRED,
+    StatsError,
+    VarianceComponents,
+    detectable_ratio,
+    plan_paired,
+)
 from .pilot import costs
 
 DEFAULT_TARGET = 1.03
 
 
-def resolve_size(defn: dict, n_arms: int, n_tasks: int) -> dict:
-    """``defn`` with ``processes`` and ``repeats`` chosen by its ``sizing`` (unchanged without one)."""
+def resolve_size(defn: dict, n_arms: int, n_tasks: int, aa_rule: str = DEFAULT_AA_RULE) -> dict:
+    """``defn`` with ``processes`` and ``repeats`` chosen by its ``sizing`` (unchanged without one), the
+    expected detectable ratio under ``aa_rule``, the rule the plan freezes."""
     sizing = defn.get("sizing")
     if not sizing:
         return defn
@@ -64,6 +75,7 @@ def resolve_size(defn: dict, n_arms: int, n_tasks: int) -> dict:
             budget_s=budget_s,
             max_processes=int(sizing.get("max_processes", 32)),
             max_requests=int(sizing.get("max_repeats", 16)),
+            aa_rule=aa_rule,
         )
     except StatsError as e:
         raise ConfigError(f"{defn['campaign']}: sizing: {e}") from e

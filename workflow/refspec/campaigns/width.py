@@ -15,6 +15,7 @@ import statistics
 
 from ..core.arms import REFERENCE_ARM
 from ..core.errors import ConfigError
+from ..core.stats import aa_rule_of
 from .derived import ratios_table
 from .scheduler import round_schedule, session_ids
 from .text import fmt_ratio, table_text
@@ -69,7 +70,7 @@ def analyze(ctx, base: dict) -> dict:
     )
     geos = [n for n in ctx.arms if n != REFERENCE_ARM]
     pairs = [(g, b) for g in geos if g != b] + [(REFERENCE_ARM, g) for g in geos]
-    ratios = ratios_table(base["requests"], base["qualification"], "width", pairs=pairs)
+    ratios = ratios_table(base["requests"], base["qualification"], "width", pairs=pairs, aa_rule=aa_rule_of(ctx.plan))
     rat = {(r["numerator"], r["denominator"], r["cap"]): r for r in ratios}
     rows = []
     for cap in sorted(d["caps"]):

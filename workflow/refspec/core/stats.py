@@ -81,16 +81,44 @@ The A/A control and the decision
 --------------------------------
 A timed campaign may run one arm twice, as ``X`` and its twin ``X_aa`` (the same recipe
 under another name, in the same blocks and sessions). Its interval (kind ``ratio``:
-:func:`worker_interval` of ``X_aa`` over ``X``; kind ``estimate``: :func:`session_interval`
-of their session contrasts) gives::
+:func:`worker_interval` of ``X_aa`` over ``X``, or :func:`paired_interval` in the paired design;
+kind ``estimate``: :func:`session_interval` of their session contrasts) gives::
 
     verdict = "ok"      if lo <= 1 <= hi
               "biased"  otherwise (two runs of one recipe differ beyond the model of the noise)
-    F       = max(hi, 1 / lo)                       the A/A floor (>= 1 when ok)
+    noise floor = max(hi, 1 / lo)                   (:func:`noise_floor_of`, >= 1 when ok)
+
+The floor ``F`` that weighs the decisions (:func:`decision_floor`) follows the campaign's rule,
+frozen in its plan as ``aa_rule`` (:data:`DEFAULT_AA_RULE`; a plan without the field was decided
+under ``"floor"``, :data:`LEGACY_AA_RULE`)::
+
+    rule "calibration" (the default):  F = 1                 if lo <= 1 <= hi   (the control holds)
+                                       F = max(hi, 1 / lo)   otherwise          (the control failed)
+    rule "floor" (before):             F = max(hi, 1 / lo)   always
+    no control:                        F = 1
+
+*Why calibration.* The twin is timed in the same processes (sessions) as the arms it controls,
+so the noise the A/A interval measures is already inside each ratio's own interval: a ratio's
+interval over the processes carries the process-by-arm interaction and the request noise exactly
+as the twin's does. Weighing it again by ``F ~ exp(h)`` counts that noise twice (a detectable
+ratio of about ``tau * exp(2 h)``, not ``tau * exp(h)``) and leaves true effects just above
+``tau`` undecided. The A/A control is a test of that model instead: while its interval holds 1 the
+model is calibrated and the ratios' own intervals decide (``F = 1``); when it excludes 1 the model
+missed a cause (placement, schedule, drift), the control has failed, and every decision of the
+campaign and family carries the measured bias ``max(hi, 1/lo)``. ``bench/decision_rules.py``
+simulates the paired design with this module's intervals (3000 draws of 8 processes x 8 requests
+per arm of ``X``, ``X_aa`` and ``Y``, the variance components of the implementation campaign's
+prior; its module docstring has the table): the A/A interval held 1 in 95.2 % of draws; a true
+ratio of 1 was never decided "exceeds" under either rule, a true ratio at ``tau`` (1.02) in 2.4 %
+under the calibration rule (the 95 % interval's upper tail) and 0 % under the floor rule; a true
+1.05 in 41.6 % against 0.8 %, and 1.08 in 89.9 % against 19.8 % (median detectable ratio 1.054,
+``tau * exp(h)``, against 1.099, about ``tau * exp(2 h)``), and "equivalent" was never reached under
+the floor rule (an ``F`` above ``tau`` leaves no equivalence band). So the calibration rule is the
+default: it keeps the error rate at the threshold where the intervals put it, and a design needs a
+margin of ``h`` above ``tau`` on the log scale instead of about ``2 h``.
 
 An estimate with interval ``[lo, hi]`` is decided against the threshold ``tau``
-(default 1.02) weighed by the floor of its campaign and family (:func:`decide_weighed`;
-``F = 1`` without a control)::
+(default 1.02) weighed by the floor ``F`` of its campaign and family (:func:`decide_weighed`)::
 
     lo > tau * F                   -> "exceeds"
     hi < tau / F                   -> "below"
@@ -98,16 +126,23 @@ An estimate with interval ``[lo, hi]`` is decided against the threshold ``tau``
     otherwise                      -> "inconclusive"
     fewer than 2 sessions          -> "too_few_sessions" (no interval, no decision)
 
+(with ``F = 1``, ``noise_too_high`` cannot occur: an interval that clears ``tau`` is decided).
+
 *Minimum detectable ratio* (:func:`minimum_detectable`): the smallest true ratio whose
 interval, as wide as the control's (half width ``h = log(hi/lo)/2``), clears ``tau * F``::
 
-    mde = tau * F * exp(h)
+    mde = tau * F * exp(h) = tau * F * sqrt(hi / lo)
+        = tau * sqrt(hi / lo)                      (calibration rule, the control holds: F = 1)
 
-and, since ``h`` falls as ``1/sqrt(units)`` and a centred control has ``F = exp(h)``, the
-units needed for a minimum detectable ratio ``m`` (:func:`units_needed`, reported for
-``m`` = :data:`TARGET_EFFECT`, 1.05)::
+*Units needed* for a minimum detectable ratio ``m`` (:func:`units_needed`, reported for
+``m`` = :data:`TARGET_EFFECT`, 1.05), with ``h`` falling as ``1/sqrt(units)``: ``units' >= units *
+(h / h*)^2`` for the largest half width ``h*`` that still gives ``mde <= m``::
 
-    units * (h / h*)^2,   h* = log(m / tau) / 2
+    rule "calibration":  F held at decision_floor(lo, hi) (1 while the control holds)
+                         tau * F * exp(h*) = m   ->  h* = log(m / (tau * F))   (none when m <= tau * F)
+    rule "floor":        a centred control has F = exp(h), which shrinks with h
+                         tau * exp(2 h*) = m     ->  h* = log(m / tau) / 2     (none when m <= tau)
+    units_needed = max(units, ceil(units * (h / h*)^2))
 
 A task point estimate over sessions (for replication regressions) is
 ``exp(mean_s d_s(t))`` over the sessions in which ``t`` is timed for both
@@ -185,7 +220,8 @@ raw moments and then clipped at 0 (a negative estimate is a component too small 
     equivalent = 1/tau <= lo90  and  hi90 <= tau
 
 *The ratio decision* (:func:`decide_ratio`), on the 95 % and 90 % intervals of one ratio,
-weighed by the A/A floor ``F`` (1 without a control), first match::
+weighed by the floor ``F`` of the campaign's A/A control under its rule (:func:`decision_floor`:
+1 while the control holds under the calibration rule, and without a control), first match::
 
     lo95 > tau * F                                 -> "exceeds"        (the numerator slower beyond tau)
     hi95 < 1 / (tau * F)                           -> "faster"         (the numerator faster beyond tau)
@@ -198,14 +234,19 @@ as one of half width ``h``, clears ``tau * F``; :func:`minimum_detectable` is th
 ``exp(h) = sqrt(hi / lo)`` of the control::
 
     detectable = tau * F * exp(h)
+               = tau * exp(h)              (calibration rule while the control holds: F = 1)
+               ~ tau * exp(2 h)            (floor rule: the twin, in the same processes, has F ~ exp(h))
 
 *Sizing by a cost model* (:func:`plan_paired`; Kalibera and Jones, "Rigorous benchmarking in
 reasonable time", ISMM 2013). With ``n`` timed requests per arm in each of ``P`` processes::
 
     Var(c_p) = 2 * interaction + 2 * within / n
     h        = t_{0.975, P-1} * sqrt(Var(c_p) / P)
-    detectable ~ tau * exp(2 h)        (the A/A twin, in the same processes, has a floor F of about exp(h))
+    detectable = tau * exp(h)          rule "calibration": F = 1 while the control holds
+               = tau * exp(2 h)        rule "floor": the A/A twin, in the same processes, has F of about exp(h)
     seconds  = P * (process_s + arms * n * request_s)      (process_s: a start with its warm-ups)
+
+(:func:`expected_detectable`; the rule is the plan's ``aa_rule``).
 
 The plan is the cheapest integer ``2 <= P <= max_processes``, ``1 <= n <= max_requests`` with
 ``detectable <= target`` and ``seconds <= budget`` (ties: the smaller detectable ratio, then
@@ -364,6 +405,12 @@ CONFIDENCE = 0.95  # the two-sided level of every timing interval
 TARGET_EFFECT = 1.05  # the effect size a timed design should resolve (PQ/QB of about 3-6 %)
 MIN_UNITS = 2  # fewer units (workers of an arm, or sessions): no interval
 NOISE_BIASED = "biased"  # the A/A interval excludes 1
+# the rules of the floor F that weighs a campaign's decisions (:func:`decision_floor`), frozen in its plan
+AA_CALIBRATION = "calibration"  # F = 1 while the A/A interval holds 1, max(hi, 1/lo) when it does not
+AA_FLOOR = "floor"  # F = max(hi, 1/lo) always (the rule before the plan recorded one)
+AA_RULES = (AA_CALIBRATION, AA_FLOOR)
+DEFAULT_AA_RULE = AA_CALIBRATION  # the rule a campaign freezes into its plan (``aa_rule``)
+LEGACY_AA_RULE = AA_FLOOR  # the rule of a plan without ``aa_rule``
 
 
 def _betacf(a: float, b: float, x: float) -> float:
@@ -524,8 +571,29 @@ def aa_verdict(lo: float, hi: float) -> str:
     return NOISE_OK if lo <= 1.0 <= hi else NOISE_BIASED
 
 
+def aa_rule_of(plan: Mapping | None) -> str:
+    """The A/A rule a frozen campaign plan records (``aa_rule``); :data:`LEGACY_AA_RULE` when it
+    records none (a plan frozen before the field); an unknown rule is refused."""
+    rule = (plan or {}).get("aa_rule", LEGACY_AA_RULE)
+    if rule not in AA_RULES:
+        raise StatsError(f"unknown A/A rule {rule!r} (one of {', '.join(AA_RULES)})")
+    return rule
+
+
+def decision_floor(lo: float, hi: float, rule: str = DEFAULT_AA_RULE) -> float:
+    """The floor ``F`` that weighs the decisions beside an A/A interval ``[lo, hi]``: under the
+    ``calibration`` rule 1 while the interval holds 1 and :func:`noise_floor_of` when it does not
+    (the control failed); under the ``floor`` rule :func:`noise_floor_of` always."""
+    if rule not in AA_RULES:
+        raise StatsError(f"unknown A/A rule {rule!r} (one of {', '.join(AA_RULES)})")
+    if rule == AA_CALIBRATION and lo <= 1.0 <= hi:
+        return 1.0
+    return noise_floor_of(lo, hi)
+
+
 def decide_weighed(lo: float, hi: float, threshold: float = DEFAULT_THRESHOLD, floor: float = 1.0) -> str:
-    """The threshold decision weighed by the A/A floor ``F`` (1 without a control):
+    """The threshold decision weighed by the floor ``F`` of the A/A control (:func:`decision_floor`;
+    1 without a control):
 
     ``exceeds`` when lo > tau * F, ``below`` when hi < tau / F; an interval that clears the threshold
     only inside the band (lo > tau or hi < tau, but not by F) is ``noise_too_high``; else
@@ -550,23 +618,51 @@ def detectable_ratio(half_width: float, threshold: float = DEFAULT_THRESHOLD, fl
     return _clearing_ratio(threshold, floor, math.exp(half_width))
 
 
-def minimum_detectable(lo_aa: float, hi_aa: float, threshold: float = DEFAULT_THRESHOLD) -> float:
+def minimum_detectable(
+    lo_aa: float, hi_aa: float, threshold: float = DEFAULT_THRESHOLD, rule: str = DEFAULT_AA_RULE
+) -> float:
     """The smallest ratio this design decides as ``exceeds``: ``tau * F * sqrt(hi / lo)`` of its A/A control
-    (:func:`detectable_ratio` with ``exp(h) = sqrt(hi / lo)``)."""
-    return _clearing_ratio(threshold, noise_floor_of(lo_aa, hi_aa), math.sqrt(hi_aa / lo_aa))
+    with ``F`` = :func:`decision_floor` under ``rule`` (:func:`detectable_ratio` with ``exp(h) = sqrt(hi / lo)``):
+    ``tau * sqrt(hi / lo)`` while the control holds under the calibration rule."""
+    return _clearing_ratio(threshold, decision_floor(lo_aa, hi_aa, rule), math.sqrt(hi_aa / lo_aa))
 
 
 def units_needed(
-    units: int, lo_aa: float, hi_aa: float, target: float, threshold: float = DEFAULT_THRESHOLD
+    units: int,
+    lo_aa: float,
+    hi_aa: float,
+    target: float,
+    threshold: float = DEFAULT_THRESHOLD,
+    rule: str = DEFAULT_AA_RULE,
 ) -> int | None:
-    """Units (workers per arm, or sessions) for a minimum detectable effect of ``target``: the
-    A/A half width scales as ``1 / sqrt(units)``, and a centred control has ``F = exp(h)``, so
-    ``tau * exp(2 h) <= target`` needs ``units * (h / h*)^2`` with ``h* = log(target / tau) / 2``."""
-    if target <= threshold:
-        return None
+    """Units (workers per arm, or sessions) for a minimum detectable ratio of ``target`` (``m``): the A/A
+    half width ``h = log(hi / lo) / 2`` scales as ``1 / sqrt(units)``, so ``units * (h / h*)^2`` units
+    bring it to ``h*``, the largest half width with ``mde <= m``:
+
+    * rule ``calibration``: ``F`` held at :func:`decision_floor` (1 while the control holds), so
+      ``tau * F * exp(h*) = m`` and ``h* = log(m / (tau * F))``; None when ``m <= tau * F``;
+    * rule ``floor``: a centred control has ``F = exp(h)``, so ``tau * exp(2 h*) = m`` and
+      ``h* = log(m / tau) / 2``; None when ``m <= tau``."""
+    if rule == AA_FLOOR:
+        if target <= threshold:
+            return None
+        h_star = math.log(target / threshold) / 2.0
+    else:
+        bar = threshold * decision_floor(lo_aa, hi_aa, rule)
+        if target <= bar:
+            return None
+        h_star = math.log(target / bar)
     h = math.log(hi_aa / lo_aa) / 2.0
-    h_star = math.log(target / threshold) / 2.0
     return max(units, math.ceil(units * (h / h_star) ** 2))
+
+
+def expected_detectable(half_width: float, threshold: float = DEFAULT_THRESHOLD, rule: str = DEFAULT_AA_RULE) -> float:
+    """The detectable ratio a design of half width ``h`` expects before it runs (:func:`plan_paired`): ``tau *
+    exp(h)`` under the calibration rule (``F = 1`` while the control holds), ``tau * exp(2 h)`` under the
+    floor rule (the twin, in the same processes, has ``F`` of about ``exp(h)``)."""
+    if rule not in AA_RULES:
+        raise StatsError(f"unknown A/A rule {rule!r} (one of {', '.join(AA_RULES)})")
+    return threshold * math.exp(2.0 * half_width if rule == AA_FLOOR else half_width)
 
 
 # --------------------------------------------------------------------------- the paired design
@@ -720,7 +816,7 @@ class SizePlan:
     processes: int
     requests_per_arm: int
     expected_half_width: float  # h of the paired interval (log scale)
-    expected_detectable: float  # tau * exp(2 h)
+    expected_detectable: float  # tau * exp(h) (calibration rule) or tau * exp(2 h) (floor rule)
     expected_seconds: float
     reachable: bool  # expected_detectable <= target within the budget
     reason: str
@@ -737,9 +833,11 @@ def plan_paired(
     budget_s: float,
     max_processes: int = 64,
     max_requests: int = 64,
+    aa_rule: str = DEFAULT_AA_RULE,
 ) -> SizePlan:
-    """The cheapest paired design whose expected detectable ratio reaches ``target`` within ``budget_s``
-    seconds, or the best the budget reaches (``reachable`` False); see the module docstring."""
+    """The cheapest paired design whose expected detectable ratio (:func:`expected_detectable` under
+    ``aa_rule``) reaches ``target`` within ``budget_s`` seconds, or the best the budget reaches
+    (``reachable`` False); see the module docstring."""
     if arms < 2 or max_processes < MIN_UNITS or max_requests < 1 or process_s < 0 or request_s < 0:
         raise StatsError("a plan needs at least two arms, two processes, one request and costs >= 0")
     inter = components.interaction if components.interaction is not None else components.between
@@ -749,7 +847,7 @@ def plan_paired(
         for n in range(1, max_requests + 1):
             h = q * math.sqrt((2.0 * inter + 2.0 * components.within / n) / P)
             seconds = P * (process_s + arms * n * request_s)
-            plans.append((P, n, h, threshold * math.exp(2.0 * h), seconds))
+            plans.append((P, n, h, expected_detectable(h, threshold, aa_rule), seconds))
 
     def plan(x, reachable, reason):
         return SizePlan(x[0], x[1], x[2], x[3], x[4], reachable, reason)

@@ -221,10 +221,13 @@ def rerun_report_args(configfile: str) -> str:
     return conf + "--forcerun report"
 
 
+CONSOLE_WIDTH = 100  # no summary line is wider, whatever the terminal
+
+
 def headline_text(numbers_json: Path, seal: Path | None = None, width: int | None = None) -> str:
     """The console's summary of a report: its findings (numbers.json ``findings``: report.html's
     first table, one speed per campaign and family), one a line, verdict first, wrapped to ``width`` (by default the
-    terminal's) with continuation lines indented past the verdict, then the archive's own seal
+    terminal's, at most :data:`CONSOLE_WIDTH`) with continuation lines indented past the verdict, then the archive's own seal
     digest (the report cannot hold it: that seal covers the report). The headline table stays in
     report.html, whose first screen it is: at 130 to 370 characters a row it fits no terminal."""
     doc = json.loads(numbers_json.read_text(encoding="utf-8"))
@@ -233,7 +236,7 @@ def headline_text(numbers_json: Path, seal: Path | None = None, width: int | Non
     def words(parts: list) -> str:
         return "".join(text.get(p["num"], "?") if isinstance(p, dict) else str(p) for p in parts)
 
-    cols = max(40, width or shutil.get_terminal_size((100, 24)).columns)
+    cols = min(CONSOLE_WIDTH, max(40, width or shutil.get_terminal_size((CONSOLE_WIDTH, 24)).columns))
     lines = findings_lines(doc.get("findings") or [], words, cols)
     if seal is not None and seal.is_file():
         lines += textwrap.wrap(

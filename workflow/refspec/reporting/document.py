@@ -58,6 +58,8 @@ class Table:
     rows: list[list[Cell]]
     caption: str = ""
     numeric: list[bool] = field(default_factory=list)
+    # on a phone's width each row stacks, each cell under its column's name (report.html)
+    stack: bool = False
 
 
 @dataclass
@@ -78,6 +80,9 @@ class Section:
     intro: str = ""
     items: list[Any] = field(default_factory=list)  # Table | Figure
     notes: list[str] = field(default_factory=list)  # "not run" and similar visible notes
+    # open without a click in report.html (the findings, the speeds); every other section is one
+    # click away, folded in <details> under its title (report.tex shows every section in full)
+    open: bool = False
 
 
 def absent_note(table: str, why: str = "") -> str:

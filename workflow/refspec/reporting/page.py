@@ -86,6 +86,9 @@ td:first-child { white-space: nowrap; }
 .too_few_sessions { color: var(--muted); font-weight: 600; font-style: italic; }
 td.refused { font-weight: 600; white-space: normal; text-align: left; min-width: 14rem; overflow-wrap: anywhere; }
 table[data-table="summary"] td:nth-child(-n+2) { white-space: nowrap; }
+details > summary { cursor: pointer; list-style-position: outside; }
+details > summary h2 { display: inline-block; margin: 1.2rem 0 .2rem; border-bottom: none; font-size: 1.1rem; }
+details[open] > summary h2 { border-bottom: 2px solid var(--accent); }
 .ok { color: var(--ok); }
 .bad, .missing { color: var(--bad); }
 .exceeds { color: var(--ok); font-weight: 600; }
@@ -115,6 +118,12 @@ footer { margin-top: 3rem; font-size: .8rem; color: var(--muted); }
   table[data-table="findings"] thead, table[data-table="summary"] thead { display: none; }
   table[data-table="findings"] tr, table[data-table="summary"] tr { border-bottom: 1px solid var(--line); padding: .2rem 0; }
   table[data-table="findings"] td:nth-child(n), table[data-table="summary"] td:nth-child(n) { display: block; white-space: normal; border-bottom: none; padding: .05rem .35rem; }
+  /* the ratio, estimate and A/A tables stack too, each cell under its column's name: no result off-screen */
+  table.stack, table.stack tbody, table.stack tr, table.stack td { display: block; }
+  table.stack thead { display: none; }
+  table.stack tr { border-bottom: 1px solid var(--line); padding: .2rem 0; }
+  table.stack td { white-space: normal; text-align: left; border-bottom: none; padding: .05rem .35rem; }
+  table.stack td::before { content: attr(data-label) ": "; color: var(--muted); font-weight: 600; }
 }
 @media print { .scroll { overflow: visible; border: none; } th { position: static; } }
 """
@@ -125,6 +134,8 @@ LEAD = (
     "from; <code>report/check.py</code> recomputes them with the Python standard library."
 )
 FOOTER = "numbers.json lists every number above with its table, row, column and source CSV."
+# figures of an open section the contents link first (the forest plot: every timed ratio at a glance)
+NAV_FIGURES = {"fig-forest": "Forest plot"}
 
 
 def _sources_html(sources: list[str]) -> str:
@@ -136,7 +147,7 @@ def _table_html(t: Table) -> str:
     if t.sources:
         out.append(f'<p class="src">source: {_sources_html(t.sources)}</p>')
     out.append('\n<div class="scroll">\n')
-    out.append(f'<table data-table="{_h(t.id)}"')
+    out.append(f'<table data-table="{_h(t.id)}"' + (' class="stack"' if t.stack else ""))
     if t.sources:
         out.append(f' data-src="{_h(t.sources[0])}"')
     out.append(">\n<thead><tr>")
@@ -147,8 +158,13 @@ def _table_html(t: Table) -> str:
         out.append("<tr>")
         for i, c in enumerate(row):
             cl = (str(c.cls) + (" num" if _numeric(t, i) else "")).strip()
+            label = f' data-label="{_h(t.header[i])}"' if t.stack and i < len(t.header) else ""
             out.append(
-                "<td" + (f' class="{_h(cl)}"' if cl else "") + (f' title="{_h(c.title)}"' if c.title else "") + ">"
+                "<td"
+                + (f' class="{_h(cl)}"' if cl else "")
+                + (f' title="{_h(c.title)}"' if c.title else "")
+                + label
+                + ">"
             )
             for p in c.parts:
                 if isinstance(p, Num):
@@ -179,10 +195,14 @@ def html_page(sections: list[Section], title: str, svg: Callable[[Figure], Any])
         f"<title>{_h(title)}</title>\n<style>\n{STYLE}</style>\n</head>\n<body>\n<main>\n",
         f'<h1>{_h(title)}</h1>\n<p class="lead">{LEAD}</p>\n<nav>',
     ]
+    figures = [it for s in sections if s.open for it in s.items if isinstance(it, Figure)]
+    out.extend(f'<a href="#{_h(f.id)}">{_h(NAV_FIGURES[f.id])}</a> ' for f in figures if f.id in NAV_FIGURES)
     out.extend(f'<a href="#{_h(s.id)}">{_h(s.title)}</a> ' for s in sections)
     out.append("</nav>\n")
     for s in sections:
-        out.append(f'\n<section id="{_h(s.id)}">\n<h2>{_h(s.title)}</h2>\n')
+        out.append(f'\n<section id="{_h(s.id)}">\n')
+        # a folded section: its title is the one line shown, the rest one click away
+        out.append(f"<h2>{_h(s.title)}</h2>\n" if s.open else f"<details>\n<summary><h2>{_h(s.title)}</h2></summary>\n")
         if s.intro:
             out.append(f"<p>{_h(s.intro)}</p>")
         out.append("\n")
@@ -192,7 +212,7 @@ def html_page(sections: list[Section], title: str, svg: Callable[[Figure], Any])
             out.append("\n")
             out.append(_table_html(it) if isinstance(it, Table) else _figure_html(it, svg))
             out.append("\n")
-        out.append("\n</section>\n")
+        out.append("\n</section>\n" if s.open else "\n</details>\n</section>\n")
     out.append(f"\n<footer>{FOOTER}</footer>\n</main>\n</body>\n</html>\n")
     return "".join(out)
 

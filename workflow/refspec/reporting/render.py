@@ -120,7 +120,7 @@ def build(
         prov_sec.notes.extend(a.notes)
     prov_sec.notes.append(PDF_NOTE)
     ran_on = device_summary(a)
-    if ran_on:
+    if ran_on:  # written once, in the provenance table; the timed tables refer to it
         prov["devices"] = ran_on
         prov_sec.items[0].rows.append(
             [
@@ -133,7 +133,7 @@ def build(
             if sec.id in DEVICE_CAPTION_SECTIONS:
                 for item in sec.items:
                     if isinstance(item, Table):
-                        item.caption = (item.caption + " " if item.caption else "") + ran_on
+                        item.caption = (item.caption + " " if item.caption else "") + DEVICES_SEE
     # a run on another backend than the CPU names its device under every table
     dev_caption = device_caption(dev)
     if dev_caption:
@@ -141,11 +141,17 @@ def build(
             for item in sec.items:
                 if isinstance(item, Table) and dev_caption not in item.caption:
                     item.caption = (item.caption + " " if item.caption else "") + dev_caption
+    for sec in sections:
+        sec.open = sec.id in OPEN_SECTIONS
     return sections, N, prov
 
 
-# sections whose tables come from timed requests (their captions say which device ran the arms)
+# sections whose tables come from timed requests (their captions refer to the devices that ran the arms)
 DEVICE_CAPTION_SECTIONS = ("qualification", "ratios", "replication", "masks", "acceptance")
+DEVICES_SEE = "Devices: see the provenance table."
+# open without a click in report.html: the findings and headline, the forest plot and the speeds;
+# every other section is folded under its title (report.tex shows all)
+OPEN_SECTIONS = ("summary", "ratios")
 
 
 def device_summary(a: Archive) -> str:

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from ..core.stats import DECIDED
 from .document import DASH
 from .page import escape
+from .sections.verdicts import verdict_word
 from .tex import tex_escape
 
 COLORS = {
@@ -405,7 +406,7 @@ def _forest_x(groups: Sequence[ForestGroup]) -> tuple[float, float, int]:
     """A column's plot from x0 to x1 between the labels (right-aligned before it) and the verdicts,
     and the row height; where that plot would be narrower than FOREST_MIN_PLOT each label goes on
     its own line above its whisker (x0 at the left edge, rows 32 px tall instead of 20)."""
-    x1 = FOREST_W - label_width([r[4].replace("_", " ") for g in groups for r in g.rows], FOREST_TEXT, 0.0)
+    x1 = FOREST_W - label_width([verdict_word(r[4]) for g in groups for r in g.rows], FOREST_TEXT, 0.0)
     x0 = label_width([r[0] for g in groups for r in g.rows], FOREST_TEXT, 40.0)
     return (10.0, x1, 32) if x1 - x0 < FOREST_MIN_PLOT else (x0, x1, 20)
 
@@ -452,7 +453,7 @@ def _forest_canvas(title: str, columns: list[list[ForestGroup]], xlabel: str) ->
             c.line(off + sx(lo), ym - 4, off + sx(lo), ym + 4, cls=cls, width=1.5)
             c.line(off + sx(hi), ym - 4, off + sx(hi), ym + 4, cls=cls, width=1.5)
             c.circle(off + sx(val), ym, 4.0, cls=cls)
-            c.text(off + x1 + 8, ym + 4, verdict.replace("_", " "), cls=cls, size=size)
+            c.text(off + x1 + 8, ym + 4, verdict_word(verdict), cls=cls, size=size)
     for k in range(len(columns)):
         off = k * FOREST_W
         c.line(off + x0, ybot, off + x1, ybot)

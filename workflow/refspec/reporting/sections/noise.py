@@ -1,8 +1,9 @@
-"""The A/A control (the noise floor measured in the same run) and the machine load of every block.
+"""The A/A control (two runs of one recipe in the same run) and the machine load of every block.
 
-:func:`aa_parts` is the A/A value, interval and verdict that the ratios, the replication
-estimates and the headline show beside each of their numbers; :func:`section_noise` holds the
-A/A table, the variance components of log request time (``variance``) and the flagged (busy) blocks."""
+:func:`aa_table` states a campaign's A/A control once, above its ratios (or estimates): whether its
+interval holds one and what that means for the campaign's verdicts; :func:`aa_parts` is the same
+statement in the headline; :func:`section_noise` holds the A/A table of every control, the variance
+components of log request time (``variance``) and the flagged (busy) blocks."""
 
 from __future__ import annotations
 
@@ -10,40 +11,74 @@ from typing import Any
 
 from ...core import stats as S
 from ..document import DASH, Archive, Cell, Numbers, Section, ShownTable, Table, absent_note
+from .verdicts import verdict_word
+from .vocabulary import CAMPAIGN_TITLES
 
-VERDICT_TEXT = {S.NOISE_OK: "A/A ok", S.NOISE_BIASED: "A/A biased", "unqualified": "A/A not qualified"}
+VERDICT_TEXT = {S.NOISE_OK: "holds", S.NOISE_BIASED: "fails (biased)", "unqualified": "not qualified"}
 
 
 def aa_rows(a: Archive, campaign: str, family: str | None = None) -> list[dict[str, Any]]:
     return [r for r in a.rows("noise") if r["campaign"] == campaign and (family is None or r["family"] == family)]
 
 
-def aa_parts(a: Archive, N: Numbers, r: dict[str, Any]) -> list[Any]:
-    """``twin/arm value [lo, hi] verdict, floor F, minimum detectable M`` of one noise row, its numbers registered."""
+def _aa_numbers(a: Archive, N: Numbers, r: dict[str, Any]) -> dict[str, Any]:
+    """The checked numbers of one noise row the A/A statements show: value, lo, hi, floor, mde."""
     nums = ShownTable(N, a, "noise", "noise")
     key = dict(campaign=r["campaign"], family=r["family"], arm=r["arm"], twin=r["twin"], kind=r["kind"], cap=r["cap"])
     base = ("noise", r["campaign"], r["family"], r["twin"], r["kind"], r["cap"])
-    head = [f"{r['twin']}/{r['arm']} "]
+    fmts = dict(value=".6f", lo=".6f", hi=".6f", floor=".4f", mde=".4f")
+    return {k: nums.add(base + (k,), r[k], f, row=key, column=k) for k, f in fmts.items()}
+
+
+def aa_parts(a: Archive, N: Numbers, r: dict[str, Any]) -> list[Any]:
+    """``A/A twin/arm value [lo, hi] holds, detectable ratio M`` of one noise row (a failed control adds
+    the widening F its campaign's decisions carry), its numbers registered."""
+    head = [f"A/A {r['twin']}/{r['arm']} "]
     if r["value"] is None:
         return head + [DASH, " ", VERDICT_TEXT.get(r["verdict"], r["verdict"])]
-    v = nums.add(base + ("value",), r["value"], ".6f", row=key, column="value")
-    lo = nums.add(base + ("lo",), r["lo"], ".6f", row=key, column="lo")
-    hi = nums.add(base + ("hi",), r["hi"], ".6f", row=key, column="hi")
-    floor = nums.add(base + ("floor",), r["floor"], ".4f", row=key, column="floor")
-    mde = nums.add(base + ("mde",), r["mde"], ".4f", row=key, column="mde")
-    verdict = VERDICT_TEXT.get(r["verdict"], r["verdict"])
-    return head + [v, " [", lo, ", ", hi, "] ", verdict, ", floor ", floor, ", minimum detectable ", mde]
+    n = _aa_numbers(a, N, r)
+    out = head + [n["value"], " [", n["lo"], ", ", n["hi"], "] ", VERDICT_TEXT.get(r["verdict"], r["verdict"])]
+    if r["verdict"] == S.NOISE_BIASED:
+        out += [", decisions widened by ", n["floor"]]
+    return out + [", detectable ratio ", n["mde"]]
 
 
-def aa_cell(a: Archive, N: Numbers, campaign: str, family: str) -> Cell:
-    """The A/A control of a campaign and family, for the column beside its ratios or estimates."""
-    rows = aa_rows(a, campaign, family)
+def aa_table(a: Archive, N: Numbers, campaign: str) -> Table | None:
+    """The A/A control of a campaign, once: per family the twin over its arm with its interval, whether
+    it holds one, and what that means for the campaign's verdicts."""
+    rows = []
+    for r in aa_rows(a, campaign):
+        cells = [Cell([r["family"]]), Cell([f"{r['twin']}/{r['arm']}"], cls="mono")]
+        if r["value"] is None:
+            rows.append(cells + [Cell([DASH]), Cell([VERDICT_TEXT.get(r["verdict"], r["verdict"])], cls="bad"), Cell([DASH])])
+            continue
+        n = _aa_numbers(a, N, r)
+        cells.append(Cell([n["value"], " [", n["lo"], ", ", n["hi"], "]"]))
+        if r["verdict"] == S.NOISE_OK:
+            cells.append(Cell(["holds: the interval contains one"], cls="ok"))
+            means = ["two runs of one recipe agree; this campaign decides ratios beyond ", n["mde"]]
+        else:
+            cells.append(Cell(["fails: the interval excludes one"], cls="bad"))
+            means = [
+                "two runs of one recipe differ beyond the noise: every verdict of this campaign is decided against "
+                "the threshold widened by ",
+                n["floor"],
+                " (detectable ratio ",
+                n["mde"],
+                "), and a decided ratio near it may be that bias",
+            ]
+        rows.append(cells + [Cell(means)])
     if not rows:
-        return Cell([DASH], title="no A/A control")
-    parts: list[Any] = []
-    for r in rows:
-        parts += (["; "] if parts else []) + aa_parts(a, N, r)
-    return Cell(parts, cls="small " + " ".join(sorted({r["verdict"] for r in rows})))
+        return None
+    return Table(
+        f"aa-{campaign}",
+        f"{CAMPAIGN_TITLES.get(campaign, campaign)}: A/A control",
+        [a.src("noise")],
+        ["family", "control", "ratio [95% interval]", "verdict", "what it means"],
+        rows,
+        numeric=[False] * 5,
+        stack=True,
+    )
 
 
 def section_noise(a: Archive, N: Numbers) -> Section:
@@ -168,7 +203,7 @@ def _variance_table(a: Archive, N: Numbers) -> Table:
                 Cell([procs]),
                 Cell([reqs]),
                 *comps,
-                Cell([r["reason"] or ""], cls="reason"),
+                Cell([verdict_word(r["reason"]) if r["reason"] else ""], cls="reason"),
             ]
         )
     return Table(

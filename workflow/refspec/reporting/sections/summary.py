@@ -16,7 +16,8 @@ from .noise import aa_parts, aa_rows
 from .numerical import e1_counts
 from .prediction import prediction_totals
 from .qualification import named_references, refused_arms
-from .timing import decision_text
+from .answer import ADVICE, answer, panels, recipes, reference_of, roles
+from .verdicts import speed_sentence, verdict_word
 from .vocabulary import STAGE_ORDER, VACUOUS_TAIL, VACUOUS_TEXT, campaigns_in, tasks_fail
 
 
@@ -197,7 +198,8 @@ def _first_divergences(a: Archive, N: Numbers, h: Headline) -> None:
 
 
 def _qualified_ratios(a: Archive, N: Numbers, h: Headline, facts: dict[tuple, tuple], timing: str) -> None:
-    """Qualified ratios: the confirmation's, and the repair costs (X/QB on one path) of the others."""
+    """Qualified ratios in words (:func:`.verdicts.speed_sentence`): the confirmation's, and the repair
+    costs (X/QB on one path) of the others; the campaign's A/A control once beside them."""
     by: dict[tuple, list[Any]] = defaultdict(list)
     for r in a.rows("ratios"):
         if not r["qualified"] or r["ratio"] is None:
@@ -213,42 +215,34 @@ def _qualified_ratios(a: Archive, N: Numbers, h: Headline, facts: dict[tuple, tu
             numerator=r["numerator"],
             denominator=r["denominator"],
         )
-        v = ShownTable(N, a, "ratios", tid=f"ratios-{r['campaign']}").add(
-            ("ratio", r["campaign"], r["family"], r["cap"], r["numerator"], r["denominator"], "ratio"),
-            r["ratio"],
-            ".6f",
-            row=key,
-            column="ratio",
+        nums = ShownTable(N, a, "ratios", tid=f"ratios-{r['campaign']}")
+        base = ("ratio", r["campaign"], r["family"], r["cap"], r["numerator"], r["denominator"])
+        by[(r["campaign"], r["family"], r["cap"])].append(
+            speed_sentence(nums, base, key, "ratio", r, r["numerator"], r["denominator"], r["verdict"])
         )
-        by[(r["campaign"], r["family"], r["cap"])].append([f"{r['numerator']}/{r['denominator']} ", v])
     for camp, fam, cap in sorted(
         by, key=lambda k: (REPORT_ORDER.index(k[0]) if k[0] in REPORT_ORDER else 99, k[1], k[2])
     ):
-        groups = by[(camp, fam, cap)] + [["A/A "] + aa_parts(a, N, n) for n in aa_rows(a, camp, fam)]
+        groups = by[(camp, fam, cap)] + [aa_parts(a, N, n) for n in aa_rows(a, camp, fam)]
         parts = vacuity_parts(a, N, camp, fam, f"ratios-{camp}") + _join(groups)
         h.add("qualified ratios" + timing, f"{camp} {fam} cap {cap}", parts)
 
 
 def _estimates(a: Archive, N: Numbers, h: Headline, timing: str) -> None:
-    """E2 estimates with their decisions."""
+    """E2 estimates in words with their decisions."""
     nums = ShownTable(N, a, "estimates", "estimates")
     for r in a.rows("estimates"):
         key = dict(family=r["family"], path=r["path"], comparison=r["comparison"])
         b = ("est", r["family"], r["path"], r["comparison"])
         ns = nums.add(b + ("n_sessions",), r["n_sessions"], "d", row=key, column="n_sessions")
         if r["estimate"] is None:
-            parts = [DASH, " ", decision_text(r["decision"])]
+            parts = [DASH, " ", verdict_word(r["decision"])]
         else:
-            e = nums.add(b + ("estimate",), r["estimate"], ".6f", row=key, column="estimate")
-            if r["lo"] is None:
-                parts = [e, " ", decision_text(r["decision"])]
-            else:
-                lo = nums.add(b + ("lo",), r["lo"], ".6f", row=key, column="lo")
-                hi = nums.add(b + ("hi",), r["hi"], ".6f", row=key, column="hi")
-                parts = [e, " [", lo, ", ", hi, "] ", decision_text(r["decision"])]
+            num, _sep, den = r["comparison"].partition("/")
+            parts = speed_sentence(nums, b, key, "estimate", r, num, den, r["decision"])
         parts += [" (", ns, " sessions)"]
         for n in aa_rows(a, "replication", r["family"]):
-            parts += [" \u00b7 A/A "] + aa_parts(a, N, n)
+            parts += [" \u00b7 "] + aa_parts(a, N, n)
         h.add(
             "E2 estimate" + timing,
             f"{r['family']} {r['path']} {r['comparison']}",
@@ -326,19 +320,6 @@ def _prediction(a: Archive, N: Numbers, h: Headline) -> None:
 VERIFY_COMMAND = "python3 report/check.py ARCHIVE --pubkey provenance/signer.pub --expect-keyid "
 
 LOSSLESS, DIVERGES, VACUOUS, REFUSED, SPEED, E1 = "LOSSLESS", "DIVERGES", "VACUOUS", "REFUSED", "SPEED", "E1"
-# a timed verdict (ratios.verdict, estimates.decision) in words; report/check.py (findings.py) pins the same
-VERDICT_WORDS = {
-    "exceeds": "decided",
-    "faster": "decided",
-    "equivalent": "equivalent within the threshold",
-    "noise_too_high": "not resolvable: machine noise too high",
-    "inconclusive": "inconclusive",
-    "too_few_processes": "too few processes",
-    "below": "below the threshold",
-    "too_few_sessions": "too few sessions",
-}
-
-
 @dataclass
 class Findings:
     """The findings as the report shows them (rows of the findings table) and as numbers.json's
@@ -356,12 +337,15 @@ class Findings:
 
 
 def findings(a: Archive, N: Numbers, facts: dict[tuple, tuple], timing: str = "") -> Findings:
-    """The findings, built only from the archive's tables: per campaign and family with a qualification
-    table the arms that reproduce the reference on every task (LOSSLESS; VACUOUS instead where no
-    unrepaired arm diverges), those that do not (DIVERGES) and the refused ones (REFUSED); a speed for
-    every qualified ratio the headline selects and every E2 estimate (SPEED), with a count of the
-    ratios left to the timing section; and the E1 count over every replayed context."""
+    """The findings, built only from the archive's tables: first the answer a llama.cpp user asks for
+    (ANSWER, DEFAULT, ADVICE of :mod:`.answer`) of every campaign, family and cap where it applies;
+    then per campaign and family with a qualification table the arms that reproduce the reference on
+    every task (LOSSLESS; VACUOUS instead where no unrepaired arm diverges), those that do not
+    (DIVERGES) and the refused ones (REFUSED); a speed for every qualified ratio the headline selects
+    (SPEED; none where the answer states the campaign's speed) and every E2 estimate, with a count of
+    the ratios left to the timing section; and the E1 count over every replayed context."""
     f = Findings()
+    stated = _answers(a, N, f, timing) if a.has("qualification") and a.has("ratios") else {}
     if a.has("qualification"):
         refs = named_references(a)
         exposure = panel_exposure(a.rows("qualification"), a.rows("requests"))
@@ -372,12 +356,38 @@ def findings(a: Archive, N: Numbers, facts: dict[tuple, tuple], timing: str = ""
                 ref = refs.get(camp, REFERENCE_ARM)
                 _panel_findings(a, N, f, facts, panel, ref, exposure.get((camp, fam)))
     if a.has("ratios"):
-        _speed_findings(a, N, f, facts, timing)
+        _speed_findings(a, N, f, facts, timing, stated)
     if a.has("estimates"):
         _e2_findings(a, N, f, timing)
     if a.rows("replay"):
         _e1_finding(a, N, f)
     return f
+
+
+def _answers(a: Archive, N: Numbers, f: Findings, timing: str) -> dict[tuple, list[dict]]:
+    """ANSWER, DEFAULT and ADVICE of every campaign, family and cap with qualified ratios, in report
+    order; returns (campaign, family) -> the ratio rows they state."""
+    refs = named_references(a)
+    rec_all = recipes(a)
+    pans = panels(a, OWN_TABLES)
+    exposure = panel_exposure(a.rows("qualification"), a.rows("requests"))
+    stated: dict[tuple, list[dict]] = {}
+    caps = sorted({(r["campaign"], r["family"], r["cap"]) for r in a.rows("ratios")}, key=lambda k: k[1:])
+    for camp in campaigns_in([dict(campaign=c) for c, _f, _k in caps]):
+        for _c, fam, cap in [k for k in caps if k[0] == camp]:
+            if (camp, fam) not in pans:
+                continue
+            rec = {x: v for (c, fm, x), v in rec_all.items() if (c, fm) == (camp, fam)}
+            role = roles(pans[(camp, fam)], rec, reference_of(refs, camp))
+            vac = bool((exposure.get((camp, fam)) or {}).get("vacuous"))
+            said = answer(a, N, pans[(camp, fam)], role, camp, fam, cap, vac)
+            key = dict(campaign=camp, family=fam, cap=cap)
+            for verdict, parts, kind in said.findings:
+                cls = "ok" if verdict == ADVICE else ""
+                f.add(verdict, f"{camp} {fam} cap {cap}" + timing, parts, kind, key, cls=cls)
+            if said.findings:
+                stated.setdefault((camp, fam), []).extend(said.stated)
+    return stated
 
 
 def _panel_findings(
@@ -448,14 +458,6 @@ def _headline_ratio(r: dict, facts: dict) -> bool:
     return r["path"] != "mixed" and lay_d == "qb"
 
 
-def _speed_words(num: str, den: str, sp: Any, verdict: str) -> list[Any]:
-    """'NUM is 1.36× slower than DEN [1.30, 1.42], decided' (faster below one; no interval where there is none)."""
-    parts = [f"{num} is ", sp.fold, "\u00d7 slower than " if sp.slower else "\u00d7 faster than ", den]
-    if sp.lo is not None:
-        parts += [" [", sp.lo, ", ", sp.hi, "]"]
-    return parts + [", ", VERDICT_WORDS.get(verdict, verdict)]
-
-
 def stated_ratio(rows: list[dict], ref: str) -> dict:
     """The one of a campaign and family's headline ``rows`` (table order) that its findings state: the
     first with the reference ``ref`` on one side and a decided verdict (:data:`DECIDED`), else the first
@@ -465,24 +467,28 @@ def stated_ratio(rows: list[dict], ref: str) -> dict:
     return (decided or with_ref or rows)[0]
 
 
-def _speed_findings(a: Archive, N: Numbers, f: Findings, facts: dict, timing: str) -> None:
-    """SPEED for one qualified ratio per campaign and family, of the rows with a verdict that the
-    headline selects (:func:`stated_ratio`: the reader's question, is it faster or slower than the
-    reference, answered where the run decides it); the campaign's other qualified ratios counted (the
-    timing section states each as a speed)."""
+def _speed_findings(
+    a: Archive, N: Numbers, f: Findings, facts: dict, timing: str, answered: dict[tuple, list[dict]]
+) -> None:
+    """SPEED for one qualified ratio per campaign and family that the answer (:func:`_answers`) does not
+    cover, of the rows with a verdict that the headline selects (:func:`stated_ratio`: the reader's
+    question, is it faster or slower than the reference, answered where the run decides it); the
+    campaign's other qualified ratios, those the answer states aside, counted (the timing section
+    states each as a speed)."""
     refs = named_references(a)
     qualified = [r for r in a.rows("ratios") if r["qualified"] and r["ratio"] is not None]
     candidates: dict[tuple, list[dict]] = defaultdict(list)
     for r in qualified:
-        if r.get("verdict") and _headline_ratio(r, facts):
+        if r.get("verdict") and _headline_ratio(r, facts) and (r["campaign"], r["family"]) not in answered:
             candidates[(r["campaign"], r["family"])].append(r)
     stated = {id(stated_ratio(rows, refs.get(camp, REFERENCE_ARM))) for (camp, _fam), rows in candidates.items()}
+    said = {id(r) for rows in answered.values() for r in rows}
     chosen: dict[str, list[dict]] = defaultdict(list)
     more: dict[str, int] = defaultdict(int)
     for r in qualified:
         if id(r) in stated:
             chosen[r["campaign"]].append(r)
-        else:
+        elif id(r) not in said:
             more[r["campaign"]] += 1
     for camp in campaigns_in([dict(campaign=c) for c in set(chosen) | set(more)]):
         nums = ShownTable(N, a, "ratios", f"ratios-{camp}")
@@ -491,10 +497,10 @@ def _speed_findings(a: Archive, N: Numbers, f: Findings, facts: dict, timing: st
                 campaign=camp, family=r["family"], cap=r["cap"], numerator=r["numerator"], denominator=r["denominator"]
             )
             base = ("ratio", camp, r["family"], r["cap"], r["numerator"], r["denominator"])
-            parts = _speed_words(r["numerator"], r["denominator"], nums.speed(base, key, "ratio", r), r["verdict"])
+            parts = speed_sentence(nums, base, key, "ratio", r, r["numerator"], r["denominator"], r["verdict"])
             if r.get("detectable") is not None:
                 det = nums.add(base + ("detectable",), r["detectable"], ".3f", row=key, column="detectable")
-                parts += ["; resolution ", det, "\u00d7"]
+                parts += ["; detectable ratio ", det]
             f.add(SPEED, f"{camp} {r['family']} cap {r['cap']}" + timing, parts, "ratio", key, decision=r["verdict"])
         if more[camp]:
             m = nums.add(("finding", camp, "more_ratios"), more[camp], "d", row=dict(campaign=camp), column="qualified")
@@ -515,7 +521,7 @@ def _e2_findings(a: Archive, N: Numbers, f: Findings, timing: str) -> None:
         key = dict(family=r["family"], path=r["path"], comparison=r["comparison"])
         base = ("est", r["family"], r["path"], r["comparison"])
         num, _sep, den = r["comparison"].partition("/")
-        parts = _speed_words(num, den, nums.speed(base, key, "estimate", r), r["decision"])
+        parts = speed_sentence(nums, base, key, "estimate", r, num, den, r["decision"])
         scope = f"E2 {r['family']} {r['path']} {r['comparison']}" + timing
         f.add(SPEED, scope, parts, "estimate", key, decision=r["decision"])
 

@@ -9,20 +9,23 @@ from ...campaigns.derived import acceptance
 from ...core import stats as S
 from ..document import DASH, Archive, Cell, Figure, Numbers, Section, ShownTable, Table, absent_note, table_section
 from ..svg import bar_figure, forest_estimate_groups, forest_figure, forest_ratio_groups, interval_figure
-from .noise import aa_cell, aa_rows
+from .noise import aa_table
+from .verdicts import speed_cell, verdict_word
 from .vocabulary import CAMPAIGN_TITLES, WORDS, campaigns_in
 
 
 def _interval_cells(nums: ShownTable, base: tuple, key: dict, r: dict) -> list[Cell]:
-    """A qualified ratio's 95 % interval with its design and units, its verdict and its detectable
-    ratio (``ratios`` columns of :mod:`refspec.campaigns.intervals`)."""
+    """A qualified ratio's 95 % interval with its design and units, its verdict in words
+    (:func:`.verdicts.verdict_word`) and its detectable ratio (``ratios`` columns of
+    :mod:`refspec.campaigns.intervals`)."""
     units = nums.add(base + ("units",), r["units"], "d", row=key, column="units")
+    word = verdict_word(r["verdict"])
     if r["lo"] is None:
-        return [Cell([DASH, f" ({r['design']}, ", units, ")"]), Cell([r["verdict"]], cls="reason"), Cell([DASH])]
+        return [Cell([DASH, f" ({r['design']}, ", units, ")"]), Cell([word], cls="reason"), Cell([DASH])]
     lo = nums.add(base + ("lo",), r["lo"], ".6f", row=key, column="lo")
     hi = nums.add(base + ("hi",), r["hi"], ".6f", row=key, column="hi")
     det = nums.add(base + ("detectable",), r["detectable"], ".3f", row=key, column="detectable")
-    return [Cell(["[", lo, ", ", hi, f"] ({r['design']}, ", units, ")"]), Cell([r["verdict"]]), Cell([det])]
+    return [Cell(["[", lo, ", ", hi, f"] ({r['design']}, ", units, ")"]), Cell([word]), Cell([det])]
 
 
 @table_section(
@@ -35,9 +38,11 @@ def _interval_cells(nums: ShownTable, base: tuple, key: dict, r: dict) -> list[C
     "wall-time ratio, never in its place. Each qualified ratio has its own interval in the design that timed "
     "it (fresh: every process served one arm, the Welch interval over each arm's processes; paired: one process "
     "served every arm, the t interval over the processes' within-process contrasts), its verdict at the "
-    "threshold tau weighed by the campaign's A/A floor F (exceeds; faster; equivalent, when the interval of the "
-    "two one-sided tests lies inside [F/tau, tau/F]; noise_too_high; inconclusive; too_few_processes) and its "
-    "detectable ratio, tau x F x exp(half width): the smallest ratio an interval this wide decides.",
+    "threshold tau (slower or faster beyond tau; equivalent, when the interval of the two one-sided tests lies "
+    "inside [1/tau, tau]; undecided: noise too high, interval too wide or too few processes), widened by F only "
+    "where the campaign's A/A control fails (its table, once per campaign), and its detectable ratio, "
+    "tau x F x exp(half width): the smallest ratio an interval this wide decides. An interval that holds one "
+    "reads: no detectable difference.",
     table="ratios",
     absent="confirmation / implementation ratios not run",
 )
@@ -47,7 +52,9 @@ def section_ratios(sec: Section, a: Archive, N: Numbers) -> None:
     for camp in campaigns_in(rows_all):
         tid = f"ratios-{camp}"
         nums = ShownTable(N, a, "ratios", tid)
-        aa = bool(aa_rows(a, camp))  # the A/A control beside every ratio of the campaign
+        aa = aa_table(a, N, camp)  # the campaign's A/A control, once above its ratios
+        if aa is not None:
+            sec.items.append(aa)
         rows = []
         for r in [r for r in rows_all if r["campaign"] == camp]:
             key = dict(
@@ -58,7 +65,7 @@ def section_ratios(sec: Section, a: Archive, N: Numbers) -> None:
             nt = nums.add(base + ("n_tasks",), r["n_tasks"], "d", row=key, column="n_tasks")
             if r["qualified"] and r["ratio"] is not None:
                 cells.append(Cell([nums.add(base + ("ratio",), r["ratio"], ".6f", row=key, column="ratio")]))
-                cells.append(Cell(nums.speed(base, key, "ratio", r).parts()))
+                cells.append(Cell(speed_cell(nums, base, key, "ratio", r)))
                 cpu = r.get("cpu_ratio")
                 cells.append(
                     Cell([nums.add(base + ("cpu_ratio",), cpu, ".6f", row=key, column="cpu_ratio")] if cpu else [DASH])
@@ -74,14 +81,12 @@ def section_ratios(sec: Section, a: Archive, N: Numbers) -> None:
                 cells += [Cell([DASH]), Cell([DASH]), Cell([DASH])]
                 cells.append(Cell([DASH, "/", nt]))
                 cells.append(Cell([r["reason"] or "not qualified"], cls="reason"))
-            if aa:
-                cells.append(aa_cell(a, N, camp, r["family"]))
             rows.append(cells)
         sec.items.append(
             Table(
                 tid,
                 f"{CAMPAIGN_TITLES.get(camp, camp)} ratios",
-                [src] + ([a.src("noise")] if aa else []),
+                [src],
                 [
                     "family",
                     "path",
@@ -94,11 +99,10 @@ def section_ratios(sec: Section, a: Archive, N: Numbers) -> None:
                     "detectable ratio",
                     "regressions",
                     "regressed tasks / reason",
-                ]
-                + (["A/A noise floor"] if aa else []),
+                ],
                 rows,
-                numeric=[False, False, False, True, False, True, False, False, True, True, False]
-                + ([False] if aa else []),
+                numeric=[False, False, False, True, False, True, False, False, True, True, False],
+                stack=True,
             )
         )
     # cost figure: GS/QB and PQ/QB of the implementation campaign
@@ -129,8 +133,8 @@ def section_ratios(sec: Section, a: Archive, N: Numbers) -> None:
             )
         )
     forest = _forest(a)
-    if forest is not None:
-        sec.items.append(forest)
+    if forest is not None:  # the figure a reader wants first, above the campaigns' tables
+        sec.items.insert(0, forest)
 
 
 FOREST_TITLE = "Every timed ratio with its interval, A/A band and decision lines"
@@ -218,7 +222,8 @@ def section_diagnostics(sec: Section, a: Archive, N: Numbers) -> None:
             )
             ra = nums.add(base + ("ratio",), r["ratio"], ".6f", row=key, column="ratio")
             nr = nums.add(base + ("n_regressions",), r["n_regressions"], "d", row=key, column="n_regressions")
-            cells += [Cell([mn]), Cell([md]), Cell([ra], cls="diag"), Cell([nr, "/", timed, "/", nt])]
+            sp = nums.speed(base, key, "ratio", dict(ratio=r["ratio"]))
+            cells += [Cell([mn]), Cell([md]), Cell([ra, " ("] + sp.parts() + [")"], cls="diag"), Cell([nr, "/", timed, "/", nt])]
             pts.append(dict(label=f"{r['family']} {cmp_} ({r['campaign']})", value=r["ratio"], cls="diag"))
         else:
             cells += [
@@ -263,14 +268,6 @@ def section_diagnostics(sec: Section, a: Archive, N: Numbers) -> None:
         )
 
 
-DECISION_TEXT = {S.TOO_FEW_SESSIONS: "too few sessions", S.NOISE_TOO_HIGH: "machine noise too high"}
-
-
-def decision_text(decision: str) -> str:
-    """The decision as the report, the headline and the checker write it."""
-    return DECISION_TEXT.get(decision, decision)
-
-
 def section_replication(a: Archive, N: Numbers, boot: dict[str, Any]) -> Section:
     sec = Section(
         "replication",
@@ -278,11 +275,12 @@ def section_replication(a: Archive, N: Numbers, boot: dict[str, Any]) -> Section
         "Session contrast c_s = mean over tasks of (mean log t_NUM - mean log t_DEN) within session s; "
         "estimate = exp(mean_s c_s); 95% interval: the one-sample t interval over the sessions, "
         "exp(mean c -+ q s / sqrt(n)), q the two-sided 95% quantile of Student's t with n minus one degrees of freedom; each session has its own fresh workers, so the session is "
-        "the unit of variance. Above one favours QB (paper Table S5). Decision, weighed by the floor F of the "
-        "campaign's A/A control (noise section; without a control F is one): exceeds when the lower bound is above the "
-        "threshold times F, below when the upper bound is below the threshold over F, machine noise too high "
-        "when the interval clears the threshold only inside that band, inconclusive otherwise; with fewer "
-        f"than {WORDS.get(S.MIN_UNITS, S.MIN_UNITS)} sessions there is no interval (too few sessions).",
+        "the unit of variance. Above one favours QB (paper Table S5). Decision against the threshold, widened by "
+        "the floor F only where the campaign's A/A control fails (its table above; otherwise F is one): slower when "
+        "the lower bound is above the threshold times F, not slower by the threshold when the upper bound is below "
+        "the threshold over F, undecided: noise too high when the interval clears the threshold only inside that "
+        "band, undecided: interval too wide otherwise; with fewer "
+        f"than {WORDS.get(S.MIN_UNITS, S.MIN_UNITS)} sessions there is no interval (undecided: too few sessions).",
     )
     if not a.has("estimates"):
         sec.notes.append(absent_note("estimates", "replication not run"))
@@ -307,19 +305,18 @@ def _estimate_items(a: Archive, N: Numbers) -> list[Table | Figure]:
     """The estimates table and, when it has rows, the figure of their intervals."""
     src = a.src("estimates")
     tid = "estimates"
-    aa = bool(aa_rows(a, "replication"))
+    aa = aa_table(a, N, "replication")
     rows, pts = [], []
     for r in a.rows("estimates"):
         cells, pt = _estimate_row(a, N, tid, r)
-        if aa:
-            cells.append(aa_cell(a, N, "replication", r["family"]))
         rows.append(cells)
         pts.append(pt)
-    items: list[Table | Figure] = [
+    items: list[Table | Figure] = [] if aa is None else [aa]
+    items += [
         Table(
             tid,
             "Replication estimates with 95% session intervals",
-            [src] + ([a.src("noise")] if aa else []),
+            [src],
             [
                 "family",
                 "path",
@@ -332,10 +329,10 @@ def _estimate_items(a: Archive, N: Numbers) -> list[Table | Figure]:
                 "regressions",
                 "df / floor",
                 "regressed tasks / reason",
-            ]
-            + (["A/A noise floor"] if aa else []),
+            ],
             rows,
-            numeric=[False, False, False, True, True, False, True, True, True, True, False] + ([False] if aa else []),
+            numeric=[False, False, False, True, True, False, True, True, True, True, False],
+            stack=True,
         )
     ]
     if pts:
@@ -379,7 +376,7 @@ def _estimate_row(a: Archive, N: Numbers, tid: str, r: dict) -> tuple[list[Cell]
         cells += [
             Cell([DASH], cls="bad"),
             Cell([DASH]),
-            Cell([decision_text(r["decision"])], cls="bad"),
+            Cell([verdict_word(r["decision"])], cls="bad"),
             Cell([thr]),
             Cell([ns]),
             Cell([DASH, "/", nt]),
@@ -400,7 +397,7 @@ def _estimate_row(a: Archive, N: Numbers, tid: str, r: dict) -> tuple[list[Cell]
     cells += [
         Cell([e]),
         interval,
-        Cell([decision_text(r["decision"])], cls=r["decision"]),
+        Cell([verdict_word(r["decision"])], cls=r["decision"]),
         Cell([thr]),
         Cell([ns]),
         Cell([nr, "/", nt]),
