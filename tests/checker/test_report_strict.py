@@ -306,6 +306,8 @@ def test_the_stylesheet_is_the_formats():
 # --------------------------------------------------------------------------- what Chromium shows
 
 _PROBE = """<script>window.addEventListener('load', function () {
+  // the folded sections opened, as a reader's click does: every number is one click away
+  document.querySelectorAll('details').forEach(function (d) { d.open = true; });
   function shown(el) {
     for (var e = el; e && e.nodeType === 1; e = e.parentElement) {
       var s = getComputedStyle(e);

@@ -556,3 +556,81 @@ def test_on_a_phone_each_finding_stacks_above_its_result(rendered, tmp_path):
     assert {r[1] for r in rows} == {"findings", "summary"}, lines
     beside = [r for r in rows if int(r[3]) < int(r[2]) - 1 or int(r[4]) > viewport]
     assert not beside, f"rows whose result sits beside the finding or off-screen at {viewport} px: {beside}"
+
+
+# --------------------------------------------------------------------------- read, not scrolled
+
+OPEN_CHARS, OPEN_ROWS = 25_000, 150  # what report.html may show before a click
+
+
+def open_part(html: str) -> str:
+    """report.html's body as it opens: every folded section reduced to its title (<summary>)."""
+    body = html[html.index("<main>") :]
+    return re.sub(
+        r"<details>.*?</details>",
+        lambda m: (re.search(r"<summary>.*?</summary>", m.group(0), re.S) or [""])[0],
+        body,
+        flags=re.S,
+    )
+
+
+def visible_chars(part: str) -> int:
+    text = re.sub(r"<[^>]+>", " ", re.sub(r"<svg.*?</svg>", " ", part, flags=re.S))
+    return len(" ".join(__import__("html").unescape(text).split()))
+
+
+def test_the_report_opens_on_its_findings_and_speeds(rendered):
+    """Open without a click: the findings, the headline, the forest plot and the speeds of each campaign
+    (at most 25,000 visible characters and 150 table rows); every other section folded under its
+    title, its numbers one click away; the devices paragraph written once; the forest plot first in
+    the contents."""
+    html = (rendered / "report.html").read_text(encoding="utf-8")
+    part = open_part(html)
+    rows = len(re.findall(r"<tr><td", part))
+    assert visible_chars(part) <= OPEN_CHARS and rows <= OPEN_ROWS, (visible_chars(part), rows)
+    assert visible_chars(part) < visible_chars(html[html.index("<main>") :]) / 2  # most of it is folded
+    for sid in ("summary", "ratios"):
+        assert f'<section id="{sid}">\n<h2>' in html
+    assert 'data-table="findings"' in part and 'id="fig-forest"' in part
+    folded = re.findall(r'<section id="([^"]+)">\n<details>\n<summary><h2>', html)
+    assert {"diagnostics", "replication", "noise", "provenance", "ledger"} <= set(folded), folded
+    nav = html[html.index("<nav>") : html.index("</nav>")]
+    assert nav.startswith('<nav><a href="#fig-forest">Forest plot</a>')
+    ran_on = json.loads((rendered / "numbers.json").read_text(encoding="utf-8"))["provenance"].get("devices")
+    assert ran_on and html.count(__import__("html").escape(ran_on, quote=True).replace("&#x27;", "&#39;")) == 1
+
+
+def test_ratio_tables_stack_with_their_column_names(rendered):
+    """On a phone the ratio, estimate and A/A tables stack like the findings: each cell carries its
+    column's name (data-label), which the stylesheet shows before it below 640 px."""
+    html = (rendered / "report.html").read_text(encoding="utf-8")
+    for tid in ("ratios-confirmation", "ratios-implementation", "estimates"):
+        t = html[html.index(f'data-table="{tid}"') - 7 :]
+        t = t[: t.index("</table>")]
+        assert t.startswith('<table data-table="') and ' class="stack"' in t[:80], t[:120]
+        cells = re.findall(r"<td[^>]*>", t)
+        assert cells and all("data-label=" in c for c in cells)
+        assert ('data-label="decision"' if tid == "estimates" else 'data-label="verdict"') in t
+
+
+@pytest.mark.skipif(not CHROMIUM.exists(), reason="headless browser test needs /usr/bin/chromium")
+def test_on_a_phone_no_result_column_is_off_screen(rendered, tmp_path):
+    """At 412 px (the ratios section open, as it opens) no stacked table scrolls sideways and no cell of
+    a ratio, estimate or A/A table ends beyond the screen."""
+    js = """<script>window.addEventListener('load', function () { var out = [];
+      document.querySelectorAll('details').forEach(function (d) { d.open = true; });
+      document.querySelectorAll('table.stack').forEach(function (t) { var d = t.closest('.scroll');
+        out.push('scroll ' + t.getAttribute('data-table') + ' ' + d.scrollWidth + ' ' + d.clientWidth);
+        t.querySelectorAll('td').forEach(function (c) {
+          out.push('cell ' + t.getAttribute('data-table') + ' ' + Math.round(c.getBoundingClientRect().right)); }); });
+      out.push('viewport ' + document.documentElement.clientWidth);
+      var p = document.createElement('pre'); p.id = 'measure'; p.textContent = out.join('\\n');
+      document.body.appendChild(p); });</script></body>"""
+    lines = _measure(rendered, tmp_path, js, 412)
+    viewport = int(next(l for l in lines if l.startswith("viewport ")).split(" ")[1])
+    assert viewport <= 640, f"the page was laid out {viewport} px wide, not as a phone"
+    scrolls = [l.split(" ") for l in lines if l.startswith("scroll ")]
+    assert {s[1] for s in scrolls} >= {"ratios-confirmation", "ratios-implementation", "estimates"}, scrolls
+    assert [s[1] for s in scrolls if int(s[2]) > int(s[3])] == [], scrolls
+    off = [l for l in lines if l.startswith("cell ") and int(l.split(" ")[2]) > viewport]
+    assert not off, off[:5]
