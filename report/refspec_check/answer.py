@@ -75,7 +75,17 @@ def speed_phrase(num: str, den: str, base: tuple, ratio: float, lo, hi) -> list:
             "])",
         ]
     side = f"{TIMES} slower than " if ratio >= 1.0 else f"{TIMES} faster than "
-    return [f"{num} is ", _num(*base, "fold"), side, den, " [", _num(*base, "fold_lo"), ", ", _num(*base, "fold_hi"), "]"]
+    return [
+        f"{num} is ",
+        _num(*base, "fold"),
+        side,
+        den,
+        " [",
+        _num(*base, "fold_lo"),
+        ", ",
+        _num(*base, "fold_hi"),
+        "]",
+    ]
 
 
 def speed_sentence(num: str, den: str, base: tuple, ratio: float, lo, hi, verdict) -> list:
@@ -167,7 +177,11 @@ def answers(
             out[("answer",) + k] = ("ANSWER", words, [r for r in (vs_ref, vs_same) if r is not None])
             lossless = {x: len(ok.get(x, ())) == len(tasks) for x in arms}
             if default is not None and (camp, fam) not in vacuous:
-                out[("default",) + k] = ("DEFAULT", _default(k, ref, cand, same, default, lossless, qualified, diags), [])
+                out[("default",) + k] = (
+                    "DEFAULT",
+                    _default(k, ref, cand, same, default, lossless, qualified, diags),
+                    [],
+                )
             out[("advice",) + k] = ("ADVICE", [_advice(ref, cand, same, default, lossless, vs_same)], [])
     return out
 
@@ -191,7 +205,11 @@ def _default(k, ref, cand, same, d, lossless, qualified, diags) -> list:
         return words
     base = ("diag", camp, fam, cap, r["numerator"], r["denominator"])
     side = f"{TIMES} slower than " if r["ratio"] >= 1.0 else f"{TIMES} faster than "
-    return words + [f"; {r['numerator']} is ", _num(*base, "fold"), side + r["denominator"] + " (unqualified timing, no interval)"]
+    return words + [
+        f"; {r['numerator']} is ",
+        _num(*base, "fold"),
+        side + r["denominator"] + " (unqualified timing, no interval)",
+    ]
 
 
 def _advice(ref, cand, same, d, lossless, vs_same) -> str:
@@ -200,7 +218,9 @@ def _advice(ref, cand, same, d, lossless, vs_same) -> str:
     else:
         f = _faster(vs_same)
         if f == cand:
-            text = f"turn the draft on with the repair: {cand} keeps {ref}'s output and is faster than {same} without it"
+            text = (
+                f"turn the draft on with the repair: {cand} keeps {ref}'s output and is faster than {same} without it"
+            )
         elif f == same:
             text = f"leave the draft off: {same} keeps {ref}'s output and is faster than {cand} with the draft"
         else:

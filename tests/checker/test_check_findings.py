@@ -174,7 +174,13 @@ def test_a_finding_shown_otherwise_in_report_html_is_refused(stage, tmp_path):
 
 @pytest.mark.parametrize(
     "verdict,kind",
-    [("ANSWER", "answer"), ("ADVICE", "advice"), ("DEFAULT", "default"), ("DIVERGES", "diverges"), ("REFUSED", "refused")],
+    [
+        ("ANSWER", "answer"),
+        ("ADVICE", "advice"),
+        ("DEFAULT", "default"),
+        ("DIVERGES", "diverges"),
+        ("REFUSED", "refused"),
+    ],
 )
 def test_a_dropped_finding_is_refused(stage, tmp_path, verdict, kind):
     """(d) A finding dropped from numbers.json, report.html and report.tex alike (the answer, the advice or

@@ -126,13 +126,24 @@ def test_the_answer_opens_the_findings(rendered):
     ratios = _ratios(rendered)
     assert [f["verdict"] for f in found[:3]] == ["ANSWER", "DEFAULT", "ADVICE"]
     for fam in FAMILIES:
-        ans = next(f for f in found if f["kind"] == "answer" and f["key"]["campaign"] == "confirmation" and f["key"]["family"] == fam)
+        ans = next(
+            f
+            for f in found
+            if f["kind"] == "answer" and f["key"]["campaign"] == "confirmation" and f["key"]["family"] == fam
+        )
         text = _text(ans, nums)
         r_c3, m3_c3 = ratios[("confirmation", fam, 64, "R", "C3")], ratios[("confirmation", fam, 64, "M3", "C3")]
         assert text.startswith("speculative decoding with the repair (C3) against the reference: " + _speed_text(r_c3))
         assert "without a draft: " + _speed_text(m3_c3) in text
         assert "R/M3" not in text and "R is " not in text.split("\u00b7")[1]
-        advice = _text(next(f for f in found if f["kind"] == "advice" and f["key"]["family"] == fam and f["key"]["campaign"] == "confirmation"), nums)
+        advice = _text(
+            next(
+                f
+                for f in found
+                if f["kind"] == "advice" and f["key"]["family"] == fam and f["key"]["campaign"] == "confirmation"
+            ),
+            nums,
+        )
         if m3_c3["verdict"] == "exceeds":  # M3 slower than C3: the draft pays
             assert advice.startswith("turn the draft on with the repair: C3 keeps R's output")
         elif m3_c3["verdict"] == "faster":
@@ -143,7 +154,9 @@ def test_the_answer_opens_the_findings(rendered):
     assert default[FAMILIES[1]].startswith("llama.cpp's default micro-batch (R_prod) changes the output on 3/6 tasks")
     assert "R_prod is " in default[FAMILIES[1]] and "(unqualified timing, no interval)" in default[FAMILIES[1]]
     assert default[FAMILIES[0]].startswith("llama.cpp's default micro-batch (R_prod) reproduces R on 6/6 tasks")
-    assert "changes the output" in _text(next(f for f in found if f["kind"] == "advice" and f["key"]["family"] == FAMILIES[1]), nums)
+    assert "changes the output" in _text(
+        next(f for f in found if f["kind"] == "advice" and f["key"]["family"] == FAMILIES[1]), nums
+    )
 
 
 def test_advice_follows_the_verdict(tmp_path):
@@ -153,10 +166,15 @@ def test_advice_follows_the_verdict(tmp_path):
 
     lossless = {"C3": True, "M3": True, "R_prod": False}
     row = dict(numerator="M3", denominator="C3")
-    said = {v: _advice("R", "C3", "M3", "R_prod", lossless, dict(row, verdict=v)) for v in ("exceeds", "faster", "inconclusive")}
+    said = {
+        v: _advice("R", "C3", "M3", "R_prod", lossless, dict(row, verdict=v))
+        for v in ("exceeds", "faster", "inconclusive")
+    }
     assert said["exceeds"].startswith("turn the draft on")
     assert said["faster"].startswith("leave the draft off: M3 keeps R's output and is faster than C3")
-    assert said["inconclusive"].startswith("leave the draft off: it makes no decided difference (M3 vs C3: undecided: interval too wide)")
+    assert said["inconclusive"].startswith(
+        "leave the draft off: it makes no decided difference (M3 vs C3: undecided: interval too wide)"
+    )
     assert all(t.endswith("; llama.cpp's default micro-batch (R_prod) changes the output") for t in said.values())
 
 
@@ -241,9 +259,10 @@ def test_console_prints_the_findings_first_wrapped(rendered, monkeypatch):
         assert " ".join(joined.split()).endswith(" ".join(_text(f, nums).split()))
     wide = headline_text(rendered / "numbers.json", width=400).splitlines()
     assert all(len(line) <= 100 for line in wide)  # never wider than 100 columns, whatever the terminal
-    assert " ".join(wide[1:]).split() == " ".join(
-        f"  {f['verdict']:<8}  {f['scope']}: {_text(f, nums)}" for f in found
-    ).split()
+    assert (
+        " ".join(wide[1:]).split()
+        == " ".join(f"  {f['verdict']:<8}  {f['scope']}: {_text(f, nums)}" for f in found).split()
+    )
 
 
 def test_vacuous_panel_says_vacuous_never_lossless(tmp_path):

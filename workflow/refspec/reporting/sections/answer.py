@@ -30,7 +30,7 @@ from typing import Any
 from ...campaigns.derived import arm_sort_key
 from ...core.arms import REFERENCE_ARM, is_twin
 from ..document import Archive, Numbers, ShownTable
-from .verdicts import speed_phrase, speed_sentence, verdict_word
+from .verdicts import speed_sentence, verdict_word
 
 ANSWER, DEFAULT, ADVICE = "ANSWER", "DEFAULT", "ADVICE"
 REPAIR_LAYOUT = "qb"  # the repair a candidate is preferred with (query-to-batch)
@@ -87,7 +87,8 @@ def roles(panel: Panel, rec: dict[str, dict[str, Any]], ref: str) -> Roles:
             (
                 x
                 for x in arms
-                if rec[x]["mode"] == "target" and (rec[x]["layout"], rec[x]["ub"], rec[x]["mask"]) == (c["layout"], c["ub"], c["mask"])
+                if rec[x]["mode"] == "target"
+                and (rec[x]["layout"], rec[x]["ub"], rec[x]["mask"]) == (c["layout"], c["ub"], c["mask"])
             ),
             None,
         )
@@ -188,7 +189,13 @@ def _default(a: Archive, N: Numbers, panel: Panel, role: Roles, camp: str, fam: 
     if panel.lossless(d):
         parts += [f"reproduces {role.ref} on ", n, "/", n, " tasks"]
     else:
-        k = q.add(("finding", camp, fam, d, "tasks_failed"), len(panel.tasks) - len(panel.ok[d]), "d", row=key, column="qualified")
+        k = q.add(
+            ("finding", camp, fam, d, "tasks_failed"),
+            len(panel.tasks) - len(panel.ok[d]),
+            "d",
+            row=key,
+            column="qualified",
+        )
         parts += ["changes the output on ", k, "/", n, " tasks"]
     if same is None:
         return parts
@@ -214,7 +221,9 @@ def _advice(panel: Panel, role: Roles, vs_same: dict | None) -> list[Any]:
     else:
         faster = _faster_side(vs_same)
         if faster == cand:
-            text = f"turn the draft on with the repair: {cand} keeps {ref}'s output and is faster than {same} without it"
+            text = (
+                f"turn the draft on with the repair: {cand} keeps {ref}'s output and is faster than {same} without it"
+            )
         elif faster == same:
             text = f"leave the draft off: {same} keeps {ref}'s output and is faster than {cand} with the draft"
         else:

@@ -50,7 +50,9 @@ def aa_table(a: Archive, N: Numbers, campaign: str) -> Table | None:
     for r in aa_rows(a, campaign):
         cells = [Cell([r["family"]]), Cell([f"{r['twin']}/{r['arm']}"], cls="mono")]
         if r["value"] is None:
-            rows.append(cells + [Cell([DASH]), Cell([VERDICT_TEXT.get(r["verdict"], r["verdict"])], cls="bad"), Cell([DASH])])
+            rows.append(
+                cells + [Cell([DASH]), Cell([VERDICT_TEXT.get(r["verdict"], r["verdict"])], cls="bad"), Cell([DASH])]
+            )
             continue
         n = _aa_numbers(a, N, r)
         cells.append(Cell([n["value"], " [", n["lo"], ", ", n["hi"], "]"]))

@@ -12,11 +12,11 @@ from ...core.campaign_names import REPORT_ORDER
 from ...core.stats import DECIDED
 from ...core.vacuity import panel_exposure
 from ..document import DASH, Archive, Cell, Num, Numbers, Section, ShownTable, Table
+from .answer import ADVICE, answer, panels, recipes, reference_of, roles
 from .noise import aa_parts, aa_rows
 from .numerical import e1_counts
 from .prediction import prediction_totals
 from .qualification import named_references, refused_arms
-from .answer import ADVICE, answer, panels, recipes, reference_of, roles
 from .verdicts import speed_sentence, verdict_word
 from .vocabulary import STAGE_ORDER, VACUOUS_TAIL, VACUOUS_TEXT, campaigns_in, tasks_fail
 
@@ -320,6 +320,8 @@ def _prediction(a: Archive, N: Numbers, h: Headline) -> None:
 VERIFY_COMMAND = "python3 report/check.py ARCHIVE --pubkey provenance/signer.pub --expect-keyid "
 
 LOSSLESS, DIVERGES, VACUOUS, REFUSED, SPEED, E1 = "LOSSLESS", "DIVERGES", "VACUOUS", "REFUSED", "SPEED", "E1"
+
+
 @dataclass
 class Findings:
     """The findings as the report shows them (rows of the findings table) and as numbers.json's

@@ -223,7 +223,12 @@ def section_diagnostics(sec: Section, a: Archive, N: Numbers) -> None:
             ra = nums.add(base + ("ratio",), r["ratio"], ".6f", row=key, column="ratio")
             nr = nums.add(base + ("n_regressions",), r["n_regressions"], "d", row=key, column="n_regressions")
             sp = nums.speed(base, key, "ratio", dict(ratio=r["ratio"]))
-            cells += [Cell([mn]), Cell([md]), Cell([ra, " ("] + sp.parts() + [")"], cls="diag"), Cell([nr, "/", timed, "/", nt])]
+            cells += [
+                Cell([mn]),
+                Cell([md]),
+                Cell([ra, " ("] + sp.parts() + [")"], cls="diag"),
+                Cell([nr, "/", timed, "/", nt]),
+            ]
             pts.append(dict(label=f"{r['family']} {cmp_} ({r['campaign']})", value=r["ratio"], cls="diag"))
         else:
             cells += [

@@ -77,9 +77,11 @@ def speed_phrase(
     if lo is None or hi is None:
         return [f"{num}/{den} "] + plain_ratio(nums, base, row, column, r) + [" (no interval)"]
     if holds_one(lo, hi):
-        return [f"no detectable difference between {num} and {den} ({num}/{den} "] + plain_ratio(
-            nums, base, row, column, r
-        ) + [")"]
+        return (
+            [f"no detectable difference between {num} and {den} ({num}/{den} "]
+            + plain_ratio(nums, base, row, column, r)
+            + [")"]
+        )
     sp = nums.speed(base, row, column, r)
     return [f"{num} is ", sp.fold, f"{TIMES} slower than " if sp.slower else f"{TIMES} faster than ", den] + [
         " [",
