@@ -29,9 +29,10 @@ or ``inconclusive``), and the median detectable ratio ``tau * F * exp(h)``; belo
 coverage (the fraction of A/A intervals that hold 1, where the calibration rule has ``F = 1``).
 
 Output of ``--draws 3000`` (defaults otherwise: 8 processes, 8 requests per arm, seed 1, the prior;
-32 s on a 2-core VM)::
+32 to 40 s on a 2-core VM)::
 
-    paired design: 8 processes x 8 requests per arm (X, X_aa, Y), 3000 draws, seed 1, tau 1.02; between 0.0002, within 0.0059, interaction 4.1e-05
+    paired design: 8 processes x 8 requests per arm (X, X_aa, Y), 3000 draws, seed 1, tau 1.02
+    variances of log time: between 0.0002, within 0.0059, interaction 4.1e-05; detectable: the median of tau * F * exp(h)
     true Y/X  rule           exceeds     faster equivalent  undecided  detectable
     -----------------------------------------------------------------------------
         1.00  calibration      0.000      0.000      0.037      0.963      1.0537
@@ -44,7 +45,7 @@ Output of ``--draws 3000`` (defaults otherwise: 8 processes, 8 requests per arm,
         1.05  floor            0.008      0.000      0.000      0.992      1.0986
         1.08  calibration      0.899      0.000      0.000      0.101      1.0537
         1.08  floor            0.198      0.000      0.000      0.802      1.0986
-    A/A coverage: 0.952 of 3000 draws hold 1 (the calibration rule's F = 1); detectable: the median of tau * F * exp(h)
+    A/A coverage: 0.952 of 3000 draws hold 1 (the calibration rule's F = 1)
 
 Under the floor rule the twin's noise, already inside each ratio's own interval (the twin shares the
 ratio's processes), is counted a second time: the median detectable ratio is 1.099, about ``tau *

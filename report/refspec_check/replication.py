@@ -190,20 +190,18 @@ def check_noise(ctx: Context, qual: dict, boot: dict, rules=None) -> dict:
     interval over the workers (block residuals), or, when a process served several arms (the paired
     design, refspec_check.intervals), exp(mean c_p) with the t interval over the processes'
     within-process contrasts of twin over arm; kind estimate (replication): the one-sample t interval
-    over the session contrasts c_s. verdict ok when lo <= 1 <= hi, else biased; floor F under the A/A
-    rule of the campaign's plan (``rules``: (campaign, family) -> rule, refspec_check.intervals.AARules;
-    "floor" when plan.json records none): "calibration" F = 1 while lo <= 1 <= hi, else max(hi, 1/lo);
-    "floor" F = max(hi, 1/lo); mde = threshold * F * sqrt(hi/lo); units_needed for 1.05 under the same
-    rule (refspec_check.stats.units_needed); cpu_value the paired ratio of cpu_ns; unqualified (no
-    value) when either arm fails a panel task or has too few units. Every twin in requests.csv has its
+    over the session contrasts c_s. verdict ok when lo <= 1 <= hi, else biased; floor F under the A/A rule
+    of the campaign's plan (``rules``: refspec_check.intervals.AARules, "floor" without it): "calibration"
+    F = 1 while lo <= 1 <= hi, else max(hi, 1/lo); "floor" F = max(hi, 1/lo); mde = threshold * F *
+    sqrt(hi/lo); units_needed for 1.05 under the same rule; cpu_value the paired ratio of cpu_ns; unqualified
+    (no value) when either arm fails a panel task or has too few units. Every twin in requests.csv has its
     row. Returns (campaign, family) -> the largest floor of its controls."""
     c, E, tables, src = ctx.c, ctx.E, ctx.tables, ctx.src
     out: dict = {}
     if "noise" not in tables:
         _missing_noise_rows(ctx)
         return out
-    tn = tables["noise"]
-    s_n = src("noise")
+    tn, s_n = tables["noise"], src("noise")
     twins, blocks, times, cpu = _noise_times(tables)
     seen = set()
     for i, row in enumerate(tn.rows):

@@ -1,4 +1,4 @@
-r"""The A/A control (the noise floor measured in the same run) and the machine load of every block.
+r"""The A/A control (a calibration test measured in the same run) and the machine load of every block.
 
 A/A control (``noise`` table)
     A timed campaign with ``aa_arm: X`` also runs ``X_aa``, the same recipe under its own
