@@ -80,9 +80,10 @@ class Section:
     intro: str = ""
     items: list[Any] = field(default_factory=list)  # Table | Figure
     notes: list[str] = field(default_factory=list)  # "not run" and similar visible notes
-    # open without a click in report.html (the findings, the speeds); every other section is one
-    # click away, folded in <details> under its title (report.tex shows every section in full)
-    open: bool = False
+    # open without a click in report.html; a folded section is one click away, in <details> under
+    # its title (report.tex shows every section in full). The main report opens only on its
+    # findings and speeds (render.OPEN_SECTIONS); a comparison's or a qualification's sections are open
+    open: bool = True
 
 
 def absent_note(table: str, why: str = "") -> str:
