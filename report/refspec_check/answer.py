@@ -22,7 +22,7 @@ every other arm's. Per campaign, family and cap of ratios.csv (campaigns in repo
 * ANSWER "speculative decoding with the repair (C) against the reference: " + the sentence of the
   qualified ratio {reference, C} + " · without a draft: " + that of {M, C} where it exists; with
   speculative arms but no candidate, "no speculative arm (...) reproduces R on every task: no speed
-  is stated"; nothing without the {reference, C} ratio;
+  is stated"; nothing without the {reference, C} ratio or without M;
 * DEFAULT (with an answer and a default, on a panel that is not vacuous): preservation of the default (reproduces R on n/n, or
   changes the output on k/n tasks) and its ratio against M (qualified), else against C (qualified),
   else the diagnostic row against M (fold, "(unqualified timing, no interval)");
@@ -168,7 +168,7 @@ def answers(
                     out[("answer",) + k] = ("ANSWER", [text], [])
                 continue
             vs_ref = _pair(qualified, camp, fam, cap, ref, cand)
-            if vs_ref is None:
+            if vs_ref is None or same is None:
                 continue
             vs_same = _pair(qualified, camp, fam, cap, same, cand) if same else None
             words = [f"speculative decoding with the repair ({cand}) against the reference: "] + _ratio_words(vs_ref)

@@ -8,8 +8,9 @@ built only from the tables (``report/check.py``, ``refspec_check/answer.py``, re
     *own path without a draft* (the target-only arm of the same layout, micro-batch and mask):
     "speculative decoding with the repair (C3) against the reference: no detectable difference
     between R and C3 (R/C3 1.02 [0.94, 1.10]); undecided: interval too wide · without a draft: M3
-    is 1.52x faster than C3 [1.41, 1.64]". Where speculative arms ran and none reproduces the
-    reference, it says so and states no speed.
+    is 1.52x faster than C3 [1.41, 1.64]"; none where the campaign has no such path without a draft
+    (a sweep of draft settings) or no ratio of the candidate against the reference. Where
+    speculative arms ran and none reproduces the reference, it says so and states no speed.
 ``DEFAULT``
     llama.cpp's default micro-batch: the target-only arm with mask 0 whose micro-batch is larger than
     every other arm's (R_prod): whether it keeps the reference's output (failed tasks of its panel)
@@ -161,7 +162,7 @@ def answer(
         return out
     vs_ref = find_row(ratios, camp, fam, cap, ref, cand)
     vs_same = find_row(ratios, camp, fam, cap, same, cand) if same else None
-    if vs_ref is None:
+    if vs_ref is None or same is None:  # a sweep without the path without a draft asks another question
         return out
     parts = [f"speculative decoding with the repair ({cand}) against the reference: "] + _sentence(a, N, vs_ref)
     out.stated.append(vs_ref)

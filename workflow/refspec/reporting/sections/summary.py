@@ -79,7 +79,8 @@ def section_summary(
     if prov.get("pubkey_fingerprint"):  # right under the findings: how to recompute all of them
         h.add(
             "verify this report",
-            "ARCHIVE: this report's folder (check.py needs Python's standard library only)",
+            "ARCHIVE: this report's folder; KEY.pub: the signer's public key, received apart from the archive; "
+            "run in a checkout of the repository (check.py renders the report again with its workflow/ renderer)",
             [VERIFY_COMMAND, prov["pubkey_fingerprint"]],
             cls="mono small",
         )
@@ -317,7 +318,7 @@ def _prediction(a: Archive, N: Numbers, h: Headline) -> None:
 # =========================================================================== findings
 
 # the auditor's command, completed by the signing key's fingerprint (the headline's last row)
-VERIFY_COMMAND = "python3 report/check.py ARCHIVE --pubkey provenance/signer.pub --expect-keyid "
+VERIFY_COMMAND = "python3 report/check.py ARCHIVE --pubkey KEY.pub --expect-keyid "
 
 LOSSLESS, DIVERGES, VACUOUS, REFUSED, SPEED, E1 = "LOSSLESS", "DIVERGES", "VACUOUS", "REFUSED", "SPEED", "E1"
 
