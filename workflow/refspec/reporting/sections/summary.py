@@ -12,7 +12,7 @@ from ...core.campaign_names import REPORT_ORDER
 from ...core.stats import DECIDED
 from ...core.vacuity import panel_exposure
 from ..document import DASH, Archive, Cell, Num, Numbers, Section, ShownTable, Table
-from .answer import ADVICE, answer, panels, recipes, reference_of, roles
+from .answer import answer, panels, recipes, reference_of, roles
 from .noise import aa_parts, aa_rows
 from .numerical import e1_counts
 from .prediction import prediction_totals
@@ -386,8 +386,8 @@ def _answers(a: Archive, N: Numbers, f: Findings, timing: str) -> dict[tuple, li
             said = answer(a, N, pans[(camp, fam)], role, camp, fam, cap, vac)
             key = dict(campaign=camp, family=fam, cap=cap)
             for verdict, parts, kind in said.findings:
-                cls = "ok" if verdict == ADVICE else ""
-                f.add(verdict, f"{camp} {fam} cap {cap}" + timing, parts, kind, key, cls=cls)
+                # neutral: colour means pass or fail only, and the answer is neither
+                f.add(verdict, f"{camp} {fam} cap {cap}" + timing, parts, kind, key)
             if said.findings:
                 stated.setdefault((camp, fam), []).extend(said.stated)
     return stated
