@@ -280,3 +280,22 @@ def test_vacuous_panel_says_vacuous_never_lossless(tmp_path):
     assert loud == ["LOSSLESS", "DIVERGES"]
     code, out = run_check(seal_archive(results, tmp_path / "archive"))
     assert code == 0, out
+
+
+def test_each_finding_links_what_it_rests_on(rendered):
+    """Every finding's last cell links the table (or section) it rests on, and a timed finding also the
+    forest plot; every link names an element of the page (a folded one opens on the click)."""
+    html = (rendered / "report.html").read_text(encoding="utf-8")
+    found, _nums = _doc(rendered)
+    table = html[html.index('data-table="findings"') :]
+    table = table[: table.index("</table>")]
+    rows = re.findall(r"<tr>(.*?)</tr>", table[table.index("<tbody>") :])
+    assert len(rows) == len(found)
+    ids = set(re.findall(r' id="([^"]+)"', html))
+    for f, row in zip(found, rows, strict=True):
+        links = re.findall(r'<a href="#([^"]+)">', row.rsplit("<td", 1)[1])
+        assert links and all(t in ids for t in links), (f["kind"], links)
+        if f["kind"] in ("answer", "ratio", "estimate"):
+            assert "fig-forest" in links
+        if f["kind"] in ("answer", "ratio", "more"):
+            assert links[0] == f"table-ratios-{f['key']['campaign']}"

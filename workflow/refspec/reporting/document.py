@@ -42,9 +42,17 @@ class Num:
         return format(self.value, self.fmt)
 
 
+@dataclass(frozen=True)
+class Link:
+    """A link to a place of the same report (``#`` + an element's id); report.tex shows its text."""
+
+    text: str
+    target: str
+
+
 @dataclass
 class Cell:
-    parts: list[Any]  # str or Num
+    parts: list[Any]  # str, Num or Link
     cls: str = ""
     title: str = ""
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from .document import Figure, Num, Section, Table
+from .document import Figure, Link, Num, Section, Table
 from .tex import TexRaw, tex_cell, tex_finalize
 
 # the non-ASCII characters the report writes (report/refspec_check/repertoire.py pins the same set:
@@ -169,6 +169,8 @@ def _table_html(t: Table) -> str:
             for p in c.parts:
                 if isinstance(p, Num):
                     out.append(f'<span data-num="{_h(p.id)}" data-src="{_h(p.source)}">{_h(p.text)}</span>')
+                elif isinstance(p, Link):
+                    out.append(f'<a href="#{_h(p.target)}">{_h(p.text)}</a>')
                 else:
                     out.append(_h(p))
             out.append("</td>")

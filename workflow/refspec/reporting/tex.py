@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .document import DASH, Cell, Num
+from .document import DASH, Cell, Link, Num
 
 _TEX_MAP = {
     "\\": r"\textbackslash{}",
@@ -79,7 +79,7 @@ def tex_finalize(v: Any) -> str:
 def tex_cell(cell: Cell) -> TexRaw:
     out = []
     for p in cell.parts:
-        out.append(tex_num(p) if isinstance(p, Num) else tex_escape(p))
+        out.append(tex_num(p) if isinstance(p, Num) else tex_escape(p.text if isinstance(p, Link) else p))
     s = "".join(out)
     if cell.cls and "reason" in cell.cls:
         s = r"\parbox[t]{4.2cm}{\raggedright\scriptsize " + s + "}"
@@ -91,6 +91,6 @@ def tex_cell(cell: Cell) -> TexRaw:
         s = r"{\scriptsize " + s + "}"
     # longtable's l/r columns never wrap: a long cell (the provenance's device list) would run
     # off the page and push the columns after it out of the PDF
-    if sum(len(p.text if isinstance(p, Num) else str(p)) for p in cell.parts) > 90:
+    if sum(len(p.text if isinstance(p, (Num, Link)) else str(p)) for p in cell.parts) > 90:
         s = r"\parbox[t]{11cm}{\raggedright " + s + "}"
     return TexRaw(s)

@@ -11,7 +11,7 @@ from ...core.arms import REFERENCE_ARM
 from ...core.campaign_names import REPORT_ORDER
 from ...core.stats import DECIDED
 from ...core.vacuity import panel_exposure
-from ..document import DASH, Archive, Cell, Num, Numbers, Section, ShownTable, Table
+from ..document import DASH, Archive, Cell, Link, Num, Numbers, Section, ShownTable, Table
 from .answer import answer, panels, recipes, reference_of, roles
 from .noise import aa_parts, aa_rows
 from .numerical import e1_counts
@@ -73,7 +73,14 @@ def section_summary(
         if found.refused and a.src("qualification") not in sources:
             sources.append(a.src("qualification"))
         sec.items.append(
-            Table("findings", "Findings", sources, ["verdict", "scope", "finding"], found.rows, numeric=[False] * 3)
+            Table(
+                "findings",
+                "Findings",
+                sources,
+                ["verdict", "scope", "finding", "rests on"],
+                found.rows,
+                numeric=[False] * 4,
+            )
         )
     prov["findings"] = found.doc
     if prov.get("pubkey_fingerprint"):  # right under the findings: how to recompute all of them
@@ -332,11 +339,28 @@ class Findings:
     rows: list[list[Cell]] = field(default_factory=list)
     doc: list[dict[str, Any]] = field(default_factory=list)
     refused: bool = False
+    forest: bool = False  # the report draws the forest plot (a timed ratio or estimate has an interval)
 
     def add(self, verdict: str, scope: str, parts: list[Any], kind: str, key: dict, cls: str = "", **extra) -> None:
         self.doc.append(dict(verdict=verdict, scope=scope, parts=_parts_json(parts), kind=kind, key=key, **extra))
-        self.rows.append([Cell([verdict], cls=cls), Cell([scope], cls="mono small"), Cell(parts)])
+        where = Cell(rests_on(kind, key, self.forest), cls="small")
+        self.rows.append([Cell([verdict], cls=cls), Cell([scope], cls="mono small"), Cell(parts), where])
         self.refused = self.refused or verdict == REFUSED
+
+
+def rests_on(kind: str, key: dict, forest: bool) -> list[Any]:
+    """Links from a finding to what it rests on: its table (or section) and the forest plot's lines."""
+    camp = key.get("campaign", "")
+    table = {
+        "estimate": [Link("estimates", "table-estimates")],
+        "e1": [Link("replay", "replay")],
+        "default": [Link("ratios", f"table-ratios-{camp}"), " \u00b7 ", Link("diagnostics", "table-diagnostics")],
+    }.get(kind)
+    if table is None:
+        timed = kind in ("answer", "advice", "ratio", "more")
+        table = [Link("ratios", f"table-ratios-{camp}")] if timed else [Link("qualification", "qualification")]
+    plot = forest and kind in ("answer", "advice", "default", "ratio", "estimate")
+    return table + ([" \u00b7 ", Link("forest plot", "fig-forest")] if plot else [])
 
 
 def findings(a: Archive, N: Numbers, facts: dict[tuple, tuple], timing: str = "") -> Findings:
@@ -347,7 +371,7 @@ def findings(a: Archive, N: Numbers, facts: dict[tuple, tuple], timing: str = ""
     (DIVERGES) and the refused ones (REFUSED); a speed for every qualified ratio the headline selects
     (SPEED; none where the answer states the campaign's speed) and every E2 estimate, with a count of
     the ratios left to the timing section; and the E1 count over every replayed context."""
-    f = Findings()
+    f = Findings(forest=_has_forest(a))
     stated = _answers(a, N, f, timing) if a.has("qualification") and a.has("ratios") else {}
     if a.has("qualification"):
         refs = named_references(a)
@@ -365,6 +389,12 @@ def findings(a: Archive, N: Numbers, facts: dict[tuple, tuple], timing: str = ""
     if a.rows("replay"):
         _e1_finding(a, N, f)
     return f
+
+
+def _has_forest(a: Archive) -> bool:
+    """Whether the report draws the forest plot: a qualified ratio or an E2 estimate with an interval."""
+    ratios = [r for r in a.rows("ratios") if r["qualified"] and r["ratio"] is not None and r["lo"] is not None]
+    return bool(ratios or [r for r in a.rows("estimates") if r["estimate"] is not None and r["lo"] is not None])
 
 
 def _answers(a: Archive, N: Numbers, f: Findings, timing: str) -> dict[tuple, list[dict]]:
