@@ -43,6 +43,25 @@ from refspec_check.summaries import (
 )
 from refspec_check.variance import check_variance
 
+# what a sealed input of the wrong shape raises in a step (a list where an object belongs, a string
+# where a number does, a nesting deeper than the stack): a mismatch of that step, never exit 70
+MALFORMED = (TypeError, AttributeError, KeyError, ValueError, IndexError, RecursionError)
+
+
+class Steps:
+    """Runs the checks one step at a time: a step that a malformed sealed input makes fail records a
+    mismatch naming the step and the error, and the check goes on with ``default`` for its result."""
+
+    def __init__(self, c: Checker):
+        self.c = c
+
+    def __call__(self, name: str, fn, default, *args):
+        try:
+            return fn(*args)
+        except MALFORMED as e:
+            self.c.bad(name, f"malformed sealed input: {type(e).__name__}: {str(e)[:200]}")
+            return default
+
 
 def check(archive: str, quiet: bool = False, unsealed: bool = False, trust: Trust | None = None) -> tuple[int, Checker]:
     """Recompute every section of the archive's report from its tables; (exit status, Checker)."""
@@ -67,41 +86,43 @@ def check(archive: str, quiet: bool = False, unsealed: bool = False, trust: Trus
 
     ctx = Context(c, tables, src)
     E = ctx.E
+    step = Steps(c)  # a malformed sealed input is a mismatch named by its step, never a crash
     reqs = tables["requests"].rows if "requests" in tables else []
-    facts = arm_facts(reqs)
-    check_endpoints(ctx)
-    qual = check_qualification(ctx, reference_arms(plan))
-    check_screen(ctx, plan)
-    check_exposed_repairs(ctx, qual)
-    rules = AARules(c, plan)  # (campaign, family) -> the A/A rule its plan froze
-    check_ratios(ctx, qual, facts, rules)
-    check_diagnostics(ctx, qual, facts)
-    check_qualified_ratios(ctx)
-    noise = check_noise(ctx, qual, bootstrap_parameters(plan), rules)
-    est_dec = check_replication(ctx, qual, facts, bootstrap_parameters(plan), noise)
-    check_variance(ctx)
-    check_sizing(ctx, plan)
-    check_loads(ctx)
-    check_sessions(ctx)
-    check_phase_masks(ctx, qual)
-    check_prediction(ctx, plan)
-    check_replay(ctx)
-    check_audit(ctx)
-    check_requests(ctx)
-    check_arms(ctx, rep, plan)
-    check_ledger(c, E, rep)
-    check_state(ctx)  # partition, KV, crosses, frontier, admission, claims
-    found = expect_findings(ctx, qual, facts, plan)
-    stated = check_numbers(c, E, rep)
-    check_markup(c, rep)
-    check_pdf(c, rep.dir, rep.tex is not None and not rep.tex.problems)
-    check_figures(c, tables, src, rep)
-    prov = check_provenance(c, rep)
-    head = check_headline(c, E, rep, stated, est_dec)
-    check_findings(c, rep, stated, found)
-    manifest = read_manifest(c)
-    check_device(c, rep, prov, head, manifest)
-    check_host(c, rep, prov, manifest)
-    check_data_seal(c, rep, prov, head)
-    check_rendering(c, rep.dir, prov)
+    facts = step("requests", arm_facts, {}, reqs)
+    step("endpoints", check_endpoints, None, ctx)
+    qual = step("qualification", check_qualification, {}, ctx, step("plan", reference_arms, {}, plan))
+    step("screen", check_screen, None, ctx, plan)
+    step("exposed repairs", check_exposed_repairs, None, ctx, qual)
+    rules = step("plan", AARules, None, c, plan)  # (campaign, family) -> the A/A rule its plan froze
+    step("ratios", check_ratios, None, ctx, qual, facts, rules)
+    step("diagnostics", check_diagnostics, None, ctx, qual, facts)
+    step("qualified ratios", check_qualified_ratios, None, ctx)
+    boot = step("plan", bootstrap_parameters, {}, plan)
+    noise = step("noise", check_noise, {}, ctx, qual, boot, rules)
+    est_dec = step("replication", check_replication, {}, ctx, qual, facts, boot, noise)
+    step("variance", check_variance, None, ctx)
+    step("sizing", check_sizing, None, ctx, plan)
+    step("loads", check_loads, None, ctx)
+    step("sessions", check_sessions, None, ctx)
+    step("phase masks", check_phase_masks, None, ctx, qual)
+    step("prediction", check_prediction, None, ctx, plan)
+    step("replay", check_replay, None, ctx)
+    step("audit", check_audit, None, ctx)
+    step("requests", check_requests, None, ctx)
+    step("arms", check_arms, None, ctx, rep, plan)
+    step("ledger", check_ledger, None, c, E, rep)
+    step("state studies", check_state, None, ctx)  # partition, KV, crosses, frontier, admission, claims
+    found = step("findings", expect_findings, {}, ctx, qual, facts, plan)
+    stated = step("numbers", check_numbers, {}, c, E, rep)
+    step("markup", check_markup, None, c, rep)
+    step("pdf", check_pdf, None, c, rep.dir, rep.tex is not None and not rep.tex.problems)
+    step("figures", check_figures, None, c, tables, src, rep)
+    prov = step("provenance", check_provenance, {}, c, rep)
+    head = step("headline", check_headline, [], c, E, rep, stated, est_dec)
+    step("findings", check_findings, None, c, rep, stated, found)
+    manifest = step("manifest", read_manifest, None, c)
+    step("device", check_device, None, c, rep, prov, head, manifest)
+    step("host", check_host, None, c, rep, prov, manifest)
+    step("data seal", check_data_seal, None, c, rep, prov, head)
+    step("rendering", check_rendering, None, c, rep.dir, prov)
     return check_sealed(c, unsealed, trust)

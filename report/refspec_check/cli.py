@@ -7,7 +7,7 @@ import sys
 import traceback
 
 from refspec_check.archive import check
-from refspec_check.problems import EXIT_INTERNAL, EXIT_MISMATCH, EXIT_OK, EXIT_UNREADABLE
+from refspec_check.problems import EXIT_INTERNAL, EXIT_MISMATCH, EXIT_OK, EXIT_UNREADABLE, printable
 from refspec_check.seal import _HEX64_RE, _KEYID_RE, Trust, read_public_key
 
 
@@ -80,8 +80,8 @@ def run(a) -> int:
         try:
             public = read_public_key(path)
         except (OSError, ValueError) as e:
-            print(f"UNREADABLE {path}: not an Ed25519 public key ({e})")
-            print("FAIL: " + a.archive)
+            print(printable(f"UNREADABLE {path}: not an Ed25519 public key ({e})"))
+            print(printable("FAIL: " + a.archive))
             return EXIT_UNREADABLE
         if label is None:
             trust.public = public
@@ -94,7 +94,7 @@ def run(a) -> int:
         for p in c.problems:
             print(f"MISMATCH {p}")
     for rel, why in sorted(c.unchecked.items()):  # printed even with --quiet: the reader must know
-        print(f"NOT CHECKED {rel}: {why}")
+        print(printable(f"NOT CHECKED {rel}: {why}"))
     checked = [p for p in c.files if os.path.relpath(p, c.archive).replace(os.sep, "/") not in c.unchecked]
     print(
         f"check: {c.recomputed} numbers recomputed; {c.matched} of {c.compared} comparisons matched; "
@@ -102,12 +102,12 @@ def run(a) -> int:
         f"{len(c.problems)} mismatches; {len(c.unreadable)} unreadable"
     )
     if c.reproduces is not None:
-        print("reproduces: " + c.reproduces)
-    unchecked = ", ".join(sorted(c.unchecked))
+        print(printable("reproduces: " + c.reproduces))
+    unchecked = printable(", ".join(sorted(c.unchecked)))
     if unchecked and not a.pdf_unchecked:  # what a reader opens is checked, or the auditor says it is not
         code = code if code != EXIT_OK else EXIT_MISMATCH
-        print(f"FAIL: {a.archive} ({unchecked} not checked here; --pdf-unchecked accepts that)")
+        print(printable(f"FAIL: {a.archive} ({unchecked} not checked here; --pdf-unchecked accepts that)"))
         return code
     tail = f" ({unchecked} NOT CHECKED: accepted by --pdf-unchecked)" if unchecked else ""
-    print(("OK: " if code == EXIT_OK else "FAIL: ") + a.archive + tail)
+    print(printable(("OK: " if code == EXIT_OK else "FAIL: ") + a.archive + tail))
     return code

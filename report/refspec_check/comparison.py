@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import base64
-import json
 import math
 import os
 import random
 import re
 from collections import defaultdict
 
+from refspec_check import jsonio
 from refspec_check.comparison_rows import (
     LABELS,
     band_of,
@@ -44,7 +44,7 @@ from refspec_check.stats import mean, percentile
 def _statement_of(c: Checker, path: str, where: str):
     try:
         with open(path, "rb") as f:
-            return json.loads(base64.b64decode(json.loads(f.read())["payload"], validate=True))
+            return jsonio.loads(base64.b64decode(jsonio.loads(f.read())["payload"], validate=True))
     except (OSError, ValueError, KeyError, TypeError) as e:
         c.unread(where, f"not a DSSE envelope over a statement ({e})")
         return None
@@ -65,7 +65,7 @@ def check_input_signature(c: Checker, lab: str, sp: str, named_keyid, trust: Tru
     try:
         with open(sp, "rb") as f:
             data = f.read()
-        env = json.loads(data)
+        env = jsonio.loads(data)
     except (OSError, ValueError) as e:
         c.unread(where, f"not a DSSE envelope ({e})")
         return
@@ -132,7 +132,7 @@ def _json_file(c: Checker, path: str, where: str):
         return {}
     try:
         with open(path, encoding="utf-8") as f:
-            doc = json.load(f)
+            doc = jsonio.load(f)
     except (OSError, ValueError) as e:
         c.unread(where, f"not JSON ({e})")
         return {}
@@ -483,7 +483,7 @@ def check_rendered_facts(c: Checker, plans_same_: bool, pinned_same: bool) -> No
     differences.csv lists "pinned" rows exactly when the carried manifests' pinned inputs differ."""
     try:
         with open(os.path.join(c.archive, "manifest.json"), encoding="utf-8") as f:
-            reg = json.load(f).get("registered_plan_sha256") or {}
+            reg = jsonio.load(f).get("registered_plan_sha256") or {}
     except (OSError, ValueError, AttributeError):
         reg = {}  # the file checks name an unreadable manifest
     c.identities += 1

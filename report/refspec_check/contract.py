@@ -4,10 +4,10 @@
 from __future__ import annotations
 
 import csv
-import json
 import math
 import os
 
+from refspec_check import jsonio
 from refspec_check.problems import Checker
 
 # the servers campaign (anc/servers.md): each server arm over R, C3 beside the patched server with the
@@ -517,7 +517,7 @@ def parse_value(kind: str, text: str):
         t = text.strip()
         if t.startswith("["):
             try:
-                v = json.loads(t)
+                v = jsonio.loads(t)
             except RecursionError:
                 raise ValueError("nested too deeply") from None
             if not isinstance(v, list) or not all(isinstance(x, int) and not isinstance(x, bool) for x in v):
@@ -639,7 +639,7 @@ def read_plan(c: Checker):
     if os.path.isfile(plan_path):
         try:
             with open(plan_path, encoding="utf-8") as f:
-                plan = json.load(f)
+                plan = jsonio.load(f)
         except (OSError, ValueError, UnicodeDecodeError, RecursionError) as e:
             c.unread("plan.json", f"not JSON ({e})")
         if plan is not None and not isinstance(plan, dict):

@@ -17,9 +17,9 @@ the operator's files (logs, summaries) and is not held to this.
 from __future__ import annotations
 
 import csv
-import json
 import os
 
+from refspec_check import jsonio
 from refspec_check.contract import (
     CAMPAIGN_RECORDS,
     COMPARE_COLUMNS,
@@ -134,7 +134,7 @@ def check_ledger_records(c: Checker, rel: str) -> None:
         return
     for i, raw in enumerate(lines, start=1):
         try:
-            rec = json.loads(raw)
+            rec = jsonio.loads(raw)
         except (ValueError, RecursionError):
             continue
         where = f"{rel}:{i}"
@@ -154,7 +154,7 @@ def check_numbers_keys(c: Checker, rel: str) -> None:
     provenance only values of ``PROVENANCE_KEYS``."""
     try:
         with open(os.path.join(c.archive, rel), encoding="utf-8") as f:
-            doc = json.load(f)
+            doc = jsonio.load(f)
     except (OSError, ValueError, UnicodeDecodeError, RecursionError):
         return  # read_report says so
     if not isinstance(doc, dict):

@@ -32,10 +32,10 @@ class Checker:
         self.reproduces: str | None = None  # the archive a reproduction's seal names
 
     def bad(self, where: str, msg: str) -> None:
-        self.problems.append(f"{where}: {msg}")
+        self.problems.append(printable(f"{where}: {msg}"))
 
     def unread(self, where: str, msg: str) -> None:
-        self.unreadable.append(f"{where}: {msg}")
+        self.unreadable.append(printable(f"{where}: {msg}"))
 
     def same(self, where: str, stated, expected, what: str = "") -> bool:
         """Compare a stated value with a recomputed one (numbers within REL_TOL * max(1, |recomputed|): 1e-12
@@ -47,6 +47,26 @@ class Checker:
         else:
             self.bad(where, f"{what + ' ' if what else ''}{fmt(stated)} != recomputed {fmt(expected)}")
         return ok
+
+
+# bidirectional controls, which reorder what a terminal shows
+_BIDI = {0x061C, 0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A)}
+
+
+def printable(s: str) -> str:
+    """A message as one line a reader can trust: control and bidirectional characters (a file name
+    with a newline that would print a line of its own, "OK: ..." above the real verdict) escaped as
+    ``\\xNN`` / ``\\uNNNN``."""
+    if all(32 <= ord(ch) < 127 or (ord(ch) > 159 and ord(ch) not in _BIDI) for ch in s):
+        return s
+    return "".join(
+        ch
+        if 32 <= ord(ch) < 127 or (ord(ch) > 159 and ord(ch) not in _BIDI)
+        else f"\\x{ord(ch):02x}"
+        if ord(ch) < 256
+        else f"\\u{ord(ch):04x}"
+        for ch in s
+    )
 
 
 def fmt(v) -> str:

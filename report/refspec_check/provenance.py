@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import base64
-import json
 import os
 
+from refspec_check import jsonio
 from refspec_check.digests import sha256_file
 from refspec_check.problems import Checker
 from refspec_check.report import Report
@@ -41,7 +41,7 @@ def read_manifest(c: Checker) -> dict | None:
     p = os.path.join(c.archive, "manifest.json")
     try:
         with open(p, encoding="utf-8") as f:
-            m = json.load(f)
+            m = jsonio.load(f)
     except (OSError, ValueError, UnicodeDecodeError, RecursionError):
         return None
     return m if isinstance(m, dict) else None
@@ -54,7 +54,7 @@ def check_reproduction_provenance(c: Checker, rep: Report, prov: dict) -> None:
     p = os.path.join(c.archive, "manifest.json")
     try:
         with open(p, encoding="utf-8") as f:
-            m = json.load(f)
+            m = jsonio.load(f)
     except (OSError, ValueError):
         return
     ext = (m.get("buildDefinition") or {}).get("externalParameters") if isinstance(m, dict) else None
@@ -98,8 +98,8 @@ def check_data_seal(c: Checker, rep: Report, prov: dict, head: list) -> None:
     if os.path.isfile(sp):
         try:
             with open(sp, encoding="utf-8") as f:
-                env = json.load(f)
-            stmt = json.loads(base64.b64decode(env["payload"], validate=True))
+                env = jsonio.load(f)
+            stmt = jsonio.loads(base64.b64decode(env["payload"], validate=True))
             prev = (stmt.get("predicate") or {}).get("previous_seal_sha256")
             keyids = [s.get("keyid") for s in env.get("signatures") or [] if isinstance(s, dict)]
         except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError):

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import json
 import os
 
+from refspec_check import jsonio
 from refspec_check.contract import posix_rel
 from refspec_check.html5 import prescan
 from refspec_check.problems import Checker, Unreadable
@@ -47,7 +47,7 @@ def read_report(c: Checker) -> Report | None:
         return None
     try:
         with open(numbers_path, encoding="utf-8") as f:
-            numbers_doc = json.load(f)
+            numbers_doc = jsonio.load(f)
         if not isinstance(numbers_doc, dict) or not isinstance(numbers_doc.get("numbers"), list):
             raise ValueError("no 'numbers' list")
     except (OSError, ValueError, UnicodeDecodeError, RecursionError) as e:

@@ -15,9 +15,9 @@ a first divergence, k = those of them where X qualifies."""
 
 from __future__ import annotations
 
-import json
 import os
 
+from refspec_check import jsonio
 from refspec_check.context import Context
 from refspec_check.contract import TWIN_SUFFIX
 from refspec_check.divergence import check_row
@@ -29,7 +29,7 @@ def _screen_record(ctx: Context, fam: str, multi: bool) -> tuple[str, dict | Non
     path = os.path.join(ctx.c.archive, rel)
     try:
         with open(path, encoding="utf-8") as f:
-            rec = json.load(f)
+            rec = jsonio.load(f)
     except (OSError, ValueError) as e:
         ctx.c.bad(rel, f"the divergence screen's record is missing or unreadable ({e.__class__.__name__})")
         return rel, None

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import json
 import os
 import re
 import stat
 
+from refspec_check import jsonio
 from refspec_check.contract import posix_rel
 from refspec_check.digests import canonical, sha256_file
 from refspec_check.ed25519 import ed25519_problem
@@ -152,9 +152,9 @@ def check_seal(c: Checker, sp: str, trust: Trust) -> None:
     try:
         with open(sp, "rb") as f:
             data = f.read()
-        env = json.loads(data)
+        env = jsonio.loads(data)
         check_signature(c, data, env, trust)
-        statement = json.loads(base64.b64decode(env["payload"], validate=True))
+        statement = jsonio.loads(base64.b64decode(env["payload"], validate=True))
         subjects = statement["subject"]
         if not isinstance(subjects, list):
             raise ValueError("subject is not a list")

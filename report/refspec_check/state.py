@@ -3,10 +3,10 @@ frontier, admission, projection, claims."""
 
 from __future__ import annotations
 
-import json
 import os
 from collections import defaultdict
 
+from refspec_check import jsonio
 from refspec_check.context import Context
 from refspec_check.contract import CsvTable
 from refspec_check.digests import endpoint_digest
@@ -80,7 +80,7 @@ def check_partition_screen(ctx: Context) -> None:
     path = os.path.join(c.archive, PSCREEN_RECORD)
     try:
         with open(path, encoding="utf-8") as f:
-            rec = json.load(f)
+            rec = jsonio.load(f)
         if not isinstance(rec, dict):
             raise ValueError("not an object")
     except (OSError, ValueError) as e:

@@ -3,10 +3,10 @@ counts and the ledger's records."""
 
 from __future__ import annotations
 
-import json
 import os
 from collections import defaultdict
 
+from refspec_check import jsonio
 from refspec_check.context import Context, Expected
 from refspec_check.contract import LEDGER_KIND_KEYS, REFERENCE_ARM, CsvTable, posix_rel
 from refspec_check.digests import endpoint_digest
@@ -299,7 +299,7 @@ def check_ledger(c: Checker, E: Expected, rep: Report) -> None:
         for raw in f:
             n += 1
             try:
-                rec = json.loads(raw)
+                rec = jsonio.loads(raw)
             except (ValueError, RecursionError):
                 continue
             kind = "(none)"
