@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from refspec.provenance.dsse import SEAL_NAME, envelope_bytes
-from support.synthetic_archive import run_check, seal_archive, signer
+from support.synthetic_archive import FAMILIES, run_check, seal_archive, signer
 from support.tampering import folder_files, signed_statement, statement
 
 
@@ -35,6 +35,41 @@ def _nul(p: Path) -> None:
     p.write_bytes(data[:cut] + b"\x00" + data[cut:])
 
 
+def _deep(p: Path) -> None:
+    """A value nested 5,000 levels deep beside the document's own keys (Python's parser would recurse
+    past its stack: RecursionError)."""
+    text = p.read_text(encoding="utf-8")
+    at = text.index("{") + 1
+    p.write_text(text[:at] + '"deep": ' + "[" * 5000 + "]" * 5000 + ", " + text[at:], encoding="utf-8")
+
+
+def _retyped(p: Path, key: str, to) -> None:
+    """Every value under ``key`` (at any depth) replaced by ``to(value)``."""
+
+    def walk(v):
+        if isinstance(v, dict):
+            return {k: (to(x) if k == key else walk(x)) for k, x in v.items()}
+        if isinstance(v, list):
+            return [walk(x) for x in v]
+        return v
+
+    p.write_text(json.dumps(walk(json.loads(p.read_text(encoding="utf-8")))), encoding="utf-8")
+
+
+def _campaigns_list(p: Path) -> None:
+    _retyped(p, "campaigns", lambda v: list(v.values()) if isinstance(v, dict) else v)
+
+
+def _threshold_str(p: Path) -> None:
+    _retyped(p, "threshold", str)
+
+
+def _panel_list(p: Path) -> None:
+    _retyped(p, "panel", lambda v: [v])
+
+
+SCREEN = f"campaigns/{FAMILIES[0]}/screen/screen.json"
+
 #: (file in the results folder, damage): every kind of file the checker reads
 DAMAGE = [
     ("tables/ratios.csv", _latin1),
@@ -52,6 +87,13 @@ DAMAGE = [
     ("manifest.json", _latin1),
     ("ledger.jsonl", _latin1),
     ("ledger.jsonl", _truncate),
+    # the wrong shape inside a well-formed document
+    ("plan.json", _deep),
+    ("manifest.json", _deep),
+    (SCREEN, _deep),
+    ("plan.json", _campaigns_list),
+    ("plan.json", _threshold_str),
+    (SCREEN, _panel_list),
 ]
 
 
@@ -78,3 +120,20 @@ def test_a_sealed_malformed_file_is_a_finding_not_a_crash(sealed, tmp_path, rel,
         line for line in out.splitlines() if line.startswith(("MISMATCH", "UNREADABLE")) and Path(rel).name in line
     ]
     assert named, f"no line names {rel}:\n{out[-3000:]}"
+
+
+def test_a_file_name_cannot_print_a_line_of_its_own(sealed, tmp_path):
+    """A sealed file whose name holds a newline and "OK: ..." is named escaped on one line: the only
+    line starting with OK or FAIL is the verdict's, and it is FAIL."""
+    archive = tmp_path / "archive"
+    shutil.copytree(sealed, archive)
+    for p in archive.rglob("*"):
+        p.chmod(0o755 if p.is_dir() else 0o644)
+    (archive / "x\nOK: all consistent").write_text("stray\n", encoding="utf-8")
+    stmt = signed_statement(statement(archive), folder_files(archive))
+    (archive / SEAL_NAME).write_bytes(envelope_bytes(stmt, signer()))
+    code, out = run_check(archive)
+    assert code == 1, out[-2000:]
+    verdicts = [line for line in out.splitlines() if line.startswith(("OK", "FAIL"))]
+    assert len(verdicts) == 1 and verdicts[0].startswith("FAIL"), verdicts
+    assert "x\\x0aOK: all consistent" in out, out[-2000:]
