@@ -19,6 +19,7 @@ from refspec_check.pdf import check_pdf
 from refspec_check.problems import EXIT_UNREADABLE, Checker
 from refspec_check.provenance import check_data_seal, check_host, check_provenance, read_manifest
 from refspec_check.qualification import arm_facts, reference_arms
+from refspec_check.registered_plan import check_registered_plan
 from refspec_check.rendering import check_rendering
 from refspec_check.replication import bootstrap_parameters, check_loads, check_noise, check_replication, check_sessions
 from refspec_check.report import read_report
@@ -91,6 +92,7 @@ def check(archive: str, quiet: bool = False, unsealed: bool = False, trust: Trus
     facts = step("requests", arm_facts, {}, reqs)
     step("endpoints", check_endpoints, None, ctx)
     qual = step("qualification", check_qualification, {}, ctx, step("plan", reference_arms, {}, plan))
+    step("plan", check_registered_plan, None, c, plan)  # one registered plan (refspec_check.registered_plan)
     step("screen", check_screen, None, ctx, plan)
     step("exposed repairs", check_exposed_repairs, None, ctx, qual)
     rules = step("plan", AARules, None, c, plan)  # (campaign, family) -> the A/A rule its plan froze
