@@ -7,8 +7,9 @@ import math
 from collections import defaultdict
 
 from refspec_check import intervals as IV
+from refspec_check.arms import arm_order
 from refspec_check.context import Context
-from refspec_check.contract import DIAGNOSTIC_PAIRS, CsvTable
+from refspec_check.contract import DIAGNOSTIC_PAIRS, TWIN_SUFFIX, CsvTable
 from refspec_check.digests import endpoint_digest
 from refspec_check.divergence import check_row as check_divergence
 from refspec_check.findings import add_fold, fold
@@ -172,9 +173,13 @@ def check_ratios(ctx: Context, qual: dict, facts: dict, rules=None) -> None:
     for every campaign without it)."""
     c, E, tables, src = ctx.c, ctx.E, ctx.tables, ctx.src
     if "ratios" not in tables:
+        ran = sorted({r["campaign"] for r in tables["requests"].rows} & set(ALL_PAIRS)) if "requests" in tables else []
+        if ran:
+            c.bad("tables/ratios.csv", f"missing, but requests.csv holds the {', '.join(ran)} campaign(s)")
         return
     tr = tables["ratios"]
     s_r = src("ratios")
+    check_ratio_rows_complete(ctx, qual, facts)
     times = defaultdict(list)
     cpu = defaultdict(list)
     for r in tables["requests"].rows if "requests" in tables else []:
@@ -235,6 +240,36 @@ def check_ratios(ctx: Context, qual: dict, facts: dict, rules=None) -> None:
 
 
 INTERVAL_COLUMNS = ("design", "units", "lo", "hi", "verdict", "detectable")
+# the campaigns whose ratios table compares every unordered pair of their arms (A/A twins aside):
+# refspec.campaigns.derived.ratios_table without explicit pairs
+ALL_PAIRS = ("confirmation", "implementation")
+
+
+def check_ratio_rows_complete(ctx: Context, qual: dict, facts: dict) -> None:
+    """Every ratio row that must exist does: for a campaign of :data:`ALL_PAIRS`, family and cap with
+    qualification rows, each unordered pair of the arms requests.csv holds there (twins aside; the
+    earlier arm in arm order the numerator), qualified or not. A row cut from ratios.csv (and from
+    everything the report shows of it) is a mismatch naming the pair."""
+    c, tables = ctx.c, ctx.tables
+    stated = {(r["campaign"], r["family"], r["cap"], r["numerator"], r["denominator"]) for r in tables["ratios"].rows}
+    arms_at: dict = defaultdict(set)
+    for r in tables["requests"].rows if "requests" in tables else []:
+        if r["campaign"] in ALL_PAIRS:
+            arms_at[(r["campaign"], r["family"], r["cap"])].add(r["arm"])
+    for (camp, fam, cap), arms in sorted(arms_at.items(), key=str):
+        if panels(qual, camp).get((fam, cap)) is None:
+            continue
+        plain = sorted(
+            (a for a in arms if not a.endswith(TWIN_SUFFIX)), key=lambda a: arm_order(a, *facts[(camp, fam, a)])
+        )
+        c.identities += 1
+        for i, a in enumerate(plain):
+            for b in plain[i + 1 :]:
+                if (camp, fam, cap, a, b) not in stated:
+                    c.bad(
+                        "tables/ratios.csv",
+                        f"no row for {a}/{b} of {camp} {fam} cap {cap}: every pair of its arms has one",
+                    )
 
 
 def check_ratio_interval(
