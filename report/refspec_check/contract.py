@@ -766,7 +766,7 @@ COMPARED_TABLES = tuple(
 )
 
 #: numbers.json (refspec.reporting.render, refspec.reporting.comparison): its keys and each number's
-NUMBERS_KEYS = ("format", "provenance", "findings", "headline", "numbers")
+NUMBERS_KEYS = ("format", "renderer", "provenance", "findings", "headline", "numbers")
 NUMBER_KEYS = ("id", "table", "row", "column", "value", "fmt", "text", "source")
 #: the provenance values of numbers.json, each shown in the report (an archive's, then a comparison's)
 PROVENANCE_KEYS = (

@@ -17,6 +17,7 @@ import os
 import sys
 from pathlib import Path
 
+from refspec_check import jsonio
 from refspec_check.problems import Checker
 
 #: the folder holding the ``refspec`` package, beside this checker's folder in the repository
@@ -95,8 +96,39 @@ def _compare(c: Checker, report_dir: str, render) -> None:
             )
 
 
+def rendered_by(report_dir: str) -> str | None:
+    """The renderer version numbers.json records (None: not recorded, or not readable here)."""
+    try:
+        with open(os.path.join(report_dir, "numbers.json"), encoding="utf-8") as f:
+            v = jsonio.load(f).get("renderer")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return v if isinstance(v, str) else None
+
+
+def version_skew(c: Checker, report_dir: str) -> bool:
+    """Whether the archive was rendered by another version of the renderer than this checker carries:
+    said plainly as unreadable here (exit 2, "use the checker of X"), not as tampering."""
+    reporting, _why = _renderer()
+    have = rendered_by(report_dir)
+    if reporting is None or have is None:
+        return False
+    want = reporting.render.renderer_version()
+    if have == want:
+        return False
+    c.unread(
+        _where(c, report_dir) + "numbers.json",
+        f"rendered by renderer {have[:16]}, this checker renders {want[:16]}: check it with the checker of "
+        f"{have[:16]} (the repository's report/ and workflow/ of the release that rendered it)",
+    )
+    return True
+
+
 def check_rendering(c: Checker, report_dir: str, prov: dict) -> None:
-    """report.html, report.tex and numbers.json of a run's archive equal the rendering of its tables."""
+    """report.html, report.tex and numbers.json of a run's archive equal the rendering of its tables
+    (rendered by this checker's renderer version; another version is said as such: :func:`version_skew`)."""
+    if version_skew(c, report_dir):
+        return
     fp = prov.get("pubkey_fingerprint") if isinstance(prov.get("pubkey_fingerprint"), str) else None
     ds = prov.get("data_seal_sha256")
 

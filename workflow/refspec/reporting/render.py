@@ -31,6 +31,7 @@ Sections come from the modules of :mod:`.sections` over the data model of
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -206,12 +207,31 @@ def render_documents(
     return html_page(sections, title, svg), tex_page(sections, title, tex_colors(COLORS), tikz)
 
 
+def renderer_version() -> str:
+    """The renderer's version: sha256 over the sources of this package (``refspec/reporting``, each file's
+    path relative to it and its bytes, in sorted order). numbers.json records it; ``report/check.py``
+    renders an archive again only with the renderer of the same version, and names the one it needs."""
+    root = Path(__file__).resolve().parent
+    h = hashlib.sha256()
+    for p in sorted(root.rglob("*.py")):
+        h.update(p.relative_to(root).as_posix().encode() + b"\0" + p.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
 def numbers_bytes(prov: dict[str, Any], N: Numbers, fmt: str = NUMBERS_FORMAT) -> bytes:
-    """numbers.json: the provenance values, the findings and the headline (taken out of ``prov``) and every number."""
+    """numbers.json: the format and the renderer's version (:func:`renderer_version`), the provenance values,
+    the findings and the headline (taken out of ``prov``) and every number."""
     prov = dict(prov)
     headline = prov.pop("headline", [])
     found = prov.pop("findings", [])
-    doc = {"format": fmt, "provenance": prov, "findings": found, "headline": headline, "numbers": N.as_json()}
+    doc = {
+        "format": fmt,
+        "renderer": renderer_version(),
+        "provenance": prov,
+        "findings": found,
+        "headline": headline,
+        "numbers": N.as_json(),
+    }
     return json.dumps(doc, indent=1, sort_keys=False, ensure_ascii=False).encode() + b"\n"
 
 
