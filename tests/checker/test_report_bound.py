@@ -147,9 +147,12 @@ RENDERED_HTML = "MISMATCH report.html: differs from the canonical rendering of t
 RENDERED_TEX = "MISMATCH report.tex: differs from the canonical rendering of the sealed tables, line "
 EDITS = [
     (
-        "a verdict changed: inconclusive reads exceeds",
+        "a verdict changed: undecided reads slower",
         lambda h: _in_table(
-            h, "estimates", '<td class="inconclusive">inconclusive</td>', '<td class="inconclusive">exceeds</td>'
+            h,
+            "estimates",
+            '<td class="inconclusive" data-label="decision">undecided: interval too wide</td>',
+            '<td class="inconclusive" data-label="decision">slower</td>',
         ),
         None,
         RENDERED_HTML,
@@ -168,7 +171,12 @@ EDITS = [
     ),
     (
         "a ratio label inverted",
-        lambda h: _in_table(h, "ratios-confirmation", '<td class="mono">M3/C3</td>', '<td class="mono">C3/M3</td>'),
+        lambda h: _in_table(
+            h,
+            "ratios-confirmation",
+            '<td class="mono" data-label="comparison">M3/C3</td>',
+            '<td class="mono" data-label="comparison">C3/M3</td>',
+        ),
         None,
         RENDERED_HTML,
     ),
@@ -217,7 +225,7 @@ def test_reader_facing_edit_refused(stage, tmp_path, what, edit_html, edit_numbe
 TEX_EDITS = [
     (
         "a verdict changed in report.tex",
-        lambda t: t.replace("& inconclusive &", "& exceeds &", 1),
+        lambda t: t.replace("& undecided: interval too wide &", "& slower &", 1),
         RENDERED_TEX,
     ),
     (
@@ -244,8 +252,10 @@ def test_tex_edit_refused(stage, tmp_path, what, edit_tex, phrase):
 
 def _drop_aa_from_e2(doc: dict) -> None:
     for h in doc["headline"]:
-        if "decision" in h and " \u00b7 A/A " in h["parts"]:
-            h["parts"] = h["parts"][: h["parts"].index(" \u00b7 A/A ")]
+        p = h["parts"]
+        at = [k for k in range(len(p) - 1) if p[k] == " \u00b7 " and str(p[k + 1]).startswith("A/A ")]
+        if "decision" in h and at:
+            h["parts"] = p[: at[0]]
             return
     raise AssertionError("no E2 row with an A/A control")
 

@@ -17,7 +17,7 @@ from refspec.provenance.seal import seal
 from refspec.reporting import render as report
 from support.synthetic_archive import make_results, run_check, signer
 
-FIGURES = ("fig-first-divergence", "fig-cost", "fig-forest", "fig-diagnostics", "fig-replication", "fig-acceptance")
+FIGURES = ("fig-first-divergence", "fig-forest", "fig-cost", "fig-diagnostics", "fig-replication", "fig-acceptance")
 
 
 def sealed(stage: Path, dst: Path, edit=None, name: str = "report.html") -> Path:

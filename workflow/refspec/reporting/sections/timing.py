@@ -25,7 +25,8 @@ def _interval_cells(nums: ShownTable, base: tuple, key: dict, r: dict) -> list[C
     lo = nums.add(base + ("lo",), r["lo"], ".6f", row=key, column="lo")
     hi = nums.add(base + ("hi",), r["hi"], ".6f", row=key, column="hi")
     det = nums.add(base + ("detectable",), r["detectable"], ".3f", row=key, column="detectable")
-    return [Cell(["[", lo, ", ", hi, f"] ({r['design']}, ", units, ")"]), Cell([word]), Cell([det])]
+    # the verdict in words wraps in report.tex's narrow column
+    return [Cell(["[", lo, ", ", hi, f"] ({r['design']}, ", units, ")"]), Cell([word], cls="wrap"), Cell([det])]
 
 
 @table_section(
@@ -65,7 +66,7 @@ def section_ratios(sec: Section, a: Archive, N: Numbers) -> None:
             nt = nums.add(base + ("n_tasks",), r["n_tasks"], "d", row=key, column="n_tasks")
             if r["qualified"] and r["ratio"] is not None:
                 cells.append(Cell([nums.add(base + ("ratio",), r["ratio"], ".6f", row=key, column="ratio")]))
-                cells.append(Cell(speed_cell(nums, base, key, "ratio", r)))
+                cells.append(Cell(speed_cell(nums, base, key, "ratio", r), cls="wrap"))  # wraps in report.tex
                 cpu = r.get("cpu_ratio")
                 cells.append(
                     Cell([nums.add(base + ("cpu_ratio",), cpu, ".6f", row=key, column="cpu_ratio")] if cpu else [DASH])
@@ -92,7 +93,7 @@ def section_ratios(sec: Section, a: Archive, N: Numbers) -> None:
                     "path",
                     "comparison",
                     "ratio",
-                    "as a speed (numerator vs denominator)",
+                    "as a speed",
                     "CPU-time ratio",
                     "95% interval (design, processes)",
                     "verdict",
