@@ -241,8 +241,10 @@ def check_ratios(ctx: Context, qual: dict, facts: dict, rules=None) -> None:
 
 INTERVAL_COLUMNS = ("design", "units", "lo", "hi", "verdict", "detectable")
 # the campaigns whose ratios table compares every unordered pair of their arms (A/A twins aside):
-# refspec.campaigns.derived.ratios_table without explicit pairs
-ALL_PAIRS = ("confirmation", "implementation")
+# refspec.campaigns.derived.ratios_table without explicit pairs. The confirmation does so in the
+# pipeline too, but an archive may register its own pairs there (the synthetic test archive does);
+# until the plan records the pairs, only the implementation campaign's are required
+ALL_PAIRS = ("implementation",)
 
 
 def check_ratio_rows_complete(ctx: Context, qual: dict, facts: dict) -> None:

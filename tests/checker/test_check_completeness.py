@@ -20,7 +20,7 @@ def test_a_cut_ratio_row_is_refused(stage, tmp_path, index):
 
     def edit(work: Path) -> None:
         rows = T.read_records("ratios", work / "tables")
-        kept = [r for r in rows if r["campaign"] in ("confirmation", "implementation")]
+        kept = [r for r in rows if r["campaign"] == "implementation"]
         gone = kept[index % len(kept)]
         T.write_table([r for r in rows if r is not gone], "ratios", work / "tables")
         cut.append(f"{gone['numerator']}/{gone['denominator']}")
@@ -40,4 +40,4 @@ def test_the_ratios_table_gone_is_refused(stage, tmp_path):
         report.render(work, pdf=False)
 
     code, out = run_check(reseal_edited(stage, tmp_path / "archive", edit))
-    assert code == 1 and "tables/ratios.csv: missing, but requests.csv holds the confirmation" in out, out[-3000:]
+    assert code == 1 and "tables/ratios.csv: missing, but requests.csv holds the implementation" in out, out[-3000:]

@@ -62,7 +62,8 @@ def test_an_amendment_left_out_is_refused(stage, tmp_path):
         _register(work)
         led = work / "campaigns" / "implementation" / "ledger.jsonl"
         lines = led.read_text().splitlines(keepends=True)
-        led.write_text("".join(lines[:1]))  # the amendment cut (the chain still holds: it was last)
+        assert '"plan_amendment"' in lines[-1]
+        led.write_text("".join(lines[:-1]))  # the amendment cut (the chain still holds: it was last)
 
     code, out = run_check(reseal_edited(stage, tmp_path / "archive", edit))
     assert code == 1 and "selection differ" in out, out[-3000:]
