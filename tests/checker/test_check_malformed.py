@@ -93,7 +93,6 @@ DAMAGE = [
     (SCREEN, _deep),
     ("plan.json", _campaigns_list),
     ("plan.json", _threshold_str),
-    (SCREEN, _panel_list),
 ]
 
 
@@ -137,3 +136,18 @@ def test_a_file_name_cannot_print_a_line_of_its_own(sealed, tmp_path):
     verdicts = [line for line in out.splitlines() if line.startswith(("OK", "FAIL"))]
     assert len(verdicts) == 1 and verdicts[0].startswith("FAIL"), verdicts
     assert "x\\x0aOK: all consistent" in out, out[-2000:]
+
+
+def test_a_screen_panel_of_the_wrong_type_is_a_finding(sealed, tmp_path):
+    """screen.json's panel a list where an object belongs: mismatches (the screen's numbers no longer
+    recomputable), never exit 70."""
+    archive = tmp_path / "archive"
+    shutil.copytree(sealed, archive)
+    for p in archive.rglob("*"):
+        p.chmod(0o755 if p.is_dir() else 0o644)
+    _panel_list(archive / SCREEN)
+    stmt = signed_statement(statement(archive), folder_files(archive))
+    (archive / SEAL_NAME).write_bytes(envelope_bytes(stmt, signer()))
+    code, out = run_check(archive)
+    assert code in (1, 2) and "internal error" not in out, out[-3000:]
+    assert "MISMATCH numbers.json: screen|" in out, out[-3000:]
