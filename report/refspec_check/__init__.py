@@ -11,7 +11,8 @@ taken from outside the archive; without it a sealed archive's signature cannot b
 checked, which is a mismatch. ``--expect-keyid`` pins that key's fingerprint and
 ``--expect-previous`` the seal this archive must follow, as for ``refspec verify``.
 
-It imports nothing from refspec. From the CSV copies of the result tables it
+Its recomputations import nothing from refspec; only the byte-for-byte rendering check
+(``rendering.py``) loads the renderer ``refspec.reporting`` from the repository's workflow/. From the CSV copies of the result tables it
 recomputes, with its own code:
 
 * every endpoint digest (from the token lists) and every qualification row
