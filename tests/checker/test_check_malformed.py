@@ -102,17 +102,22 @@ def sealed(stage, tmp_path_factory) -> Path:
     return seal_archive(stage, tmp_path_factory.mktemp("malformed") / "archive")
 
 
-@pytest.mark.parametrize(("rel", "damage"), DAMAGE, ids=[f"{r}-{d.__name__.strip('_')}" for r, d in DAMAGE])
-def test_a_sealed_malformed_file_is_a_finding_not_a_crash(sealed, tmp_path, rel, damage):
+def _resealed(sealed: Path, tmp_path: Path, damage) -> Path:
+    """A copy of the sealed archive after ``damage(folder)``, signed again over the damage with the valid
+    key, as a signer's own tool could."""
     archive = tmp_path / "archive"
     shutil.copytree(sealed, archive)
     for p in archive.rglob("*"):
         p.chmod(0o755 if p.is_dir() else 0o644)
-    damage(archive / rel)
-    # signed again over the damaged file with the valid key, as a signer's own tool could
+    damage(archive)
     stmt = signed_statement(statement(archive), folder_files(archive))
     (archive / SEAL_NAME).write_bytes(envelope_bytes(stmt, signer()))
-    code, out = run_check(archive)
+    return archive
+
+
+@pytest.mark.parametrize(("rel", "damage"), DAMAGE, ids=[f"{r}-{d.__name__.strip('_')}" for r, d in DAMAGE])
+def test_a_sealed_malformed_file_is_a_finding_not_a_crash(sealed, tmp_path, rel, damage):
+    code, out = run_check(_resealed(sealed, tmp_path, lambda archive: damage(archive / rel)))
     assert code in (1, 2), f"exit {code}:\n{out[-3000:]}"
     assert "internal error" not in out
     named = [
@@ -124,14 +129,11 @@ def test_a_sealed_malformed_file_is_a_finding_not_a_crash(sealed, tmp_path, rel,
 def test_a_file_name_cannot_print_a_line_of_its_own(sealed, tmp_path):
     """A sealed file whose name holds a newline and "OK: ..." is named escaped on one line: the only
     line starting with OK or FAIL is the verdict's, and it is FAIL."""
-    archive = tmp_path / "archive"
-    shutil.copytree(sealed, archive)
-    for p in archive.rglob("*"):
-        p.chmod(0o755 if p.is_dir() else 0o644)
-    (archive / "x\nOK: all consistent").write_text("stray\n", encoding="utf-8")
-    stmt = signed_statement(statement(archive), folder_files(archive))
-    (archive / SEAL_NAME).write_bytes(envelope_bytes(stmt, signer()))
-    code, out = run_check(archive)
+
+    def stray(archive: Path) -> None:
+        (archive / "x\nOK: all consistent").write_text("stray\n", encoding="utf-8")
+
+    code, out = run_check(_resealed(sealed, tmp_path, stray))
     assert code == 1, out[-2000:]
     verdicts = [line for line in out.splitlines() if line.startswith(("OK", "FAIL"))]
     assert len(verdicts) == 1 and verdicts[0].startswith("FAIL"), verdicts
@@ -141,13 +143,6 @@ def test_a_file_name_cannot_print_a_line_of_its_own(sealed, tmp_path):
 def test_a_screen_panel_of_the_wrong_type_is_a_finding(sealed, tmp_path):
     """screen.json's panel a list where an object belongs: mismatches (the screen's numbers no longer
     recomputable), never exit 70."""
-    archive = tmp_path / "archive"
-    shutil.copytree(sealed, archive)
-    for p in archive.rglob("*"):
-        p.chmod(0o755 if p.is_dir() else 0o644)
-    _panel_list(archive / SCREEN)
-    stmt = signed_statement(statement(archive), folder_files(archive))
-    (archive / SEAL_NAME).write_bytes(envelope_bytes(stmt, signer()))
-    code, out = run_check(archive)
+    code, out = run_check(_resealed(sealed, tmp_path, lambda archive: _panel_list(archive / SCREEN)))
     assert code in (1, 2) and "internal error" not in out, out[-3000:]
     assert "MISMATCH numbers.json: screen|" in out, out[-3000:]

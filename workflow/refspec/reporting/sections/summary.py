@@ -9,9 +9,10 @@ from typing import Any
 from ...campaigns.derived import arm_sort_key, qualification_counts
 from ...core.arms import REFERENCE_ARM
 from ...core.campaign_names import REPORT_ORDER
-from ...core.stats import DECIDED
+from ...core.stats import DECIDED, DEFAULT_THRESHOLD
 from ...core.vacuity import panel_exposure
 from ..document import DASH, Archive, Cell, Link, Num, Numbers, Section, ShownTable, Table
+from ..svg import forest_estimate_groups, forest_ratio_groups
 from .answer import answer, panels, recipes, reference_of, roles
 from .noise import aa_parts, aa_rows
 from .numerical import e1_counts
@@ -392,9 +393,9 @@ def findings(a: Archive, N: Numbers, facts: dict[tuple, tuple], timing: str = ""
 
 
 def _has_forest(a: Archive) -> bool:
-    """Whether the report draws the forest plot: a qualified ratio or an E2 estimate with an interval."""
-    ratios = [r for r in a.rows("ratios") if r["qualified"] and r["ratio"] is not None and r["lo"] is not None]
-    return bool(ratios or [r for r in a.rows("estimates") if r["estimate"] is not None and r["lo"] is not None])
+    """Whether the report draws the forest plot: the figure's own groups (timing._forest) are not empty."""
+    ratios = forest_ratio_groups(a.rows("ratios"), a.rows("noise"), DEFAULT_THRESHOLD)
+    return bool(ratios or forest_estimate_groups(a.rows("estimates"), a.rows("noise")))
 
 
 def _answers(a: Archive, N: Numbers, f: Findings, timing: str) -> dict[tuple, list[dict]]:
