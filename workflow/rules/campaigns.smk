@@ -32,9 +32,11 @@ rule campaign:
         ),
         preset=CFG.campaigns.preset,
         threads=THREADS,
+        # the run's target and budget (refspec main --target/--budget), this campaign's share
+        goal=lambda wildcards: goal_args(CFG, slot_name(wildcards.name)),
     shell:
         "refspec campaign {params.campaign} {params.family} --config {input.cfg}"
-        " --definition {input.definition}"
+        " --definition {input.definition}{params.goal}"
         " --out {params.results} --preset {params.preset}"
         " --threads {params.threads} --manifest {input.manifest} --resume --no-progress > {log} 2>&1"
         " && cp {log} {output}"

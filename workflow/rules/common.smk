@@ -8,6 +8,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(workflow.basedir) / "workflow"))
 from refspec.provenance.manifest import source_paths
 from refspec.campaigns.definitions import load_definition
+from refspec.campaigns.sizing import goal_args
 from refspec.core.config import config_of, preset_settings, study_families
 from refspec.pipeline import seal_chain
 

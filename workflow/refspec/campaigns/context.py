@@ -33,7 +33,7 @@ from .pilot import measure as pilot_measure
 from .records import RunSettings
 from .runner import CampaignRun
 from .scheduler import schedule_record
-from .sizing import resolve_size
+from .sizing import resolve_size, with_goal
 
 # The analysis code as it was when this process imported it (stats.py, plan.py, campaigns/*.py).
 ANALYSIS_CODE = planmod.analysis_code_digest()
@@ -313,12 +313,16 @@ def prepare(
     manifest: str | Path | None = None,
     resume: bool = False,
     progress: bool = True,
+    target: float | None = None,
+    budget_s: float | None = None,
 ) -> tuple[PreparedCampaign, CampaignRun, dict]:
     """Resolve everything campaign ``name`` needs under the loaded workflow config ``cfg``;
     return (PreparedCampaign, CampaignRun, computed plan). ``definition``: a file, or a definition
-    in hand (a mapping, validated as a file's would be)."""
+    in hand (a mapping, validated as a file's would be). ``target`` / ``budget_s``: the user's goal,
+    replacing the definition's sizing (:func:`refspec.campaigns.sizing.with_goal`; frozen in the plan)."""
     name = normalize_name(name)
     defn, dpath = load_definition(name, preset or "default", definition)
+    defn = with_goal(defn, target, budget_s)
     mod = module_for(name)
     out_root, cdir = _campaign_folder(name, cfg, defn, out, family)
     frozen = _frozen_plan(cdir, resume)

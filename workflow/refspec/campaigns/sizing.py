@@ -27,6 +27,8 @@ from __future__ import annotations
 
 import copy
 import math
+import textwrap
+from pathlib import Path
 
 from ..core.errors import ConfigError
 from ..core.stats import (
@@ -149,3 +151,97 @@ def sizing_table(defn: dict, family: str, tables: dict) -> list[dict]:
             achieved_intervals=n,
         )
     ]
+
+
+# --------------------------------------------------------------------------- the user's goal
+
+
+def with_goal(defn: dict, target: float | None = None, budget_s: float | None = None) -> dict:
+    """``defn`` with its sizing's ``target`` and ``budget_s`` replaced where given (the user's
+    ``--target`` / ``--budget``); a definition without ``sizing`` (the fresh design, a preset that
+    turns it off) is returned unchanged: nothing sizes it."""
+    if not defn.get("sizing") or (target is None and budget_s is None):
+        return defn
+    if target is not None and not float(target) > 1.0:
+        raise ConfigError(f"{defn['campaign']}: a target detectable ratio must be above 1 ({target})")
+    if budget_s is not None and not float(budget_s) > 0.0:
+        raise ConfigError(f"{defn['campaign']}: a budget must be a positive number of seconds ({budget_s})")
+    out = copy.deepcopy(defn)
+    if target is not None:
+        out["sizing"]["target"] = float(target)
+    if budget_s is not None:
+        out["sizing"]["budget_s"] = float(budget_s)
+    return out
+
+
+def budget_shares(budget_s: float, budgets: dict[str, float]) -> dict[str, float]:
+    """A run's ``budget`` (seconds of the sized campaigns of one family, in all) dealt out in
+    proportion to the campaigns' own ``budget_s``: ``share_c = budget * b_c / sum_c b_c``."""
+    total = math.fsum(budgets.values())
+    if not total > 0:
+        return {}
+    return {name: float(budget_s) * b / total for name, b in budgets.items()}
+
+
+def _definitions(cfg) -> dict[str, dict]:
+    """The run's campaign definitions under its preset, by campaign name."""
+    from ..core.paths import REPO_ROOT
+    from .definitions import load_definition
+
+    folder = Path(str(cfg.campaigns.definitions))
+    folder = folder if folder.is_absolute() else REPO_ROOT / folder
+    preset = str(cfg.campaigns.preset)
+    return {c: load_definition(c, preset, folder / f"{c}.yaml")[0] for c in cfg.campaigns.run}
+
+
+def run_goals(cfg) -> dict[str, tuple[float | None, float | None]]:
+    """Per sized campaign of the run: the ``(target, budget_s)`` the run's ``target`` and ``budget``
+    give it (:func:`budget_shares`); empty when the run sets neither (the definitions' own)."""
+    if cfg.target is None and cfg.budget is None:
+        return {}
+    sized = {c: float(d["sizing"]["budget_s"]) for c, d in _definitions(cfg).items() if d.get("sizing")}
+    shares = budget_shares(float(cfg.budget), sized) if cfg.budget is not None else {}
+    return {c: (None if cfg.target is None else float(cfg.target), shares.get(c)) for c in sized}
+
+
+def goal_args(cfg, campaign: str) -> str:
+    """``--target X --budget S`` for ``refspec campaign`` from the run's goal ('' where it sets none)."""
+    target, budget = run_goals(cfg).get(campaign, (None, None))
+    return (f" --target {target!r}" if target is not None else "") + (
+        f" --budget {budget:.3f}" if budget is not None else ""
+    )
+
+
+def _panel_size(defn: dict, cfg) -> int | None:
+    panel = defn.get("panel") or {}
+    if panel.get("source") == "humaneval":
+        from ..core.panels import parse_range
+
+        return len(parse_range(str(panel["tasks"])))
+    if panel.get("source") == "screen":
+        from ..core.config import preset_settings
+
+        screen = preset_settings(cfg, "screen")
+        return int(screen.want) + int(screen.controls)
+    return None
+
+
+def goal_text(cfg, width: int = 100) -> str:
+    """What each sized campaign of the run will cost, said before the run starts: the size the cost
+    model chooses for its target within its budget from the prior's costs (each campaign's pilot
+    measures them again before it is sized), and what the target would cost where the budget falls
+    short. Empty when no campaign of the run is sized."""
+    goals = run_goals(cfg)
+    lines = []
+    for c, defn in _definitions(cfg).items():
+        n_tasks = _panel_size(defn, cfg)
+        if not defn.get("sizing") or not n_tasks:
+            continue
+        defn = with_goal(defn, *goals.get(c, (None, None)))
+        n_arms = len(defn["arms"]) + (1 if defn.get("aa_arm") else 0)
+        text = f"{c}: {size_text(resolve_size(defn, n_arms, n_tasks))}"
+        lines.append(textwrap.fill(text, width, initial_indent="  ", subsequent_indent="    "))
+    if not lines:
+        return ""
+    head = "what the timed campaigns will cost (per family; from the priors: each pilot measures again)"
+    return "\n".join([head, *lines]) + "\n"

@@ -57,6 +57,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--resume", action="store_true", help="continue a campaign from its ledger and journal")
     p.add_argument("--analyze", action="store_true", help="only check the plan and rewrite the tables")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument(
+        "--target",
+        type=float,
+        help="the detectable ratio a sized (paired) campaign aims at (default: its definition's sizing.target)",
+    )
+    p.add_argument(
+        "--budget", type=float, metavar="SECONDS", help="the seconds it may spend (default: its sizing.budget_s)"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -72,6 +80,8 @@ def run(args: argparse.Namespace) -> int:
         manifest=args.manifest,
         resume=args.resume or args.analyze,
         progress=not args.no_progress,
+        target=args.target,
+        budget_s=args.budget,
     )
     sized = size_text(ctx.defn)
     if sized and not args.analyze:  # what the campaign can resolve, said before it starts

@@ -18,8 +18,10 @@ from ..pipeline.main import (
     rerun_report_args,
     run_outputs,
     snakemake_command,
+    with_config,
     with_cores,
 )
+from ..campaigns.sizing import goal_text
 
 # unknown options go to snakemake
 PASSTHROUGH = ("main",)
@@ -32,18 +34,36 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--configfile", default="config/config.yaml")
     p.add_argument("--cores", type=int, help="local cores (default: all; not passed with a --profile)")
+    p.add_argument(
+        "--target",
+        type=float,
+        help="the detectable ratio every sized campaign aims at (config target; default: each definition's)",
+    )
+    p.add_argument(
+        "--budget",
+        type=float,
+        metavar="SECONDS",
+        help="seconds the sized campaigns of a family may spend in all, dealt out in proportion to their "
+        "definitions' budgets (config budget; default: each definition's)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
     cfg = load_config(args.configfile)
+    extra = with_config(args.extra, {"target": args.target, "budget": args.budget})
+    goal = {k: config_override(extra, k, getattr(cfg, k)) for k in ("target", "budget")}
+    cfg = cfg.replace(**{k: None if v in (None, "null", "None") else float(v) for k, v in goal.items()})
     base = snakemake_command(args.configfile)
     results = REPO_ROOT / config_override(args.extra, "results", cfg.results)
     release_stale_lock(base, results)
-    r = subprocess.run(with_cores(base, args.cores, args.extra), cwd=REPO_ROOT)
+    cost = goal_text(cfg)
+    if cost and not dry_run(extra):  # what the timed campaigns will cost, before they start
+        print(cost, end="", flush=True)
+    r = subprocess.run(with_cores(base, args.cores, extra), cwd=REPO_ROOT)
     if r.returncode != 0:
         print("refspec main: the workflow failed (see the log tail above and results/*/logs/)", file=sys.stderr)
         return r.returncode
-    if dry_run(args.extra):
+    if dry_run(extra):
         return 0
     out = run_outputs(results)
     # the findings first; the archive, the report and the check line last, where the eye lands

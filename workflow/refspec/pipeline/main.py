@@ -275,6 +275,21 @@ def dry_run(extra: list[str]) -> bool:
     return any(a in ("-n", "--dry-run", "--dryrun") for a in extra)
 
 
+def with_config(extra: list[str], values: dict[str, object]) -> list[str]:
+    """``extra`` with ``KEY=VALUE`` of ``values`` (those not None) given to snakemake's ``--config``:
+    after the first ``--config`` already there (snakemake keeps only the last ``--config`` list), else
+    as a ``--config`` of their own."""
+    pairs = [f"{k}={v}" for k, v in values.items() if v is not None]
+    if not pairs:
+        return list(extra)
+    for i, a in enumerate(extra):
+        if a in ("--config", "-C"):
+            return [*extra[: i + 1], *pairs, *extra[i + 1 :]]
+        if a.startswith("--config="):
+            return [*extra[:i], "--config", a[len("--config=") :], *pairs, *extra[i + 1 :]]
+    return [*extra, "--config", *pairs]
+
+
 def config_override(extra: list[str], key: str, default: str) -> str:
     """The value snakemake's ``--config KEY=VALUE ...`` (or ``-C``) gives ``key``, else ``default``."""
     value, in_config = default, False
