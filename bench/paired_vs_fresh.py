@@ -26,7 +26,8 @@ It writes ``requests.parquet`` (one row per timed request) and ``paired_vs_fresh
 variance components of log request time per design: between processes, within a process and,
 for the paired design, the process-by-arm interaction; every ratio against M_qb and between
 layouts with its 95 % interval, 90 % interval, verdict and detectable ratio in both designs;
-the A/A twin's interval as each design's floor), prints the table and seals the run
+the A/A twin's interval and each design's floor under the calibration rule,
+:func:`refspec.core.stats.decision_floor`), prints the table and seals the run
 (``--no-seal``: not) into ``OUT/archive``: a signed archive (``refspec verify OUT/archive
 --pubkey OUT/signer.pub``) of the requests, the bridge table (``tables/bridge``: one row per
 design and ratio, with ``agree``: whether the two designs' 95 % intervals overlap), the analysis,
@@ -249,7 +250,8 @@ def analyze(folder: Path) -> dict:
         comps = S.variance_components(quads, design)
         twin = twin_name(BASE)
         aa = contrast(rows, design, twin, BASE) if twin in arms else None
-        floor = S.noise_floor_of(aa["lo95"], aa["hi95"]) if aa else 1.0
+        # the calibration rule the campaigns freeze: F = 1 while the twin's interval holds 1
+        floor = S.decision_floor(aa["lo95"], aa["hi95"]) if aa else 1.0
         result["designs"][design] = {
             "components": {
                 "between": comps.between,
