@@ -117,6 +117,34 @@ def _mean_ci(xs: list[float]) -> dict:
     return {"n": len(xs), "mean": iv.log_value, "lo": math.log(iv.lo), "hi": math.log(iv.hi)}
 
 
+def position_effects(rows: list[dict]) -> dict:
+    """The mean residual of ``log t`` (less its arm-and-task mean over every process) by the request's
+    position in its round and by the arm that ran just before it in the process ("none": the first
+    timed request of the process), each with a t interval over the processes (one mean per process)."""
+    cell: dict[tuple, list[float]] = {}
+    for r in rows:
+        cell.setdefault((r["arm"], r["task_id"]), []).append(math.log(r["t_ns"]))
+    mean = {k: sum(v) / len(v) for k, v in cell.items()}
+    by_pos: dict[int, dict[str, list[float]]] = {}
+    by_prev: dict[str, dict[str, list[float]]] = {}
+    for w, rounds in rounds_of(rows).items():
+        prev = "none"
+        for rd in rounds:
+            for i, r in enumerate(rd):
+                z = math.log(r["t_ns"]) - mean[(r["arm"], r["task_id"])]
+                by_pos.setdefault(i, {}).setdefault(w, []).append(z)
+                by_prev.setdefault(prev, {}).setdefault(w, []).append(z)
+                prev = r["arm"]
+
+    def per_process(d: dict[str, list[float]]) -> dict:
+        return _mean_ci([sum(v) / len(v) for v in d.values()])
+
+    return {
+        "position": {str(i): per_process(d) for i, d in sorted(by_pos.items())},
+        "after": {a: per_process(d) for a, d in sorted(by_prev.items())},
+    }
+
+
 def analyze_recipe(rows: list[dict], recipe: str, per_replay: int) -> dict:
     twin = twin_name(recipe)
     tup = [(r["worker"], r["arm"], r["task_id"], float(r["t_ns"])) for r in rows]
@@ -159,6 +187,7 @@ def analyze_recipe(rows: list[dict], recipe: str, per_replay: int) -> dict:
         "twin_context_first": _mean_ci(first),
         "arm_context_first": _mean_ci(second),
         "twin_runs_first_minus_second": _mean_ci(order_effect),
+        **position_effects(rows),
     }
 
 
@@ -196,6 +225,9 @@ def report(res: dict) -> str:
             f"  twin's context created first: {_fmt(x['twin_context_first'])}; the arm's: {_fmt(x['arm_context_first'])}",
             f"  twin running first in a round, less running second (ratio): {_fmt(x['twin_runs_first_minus_second'])}",
         ]
+        lines.append("  log-time residual (as a ratio) by position in the round: " + ", ".join(
+            f"{k}: {_fmt(m)}" for k, m in x["position"].items()))
+        lines.append("  ... by the arm just before: " + ", ".join(f"{k}: {_fmt(m)}" for k, m in x["after"].items()))
         for r in x["replays"]:
             mark = "holds" if r["holds"] else "EXCLUDES 1"
             lines.append(f"    replay {r['replay']:2d}: {r['value']:.4f} [{r['lo']:.4f}, {r['hi']:.4f}] {mark}")

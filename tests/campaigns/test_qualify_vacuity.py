@@ -121,3 +121,23 @@ def test_verdict_lines_of_a_vacuous_panel_say_vacuous():
 def test_verdict_lines_of_an_exposed_panel_read_as_before():
     text = format_summary(_summary({"M0": "HumanEval/0"}))
     assert "vacuous" not in text.lower(), text
+
+
+def test_one_exit_rule_the_candidates_not_the_controls_decide():
+    """Every ``refspec qualify`` sub-command exits by :func:`exit_status`: 1 when a candidate does not
+    reproduce its reference, 0 when all do, 5 when a request did not complete. ``qualify arms``'s
+    candidates are the arms other than R and the unrepaired controls: M0 diverging is what makes the
+    panel non-vacuous, M3 diverging is the failure (it used to exit 0 either way)."""
+    from refspec.campaigns.arm_qualification import exit_status, verdicts
+
+    controls_diverge = _summary({"M0": "HumanEval/0", "C0": "HumanEval/1"})
+    cands = verdicts(controls_diverge, controls=False)
+    assert [v["arm"] for v in cands] == ["M3", "M_pq"]
+    assert exit_status(True, cands) == 0
+    assert [v["arm"] for v in verdicts(controls_diverge)] == ["M0", "C0", "M3", "M_pq"]
+    assert exit_status(True, verdicts(controls_diverge)) == 1  # a server's every arm is a candidate
+    repaired_diverges = _summary({"M0": "HumanEval/0", "M3": "HumanEval/2"})
+    cands = verdicts(repaired_diverges, controls=False)
+    assert [v["reproduces"] for v in cands] == [False, True]
+    assert exit_status(True, cands) == 1
+    assert exit_status(False, cands) == 5 and exit_status(False, []) == 5

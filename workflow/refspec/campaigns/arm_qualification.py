@@ -40,7 +40,7 @@ import yaml
 from ..core.arms import REFERENCE_ARM, reference_of
 from ..core.config import Config, read_yaml, validate
 from ..core.divergence import DECISIVE, DIVERGENCE_TEXT, NEAR_TIE, NEAR_TIE_MARGIN
-from ..core.errors import UsageError
+from ..core.errors import EXIT_FAILED, EXIT_OK, EXIT_RUNTIME, UsageError
 from ..core.fsutil import atomic_write_text
 from ..core.hashing import sha256_file
 from ..core.panels import panel_spec, parse_range
@@ -472,3 +472,85 @@ def format_summary(s: dict) -> str:
     if not s["complete"]:
         lines.append(f"INCOMPLETE: {len(s['incomplete'])} planned requests have no completed attempt")
     return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- verdicts and the exit rule
+
+
+def verdicts(summary: dict, piece=None, *, controls: bool = True) -> list[dict]:
+    """One verdict per arm other than the reference: matches / required, the earliest first divergence
+    (token index and the two tokens), acceptance and the median request time over the reference's;
+    ``controls=False`` leaves out the unrepaired controls (:func:`refspec.core.vacuity.is_unrepaired`),
+    whose divergence is what makes the qualification non-vacuous, not a failure."""
+    ref_name = summary["reference"]["arm"]
+    arms = {a["arm"]: a for a in summary["arms"]}
+    ref = arms.get(ref_name, {})
+    out = []
+    for a in summary["arms"]:
+        if a["arm"] == ref_name or (not controls and is_unrepaired(a["ub"], a["mask"])):
+            continue
+        divs = [d for d in summary["divergences"] if d["arm"] == a["arm"]]
+        first = None
+        located = [d for d in divs if d["first_diff_index"] is not None]
+        if located:
+            d = min(located, key=lambda d: d["first_diff_index"])
+            first = {k: d[k] for k in ("task_id", "first_diff_index", "ref_token", "arm_token")}
+            if piece is not None:
+                first["ref_piece"] = piece(d["ref_token"])
+                first["arm_piece"] = piece(d["arm_token"])
+        elif divs:
+            first = {"task_id": divs[0]["task_id"], "first_diff_index": None, "reason": divs[0]["reason"]}
+        ratio = None
+        if a["median_t_ns"] and ref.get("median_t_ns"):
+            ratio = a["median_t_ns"] / ref["median_t_ns"]
+        ok = a["required"] > 0 and a["matching"] == a["required"] and a["tasks_qualified"] == a["tasks"]
+        out.append(
+            {
+                "arm": a["arm"],
+                "reference": ref_name,
+                "reproduces": ok,
+                "matching": a["matching"],
+                "required": a["required"],
+                "tasks_diverging": len({d["task_id"] for d in divs}),
+                "tasks": a["tasks"],
+                "first_divergence": first,
+                "acceptance": a["acceptance"],
+                "median_ms": None if a["median_t_ns"] is None else a["median_t_ns"] / 1e6,
+                "median_ratio": ratio,
+            }
+        )
+    return out
+
+
+def _tok(t, p) -> str:
+    return "end" if t is None else f"{t}" + (f" {p!r}" if p is not None else "")
+
+
+def verdict_line(v: dict) -> str:
+    word = "REPRODUCES" if v["reproduces"] else "DIVERGES"
+    parts = [f"{v['arm']:8s} {word:10s} {v['matching']}/{v['required']} match"]
+    f = v["first_divergence"]
+    if f is not None and f.get("first_diff_index") is not None:
+        parts.append(
+            f"first divergence {f['task_id']} token {f['first_diff_index']}: "
+            f"{v['reference']} {_tok(f['ref_token'], f.get('ref_piece'))} vs {_tok(f['arm_token'], f.get('arm_piece'))}"
+            f" ({v['tasks_diverging']}/{v['tasks']} tasks diverge)"
+        )
+    elif f is not None:
+        parts.append(f"{f['task_id']}: {f['reason']}")
+    parts.append("acceptance " + ("-" if v["acceptance"] is None else f"{v['acceptance']:.3f}"))
+    if v["median_ratio"] is not None:
+        parts.append(
+            f"median request time {v['median_ratio']:.2f}x {v['reference']}"
+            + ("" if v["reproduces"] else " (not qualified: diagnostic)")
+        )
+    return "; ".join(parts)
+
+
+def exit_status(complete: bool, candidates: list[dict]) -> int:
+    """The one exit rule of every ``refspec qualify`` sub-command: 5 (``EXIT_RUNTIME``) when a planned
+    request has no completed attempt, else 1 (``EXIT_FAILED``) when a candidate does not reproduce its
+    reference, else 0 (every candidate does)."""
+    if not complete:
+        return EXIT_RUNTIME
+    return EXIT_OK if all(v["reproduces"] for v in candidates) else EXIT_FAILED

@@ -1,5 +1,7 @@
-"""``refspec qualify``: complete-endpoint qualification against a micro-batch-1 reference, two
-sub-commands with their own exit rules.
+"""``refspec qualify``: complete-endpoint qualification against a micro-batch-1 reference, three
+sub-commands with one exit rule (:func:`refspec.campaigns.arm_qualification.exit_status`): 0 when
+every candidate reproduces its reference, 1 when one does not, 5 when a planned request has no
+completed attempt, 2 for usage errors (3 integrity where an archive is sealed).
 
 ``refspec qualify arms``: refspec's arms against the reference R.
 
@@ -8,9 +10,9 @@ sub-commands with their own exit rules.
 
 The confirmation campaign on the given arms, panel, cap and repeats, run in
 ``DIR/campaigns/confirmation`` (:mod:`refspec.campaigns.arm_qualification` says how); prints the
-summary (``summary.json``) and where the results are. Exit status: 0 when every planned request
-has a completed attempt (whether or not arms qualify), 5 when some did not complete, 2 for usage
-errors.
+summary (``summary.json``), one verdict line per candidate (every arm but R and the unrepaired
+controls such as M0, whose divergence is what makes the qualification non-vacuous) and where the
+results are.
 
 ``refspec qualify server``: a llama.cpp server of any version against its own micro-batch-1
 reference (:mod:`refspec.campaigns.server_self_qualification`; sealed archive with its report, one
@@ -19,13 +21,10 @@ verdict line per arm, then the report's findings as ``./run main`` prints them):
     refspec qualify server --server-binary PATH --model M [--draft D] [--panel humaneval:0-11] [--cap 128] [--json]
     refspec qualify server --url URL --reference-url URL --model M [--draft D] ...
 
-Exit status: 0 every candidate reproduces the reference, 1 one does not, 2 usage, 3 integrity,
-5 a request or server failed.
-
 ``refspec qualify openvino``: OpenVINO GenAI's continuous-batching pipeline and its speculative
 decoding against the engine's own greedy reference, its stateful pipeline, on the same GGUF files
-(``anc/openvino.md``; the engine's environment is created on first use). The same archive, lines and
-exit status as ``qualify server``:
+(``anc/openvino.md``; the engine's environment is created on first use). The same archive and lines
+as ``qualify server``:
 
     refspec qualify openvino --model target.gguf [--draft draft.gguf] [-k 4] [--execution-mode accuracy]
                              [--panel humaneval:0-11] [--cap 128]
@@ -37,9 +36,18 @@ import argparse
 import json
 import sys
 
-from ..campaigns.arm_qualification import DEFINITION_NAME, SUMMARY_NAME, format_summary, results_folder, run_qualify
+from ..campaigns.arm_qualification import (
+    DEFINITION_NAME,
+    SUMMARY_NAME,
+    exit_status,
+    format_summary,
+    results_folder,
+    run_qualify,
+    verdict_line,
+    verdicts,
+)
 from ..core.config import load_config
-from ..core.errors import EXIT_FAILED, EXIT_OK, EXIT_RUNTIME, UsageError
+from ..core.errors import UsageError
 from ..pipeline.main import headline_text
 from ..pipeline.server_qualification import ServerQualifyOptions, qualify_server, summary_lines, write_verdicts
 
@@ -64,7 +72,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     sub = p.add_subparsers(dest="kind", metavar="arms|server|openvino", required=True)
     a = sub.add_parser(
         "arms",
-        help="refspec's arms against R (exit 0 when every planned request completed, qualified or not; 5 when not)",
+        help="refspec's arms against R (exit 0 every candidate reproduces R, 1 one does not, 5 a request failed)",
     )
     a.add_argument("--family", help="model family (default: the config's family)")
     a.add_argument("--panel", required=True, help="panel file, or humaneval:0-11 (from the pinned wheel)")
@@ -134,7 +142,7 @@ def run_server(args: argparse.Namespace) -> int:
         seal=not args.no_seal,
     )
     q = qualify_server(load_config(args.config), root, options)
-    code = EXIT_RUNTIME if not q.complete else EXIT_OK if q.reproduces else EXIT_FAILED
+    code = exit_status(q.complete, q.verdicts)
     doc = write_verdicts(q, code)
     if args.json:
         print(json.dumps(doc, sort_keys=True))
@@ -160,7 +168,8 @@ def run(args: argparse.Namespace) -> int:
 
 def run_arms(args: argparse.Namespace) -> int:
     """``refspec qualify arms --panel P --arms ...`` (:func:`refspec.campaigns.arm_qualification.run_qualify`):
-    0 when every planned request has a completed attempt, qualified or not, else 5."""
+    a verdict line per candidate (every arm but R and the unrepaired controls), then the exit rule of
+    every sub-command (:func:`refspec.campaigns.arm_qualification.exit_status`)."""
     out = results_folder(args.out, args.resume)
     res = run_qualify(
         load_config(args.config),
@@ -178,6 +187,9 @@ def run_arms(args: argparse.Namespace) -> int:
         progress=not args.no_progress,
     )
     print(format_summary(res.summary))
+    candidates = verdicts(res.summary, controls=False)
+    for v in candidates:
+        print(verdict_line(v))
     print(
         f"results: {res.out_dir} ({SUMMARY_NAME}, summary.txt, tables, journal.jsonl, ledger.jsonl, {DEFINITION_NAME})"
     )
@@ -187,5 +199,4 @@ def run_arms(args: argparse.Namespace) -> int:
             "--resume runs those the retry rule still allows",
             file=sys.stderr,
         )
-        return EXIT_RUNTIME
-    return EXIT_OK
+    return exit_status(res.complete, candidates)

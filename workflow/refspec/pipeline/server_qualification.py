@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..campaigns import server_self_qualification as sq
-from ..campaigns.arm_qualification import run_qualify
+from ..campaigns.arm_qualification import run_qualify, verdict_line, verdicts
 from ..core.config import Config
 from ..core.errors import IntegrityError
 from ..core.fsutil import atomic_write_text
@@ -175,7 +175,7 @@ def qualify_server(cfg: Config, root: Path, o: ServerQualifyOptions) -> ServerQu
     files = ensure_family(family, models_dir=cfg.models_dir, families_file=config_families_file(cfg))
     piece, model = _piece_reader(files, lib_dir)
     try:
-        vs = sq.verdicts(res.summary, piece)
+        vs = verdicts(res.summary, piece)
     finally:
         model.close()
     archive = None
@@ -226,7 +226,7 @@ def summary_lines(q: ServerQualification, target: str, model: str) -> list[str]:
         f"{Path(model).name}, panel {s['panel']['spec']} ({s['panel']['tasks']} tasks), cap {s['cap']}",
         f"reference {q.reference} ({q.reference_args}, no draft): {ref['runs_per_task']} runs per task, "
         f"stable on {ref['stable_tasks']}/{s['panel']['tasks']} tasks",
-        *(sq.verdict_line(v) for v in q.verdicts),
+        *(verdict_line(v) for v in q.verdicts),
         f"wall time {q.wall_s:.0f} s; results {q.root}"
         + (f"; sealed archive with report {q.archive}" if q.archive else ""),
     ]
