@@ -6,6 +6,7 @@ import os
 
 from refspec_check.arms import check_arms
 from refspec_check.comparison import check_comparison
+from refspec_check.completeness import check_completeness
 from refspec_check.context import Context
 from refspec_check.contract import COMPARISON_FORMAT, posix_rel, read_plan, read_tables
 from refspec_check.device import check_device
@@ -98,6 +99,7 @@ def check(archive: str, quiet: bool = False, unsealed: bool = False, trust: Trus
     rules = step("plan", AARules, None, c, plan)  # (campaign, family) -> the A/A rule its plan froze
     step("ratios", check_ratios, None, ctx, qual, facts, rules)
     step("diagnostics", check_diagnostics, None, ctx, qual, facts)
+    step("completeness", check_completeness, None, ctx, qual, facts)  # every derived row that must exist
     step("qualified ratios", check_qualified_ratios, None, ctx)
     boot = step("plan", bootstrap_parameters, {}, plan)
     noise = step("noise", check_noise, {}, ctx, qual, boot, rules)

@@ -7,9 +7,8 @@ import math
 from collections import defaultdict
 
 from refspec_check import intervals as IV
-from refspec_check.arms import arm_order
 from refspec_check.context import Context
-from refspec_check.contract import DIAGNOSTIC_PAIRS, TWIN_SUFFIX, CsvTable
+from refspec_check.contract import DIAGNOSTIC_PAIRS, CsvTable
 from refspec_check.digests import endpoint_digest
 from refspec_check.divergence import check_row as check_divergence
 from refspec_check.findings import add_fold, fold
@@ -172,14 +171,10 @@ def check_ratios(ctx: Context, qual: dict, facts: dict, rules=None) -> None:
     ``rules``: (campaign, family) -> the A/A rule plan.json froze (refspec_check.intervals.AARules; "floor"
     for every campaign without it)."""
     c, E, tables, src = ctx.c, ctx.E, ctx.tables, ctx.src
-    if "ratios" not in tables:
-        ran = sorted({r["campaign"] for r in tables["requests"].rows} & set(ALL_PAIRS)) if "requests" in tables else []
-        if ran:
-            c.bad("tables/ratios.csv", f"missing, but requests.csv holds the {', '.join(ran)} campaign(s)")
+    if "ratios" not in tables:  # that it must exist is refspec_check.completeness's
         return
     tr = tables["ratios"]
     s_r = src("ratios")
-    check_ratio_rows_complete(ctx, qual, facts)
     times = defaultdict(list)
     cpu = defaultdict(list)
     for r in tables["requests"].rows if "requests" in tables else []:
@@ -240,38 +235,6 @@ def check_ratios(ctx: Context, qual: dict, facts: dict, rules=None) -> None:
 
 
 INTERVAL_COLUMNS = ("design", "units", "lo", "hi", "verdict", "detectable")
-# the campaigns whose ratios table compares every unordered pair of their arms (A/A twins aside):
-# refspec.campaigns.derived.ratios_table without explicit pairs. The confirmation does so in the
-# pipeline too, but an archive may register its own pairs there (the synthetic test archive does);
-# until the plan records the pairs, only the implementation campaign's are required
-ALL_PAIRS = ("implementation",)
-
-
-def check_ratio_rows_complete(ctx: Context, qual: dict, facts: dict) -> None:
-    """Every ratio row that must exist does: for a campaign of :data:`ALL_PAIRS`, family and cap with
-    qualification rows, each unordered pair of the arms requests.csv holds there (twins aside; the
-    earlier arm in arm order the numerator), qualified or not. A row cut from ratios.csv (and from
-    everything the report shows of it) is a mismatch naming the pair."""
-    c, tables = ctx.c, ctx.tables
-    stated = {(r["campaign"], r["family"], r["cap"], r["numerator"], r["denominator"]) for r in tables["ratios"].rows}
-    arms_at: dict = defaultdict(set)
-    for r in tables["requests"].rows if "requests" in tables else []:
-        if r["campaign"] in ALL_PAIRS:
-            arms_at[(r["campaign"], r["family"], r["cap"])].add(r["arm"])
-    for (camp, fam, cap), arms in sorted(arms_at.items(), key=str):
-        if panels(qual, camp).get((fam, cap)) is None:
-            continue
-        plain = sorted(
-            (a for a in arms if not a.endswith(TWIN_SUFFIX)), key=lambda a: arm_order(a, *facts[(camp, fam, a)])
-        )
-        c.identities += 1
-        for i, a in enumerate(plain):
-            for b in plain[i + 1 :]:
-                if (camp, fam, cap, a, b) not in stated:
-                    c.bad(
-                        "tables/ratios.csv",
-                        f"no row for {a}/{b} of {camp} {fam} cap {cap}: every pair of its arms has one",
-                    )
 
 
 def check_ratio_interval(
@@ -330,23 +293,19 @@ def check_diagnostics(ctx: Context, qual: dict, facts: dict) -> None:
     Per row: tasks failed by each side (tasks where the arm is not qualified), the label naming the
     unqualified side(s) (a row whose both sides qualify is refused), and over the tasks timed for both
     arms: ratio = exp(mean_t d(t)) with d(t) as for qualified ratios, the medians of all pooled
-    times of each arm (reported in ms), regressed tasks (d(t) < 0). Every registered pair with an
-    unqualified side that ran in a campaign with diagnostic rows must have its row."""
+    times of each arm (reported in ms), regressed tasks (d(t) < 0). That every registered pair with an
+    unqualified side has its row is refspec_check.completeness's."""
     c, E, tables, src = ctx.c, ctx.E, ctx.tables, ctx.src
     if "diagnostics" not in tables:
         return
     td = tables["diagnostics"]
     s_d = src("diagnostics")
     dtimes = defaultdict(list)
-    dfacts = defaultdict(set)
     for r in tables["requests"].rows if "requests" in tables else []:
-        dfacts[(r["campaign"], r["family"], r["cap"])].add(r["arm"])
         if r["status"] == "ok" and r["t_ns"] is not None:
             dtimes[(r["campaign"], r["family"], r["cap"], r["arm"], r["task_id"])].append(float(r["t_ns"]))
-    stated_d = {}
     for i, row in enumerate(td.rows):
         camp, fam, cap, a, b = row["campaign"], row["family"], row["cap"], row["numerator"], row["denominator"]
-        stated_d[(camp, fam, cap, a, b)] = i
         base = ("diag", camp, fam, cap, a, b)
         if (a, b) not in DIAGNOSTIC_PAIRS:
             c.bad(td.where(i), f"{a}/{b} is not a registered diagnostic pair {DIAGNOSTIC_PAIRS}")
@@ -395,20 +354,6 @@ def check_diagnostics(ctx: Context, qual: dict, facts: dict) -> None:
         E.add(base + ("median_numerator_ms",), mn / 1e6, s_d)
         E.add(base + ("median_denominator_ms",), md / 1e6, s_d)
         E.add(base + ("n_regressions",), len(reg), s_d)
-    # completeness: every registered pair with an unqualified side has its row
-    for (camp, fam, cap), arms_run in sorted(dfacts.items()):
-        panel = panels(qual, camp).get((fam, cap))
-        if panel is None:
-            continue
-        for a, b in DIAGNOSTIC_PAIRS:
-            if (
-                a in arms_run
-                and b in arms_run
-                and not all_qualified(panel, (a, b))
-                and camp in {k[0] for k in stated_d}
-                and (camp, fam, cap, a, b) not in stated_d
-            ):
-                c.bad(td.rel, f"no diagnostic row for {camp} {fam} cap {cap} {a}/{b} (an arm is not qualified)")
 
 
 def check_qualified_ratios(ctx: Context) -> None:

@@ -784,6 +784,11 @@ def make_results(
         if r["status"] != "ok":
             led.append({"kind": "attempt", "status": r["status"], "reason": r["reason"], "worker": r["worker"]})
     led.append({"kind": "plan_amendment", "reason": "re-run of a failed attempt as attempt 2"})
+    for camp, fam in sorted({(r["campaign"], r["family"]) for r in reqs}):  # each campaign pins its ledger
+        led.append(
+            {"kind": "campaign_run", "reason": f"campaign {camp} run 1: complete", "campaign": camp, "family": fam}
+            | {"outcome": "complete", "run": 1}
+        )
     return out
 
 
