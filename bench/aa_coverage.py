@@ -96,9 +96,7 @@ def clopper_pearson(k: int, n: int, level: float = 0.95) -> tuple[float, float]:
 
 def timed_rows(path: Path) -> list[dict]:
     return [
-        r
-        for r in pq.read_table(path).to_pylist()
-        if r["status"] == "ok" and r["t_ns"] and r["task_id"] != "warmup"
+        r for r in pq.read_table(path).to_pylist() if r["status"] == "ok" and r["t_ns"] and r["task_id"] != "warmup"
     ]
 
 
@@ -225,8 +223,10 @@ def report(res: dict) -> str:
             f"  twin's context created first: {_fmt(x['twin_context_first'])}; the arm's: {_fmt(x['arm_context_first'])}",
             f"  twin running first in a round, less running second (ratio): {_fmt(x['twin_runs_first_minus_second'])}",
         ]
-        lines.append("  log-time residual (as a ratio) by position in the round: " + ", ".join(
-            f"{k}: {_fmt(m)}" for k, m in x["position"].items()))
+        lines.append(
+            "  log-time residual (as a ratio) by position in the round: "
+            + ", ".join(f"{k}: {_fmt(m)}" for k, m in x["position"].items())
+        )
         lines.append("  ... by the arm just before: " + ", ".join(f"{k}: {_fmt(m)}" for k, m in x["after"].items()))
         for r in x["replays"]:
             mark = "holds" if r["holds"] else "EXCLUDES 1"

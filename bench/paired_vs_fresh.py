@@ -13,11 +13,10 @@ loopback:
   campaigns do today; a contrast of two arms carries two processes' start-up luck.
 * **paired**: every process loads the models once and serves every arm
   (:mod:`refspec.engine.worker_engine`, one context per arm), request by request. The requests
-  come in rounds of one request per arm on one task; the arms' order in round ``r`` is row ``r``
-  of the campaigns' Williams square drawn once from ``--seed`` and dealt out over the processes
-  as the campaigns deal it: :func:`refspec.campaigns.scheduler.dealt_orders`), so
-  each arm takes each position, and follows each other arm, equally often over every full square. Each arm's first request is the
-  worker's registered warm-up (untimed).
+  come in rounds of one request per arm on one task; the arms' orders come in pairs of rounds, an
+  order drawn per process and its reverse, as the campaigns draw them
+  (:func:`refspec.campaigns.scheduler.process_orders`), so within each pair every arm takes the same
+  mean position. Each arm's first request is the worker's registered warm-up (untimed).
 
 The two designs alternate process by process (one paired process, then one fresh process per
 arm, ...), so slow drift of the machine reaches both alike. Every endpoint is compared with R's.
@@ -51,7 +50,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "workflow"))
 
-from refspec.campaigns.scheduler import dealt_orders, derive_rng  # noqa: E402
+from refspec.campaigns.scheduler import derive_rng, process_orders  # noqa: E402
 from refspec.core import stats as S  # noqa: E402
 from refspec.core.arms import load_arms, twin_name, twin_of  # noqa: E402
 from refspec.core.panels import humaneval_tasks, parse_range  # noqa: E402
@@ -128,11 +127,9 @@ def run(args) -> Path:
     prompts: dict[str, list[int]] = {}
     total = args.processes * len(args.designs.split(",")) * len(names) * len(rounds)
     t_start = time.monotonic()
-    # one Williams square for the run, its rows dealt out over the paired processes as the campaigns deal it
-    dealt = dealt_orders(names, [len(rounds)] * args.processes, derive_rng(args.seed, "paired-square"))
     for p in range(args.processes):
-        # the paired process: every arm, Latin-square rounds
-        orders = dealt[p]
+        # the paired process: every arm, its orders drawn per process as the campaigns draw them
+        orders = process_orders(names, len(rounds), derive_rng(args.seed, "paired-order", p))
         t0 = time.monotonic()
         # the contexts are created in the order of the process's first round, as a campaign's paired
         # worker creates them (refspec.campaigns.scheduler.paired_schedule), so the order is drawn too

@@ -13,28 +13,41 @@ from collections import Counter
 import yaml
 
 from refspec import cli
-from refspec.campaigns.scheduler import latin_orders, paired_schedule, round_schedule, session_ids
+from refspec.campaigns.scheduler import paired_schedule, process_orders, round_schedule, session_ids
 from refspec.core.tables import read_records
 
 ARMS = ["R", "M_qb", "M_pq", "M_qb_aa"]
 PANEL = [{"task_id": "T/0", "text": "Say hello."}, {"task_id": "T/1", "text": "Count to three."}]
 
 
-def test_latin_orders_put_every_arm_in_every_position_equally_often():
+def test_process_orders_come_in_reversed_pairs_so_a_position_trend_cancels_in_every_contrast():
     import random
 
-    orders = latin_orders(ARMS, 8, random.Random(1))
-    for pos in range(len(ARMS)):
-        assert Counter(o[pos] for o in orders) == {a: 2 for a in ARMS}
-    # a Williams square: every arm directly follows every other arm once over a full square of four rows
-    follows = Counter((o[i], o[i + 1]) for o in orders[:4] for i in range(3))
-    assert all(v == 1 for v in follows.values()) and len(follows) == 12
-    # three arms (odd): six rows, each ordered pair twice
-    odd = latin_orders(ARMS[:3], 6, random.Random(2))
-    assert Counter((o[i], o[i + 1]) for o in odd for i in range(2)) == {
-        (a, b): 2 for a in ARMS[:3] for b in ARMS[:3] if a != b
-    }
-    assert all(Counter(o[p] for o in odd) == {a: 2 for a in ARMS[:3]} for p in range(3))
+    arms = [f"A{i}" for i in range(10)]
+    orders = process_orders(arms, 5, random.Random(1))
+    assert all(sorted(o) == sorted(arms) for o in orders)
+    assert orders[1] == orders[0][::-1] and orders[3] == orders[2][::-1]
+    assert orders[2] != orders[0] and orders[4] not in (orders[2], orders[3])  # a last round: its own draw
+    for pair in (orders[0:2], orders[2:4]):
+        # every arm's positions sum to n - 1: a linear trend over positions adds the same to every arm
+        assert {sum(o.index(a) for o in pair) for a in arms} == {9}
+        # every arm runs once before and once after every other
+        assert all(sum(o.index(a) < o.index(b) for o in pair) == 1 for a in arms for b in arms if a != b)
+
+
+def test_a_position_trend_leaves_no_bias_in_a_paired_contrast():
+    """A round's first requests slower than its last (a trend of 1 % a position, as the default runs'
+    implementation campaign showed): with orders in reversed pairs every process's contrast of two
+    arms of one recipe is exactly 1, whatever the positions drawn."""
+    import math
+
+    arms = ["R", "M_qb", "C_qb", "M_pq", "C_pq", "M_gs", "C_gs", "M_qh", "C_qh", "M_qb_aa"]
+    (s,) = paired_schedule(session_ids(1), arms, ["T/0", "T/1"], caps=[8], repeats=1, processes=5, seed=9)
+    for b in s.blocks:
+        log_t = {}
+        for i, r in enumerate(b.requests):
+            log_t.setdefault(r.arm, []).append(0.01 * (i % len(arms)))  # the position in its round
+        assert math.isclose(sum(log_t["M_qb_aa"]), sum(log_t["M_qb"]), abs_tol=1e-12)
 
 
 def test_paired_blocks_serve_every_arm_each_on_every_task_and_repeat():
@@ -54,26 +67,20 @@ def test_paired_blocks_serve_every_arm_each_on_every_task_and_repeat():
     assert [b.record() for b in other[0].blocks] != [b.record() for b in s.blocks]
 
 
-def test_positions_are_balanced_over_the_campaign_when_each_process_runs_fewer_rounds_than_arms():
-    # ten arms, one task, one repeat: each process runs 1 round, so no process balances anything by
-    # itself; the campaign's 2 sessions x 5 processes = 10 rounds are one full Williams square
+def test_a_process_that_runs_one_round_draws_its_own_order_and_its_first_arm_is_its_workers():
+    # ten arms, one task, one repeat: a process of one round balances nothing by itself; its order is
+    # its own draw, so the processes are independent draws of one design
     arms = [f"A{i}" for i in range(10)]
     sessions = paired_schedule(session_ids(2), arms, ["T/0"], caps=[8], repeats=1, processes=5, seed=11)
     orders = [[r.arm for r in b.requests] for s in sessions for b in s.blocks]
-    assert len(orders) == 10
-    for pos in range(10):
-        assert Counter(o[pos] for o in orders) == {a: 1 for a in arms}, pos
-    follows = Counter((o[i], o[i + 1]) for o in orders for i in range(9))
-    assert len(follows) == 90 and set(follows.values()) == {1}
+    assert len(orders) == 10 and len({tuple(o) for o in orders}) == 10
     # each process's first arm is its worker's first arm (the first context it creates)
     assert [b.arm for s in sessions for b in s.blocks] == [o[0] for o in orders]
-    # a process whose rounds are a multiple of the square (two arms, four rounds) does not start
-    # with the same arm as every other: the creation order of the contexts is balanced too
+    # two arms, four rounds: within the process, each arm first in half its rounds
     (two,) = paired_schedule(session_ids(1), ["A", "B"], ["T/0", "T/1"], caps=[8], repeats=2, processes=4, seed=3)
-    assert Counter(b.arm for b in two.blocks) == {"A": 2, "B": 2}
     for b in two.blocks:
         firsts = [b.requests[i].arm for i in range(0, len(b.requests), 2)]
-        assert Counter(firsts) == {"A": 2, "B": 2}  # within the process, each arm first in half its rounds
+        assert Counter(firsts) == {"A": 2, "B": 2}
 
 
 def test_a_process_creates_its_contexts_in_its_first_rounds_order_drawn_per_process():
