@@ -912,3 +912,15 @@ def ledger_kind(rec) -> str | None:
             if isinstance(rec.get(k), str):
                 return rec[k]
     return None
+
+
+#: the claim of each controlled stage, word for word as ``refspec claim`` records it
+#: (refspec.provenance.claims.CLAIMS; a test holds the two equal)
+CLAIMS = {
+    "replay": "PQ and QB give bitwise equal stage outputs on every captured context; MQ differences as tabled",
+    "audit": "every clean fixture agrees with the address oracle and every injected fault is detected",
+    "partition": "the partition arms' endpoints, KV bytes and initial logits fall into the tabled classes",
+    "crosses": "the subset interventions give the tabled outcome classes and frontier contrasts",
+    "admission": "the tabled supports_op verdicts and observed placements of the lifted shapes",
+    "projection": "the captured first-layer norm and projection calls replay bitwise on fixed operands; exclusions as tabled",
+}

@@ -8,7 +8,7 @@ from collections import defaultdict
 
 from refspec_check import jsonio
 from refspec_check.context import Context
-from refspec_check.contract import CsvTable
+from refspec_check.contract import CLAIMS, CsvTable
 from refspec_check.digests import endpoint_digest
 from refspec_check.qualification import first_difference
 from refspec_check.vacuity import crosses_vacuous, partition_vacuous
@@ -295,10 +295,29 @@ def check_crosses(ctx: Context, nat: dict) -> dict:
     return traj
 
 
+# the notes of a frontier row (refspec.experiments.state.receiver), derived from the row's own columns
+FRONTIER_AGREE = "the four trajectories agree to the end"
+FRONTIER_ENDED = "a trajectory ended before the frontier"
+FRONTIER_ARGMAX_AGREE = "all four argmax tokens agree at the frontier (a trajectory differs only by ending)"
+
+
+def frontier_note(r: dict) -> str | None:
+    """What a frontier row's note must say: no frontier, a trajectory without logits at it (no argmax
+    tokens), the four argmax tokens alike (no second token), else nothing."""
+    if r["frontier"] is None:
+        return FRONTIER_AGREE
+    if r["token_a"] is None:
+        return FRONTIER_ENDED
+    if r["token_b"] is None:
+        return FRONTIER_ARGMAX_AGREE
+    return None
+
+
 def check_frontier(ctx: Context, traj: dict) -> None:
     """Frontier (frontier.csv): t* = the first token position where the panel's four crosses
     trajectories do not all agree (null when they agree throughout); additive = d_first + d_second;
-    interaction = actual - additive. The repeat-1 rows with a frontier are report numbers."""
+    interaction = actual - additive; the note as :func:`frontier_note` derives it. The repeat-1 rows with a
+    frontier are report numbers."""
     c, E, tables, src = ctx.c, ctx.E, ctx.tables, ctx.src
     fr = tables.get("frontier")
     if fr is None:
@@ -319,6 +338,8 @@ def check_frontier(ctx: Context, traj: dict) -> None:
             c.same(fr.where(i, "frontier"), r["frontier"], t_star)
         elif have_crosses:
             c.bad(fr.where(i), f"the panel's trajectories {names} are not all in crosses.csv")
+        c.recomputed += 1
+        c.same(fr.where(i, "note"), r["note"] or None, frontier_note(r))
         if r["additive"] is not None:
             c.recomputed += 2
             c.same(fr.where(i, "additive"), r["additive"], r["d_first"] + r["d_second"])
@@ -538,7 +559,8 @@ def check_claims(ctx: Context, nat: dict) -> None:
     controls_failed = the (backend, layout, q) evaluations with rows in admission.csv; for projection,
     ``check_projection_claim``. A claim with a failed control is withheld; supported or vacuous exactly when the
     exit code is 0 and no control failed; a partition or crosses claim is vacuous exactly when no partition
-    arm differs from A on any input (refspec_check.vacuity); a withheld claim has a reason."""
+    arm differs from A on any input (refspec_check.vacuity); a withheld claim has a reason; the claim's
+    words are its stage's registered claim (``CLAIMS``), never another text."""
     c, E, tables, src = ctx.c, ctx.E, ctx.tables, ctx.src
     cl = tables.get("claims")
     if cl is None:
@@ -547,6 +569,8 @@ def check_claims(ctx: Context, nat: dict) -> None:
     for i, r in enumerate(cl.rows):
         st, rec = r["stage"], r["record"]
         exp = None
+        c.recomputed += 1
+        c.same(cl.where(i, "claim"), r["claim"], CLAIMS.get(st), "the stage's registered claim:")
         if st == "admission" and "admission" in tables:
             c.identities += 1
             evals = len({(x["backend"], x["layout"], x["q"]) for x in tables["admission"].rows})

@@ -102,3 +102,32 @@ def test_a_campaign_cut_whole_is_refused_by_the_run_ledger(stage, tmp_path):
     code, out = run_check(reseal_edited(stage, tmp_path / "archive", edit))
     assert code == 1, out[-3000:]
     assert f"no row of campaign implementation ({fams[0]}), which the run ledger says ran" in out, out[-3000:]
+
+
+# --- texts shown as sealed are derived from the rows they stand beside
+
+
+def _edit_row(stage, tmp_path, table: str, pick, change: dict):
+    """The archive with ``change`` made to the first row of ``table`` that ``pick`` selects, the report
+    rendered again and re-sealed; (exit, output)."""
+
+    def edit(work: Path) -> None:
+        rows = T.read_records(table, work / "tables")
+        row = next(r for r in rows if pick(r))
+        row.update(change)
+        T.write_table(rows, table, work / "tables")
+        report.render(work, pdf=False)
+
+    return run_check(reseal_edited(stage, tmp_path / "archive", edit))
+
+
+def test_a_reason_rewritten_is_refused(stage, tmp_path):
+    code, out = _edit_row(stage, tmp_path, "estimates", lambda r: r["estimate"] is not None, {"reason": "settled"})
+    assert code == 1 and "estimates.csv" in out and "settled" in out, out[-3000:]
+
+
+def test_an_a_a_reason_added_to_a_control_that_holds_is_refused(stage, tmp_path):
+    code, out = _edit_row(
+        stage, tmp_path, "noise", lambda r: r["verdict"] == "ok", {"reason": "the A/A interval does not contain 1"}
+    )
+    assert code == 1 and "noise.csv" in out, out[-3000:]

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 from refspec_check.context import Context
-from refspec_check.contract import CsvTable
+from refspec_check.contract import CLAIMS, CsvTable
 from refspec_check.digests import endpoint_digest
 from refspec_check.problems import Checker
-from refspec_check.state import check_claims, check_partition
+from refspec_check.state import check_claims, check_frontier, check_partition, frontier_note
 
 TASKS = ("HumanEval/0", "HumanEval/1")
 
@@ -45,9 +45,10 @@ def _partition(exposed: bool) -> CsvTable:
     return CsvTable("partition", "partition.csv", "tables/partition.csv", rows, list(range(2, len(rows) + 2)))
 
 
-def _problems(exposed: bool, status: str) -> list[str]:
+def _problems(exposed: bool, status: str, words: str = CLAIMS["partition"]) -> list[str]:
     c = Checker("archive", quiet=True)
     claim = dict(
+        claim=words,
         stage="partition",
         record="campaigns/partition",
         status=status,
@@ -79,3 +80,54 @@ def test_supported_where_no_partition_arm_differs_is_refused():
 def test_vacuous_where_a_partition_arm_differs_is_refused():
     probs = _problems(True, "vacuous")
     assert any("vacuous, but a partition arm differs" in p for p in probs), probs
+
+
+def test_a_claim_in_other_words_is_refused():
+    """A claim's words are its stage's registered claim, as refspec claim records them: a claim rewritten
+    to say more than its table shows is a mismatch."""
+    from refspec.provenance.claims import CLAIMS as RECORDED
+
+    assert CLAIMS == RECORDED
+    probs = _problems(True, "supported", "every partition arm gives bitwise equal endpoints, KV bytes and logits")
+    assert any("the stage's registered claim:" in p for p in probs), probs
+
+
+def _frontier(**over) -> list[str]:
+    row = dict(
+        task_id="HumanEval/2",
+        direction="A->U1",
+        panel="KV",
+        repeat=2,
+        arms="EMPTY,K_ALL,V_ALL,ALL",
+        frontier=32,
+        token_a=5075,
+        token_b=464,
+        additive=None,
+        d_first=None,
+        d_second=None,
+        actual=None,
+        interaction=None,
+        max_abs_interaction=None,
+        note=None,
+    )
+    row.update(over)
+    c = Checker("archive", quiet=True)
+    ctx = Context(c, {"frontier": CsvTable("frontier", "frontier.csv", "tables/frontier.csv", [row], [2])}, str)
+    check_frontier(ctx, {})
+    return c.problems
+
+
+@pytest.mark.parametrize(
+    "over",
+    [
+        {"frontier": None, "token_a": None, "token_b": None},
+        {"token_a": None, "token_b": None},
+        {"token_b": None},
+        {},
+    ],
+)
+def test_a_frontier_note_is_derived_from_its_row(over):
+    assert _frontier(**over, note=frontier_note({**dict(frontier=32, token_a=5075, token_b=464), **over})) == []
+    wrong = "the four trajectories agree to the end" if over.get("frontier", 32) is not None else None
+    probs = _frontier(**over, note=wrong)
+    assert any("frontier.csv" in p and "note" in p for p in probs), probs
