@@ -2,7 +2,7 @@
 
 The help texts are captured from two versions: ``llama-server-help-0c1e570.txt`` from refspec's
 stock build of the pinned source (llama-cpp-python 0.3.36), ``llama-server-help-4227c9b.txt`` from
-the stock build of llama-cpp-python 0.3.16 (``native.sdist.OLD_SERVER_SDIST``)."""
+the stock build of llama-cpp-python 0.3.16 (``native.OLD_SERVER_SDIST``)."""
 
 from __future__ import annotations
 

@@ -15,6 +15,7 @@ from refspec.native import build as native
 from refspec.native import cmake, sdist, tools
 from refspec.pipeline import stages
 from support import upstream_suite
+from support.other_server import OLD_SERVER_SDIST
 
 
 @pytest.fixture(scope="module")
@@ -180,7 +181,7 @@ def test_one_build_key_for_the_libraries_the_server_and_the_tests():
         "variant": "stock",
     }
     assert native.build_key(opts, upstream_suite.TESTS_BUILD, "stock") == sha256_json(tst)
-    old = sdist.OLD_SERVER_SDIST
+    old = OLD_SERVER_SDIST
     other = {**srv, "sdist": {"name": old.name, "version": old.version, "sha256": old.sha256}}
     assert native.build_key(opts, "server", "stock", pin=old) == sha256_json(
         {**other, "patches": [], "variant": "stock"}

@@ -1,7 +1,7 @@
 """A llama-server of another llama.cpp version (opt-in: ``./run test -m other_server``).
 
 Builds the stock ``llama-server`` of ``llama-cpp-python==0.3.16`` (llama.cpp 4227c9be, sha256-pinned
-sdist, ``native.build.build_other_server``; cached under ``$REFSPEC_CACHE/native`` by its inputs,
+sdist, ``support.other_server.build_other_server``; cached under ``$REFSPEC_CACHE/native`` by its inputs,
 about 9 to 17 minutes on a shared 2-core machine the first time) and runs one confirmation campaign
 with refspec's R and that server's arms on HumanEval 0-11 at cap 128. Its endpoints are then
 qualified twice: against refspec's R (the campaign's own table) and against the server's own
@@ -25,10 +25,9 @@ ARMS = {"S_ref": 1, "S_ub512": 512, "S_ub4": 4}
 
 @pytest.fixture(scope="module")
 def old_server(native_build):
-    from refspec.native import build as native
-    from refspec.native.sdist import OLD_SERVER_SDIST
+    from support.other_server import OLD_SERVER_SDIST, build_other_server
 
-    b = native.build_other_server(OLD_SERVER_SDIST)
+    b = build_other_server(OLD_SERVER_SDIST)
     assert b.record["sdist"]["version"] == "0.3.16"
     assert b.record["sdist"]["sha256"] == "34ed0f9bd9431af045bb63d9324ae620ad0536653740e9bb163a2e1fcb973be6"
     assert b.record["patches"] == [] and b.record["variant"] == "stock"

@@ -19,10 +19,10 @@ from refspec.core.hashing import sha256_file
 from refspec.provenance.dsse import SEAL_NAME
 from refspec.provenance.keys import KeyFileError, load_private_key
 from refspec.provenance.ledger import Ledger
-from refspec.provenance.seal import seal, seal_sha256_of
+from refspec.provenance.seal import seal
 from refspec.provenance.statement import ARCHIVE_ID_KEY, CAMPAIGN_KEY
 from refspec.provenance.verify import verify_archive
-from support.sealing import make_results
+from support.sealing import make_results, seal_sha256_of
 
 
 def _statement(d):

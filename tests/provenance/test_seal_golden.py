@@ -15,9 +15,9 @@ import pytest
 from refspec.cli import main
 from refspec.provenance import keys
 from refspec.provenance.restore import restore
-from refspec.provenance.seal import seal_sha256_of
 from refspec.provenance.verify import verify_archive
 from support.paths import GOLDEN
+from support.sealing import seal_sha256_of
 
 VERSIONS = sorted(p.name for p in GOLDEN.iterdir() if (p / "expected.json").is_file())
 

@@ -18,9 +18,8 @@ from hypothesis import strategies as st
 from refspec.core.hashing import canonical_json, sha256_bytes
 from refspec.provenance.dsse import SEAL_NAME, envelope_bytes
 from refspec.provenance.keys import load_private_key
-from refspec.provenance.seal import seal_sha256_of
 from refspec.provenance.verify import verify_archive
-from support.sealing import copy_archive
+from support.sealing import copy_archive, seal_sha256_of
 from support.tampering import (
     CANONICAL_CASES,
     TAR_CASES,

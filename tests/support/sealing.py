@@ -3,17 +3,21 @@ session fixture ``seal_env`` of tests/conftest.py)."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
+import tarfile
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from refspec.provenance import keys
+from refspec.provenance.dsse import SEAL_NAME
 from refspec.provenance.ledger import Ledger
 from refspec.provenance.manifest import Artifact, build_manifest
 from refspec.provenance.seal import seal
+from refspec.provenance.statement import MAX_SEAL_BYTES
 
 
 def make_key(directory: Path, name: str = "test_ed25519") -> keys.KeyPair:
@@ -90,3 +94,30 @@ def make_seal_env(base: Path) -> dict:
         "next_result": r1,
         "other": other,
     }
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def seal_sha256_of(path: str | Path) -> str:
+    """SHA-256 of the seal of an archive folder, a ``SEAL.dsse.json`` file or an archive tar."""
+    p = Path(path)
+    if p.is_dir():
+        p = p / SEAL_NAME
+        if not p.is_file():
+            raise ValueError(f"{path}: no {SEAL_NAME}")
+        return _sha256(p.read_bytes())
+    if not p.is_file():
+        raise ValueError(f"{path} not found")
+    if tarfile.is_tarfile(p):
+        with tarfile.open(p, "r:*") as tf:
+            try:
+                m = tf.getmember(SEAL_NAME)
+            except KeyError:
+                raise ValueError(f"{path}: no {SEAL_NAME} member") from None
+            f = tf.extractfile(m)
+            if f is None or m.size > MAX_SEAL_BYTES:
+                raise ValueError(f"{path}: {SEAL_NAME} is not a regular member")
+            return _sha256(f.read())
+    return _sha256(p.read_bytes())

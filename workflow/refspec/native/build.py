@@ -50,7 +50,7 @@ from ..core.hashing import file_digest, sha256_file, sha256_json
 from ..core.paths import REPO_ROOT, cache_dir
 from . import cuda, vulkan
 from .cmake import BUILD_RECORD, built_files, check_record, run_logged
-from .sdist import OLD_SERVER_SDIST, PINNED_SDIST, SdistPin, fetch_sdist
+from .sdist import PINNED_SDIST, SdistPin, fetch_sdist
 from .tools import NATIVE_TOOLS, OPREPLAY_TOOL, UPSTREAM_TOOLS, build_replay_tool, build_upstream_tool, replay_tool_key
 
 PATCH_DIR = REPO_ROOT / "native" / "patches"
@@ -275,20 +275,6 @@ def build_server(
     server binary, so the default build never compiles the server.
     """
     return build_variant(SERVER_BUILD, options or BuildOptions(), variant, jobs=jobs, quiet=quiet)
-
-
-def build_other_server(
-    pin: SdistPin = OLD_SERVER_SDIST,
-    options: BuildOptions | None = None,
-    *,
-    jobs: int | None = None,
-    quiet: bool = False,
-) -> BuildResult:
-    """Build (or find cached) the stock ``llama-server`` of another pinned ``llama-cpp-python``
-    release (:data:`OLD_SERVER_SDIST` by default): the same flags and cache as :func:`build_server`
-    (``$REFSPEC_CACHE/native/<key16>``, keyed by the sdist's pin and the flags), no patch applied.
-    Flags an older CMake project does not know are reported by CMake as unused and change nothing."""
-    return build_variant(SERVER_BUILD, options or BuildOptions(), "stock", jobs=jobs, quiet=quiet, pin=pin)
 
 
 def build(options: BuildOptions | None = None, *, jobs: int | None = None, quiet: bool = False) -> BuildResult:

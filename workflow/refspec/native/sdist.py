@@ -2,8 +2,7 @@
 
 :data:`PINNED_SDIST` is the one every build patches: its version and sha256 are read from
 ``envs/llama-cpp-python.pin`` (:func:`read_sdist_pin`), the same line ``./run`` reads for the
-virtual environment. :data:`OLD_SERVER_SDIST` is an older release whose stock ``llama-server``
-qualifies a server of another version (:func:`refspec.native.build.build_other_server`).
+virtual environment.
 :func:`fetch_sdist` downloads one (``pip download --no-binary :all:``) and verifies its sha256
 against the pin.
 """
@@ -50,13 +49,6 @@ class SdistPin:
 
 
 PINNED_SDIST = SdistPin(SDIST_VERSION, SDIST_SHA256, UPSTREAM_COMMIT)
-# an older release (2025-08-15, llama.cpp 4227c9be): the stock llama-server of another version,
-# for qualifying a server against its own reference (build_other_server, tests -m other_server)
-OLD_SERVER_SDIST = SdistPin(
-    "0.3.16",
-    "34ed0f9bd9431af045bb63d9324ae620ad0536653740e9bb163a2e1fcb973be6",
-    "4227c9be4268ac844921b90f31595f81236bd317",
-)
 
 
 def fetch_sdist(pin: SdistPin = PINNED_SDIST) -> Path:

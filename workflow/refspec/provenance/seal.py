@@ -31,7 +31,6 @@ import hashlib
 import json
 import os
 import shutil
-import tarfile
 import tempfile
 import uuid
 from collections.abc import Sequence
@@ -58,7 +57,6 @@ from .statement import (
     ARCHIVE_ID_KEY,
     CAMPAIGN_KEY,
     HEX64,
-    MAX_SEAL_BYTES,
     PREDICATE_FIELDS,
     SEAL_FORMAT,
     build_statement,
@@ -159,29 +157,6 @@ class SealResult:
     previous_seal_sha256: str | None
     tar: Path | None = None
     tables: list[dict[str, Any]] = field(default_factory=list)
-
-
-def seal_sha256_of(path: str | Path) -> str:
-    """SHA-256 of the seal of an archive folder, a ``SEAL.dsse.json`` file or an archive tar."""
-    p = Path(path)
-    if p.is_dir():
-        p = p / SEAL_NAME
-        if not p.is_file():
-            raise UsageError(f"{path}: no {SEAL_NAME}")
-        return sha256_bytes(p.read_bytes())
-    if not p.is_file():
-        raise UsageError(f"{path} not found")
-    if tarfile.is_tarfile(p):
-        with tarfile.open(p, "r:*") as tf:
-            try:
-                m = tf.getmember(SEAL_NAME)
-            except KeyError:
-                raise UsageError(f"{path}: no {SEAL_NAME} member") from None
-            f = tf.extractfile(m)
-            if f is None or m.size > MAX_SEAL_BYTES:
-                raise UsageError(f"{path}: {SEAL_NAME} is not a regular member")
-            return sha256_bytes(f.read())
-    return sha256_bytes(p.read_bytes())
 
 
 def verified_previous(previous: str | Path, public_key: Any) -> str:
