@@ -7,6 +7,7 @@ import argparse
 import subprocess
 import sys
 
+from ..campaigns.sizing import goal_text
 from ..core.config import load_config
 from ..core.paths import REPO_ROOT
 from ..pipeline.main import (
@@ -21,7 +22,6 @@ from ..pipeline.main import (
     with_config,
     with_cores,
 )
-from ..campaigns.sizing import goal_text
 
 # unknown options go to snakemake
 PASSTHROUGH = ("main",)
