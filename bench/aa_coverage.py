@@ -3,6 +3,8 @@
     ./run shell -c 'python bench/aa_coverage.py --out /tmp/aa-coverage [--replays 10] [--recipes M_qb,C_qb]'
     ./run shell -c 'python bench/aa_coverage.py --analyze /tmp/aa-coverage'
 
+On a GPU host ``tests/gpu/check.sh`` runs it with the device check's config (``--config``) on E2's arms.
+
 For every recipe of ``--recipes`` it runs the real implementation campaign (``refspec campaign
 implementation`` with a definition of its own, the paired design) with that recipe as ``aa_arm``
 beside ``--arms``, for ``--replays`` x ``--per-replay`` processes of one pass over the panel (the
@@ -284,6 +286,7 @@ def main(argv=None) -> int:
     p.add_argument("--cap", type=int, default=32)
     p.add_argument("--tasks", default="0-1", help="HumanEval indices")
     p.add_argument("--seed", type=int, default=20261207)
+    p.add_argument("--config", help="workflow config of the campaigns (default config/config.yaml; a GPU host's)")
     p.add_argument("--no-seal", action="store_true")
     a = p.parse_args(argv)
     if (a.out is None) == (a.analyze is None):
@@ -302,6 +305,7 @@ def main(argv=None) -> int:
         defn = definition(recipe, arms, a.replays * a.per_replay, a.cap, a.tasks, a.seed + i)
         (d / "definition.yaml").write_text(yaml.safe_dump(defn, sort_keys=False), encoding="utf-8")
         cmd = ["refspec", "campaign", "implementation", "--definition", str(d / "definition.yaml"), "--out", str(d)]
+        cmd += ["--config", a.config] if a.config else []
         subprocess.run(cmd, check=True)
     res = analyze(a.out, a.per_replay)
     (a.out / "aa_coverage.json").write_text(json.dumps(res, indent=1, sort_keys=True) + "\n")

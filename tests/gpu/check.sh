@@ -8,7 +8,7 @@
 # patched llama.cpp for CUDA (cached by its inputs), derives the embedded family's files, and runs
 # the workflow with tests/gpu/config.yaml: confirmation (R, M0, M3, C3, M_qh, C_qh, R_prod; 4 tasks, cap 128),
 # implementation (qb/pq/gs/qh, target-only and speculative), replication (paired design, 8 sessions, with its A/A twin), E1
-# replay on CUDA, seal, report and check. Every layer is offloaded (gpu_layers auto on cuda) and
+# replay on CUDA, seal, report and check, then the A/A coverage of E2's arms. Every layer is offloaded (gpu_layers auto on cuda) and
 # the driver refuses to time a worker that holds fewer layers on the GPU than asked. It prints one
 # summary block and leaves the sealed archive in --out (default results/gpu-check under the
 # source). On a machine without a CUDA device it prints "no CUDA device: skipped" and exits 0.
@@ -96,6 +96,17 @@ wrc=$?
 tail -25 "$logs/workflow.log"
 if [ "$wrc" -ne 0 ]; then
     for f in "$src/$results"/logs/*.log; do echo "--- $f"; tail -15 "$f"; done
+fi
+
+# the A/A coverage of E2's arms on this device (bench/aa_coverage.py): 10 replays of 3 processes,
+# the twin of C_qb beside R, M_pq, M_qb and C_pq; a failure is reported, never the check's exit
+if [ "$wrc" -eq 0 ] && [ "$rehearse" -eq 0 ]; then
+    stamp "A/A coverage of E2's arms (10 replays of 3 processes)"
+    rm -rf "$src/$results-aa"
+    python3 bench/aa_coverage.py --out "$src/$results-aa" --config "$cfg" --recipes C_qb \
+        --arms R,M_pq,M_qb,C_pq,C_qb --replays 10 --no-seal > "$logs/aa_coverage.log" 2>&1 \
+        && sed -n '/^A\/A coverage/,$p' "$logs/aa_coverage.log" | grep -v '^    replay' \
+        || { tail -15 "$logs/aa_coverage.log"; echo "check.sh: the A/A coverage bench failed (not the check)"; }
 fi
 
 archive="$src/$results/archive"
