@@ -245,34 +245,20 @@ def replay_rows(res: dict) -> list[dict]:
 
 
 def seal_run(out: Path, res: dict, settings: dict) -> Path:
-    """``out`` sealed into ``out/archive`` with the machine's signing key (created once, as
-    ``./run main`` does; its public key copied to ``out/signer.pub``)."""
-    from refspec.native import build as native
-    from refspec.native.models import ensure_family
-    from refspec.pipeline.stages import ensure_keys
-    from refspec.provenance.ledger import Ledger
-    from refspec.provenance.manifest import Artifact, build_manifest, write_manifest
-    from refspec.provenance.seal import seal
+    """``out`` sealed into ``out/archive`` (:func:`bench_archive.seal_bench`): the replay table, each
+    recipe campaign's requests and plan, the analysis and the settings."""
+    from bench_archive import json_bytes, seal_bench
 
-    stage = out / "sealed-input"
-    (stage / "tables").mkdir(parents=True, exist_ok=False)
-    pq.write_table(pa.Table.from_pylist(replay_rows(res)), stage / "tables" / "aa_coverage.parquet")
+    tables = {"aa_coverage": pa.Table.from_pylist(replay_rows(res))}
+    files = {
+        "aa_coverage.json": json_bytes(res),
+        "plan.json": json_bytes({"campaign": "aa_coverage", "settings": settings}),
+    }
     for x in res["recipes"]:
         src = out / x["recipe"]
-        pq.write_table(
-            pq.read_table(next(src.rglob("requests.parquet"))), stage / "tables" / f"requests_{x['recipe']}.parquet"
-        )
-        (stage / f"plan_{x['recipe']}.json").write_bytes(next(src.rglob("plan.json")).read_bytes())
-    (stage / "aa_coverage.json").write_text(json.dumps(res, indent=1, sort_keys=True) + "\n")
-    (stage / "plan.json").write_text(json.dumps({"campaign": "aa_coverage", "settings": settings}, indent=1) + "\n")
-    build = native.current()
-    files = ensure_family(FAMILY)
-    arts = [Artifact(f.name, "model", f.path) for f in files.all()]
-    arts += [Artifact(n, "library", Path(build.lib_dir) / n) for n in sorted(build.record["files"])]
-    write_manifest(build_manifest(arts, {"bench": "aa_coverage"}), stage / "manifest.json")
-    Ledger(stage / "ledger.jsonl").append({"event": "bench", "bench": "aa_coverage", "replays": res["replays"]})
-    ensure_keys(out / "signer.pub")
-    return seal(stage, out / "archive", campaign="aa_coverage", csv_tables="all").out
+        tables[f"requests_{x['recipe']}"] = pq.read_table(next(src.rglob("requests.parquet")))
+        files[f"plan_{x['recipe']}.json"] = next(src.rglob("plan.json")).read_bytes()
+    return seal_bench(out, "aa_coverage", FAMILY, tables, files, {"replays": res["replays"]})
 
 
 def main(argv=None) -> int:

@@ -317,29 +317,21 @@ def bridge_rows(res: dict) -> list[dict]:
 
 
 def seal_run(folder: Path, res: dict) -> Path:
-    """``folder`` (a finished run) sealed into ``folder/archive`` with the machine's signing key
-    (created once, as ``./run main`` does; its public key copied to ``folder/signer.pub``)."""
-    from refspec.pipeline.stages import ensure_keys
-    from refspec.provenance.ledger import Ledger
-    from refspec.provenance.manifest import Artifact, build_manifest, write_manifest
-    from refspec.provenance.seal import seal
+    """``folder`` (a finished run) sealed into ``folder/archive`` (:func:`bench_archive.seal_bench`): the
+    requests, the bridge table, the analysis, the arms file and the settings as its plan."""
+    from bench_archive import json_bytes, seal_bench
 
     settings = json.loads((folder / "settings.json").read_text())
-    stage = folder / "sealed-input"
-    (stage / "tables").mkdir(parents=True, exist_ok=False)
-    pq.write_table(pq.read_table(folder / "requests.parquet"), stage / "tables" / "requests.parquet")
-    pq.write_table(pa.Table.from_pylist(bridge_rows(res)), stage / "tables" / "bridge.parquet")
-    (stage / "paired_vs_fresh.json").write_text(json.dumps(res, indent=1, sort_keys=True) + "\n")
-    (stage / "plan.json").write_text(json.dumps({"campaign": "paired_vs_fresh", "settings": settings}, indent=1) + "\n")
-    build = native.current()
-    files = ensure_family(FAMILY)
-    arts = [Artifact(f.name, "model", f.path) for f in files.all()]
-    arts += [Artifact(n, "library", Path(build.lib_dir) / n) for n in sorted(build.record["files"])]
-    (stage / "arms.yaml").write_bytes((folder / "arms.yaml").read_bytes())  # the recipes, sealed as a file
-    write_manifest(build_manifest(arts, {"bench": "paired_vs_fresh"}), stage / "manifest.json")
-    Ledger(stage / "ledger.jsonl").append({"event": "bench", "bench": "paired_vs_fresh", "requests": res["requests"]})
-    ensure_keys(folder / "signer.pub")
-    return seal(stage, folder / "archive", campaign="paired_vs_fresh", csv_tables="all").out
+    tables = {
+        "requests": pq.read_table(folder / "requests.parquet"),
+        "bridge": pa.Table.from_pylist(bridge_rows(res)),
+    }
+    files = {
+        "paired_vs_fresh.json": json_bytes(res),
+        "plan.json": json_bytes({"campaign": "paired_vs_fresh", "settings": settings}),
+        "arms.yaml": (folder / "arms.yaml").read_bytes(),  # the recipes, sealed as a file
+    }
+    return seal_bench(folder, "paired_vs_fresh", FAMILY, tables, files, {"requests": res["requests"]})
 
 
 def main(argv=None) -> int:
