@@ -357,6 +357,7 @@ STATE_COLUMNS = {
         actual=F,
         interaction=F,
         max_abs_interaction=F,
+        note=S,
     ),
     "admission": dict(
         family=S,
@@ -385,7 +386,7 @@ STATE_COLUMNS = {
         splits=I,
         reason=S,
     ),
-    "claims": dict(stage=S, record=S, status=S, exit_code=I, controls=I, controls_failed=I, reason=S),
+    "claims": dict(stage=S, record=S, claim=S, status=S, exit_code=I, controls=I, controls_failed=I, reason=S),
     "projection": dict(
         family=S,
         task_id=S,
@@ -440,7 +441,6 @@ COLUMNS.update(SCREEN_COLUMNS)
 # workflow/schemas/tables): with COLUMNS, every column a table of the archive may have
 CARRIED_COLUMNS = {
     "admission": ("device", "nodes", "supports_cpu", "observed"),
-    "claims": ("claim",),
     "crosses": (
         "family",
         "prompt_len",
@@ -468,7 +468,6 @@ CARRIED_COLUMNS = {
         "max_abs_delta_second",
         "max_abs_delta_joint",
         "rows_sha256",
-        "note",
         "repeats_agree",
     ),
     "kv_diff": ("family", "cells_differing", "first_cell", "first_position", "elements_differing"),

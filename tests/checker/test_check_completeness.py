@@ -126,8 +126,18 @@ def test_a_reason_rewritten_is_refused(stage, tmp_path):
     assert code == 1 and "estimates.csv" in out and "settled" in out, out[-3000:]
 
 
-def test_an_a_a_reason_added_to_a_control_that_holds_is_refused(stage, tmp_path):
+@pytest.fixture(scope="module")
+def aa_stage(tmp_path_factory) -> Path:
+    """The synthetic results with the A/A twins (a ``noise`` table), rendered."""
+    from support.synthetic_archive import make_results
+
+    results = make_results(tmp_path_factory.mktemp("aa-stage") / "results", evil=True, draws=300, aa=True)
+    report.render(results, pdf=False)
+    return results
+
+
+def test_an_a_a_reason_added_to_a_control_that_holds_is_refused(aa_stage, tmp_path):
     code, out = _edit_row(
-        stage, tmp_path, "noise", lambda r: r["verdict"] == "ok", {"reason": "the A/A interval does not contain 1"}
+        aa_stage, tmp_path, "noise", lambda r: r["verdict"] == "ok", {"reason": "the A/A interval does not contain 1"}
     )
-    assert code == 1 and "noise.csv" in out, out[-3000:]
+    assert code == 1 and "noise.csv" in out and "does not contain 1" in out, out[-3000:]
