@@ -656,7 +656,7 @@ def make_results(
     )
     T.write_table(contrasts, "contrasts", tdir)
     T.write_table(estimates, "estimates", tdir)
-    T.write_table(D.session_gaps(sessions), "sessions", tdir)
+    T.write_table(D.session_gaps(sessions + other_sessions(reqs, sessions)), "sessions", tdir)
     T.write_table(D.phase_mask_table(reqs, qual), "phase_masks", tdir)
 
     # --- replay: 2 families x 3 layers x 2 phases x q 1..4 x 3 stages
@@ -788,6 +788,32 @@ def make_results(
         led.append(
             {"kind": "campaign_run", "reason": f"campaign {camp} run 1: complete", "campaign": camp, "family": fam}
             | {"outcome": "complete", "run": 1}
+        )
+    return out
+
+
+def other_sessions(reqs: list[dict], have: list[dict]) -> list[dict]:
+    """A sessions row for every session of requests that ``have`` lacks (the campaigns other than the
+    replication, whose rows carry their loads), an hour apart, as every campaign writes its own."""
+    done = {(r["campaign"], r["family"], r["session"]) for r in have}
+    by: dict[tuple, list[dict]] = {}
+    for r in reqs:
+        key = (r["campaign"], r["family"], r["session"])
+        if key not in done:
+            by.setdefault(key, []).append(r)
+    t0 = dt.datetime(2026, 10, 1, 6, 0, 0)
+    out = []
+    for i, (key, rows) in enumerate(sorted(by.items())):
+        s0 = t0 + dt.timedelta(hours=i)
+        out.append(
+            dict(zip(("campaign", "family", "session"), key))
+            | dict(
+                started_utc=s0.strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+                ended_utc=(s0 + dt.timedelta(minutes=30)).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+                gap_before_s=None,
+                n_requests=len(rows),
+                n_workers=len({r["worker"] for r in rows}),
+            )
         )
     return out
 
