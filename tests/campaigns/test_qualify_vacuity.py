@@ -128,7 +128,8 @@ def test_one_exit_rule_the_candidates_not_the_controls_decide():
     reproduce its reference, 0 when all do, 5 when a request did not complete. ``qualify arms``'s
     candidates are the arms other than R and the unrepaired controls: M0 diverging is what makes the
     panel non-vacuous, M3 diverging is the failure (it used to exit 0 either way)."""
-    from refspec.campaigns.arm_qualification import exit_status, verdicts
+    from refspec.campaigns.arm_qualification import verdicts
+    from refspec.commands.qualify import exit_status
 
     controls_diverge = _summary({"M0": "HumanEval/0", "C0": "HumanEval/1"})
     cands = verdicts(controls_diverge, controls=False)

@@ -168,7 +168,7 @@ def test_a_crash_under_debug_prints_its_traceback(crashing_command, capsys, monk
 
 def test_qualify_is_two_sub_commands_each_with_its_own_options(capsys):
     """``refspec qualify arms`` and ``refspec qualify server`` (one exit rule,
-    ``arm_qualification.exit_status``, tested in tests/campaigns/test_qualify_vacuity.py): no sub-command, a server option given to ``arms`` or an arms option to ``server`` is a usage
+    ``commands.qualify.exit_status``, tested in tests/campaigns/test_qualify_vacuity.py): no sub-command, a server option given to ``arms`` or an arms option to ``server`` is a usage
     error (exit 2) that names what is wrong, before anything runs."""
     assert main(["qualify", "--panel", "humaneval:0-1"]) == errors.EXIT_USAGE == 2
     assert "arms|server" in capsys.readouterr().err

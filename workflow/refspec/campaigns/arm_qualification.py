@@ -40,7 +40,7 @@ import yaml
 from ..core.arms import REFERENCE_ARM, reference_of
 from ..core.config import Config, read_yaml, validate
 from ..core.divergence import DECISIVE, DIVERGENCE_TEXT, NEAR_TIE, NEAR_TIE_MARGIN
-from ..core.errors import EXIT_FAILED, EXIT_OK, EXIT_RUNTIME, UsageError
+from ..core.errors import UsageError
 from ..core.fsutil import atomic_write_text
 from ..core.hashing import sha256_file
 from ..core.panels import panel_spec, parse_range
@@ -474,7 +474,7 @@ def format_summary(s: dict) -> str:
     return "\n".join(lines)
 
 
-# --------------------------------------------------------------------------- verdicts and the exit rule
+# --------------------------------------------------------------------------- verdicts
 
 
 def verdicts(summary: dict, piece=None, *, controls: bool = True) -> list[dict]:
@@ -545,12 +545,3 @@ def verdict_line(v: dict) -> str:
             + ("" if v["reproduces"] else " (not qualified: diagnostic)")
         )
     return "; ".join(parts)
-
-
-def exit_status(complete: bool, candidates: list[dict]) -> int:
-    """The one exit rule of every ``refspec qualify`` sub-command: 5 (``EXIT_RUNTIME``) when a planned
-    request has no completed attempt, else 1 (``EXIT_FAILED``) when a candidate does not reproduce its
-    reference, else 0 (every candidate does)."""
-    if not complete:
-        return EXIT_RUNTIME
-    return EXIT_OK if all(v["reproduces"] for v in candidates) else EXIT_FAILED

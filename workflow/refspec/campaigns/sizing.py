@@ -30,7 +30,10 @@ import math
 import textwrap
 from pathlib import Path
 
+from ..core.config import preset_settings
 from ..core.errors import ConfigError
+from ..core.panels import parse_range
+from ..core.paths import REPO_ROOT
 from ..core.stats import (
     DEFAULT_AA_RULE,
     DEFAULT_THRESHOLD,
@@ -40,6 +43,7 @@ from ..core.stats import (
     detectable_ratio,
     plan_paired,
 )
+from .definitions import load_definition
 from .pilot import costs
 
 DEFAULT_TARGET = 1.03
@@ -185,9 +189,6 @@ def budget_shares(budget_s: float, budgets: dict[str, float]) -> dict[str, float
 
 def _definitions(cfg) -> dict[str, dict]:
     """The run's campaign definitions under its preset, by campaign name."""
-    from ..core.paths import REPO_ROOT
-    from .definitions import load_definition
-
     folder = Path(str(cfg.campaigns.definitions))
     folder = folder if folder.is_absolute() else REPO_ROOT / folder
     preset = str(cfg.campaigns.preset)
@@ -215,12 +216,8 @@ def goal_args(cfg, campaign: str) -> str:
 def _panel_size(defn: dict, cfg) -> int | None:
     panel = defn.get("panel") or {}
     if panel.get("source") == "humaneval":
-        from ..core.panels import parse_range
-
         return len(parse_range(str(panel["tasks"])))
     if panel.get("source") == "screen":
-        from ..core.config import preset_settings
-
         screen = preset_settings(cfg, "screen")
         return int(screen.want) + int(screen.controls)
     return None

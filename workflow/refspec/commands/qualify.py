@@ -1,5 +1,5 @@
 """``refspec qualify``: complete-endpoint qualification against a micro-batch-1 reference, three
-sub-commands with one exit rule (:func:`refspec.campaigns.arm_qualification.exit_status`): 0 when
+sub-commands with one exit rule (:func:`exit_status`): 0 when
 every candidate reproduces its reference, 1 when one does not, 5 when a planned request has no
 completed attempt, 2 for usage errors (3 integrity where an archive is sealed).
 
@@ -39,7 +39,6 @@ import sys
 from ..campaigns.arm_qualification import (
     DEFINITION_NAME,
     SUMMARY_NAME,
-    exit_status,
     format_summary,
     results_folder,
     run_qualify,
@@ -47,7 +46,7 @@ from ..campaigns.arm_qualification import (
     verdicts,
 )
 from ..core.config import load_config
-from ..core.errors import UsageError
+from ..core.errors import EXIT_FAILED, EXIT_OK, EXIT_RUNTIME, UsageError
 from ..pipeline.main import headline_text
 from ..pipeline.server_qualification import ServerQualifyOptions, qualify_server, summary_lines, write_verdicts
 
@@ -112,6 +111,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     _common(o)
 
 
+def exit_status(complete: bool, candidates: list[dict]) -> int:
+    """The one exit rule of every ``refspec qualify`` sub-command: 5 (``EXIT_RUNTIME``) when a planned
+    request has no completed attempt, else 1 (``EXIT_FAILED``) when a candidate does not reproduce its
+    reference, else 0 (every candidate does)."""
+    if not complete:
+        return EXIT_RUNTIME
+    return EXIT_OK if all(v["reproduces"] for v in candidates) else EXIT_FAILED
+
+
 def run_server(args: argparse.Namespace) -> int:
     """``refspec qualify server --server-binary PATH | --url URL --reference-url URL --model M ...``
     and ``refspec qualify openvino --model M [--draft D]``
@@ -169,7 +177,7 @@ def run(args: argparse.Namespace) -> int:
 def run_arms(args: argparse.Namespace) -> int:
     """``refspec qualify arms --panel P --arms ...`` (:func:`refspec.campaigns.arm_qualification.run_qualify`):
     a verdict line per candidate (every arm but R and the unrepaired controls), then the exit rule of
-    every sub-command (:func:`refspec.campaigns.arm_qualification.exit_status`)."""
+    every sub-command (:func:`exit_status`)."""
     out = results_folder(args.out, args.resume)
     res = run_qualify(
         load_config(args.config),
