@@ -65,83 +65,51 @@ the checker itself (one line on stderr; ``--debug`` prints the traceback).
 concern (see each module's docstring).
 """
 
-# the names the tests and other callers use, from the module of each concern
-from refspec_check.archive import check
-from refspec_check.cli import main
-from refspec_check.context import Context, Expected
-from refspec_check.contract import (
-    COLUMNS,
-    STATE_COLUMNS,
-    TABLE_NAMES,
-    B,
-    CsvTable,
-    F,
-    I,
-    L,
-    S,
-    parse_value,
-    read_tables,
-)
-from refspec_check.ed25519 import _IDENTITY, _ed_decode, _ed_equal, _ed_mul, ed25519_problem
-from refspec_check.problems import Checker
-from refspec_check.qualification import recompute_qualification, reference_arms
-from refspec_check.results import check_qualification
-from refspec_check.seal import dsse_pae, key_fingerprint, read_public_key
-from refspec_check.stats import (
-    aa_verdict,
-    decide_weighed,
-    mean,
-    median,
-    minimum_detectable,
-    paired,
-    percentile,
-    session_interval,
-    t_quantile,
-    worker_interval,
-)
-from refspec_check.strict_html import STYLESHEET_SHA256
-from refspec_check.strict_tex import _TEX_NUM_RE, TEX_PREAMBLE_SHA256, tex_id_decode
+# the names the tests and other callers use, from the module of each concern: imported when first used, so
+# that importing one module of this package (the pipeline imports the renderer and the definitions it shares
+# with it, refspec_check.render) does not import the whole checker
+_EXPORTS = {
+    "check": "archive",
+    "main": "cli",
+    "Context": "context",
+    "Expected": "context",
+    **dict.fromkeys(
+        ("COLUMNS", "STATE_COLUMNS", "TABLE_NAMES", "B", "CsvTable", "F", "I", "L", "S", "parse_value", "read_tables"),
+        "contract",
+    ),
+    **dict.fromkeys(("_IDENTITY", "_ed_decode", "_ed_equal", "_ed_mul", "ed25519_problem"), "ed25519"),
+    "Checker": "problems",
+    "recompute_qualification": "qualification",
+    "reference_arms": "qualification",
+    "check_qualification": "results",
+    **dict.fromkeys(("dsse_pae", "key_fingerprint", "read_public_key"), "seal"),
+    **dict.fromkeys(
+        (
+            "aa_verdict",
+            "decide_weighed",
+            "mean",
+            "median",
+            "minimum_detectable",
+            "paired",
+            "percentile",
+            "session_interval",
+            "t_quantile",
+            "worker_interval",
+        ),
+        "stats",
+    ),
+    "STYLESHEET_SHA256": "strict_html",
+    **dict.fromkeys(("_TEX_NUM_RE", "TEX_PREAMBLE_SHA256", "tex_id_decode"), "strict_tex"),
+}
 
-__all__ = [
-    "B",
-    "COLUMNS",
-    "Checker",
-    "Context",
-    "CsvTable",
-    "Expected",
-    "F",
-    "I",
-    "L",
-    "S",
-    "STATE_COLUMNS",
-    "STYLESHEET_SHA256",
-    "TABLE_NAMES",
-    "TEX_PREAMBLE_SHA256",
-    "_IDENTITY",
-    "_TEX_NUM_RE",
-    "_ed_decode",
-    "_ed_equal",
-    "_ed_mul",
-    "aa_verdict",
-    "check",
-    "check_qualification",
-    "decide_weighed",
-    "dsse_pae",
-    "ed25519_problem",
-    "key_fingerprint",
-    "main",
-    "mean",
-    "median",
-    "minimum_detectable",
-    "paired",
-    "parse_value",
-    "percentile",
-    "session_interval",
-    "t_quantile",
-    "worker_interval",
-    "read_public_key",
-    "read_tables",
-    "recompute_qualification",
-    "reference_arms",
-    "tex_id_decode",
-]
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    """A name of :data:`_EXPORTS`, from its module (imported on first use)."""
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(f"{__name__}.{module}"), name)

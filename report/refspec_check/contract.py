@@ -8,6 +8,7 @@ import math
 import os
 
 from refspec_check import jsonio
+from refspec_check.names import REFERENCE_ARM, TWIN_SUFFIX  # noqa: F401 (the contract's names, for its callers)
 from refspec_check.problems import Checker
 
 # the servers campaign (anc/servers.md): each server arm over R, C3 beside the patched server with the
@@ -25,10 +26,6 @@ SERVER_DIAGNOSTIC_PAIRS = (
 )
 
 DIAGNOSTIC_PAIRS = (("M3", "M0"), ("C3", "C0"), ("R_prod", "M3")) + SERVER_DIAGNOSTIC_PAIRS
-
-TWIN_SUFFIX = "_aa"  # the A/A control's twin of arm X is X_aa (anc/campaigns.md)
-
-REFERENCE_ARM = "R"
 
 LEDGER_KIND_KEYS = ("kind", "event", "type")
 

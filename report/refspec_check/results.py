@@ -7,12 +7,12 @@ import math
 from collections import defaultdict
 
 from refspec_check import intervals as IV
-from refspec_check.arms import arm_order
 from refspec_check.context import Context
 from refspec_check.contract import DIAGNOSTIC_PAIRS, TWIN_SUFFIX, CsvTable
 from refspec_check.digests import endpoint_digest
 from refspec_check.divergence import check_row as check_divergence
 from refspec_check.findings import add_fold, fold
+from refspec_check.names import arm_sort_key
 from refspec_check.problems import Checker
 from refspec_check.qualification import all_qualified, diagnostic_label, panels, recompute_qualification
 from refspec_check.stats import cpu_pooled_ratio, median, paired
@@ -262,7 +262,7 @@ def check_ratio_rows_complete(ctx: Context, qual: dict, facts: dict) -> None:
         if panels(qual, camp).get((fam, cap)) is None:
             continue
         plain = sorted(
-            (a for a in arms if not a.endswith(TWIN_SUFFIX)), key=lambda a: arm_order(a, *facts[(camp, fam, a)])
+            (a for a in arms if not a.endswith(TWIN_SUFFIX)), key=lambda a: arm_sort_key(a, *facts[(camp, fam, a)])
         )
         c.identities += 1
         for i, a in enumerate(plain):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from ...core.campaign_names import REPORT_ORDER
+from refspec_check.names import REPORT_ORDER
 
 CAMPAIGN_TITLES = {
     "confirmation": "Confirmation",

@@ -6,13 +6,13 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from ...campaigns.derived import arm_sort_key, qualification_counts
-from ...core.arms import REFERENCE_ARM
-from ...core.campaign_names import REPORT_ORDER
-from ...core.stats import DECIDED, DEFAULT_THRESHOLD
-from ...core.vacuity import panel_exposure
+from refspec_check.names import REFERENCE_ARM, REPORT_ORDER, arm_sort_key
+from refspec_check.stats import DECIDED, DEFAULT_THRESHOLD
+
+from ..aggregates import qualification_counts
 from ..document import DASH, Archive, Cell, Link, Num, Numbers, Section, ShownTable, Table
 from ..svg import forest_estimate_groups, forest_ratio_groups
+from ..vacuity import panel_exposure
 from .answer import answer, panels, recipes, reference_of, roles
 from .noise import aa_parts, aa_rows
 from .numerical import e1_counts

@@ -8,8 +8,8 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from ...core.vacuity import crosses_exposure, partition_exposure
 from ..document import DASH, Archive, Cell, Numbers, Section, ShownTable, Table, table_section
+from ..vacuity import crosses_exposure, partition_exposure
 from .vocabulary import VACUOUS_TAIL, VACUOUS_TEXT
 
 SELECTOR_ORDER = ("L0_K", "L0_V", "L0_KV", "K_ALL", "V_ALL", "EARLY", "MIDDLE", "LATE", "PREFIX", "TAIL")

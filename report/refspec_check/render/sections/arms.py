@@ -35,10 +35,10 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from ...campaigns.derived import arm_sort_key
-from ...core.arms import REFERENCE_ARM, is_twin
-from ...core.vacuity import is_unrepaired
+from refspec_check.names import REFERENCE_ARM, arm_sort_key, is_twin
+
 from ..document import DASH, Archive, Cell, Numbers, Section, ShownTable, Table, read_json, table_section
+from ..vacuity import is_unrepaired
 
 MODE_TEXT = {"target": "target", "spec": "speculative"}
 ROLE_ORDER = (

@@ -23,7 +23,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ...core.stats import DEFAULT_THRESHOLD
+from refspec_check.stats import DEFAULT_THRESHOLD
+
 from ..document import ShownTable
 
 TIMES = "\u00d7"
