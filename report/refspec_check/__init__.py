@@ -11,9 +11,12 @@ taken from outside the archive; without it a sealed archive's signature cannot b
 checked, which is a mismatch. ``--expect-keyid`` pins that key's fingerprint and
 ``--expect-previous`` the seal this archive must follow, as for ``refspec verify``.
 
-Its recomputations import nothing from refspec; only the byte-for-byte rendering check
-(``rendering.py``) loads the renderer ``refspec.reporting`` from the repository's workflow/. From the CSV copies of the result tables it
-recomputes, with its own code:
+It imports nothing from refspec: the report's renderer is this package's own (``render/``, standard
+library only; the pipeline writes every report with it), and the byte-for-byte rendering check
+(``rendering.py``) renders the report again with it, so the repository's ``report/`` folder alone, the
+archive and the signer's public key check an archive. The definitions the renderer and the pipeline
+share have their one owner here too (``names``, ``table_specs`` with ``schemas/``, and the shared names
+of ``stats`` and ``divergence``). From the CSV copies of the result tables it recomputes, with its own code:
 
 * every endpoint digest (from the token lists) and every qualification row
   (reference endpoint, stability, required/completed/matching counts,
@@ -62,7 +65,7 @@ public key file that is not an Ed25519 key) or bad usage, 70 an internal error o
 the checker itself (one line on stderr; ``--debug`` prints the traceback).
 
 ``report/check.py`` is the command; this package beside it is the checker, one module per
-concern (see each module's docstring).
+concern (see each module's docstring), with the renderer it carries in ``render/``.
 """
 
 # the names the tests and other callers use, from the module of each concern: imported when first used, so

@@ -1,6 +1,6 @@
 """The answer findings (ANSWER, DEFAULT, ADVICE) and the words of a timed verdict, recomputed.
 
-refspec.reporting.sections.answer and .verdicts write them; change one only together with the other.
+refspec_check.render.sections.answer and .verdicts write them; change one only together with the other.
 
 Words of a verdict (:data:`VERDICT_WORDS`): exceeds "slower", faster "faster", equivalent "equivalent
 within 2 %", below "not 2 % slower", noise_too_high "undecided: noise too high", inconclusive

@@ -1,6 +1,6 @@
 """The arms at a glance, recomputed: every arm code and recipe of requests.csv, with its role.
 
-The report's table ``arms`` (refspec.reporting.sections.arms implements the same rules; change one only
+The report's table ``arms`` (refspec_check.render.sections.arms implements the same rules; change one only
 together with the other) has one row per arm code and recipe (mode, layout, ub, mask, and k for a
 speculative arm) of requests.csv: the arm, its mode ("target" or "speculative"), micro-batch ``ub``,
 layout, phase mask ``mask`` and proposals ``k`` (checked numbers, a dash for a target arm's k), its

@@ -434,7 +434,7 @@ COLUMNS.update(STATE_COLUMNS)
 COLUMNS.update(SCREEN_COLUMNS)
 
 # the columns a table carries that the recomputation does not read (the rest of its table spec,
-# workflow/schemas/tables): with COLUMNS, every column a table of the archive may have
+# report/refspec_check/schemas/tables): with COLUMNS, every column a table of the archive may have
 CARRIED_COLUMNS = {
     "admission": ("device", "nodes", "supports_cpu", "observed"),
     "claims": ("claim",),
@@ -762,7 +762,7 @@ COMPARED_TABLES = tuple(
     dict.fromkeys(tuple(v[0] for v in COMPARE_FINDINGS.values()) + ("requests", "ratios", "estimates", "noise"))
 )
 
-#: numbers.json (refspec.reporting.render, refspec.reporting.comparison): its keys and each number's
+#: numbers.json (refspec_check.render.render, refspec_check.render.comparison): its keys and each number's
 NUMBERS_KEYS = ("format", "renderer", "provenance", "findings", "headline", "numbers")
 NUMBER_KEYS = ("id", "table", "row", "column", "value", "fmt", "text", "source")
 #: the provenance values of numbers.json, each shown in the report (an archive's, then a comparison's)

@@ -13,7 +13,7 @@ from .errors import ConfigError
 from .layouts import LAYOUTS
 from .paths import config_dir
 
-if TYPE_CHECKING:  # the configuration (YAML) is read only where arms are loaded: the report needs none of it
+if TYPE_CHECKING:  # the configuration (YAML) is read only where arms are loaded
     from .config import Config
 
 SERVER_BUILDS = ("stock", "patched")

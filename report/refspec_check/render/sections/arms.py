@@ -12,7 +12,7 @@ states, per campaign the arm ran in:
 * in the phase-mask sweep and the width sweep, their own arms: "phase-mask sweep arm", "width sweep arm";
 * in the prediction, the live arm (``prediction.csv``'s ``live_arm``, the plan's ``live_arm``),
   the chosen predictor (``predictor``, the plan's ``prediction_selection``) and the other candidates;
-* elsewhere an unrepaired control (phase mask 0 with micro-batch above 1, :mod:`refspec.core.vacuity`),
+* elsewhere an unrepaired control (phase mask 0 with micro-batch above 1, :mod:`refspec_check.render.vacuity`),
   a repaired arm (a layout other than ``mq`` switched on in a target phase: mask bit 1 or 2) or,
   failing both, a compared arm.
 

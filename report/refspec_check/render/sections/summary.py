@@ -123,7 +123,7 @@ def section_summary(
 
 def vacuity_parts(a: Archive, N: Numbers, camp: str, fam: str, tid: str) -> list[Any]:
     """ "vacuous: no exposed input in N screened" where the panel's unrepaired arms never diverge
-    (:mod:`refspec.core.vacuity`; N, the panel's tasks, a checked number); [] otherwise."""
+    (:mod:`refspec_check.render.vacuity`; N, the panel's tasks, a checked number); [] otherwise."""
     ex = panel_exposure(a.rows("qualification"), a.rows("requests")).get((camp, fam))
     if ex is None or not ex["vacuous"]:
         return []
