@@ -88,7 +88,8 @@ def section_summary(
         h.add(
             "verify this report",
             "ARCHIVE: this report's folder; KEY.pub: the signer's public key, received apart from the archive; "
-            "run in a checkout of the repository (check.py renders the report again with its workflow/ renderer)",
+            "run beside the repository's report/ folder, which is all it needs (check.py carries the renderer "
+            "it renders the report again with)",
             [VERIFY_COMMAND, prov["pubkey_fingerprint"]],
             cls="mono small",
         )
