@@ -109,10 +109,15 @@ __all__ = sorted(_EXPORTS)
 
 
 def __getattr__(name: str):
-    """A name of :data:`_EXPORTS`, from its module (imported on first use)."""
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    """A name of :data:`_EXPORTS`, from its module, or a module of this package (imported on first use)."""
     import importlib
 
-    return getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    module = _EXPORTS.get(name)
+    if module is not None:
+        return getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    try:
+        return importlib.import_module(f"{__name__}.{name}")
+    except ModuleNotFoundError as e:
+        if e.name != f"{__name__}.{name}":
+            raise
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
