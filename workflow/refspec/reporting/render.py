@@ -1,10 +1,11 @@
 """Write the report of a results folder or archive: report.html, report.tex, numbers.json and report.pdf.
 
 ``refspec report RESULTS_DIR [--out DIR] [--pubkey KEY.pub] [--no-pdf]`` (:mod:`refspec.commands.report`)
-and the report stage call :func:`render`. The bytes are the renderer's (:func:`refspec_check.render.render.
-report_files`, the checker's standard-library renderer, which ``report/check.py`` runs again on the sealed
-archive); this module reads the tables from their Parquet files, takes the signing key's fingerprint,
-writes the files atomically and compiles report.pdf (:func:`compile_pdf`).
+and the report stage call :func:`render`. The bytes are the renderer's
+(:func:`refspec_check.render.render.report_files`: the checker's standard-library renderer, which
+``report/check.py`` runs again on the sealed archive); this module reads the tables from their Parquet
+files, takes the signing key's fingerprint, writes the files atomically and compiles report.pdf
+(:func:`compile_pdf`).
 """
 
 from __future__ import annotations
