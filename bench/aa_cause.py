@@ -37,6 +37,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import yaml
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "report"))  # refspec_check, which refspec imports
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "workflow"))
 
 from refspec.core.stats import t_quantile, worker_interval  # noqa: E402

@@ -119,6 +119,7 @@ def geometries(job, req, np) -> int:
 
 
 def driver_side(args) -> int:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "report"))  # refspec_check, which refspec imports
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "workflow"))
     from refspec.core.config import load_config
     from refspec.native import build as native

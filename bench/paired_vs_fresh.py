@@ -48,6 +48,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import yaml
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "report"))  # refspec_check, which refspec imports
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "workflow"))
 
 from refspec.campaigns.scheduler import derive_rng, process_orders  # noqa: E402

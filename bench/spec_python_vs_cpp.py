@@ -22,6 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "report"))  # refspec_check, which refspec imports
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "workflow"))
 
 from refspec.core.arms import load_arms  # noqa: E402

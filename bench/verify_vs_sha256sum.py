@@ -1,6 +1,6 @@
 """Benchmark: ``refspec verify`` against plain ``sha256sum`` over the same archive.
 
-    PYTHONPATH=workflow python bench/verify_vs_sha256sum.py [--size-mb 500] [--repeats 7]
+    PYTHONPATH=workflow:report python bench/verify_vs_sha256sum.py [--size-mb 500] [--repeats 7]
 
 Builds a results folder of about SIZE MB in a temporary folder (two Parquet
 tables of random float64/int64 columns, several binary blobs, and the usual
@@ -32,6 +32,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
+sys.path.insert(0, str(ROOT / "report"))  # refspec_check, which refspec imports
 sys.path.insert(0, str(ROOT / "workflow"))
 
 import numpy as np  # noqa: E402
@@ -116,7 +117,7 @@ def main() -> int:
             f"{subprocess.run(['sha256sum', '--version'], capture_output=True, text=True).stdout.splitlines()[0]}"
         )
 
-        env = dict(os.environ, PYTHONPATH=str(ROOT / "workflow"))
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(str(ROOT / d) for d in ("workflow", "report")))
         verify = [sys.executable, "-m", "refspec.cli", "verify", str(archive), "--pubkey", str(kp.public_path)]
         cmds = {
             "refspec verify": verify,

@@ -1,6 +1,6 @@
 """Benchmark: a worker's authenticated latency, quiet and under a flood of token-less connections.
 
-    PYTHONPATH=workflow python bench/worker_flood.py [--flood 64] [--samples 15] [--cap 4] [--lib-dir DIR]
+    PYTHONPATH=workflow:report python bench/worker_flood.py [--flood 64] [--samples 15] [--cap 4] [--lib-dir DIR]
 
 Starts one real worker (arm R, one thread, the embedded SmolLM2 family, on
 127.0.0.1) the way the driver does, then measures, as the driver's client sees
@@ -33,6 +33,7 @@ from pathlib import Path
 
 import yaml
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "report"))  # refspec_check, which refspec imports
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "workflow"))
 
 from refspec.core.arms import load_arms  # noqa: E402

@@ -4,7 +4,9 @@
     python3 -I -S report/check.py ARCHIVE --pubkey KEY.pub [--expect-keyid SHA256:HEX]
                                   [--expect-previous SHA|none] [--quiet] [--unsealed] [--debug]
 
-The checker is the package ``refspec_check`` beside this file (its docstring says what it checks).
+The checker is the package ``refspec_check`` beside this file (its docstring says what it checks), with the
+report's renderer it renders every archive again with (``refspec_check/render``): this folder alone, the
+archive and the signer's public key are all a check needs.
 """
 
 import os

@@ -11,9 +11,12 @@ taken from outside the archive; without it a sealed archive's signature cannot b
 checked, which is a mismatch. ``--expect-keyid`` pins that key's fingerprint and
 ``--expect-previous`` the seal this archive must follow, as for ``refspec verify``.
 
-Its recomputations import nothing from refspec; only the byte-for-byte rendering check
-(``rendering.py``) loads the renderer ``refspec.reporting`` from the repository's workflow/. From the CSV copies of the result tables it
-recomputes, with its own code:
+It imports nothing from refspec: the report's renderer is this package's own (``render/``, standard
+library only; the pipeline writes every report with it), and the byte-for-byte rendering check
+(``rendering.py``) renders the report again with it, so the repository's ``report/`` folder alone, the
+archive and the signer's public key check an archive. The definitions the renderer and the pipeline
+share have their one owner here too (``names``, ``table_specs`` with ``schemas/``, and the shared names
+of ``stats`` and ``divergence``). From the CSV copies of the result tables it recomputes, with its own code:
 
 * every endpoint digest (from the token lists) and every qualification row
   (reference endpoint, stability, required/completed/matching counts,
@@ -62,86 +65,59 @@ public key file that is not an Ed25519 key) or bad usage, 70 an internal error o
 the checker itself (one line on stderr; ``--debug`` prints the traceback).
 
 ``report/check.py`` is the command; this package beside it is the checker, one module per
-concern (see each module's docstring).
+concern (see each module's docstring), with the renderer it carries in ``render/``.
 """
 
-# the names the tests and other callers use, from the module of each concern
-from refspec_check.archive import check
-from refspec_check.cli import main
-from refspec_check.context import Context, Expected
-from refspec_check.contract import (
-    COLUMNS,
-    STATE_COLUMNS,
-    TABLE_NAMES,
-    B,
-    CsvTable,
-    F,
-    I,
-    L,
-    S,
-    parse_value,
-    read_tables,
-)
-from refspec_check.ed25519 import _IDENTITY, _ed_decode, _ed_equal, _ed_mul, ed25519_problem
-from refspec_check.problems import Checker
-from refspec_check.qualification import recompute_qualification, reference_arms
-from refspec_check.results import check_qualification
-from refspec_check.seal import dsse_pae, key_fingerprint, read_public_key
-from refspec_check.stats import (
-    aa_verdict,
-    decide_weighed,
-    mean,
-    median,
-    minimum_detectable,
-    paired,
-    percentile,
-    session_interval,
-    t_quantile,
-    worker_interval,
-)
-from refspec_check.strict_html import STYLESHEET_SHA256
-from refspec_check.strict_tex import _TEX_NUM_RE, TEX_PREAMBLE_SHA256, tex_id_decode
+# the names the tests and other callers use, from the module of each concern: imported when first used, so
+# that importing one module of this package (the pipeline imports the renderer and the definitions it shares
+# with it, refspec_check.render) does not import the whole checker
+_EXPORTS = {
+    "check": "archive",
+    "main": "cli",
+    "Context": "context",
+    "Expected": "context",
+    **dict.fromkeys(
+        ("COLUMNS", "STATE_COLUMNS", "TABLE_NAMES", "B", "CsvTable", "F", "I", "L", "S", "parse_value", "read_tables"),
+        "contract",
+    ),
+    **dict.fromkeys(("_IDENTITY", "_ed_decode", "_ed_equal", "_ed_mul", "ed25519_problem"), "ed25519"),
+    "Checker": "problems",
+    "recompute_qualification": "qualification",
+    "reference_arms": "qualification",
+    "check_qualification": "results",
+    **dict.fromkeys(("dsse_pae", "key_fingerprint", "read_public_key"), "seal"),
+    **dict.fromkeys(
+        (
+            "aa_verdict",
+            "decide_weighed",
+            "mean",
+            "median",
+            "minimum_detectable",
+            "paired",
+            "percentile",
+            "session_interval",
+            "t_quantile",
+            "worker_interval",
+        ),
+        "stats",
+    ),
+    "STYLESHEET_SHA256": "strict_html",
+    **dict.fromkeys(("_TEX_NUM_RE", "TEX_PREAMBLE_SHA256", "tex_id_decode"), "strict_tex"),
+}
 
-__all__ = [
-    "B",
-    "COLUMNS",
-    "Checker",
-    "Context",
-    "CsvTable",
-    "Expected",
-    "F",
-    "I",
-    "L",
-    "S",
-    "STATE_COLUMNS",
-    "STYLESHEET_SHA256",
-    "TABLE_NAMES",
-    "TEX_PREAMBLE_SHA256",
-    "_IDENTITY",
-    "_TEX_NUM_RE",
-    "_ed_decode",
-    "_ed_equal",
-    "_ed_mul",
-    "aa_verdict",
-    "check",
-    "check_qualification",
-    "decide_weighed",
-    "dsse_pae",
-    "ed25519_problem",
-    "key_fingerprint",
-    "main",
-    "mean",
-    "median",
-    "minimum_detectable",
-    "paired",
-    "parse_value",
-    "percentile",
-    "session_interval",
-    "t_quantile",
-    "worker_interval",
-    "read_public_key",
-    "read_tables",
-    "recompute_qualification",
-    "reference_arms",
-    "tex_id_decode",
-]
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    """A name of :data:`_EXPORTS`, from its module, or a module of this package (imported on first use)."""
+    import importlib
+
+    module = _EXPORTS.get(name)
+    if module is not None:
+        return getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    try:
+        return importlib.import_module(f"{__name__}.{name}")
+    except ModuleNotFoundError as e:
+        if e.name != f"{__name__}.{name}":
+            raise
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None

@@ -1,6 +1,6 @@
 """The answer findings (ANSWER, DEFAULT, ADVICE) and the words of a timed verdict, recomputed.
 
-refspec.reporting.sections.answer and .verdicts write them; change one only together with the other.
+refspec_check.render.sections.answer and .verdicts write them; change one only together with the other.
 
 Words of a verdict (:data:`VERDICT_WORDS`): exceeds "slower", faster "faster", equivalent "equivalent
 within 2 %", below "not 2 % slower", noise_too_high "undecided: noise too high", inconclusive
@@ -35,8 +35,8 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from refspec_check.arms import arm_order
 from refspec_check.contract import TWIN_SUFFIX
+from refspec_check.names import arm_sort_key
 
 TIMES = "\u00d7"
 PCT = "2 %"  # the threshold 1.02 as a reader reads it
@@ -115,7 +115,7 @@ def roles(tasks: set, ok: dict, arms: set, rec: dict, ref: str) -> tuple:
         return x in arms and len(ok.get(x, ())) == len(tasks)
 
     def order(x) -> tuple:
-        return arm_order(x, rec[x][0], rec[x][1])
+        return arm_sort_key(x, rec[x][0], rec[x][1])
 
     ran = sorted((x for x in arms if not x.endswith(TWIN_SUFFIX) and x != ref and x in rec), key=order)
     spec = [x for x in ran if rec[x][0] == "spec"]

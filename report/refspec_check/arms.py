@@ -1,6 +1,6 @@
 """The arms at a glance, recomputed: every arm code and recipe of requests.csv, with its role.
 
-The report's table ``arms`` (refspec.reporting.sections.arms implements the same rules; change one only
+The report's table ``arms`` (refspec_check.render.sections.arms implements the same rules; change one only
 together with the other) has one row per arm code and recipe (mode, layout, ub, mask, and k for a
 speculative arm) of requests.csv: the arm, its mode ("target" or "speculative"), micro-batch ``ub``,
 layout, phase mask ``mask`` and proposals ``k`` (checked numbers, a dash for a target arm's k), its
@@ -27,12 +27,12 @@ added, removed or moved is refused with its line.
 
 from __future__ import annotations
 
-import re
 from collections import defaultdict
 
 from refspec_check.context import Context
-from refspec_check.contract import REFERENCE_ARM, TWIN_SUFFIX
+from refspec_check.contract import REFERENCE_ARM
 from refspec_check.html_tables import NUM, TableText, norm
+from refspec_check.names import arm_sort_key, is_twin
 from refspec_check.qualification import reference_arms
 from refspec_check.report import Report
 from refspec_check.vacuity import is_unrepaired
@@ -55,21 +55,8 @@ HEADER = ("arm", "mode", "micro-batch", "layout", "phase mask", "proposals", "dr
 WORKER_ENGINE = "llama.cpp"
 ENGINE_TEXT = {"worker": WORKER_ENGINE, "server": "llama-server", "openvino": "OpenVINO GenAI"}
 PIPELINE_TEXT = {"stateful": "stateful", "continuous_batching": "continuous batching"}
-LAYOUT_ORDER = ("mq", "gs", "pq", "qb", "qh")  # refspec.core.layouts.LAYOUT_ORDER
 TARGET_PHASES = 3  # mask bits 1 and 2: target prefill and continuation
 DASH = "\u2014"
-
-
-def natural_key(s: str) -> tuple:
-    return tuple(int(p) if p.isdigit() else p for p in re.split(r"(\d+)", s))
-
-
-def arm_order(arm: str, mode, layout) -> tuple:
-    """refspec.campaigns.derived.arm_sort_key."""
-    ref = 0 if arm == REFERENCE_ARM else 1 if arm.startswith(REFERENCE_ARM + "_") else 2
-    m = {"target": 0, "spec": 1}.get(mode or "", 2)
-    lay = LAYOUT_ORDER.index(layout) if layout in LAYOUT_ORDER else len(LAYOUT_ORDER)
-    return (ref, m, lay, natural_key(arm))
 
 
 def _plans(plan) -> list:
@@ -121,7 +108,7 @@ def prediction_roles(plan, prediction: list) -> tuple[set, set]:
 def role(campaign: str, arm: str, layout, ub, mask, refs: dict, live: set, chosen: set) -> str:
     if arm == refs.get(campaign, REFERENCE_ARM):
         return "the reference"
-    if arm.endswith(TWIN_SUFFIX) and len(arm) > len(TWIN_SUFFIX):
+    if is_twin(arm):
         return "A/A twin"
     if campaign in ("phase_mask", "width"):
         return "phase-mask sweep arm" if campaign == "phase_mask" else "width sweep arm"
@@ -154,7 +141,7 @@ def expected_rows(ctx: Context, plan) -> list[tuple[str, ...]]:
     eng = engines(plan)
     shown = len(header(plan, {g[0] for g in groups})) > len(HEADER)
     out = []
-    for key in sorted(groups, key=lambda g: (arm_order(g[0], g[1], g[2]), *map(_last, g[3:]))):
+    for key in sorted(groups, key=lambda g: (arm_sort_key(g[0], g[1], g[2]), *map(_last, g[3:]))):
         arm, mode, layout, ub, mask, k = key
         rows = groups[key]
         base = ["arms", arm, mode, layout, ub, mask] + ([k] if mode == "spec" else [])

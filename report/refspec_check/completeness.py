@@ -24,7 +24,7 @@ import os
 from collections import defaultdict
 
 from refspec_check import jsonio
-from refspec_check.arms import arm_order
+from refspec_check.names import arm_sort_key
 from refspec_check.context import Context
 from refspec_check.contract import DIAGNOSTIC_PAIRS, TWIN_SUFFIX
 from refspec_check.qualification import all_qualified, panels
@@ -118,7 +118,7 @@ def check_ratio_rows_complete(ctx: Context, qual: dict, facts: dict) -> None:
         if panels(qual, camp).get((fam, cap)) is None:
             continue
         plain = sorted(
-            (a for a in arms if not a.endswith(TWIN_SUFFIX)), key=lambda a: arm_order(a, *facts[(camp, fam, a)])
+            (a for a in arms if not a.endswith(TWIN_SUFFIX)), key=lambda a: arm_sort_key(a, *facts[(camp, fam, a)])
         )
         c.identities += 1
         for i, a in enumerate(plain):

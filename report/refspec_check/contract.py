@@ -8,6 +8,7 @@ import math
 import os
 
 from refspec_check import jsonio
+from refspec_check.names import REFERENCE_ARM, TWIN_SUFFIX  # noqa: F401 (the contract's names, for its callers)
 from refspec_check.problems import Checker
 
 # the servers campaign (anc/servers.md): each server arm over R, C3 beside the patched server with the
@@ -25,10 +26,6 @@ SERVER_DIAGNOSTIC_PAIRS = (
 )
 
 DIAGNOSTIC_PAIRS = (("M3", "M0"), ("C3", "C0"), ("R_prod", "M3")) + SERVER_DIAGNOSTIC_PAIRS
-
-TWIN_SUFFIX = "_aa"  # the A/A control's twin of arm X is X_aa (anc/campaigns.md)
-
-REFERENCE_ARM = "R"
 
 LEDGER_KIND_KEYS = ("kind", "event", "type")
 
@@ -438,7 +435,7 @@ COLUMNS.update(STATE_COLUMNS)
 COLUMNS.update(SCREEN_COLUMNS)
 
 # the columns a table carries that the recomputation does not read (the rest of its table spec,
-# workflow/schemas/tables): with COLUMNS, every column a table of the archive may have
+# report/refspec_check/schemas/tables): with COLUMNS, every column a table of the archive may have
 CARRIED_COLUMNS = {
     "admission": ("device", "nodes", "supports_cpu", "observed"),
     "crosses": (
@@ -764,7 +761,7 @@ COMPARED_TABLES = tuple(
     dict.fromkeys(tuple(v[0] for v in COMPARE_FINDINGS.values()) + ("requests", "ratios", "estimates", "noise"))
 )
 
-#: numbers.json (refspec.reporting.render, refspec.reporting.comparison): its keys and each number's
+#: numbers.json (refspec_check.render.render, refspec_check.render.comparison): its keys and each number's
 NUMBERS_KEYS = ("format", "renderer", "provenance", "findings", "headline", "numbers")
 NUMBER_KEYS = ("id", "table", "row", "column", "value", "fmt", "text", "source")
 #: the provenance values of numbers.json, each shown in the report (an archive's, then a comparison's)

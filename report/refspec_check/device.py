@@ -1,6 +1,6 @@
 """The device a run's timed arms and native backend used, as the report states it.
 
-The renderer (``refspec.reporting.device``) writes three kinds of device text, each a provenance
+The renderer (``refspec_check.render.device``) writes three kinds of device text, each a provenance
 value of ``numbers.json`` that the visible-text checks then accept as a name:
 
 * ``device``, ``device_driver``, ``device_api``, ``device_type``, ``device_headers``,

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 
 
-def sha256_file(path: str) -> str:
+def sha256_file(path: str | os.PathLike) -> str:
+    """The lowercase hex SHA-256 of a file's bytes (the checker's, the renderer's and the pipeline's)."""
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):

@@ -12,7 +12,7 @@ import math
 NEAR_TIE_MARGIN = 0.5
 NEAR_TIE = "near tie"
 DECISIVE = "decisive"
-# how the report writes each class (refspec.core.divergence.DIVERGENCE_TEXT)
+# how the report and ``refspec qualify`` write each class (refspec.core.divergence imports the names from here)
 DIVERGENCE_TEXT = {NEAR_TIE: "near tie", DECISIVE: "decisive: likely defect, not numerics"}
 
 

@@ -11,7 +11,7 @@ mark: in report.html every ``<figure>`` element (its ``<svg>`` and its caption),
 know, or one the data does not call for) is refused, and so is a figure the data calls for that the
 report lacks, and an ``<svg>`` or ``tikzpicture`` outside the figures compared here.
 
-The drawing below follows ``workflow/refspec/reporting/svg.py`` (``Canvas``, ``interval_figure``,
+The drawing below follows ``report/refspec_check/render/svg.py`` (``Canvas``, ``interval_figure``,
 ``strip_figure``, ``bar_figure``, ``forest_figure``) and the figure calls of the report's sections (timing.py,
 qualification.py) step for step; a change to one needs the same change here (the clean synthetic
 archive of tests/checker/test_report_figures.py keeps the two in step)."""

@@ -1,7 +1,7 @@
 """The report's findings (numbers.json ``findings``, the findings table that opens the summary), recomputed.
 
 A finding is one line in plain words, its verdict first, built only from the archive's tables
-(refspec.reporting.sections.summary builds them; change one only together with the other):
+(refspec_check.render.sections.summary builds them; change one only together with the other):
 
 * per campaign and family with qualification rows (not the phase-mask sweep, not the prediction):
   ``LOSSLESS`` the arms that reproduce the reference on every task of the panel (the reference itself

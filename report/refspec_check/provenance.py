@@ -50,7 +50,7 @@ def read_manifest(c: Checker) -> dict | None:
 def check_reproduction_provenance(c: Checker, rep: Report, prov: dict) -> None:
     """A reproduction (refspec reproduce) records what it reproduces in the config its manifest
     holds (``reproduces``); the report's provenance texts of it are recomputed from there
-    (refspec.reporting.sections.provenance.reproduction_text) and must be shown."""
+    (refspec_check.render.sections.provenance.reproduction_text) and must be shown."""
     p = os.path.join(c.archive, "manifest.json")
     try:
         with open(p, encoding="utf-8") as f:

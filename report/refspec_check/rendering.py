@@ -1,48 +1,30 @@
 """The report rendered again: report.html, report.tex and numbers.json must be, byte for byte, what the
 report's canonical rendering makes of the archive's sealed tables and records.
 
-The rendering is the pipeline's own (``workflow/refspec/reporting``, standard library only: the checker
-runs it under ``python3 -I -S``, where nothing else can be imported). It reads each table's CSV copy, typed
-by the table's schema, plan.json, manifest.json and ledger.jsonl, and two values that do not come from the
-tables: the signing key's fingerprint and the data seal's digest, both taken from numbers.json and both
-checked against the archive's own seal (``provenance.check_data_seal``). Every number the rendering shows is
-recomputed by the checker's own code (``numbers.check_numbers`` and the section checks), so what a reader
-sees is the checker's numbers in the one layout the tables give: a changed word, row, order, style, figure
-or line of report.tex is a difference of bytes.
+The rendering is the report's one renderer, carried by this checker (:mod:`refspec_check.render`, standard
+library only, which the pipeline writes every report with). It reads each table's CSV copy, typed by the
+table's spec (:mod:`refspec_check.table_specs`), plan.json, manifest.json and ledger.jsonl, and two values
+that do not come from the tables: the signing key's fingerprint and the data seal's digest, both taken from
+numbers.json and both checked against the archive's own seal (``provenance.check_data_seal``). Every number
+the rendering shows is recomputed by the checker's own code (``numbers.check_numbers`` and the section
+checks), so what a reader sees is the checker's numbers in the one layout the tables give: a changed word,
+row, order, style, figure or line of report.tex is a difference of bytes.
 """
 
 from __future__ import annotations
 
 import os
-import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from refspec_check import jsonio
 from refspec_check.problems import Checker
+from refspec_check.render.comparison import comparison_files
+from refspec_check.render.document import load_archive
+from refspec_check.render.render import renderer_version, report_files
+from refspec_check.render.sections.provenance import ShownSeal
 
-#: the folder holding the ``refspec`` package, beside this checker's folder in the repository
-WORKFLOW = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "workflow")
 RENDERED = ("report.html", "report.tex", "numbers.json")
-
-
-def _renderer():
-    """The ``refspec.reporting`` package with the modules the checks call (render, document, comparison,
-    the provenance section) imported, or an error text."""
-    if not os.path.isfile(os.path.join(WORKFLOW, "refspec", "reporting", "render.py")):
-        return None, (
-            f"the canonical renderer is not beside the checker ({WORKFLOW}/refspec/reporting): "
-            "carry the repository's report/ and workflow/ folders together"
-        )
-    if WORKFLOW not in sys.path:
-        sys.path.insert(0, WORKFLOW)
-    try:
-        import refspec.reporting.comparison
-        import refspec.reporting.document
-        import refspec.reporting.render
-        import refspec.reporting.sections.provenance
-    except Exception as e:  # an import outside the standard library, or a broken source
-        return None, f"the canonical renderer cannot be imported ({type(e).__name__}: {e})"
-    return refspec.reporting, None
 
 
 def first_difference(have: bytes, want: bytes) -> str:
@@ -65,16 +47,11 @@ def _where(c: Checker, report_dir: str) -> str:
     return "" if where == "." else where + "/"
 
 
-def _compare(c: Checker, report_dir: str, render) -> None:
-    """Each rendered file of ``report_dir`` against ``render(reporting)`` (name -> bytes; ``reporting`` the
-    ``refspec.reporting`` package); the problem names the file."""
+def _compare(c: Checker, report_dir: str, render: Callable[[], dict[str, bytes]]) -> None:
+    """Each rendered file of ``report_dir`` against ``render()`` (name -> bytes); the problem names the file."""
     where = _where(c, report_dir)
-    reporting, why = _renderer()
-    if reporting is None:
-        c.bad(f"{where}report.html", why)
-        return
     try:
-        files = render(reporting)
+        files = render()
     except Exception as e:  # records the rendering cannot read: the section checks name the file
         c.bad(f"{where}report.html", f"the sealed tables cannot be rendered ({type(e).__name__}: {e})")
         return
@@ -109,17 +86,16 @@ def rendered_by(report_dir: str) -> str | None:
 def version_skew(c: Checker, report_dir: str) -> bool:
     """Whether the archive was rendered by another version of the renderer than this checker carries:
     said plainly as unreadable here (exit 2, "use the checker of X"), not as tampering."""
-    reporting, _why = _renderer()
     have = rendered_by(report_dir)
-    if reporting is None or have is None:
+    if have is None:
         return False
-    want = reporting.render.renderer_version()
+    want = renderer_version()
     if have == want:
         return False
     c.unread(
         _where(c, report_dir) + "numbers.json",
         f"rendered by renderer {have[:16]}, this checker renders {want[:16]}: check it with the checker of "
-        f"{have[:16]} (the repository's report/ and workflow/ of the release that rendered it)",
+        f"{have[:16]} (the repository's report/ of the release that rendered it)",
     )
     return True
 
@@ -132,10 +108,9 @@ def check_rendering(c: Checker, report_dir: str, prov: dict) -> None:
     fp = prov.get("pubkey_fingerprint") if isinstance(prov.get("pubkey_fingerprint"), str) else None
     ds = prov.get("data_seal_sha256")
 
-    def render(reporting):
-        a = reporting.document.load_archive(c.archive, report_dir, read="csv", seal="seal_sha256" in prov)
-        data_seal = reporting.sections.provenance.ShownSeal(ds) if isinstance(ds, str) else None
-        return reporting.render.report_files(a, fp, data_seal)
+    def render() -> dict[str, bytes]:
+        a = load_archive(c.archive, report_dir, seal="seal_sha256" in prov)
+        return report_files(a, fp, ShownSeal(ds) if isinstance(ds, str) else None)
 
     _compare(c, report_dir, render)
 
@@ -143,4 +118,4 @@ def check_rendering(c: Checker, report_dir: str, prov: dict) -> None:
 def check_comparison_rendering(c: Checker, report_dir: str, compares: dict, fmt: str) -> None:
     """The same of a comparison archive: its tables, plan.json and manifest.json, and the compared archives
     as its seal names them (``compares``)."""
-    _compare(c, report_dir, lambda reporting: reporting.comparison.comparison_files(Path(c.archive), compares, fmt))
+    _compare(c, report_dir, lambda: comparison_files(Path(c.archive), compares, fmt))

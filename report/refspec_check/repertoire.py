@@ -1,5 +1,5 @@
 """The characters a reader may see in the report: printable ASCII, the line break, and exactly the
-non-ASCII characters the renderer writes (workflow/refspec/reporting/: the dashes, the middle dot
+non-ASCII characters the renderer writes (report/refspec_check/render/: the dashes, the middle dot
 of the summary, the section sign, the ellipsis of a cut reason, and the three math signs the TeX
 escaping knows). Everything else in report.html (raw or after entity decoding, text and attribute
 values) or report.tex is refused with its line, its code point and its Unicode name: bidi
@@ -12,7 +12,7 @@ from __future__ import annotations
 import unicodedata
 
 # the renderer's non-ASCII characters (tests/checker/test_report_chars.py keeps this equal to the
-# characters of workflow/refspec/reporting/)
+# characters of report/refspec_check/render/)
 RENDERER_CHARS = frozenset(
     {
         "\u00a7",  # SECTION SIGN (paper sections, "§6.1")

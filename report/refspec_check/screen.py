@@ -161,7 +161,7 @@ def check_screened_panels(ctx: Context, plan: dict | None, fam: str, multi: bool
 
 
 def check_exposed_repairs(ctx: Context, qual: dict) -> None:
-    """(campaign, family, repaired arm) -> k of n, as refspec.core.vacuity.exposed_repairs."""
+    """(campaign, family, repaired arm) -> k of n, as refspec_check.render.vacuity.exposed_repairs."""
     tables, E = ctx.tables, ctx.E
     if "requests" not in tables or "qualification" not in tables:
         return

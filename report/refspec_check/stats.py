@@ -55,6 +55,9 @@ CONFIDENCE = 0.95
 MIN_UNITS = 2  # fewer units (workers of an arm, or sessions): no interval
 # the verdicts (decide_ratio) and E2 decisions (decide_weighed) that decide: the others leave it open
 DECIDED = ("exceeds", "faster", "equivalent", "below")
+DEFAULT_THRESHOLD = 1.02  # the practical threshold of a plan that names none
+NOISE_OK = "ok"  # the A/A interval holds 1
+NOISE_BIASED = "biased"  # the A/A interval excludes 1
 
 
 def sample_var(xs) -> float:
@@ -183,7 +186,7 @@ def floor_of(lo: float, hi: float) -> float:
 
 
 def aa_verdict(lo: float, hi: float) -> str:
-    return "ok" if lo <= 1.0 <= hi else "biased"
+    return NOISE_OK if lo <= 1.0 <= hi else NOISE_BIASED
 
 
 def decide_weighed(lo: float, hi: float, thr: float, floor: float = 1.0) -> str:

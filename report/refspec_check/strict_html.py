@@ -93,7 +93,7 @@ ATTR_VALUES = {
 # the two meta elements the renderer writes (no refresh, no other http-equiv)
 META_ALLOWED = ({"charset": "utf-8"}, {"name": "viewport", "content": "width=device-width, initial-scale=1"})
 
-# sha256 of the one stylesheet (the <style> element refspec.reporting.page writes); a report
+# sha256 of the one stylesheet (the <style> element refspec_check.render.page writes); a report
 # with any other CSS is refused (tests/checker/test_report_strict.py keeps the two in step)
 STYLESHEET_SHA256 = "172b357244e9bc55d8facf04f438233eee71fb3bf1023d3bc4a421658e2d7f9c"
 

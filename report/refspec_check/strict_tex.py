@@ -36,7 +36,7 @@ TEX_WORDS = frozenset(
     }
 )
 
-# the text macros of the escaping (refspec.reporting.tex.tex_escape), each written with "{}"
+# the text macros of the escaping (refspec_check.render.tex.tex_escape), each written with "{}"
 TEX_TEXT_MACROS = {
     "textbackslash": "\\",
     "textasciicircum": "^",
@@ -59,7 +59,7 @@ _TEX_WORD_RE = re.compile(r"\\([A-Za-z]+)")
 
 _TEX_ENV_RE = re.compile(r"\\(begin|end)\{([A-Za-z*]*)\}")
 
-# \rsnum{ID}{TEXT}: ID in the characters refspec.reporting.tex.tex_id writes (others as !HEX;)
+# \rsnum{ID}{TEXT}: ID in the characters refspec_check.render.tex.tex_id writes (others as !HEX;)
 _TEX_NUM_RE = re.compile(r"\\rsnum\{([A-Za-z0-9 ._:/+=,|@!;-]*)\}\{([^{}\\]*)\}")
 
 _TEX_ID_ESC_RE = re.compile(r"!([0-9a-f]{1,6});")
@@ -69,7 +69,7 @@ _TEX_PARBOX_RE = re.compile(r"\\parbox(?:\[t\]\{(?:2\.4|4\.2|11)cm\}|\{0\.95\\li
 
 _TEX_COLSPEC_RE = re.compile(r"\\begin\{longtable\}\{[lr]+\}")
 
-# the figures (refspec.reporting.svg.Canvas.to_tikz): one drawing command per line, numeric coordinates
+# the figures (refspec_check.render.svg.Canvas.to_tikz): one drawing command per line, numeric coordinates
 # inside the picture's bounding box, colours of the palette, nothing else
 _TN = r"(-?\d+\.\d{3})"
 
@@ -90,7 +90,7 @@ TIKZ_RES = (
 
 
 def tex_id_decode(s: str) -> str:
-    """The number id written by refspec.reporting.tex.tex_id (``!HEX;`` for other characters)."""
+    """The number id written by refspec_check.render.tex.tex_id (``!HEX;`` for other characters)."""
     return _TEX_ID_ESC_RE.sub(lambda m: chr(int(m.group(1), 16)), s)
 
 

@@ -1,4 +1,5 @@
-"""Vacuity as a verdict, recomputed (refspec.core.vacuity implements the same rule).
+"""Vacuity as a verdict, recomputed (refspec_check.render.vacuity states the same rule for the report and
+the pipeline, with this module's words and unrepaired-arm rule).
 
 Unrepaired arm: phase mask 0 and micro-batch capacity ub > 1 (requests.csv). A panel (campaign,
 family; not the phase-mask sweep nor the prediction) that ran an unrepaired arm is vacuous when no
@@ -11,14 +12,16 @@ inputs crossed."""
 
 from __future__ import annotations
 
-VACUOUS_TEXT = "vacuous: no exposed input in "
+VACUOUS_TEXT = "vacuous: no exposed input in "  # followed by the number screened, then VACUOUS_TAIL
 VACUOUS_TAIL = " screened"
+# campaigns with their own tables (the phase-mask sweep, the prediction): no panel verdict
 OWN_TABLES = ("phase_mask", "prediction")
 # words a vacuous verdict must never stand beside
 NOT_WITH_VACUITY = ("preserved", "one state")
 
 
 def is_unrepaired(ub, mask) -> bool:
+    """An arm without the repair: phase mask 0 and a micro-batch capacity above 1."""
     return ub is not None and mask is not None and int(mask) == 0 and int(ub) > 1
 
 

@@ -35,7 +35,7 @@ from refspec.campaigns.definitions import load_definition
 from refspec.campaigns.scheduler import abba_schedule, round_schedule, session_ids
 from refspec.core.campaign_names import CAMPAIGNS
 from refspec.core.errors import ConfigError
-from refspec.core.paths import REPO_ROOT
+from refspec.core.paths import package_path
 from refspec.core.tables import read_records
 from refspec.provenance.ledger import verify_chain
 
@@ -276,7 +276,7 @@ def test_replication_killed_three_times_resumes_with_everything_intact(tmp_path,
     out = tmp_path / "results"
     cdir = out / "campaigns" / "replication"
     ledger_path, journal_path = cdir / "ledger.jsonl", cdir / "journal.jsonl"
-    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT / "workflow"), LLAMA_CPP_LIB_PATH=str(lib_path))
+    env = dict(os.environ, PYTHONPATH=package_path(), LLAMA_CPP_LIB_PATH=str(lib_path))
     cmd = [
         sys.executable,
         "-m",

@@ -12,11 +12,11 @@ import shutil
 from pathlib import Path
 
 import pytest
-from refspec_check.arms import arm_order
+from refspec_check.names import arm_sort_key
+from refspec_check.render.sections.arms import arm_rows
 
-from refspec.campaigns.derived import arm_sort_key
+from refspec.campaigns import derived
 from refspec.provenance.seal import seal
-from refspec.reporting.sections.arms import arm_rows
 from support.synthetic_archive import run_check, signer
 
 
@@ -195,7 +195,7 @@ SHIPPED = [  # the shipped arms in the report's order (arm_sort_key), before dig
 ]
 
 
-def test_arms_sort_naturally_and_the_checker_sorts_alike():
+def test_arms_sort_naturally_and_the_pipeline_sorts_alike():
     masks = [(f"C_m{m}", "spec", "qb") for m in range(16)]
     geoms = [("C_k1u2", "spec", "qb"), ("C_k5u6", "spec", "qb"), ("C_k7u4", "spec", "qb"), ("C_k10u12", "spec", "qb")]
     every = SHIPPED + masks + geoms
@@ -208,7 +208,7 @@ def test_arms_sort_naturally_and_the_checker_sorts_alike():
         names = [a[0] for a in mine]
         assert [n for n in names if n.startswith("C_m")] == [f"C_m{m}" for m in range(16)]  # C_m2 before C_m10
         assert names.index("C_k7u4") < names.index("C_k10u12")
-        assert sorted(shuffled, key=lambda a: arm_order(*a)) == mine  # report/check.py's order is the renderer's
+        assert sorted(shuffled, key=lambda a: derived.arm_sort_key(*a)) == mine  # the pipeline's order is the report's
 
 
 def _req(campaign: str, arm: str, mode: str, layout: str, ub: int, mask: int, k: int = 3) -> dict:
@@ -267,8 +267,7 @@ ENGINE_PLAN = {  # arm records as a campaign plan carries them (refspec's worker
 
 def test_an_arm_of_another_engine_is_named_and_the_checker_names_it_alike():
     from refspec_check.arms import HEADER, engines, header
-
-    from refspec.reporting.sections.arms import ARMS_HEADER, arm_engines, plan_records
+    from refspec_check.render.sections.arms import ARMS_HEADER, arm_engines, plan_records
 
     want = {
         "O_ref": "OpenVINO GenAI, stateful",

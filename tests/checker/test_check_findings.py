@@ -222,10 +222,9 @@ def test_a_dropped_finding_is_refused(stage, tmp_path, verdict, kind):
 def test_stated_ratio_prefers_a_decided_one_against_the_reference(verdicts, want):
     """The findings state, of a campaign's headline ratios, the first with the reference on one side and
     a decided verdict, else the first with the reference, else the first; the report
-    (refspec.reporting.sections.summary.stated_ratio) and report/check.py choose the same row."""
+    (refspec_check.render.sections.summary.stated_ratio) and report/check.py choose the same row."""
     from refspec_check.findings import _stated_ratios
-
-    from refspec.reporting.sections.summary import stated_ratio
+    from refspec_check.render.sections.summary import stated_ratio
 
     pairs = [("M3", "C3"), ("R", "M3"), ("R", "C3"), ("M3", "M_qh")]
     rows = [

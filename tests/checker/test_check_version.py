@@ -5,9 +5,11 @@ unreadable here) instead of calling an honest archive tampered."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
-from refspec.reporting import render as report
+from refspec_check.render import render as report
+
 from support.synthetic_archive import reseal_edited, run_check
 
 
@@ -31,13 +33,17 @@ def test_another_renderer_version_is_named_not_called_tampering(stage, tmp_path)
 
 
 def test_the_version_changes_with_the_renderer_source(tmp_path, monkeypatch):
-    """The digest covers the renderer's sources: one byte of one module moves it."""
-    src = Path(report.__file__).resolve().parent
-    copy = tmp_path / "reporting"
-    for p in src.rglob("*.py"):
-        (copy / p.relative_to(src)).parent.mkdir(parents=True, exist_ok=True)
-        (copy / p.relative_to(src)).write_bytes(p.read_bytes())
-    monkeypatch.setattr(report, "__file__", str(copy / "render.py"))
+    """The digest covers the renderer's sources, the checker's modules it imports and the table specs it reads
+    the tables by: one byte of any of them moves it; a module of the checker the renderer does not import
+    does not."""
+    src = Path(report.__file__).resolve().parents[1]  # the checker's package
+    copy = tmp_path / "refspec_check"
+    shutil.copytree(src, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.setattr(report, "__file__", str(copy / "render" / "render.py"))
     same = report.renderer_version()
-    (copy / "page.py").write_bytes((copy / "page.py").read_bytes() + b"\n")
-    assert same != report.renderer_version()
+    for rel in ("render/page.py", "names.py", "schemas/tables/requests.json", "archive.py"):
+        before = (copy / rel).read_bytes()
+        (copy / rel).write_bytes(before + b"\n")
+        assert (same != report.renderer_version()) == (rel != "archive.py"), rel
+        (copy / rel).write_bytes(before)
+    assert same == report.renderer_version()

@@ -218,7 +218,7 @@ def _source_chars() -> set[str]:
     """The non-ASCII characters the renderer's sources write: literal, or as a
     ``\\uXXXX`` escape in a Python string."""
     out: set[str] = set()
-    files = [*(REPO_ROOT / "workflow" / "refspec" / "reporting").rglob("*.py")]
+    files = [*(REPO_ROOT / "report" / "refspec_check" / "render").rglob("*.py")]
     for p in files:
         text = p.read_text(encoding="utf-8")
         out.update(ch for ch in text if ord(ch) > 126)
@@ -267,8 +267,7 @@ def test_the_renderer_shows_other_characters_of_the_data_as_question_marks():
     report.html as '?' (a control as a space), as report.tex writes it, so a clean report always
     passes the repertoire; markup (the figures) is written as it is."""
     from refspec_check import repertoire
-
-    from refspec.reporting.page import HTML_CHARS, Markup, html_text
+    from refspec_check.render.page import HTML_CHARS, Markup, html_text
 
     assert html_text("task\u202e1\tcaf\u00e9 \u2014 \u2026") == "task?1 caf? \u2014 \u2026"
     assert repertoire.problems(html_text("".join(map(chr, range(0x2000, 0x2100))))) == []

@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from refspec_check.render.render import PDF_NOTE
 
 from refspec.pipeline import seal_chain
 from refspec.reporting import render as report
@@ -66,7 +67,7 @@ def test_clean_pdf_is_rebuilt_and_accepted(pdf_stage, tmp_path):
     assert not not_checked(out), out
     assert "; 0 not checked; 0 mismatches;" in summary_line(out), out
     # the report says how report.pdf is checked
-    assert report.PDF_NOTE in (arch / "report.html").read_text()
+    assert PDF_NOTE in (arch / "report.html").read_text()
 
 
 @needs_pdflatex

@@ -1,6 +1,6 @@
 """The report is re-derived, not bound (refspec_check.rendering): check.py renders report.html, report.tex
-and numbers.json again from the sealed tables with the pipeline's own standard-library rendering
-(refspec.reporting.page) and refuses any byte that differs.
+and numbers.json again from the sealed tables with the report's one renderer, which it carries
+(refspec_check.render, standard library only) and refuses any byte that differs.
 
 The dishonest signer of these tests edits what a reader sees with text the report format holds (its own
 titles, headers, rows, classes and numbers, moved or exchanged), then seals the archive again with a valid
@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -132,34 +131,18 @@ def test_a_changed_table_value_shows_in_the_rendering(stage, tmp_path):
     assert any(ln.startswith("MISMATCH ") and RENDERED in ln for ln in out.splitlines()), out
 
 
-def test_the_checker_without_its_renderer_refuses(stage, tmp_path):
-    """report/ carried without workflow/: the check cannot re-render and says what to carry."""
-    arch = reseal_edited(stage, tmp_path / "archive", lambda work: None)
-    carried = tmp_path / "carried" / "report"
-    shutil.copytree(REPO_ROOT / "report", carried, ignore=shutil.ignore_patterns("__pycache__"))
-    r = subprocess.run(
-        [sys.executable, "-I", "-S", str(carried / "check.py"), str(arch), "--pdf-unchecked"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        timeout=120,
-    )
-    assert r.returncode == 1, r.stdout
-    assert "the canonical renderer is not beside the checker" in r.stdout, r.stdout
-
-
 def test_the_rendering_imports_only_the_standard_library():
-    """refspec.reporting.render under ``python3 -I -S``: what the checker runs, with nothing else to import."""
+    """The checker with its renderer under ``python3 -I -S``: what an auditor runs, with nothing else to import."""
     code = (
         "import sys, sysconfig; sys.path.insert(0, sys.argv[1]);"
-        "import refspec.reporting.render;"
+        "import refspec_check.rendering, refspec_check.render.render, refspec_check.render.comparison;"
         "std = sysconfig.get_paths()['stdlib'];"
         "bad = [m for m, v in sys.modules.items() if getattr(v, '__file__', None) and m != '__main__'"
         " and not v.__file__.startswith(std) and not v.__file__.startswith(sys.argv[1])];"
         "print(bad); sys.exit(1 if bad else 0)"
     )
     r = subprocess.run(
-        [sys.executable, "-I", "-S", "-c", code, str(REPO_ROOT / "workflow")],
+        [sys.executable, "-I", "-S", "-c", code, str(REPO_ROOT / "report")],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,

@@ -298,7 +298,7 @@ def test_the_pdf_shows_the_checked_numbers(stage, tmp_path):
 
 def test_the_stylesheet_is_the_formats():
     """check.py pins the renderer's stylesheet: a change to one needs the other."""
-    from refspec.reporting.page import STYLE
+    from refspec_check.render.page import STYLE
 
     assert hashlib.sha256(("\n" + STYLE).encode()).hexdigest() == CHECK.STYLESHEET_SHA256
 

@@ -1,6 +1,6 @@
 """Write a golden archive ``tests/golden/<version>/`` with the current sealing code.
 
-    PYTHONPATH=workflow python tests/golden/make_golden.py v2
+    PYTHONPATH=workflow:report python tests/golden/make_golden.py v2
 
 Golden archives are never regenerated: each one records what an earlier version
 of ``refspec seal`` wrote, and ``tests/provenance/test_seal_golden.py`` checks that every one

@@ -15,6 +15,7 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "report"))  # refspec_check, which refspec imports
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "workflow"))
 
 from refspec.core import tables as T

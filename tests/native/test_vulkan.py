@@ -33,7 +33,7 @@ from refspec.core.arms import load_arms
 from refspec.core.config import config_of
 from refspec.core.errors import EXIT_RUNTIME, ConfigError, PlacementError
 from refspec.core.panels import Task
-from refspec.core.paths import REPO_ROOT
+from refspec.core.paths import REPO_ROOT, package_path
 from refspec.engine.context import Planned, PromptBook, RunContext
 from refspec.engine.driver import run_block
 from refspec.engine.journal import Journal
@@ -58,7 +58,7 @@ def _config(tmp_path: Path, **extra) -> Path:
 
 def _refspec(args: list[str], env: dict | None = None, timeout: float = 900) -> subprocess.CompletedProcess:
     e = dict(os.environ if env is None else env)
-    e["PYTHONPATH"] = str(REPO_ROOT / "workflow")
+    e["PYTHONPATH"] = package_path()
     return subprocess.run(
         [sys.executable, "-m", "refspec.cli", *args],
         cwd=REPO_ROOT,

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from refspec_check.render.sections.provenance import reproduction_rows
 
 from refspec.cli import main
 from refspec.core.config import read_config_file
@@ -26,7 +27,6 @@ from refspec.provenance import keys
 from refspec.provenance.seal import seal
 from refspec.provenance.verify import verify_archive
 from refspec.reporting.render import render
-from refspec.reporting.sections.provenance import reproduction_rows
 from support.small_study import run_main, study_env
 
 MODEL = "model:smollm2-135m/target"

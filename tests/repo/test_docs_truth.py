@@ -52,6 +52,23 @@ def test_the_report_package_is_named_refspec_reporting():
     assert not hits, hits
 
 
+def test_no_tracked_file_names_the_renderer_or_the_table_specs_by_their_old_places():
+    """The renderer is the checker's (report/refspec_check/render), the table specs are under
+    report/refspec_check/schemas: no file names them in workflow/ (the pipeline keeps only
+    refspec.reporting.render, which writes the files)."""
+    old = (
+        r"refspec\.reporting\.(sections|page|tex|svg|document|device|comparison)\b"
+        r"|workflow/refspec/reporting/(?!render\.py)|workflow/schemas/(tables|compare)\b"
+    )
+    hits = [
+        f"{rel}:{n}"
+        for rel, text in _tracked_text().items()
+        for n, line in enumerate(text.splitlines(), 1)
+        if re.search(old, line) and rel != "tests/repo/test_docs_truth.py"
+    ]
+    assert not hits, hits
+
+
 def test_derived_counts_its_diagnostic_pairs():
     words = {3: "three", 9: "nine", 12: "twelve"}
     doc = D.__doc__

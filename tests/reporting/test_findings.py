@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 from refspec_check.findings import fold as check_fold
+from refspec_check.render.document import fold
 
 from refspec.core import tables as T
 from refspec.reporting import render as report
-from refspec.reporting.document import fold
 from support.synthetic_archive import FAMILIES, make_results, run_check, seal_archive
 
 

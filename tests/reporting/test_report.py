@@ -11,6 +11,7 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
+from refspec_check.render import document, render
 
 from refspec.cli import main as cli_main
 from refspec.core import tables as T
@@ -300,15 +301,15 @@ def test_latex_report_shows_every_table_and_figure(rendered, tmp_path):
         colour.append(coloured)
     blank = [i + 1 for i, f in enumerate(ink) if not 0.001 < f < 0.5]
     assert not blank, f"blank (or black) pages: {blank} of {len(images)}"
-    sections, _, _ = report.build(report.load_archive(rendered, out))
+    sections, _, _ = render.build(document.load_archive(rendered, out))
     items = [it for s in sections for it in s.items]
-    assert sum(isinstance(it, report.Figure) for it in items) >= 2
+    assert sum(isinstance(it, document.Figure) for it in items) >= 2
     for it in items:
         title = _words(it.title)
         at = next((i for i, page in enumerate(lines) if title in page), None)
         assert at is not None, f"{it.title!r} is not in report.pdf"
         near = pages[at] + "".join(pages[at + 1 : at + 2])  # a table or drawing may start on the next page
-        if isinstance(it, report.Table):
+        if isinstance(it, document.Table):
             missing = [h for h in it.header if _words(h) not in near]
             assert not missing, f"table {it.title!r}: header {missing} not in report.pdf"
         else:
@@ -486,7 +487,7 @@ def test_refused_arm_shows_the_refusal(rendered):
 
 def test_figure_labels_fit_their_margin(rendered):
     """Right-aligned labels end at the axis; their estimated width must fit left of it (DejaVu Sans, 0.62 em)."""
-    from refspec.reporting.svg import Canvas
+    from refspec_check.render.svg import Canvas
 
     html = (rendered / "report.html").read_text()
     svgs = re.findall(r"<svg .*?</svg>", html, re.S)

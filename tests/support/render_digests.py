@@ -1,6 +1,6 @@
 """Render every kind of synthetic results folder and print the sha256 of each rendered file.
 
-    PYTHONPATH=workflow:tests python -m support.render_digests [OUT.json]
+    PYTHONPATH=workflow:report:tests python -m support.render_digests [OUT.json]
 
 A refactor that must not change what a reader sees runs this before and after and compares the
 two listings: report.html, report.tex and numbers.json of each kind (the evil-text default, the

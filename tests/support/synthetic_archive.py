@@ -871,12 +871,15 @@ def check_module():
     return refspec_check
 
 
-def run_check(archive: Path, *extra: str, pubkey: Path | bool | None = None) -> tuple[int, str]:
+def run_check(
+    archive: Path, *extra: str, pubkey: Path | bool | None = None, check: Path = CHECK_PATH, cwd: Path | None = None
+) -> tuple[int, str]:
     """Run the checker as an auditor would: isolated, without site-packages, with the signer's public
     key from outside the archive (the synthetic archives' test signer unless ``pubkey`` is given;
-    ``pubkey=False`` passes none)."""
-    args = [sys.executable, "-I", "-S", str(CHECK_PATH), str(archive), *extra]
+    ``pubkey=False`` passes none); ``check`` is the command (the repository's report/check.py unless
+    given, e.g. a copy of report/ alone) and ``cwd`` the folder it runs in."""
+    args = [sys.executable, "-I", "-S", str(check), str(archive), *extra]
     if pubkey is not False:
         args += ["--pubkey", str(pubkey or signer_pubkey())]
-    r = subprocess.run(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120)
+    r = subprocess.run(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120, cwd=cwd)
     return r.returncode, r.stdout

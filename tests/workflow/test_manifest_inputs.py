@@ -8,7 +8,7 @@ import os
 import subprocess
 import sys
 
-from refspec.core.paths import REPO_ROOT
+from refspec.core.paths import REPO_ROOT, package_path
 from refspec.provenance import manifest as M
 
 
@@ -20,7 +20,7 @@ def _manifest_rule_inputs(tmp_path) -> dict[str, list[str]]:
         'print("MANIFEST-INPUTS " + json.dumps({k: [str(f) for f in v] if isinstance(v, list) else [str(v)]'
         " for k, v in rules.manifest.rule.input.items()}))\n"
     )
-    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT / "workflow"))
+    env = dict(os.environ, PYTHONPATH=package_path())
     r = subprocess.run(
         [sys.executable, "-m", "snakemake", "-n", "--snakefile", str(snakefile), "--configfile", "config/config.yaml"]
         + ["--config", f"results={tmp_path}/res"],

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from refspec.core.paths import REPO_ROOT
+from refspec.core.paths import REPO_ROOT, package_path
 
 PACKAGES = ["slurm-wlm", "munge"]
 DAEMONS = ["slurmctld", "slurmd", "munged"]
@@ -294,7 +294,7 @@ def cluster(tmp_path_factory):
 def _snakemake(cluster: Cluster, args: list[str], cwd: Path) -> subprocess.CompletedProcess:
     env = dict(
         cluster.env,
-        PYTHONPATH=os.pathsep.join(filter(None, [str(REPO_ROOT / "workflow"), os.environ.get("PYTHONPATH")])),
+        PYTHONPATH=os.pathsep.join(filter(None, [package_path(), os.environ.get("PYTHONPATH")])),
     )
     try:
         return subprocess.run(

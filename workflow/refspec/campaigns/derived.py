@@ -1,5 +1,6 @@
 r"""The derived tables each campaign writes: qualification, ratios, diagnostics, replication
-contrasts and estimates, phase masks, session gaps, acceptance and request counts.
+contrasts and estimates, phase masks and session gaps (the report's own aggregates, Table 3's counts,
+the request status counts and the draft acceptance, are :mod:`refspec_check.render.aggregates`).
 
 They apply the definitions of :mod:`refspec.core.stats` to the ``requests`` and ``endpoints``
 tables. ``report/check.py`` implements them again with the Python standard library; change
@@ -31,15 +32,17 @@ from __future__ import annotations
 
 import datetime as dt
 import math
-import re
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+# the arm order and Table 3's counts have one owner, the archive's names and the report's aggregates
+from refspec_check.names import arm_sort_key, natural_key  # noqa: F401
+from refspec_check.render.aggregates import qualification_counts  # noqa: F401
+
 from ..core.arms import REFERENCE_ARM, is_twin
 from ..core.divergence import NEAR_TIE_MARGIN, divergence_class, margin_at
 from ..core.endpoint import first_divergence
-from ..core.layouts import LAYOUT_ORDER
 from ..core.stats import (
     DEFAULT_AA_RULE,
     DEFAULT_THRESHOLD,
@@ -74,22 +77,6 @@ DIAGNOSTIC_PAIRS = (("M3", "M0"), ("C3", "C0"), ("R_prod", "M3")) + SERVER_DIAGN
 
 
 # --------------------------------------------------------------------------- arms
-
-
-def arm_sort_key(arm: str, mode: str | None = None, layout: str | None = None) -> tuple:
-    """Canonical arm order: R, other references (R_*), target-only, speculative; layouts mq, gs, pq, qb.
-
-    Pairwise ratios put the earlier arm in the numerator (e.g. GS/QB, PQ/QB, M/C).
-    """
-    ref = 0 if arm == REFERENCE_ARM else 1 if arm.startswith(REFERENCE_ARM + "_") else 2
-    m = {"target": 0, "spec": 1}.get(mode or "", 2)
-    lay = LAYOUT_ORDER.index(layout) if layout in LAYOUT_ORDER else len(LAYOUT_ORDER)
-    return (ref, m, lay, natural_key(arm))
-
-
-def natural_key(s: str) -> tuple:
-    """Sort key that orders digit runs numerically (C_m2 before C_m10)."""
-    return tuple(int(p) if p.isdigit() else p for p in re.split(r"(\d+)", s))
 
 
 def _arm_facts(reqs: list[dict]) -> dict[tuple[str, str, str], tuple[str, str]]:
@@ -266,25 +253,6 @@ def _qualification_reason(
     if n_req - n_match:
         parts.append(f"{n_req - n_match} of {n_req} endpoints differ, first at index {fd}")
     return "; ".join(parts) or "not qualified"
-
-
-def qualification_counts(qualification: Any) -> list[dict[str, Any]]:
-    """Paper Table 3 shape: per campaign, family and arm, matching endpoints out of required.
-
-    Columns: campaign, family, arm, matching (sum of n_matching), required
-    (sum of n_required), tasks, tasks_qualified.
-    """
-    acc: dict[tuple, dict] = {}
-    for q in records(qualification):
-        k = (q["campaign"], q["family"], q["arm"])
-        a = acc.setdefault(
-            k, dict(campaign=k[0], family=k[1], arm=k[2], matching=0, required=0, tasks=0, tasks_qualified=0)
-        )
-        a["matching"] += int(q["n_matching"])
-        a["required"] += int(q["n_required"])
-        a["tasks"] += 1
-        a["tasks_qualified"] += 1 if q["qualified"] else 0
-    return [acc[k] for k in sorted(acc, key=lambda k: (k[0], k[1], arm_sort_key(k[2])))]
 
 
 def _panels(qual: list[dict], campaign: str) -> dict[tuple[str, int], dict[str, dict[str, bool]]]:
@@ -675,35 +643,3 @@ def session_gaps(sessions: Any) -> list[dict[str, Any]]:
             r["gap_before_s"] = None if prev is None else (ts(r["started_utc"]) - ts(prev["ended_utc"])).total_seconds()
             prev = r
     return rows
-
-
-def acceptance(requests: Any) -> list[dict[str, Any]]:
-    """Draft acceptance per family and draft: sum(accepted) / sum(proposals) over ok spec rows."""
-    acc: dict[tuple[str, str], list[int]] = {}
-    for r in records(requests):
-        if r["status"] != "ok" or r["mode"] != "spec" or r["draft"] is None or r["proposals"] is None:
-            continue
-        a = acc.setdefault((r["family"], r["draft"]), [0, 0, 0])
-        a[0] += int(r["proposals"])
-        a[1] += int(r["accepted"] or 0)
-        a[2] += 1
-    out = []
-    for (fam, draft), (p, a, n) in sorted(acc.items()):
-        out.append(
-            dict(family=fam, draft=draft, proposals=p, accepted=a, requests=n, acceptance=(a / p) if p else None)
-        )
-    return out
-
-
-def status_counts(requests: Any) -> list[dict[str, Any]]:
-    """Ledger summary from ``requests``: rows per campaign and status, with the distinct reasons."""
-    acc: dict[tuple[str, str], dict] = {}
-    for r in records(requests):
-        a = acc.setdefault(
-            (r["campaign"], r["status"]), dict(campaign=r["campaign"], status=r["status"], count=0, reasons={})
-        )
-        a["count"] += 1
-        if r["reason"]:
-            a["reasons"][r["reason"]] = a["reasons"].get(r["reason"], 0) + 1
-    order = {"ok": 0, "failed": 1, "disqualified": 2, "excluded_warmup": 3}
-    return [acc[k] for k in sorted(acc, key=lambda k: (k[0], order.get(k[1], 9)))]

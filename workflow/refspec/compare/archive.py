@@ -1,7 +1,7 @@
 """The sealed comparison archive (``anc/compare.md``).
 
 It holds ``tables/comparisons`` and ``tables/differences`` (Parquet + CSV, specs in
-``workflow/schemas/compare``), the records the checker recomputes them from (``inputs/a``
+``report/refspec_check/schemas/compare``), the records the checker recomputes them from (``inputs/a``
 and ``inputs/b``: each archive's ``SEAL.dsse.json``, ``plan.json``, ``manifest.json`` and the
 CSV copies of the tables the comparison read, byte for byte as sealed), ``plan.json`` (the
 comparison's settings), ``manifest.json`` (the two archives compared), ``ledger.jsonl``, and
@@ -17,11 +17,12 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from refspec_check.render.comparison import comparison_files
+
 from .. import __version__
 from ..core.fsutil import atomic_write_bytes, atomic_write_text
 from ..provenance.ledger import Ledger
 from ..provenance.seal import SealResult, seal
-from ..reporting.comparison import comparison_files
 from .model import ArchiveComparison, ArchiveData
 from .output import COMPARE_CAMPAIGN, COMPARE_FORMAT, comparison_rows, difference_rows, write_rows
 

@@ -1,5 +1,5 @@
 """A comparison as text, as JSON, and as the rows of the comparison archive's tables
-(``tables/comparisons`` and ``tables/differences``, specs in ``workflow/schemas/compare``);
+(``tables/comparisons`` and ``tables/differences``, specs in ``report/refspec_check/schemas/compare``);
 :mod:`.archive` writes and seals that archive.
 """
 
@@ -9,8 +9,9 @@ import json
 from pathlib import Path
 from typing import Any
 
+from refspec_check.table_specs import compare_spec
+
 from ..core import tables as T
-from ..reporting.comparison import table_spec
 from .model import DIFFERS, NOT_COMPARABLE, REPRODUCED, SAME, ArchiveComparison, TimingComparison
 
 COMPARE_FORMAT = "refspec-comparison/1"
@@ -112,7 +113,7 @@ def json_text(c: ArchiveComparison) -> str:
 def write_rows(rows: list[dict[str, Any]], name: str, out_dir: Path) -> dict[str, Path]:
     """``<name>.parquet`` and its CSV copy (the one CSV encoding of :mod:`refspec.core.tables`);
     a column a row does not name is null (a preservation row has no timing columns)."""
-    sp = table_spec(name)
+    sp = compare_spec(name)
     out_dir.mkdir(parents=True, exist_ok=True)
     return T.write_table([{c: r.get(c) for c in sp.names} for r in rows], sp, out_dir)
 

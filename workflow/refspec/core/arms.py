@@ -6,29 +6,24 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+# the reference arm and the A/A twin's name have one owner, the archive's names (the checker's package)
+from refspec_check.names import REFERENCE_ARM, TWIN_SUFFIX, is_twin  # noqa: F401
+
 from .errors import ConfigError
 from .layouts import LAYOUTS
 from .paths import config_dir
 
-if TYPE_CHECKING:  # the configuration (YAML) is read only where arms are loaded: the report needs none of it
+if TYPE_CHECKING:  # the configuration (YAML) is read only where arms are loaded
     from .config import Config
 
 SERVER_BUILDS = ("stock", "patched")
 KINDS = ("worker", "server", "openvino")
 OPENVINO_PIPELINES = ("stateful", "continuous_batching")
-REFERENCE_ARM = "R"  # the reference arm: every other arm's endpoints are checked against it
-# The A/A control (anc/campaigns.md): the twin of arm X is X_aa, the same recipe under its own name.
-# Names ending in _aa are reserved for twins.
-TWIN_SUFFIX = "_aa"
 
 
 def twin_name(arm: str) -> str:
     """The name of ``arm``'s A/A twin."""
     return arm + TWIN_SUFFIX
-
-
-def is_twin(arm: str) -> bool:
-    return arm.endswith(TWIN_SUFFIX) and len(arm) > len(TWIN_SUFFIX)
 
 
 def twin_of(arm: str) -> str:

@@ -20,13 +20,12 @@ from __future__ import annotations
 
 import math
 
+# the classes' names and how the report and ``refspec qualify`` write them: one owner, the checker's
+# refspec_check.divergence (the renderer it carries writes them too)
+from refspec_check.divergence import DECISIVE, DIVERGENCE_TEXT, NEAR_TIE  # noqa: F401
+
 # the near-tie bound on the reference's top-2 logit margin at a first divergence, in logit units
 NEAR_TIE_MARGIN = 0.5
-
-NEAR_TIE = "near tie"
-DECISIVE = "decisive"
-# how the report and ``refspec qualify`` write each class
-DIVERGENCE_TEXT = {NEAR_TIE: "near tie", DECISIVE: "decisive: likely defect, not numerics"}
 
 
 def divergence_class(ref_margin: float | None, bound: float = NEAR_TIE_MARGIN) -> str | None:

@@ -264,19 +264,19 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+# the names the report, the checker and the pipeline share have one owner, the checker's statistics:
+# the verdicts that decide, the default threshold, the A/A verdicts and the fewest units of an interval
+from refspec_check.stats import DECIDED, DEFAULT_THRESHOLD, MIN_UNITS, NOISE_BIASED, NOISE_OK  # noqa: F401
+
 from .errors import IntegrityError
 
-if TYPE_CHECKING:  # numpy is imported where it computes: the report reads this module's names without it
+if TYPE_CHECKING:  # numpy is imported where it computes
     import numpy as np
 
 DEFAULT_SEED = 20261014
 DEFAULT_DRAWS = 10_000
-DEFAULT_THRESHOLD = 1.02
 TOO_FEW_SESSIONS = "too_few_sessions"
-NOISE_OK = "ok"
 NOISE_TOO_HIGH = "noise_too_high"  # an estimate that clears the threshold only inside the A/A band
-# the verdicts (decide_ratio) and E2 decisions (decide_weighed) that decide: the others leave it open
-DECIDED = ("exceeds", "faster", "equivalent", "below")
 
 
 class StatsError(IntegrityError, ValueError):
@@ -403,8 +403,6 @@ def median(xs: Sequence[float]) -> float:
 
 CONFIDENCE = 0.95  # the two-sided level of every timing interval
 TARGET_EFFECT = 1.05  # the effect size a timed design should resolve (PQ/QB of about 3-6 %)
-MIN_UNITS = 2  # fewer units (workers of an arm, or sessions): no interval
-NOISE_BIASED = "biased"  # the A/A interval excludes 1
 # the rules of the floor F that weighs a campaign's decisions (:func:`decision_floor`), frozen in its plan
 AA_CALIBRATION = "calibration"  # F = 1 while the A/A interval holds 1, max(hi, 1/lo) when it does not
 AA_FLOOR = "floor"  # F = max(hi, 1/lo) always (the rule before the plan recorded one)

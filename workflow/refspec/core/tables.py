@@ -1,8 +1,10 @@
 """The result tables: schemas, validation, Parquet + CSV writing and reading.
 
 Every table a campaign writes has a column contract in
-``workflow/schemas/tables/<name>.json`` (documented column by column in
-``anc/tables.md``). :func:`write_table` validates rows against it and writes
+``report/refspec_check/schemas/tables/<name>.json`` (documented column by column in
+``anc/tables.md``). The specs, their loading and the typed reading of a CSV copy have one owner,
+the checker's standard-library :mod:`refspec_check.table_specs` (the report's renderer reads the
+tables with it); this module re-exports them. :func:`write_table` validates rows against a spec and writes
 
 * ``<name>.parquet`` (zstd-compressed, columns in schema order, Arrow types
   from the schema) -- the table the pipeline reads back, and
@@ -38,16 +40,24 @@ import json
 import math
 import sys
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from refspec_check import table_specs as _specs
+from refspec_check.table_specs import (  # noqa: F401 (the specs' names, re-exported for the pipeline)
+    TABLES,
+    TYPES,
+    Column,
+    TableSpec,
+    find_table,
+    load_spec,
+    parse_cell,
+)
 
 from .errors import RefspecError
 from .fsutil import atomic_write_bytes
 from .hashing import canonical_json
-from .paths import schemas_dir
 
-TYPES = ("string", "int32", "int64", "float64", "bool", "list<int32>")
 _INT_RANGE = {"int32": (-(2**31), 2**31 - 1), "int64": (-(2**63), 2**63 - 1)}
 _MAX_ERRORS = 12
 
@@ -56,89 +66,13 @@ class TableError(RefspecError):
     """Rows that do not fit a table's column contract, or an unreadable table."""
 
 
-@dataclass(frozen=True)
-class Column:
-    name: str
-    type: str
-    nullable: bool
-    description: str
-    enum: tuple[str, ...] | None = None
-    minimum: float | None = None
-
-
-@dataclass(frozen=True)
-class TableSpec:
-    name: str
-    description: str
-    key: tuple[str, ...]
-    columns: tuple[Column, ...]
-    path: Path | None = field(default=None, compare=False)
-
-    @property
-    def names(self) -> list[str]:
-        return [c.name for c in self.columns]
-
-    def column(self, name: str) -> Column:
-        for c in self.columns:
-            if c.name == name:
-                return c
-        raise KeyError(name)
-
-
-def load_spec(path: str | Path) -> TableSpec:
-    """Read one column spec file (``workflow/schemas/tables/<name>.json``)."""
-    p = Path(path)
-    doc = json.loads(p.read_text(encoding="utf-8"))
-    cols = []
-    for c in doc["columns"]:
-        if c["type"] not in TYPES:
-            raise TableError(f"{p}: column {c['name']!r} has unknown type {c['type']!r}")
-        if c["type"] == "list<int32>" and c.get("nullable"):
-            raise TableError(f"{p}: list column {c['name']!r} cannot be nullable")
-        cols.append(
-            Column(
-                name=c["name"],
-                type=c["type"],
-                nullable=bool(c.get("nullable", False)),
-                description=c.get("description", ""),
-                enum=tuple(c["enum"]) if "enum" in c else None,
-                minimum=c.get("minimum"),
-            )
-        )
-    names = [c.name for c in cols]
-    if len(set(names)) != len(names):
-        raise TableError(f"{p}: duplicate column names")
-    key = tuple(doc.get("key", ()))
-    missing = [k for k in key if k not in names]
-    if missing:
-        raise TableError(f"{p}: key column(s) {missing} are not columns")
-    return TableSpec(name=doc["title"], description=doc.get("description", ""), key=key, columns=tuple(cols), path=p)
-
-
-def _load_all() -> dict[str, TableSpec]:
-    out: dict[str, TableSpec] = {}
-    d = schemas_dir() / "tables"
-    for p in sorted(d.glob("*.json")):
-        spec = load_spec(p)
-        if spec.name != p.stem:
-            raise TableError(f"{p}: title {spec.name!r} differs from the file name")
-        out[spec.name] = spec
-    return out
-
-
-#: name -> TableSpec for every table in ``workflow/schemas/tables``.
-TABLES: dict[str, TableSpec] = _load_all()
-
-
 def spec(name: str | TableSpec) -> TableSpec:
     """The spec of table ``name`` (a spec is returned as it is: every function that takes a
     table's name also takes a spec loaded with :func:`load_spec` from another folder)."""
-    if isinstance(name, TableSpec):
-        return name
     try:
-        return TABLES[name]
-    except KeyError:
-        raise TableError(f"unknown table {name!r} (known: {', '.join(sorted(TABLES))})") from None
+        return _specs.spec_of(name)
+    except _specs.TableSpecError as e:
+        raise TableError(str(e)) from None
 
 
 # --------------------------------------------------------------------------- values
@@ -409,25 +343,6 @@ def csv_cell(col_type: str, v: Any) -> str:
     return csv_text(_CELL_TYPES.get(col_type, lambda x: x)(v))
 
 
-def parse_cell(col_type: str, nullable: bool, text: str) -> Any:
-    """Inverse of :func:`csv_cell`."""
-    if col_type == "list<int32>":
-        return [int(x) for x in text.split(" ")] if text else []
-    if text == "":
-        return None if nullable else ("" if col_type == "string" else None)
-    if col_type == "string":
-        return text
-    if col_type in ("int32", "int64"):
-        return int(text)
-    if col_type == "float64":
-        return float(text)
-    if col_type == "bool":
-        if text not in ("true", "false"):
-            raise ValueError(f"bad bool {text!r}")
-        return text == "true"
-    raise ValueError(col_type)
-
-
 def to_csv_bytes(rows: Sequence[Mapping[str, Any]], name: str | TableSpec) -> bytes:
     sp = spec(name)
     buf = io.StringIO()
@@ -487,15 +402,6 @@ def write_table(data: Any, name: str | TableSpec, out_dir: str | Path) -> dict[s
     return paths
 
 
-def find_table(name: str, directory: str | Path, ext: str = "parquet") -> Path | None:
-    """``DIR/<name>.<ext>`` or ``DIR/tables/<name>.<ext>``, whichever exists."""
-    d = Path(directory)
-    for p in (d / f"{name}.{ext}", d / "tables" / f"{name}.{ext}"):
-        if p.is_file():
-            return p
-    return None
-
-
 def read_table(name: str, directory: str | Path):
     """Read ``<name>.parquet`` from ``directory`` (or its ``tables/``) as a pandas DataFrame.
 
@@ -541,15 +447,9 @@ def read_records(name: str, directory: str | Path) -> list[dict[str, Any]]:
 
 
 def read_csv_records(name: str | TableSpec, directory: str | Path) -> list[dict[str, Any]]:
-    """Rows of the CSV copy, typed by the schema (the checker's reading, for cross-checks; the report's
-    reading when ``report/check.py`` renders it again)."""
-    sp = spec(name)
-    p = find_table(sp.name, directory, ext="csv")
-    if p is None:
-        raise TableError(f"table {sp.name}: no {sp.name}.csv in {directory}")
-    with open(p, newline="", encoding="utf-8") as f:
-        rd = csv.reader(f)
-        header = next(rd, None)
-        if header != sp.names:
-            raise TableError(f"table {sp.name}: {p} header {header} differs from the schema {sp.names}")
-        return [{c.name: parse_cell(c.type, c.nullable, t) for c, t in zip(sp.columns, row)} for row in rd]
+    """Rows of the CSV copy, typed by the schema (:func:`refspec_check.table_specs.read_csv_records`, the
+    report's reading; here for cross-checks); a missing or mismatched copy is a :class:`TableError`."""
+    try:
+        return _specs.read_csv_records(name, directory)
+    except _specs.TableSpecError as e:
+        raise TableError(str(e)) from None

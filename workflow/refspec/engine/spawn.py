@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from ..core.fsutil import atomic_write_text
-from ..core.paths import cache_dir
+from ..core.paths import cache_dir, package_path
 
 ENV_PASSTHROUGH = ("PATH", "HOME", "VIRTUAL_ENV", "TMPDIR")
 # GPU hosts: which devices a process may use and how its libraries are found (SLURM binds
@@ -49,11 +49,6 @@ THREAD_VARS = (
 )
 
 
-def package_root() -> Path:
-    """The folder that holds the ``refspec`` package (PYTHONPATH for workers)."""
-    return Path(__file__).resolve().parents[2]
-
-
 def spawn(
     cmd: list[str], lib_dir: str | Path, threads: int, *, log_path: Path, cwd: Path, extra: dict[str, str] | None = None
 ) -> subprocess.Popen:
@@ -82,7 +77,7 @@ def worker_env(
     Kept from the driver: PATH, HOME, VIRTUAL_ENV, TMPDIR and the GPU allowlist
     :data:`ENV_GPU_PASSTHROUGH` (device selection, SLURM's GPU binding, LD_PRELOAD and
     LD_LIBRARY_PATH), each when set. Set:
-    LANG = LC_ALL = C, PYTHONHASHSEED = 0, PYTHONPATH = the package's folder,
+    LANG = LC_ALL = C, PYTHONHASHSEED = 0, PYTHONPATH = the packages' folders (:func:`refspec.core.paths.package_path`),
     PYTHONUNBUFFERED = 1, PYTHONDONTWRITEBYTECODE = 1, LLAMA_CPP_LIB_PATH,
     REFSPEC_CACHE, and the thread variables (OMP_NUM_THREADS = ``threads``,
     BLAS pools = 1). ``extra`` entries are added last.
@@ -95,7 +90,7 @@ def worker_env(
             "LANG": "C",
             "LC_ALL": "C",
             "PYTHONHASHSEED": "0",
-            "PYTHONPATH": str(package_root()),
+            "PYTHONPATH": package_path(),
             "PYTHONUNBUFFERED": "1",
             "PYTHONDONTWRITEBYTECODE": "1",
             "LLAMA_CPP_LIB_PATH": str(lib_dir),

@@ -1,4 +1,5 @@
-"""The report: the data model, the number registry and archive loading (``document``), SVG
-figures (``svg``), TeX text (``tex``), the device facts (``device``), the sections in one module
-per group (``sections``), and the assembly into HTML, TeX/PDF and numbers.json (``render``).
-The ``refspec report`` command is :mod:`refspec.commands.report`."""
+"""The report's files: the pipeline writes what the renderer makes of a results folder (``render``).
+
+The renderer itself, standard library only, is the checker's: :mod:`refspec_check.render` (in the
+repository's report/, beside ``report/check.py``, which renders every archive again with it). The
+``refspec report`` command is :mod:`refspec.commands.report`."""

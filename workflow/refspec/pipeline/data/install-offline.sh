@@ -325,7 +325,7 @@ def main():
 
     purelib = run([vpy, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], "locating site-packages").strip()
     with open(os.path.join(purelib, "refspec-src.pth"), "w") as f:
-        f.write(os.path.join(prefix, "src", "workflow") + "\n")
+        f.write("".join(os.path.join(prefix, "src", d) + "\n" for d in ("workflow", "report")))
     launcher = os.path.join(vdir, "bin", "refspec")
     with open(launcher, "w") as f:
         f.write(f"#!{vpy}\nimport sys\nfrom refspec.cli import main\nsys.exit(main())\n")

@@ -6,7 +6,7 @@ manifest.json (the registered plans' digests), the digests of its records and th
 seal names them. ``refspec compare`` writes it (:func:`refspec.compare.archive.write_results`) and
 ``report/check.py`` renders it again and compares the bytes (``refspec_check/rendering.py``). Every number
 is a checked number (``cmp|ITEM|COLUMN``) that the checker recomputes from the records the archive carries
-(``anc/compare.md``). Standard library only, like the rest of this package.
+(``anc/compare.md``). Standard library only, like the rest of the checker's package.
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ..core import tables as T
-from ..core.hashing import sha256_file
-from ..core.paths import schemas_dir
+from refspec_check.digests import sha256_file
+from refspec_check.table_specs import compare_spec, read_csv_records
+
 from .document import DASH, Cell, Num, Numbers, Section, Table, read_json
 from .page import html_page, tex_colors, tex_page
 from .svg import COLORS
@@ -31,11 +31,6 @@ GIVEN_FLOOR_NOTE = (
     "controls: the band is the practical threshold widened by that floor."
 )
 VERDICT_CLASS = {"same": "ok", "reproduced": "ok", "differs": "bad", "not comparable": "unqualified"}
-
-
-def table_spec(name: str) -> T.TableSpec:
-    """The spec of a comparison archive's table (``workflow/schemas/compare/<name>.json``)."""
-    return T.load_spec(schemas_dir() / "compare" / f"{name}.json")
 
 
 def _num(N: Numbers, item: str, col: str, value: Any, fmt: str, row: dict) -> Num | str:
@@ -228,8 +223,8 @@ def build(
 def comparison_files(root: Path, compares: dict[str, dict[str, Any]], fmt: str) -> dict[str, bytes]:
     """The bytes of report.html, report.tex and numbers.json (of format ``fmt``) of the comparison
     archive's records in ``root``, the compared archives being ``compares`` (its seal's ``predicate.compares``)."""
-    rows = T.read_csv_records(table_spec("comparisons"), root)
-    diffs = T.read_csv_records(table_spec("differences"), root)
+    rows = read_csv_records(compare_spec("comparisons"), root)
+    diffs = read_csv_records(compare_spec("differences"), root)
     plan = read_json(root / "plan.json") or {}
     noise = plan.get("noise_floor") if isinstance(plan.get("noise_floor"), dict) else {}
     prov = _provenance(root, compares)

@@ -4,10 +4,11 @@ diverges (from the qualification table)."""
 
 from __future__ import annotations
 
-from ...campaigns.derived import arm_sort_key
-from ...core.divergence import DECISIVE, DIVERGENCE_TEXT
-from ...core.vacuity import exposed_repairs
+from refspec_check.divergence import DECISIVE, DIVERGENCE_TEXT
+from refspec_check.names import arm_sort_key
+
 from ..document import DASH, Archive, Cell, Numbers, Section, ShownTable, Table, absent_note
+from ..vacuity import exposed_repairs
 from .vocabulary import VACUOUS_TAIL, VACUOUS_TEXT
 
 SCREEN_COLUMNS = (

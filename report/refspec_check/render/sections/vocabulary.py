@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from ...core.campaign_names import REPORT_ORDER
+from refspec_check.names import REPORT_ORDER
 
 CAMPAIGN_TITLES = {
     "confirmation": "Confirmation",
@@ -15,7 +15,7 @@ CAMPAIGN_TITLES = {
     "phase_mask": "Phase-mask sweep",
     "prediction": "Prospective prediction",
 }
-# the vacuity verdict (refspec.core.vacuity): VACUOUS_TEXT, the number screened, VACUOUS_TAIL
+# the vacuity verdict (refspec_check.render.vacuity): VACUOUS_TEXT, the number screened, VACUOUS_TAIL
 VACUOUS_TEXT = "vacuous: no exposed input in "
 VACUOUS_TAIL = " screened"
 STAGE_ORDER = ("kq", "kq_soft_max", "kqv", "address")

@@ -6,13 +6,13 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from ...campaigns.derived import arm_sort_key, qualification_counts
-from ...core.arms import REFERENCE_ARM
-from ...core.campaign_names import REPORT_ORDER
-from ...core.stats import DECIDED, DEFAULT_THRESHOLD
-from ...core.vacuity import panel_exposure
+from refspec_check.names import REFERENCE_ARM, REPORT_ORDER, arm_sort_key
+from refspec_check.stats import DECIDED, DEFAULT_THRESHOLD
+
+from ..aggregates import qualification_counts
 from ..document import DASH, Archive, Cell, Link, Num, Numbers, Section, ShownTable, Table
 from ..svg import forest_estimate_groups, forest_ratio_groups
+from ..vacuity import panel_exposure
 from .answer import answer, panels, recipes, reference_of, roles
 from .noise import aa_parts, aa_rows
 from .numerical import e1_counts
@@ -88,7 +88,8 @@ def section_summary(
         h.add(
             "verify this report",
             "ARCHIVE: this report's folder; KEY.pub: the signer's public key, received apart from the archive; "
-            "run in a checkout of the repository (check.py renders the report again with its workflow/ renderer)",
+            "run beside the repository's report/ folder, which is all it needs (check.py carries the renderer "
+            "it renders the report again with)",
             [VERIFY_COMMAND, prov["pubkey_fingerprint"]],
             cls="mono small",
         )
@@ -123,7 +124,7 @@ def section_summary(
 
 def vacuity_parts(a: Archive, N: Numbers, camp: str, fam: str, tid: str) -> list[Any]:
     """ "vacuous: no exposed input in N screened" where the panel's unrepaired arms never diverge
-    (:mod:`refspec.core.vacuity`; N, the panel's tasks, a checked number); [] otherwise."""
+    (:mod:`refspec_check.render.vacuity`; N, the panel's tasks, a checked number); [] otherwise."""
     ex = panel_exposure(a.rows("qualification"), a.rows("requests")).get((camp, fam))
     if ex is None or not ex["vacuous"]:
         return []

@@ -19,10 +19,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..core import tables as T
-from ..core.errors import UsageError
+from refspec_check.table_specs import TABLES, find_table, read_csv_records
 
 DASH = "\u2014"
+#: reads one result table's rows: ``reader(name, folder)`` (the report's own reading is its CSV copy)
+Reader = Callable[[str, Path], list[dict[str, Any]]]
+
+
+class NotAnArchive(ValueError):
+    """A results folder that is not there, or holds no result table (the pipeline's ``refspec report`` says
+    it as a usage error)."""
 
 
 @dataclass
@@ -72,7 +78,7 @@ class Table:
 
 @dataclass
 class Figure:
-    """A figure; ``canvas`` is a :class:`refspec.reporting.svg.Canvas`, drawn as inline SVG and as TikZ."""
+    """A figure; ``canvas`` is a :class:`refspec_check.render.svg.Canvas`, drawn as inline SVG and as TikZ."""
 
     id: str
     title: str
@@ -241,22 +247,23 @@ def rel_path(path: Path, out: Path) -> str:
 
 
 def load_archive(
-    results_dir: str | Path, out_dir: str | Path | None = None, *, read: str = "parquet", seal: bool = True
+    results_dir: str | Path, out_dir: str | Path | None = None, *, reader: Reader | None = None, seal: bool = True
 ) -> Archive:
     """The tables and records of a results folder or archive, for the report written into ``out_dir``.
 
-    ``read="csv"`` reads each table's CSV copy (typed by its schema: the same records as the Parquet
-    table) instead of the Parquet file, as ``report/check.py`` does when it renders the report again
-    with the standard library; ``seal=False`` leaves out a ``SEAL.dsse.json`` present in the folder
-    (an archive's own seal, which did not exist when its report was rendered)."""
+    Each table is read as its CSV copy typed by its spec (:func:`refspec_check.table_specs.read_csv_records`),
+    as ``report/check.py`` does when it renders the report again, unless ``reader`` reads it otherwise (the
+    pipeline reads the Parquet table: the same records); ``seal=False`` leaves out a ``SEAL.dsse.json``
+    present in the folder (an archive's own seal, which did not exist when its report was rendered)."""
     root = Path(results_dir)
     if not root.is_dir():
-        raise UsageError(f"results folder {root} not found")
+        raise NotAnArchive(f"results folder {root} not found")
+    read = reader or read_csv_records
     out = Path(out_dir) if out_dir is not None else root
     data, csv, notes, files = {}, {}, [], {}
-    for name in T.TABLES:
-        pq = T.find_table(name, root)
-        cp = T.find_table(name, root, ext="csv")
+    for name in TABLES:
+        pq = find_table(name, root)
+        cp = find_table(name, root, ext="csv")
         if pq is None and cp is None:
             continue
         if pq is None:
@@ -265,7 +272,7 @@ def load_archive(
         if cp is None:
             notes.append(f"{pq.name} has no CSV copy; not used (the checker reads the CSV)")
             continue
-        data[name] = T.read_csv_records(name, root) if read == "csv" else T.read_records(name, root)
+        data[name] = read(name, root)
         csv[name] = rel_path(cp, out)
     for key, fname in (
         ("manifest", "manifest.json"),
@@ -277,7 +284,7 @@ def load_archive(
         if p.is_file() and (seal or key != "seal"):
             files[key] = p
     if not data:
-        raise UsageError(f"{root}: no result table found (looked for <table>.parquet + .csv in it and in tables/)")
+        raise NotAnArchive(f"{root}: no result table found (looked for <table>.parquet + .csv in it and in tables/)")
     return Archive(root=root, out=out, data=data, csv=csv, notes=notes, files=files)
 
 

@@ -10,7 +10,7 @@ A ratio ``r = NUM time / DEN time`` with its interval ``[lo, hi]`` reads (:func:
 * interval holding one (``lo <= 1 <= hi``): "no detectable difference between NUM and DEN
   (NUM/DEN 1.02 [0.94, 1.10])": never "1.00x slower";
 * interval above or below one: "NUM is 1.36x slower than DEN [1.30, 1.42]" (faster below one, the
-  interval turned over: :func:`refspec.reporting.document.fold`);
+  interval turned over: :func:`refspec_check.render.document.fold`);
 * no interval: "NUM/DEN 1.02 (no interval)".
 
 :func:`speed_sentence` adds the verdict where the phrase does not already say it (a decided
@@ -23,7 +23,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ...core.stats import DEFAULT_THRESHOLD
+from refspec_check.stats import DEFAULT_THRESHOLD
+
 from ..document import ShownTable
 
 TIMES = "\u00d7"

@@ -28,8 +28,8 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from ...campaigns.derived import arm_sort_key
-from ...core.arms import REFERENCE_ARM, is_twin
+from refspec_check.names import REFERENCE_ARM, arm_sort_key, is_twin
+
 from ..document import Archive, Numbers, ShownTable
 from .verdicts import speed_sentence, verdict_word
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...campaigns.derived import acceptance
-from ...core import stats as S
+from refspec_check import stats as S
+
+from ..aggregates import acceptance
 from ..document import DASH, Archive, Cell, Figure, Numbers, Section, ShownTable, Table, absent_note, table_section
 from ..svg import bar_figure, forest_estimate_groups, forest_figure, forest_ratio_groups, interval_figure
 from .noise import aa_table

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from ...core.layouts import LAYOUT_ORDER
+from refspec_check.names import LAYOUT_ORDER
+
 from ..document import Archive, Cell, Numbers, Section, ShownTable, Table, table_section
 
 

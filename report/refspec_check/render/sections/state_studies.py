@@ -8,8 +8,8 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from ...core.vacuity import crosses_exposure, partition_exposure
 from ..document import DASH, Archive, Cell, Numbers, Section, ShownTable, Table, table_section
+from ..vacuity import crosses_exposure, partition_exposure
 from .vocabulary import VACUOUS_TAIL, VACUOUS_TEXT
 
 SELECTOR_ORDER = ("L0_K", "L0_V", "L0_KV", "K_ALL", "V_ALL", "EARLY", "MIDDLE", "LATE", "PREFIX", "TAIL")
@@ -105,7 +105,7 @@ def section_partition(sec: Section, a: Archive, N: Numbers) -> None:
     n_in = len(_tasks(prows))
     sec.items.append(_partition_counts(nums_tid2, src, prows, arms, n_in))
     if partition_exposure(prows)["vacuous"]:
-        # no arm differs from A on any input: the study had nothing to find (refspec.core.vacuity)
+        # no arm differs from A on any input: the study had nothing to find (refspec_check.render.vacuity)
         sec.items.append(
             Table(
                 "state-partition-verdict",
@@ -563,7 +563,7 @@ def section_crosses(sec: Section, a: Archive, N: Numbers) -> None:
     )
     if crosses_exposure(rows_all)["vacuous"]:
         # the pair's natural endpoints agree on every input crossed: no cross can show the donor's
-        # endpoint rather than the recipient's (refspec.core.vacuity)
+        # endpoint rather than the recipient's (refspec_check.render.vacuity)
         sec.items.append(
             Table(
                 "state-crosses-verdict",

@@ -12,7 +12,7 @@ states, per campaign the arm ran in:
 * in the phase-mask sweep and the width sweep, their own arms: "phase-mask sweep arm", "width sweep arm";
 * in the prediction, the live arm (``prediction.csv``'s ``live_arm``, the plan's ``live_arm``),
   the chosen predictor (``predictor``, the plan's ``prediction_selection``) and the other candidates;
-* elsewhere an unrepaired control (phase mask 0 with micro-batch above 1, :mod:`refspec.core.vacuity`),
+* elsewhere an unrepaired control (phase mask 0 with micro-batch above 1, :mod:`refspec_check.render.vacuity`),
   a repaired arm (a layout other than ``mq`` switched on in a target phase: mask bit 1 or 2) or,
   failing both, a compared arm.
 
@@ -35,10 +35,10 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from ...campaigns.derived import arm_sort_key
-from ...core.arms import REFERENCE_ARM, is_twin
-from ...core.vacuity import is_unrepaired
+from refspec_check.names import REFERENCE_ARM, arm_sort_key, is_twin
+
 from ..document import DASH, Archive, Cell, Numbers, Section, ShownTable, Table, read_json, table_section
+from ..vacuity import is_unrepaired
 
 MODE_TEXT = {"target": "target", "spec": "speculative"}
 ROLE_ORDER = (

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...core import stats as S
+from refspec_check import stats as S
+
 from ..document import DASH, Archive, Cell, Numbers, Section, ShownTable, Table, absent_note
 from .verdicts import verdict_word
 from .vocabulary import CAMPAIGN_TITLES

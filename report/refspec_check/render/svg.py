@@ -13,7 +13,8 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
-from ..core.stats import DECIDED
+from refspec_check.stats import DECIDED
+
 from .document import DASH
 from .page import escape
 from .sections.verdicts import verdict_word

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from ...core.vacuity import VACUOUS, partition_exposure
 from ..document import Archive, Cell, Numbers, Section, ShownTable, Table, table_section
+from ..vacuity import VACUOUS, partition_exposure
 from .state_studies import study_vacuity_parts
 
 

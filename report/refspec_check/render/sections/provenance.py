@@ -9,8 +9,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ...campaigns.derived import status_counts
-from ...core.hashing import sha256_file
+from refspec_check.digests import sha256_file
+
+from ..aggregates import status_counts
 from ..document import Archive, Cell, Numbers, Section, ShownTable, Table, absent_note, read_json, rel_path
 
 LEDGER_KIND_KEYS = ("kind", "event", "type")

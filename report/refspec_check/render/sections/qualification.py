@@ -6,8 +6,10 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 
-from ...campaigns.derived import arm_sort_key, qualification_counts
-from ...core.divergence import DECISIVE, DIVERGENCE_TEXT
+from refspec_check.divergence import DECISIVE, DIVERGENCE_TEXT
+from refspec_check.names import arm_sort_key
+
+from ..aggregates import qualification_counts
 from ..document import DASH, Archive, Cell, Figure, Numbers, Section, ShownTable, Table, table_section
 from ..svg import strip_figure
 from .vocabulary import CAMPAIGN_TITLES, campaigns_in, tasks_fail
