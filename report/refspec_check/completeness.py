@@ -24,9 +24,9 @@ import os
 from collections import defaultdict
 
 from refspec_check import jsonio
-from refspec_check.names import arm_sort_key
 from refspec_check.context import Context
 from refspec_check.contract import DIAGNOSTIC_PAIRS, TWIN_SUFFIX
+from refspec_check.names import arm_sort_key
 from refspec_check.qualification import all_qualified, panels
 
 # the campaigns whose ratios hold every pair of their arms (refspec.campaigns.derived.ratios_table's

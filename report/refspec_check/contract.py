@@ -910,8 +910,8 @@ def ledger_kind(rec) -> str | None:
     return None
 
 
-#: the claim of each controlled stage, word for word as ``refspec claim`` records it
-#: (refspec.provenance.claims.CLAIMS; a test holds the two equal)
+#: the claim of each controlled stage, word for word as ``refspec claim`` records it (its one owner:
+#: refspec.provenance.claims imports it)
 CLAIMS = {
     "replay": "PQ and QB give bitwise equal stage outputs on every captured context; MQ differences as tabled",
     "audit": "every clean fixture agrees with the address oracle and every injected fault is detected",

@@ -12,7 +12,6 @@ from refspec_check.contract import DIAGNOSTIC_PAIRS, CsvTable
 from refspec_check.digests import endpoint_digest
 from refspec_check.divergence import check_row as check_divergence
 from refspec_check.findings import add_fold, fold
-from refspec_check.names import arm_sort_key
 from refspec_check.problems import Checker
 from refspec_check.qualification import all_qualified, diagnostic_label, panels, recompute_qualification
 from refspec_check.stats import cpu_pooled_ratio, median, paired

@@ -25,6 +25,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from refspec_check.contract import CLAIMS  # the claims' one owner: the checker requires their words
+
 from ..core import tables as T
 from ..core.errors import EXIT_OK, UsageError
 from ..core.fsutil import atomic_write_text
@@ -33,14 +35,6 @@ from .ledger import LEDGER_NAME, Ledger
 
 # the pipeline stages whose claim `refspec claim` records
 CLAIM_STAGES = ("replay", "audit", "partition", "crosses", "admission", "projection")
-CLAIMS = {
-    "replay": "PQ and QB give bitwise equal stage outputs on every captured context; MQ differences as tabled",
-    "audit": "every clean fixture agrees with the address oracle and every injected fault is detected",
-    "partition": "the partition arms' endpoints, KV bytes and initial logits fall into the tabled classes",
-    "crosses": "the subset interventions give the tabled outcome classes and frontier contrasts",
-    "admission": "the tabled supports_op verdicts and observed placements of the lifted shapes",
-    "projection": "the captured first-layer norm and projection calls replay bitwise on fixed operands; exclusions as tabled",
-}
 
 
 def _reason(parts: list[str], limit: int = 8) -> str | None:
