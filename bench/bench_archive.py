@@ -17,7 +17,7 @@ def seal_bench(out: Path, bench: str, family: str, tables: dict[str, pa.Table], 
     ``out/archive`` under the campaign name ``bench``; returns the archive folder."""
     from refspec.native import build as native
     from refspec.native.models import ensure_family
-    from refspec.pipeline.stages import ensure_keys
+    from refspec.pipeline.provenance_inputs import ensure_keys
     from refspec.provenance.ledger import Ledger
     from refspec.provenance.manifest import Artifact, build_manifest, write_manifest
     from refspec.provenance.seal import seal

@@ -303,7 +303,7 @@ def test_server_builds_are_cached_and_pinned(native_build, server_builds, tmp_pa
     from refspec.core.config import load_config
     from refspec.core.hashing import file_digest
     from refspec.native import build as native
-    from refspec.pipeline import stages as archive
+    from refspec.pipeline import provenance_inputs as archive
 
     stock, patched = server_builds["stock"], server_builds["patched"]
     assert len({stock.key, patched.key, native_build.key}) == 3

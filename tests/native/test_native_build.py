@@ -13,7 +13,7 @@ from refspec.core.hashing import file_digest
 from refspec.core.paths import REPO_ROOT
 from refspec.native import build as native
 from refspec.native import cmake, sdist, tools
-from refspec.pipeline import stages
+from refspec.pipeline import provenance_inputs
 from support import upstream_suite
 from support.other_server import OLD_SERVER_SDIST
 
@@ -81,12 +81,12 @@ def test_manifest_lists_the_native_tools(build, tmp_path):
 
     record = tmp_path / "BUILD.json"
     record.write_text(json.dumps(build.record))
-    items = stages.artifacts(load_config(REPO_ROOT / "config" / "config.yaml"), record, [])
+    items = provenance_inputs.artifacts(load_config(REPO_ROOT / "config" / "config.yaml"), record, [])
     listed = {i["name"]: i["path"] for i in items if i["role"] == "tool"}
     assert listed == {name: str(build.tool(name)) for name in tools.NATIVE_TOOLS}
     record.write_text(json.dumps({k: v for k, v in build.record.items() if k != "opreplay_tool"}))
     with pytest.raises(UsageError, match="does not record refspec-opreplay"):
-        stages.artifacts(load_config(REPO_ROOT / "config" / "config.yaml"), record, [])
+        provenance_inputs.artifacts(load_config(REPO_ROOT / "config" / "config.yaml"), record, [])
 
 
 def test_record_mismatch_is_detected(build, tmp_path):

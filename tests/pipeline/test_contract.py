@@ -1,4 +1,4 @@
-"""The import contract that ``refspec lint`` runs (refspec.pipeline.contract): upward imports,
+"""The import contract that ``refspec lint`` runs (refspec.devtools.contract): upward imports,
 import cycles, unmarked imports inside functions and functions over 100 lines fail it, on small
 packages made here."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from refspec.core.paths import REPO_ROOT
-from refspec.pipeline import contract
+from refspec.devtools import contract
 
 
 def _package(root: Path, files: dict[str, str]) -> Path:

@@ -1,4 +1,4 @@
-"""The glossary check that ``refspec lint`` runs (refspec.pipeline.glossary): a public name of the
+"""The glossary check that ``refspec lint`` runs (refspec.devtools.glossary): a public name of the
 package that uses a word ``anc/glossary.md`` lists as not to use fails it, on small packages and
 glossaries made here; the real package passes the real glossary."""
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from refspec.core.paths import REPO_ROOT
-from refspec.pipeline import glossary, lint
+from refspec.devtools import glossary, lint
 
 GLOSSARY = """# Glossary
 
@@ -185,4 +185,4 @@ def test_the_real_package_passes_the_real_glossary():
 
 def test_refspec_lint_runs_the_glossary_check():
     assert lint.GLOSSARY_CHECK == "glossary"
-    assert "glossary" in (lint.__doc__ or "") and "refspec.pipeline.glossary" in lint.__doc__
+    assert "glossary" in (lint.__doc__ or "") and "refspec.devtools.glossary" in lint.__doc__

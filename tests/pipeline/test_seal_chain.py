@@ -7,7 +7,7 @@ from pathlib import Path
 
 from refspec.cli import main
 from refspec.pipeline import seal_chain
-from refspec.pipeline.stages import ensure_keys
+from refspec.pipeline.provenance_inputs import ensure_keys
 from support.synthetic_archive import make_results
 
 

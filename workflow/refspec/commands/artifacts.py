@@ -1,5 +1,5 @@
 """``refspec artifacts``: list the run's artifacts for the source manifest
-(:func:`refspec.pipeline.stages.artifacts`)."""
+(:func:`refspec.pipeline.provenance_inputs.artifacts`)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 from ..core.config import load_config
 from ..core.fsutil import atomic_write_text
-from ..pipeline.stages import artifacts
+from ..pipeline.provenance_inputs import artifacts
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -1,12 +1,12 @@
 """``refspec keys-ensure``: create the signing key once and copy its public half
-(:func:`refspec.pipeline.stages.ensure_keys`)."""
+(:func:`refspec.pipeline.provenance_inputs.ensure_keys`)."""
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
 
-from ..pipeline.stages import ensure_keys
+from ..pipeline.provenance_inputs import ensure_keys
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

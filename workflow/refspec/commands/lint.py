@@ -1,11 +1,11 @@
-"""``refspec lint``: run the code checks (:mod:`refspec.pipeline.lint`), print those that fail."""
+"""``refspec lint``: run the code checks (:mod:`refspec.devtools.lint`), print those that fail."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 
-from ..pipeline.lint import run_checks
+from ..devtools.lint import run_checks
 
 
 def lint(quiet: bool = False) -> int:

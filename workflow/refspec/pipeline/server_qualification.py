@@ -35,8 +35,8 @@ from ..native import build as native
 from ..native.models import config_families_file, ensure_family
 from ..native.runtime import Model
 from ..provenance.manifest import Artifact, build_manifest, write_manifest
+from .provenance_inputs import ensure_keys
 from .seal_chain import run_chain
-from .stages import ensure_keys
 
 
 @dataclass(frozen=True)

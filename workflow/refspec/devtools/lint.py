@@ -13,10 +13,10 @@ Every check runs, and each problem is printed, before the command fails (exit 1)
   outside it on purpose: the checker recomputes the figures without importing the package;
 * import contract: the package's layer order, no import cycles, no unmarked import of the
   package inside a function, no function over 100 lines, no printing, argparse or exit codes
-  outside the command layer (:mod:`refspec.pipeline.contract`);
+  outside the command layer (:mod:`refspec.devtools.contract`);
 * glossary: no public name of the package (module, top-level class, function or constant) uses a
   word that ``anc/glossary.md`` lists as not to use for one of its terms
-  (:mod:`refspec.pipeline.glossary`).
+  (:mod:`refspec.devtools.glossary`).
 
 :func:`run_checks` runs them and yields each result; ``refspec lint``
 (:mod:`refspec.commands.lint`) prints them.
