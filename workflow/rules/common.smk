@@ -6,7 +6,10 @@ from pathlib import Path
 
 # this clone's packages, refspec and the checker's refspec_check that it imports (./run puts them
 # first on PYTHONPATH too)
-sys.path[:0] = [str(Path(workflow.basedir) / "workflow"), str(Path(workflow.basedir) / "report")]
+sys.path[:0] = [
+    str(Path(workflow.basedir) / "workflow"),
+    str(Path(workflow.basedir) / "report"),
+]
 from refspec.provenance.manifest import source_paths
 from refspec.campaigns.definitions import load_definition
 from refspec.campaigns.sizing import goal_args
