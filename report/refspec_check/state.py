@@ -11,6 +11,7 @@ from refspec_check.context import Context
 from refspec_check.contract import CLAIMS, CsvTable
 from refspec_check.digests import endpoint_digest
 from refspec_check.qualification import first_difference
+from refspec_check.render.vacuity import vacuous_text
 from refspec_check.vacuity import crosses_vacuous, partition_vacuous
 
 
@@ -560,7 +561,8 @@ def check_claims(ctx: Context, nat: dict) -> None:
     ``check_projection_claim``. A claim with a failed control is withheld; supported or vacuous exactly when the
     exit code is 0 and no control failed; a partition or crosses claim is vacuous exactly when no partition
     arm differs from A on any input (refspec_check.vacuity); a withheld claim has a reason; the claim's
-    words are its stage's registered claim (``CLAIMS``), never another text."""
+    words are its stage's registered claim (``CLAIMS``), or for a vacuous claim the vacuity verdict over its
+    inputs (``vacuous_text``), never another text."""
     c, E, tables, src = ctx.c, ctx.E, ctx.tables, ctx.src
     cl = tables.get("claims")
     if cl is None:
@@ -569,8 +571,7 @@ def check_claims(ctx: Context, nat: dict) -> None:
     for i, r in enumerate(cl.rows):
         st, rec = r["stage"], r["record"]
         exp = None
-        c.recomputed += 1
-        c.same(cl.where(i, "claim"), r["claim"], CLAIMS.get(st), "the stage's registered claim:")
+        words = CLAIMS.get(st)  # a vacuous claim says so instead (below)
         if st == "admission" and "admission" in tables:
             c.identities += 1
             evals = len({(x["backend"], x["layout"], x["q"]) for x in tables["admission"].rows})
@@ -610,11 +611,15 @@ def check_claims(ctx: Context, nat: dict) -> None:
                 why = f"the pair's natural endpoints agree on every one of the {n_in} inputs crossed"
                 found = "the pair's natural endpoints differ on some input crossed"
             c.identities += 1
+            if vac:
+                words = vacuous_text(n_in)
             if vac and r["status"] != "vacuous":
                 c.bad(cl.where(i, "status"), f"{r['status']}, but {why}: the claim is vacuous")
             elif not vac and r["status"] == "vacuous":
                 c.bad(cl.where(i, "status"), f"vacuous, but {found}")
         if r["status"] == "withheld" and not r["reason"]:
             c.bad(cl.where(i, "reason"), "a withheld claim needs its reason")
+        c.recomputed += 1
+        c.same(cl.where(i, "claim"), r["claim"], words, "the stage's registered claim:")
         E.add(("claim", st, rec, "controls"), r["controls"], s_l)
         E.add(("claim", st, rec, "controls_failed"), r["controls_failed"], s_l)
