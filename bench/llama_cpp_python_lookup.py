@@ -21,6 +21,21 @@ Each arm's endpoints (tokens up to the cap or the end of generation) are compare
 first divergence is the first token index where they differ. It prints the table and writes
 ``llama_cpp_python_lookup.json`` (every endpoint) into ``--out``. A study in which no arm
 leaves R shows nothing (vacuous), and the bench says so.
+
+Measured on a 2-core VM (HumanEval/0-23, cap 48, ``k`` 4, one thread, SmolLM2-135M Q8_0, the
+project's pinned llama-cpp-python 0.3.36 on its patched CPU build)::
+
+    arm         = L_ref    = R  first divergence from R (task@token)
+    R           16/24   24/24   -
+    L_ref       24/24   16/24   2@32, 6@31, 7@31, 14@19, 15@40, 16@32, 17@30, 19@17
+    L_pld       13/24   15/24   0@25, 1@22, 2@32, 6@31, 8@26, 14@19, 16@20, 17@30, 23@26
+    L_ref_qb    16/24   24/24   -
+    L_pld_qb    16/24   24/24   -
+
+The library's prompt-lookup speculation changes its own greedy output on 11 of 24 tasks; its greedy
+reference already leaves R on 8 (a 512-row prefill); with ``LLAMA_ATTN_LAYOUT=qb:15`` and
+``n_ubatch`` 4 set from outside, both reproduce R on every task: the repair reaches llama-cpp-python
+unmodified.
 """
 
 from __future__ import annotations
