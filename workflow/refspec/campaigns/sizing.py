@@ -195,12 +195,14 @@ def _definitions(cfg) -> dict[str, dict]:
     return {c: load_definition(c, preset, folder / f"{c}.yaml")[0] for c in cfg.campaigns.run}
 
 
-def run_goals(cfg) -> dict[str, tuple[float | None, float | None]]:
+def run_goals(cfg, definitions: dict[str, dict] | None = None) -> dict[str, tuple[float | None, float | None]]:
     """Per sized campaign of the run: the ``(target, budget_s)`` the run's ``target`` and ``budget``
-    give it (:func:`budget_shares`); empty when the run sets neither (the definitions' own)."""
+    give it (:func:`budget_shares`); empty when the run sets neither (the definitions' own).
+    ``definitions``: the run's, where the caller has read them already."""
     if cfg.target is None and cfg.budget is None:
         return {}
-    sized = {c: float(d["sizing"]["budget_s"]) for c, d in _definitions(cfg).items() if d.get("sizing")}
+    definitions = definitions if definitions is not None else _definitions(cfg)
+    sized = {c: float(d["sizing"]["budget_s"]) for c, d in definitions.items() if d.get("sizing")}
     shares = budget_shares(float(cfg.budget), sized) if cfg.budget is not None else {}
     return {c: (None if cfg.target is None else float(cfg.target), shares.get(c)) for c in sized}
 
@@ -228,9 +230,10 @@ def goal_text(cfg, width: int = 100) -> str:
     model chooses for its target within its budget from the prior's costs (each campaign's pilot
     measures them again before it is sized), and what the target would cost where the budget falls
     short. Empty when no campaign of the run is sized."""
-    goals = run_goals(cfg)
+    definitions = _definitions(cfg)
+    goals = run_goals(cfg, definitions)
     lines = []
-    for c, defn in _definitions(cfg).items():
+    for c, defn in definitions.items():
         n_tasks = _panel_size(defn, cfg)
         if not defn.get("sizing") or not n_tasks:
             continue
