@@ -12,7 +12,7 @@ loopback:
 * **fresh**: every process serves one arm (``--repeats`` passes over the tasks), as the timed
   campaigns do today; a contrast of two arms carries two processes' start-up luck.
 * **paired**: every process loads the models once and serves every arm
-  (:mod:`refspec.engine.worker_engine`, one context per arm), request by request. The requests
+  (:mod:`refspec.engines.worker.engine`, one context per arm), request by request. The requests
   come in rounds of one request per arm on one task; the arms' orders come in pairs of rounds, an
   order drawn per process and its reverse, as the campaigns draw them
   (:func:`refspec.campaigns.scheduler.process_orders`), so within each pair every arm takes the same
@@ -56,7 +56,7 @@ from refspec.core import stats as S  # noqa: E402
 from refspec.core.arms import load_arms, twin_name, twin_of  # noqa: E402
 from refspec.core.panels import humaneval_tasks, parse_range  # noqa: E402
 from refspec.core.paths import config_dir  # noqa: E402
-from refspec.engine.worker_process import WorkerProcess, WorkerSpec  # noqa: E402
+from refspec.engines.worker.process import WorkerProcess, WorkerSpec  # noqa: E402
 from refspec.native import build as native  # noqa: E402
 from refspec.native.models import ensure_family  # noqa: E402
 

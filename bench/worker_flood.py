@@ -38,8 +38,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "workflow"))
 
 from refspec.core.arms import load_arms  # noqa: E402
 from refspec.core.paths import config_dir  # noqa: E402
-from refspec.engine.worker_process import WorkerProcess as Worker  # noqa: E402
-from refspec.engine.worker_process import WorkerSpec
+from refspec.engines.worker.process import WorkerProcess as Worker  # noqa: E402
+from refspec.engines.worker.process import WorkerSpec
 from refspec.native import build as native  # noqa: E402
 from refspec.native.models import ensure_family  # noqa: E402
 

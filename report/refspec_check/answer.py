@@ -226,7 +226,7 @@ def _advice(ref, cand, same, d, lossless, vs_same) -> str:
         else:
             text = (
                 f"leave the draft off: it makes no decided difference ({same} vs {cand}: {word(vs_same['verdict'])})"
-                f" and costs a second model; both keep {ref}'s output"
+                f" and the draft costs work of its own; both keep {ref}'s output"
             )
     if d is not None and not lossless.get(d):
         text += f"; llama.cpp's default micro-batch ({d}) changes the output"

@@ -34,6 +34,7 @@ from refspec_check.contract import REFERENCE_ARM
 from refspec_check.html_tables import NUM, TableText, norm
 from refspec_check.names import arm_sort_key, is_twin
 from refspec_check.qualification import reference_arms
+from refspec_check.render.sections.arms import WORKER_ENGINE, arm_engines, plan_records
 from refspec_check.report import Report
 from refspec_check.vacuity import is_unrepaired
 
@@ -52,34 +53,13 @@ ROLE_ORDER = (
     "predictor candidate",
 )
 HEADER = ("arm", "mode", "micro-batch", "layout", "phase mask", "proposals", "draft", "campaigns", "role")
-WORKER_ENGINE = "llama.cpp"
-ENGINE_TEXT = {"worker": WORKER_ENGINE, "server": "llama-server", "openvino": "OpenVINO GenAI"}
-PIPELINE_TEXT = {"stateful": "stateful", "continuous_batching": "continuous batching"}
 TARGET_PHASES = 3  # mask bits 1 and 2: target prefill and continuation
 DASH = "\u2014"
 
 
-def _plans(plan) -> list:
-    if not isinstance(plan, dict):
-        return []
-    camps = plan.get("campaigns") if isinstance(plan.get("campaigns"), dict) else {}
-    return [p for p in [*camps.values(), plan] if isinstance(p, dict)]
-
-
 def engines(plan) -> dict:
-    """arm -> its engine text from the plan's arm records (the first record of an arm)."""
-    out: dict = {}
-    for p in _plans(plan):
-        arms = p.get("arms") if isinstance(p.get("arms"), dict) else {}
-        for name, rec in arms.items():
-            if isinstance(rec, dict) and name not in out:
-                kind = rec.get("kind", "worker")
-                ov = rec.get("openvino") if isinstance(rec.get("openvino"), dict) else {}
-                pipe = ov.get("pipeline") if kind == "openvino" else None
-                out[name] = ENGINE_TEXT.get(kind, str(kind)) + (
-                    f", {PIPELINE_TEXT.get(pipe, str(pipe))}" if pipe else ""
-                )
-    return out
+    """arm -> its engine text from the plan's arm records (the first record of an arm), as the renderer writes it."""
+    return arm_engines(plan_records(plan))
 
 
 def header(plan, arms: set) -> tuple[str, ...]:
@@ -92,7 +72,7 @@ def prediction_roles(plan, prediction: list) -> tuple[set, set]:
     """(live arms, chosen predictors): prediction.csv's columns and the plan's records."""
     live = {r["live_arm"] for r in prediction if r.get("live_arm")}
     chosen = {r["predictor"] for r in prediction if r.get("predictor")}
-    for p in _plans(plan):
+    for p in plan_records(plan):
         defn = p.get("definition") if isinstance(p.get("definition"), dict) else {}
         if p.get("campaign") == "prediction" and isinstance(defn.get("live_arm"), str):
             live.add(defn["live_arm"])

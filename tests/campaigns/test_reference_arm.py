@@ -20,7 +20,7 @@ CHECK = REPO_ROOT / "report" / "check.py"
 
 def server_arm(name, **kw):
     base = dict(mode="target", layout="mq", ub=1, mask=0, kind="server", server={"binary": "/x/llama-server"})
-    return Arm(name=name, **{**base, **kw})
+    return Arm.of(name, {**base, **kw})
 
 
 def test_reference_must_be_micro_batch_1():

@@ -166,12 +166,12 @@ def test_a_crash_under_debug_prints_its_traceback(crashing_command, capsys, monk
     assert capsys.readouterr().err.startswith("Traceback (most recent call last):")
 
 
-def test_qualify_is_two_sub_commands_each_with_its_own_options(capsys):
-    """``refspec qualify arms`` and ``refspec qualify server`` (one exit rule,
+def test_qualify_sub_commands_each_have_their_own_options(capsys):
+    """``refspec qualify arms`` and an engine's, e.g. ``refspec qualify server`` (one exit rule,
     ``commands.qualify.exit_status``, tested in tests/campaigns/test_qualify_vacuity.py): no sub-command, a server option given to ``arms`` or an arms option to ``server`` is a usage
     error (exit 2) that names what is wrong, before anything runs."""
     assert main(["qualify", "--panel", "humaneval:0-1"]) == errors.EXIT_USAGE == 2
-    assert "arms|server" in capsys.readouterr().err
+    assert "arms|server|openvino|llama-cpp-python" in capsys.readouterr().err
     assert main(["qualify", "arms", "--arms", "R,M3"]) == 2
     assert "--panel" in capsys.readouterr().err
     assert main(["qualify", "arms", "--panel", "humaneval:0", "--server-binary", "x"]) == 2

@@ -28,8 +28,8 @@ from refspec.engine.context import Planned, PromptBook, RunContext
 from refspec.engine.driver import run_block
 from refspec.engine.journal import Journal
 from refspec.engine.spawn import ENV_GPU_PASSTHROUGH, ENV_PASSTHROUGH
-from refspec.engine.worker_process import WorkerProcess as Worker
-from refspec.engine.worker_process import WorkerSpec, placement_problems
+from refspec.engines.worker.process import WorkerProcess as Worker
+from refspec.engines.worker.process import WorkerSpec, placement_problems
 from refspec.native import runtime
 from refspec.provenance.ledger import Ledger
 from support.arms import FAMILY, one_thread_arms

@@ -29,14 +29,14 @@ from support.paths import REPO_ROOT as REPO
 
 @pytest.fixture(scope="module")
 def ov_env():
-    from refspec.engine.openvino_env import ensure_env
+    from refspec.engines.openvino.env import ensure_env
 
     return ensure_env()
 
 
 @pytest.fixture(scope="module")
 def irs(ov_env, family_files):
-    from refspec.engine.openvino_env import ensure_ir
+    from refspec.engines.openvino.env import ensure_ir
 
     d = family_files.draft(family_files.default_draft)
     return {
@@ -52,7 +52,8 @@ def _arm(**kw):
     from refspec.core.arms import Arm
 
     base = {"name": "O_x", "mode": "target", "layout": "mq", "ub": 256, "mask": 0, "kind": "openvino"}
-    return Arm(**{**base, **kw})
+    f = {**base, **kw}
+    return Arm.of(f.pop("name"), f)
 
 
 def test_an_openvino_arm_names_its_pipeline_and_speculates_only_in_continuous_batching():
@@ -76,10 +77,10 @@ def test_an_openvino_arm_names_its_pipeline_and_speculates_only_in_continuous_ba
 
 
 def test_only_the_stateful_pipeline_without_a_draft_can_be_the_reference():
-    from refspec.campaigns.server_self_qualification import openvino_arms
     from refspec.core.arms import Arm, reference_problems
+    from refspec.engines.openvino.qualify import openvino_arms
 
-    arms = {n: Arm(name=n, **spec) for n, spec in openvino_arms(speculative=True, k=4).items()}
+    arms = {n: Arm.of(n, spec) for n, spec in openvino_arms(speculative=True, k=4).items()}
     assert reference_problems(arms["O_ref"]) == []
     assert any("stateful" in p for p in reference_problems(arms["O_cb"]))
     assert any("speculates" in p for p in reference_problems(arms["O_spec"]))
@@ -87,15 +88,16 @@ def test_only_the_stateful_pipeline_without_a_draft_can_be_the_reference():
 
 
 def test_the_arms_file_validates_against_the_schema(tmp_path):
-    from refspec.campaigns.server_self_qualification import openvino_arms, write_arms
     from refspec.core.arms import load_arms
+    from refspec.engines.openvino.qualify import openvino_arms
+    from refspec.pipeline.engine_qualification import write_arms
 
     arms = load_arms(write_arms(tmp_path, openvino_arms(speculative=True)))
-    assert {a.openvino.pipeline for a in arms.values()} == {"stateful", "continuous_batching"}
+    assert {a.settings.pipeline for a in arms.values()} == {"stateful", "continuous_batching"}
 
 
 def test_the_lock_pins_every_distribution_with_hashes():
-    from refspec.engine.openvino_env import LOCK_FILE
+    from refspec.engines.openvino.env import LOCK_FILE
 
     text = LOCK_FILE.read_text()
     pins = [line.split(" ")[0] for line in text.splitlines() if line and line[0] not in "# "]
@@ -109,7 +111,7 @@ def test_the_lock_pins_every_distribution_with_hashes():
 
 def test_the_conversion_is_byte_reproducible(ov_env, irs, tmp_path):
     """A second conversion of the draft, in a fresh process, gives the same bytes as the cached one."""
-    from refspec.engine.openvino_env import CONVERT_SCRIPT
+    from refspec.engines.openvino.env import CONVERT_SCRIPT
 
     d = irs["draft"]
     src = Path(json.loads((d.folder / "conversion.json").read_text())["gguf"])
@@ -125,7 +127,7 @@ def test_the_conversion_is_byte_reproducible(ov_env, irs, tmp_path):
 
 
 def test_an_ir_changed_after_its_conversion_is_found(irs, tmp_path):
-    from refspec.engine.openvino_env import IR, verify_ir
+    from refspec.engines.openvino.env import IR, verify_ir
 
     folder = tmp_path / "ir"
     shutil.copytree(irs["draft"].folder, folder)
@@ -143,8 +145,8 @@ class _Engine:
     """A real engine process started by hand (not by refspec's launcher), to see what refspec refuses."""
 
     def __init__(self, ov_env, irs, tmp_path, *, draft: bool, pipeline="continuous_batching"):
-        from refspec.engine.openvino_env import SERVER_SCRIPT, environ
         from refspec.engine.server import free_port
+        from refspec.engines.openvino.env import SERVER_SCRIPT, environ
 
         self.port = free_port()
         cmd = [str(ov_env.python), "-I", str(SERVER_SCRIPT), "--model", str(irs["target"].folder)]
@@ -172,8 +174,8 @@ class _Engine:
         return f"http://127.0.0.1:{self.port}"
 
     def process(self, arm):
-        from refspec.engine.openvino import OpenVINOProcess
         from refspec.engine.server import Vocabulary
+        from refspec.engines.openvino.process import OpenVINOProcess
 
         vocab = Vocabulary(n_vocab=49152, vocab_type=2, eog=frozenset({0, 2, 4}), pieces={})
         return OpenVINOProcess("w-test", arm, self.url, self.proc, self.log, {}, vocab)

@@ -15,7 +15,7 @@ import pytest
 
 from refspec.core.arms import load_arms
 from refspec.engine.errors import InvalidResponse, RequestError
-from refspec.engine.worker_process import WorkerProcess, WorkerSpec
+from refspec.engines.worker.process import WorkerProcess, WorkerSpec
 from support.arms import FAMILY, one_thread_arms
 
 ARMS = ("M_qb", "M_pq", "C_qb")

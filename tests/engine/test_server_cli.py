@@ -1,4 +1,4 @@
-"""A llama-server's command line follows what the binary's ``--help`` lists (engine/server_cli.py).
+"""A llama-server's command line follows what the binary's ``--help`` lists (engines/llama_server/cli.py).
 
 The help texts are captured from two versions: ``llama-server-help-0c1e570.txt`` from refspec's
 stock build of the pinned source (llama-cpp-python 0.3.36), ``llama-server-help-4227c9b.txt`` from
@@ -12,7 +12,7 @@ import pytest
 
 from refspec.core.arms import Arm
 from refspec.engine.server import endpoint_from_response
-from refspec.engine.server_cli import ServerOptions, parse_help, server_command
+from refspec.engines.llama_server.cli import ServerOptions, parse_help, server_command
 from support.paths import DATA
 
 NEW = (DATA / "llama-server-help-0c1e570.txt").read_text()
@@ -23,7 +23,8 @@ def arm(**kw):
     base = dict(
         name="S", mode="target", layout="mq", ub=512, mask=0, kind="server", server={"binary": "/b/llama-server"}
     )
-    return Arm(**{**base, **kw})
+    f = {**base, **kw}
+    return Arm.of(f.pop("name"), f)
 
 
 def test_options_of_both_versions():

@@ -23,8 +23,8 @@ import pytest
 from refspec.core.arms import load_arms
 from refspec.core.hashing import sha256_json
 from refspec.engine.spawn import ENV_GPU_PASSTHROUGH, worker_env
-from refspec.engine.worker_process import WorkerProcess as Worker
-from refspec.engine.worker_process import WorkerSpec
+from refspec.engines.worker.process import WorkerProcess as Worker
+from refspec.engines.worker.process import WorkerSpec
 from support.arms import one_thread_arms
 
 CAP = 6

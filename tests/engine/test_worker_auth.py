@@ -26,9 +26,9 @@ from refspec.core.arms import load_arms
 from refspec.engine.context import Planned, RunContext
 from refspec.engine.driver import run_block
 from refspec.engine.journal import Journal
-from refspec.engine.worker_http import HEADER_DEADLINE_S
-from refspec.engine.worker_process import WorkerProcess as Worker
-from refspec.engine.worker_process import WorkerSpec
+from refspec.engines.worker.http import HEADER_DEADLINE_S
+from refspec.engines.worker.process import WorkerProcess as Worker
+from refspec.engines.worker.process import WorkerSpec
 from refspec.provenance.ledger import Ledger, verify_chain
 from support.arms import one_thread_arms
 

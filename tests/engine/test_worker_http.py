@@ -1,6 +1,6 @@
 """The worker's HTTP front door, in process on 127.0.0.1 (no model is loaded).
 
-A :class:`refspec.engine.worker_http.WorkerServer` without an engine answers
+A :class:`refspec.engines.worker.http.WorkerServer` without an engine answers
 ``/health`` and applies every check that comes before the engine: the secret
 is checked before any body is read, a refused connection is answered and
 closed at once (its declared body never waited for), ``Content-Length`` is
@@ -19,7 +19,7 @@ import time
 
 import pytest
 
-from refspec.engine import worker_http as W
+from refspec.engines.worker import http as W
 
 SECRET = "s3cr3t-" + "x" * 40
 

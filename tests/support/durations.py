@@ -16,6 +16,7 @@ GROUP_BUDGET_S = {
     "compare": 300,
     "core": 60,
     "engine": 480,
+    "engines": 300,
     "experiments": 600,
     "native": 900,
     "pipeline": 1200,

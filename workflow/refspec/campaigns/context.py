@@ -293,7 +293,7 @@ def _computed_plan(ctx: PreparedCampaign, models: dict, man: Path | None) -> dic
         "executor": {
             "driver": "refspec.engine.driver",
             # the worker's name as every plan records it: a fixed label, not an import path (the
-            # worker's engine is refspec.engine.worker_engine, started as refspec.commands.worker);
+            # worker's engine is refspec.engines.worker.engine, started as refspec.commands.worker);
             # unchanged so that a plan frozen before still matches on --resume
             "worker": "refspec.engine.worker",
             "fresh_worker_per_block": True,

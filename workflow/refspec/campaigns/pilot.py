@@ -30,7 +30,7 @@ from pathlib import Path
 from ..core.errors import RefspecError
 from ..core.fsutil import atomic_write_text
 from ..core.hashing import canonical_json
-from ..engine.worker_process import WorkerProcess, WorkerSpec
+from ..engines.worker.process import WorkerProcess, WorkerSpec
 
 PILOT_DIR = "pilot"
 

@@ -47,7 +47,7 @@ def pairs(ctx) -> list:
     servers = [n for n in names if ctx.arms[n].kind == "server"]
     workers = [n for n in names if n != REFERENCE_ARM and ctx.arms[n].kind != "server"]
     out = [(n, REFERENCE_ARM) for n in names if n != REFERENCE_ARM]
-    spec_patched = [n for n in servers if ctx.arms[n].speculative and ctx.arms[n].server.build == "patched"]
+    spec_patched = [n for n in servers if ctx.arms[n].speculative and ctx.arms[n].settings.build == "patched"]
     for w in workers:  # refspec's own worker beside the patched server with the draft
         out += [(w, s) for s in spec_patched if ctx.arms[w].speculative]
     for a in servers:  # the draft's effect, and the layout's, on one server build / one mode
@@ -55,10 +55,10 @@ def pairs(ctx) -> list:
             A, B = ctx.arms[a], ctx.arms[b]
             if a == b:
                 continue
-            same_build = A.server.build == B.server.build and A.server.url == B.server.url
+            same_build = A.settings.build == B.settings.build and A.settings.url == B.settings.url
             if same_build and A.speculative and not B.speculative:
                 out.append((a, b))
-            if A.mode == B.mode and A.server.build == "patched" and B.server.build == "stock":
+            if A.mode == B.mode and A.settings.build == "patched" and B.settings.build == "stock":
                 out.append((a, b))
     seen, uniq = set(), []
     for p in out:
@@ -73,7 +73,7 @@ def freshness_text(ctx) -> str:
     for n, a in ctx.arms.items():
         if a.kind != "server":
             continue
-        s = a.server
+        s = a.settings
         where = (
             f"existing server at {s.url}: NOT started by refspec, fresh processes per block cannot be guaranteed"
             if s.url
@@ -85,7 +85,7 @@ def freshness_text(ctx) -> str:
 
 
 def execute(ctx) -> None:
-    variants = sorted({a.server.build for a in ctx.arms.values() if a.kind == "server" and a.server.build})
+    variants = sorted({a.settings.build for a in ctx.arms.values() if a.kind == "server" and a.settings.build})
     if variants:  # build the servers before the first session (outside every timed interval)
         rec = json.loads((Path(ctx.run.s.lib_dir).parent.parent / BUILD_RECORD).read_text())
         for v in variants:

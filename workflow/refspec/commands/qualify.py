@@ -1,7 +1,7 @@
-"""``refspec qualify``: complete-endpoint qualification against a micro-batch-1 reference, three
-sub-commands with one exit rule (:func:`exit_status`): 0 when
-every candidate reproduces its reference, 1 when one does not, 5 when a planned request has no
-completed attempt, 2 for usage errors (3 integrity where an archive is sealed).
+"""``refspec qualify``: complete-endpoint qualification against a micro-batch-1 reference, one
+sub-command for refspec's arms and one per engine with a qualify preset, all with one exit rule
+(:func:`exit_status`): 0 when every candidate reproduces its reference, 1 when one does not, 5 when
+a planned request has no completed attempt, 2 for usage errors (3 integrity where an archive is sealed).
 
 ``refspec qualify arms``: refspec's arms against the reference R.
 
@@ -14,20 +14,16 @@ summary (``summary.json``), one verdict line per candidate (every arm but R and 
 controls such as M0, whose divergence is what makes the qualification non-vacuous) and where the
 results are.
 
-``refspec qualify server``: a llama.cpp server of any version against its own micro-batch-1
-reference (:mod:`refspec.campaigns.server_self_qualification`; sealed archive with its report, one
-verdict line per arm, then the report's findings as ``./run main`` prints them):
+``refspec qualify ENGINE``: an engine against its own reference
+(:mod:`refspec.pipeline.engine_qualification`; its arms in the engine's folder,
+``refspec/engines/<engine>/qualify.py``): a sealed archive with its report, one verdict line per
+candidate arm (every arm but the engine's reference: what a user of the engine runs is the
+subject), then the report's findings as ``./run main`` prints them:
 
-    refspec qualify server --server-binary PATH --model M [--draft D] [--panel humaneval:0-11] [--cap 128] [--json]
-    refspec qualify server --url URL --reference-url URL --model M [--draft D] ...
+    refspec qualify ENGINE --model target.gguf [--draft draft.gguf] [-k K] [--panel humaneval:0-11]
+                           [--cap 128] [--json] [--no-seal] [the engine's own options]
 
-``refspec qualify openvino``: OpenVINO GenAI's continuous-batching pipeline and its speculative
-decoding against the engine's own greedy reference, its stateful pipeline, on the same GGUF files
-(``anc/openvino.md``; the engine's environment is created on first use). The same archive and lines
-as ``qualify server``:
-
-    refspec qualify openvino --model target.gguf [--draft draft.gguf] [-k 4] [--execution-mode accuracy]
-                             [--panel humaneval:0-11] [--cap 128]
+``refspec qualify --help`` lists the engines; ``refspec qualify ENGINE --help`` their options.
 """
 
 from __future__ import annotations
@@ -46,9 +42,10 @@ from ..campaigns.arm_qualification import (
     verdicts,
 )
 from ..core.config import load_config
-from ..core.errors import EXIT_FAILED, EXIT_OK, EXIT_RUNTIME, UsageError
+from ..core.engine_registry import QualifyPreset, qualify_presets
+from ..core.errors import EXIT_FAILED, EXIT_OK, EXIT_RUNTIME
+from ..pipeline.engine_qualification import QualifyOptions, qualify_engine, summary_lines, write_verdicts
 from ..pipeline.main import headline_text
-from ..pipeline.server_qualification import ServerQualifyOptions, qualify_server, summary_lines, write_verdicts
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -68,7 +65,8 @@ def _common(p: argparse.ArgumentParser) -> None:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    sub = p.add_subparsers(dest="kind", metavar="arms|server|openvino", required=True)
+    presets = qualify_presets()
+    sub = p.add_subparsers(dest="kind", metavar="|".join(["arms", *presets]), required=True)
     a = sub.add_parser(
         "arms",
         help="refspec's arms against R (exit 0 every candidate reproduces R, 1 one does not, 5 a request failed)",
@@ -77,38 +75,27 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     a.add_argument("--panel", required=True, help="panel file, or humaneval:0-11 (from the pinned wheel)")
     a.add_argument("--arms", default="R,M0,M3,C3", help="comma-separated arm names (R is added when missing)")
     _common(a)
-    s = sub.add_parser(
-        "server",
-        help="a llama.cpp server against its own micro-batch-1 reference (exit 0 every candidate reproduces it, "
-        "1 one does not, 5 a request or server failed)",
-    )
+    for command, (_engine, preset) in presets.items():
+        _engine_parser(sub.add_parser(command, help=preset.help), preset)
+
+
+def _engine_parser(s: argparse.ArgumentParser, preset: QualifyPreset) -> None:
+    """The options of an engine's sub-command: the preset's own, then those every engine takes."""
+    for o in preset.options:
+        kw = {"help": o.help, "default": o.default}
+        if o.type is not None:
+            kw["type"] = o.type
+        if o.choices is not None:
+            kw["choices"] = o.choices
+        s.add_argument(*o.flags, **kw)
     s.add_argument("--panel", help="panel file, or humaneval:0-11 (default humaneval:0-11)")
-    s.add_argument("--server-binary", help="a llama-server binary (any version); refspec starts its reference and arms")
-    s.add_argument("--url", help="a candidate server you started (loopback)")
-    s.add_argument("--reference-url", help="its reference, started by you with -ub 1 -b 1 -np 1 and no draft")
     s.add_argument("--model", required=True, help="the target GGUF file (or a family name)")
-    s.add_argument("-k", type=int, default=3, help="draft proposals per cycle (default 3)")
+    s.add_argument(
+        "-k", type=int, default=preset.default_k, help=f"draft tokens per cycle (default {preset.default_k})"
+    )
     s.add_argument("--json", action="store_true", help="print the verdicts as one JSON object")
     s.add_argument("--no-seal", action="store_true", help="no sealed archive (results folder only)")
     _common(s)
-    o = sub.add_parser(
-        "openvino",
-        help="OpenVINO GenAI's batched and speculative pipelines against its own stateful greedy pipeline "
-        "(exit 0 every candidate reproduces it, 1 one does not, 5 a request or process failed)",
-    )
-    o.add_argument("--panel", help="panel file, or humaneval:0-11 (default humaneval:0-11)")
-    o.add_argument("--model", required=True, help="the target GGUF file (or a family name)")
-    o.add_argument("-k", type=int, default=4, help="draft tokens per step, num_assistant_tokens (default 4)")
-    o.add_argument(
-        "--execution-mode",
-        choices=("performance", "accuracy"),
-        default="performance",
-        help="the CPU plugin's EXECUTION_MODE_HINT for every arm (performance, its default: bf16 where the "
-        "CPU has it; accuracy: f32)",
-    )
-    o.add_argument("--json", action="store_true", help="print the verdicts as one JSON object")
-    o.add_argument("--no-seal", action="store_true", help="no sealed archive (results folder only)")
-    _common(o)
 
 
 def exit_status(complete: bool, candidates: list[dict]) -> int:
@@ -120,23 +107,17 @@ def exit_status(complete: bool, candidates: list[dict]) -> int:
     return EXIT_OK if all(v["reproduces"] for v in candidates) else EXIT_FAILED
 
 
-def run_server(args: argparse.Namespace) -> int:
-    """``refspec qualify server --server-binary PATH | --url URL --reference-url URL --model M ...``
-    and ``refspec qualify openvino --model M [--draft D]``
-    (:func:`refspec.pipeline.server_qualification.qualify_server`): 5 when a planned request has
-    no completed attempt, else 0 when every candidate reproduces the reference, else 1."""
-    engine = "openvino" if args.kind == "openvino" else "server"
-    if engine == "server" and not (args.server_binary or args.url):
-        raise UsageError("qualify server needs --server-binary PATH, or --url URL with --reference-url URL")
+def run_engine(args: argparse.Namespace) -> int:
+    """``refspec qualify ENGINE --model M ...`` (:func:`refspec.pipeline.engine_qualification.qualify_engine`):
+    the exit rule of every sub-command (:func:`exit_status`)."""
+    _engine, preset = qualify_presets()[args.kind]
     root = results_folder(args.out, args.resume).resolve()
     root.mkdir(parents=True, exist_ok=True)
-    options = ServerQualifyOptions(
+    own = {o.flags[0].lstrip("-").replace("-", "_") for o in preset.options}
+    options = QualifyOptions(
         model=args.model,
-        engine=engine,
-        execution_mode=getattr(args, "execution_mode", "performance"),
-        server_binary=getattr(args, "server_binary", None),
-        url=getattr(args, "url", None),
-        reference_url=getattr(args, "reference_url", None),
+        engine=args.kind,
+        engine_options={k: getattr(args, k) for k in sorted(own)},
         draft=args.draft,
         k=args.k,
         panel=args.panel,
@@ -149,14 +130,13 @@ def run_server(args: argparse.Namespace) -> int:
         progress=not args.no_progress,
         seal=not args.no_seal,
     )
-    q = qualify_server(load_config(args.config), root, options)
+    q = qualify_engine(load_config(args.config), root, preset, options)
     code = exit_status(q.complete, q.verdicts)
     doc = write_verdicts(q, code)
     if args.json:
         print(json.dumps(doc, sort_keys=True))
         return code
-    target = "openvino-genai" if engine == "openvino" else args.server_binary or args.url
-    for line in summary_lines(q, target, args.model):
+    for line in summary_lines(q, args.model):
         print(line)
     if q.archive is not None and (q.archive / "numbers.json").is_file():
         # the findings and headline of the sealed report, as ./run main prints them
@@ -171,7 +151,7 @@ def run_server(args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    return run_server(args) if args.kind in ("server", "openvino") else run_arms(args)
+    return run_arms(args) if args.kind == "arms" else run_engine(args)
 
 
 def run_arms(args: argparse.Namespace) -> int:

@@ -5,8 +5,8 @@
 With ``--also-arm`` the process serves every named arm (the paired design): the models are
 loaded once, each arm has contexts of its own, and a request names its arm in ``refspec.arm``.
 
-The driver starts it (:data:`refspec.engine.worker_process.WORKER_MODULE`); the engine is
-:mod:`refspec.engine.worker_engine`, the HTTP side :mod:`refspec.engine.worker_http`. The HTTP
+The driver starts it (:data:`refspec.engines.worker.process.WORKER_MODULE`); the engine is
+:mod:`refspec.engines.worker.engine`, the HTTP side :mod:`refspec.engines.worker.http`. The HTTP
 API, its errors, the exit codes and the environment the driver gives a worker are
 documented in ``anc/worker.md``.
 """
@@ -19,8 +19,8 @@ from pathlib import Path
 
 from ..core.arms import load_arms
 from ..core.errors import EXIT_OK, RefspecError, UsageError
-from ..engine.worker_engine import WARMUP_CAP
-from ..engine.worker_http import DEFAULT_MAX_BODY, ServeOptions, is_loopback, serve
+from ..engines.worker.engine import WARMUP_CAP
+from ..engines.worker.http import DEFAULT_MAX_BODY, ServeOptions, is_loopback, serve
 from ..native.models import ModelFile, ensure_family
 
 

@@ -3,7 +3,7 @@
 The package's folders are layers, in this order (a folder may import itself and the folders
 above it, never one below)::
 
-    core, native, engine, provenance, experiments, campaigns, reporting, compare, pipeline, devtools, commands
+    core, native, engine, provenance, engines, experiments, campaigns, reporting, compare, pipeline, devtools, commands
 
 The top-level modules (``cli.py``, ``__init__.py``) may import anything; a folder that imports
 ``cli`` imports upward. Five rules, read from the source with :mod:`ast` (nothing is imported):
@@ -51,6 +51,7 @@ LAYERS = (
     "native",
     "engine",
     "provenance",
+    "engines",
     "experiments",
     "campaigns",
     "reporting",

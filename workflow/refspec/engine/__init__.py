@@ -1,4 +1,5 @@
-"""The decoding engine: the speculative transaction (``transaction``), the loopback worker
-(its engine ``worker_engine``, its HTTP side ``worker_http``; the driver's handle on its process
-``worker_process``), the driver that starts fresh workers and times requests (``driver``),
-black-box server arms (``server``) and in-process decoding (``decode``)."""
+"""What every engine shares: the speculative transaction (``transaction``), an arm's process
+interface (``process``) and its launcher through the engine registry (``launcher``), the server
+interface every engine but refspec's worker speaks (``server``), the driver that starts fresh
+processes and times requests (``driver``) and in-process decoding (``decode``). The engines
+themselves are in :mod:`refspec.engines`, one folder each."""

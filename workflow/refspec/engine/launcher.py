@@ -1,26 +1,18 @@
-"""One launcher: the arm's ``kind`` picks the implementation of its process (:mod:`refspec.engine.process`).
+"""One launcher: the arm's ``kind`` names its engine (:mod:`refspec.core.engine_registry`), whose
+launcher starts the arm's process (:mod:`refspec.engine.process`).
 
-``worker``: refspec's own worker (:mod:`refspec.engine.worker_process`); ``server``: a black-box
-llama.cpp server (:mod:`refspec.engine.server`); ``openvino``: an OpenVINO GenAI pipeline
-(:mod:`refspec.engine.openvino`). Each starts a fresh process for a block,
-ledgers the start and records the registered warmup (an excluded row). Only refspec's own
-worker serves several arms in one process (the paired design).
+Each engine's launcher starts a fresh process for a block, ledgers the start and records the
+registered warmup (an excluded row). Only an engine that declares ``start_paired`` (refspec's own
+worker) serves several arms in one process (the paired design).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from ..core.arms import Arm
+from ..core.engine_registry import engine
 from ..core.errors import UsageError
 from .context import RunContext
-from .openvino import start_openvino
 from .process import ArmProcess
-from .server import start_server
-from .worker_process import start_paired_worker, start_worker
-
-Launch = Callable[[RunContext, Arm, int], tuple[ArmProcess, dict]]
-LAUNCHERS: dict[str, Launch] = {"worker": start_worker, "server": start_server, "openvino": start_openvino}
 
 
 def start_process(
@@ -28,12 +20,14 @@ def start_process(
 ) -> tuple[ArmProcess, list[dict]]:
     """Start a fresh process for ``arm`` (and, paired, ``also_arms``); ledger its start and record
     every arm's warmup (excluded rows, one journal record each, in the order they ran)."""
+    e = engine(arm.kind, arm.name)
     if not also_arms:
-        proc, rec = LAUNCHERS[arm.kind](ctx, arm, block)
+        proc, rec = e.load(e.start)(ctx, arm, block)
         return proc, [rec]
     kinds = {a.kind for a in (arm, *also_arms)}
-    if kinds != {"worker"}:
+    if kinds != {arm.kind} or e.start_paired is None:
         raise UsageError(
-            f"only refspec's own worker serves several arms in one process, not {', '.join(sorted(kinds))}"
+            f"only an engine that serves several arms in one process (refspec's own worker) pairs arms, "
+            f"not {', '.join(sorted(kinds))}"
         )
-    return start_paired_worker(ctx, arm, block, also_arms)
+    return e.load(e.start_paired)(ctx, arm, block, also_arms)

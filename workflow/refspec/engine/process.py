@@ -1,9 +1,9 @@
 """The process interface of an arm: what the driver needs from the process that serves a block.
 
-Three implementations: refspec's own worker (:class:`refspec.engine.worker_process.WorkerProcess`), a
-black-box llama.cpp server (:class:`refspec.engine.server.ServerProcess`) and an OpenVINO GenAI
-process (:class:`refspec.engine.openvino.OpenVINOProcess`).
-:func:`refspec.engine.launcher.start_process` picks the one the arm's ``kind`` names; each
+One implementation per engine (``refspec/engines/``: refspec's own worker's
+:class:`refspec.engines.worker.process.WorkerProcess`; every other engine's a
+:class:`refspec.engine.server.ServerProcess`, the server interface).
+:func:`refspec.engine.launcher.start_process` picks the engine the arm's ``kind`` names; each
 starts its process, checks it, runs and records its registered warmup, and hands back an
 :class:`ArmProcess`.
 """

@@ -204,7 +204,7 @@ def _dist_file(dist: _md.Distribution, filename: str) -> Path | None:
 
 def distribution_entries(path: list[str] | None = None, prefix: str = "") -> list[dict[str, Any]]:
     """Every installed distribution visible on ``path`` (default ``sys.path``), first one wins;
-    ``prefix`` names another environment's (``openvino:pkg:pypi/numpy``)."""
+    ``prefix`` names another environment's (``ENV:pkg:pypi/numpy``, ENV its name)."""
     seen: dict[str, dict[str, Any]] = {}
     for dist in _md.distributions(path=path if path is not None else sys.path):
         name = dist.metadata.get("Name") if dist.metadata is not None else None

@@ -230,7 +230,7 @@ def _advice(panel: Panel, role: Roles, vs_same: dict | None) -> list[Any]:
         else:
             text = (
                 f"leave the draft off: it makes no decided difference ({same} vs {cand}: "
-                f"{verdict_word(vs_same.get('verdict'))}) and costs a second model; both keep {ref}'s output"
+                f"{verdict_word(vs_same.get('verdict'))}) and the draft costs work of its own; both keep {ref}'s output"
             )
     d = role.default
     if d is not None and not panel.lossless(d):

@@ -56,10 +56,17 @@ ROLE_ORDER = (
 # the target phases of the phase mask (target prefill, target continuation)
 TARGET_PHASES = 0b11
 ARMS_HEADER = ["arm", "mode", "micro-batch", "layout", "phase mask", "proposals", "draft", "campaigns", "role"]
-# the engine column (shown when some arm is not refspec's worker): an arm record's kind, an OpenVINO pipeline
+# the engine column (shown when some arm is not refspec's worker): an arm record's kind in words (a kind
+# without words here is shown as its name with hyphens: llama_cpp_python -> llama-cpp-python), an
+# OpenVINO arm with its pipeline
 WORKER_ENGINE = "llama.cpp"
 ENGINE_TEXT = {"worker": WORKER_ENGINE, "server": "llama-server", "openvino": "OpenVINO GenAI"}
 PIPELINE_TEXT = {"stateful": "stateful", "continuous_batching": "continuous batching"}
+
+
+def engine_text(kind: Any) -> str:
+    """An arm record's ``kind`` in words (:data:`ENGINE_TEXT`; any other kind by its name, ``_`` as ``-``)."""
+    return ENGINE_TEXT.get(kind, str(kind).replace("_", "-"))
 
 
 def plan_records(plan: Any) -> list[dict]:
@@ -91,7 +98,7 @@ def arm_engines(plans: list[dict]) -> dict[str, str]:
             if not isinstance(rec, dict):
                 continue
             kind = rec.get("kind", "worker")
-            text = ENGINE_TEXT.get(kind, str(kind))
+            text = engine_text(kind)
             ov = rec.get("openvino") if isinstance(rec.get("openvino"), dict) else {}
             if kind == "openvino" and ov.get("pipeline"):
                 text += ", " + PIPELINE_TEXT.get(ov["pipeline"], str(ov["pipeline"]))

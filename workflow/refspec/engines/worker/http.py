@@ -1,4 +1,4 @@
-"""The worker's HTTP side: a loopback endpoint for one :class:`refspec.engine.worker_engine.WorkerEngine`.
+"""The worker's HTTP side: a loopback endpoint for one :class:`refspec.engines.worker.engine.WorkerEngine`.
 
 The chosen port and the worker's identity are written atomically to the ready file
 once the warmup is done (:func:`serve`); the driver waits for that file. The ready file (mode
@@ -45,13 +45,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..core.arms import Arm
-from ..core.clock import utc_now
-from ..core.errors import RefspecError, UsageError
-from ..core.fsutil import atomic_write_text
-from ..core.hashing import sha256_json
-from ..native.models import ModelFile
-from .worker_engine import HTTPError, WorkerEngine
+from ...core.arms import Arm
+from ...core.clock import utc_now
+from ...core.errors import RefspecError, UsageError
+from ...core.fsutil import atomic_write_text
+from ...core.hashing import sha256_json
+from ...native.models import ModelFile
+from .engine import HTTPError, WorkerEngine
 
 DEFAULT_MAX_BODY = 1 << 20  # bytes
 DRAIN_LIMIT = 8 << 20  # authenticated: an oversized body up to this size is read and discarded before the 413

@@ -1,10 +1,10 @@
 """The OpenVINO GenAI process of an ``openvino`` arm (``anc/openvino.md``): one pipeline on a loopback port.
 
-Run by :mod:`refspec.engine.openvino` with the Python of the OpenVINO environment
-(:mod:`refspec.engine.openvino_env`), as a file (``python -I openvino_server.py ...``): it imports the
+Run by :mod:`refspec.engines.openvino.process` with the Python of the OpenVINO environment
+(:mod:`refspec.engines.openvino.env`), as a file (``python -I program.py ...``): it imports the
 standard library, ``numpy`` and ``openvino_genai`` only, never refspec.
 
-    python -I openvino_server.py --model IR --gguf FILE --pipeline stateful|continuous_batching
+    python -I program.py --model IR --gguf FILE --pipeline stateful|continuous_batching
         [--draft IR --proposals K] [--batched-tokens N] --eog 0,2 --threads T
         [--execution-mode performance|accuracy] --port P
 
@@ -39,10 +39,9 @@ bf16 on CPUs that have it); ``/props`` reports the plugin's defaults on this hos
 from __future__ import annotations
 
 import argparse  # contract: a program of its own, run by the engine's interpreter
-import json
 import sys
 import time
-from http.server import BaseHTTPRequestHandler, HTTPServer
+from pathlib import Path
 
 
 def engine_version() -> str:
@@ -185,52 +184,21 @@ class Engine:
         }
 
 
+def shared_loop():
+    """The engines' shared HTTP loop, ``refspec/engines/loopback_http.py``, loaded by its path (the
+    folder is not put on ``sys.path``: its engine folders would shadow the engines' own packages)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "loopback_http", Path(__file__).resolve().parents[1] / "loopback_http.py"
+    )
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
 def serve(a: argparse.Namespace) -> int:
-    engine = Engine(a)
-
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def log_message(self, fmt, *args):  # the process log records requests one line each
-            sys.stderr.write(f"{time.strftime('%H:%M:%S')} {fmt % args}\n")
-
-        def reply(self, status: int, doc: dict) -> None:
-            raw = json.dumps(doc).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(raw)))
-            self.end_headers()
-            self.wfile.write(raw)
-
-        def do_GET(self):
-            if self.path == "/health":
-                return self.reply(200, {"status": "ok"})
-            if self.path == "/props":
-                return self.reply(200, engine.props())
-            return self.reply(404, {"error": f"no {self.path}"})
-
-        def do_POST(self):
-            routes = {"/tokenize": engine.tokenize, "/detokenize": engine.detokenize, "/completion": engine.completion}
-            fn = routes.get(self.path)
-            n = int(self.headers.get("Content-Length") or 0)
-            try:
-                body = json.loads(self.rfile.read(n) or b"{}")
-            except ValueError as e:
-                return self.reply(400, {"error": f"body is not JSON: {e}"})
-            if fn is None:
-                return self.reply(404, {"error": f"no {self.path}"})
-            try:
-                return self.reply(200, fn(body))
-            except Exception as e:  # the engine's own error, whole, for the refusal
-                return self.reply(500, {"error": f"{type(e).__name__}: {e}"})
-
-    httpd = HTTPServer(("127.0.0.1", int(a.port)), Handler)
-    print(json.dumps({"listening": a.port, **engine.props()}), flush=True)  # contract: its own program's log
-    try:
-        httpd.serve_forever()
-    except KeyboardInterrupt:
-        pass
-    return 0
+    return shared_loop().serve(Engine(a), a.port)
 
 
 def main(argv=None) -> int:

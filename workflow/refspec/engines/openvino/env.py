@@ -10,7 +10,7 @@ The engine is optional: nothing of it is installed until an ``openvino`` arm fir
   installer, the seconds and the bytes it took.
 * :func:`ensure_ir`: the engine reads a GGUF file and builds an OpenVINO model from it; its
   speculative pipeline needs the draft as an IR folder, so every model file is converted once
-  (:mod:`refspec.engine.openvino_convert`, a fresh process per conversion) into
+  (:mod:`refspec.engines.openvino.convert`, a fresh process per conversion) into
   ``$REFSPEC_CACHE/openvino-ir/<key>``, keyed by the GGUF's sha256, the engine's version and the
   converter's own sha256. The IR files' sha256 (:attr:`IR.files`) go into the ready record of every
   process that loads them and into the run's source manifest.
@@ -29,14 +29,14 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..core.errors import EXIT_RUNTIME, RefspecError
-from ..core.fsutil import atomic_write_text
-from ..core.hashing import sha256_file
-from ..core.paths import REPO_ROOT, cache_dir
+from ...core.errors import EXIT_RUNTIME, RefspecError
+from ...core.fsutil import atomic_write_text
+from ...core.hashing import sha256_file
+from ...core.paths import REPO_ROOT, cache_dir
 
 LOCK_FILE = REPO_ROOT / "envs" / "openvino.txt"
-SERVER_SCRIPT = Path(__file__).resolve().with_name("openvino_server.py")
-CONVERT_SCRIPT = Path(__file__).resolve().with_name("openvino_convert.py")
+SERVER_SCRIPT = Path(__file__).resolve().with_name("program.py")
+CONVERT_SCRIPT = Path(__file__).resolve().with_name("convert.py")
 ENGINE_DISTRIBUTION = "openvino-genai"
 
 

@@ -19,20 +19,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..core.arms import Arm
-from ..core.endpoint import Endpoint
-from ..core.errors import PlacementError
-from ..core.fsutil import atomic_write_text
-from ..core.hashing import sha256_json
-from ..native.models import FamilyFiles
-from ..native.runtime import placement_shortfall
-from .client import get_json, open_request
-from .context import RunContext, ledger_line, record
-from .errors import InvalidResponse, SequenceGap, WorkerError
-from .process import WARMUP_TASK, Completion
-from .rows import placement_columns, request_row, warmup_record
-from .spawn import describe_exit, kill_process, log_tail, record_process, spawn
-from .transaction import COUNTER_KEYS
+from ...core.arms import Arm
+from ...core.endpoint import Endpoint
+from ...core.errors import PlacementError
+from ...core.fsutil import atomic_write_text
+from ...core.hashing import sha256_json
+from ...engine.client import get_json, open_request
+from ...engine.context import RunContext, ledger_line, record
+from ...engine.errors import InvalidResponse, SequenceGap, WorkerError
+from ...engine.process import WARMUP_TASK, Completion
+from ...engine.rows import placement_columns, request_row, warmup_record
+from ...engine.spawn import describe_exit, kill_process, log_tail, record_process, spawn
+from ...engine.transaction import COUNTER_KEYS
+from ...native.models import FamilyFiles
+from ...native.runtime import placement_shortfall
 
 WORKER_MODULE = "refspec.commands.worker"
 

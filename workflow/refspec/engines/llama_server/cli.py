@@ -29,8 +29,8 @@ import subprocess
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from ..core.arms import Arm
-from ..core.hashing import sha256_bytes, sha256_file
+from ...core.arms import Arm
+from ...core.hashing import sha256_bytes, sha256_file
 
 
 @dataclass(frozen=True)
@@ -159,4 +159,4 @@ def server_command(
         cmd += [nmax, str(arm.k), nmin, "0", pmin, "0"]
         if o.legacy_draft and slot_dir is not None:
             cmd += ["--slot-save-path", str(slot_dir)]
-    return cmd + list(arm.server.args if arm.server is not None else ())
+    return cmd + list(arm.settings.args if arm.kind == "server" and arm.settings is not None else ())

@@ -3,9 +3,9 @@
 :func:`start_openvino` is what :func:`refspec.engine.launcher.start_process` runs for such an arm:
 
 1. the engine's environment and the IR of the target (and, speculative, the draft) converted from
-   the run's pinned GGUF files (:mod:`refspec.engine.openvino_env`, cached by their inputs' hashes,
+   the run's pinned GGUF files (:mod:`refspec.engines.openvino.env`, cached by their inputs' hashes,
    each IR file checked against the sha256 recorded at its conversion);
-2. a fresh process of :mod:`refspec.engine.openvino_server` with the engine's interpreter, on a free
+2. a fresh process of :mod:`refspec.engines.openvino.program` with the engine's interpreter, on a free
    loopback port, under the scrubbed worker environment (:func:`refspec.engine.spawn.worker_env`),
    its log in ``workers/<id>.log``; the arm's ``threads`` are the engine's ``INFERENCE_NUM_THREADS``;
    the end-of-generation tokens are the pinned reference model's;
@@ -24,21 +24,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..core.arms import Arm
-from .client import get_json
-from .context import RunContext
-from .openvino_env import SERVER_SCRIPT, EngineUnavailable, ensure_env, ensure_ir, environ, verify_ir
-from .server import (
+from ...core.arms import Arm
+from ...engine.context import RunContext
+from ...engine.server import (
     ResponseRefused,
     ServerProcess,
     ServerRefused,
-    free_port,
-    piece_problems,
+    open_program,
     reference_vocabulary,
     start_checked,
-    wait_health,
 )
-from .spawn import spawn
+from .env import SERVER_SCRIPT, EngineUnavailable, ensure_env, ensure_ir, environ, verify_ir
 
 # From this many generated tokens on, the engine's draft has run (cap 2: the first token comes from
 # the prompt's inference and the second from the target alone; cap 4: the draft generated 3)
@@ -66,7 +62,7 @@ class OpenVINOProcess(ServerProcess):
 
 def open_openvino(ctx: RunContext, arm: Arm, wid: str) -> OpenVINOProcess:
     """Start the arm's OpenVINO GenAI process and check it; :class:`ServerRefused` when it cannot be timed."""
-    o = arm.openvino
+    o = arm.settings
     try:  # a failure here is the arm's failed start: ledgered by start_checked, never dropped
         env = ensure_env()
         target = ensure_ir(env, Path(ctx.files.target.path), ctx.files.target.sha256)
@@ -79,58 +75,33 @@ def open_openvino(ctx: RunContext, arm: Arm, wid: str) -> OpenVINOProcess:
     bad = [p for ir in irs.values() for p in verify_ir(ir)]
     if bad:
         raise ServerRefused(f"OpenVINO IR of arm {arm.name} changed since its conversion: " + "; ".join(bad))
-    ref = reference_vocabulary(ctx.files.target.path, ctx.files.target.sha256, Path(ctx.lib_dir))
-    prompt_ids = sorted({t for ids in (ctx.prompts.ids.values() if ctx.prompts else []) for t in ids})
-    wdir = Path(ctx.out_dir).resolve() / "workers"
-    wdir.mkdir(parents=True, exist_ok=True)
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    cmd = [str(env.python), "-I", str(SERVER_SCRIPT), "--model", str(target.folder)]
-    cmd += ["--gguf", str(ctx.files.target.path), "--pipeline", o.pipeline, "--batched-tokens", str(arm.ub)]
-    if arm.speculative:
-        cmd += ["--draft", str(irs["draft"].folder), "--proposals", str(arm.k)]
-    cmd += ["--eog", ",".join(str(t) for t in sorted(ref.eog)), "--threads", str(arm.threads)]
-    cmd += ["--execution-mode", o.execution_mode, "--port", str(port)]
-    log_path = wdir / f"{wid}.log"
-    with open(log_path, "ab") as log:
-        log.write(f"$ {' '.join(cmd)}\n".encode())
-    proc = spawn(cmd, ctx.lib_dir, arm.threads, log_path=log_path, cwd=wdir, extra=environ(env))
-    wait_health(url, proc, o.ready_timeout_s, log_path, wid)
-    try:
-        props = get_json(url + "/props")
-        problems = []
-        if props.get("total_slots") != 1:
-            problems.append(f"the process has {props.get('total_slots')} slots, not 1")
-        if props.get("model_path") != str(ctx.files.target.path):
-            problems.append(f"the process names {props.get('model_path')}, not {ctx.files.target.path}")
-        if props.get("n_vocab") != ref.n_vocab:
-            problems.append(f"vocabulary size {props.get('n_vocab')} != the reference's {ref.n_vocab}")
-        else:
-            problems += piece_problems(url, ref, prompt_ids)
-        if problems:
-            raise ServerRefused(f"OpenVINO process {wid} ({url}) refused: " + "; ".join(problems))
-    except BaseException:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        raise
+    eog = reference_vocabulary(ctx.files.target.path, ctx.files.target.sha256, Path(ctx.lib_dir)).eog
+
+    def command(port: int) -> list:
+        cmd = [str(env.python), "-I", str(SERVER_SCRIPT), "--model", str(target.folder)]
+        cmd += ["--gguf", str(ctx.files.target.path), "--pipeline", o.pipeline, "--batched-tokens", str(arm.ub)]
+        if arm.speculative:
+            cmd += ["--draft", str(irs["draft"].folder), "--proposals", str(arm.k)]
+        cmd += ["--eog", ",".join(str(t) for t in sorted(eog)), "--threads", str(arm.threads)]
+        return cmd + ["--execution-mode", o.execution_mode, "--port", str(port)]
+
     ready = {
-        "arm": arm.name,
-        "arm_record": arm.record(),
-        "prompt_cache": False,
         "placement": {"device": "CPU", "engine": "openvino-genai", "threads": arm.threads},
-        "url": url,
-        "fresh": True,
-        "command": cmd,
         "env": {"VIRTUAL_ENV": str(env.root)},
-        "engine": {**env.record(), **props.get("engine", {})},
+        "engine": env.record(),
         "ir": {k: v.record() for k, v in irs.items()},
-        "props": {k: props.get(k) for k in ("model_path", "total_slots", "build_info")},
-        "vocabulary": {"n_vocab": ref.n_vocab, "vocab_type": None, "checked": True},
     }
-    w = OpenVINOProcess(wid, arm, url, proc, log_path, ready, ref)
-    w.tokenizer = (ctx.files.target.path, ctx.files.target.sha256, Path(ctx.lib_dir))
-    return w
+    return open_program(
+        ctx,
+        arm,
+        wid,
+        command,
+        cls=OpenVINOProcess,
+        ready_timeout_s=o.ready_timeout_s,
+        env=environ(env),
+        ready=ready,
+        who="OpenVINO process",
+    )
 
 
 def start_openvino(ctx: RunContext, arm: Arm, block: int) -> tuple[OpenVINOProcess, dict]:

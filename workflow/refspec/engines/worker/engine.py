@@ -5,7 +5,7 @@ The worker loads the family's target (and, when an arm is speculative, the draft
 creates each arm's contexts (:class:`refspec.engine.transaction.ArmRunner`), runs each arm's
 registered warmup (:data:`WARMUP_TEXT`, chat-templated, :data:`WARMUP_CAP` new tokens;
 recorded, never timed) and then serves requests shaped like OpenAI's ``/v1/completions``
-(non-streaming, greedy only; the HTTP side is :mod:`refspec.engine.worker_http`, the command
+(non-streaming, greedy only; the HTTP side is :mod:`refspec.engines.worker.http`, the command
 line :mod:`refspec.commands.worker`). There is no prompt cache: every request starts from
 cleared KV caches (``Context.begin_request``).
 
@@ -27,11 +27,11 @@ import sys
 import time
 from typing import Any
 
-from ..core.clock import utc_now
-from ..core.errors import UsageError
-from ..core.hashing import sha256_json
-from ..native import runtime
-from .transaction import ArmRunner
+from ...core.clock import utc_now
+from ...core.errors import UsageError
+from ...core.hashing import sha256_json
+from ...engine.transaction import ArmRunner
+from ...native import runtime
 
 # The registered warmup: a fixed user turn, chat-templated with the family's
 # template, decoded with the worker's arm before the worker reports ready.

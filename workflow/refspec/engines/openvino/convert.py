@@ -1,6 +1,6 @@
 """Convert a GGUF file to OpenVINO IR with OpenVINO GenAI's GGUF reader (``anc/openvino.md``).
 
-Run by :func:`refspec.engine.openvino_env.ensure_ir` with the engine's interpreter, as a file
+Run by :func:`refspec.engines.openvino.env.ensure_ir` with the engine's interpreter, as a file
 (``python -I openvino_convert.py --gguf FILE --out FOLDER``); it imports the standard library and
 ``openvino_genai`` only. The engine builds an OpenVINO model from the GGUF and saves it
 (``enable_save_ov_model``) beside the file it read, so the GGUF is linked into a fresh folder,
