@@ -50,6 +50,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "workflow"))
 
 from refspec.core import stats as S  # noqa: E402
 from refspec.core.arms import twin_name  # noqa: E402
+from refspec.core.tables import PARQUET_WRITE  # noqa: E402
 
 FAMILY = "smollm2-135m"
 
@@ -296,7 +297,7 @@ def main(argv=None) -> int:
         subprocess.run(cmd, check=True)
     res = analyze(a.out, a.per_replay)
     (a.out / "aa_coverage.json").write_text(json.dumps(res, indent=1, sort_keys=True) + "\n")
-    pq.write_table(pa.Table.from_pylist(replay_rows(res)), a.out / "aa_coverage.parquet")
+    pq.write_table(pa.Table.from_pylist(replay_rows(res)), a.out / "aa_coverage.parquet", **PARQUET_WRITE)
     print(report(res), end="")
     if not a.no_seal:
         print(f"sealed: {seal_run(a.out, res, settings)}")

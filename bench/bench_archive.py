@@ -15,6 +15,7 @@ import pyarrow.parquet as pq
 def seal_bench(out: Path, bench: str, family: str, tables: dict[str, pa.Table], files: dict[str, bytes], ledger: dict):
     """``tables`` (name: table) and ``files`` (name: bytes; ``plan.json`` among them) sealed into
     ``out/archive`` under the campaign name ``bench``; returns the archive folder."""
+    from refspec.core.tables import PARQUET_WRITE
     from refspec.native import build as native
     from refspec.native.models import ensure_family
     from refspec.pipeline.provenance_inputs import ensure_keys
@@ -25,7 +26,7 @@ def seal_bench(out: Path, bench: str, family: str, tables: dict[str, pa.Table], 
     stage = out / "sealed-input"
     (stage / "tables").mkdir(parents=True, exist_ok=False)
     for name, table in tables.items():
-        pq.write_table(table, stage / "tables" / f"{name}.parquet")
+        pq.write_table(table, stage / "tables" / f"{name}.parquet", **PARQUET_WRITE)
     for name, data in files.items():
         (stage / name).write_bytes(data)
     build = native.current()

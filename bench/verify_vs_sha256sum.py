@@ -50,7 +50,7 @@ def make_results(root: Path, size_mb: int, seed: int = 20261014) -> None:
     rng = np.random.default_rng(seed)
     (root / "tables").mkdir(parents=True)
     (root / "blobs").mkdir()
-    table_mb = max(1, size_mb // 10)  # two tables of ~10% each, random so zstd cannot shrink them
+    table_mb = max(1, size_mb // 10)  # two tables of ~10% each, random so the seal's GZIP cannot shrink them
     rows = table_mb * MB // 16
     for name in ("replay_operands", "timings"):
         t = pa.table({"value": rng.standard_normal(rows), "index": rng.integers(0, 2**62, rows)})

@@ -57,7 +57,10 @@ report.tex where pdflatex is present and compared byte for byte (``pdf``), other
 ``NOT CHECKED`` with the reason; a sealed archive holding any file but its report and data
 records (a campaign's summary.txt, a README), or a data record, column, numbers.json key or ledger
 record outside the archive's format, is a mismatch (``files``); labels come from the declared
-records only (``bound``).
+records only (``bound``). Every Parquet table must hold the text of its CSV copy: the checker reads it with
+its own reader (``parquet``: the footer in the Thrift compact protocol, GZIP pages of PLAIN values) and
+compares the rows cell for cell (``parquet_copies``), so a Parquet table forged beside an honest CSV copy, or
+the converse, is a mismatch naming the table, row and column.
 
 Exit status: 0 all consistent, 1 mismatches (each printed with its location),
 2 unreadable input (no archive, no report/numbers.json, malformed files, a

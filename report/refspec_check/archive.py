@@ -16,6 +16,7 @@ from refspec_check.findings import check_findings, expect_findings
 from refspec_check.headline import check_headline
 from refspec_check.intervals import AARules
 from refspec_check.numbers import check_markup, check_numbers
+from refspec_check.parquet_copies import check_parquet_copies
 from refspec_check.pdf import check_pdf
 from refspec_check.problems import EXIT_UNREADABLE, Checker
 from refspec_check.provenance import check_data_seal, check_host, check_provenance, read_manifest
@@ -78,6 +79,7 @@ def check(archive: str, quiet: bool = False, unsealed: bool = False, trust: Trus
         return EXIT_UNREADABLE, c
     comparison = rep.numbers_doc.get("format") == COMPARISON_FORMAT
     check_archive_files(c, rep.dir, comparison=comparison)
+    check_parquet_copies(c)  # each Parquet table holds the text of its CSV copy, which the checks below read
     if comparison:
         return check_comparison(c, rep, unsealed, trust)  # a comparison archive (refspec compare)
     tables = read_tables(c)

@@ -6,10 +6,13 @@ Every table a campaign writes has a column contract in
 the checker's standard-library :mod:`refspec_check.table_specs` (the report's renderer reads the
 tables with it); this module re-exports them. :func:`write_table` validates rows against a spec and writes
 
-* ``<name>.parquet`` (zstd-compressed, columns in schema order, Arrow types
-  from the schema) -- the table the pipeline reads back, and
+* ``<name>.parquet`` (GZIP-compressed, PLAIN-encoded version 1 data pages without
+  dictionaries: :data:`PARQUET_WRITE`; columns in schema order, Arrow types from the
+  schema) -- the table the pipeline reads back, and
 * ``<name>.csv`` -- the copy that the standard-library checker
-  (``report/check.py``) reads.
+  (``report/check.py``) reads; it also reads the Parquet file with its own reader
+  (``refspec_check.parquet``, which is why the encoding is this plain) and requires
+  the two copies to hold the same text.
 
 CSV encoding (one contract, also implemented by the checker):
 
@@ -59,6 +62,17 @@ from .fsutil import atomic_write_bytes
 from .hashing import canonical_json
 
 _INT_RANGE = {"int32": (-(2**31), 2**31 - 1), "int64": (-(2**63), 2**63 - 1)}
+#: the GZIP level of every Parquet table the project writes
+PARQUET_GZIP_LEVEL = 9
+#: how every Parquet table the project writes is encoded (here and in the seal's copy): GZIP, which the
+#: standard library's zlib reads, PLAIN values (no dictionary) and version 1 data pages, whose levels are
+#: the RLE/bit-packed hybrid -- the subset the standard-library checker's reader reads
+PARQUET_WRITE = {
+    "compression": "gzip",
+    "compression_level": PARQUET_GZIP_LEVEL,
+    "use_dictionary": False,
+    "data_page_version": "1.0",
+}
 _MAX_ERRORS = 12
 
 
@@ -381,7 +395,7 @@ def to_parquet_bytes(rows: Sequence[Mapping[str, Any]], name: str | TableSpec) -
     arrays = [pa.array([r[c.name] for r in rows], type=schema.field(c.name).type) for c in sp.columns]
     table = pa.Table.from_arrays(arrays, schema=schema)
     sink = pa.BufferOutputStream()
-    pq.write_table(table, sink, compression="zstd")
+    pq.write_table(table, sink, **PARQUET_WRITE)
     return sink.getvalue().to_pybytes()
 
 

@@ -1,9 +1,10 @@
 """Sealing: a results folder becomes a signed, closed-world archive.
 
 ``refspec seal RESULTS OUT`` copies every regular file of RESULTS into the fresh
-folder OUT, with two changes: every Parquet table is rewritten with zstd
-compression and the archive id (and campaign) in its key-value metadata, and a
-CSV copy is written next to it for the standard-library checker. It then signs
+folder OUT, with two changes: every Parquet table is rewritten as the project writes
+its tables (GZIP, PLAIN values, version 1 data pages: ``refspec.core.tables.PARQUET_WRITE``,
+which the standard-library checker reads) with the archive id (and campaign) in its
+key-value metadata, and a CSV copy is written next to it for the standard-library checker. It then signs
 ``SEAL.dsse.json``: a DSSE envelope (payload type ``application/vnd.in-toto+json``)
 over an in-toto statement whose subjects are every other file of OUT (path,
 sha256, size) and whose predicate holds the archive id, the campaign, the
@@ -45,7 +46,7 @@ from .. import __version__
 from ..core.clock import utc_now_seconds
 from ..core.errors import IntegrityError, UsageError
 from ..core.hashing import sha256_bytes
-from ..core.tables import csv_body
+from ..core.tables import PARQUET_WRITE, csv_body
 from .archive import CONTROL_CHARS, created_mtime, default_workers, scan_folder, sha256_stream, write_tar
 from .dsse import SEAL_NAME, check_envelope, envelope_bytes
 from .keys import check_private_location, default_private_key, fingerprint, load_private_key
@@ -64,7 +65,6 @@ from .statement import (
 from .verify import verify_archive
 
 REQUIRED = (MANIFEST_NAME, PLAN_NAME, LEDGER_NAME)
-ZSTD_LEVEL = 9
 
 
 # --------------------------------------------------------------------------- tables
@@ -97,7 +97,8 @@ def rewrite_parquet(
     csv_path: Path | None = None,
     csv_compare: Path | None = None,
 ) -> dict[str, Any]:
-    """Copy a Parquet table with zstd and the archive stamp (other metadata kept).
+    """Copy a Parquet table as the project writes its tables (``PARQUET_WRITE``: GZIP, PLAIN values,
+    version 1 data pages) with the archive stamp (other metadata kept).
 
     ``csv_path``: also write its CSV copy there. ``csv_compare``: an existing CSV
     copy that must be byte-identical to the CSV this table produces.
@@ -120,9 +121,7 @@ def rewrite_parquet(
     if writer_csv is not None:
         writer_csv.writerow(schema.names)
     try:
-        with pq.ParquetWriter(
-            dst, schema, compression="zstd", compression_level=ZSTD_LEVEL, write_statistics=True
-        ) as w:
+        with pq.ParquetWriter(dst, schema, write_statistics=True, **PARQUET_WRITE) as w:
             for i in range(pf.num_row_groups):
                 t = pf.read_row_group(i).replace_schema_metadata(schema.metadata)
                 w.write_table(t)
