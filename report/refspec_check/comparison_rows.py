@@ -150,6 +150,75 @@ def _rel_differs(x: float, y: float) -> bool:
     return abs(x - y) > REL_TOL_STATED * max(1.0, abs(y))
 
 
+def _sides(key: tuple, ra: dict | None, rb: dict | None, ta: dict, tb: dict) -> tuple:
+    """(numerator, denominator, A's value, B's value, qualified in A, qualified in B, the reasons so far) of
+    one timing item. A ratio names its arms; an estimate's arms are the ones A's requests give its layouts,
+    and B's must be the same."""
+    kind, campaign, family, _cap, comp, path = key
+    why: list = []
+    if kind == "ratio":
+        num, den = comp.split("/", 1)
+        a_val, b_val = (ra or {}).get("ratio"), (rb or {}).get("ratio")
+        ok_a, ok_b = bool(ra and ra["qualified"]), bool(rb and rb["qualified"])
+        return num, den, a_val, b_val, ok_a, ok_b, why
+    x_l, y_l = (s_.lower() for s_ in comp.split("/", 1))
+    ra_req, rb_req = ta.get("requests", []), tb.get("requests", [])
+    num, den = _arm_of(ra_req, campaign, family, path, x_l), _arm_of(ra_req, campaign, family, path, y_l)
+    nb, db = _arm_of(rb_req, campaign, family, path, x_l), _arm_of(rb_req, campaign, family, path, y_l)
+    if (num, den) != (nb, db):
+        why.append(re.escape(f"the arms differ: A {num}/{den}, B {nb}/{db}"))
+    a_val, b_val = (ra or {}).get("estimate"), (rb or {}).get("estimate")
+    ok_a, ok_b = bool(ra and a_val is not None), bool(rb and b_val is not None)
+    return num, den, a_val, b_val, ok_a, ok_b, why
+
+
+def _availability_reasons(ra: dict | None, rb: dict | None, ok_a: bool, ok_b: bool) -> list:
+    """The reasons an item is missing or unqualified on a side, as patterns."""
+    why = []
+    if ra is None or rb is None:
+        why.append(re.escape(f"only in {'B' if ra is None else 'A'}"))
+    if ra is not None and not ok_a:
+        why.append(re.escape(f"not qualified in A ({ra['reason']})"))
+    if rb is not None and not ok_b:
+        why.append(re.escape(f"not qualified in B ({rb['reason']})"))
+    return why
+
+
+def _plan_reasons(ins: dict, campaign: str, pinned_why: bool, boots_differ: bool) -> list:
+    """The reasons the two runs' pinned inputs, plans or bootstrap settings make a row not comparable."""
+    plan_why = []
+    if pinned_why:
+        plan_why.append(re.escape("pinned inputs differ (") + ".*")
+    if plan_differs(ins["a"].get("plan"), ins["b"].get("plan"), campaign):
+        plan_why.append(re.escape(f"plan of {campaign} differs (") + ".*")
+    if boots_differ:
+        plan_why.append(re.escape("bootstrap settings differ (") + ".*")
+    return plan_why
+
+
+def _set_verdict(row: dict, why: list, rc: dict | None, band: float) -> None:
+    """The row's verdict and the pattern of its reason: not comparable with a reason, else reproduced when
+    the recomputed interval contains 1 or lies within the band, else differs."""
+    if why:
+        row["verdict"], row["reason_re"] = "not comparable", re.escape("; ").join(why)
+    elif rc is not None:
+        lo, hi = rc["lo"], rc["hi"]
+        inside = 1.0 / band <= lo and hi <= band
+        row["verdict"] = "reproduced" if (lo <= 1.0 <= hi or inside) else "differs"
+        reason = (
+            "the interval contains 1"
+            if lo <= 1.0 <= hi
+            else "the interval lies within the band"
+            if row["verdict"] == "reproduced"
+            else "the interval excludes 1 and leaves the band"
+        )
+        if min(rc["n_sessions_a"], rc["n_sessions_b"]) < 2:
+            reason += SINGLE_SESSION
+        row["reason_re"] = re.escape(reason)
+    else:
+        row["verdict"], row["reason_re"] = "not comparable", ""
+
+
 def expected_timings(ins: dict, band: float, recompute) -> list:
     """Every timing row refspec compare writes, in its order: labels, verdict, a pattern of its reason, and
     the recomputation (``recompute(row)`` -> dict, the bootstrap of comparison.recompute_timing) when it has one."""
@@ -162,26 +231,8 @@ def expected_timings(ins: dict, band: float, recompute) -> list:
     for key in sorted(set(ia) | set(ib), key=lambda k: (k[0] != "ratio", k[1], k[2], k[3] or 0, k[5], k[4])):
         kind, campaign, family, cap, comp, path = key
         ra, rb = ia.get(key), ib.get(key)
-        why: list = []  # regular expressions, one per reason
-        if kind == "ratio":
-            num, den = comp.split("/", 1)
-            a_val, b_val = (ra or {}).get("ratio"), (rb or {}).get("ratio")
-            ok_a, ok_b = bool(ra and ra["qualified"]), bool(rb and rb["qualified"])
-        else:
-            x_l, y_l = (s_.lower() for s_ in comp.split("/", 1))
-            ra_req, rb_req = ta.get("requests", []), tb.get("requests", [])
-            num, den = _arm_of(ra_req, campaign, family, path, x_l), _arm_of(ra_req, campaign, family, path, y_l)
-            nb, db = _arm_of(rb_req, campaign, family, path, x_l), _arm_of(rb_req, campaign, family, path, y_l)
-            if (num, den) != (nb, db):
-                why.append(re.escape(f"the arms differ: A {num}/{den}, B {nb}/{db}"))
-            a_val, b_val = (ra or {}).get("estimate"), (rb or {}).get("estimate")
-            ok_a, ok_b = bool(ra and a_val is not None), bool(rb and b_val is not None)
-        if ra is None or rb is None:
-            why.append(re.escape(f"only in {'B' if ra is None else 'A'}"))
-        if ra is not None and not ok_a:
-            why.append(re.escape(f"not qualified in A ({ra['reason']})"))
-        if rb is not None and not ok_b:
-            why.append(re.escape(f"not qualified in B ({rb['reason']})"))
+        num, den, a_val, b_val, ok_a, ok_b, why = _sides(key, ra, rb, ta, tb)  # why: regular expressions
+        why += _availability_reasons(ra, rb, ok_a, ok_b)
         if not ok_a and not ok_b:
             continue
         row = dict(
@@ -216,33 +267,9 @@ def expected_timings(ins: dict, band: float, recompute) -> list:
             else:
                 rc, more = _resampled(row, ins, recompute)
                 why += more
-        plan_why = []
-        if pinned_why:
-            plan_why.append(re.escape("pinned inputs differ (") + ".*")
-        if plan_differs(ins["a"].get("plan"), ins["b"].get("plan"), campaign):
-            plan_why.append(re.escape(f"plan of {campaign} differs (") + ".*")
-        if boot_a != boot_b:
-            plan_why.append(re.escape("bootstrap settings differ (") + ".*")
-        why += plan_why
+        why += _plan_reasons(ins, campaign, pinned_why, boot_a != boot_b)
         row["rc"] = rc
-        if why:
-            row["verdict"], row["reason_re"] = "not comparable", re.escape("; ").join(why)
-        elif rc is not None:
-            lo, hi = rc["lo"], rc["hi"]
-            inside = 1.0 / band <= lo and hi <= band
-            row["verdict"] = "reproduced" if (lo <= 1.0 <= hi or inside) else "differs"
-            reason = (
-                "the interval contains 1"
-                if lo <= 1.0 <= hi
-                else "the interval lies within the band"
-                if row["verdict"] == "reproduced"
-                else "the interval excludes 1 and leaves the band"
-            )
-            if min(rc["n_sessions_a"], rc["n_sessions_b"]) < 2:
-                reason += SINGLE_SESSION
-            row["reason_re"] = re.escape(reason)
-        else:
-            row["verdict"], row["reason_re"] = "not comparable", ""
+        _set_verdict(row, why, rc, band)
         out.append(row)
     return out
 

@@ -10,6 +10,7 @@ from refspec_check import jsonio
 from refspec_check.context import Context
 from refspec_check.contract import CLAIMS, CsvTable
 from refspec_check.digests import endpoint_digest
+from refspec_check.problems import Checker
 from refspec_check.qualification import first_difference
 from refspec_check.render.vacuity import vacuous_text
 from refspec_check.vacuity import crosses_vacuous, partition_vacuous
@@ -42,27 +43,10 @@ def pscreen_pair_order(arms: list) -> list:
     return [("A", "B"), ("A", "C"), ("B", "C")] + [("A", x) for x in arms if x not in ("A", "B", "C")]
 
 
-def check_partition_screen(ctx: Context) -> None:
-    """The partition screen (partition_screen.csv, campaigns/partition_screen/partition-screen.json).
-
-    Per input over its arms in arm order: kv_class and logits_class number the distinct KV and logits
-    digests in order of first appearance (A is class 0); ``differs`` = kv_class or logits_class not 0. The
-    record's lists, recomputed by its rule: exposed = the inputs with an arm that differs, in panel order;
-    pair = the configured pair, or (auto) the first of A/B, A/C, B/C, then A with each further arm whose KV
-    or logits digests differ on some input; study = the first ``inputs_wanted`` inputs on which the pair
-    differs; controls = the first ``controls_wanted`` inputs that are not exposed. The partition study runs
-    on exactly the study inputs and then the controls, and the crosses on the pair."""
-
-    c, E, tables, src = ctx.c, ctx.E, ctx.tables, ctx.src
-    t = tables.get("partition_screen")
-    if t is None:
-        return
-    s = src("partition_screen")
-    by: dict = {}
-    for i, r in enumerate(t.rows):
-        by.setdefault(r["task_id"], []).append(i)
-    tasks = list(by)
-    arms = list(dict.fromkeys(r["arm"] for r in t.rows))
+def _check_pscreen_rows(ctx: Context, t: CsvTable, by: dict[str, list[int]]) -> None:
+    """Each input's rows: A first, its KV and logits classes and ``differs`` recomputed from the digests,
+    one prompt length."""
+    c, E, s = ctx.c, ctx.E, ctx.src("partition_screen")
     for tid, idx in by.items():
         rs = [t.rows[i] for i in idx]
         if [r["arm"] for r in rs][:1] != ["A"]:
@@ -78,6 +62,10 @@ def check_partition_screen(ctx: Context) -> None:
             c.same(t.where(i, "prompt_len"), r["prompt_len"], rs[0]["prompt_len"], "an input has one prompt length")
             E.add(("pscreen", tid, r["arm"], "kv_class"), k, s)
             E.add(("pscreen", tid, r["arm"], "logits_class"), g, s)
+
+
+def _read_pscreen_record(c: Checker) -> dict | None:
+    """The partition screen's record (None, reported: missing, unreadable or not an object)."""
     path = os.path.join(c.archive, PSCREEN_RECORD)
     try:
         with open(path, encoding="utf-8") as f:
@@ -86,17 +74,74 @@ def check_partition_screen(ctx: Context) -> None:
             raise ValueError("not an object")
     except (OSError, ValueError) as e:
         c.bad(PSCREEN_RECORD, f"the partition screen's record is missing or unreadable ({e.__class__.__name__})")
+        return None
+    return rec
+
+
+def _pscreen_pair_differs(rows: list[dict], pair) -> bool:
+    """Whether the two arms of ``pair`` have different KV or logits digests among one input's rows."""
+    by_arm = {r["arm"]: r for r in rows}
+    if pair[0] not in by_arm or pair[1] not in by_arm:
+        return False
+    x, y = by_arm[pair[0]], by_arm[pair[1]]
+    return x["kv_sha256"] != y["kv_sha256"] or x["logits_sha256"] != y["logits_sha256"]
+
+
+def _check_pscreen_consumers(ctx: Context, study: list, ctrl: list, pair) -> None:
+    """The partition study runs on the screen's study inputs and then its controls, the crosses on its pair."""
+    c, tables = ctx.c, ctx.tables
+    part = tables.get("partition")
+    if part is not None:
+        ran = list(dict.fromkeys(r["task_id"] for r in part.rows))
+        c.recomputed += 1
+        c.same(
+            ctx.src("partition"),
+            ran,
+            study + ctrl,
+            "the partition study runs on the screen's study inputs and controls",
+        )
+    cr = tables.get("crosses")
+    if cr is not None and pair is not None:
+        for i, r in enumerate(cr.rows):
+            c.recomputed += 1
+            c.same(
+                cr.where(i, "donor_arm"),
+                sorted({r["donor_arm"], r["recipient_arm"]}),
+                sorted(pair),
+                "the crosses run on the partition screen's pair",
+            )
+
+
+def check_partition_screen(ctx: Context) -> None:
+    """The partition screen (partition_screen.csv, campaigns/partition_screen/partition-screen.json).
+
+    Per input over its arms in arm order: kv_class and logits_class number the distinct KV and logits
+    digests in order of first appearance (A is class 0); ``differs`` = kv_class or logits_class not 0. The
+    record's lists, recomputed by its rule: exposed = the inputs with an arm that differs, in panel order;
+    pair = the configured pair, or (auto) the first of A/B, A/C, B/C, then A with each further arm whose KV
+    or logits digests differ on some input; study = the first ``inputs_wanted`` inputs on which the pair
+    differs; controls = the first ``controls_wanted`` inputs that are not exposed. The partition study runs
+    on exactly the study inputs and then the controls, and the crosses on the pair."""
+
+    c = ctx.c
+    t = ctx.tables.get("partition_screen")
+    if t is None:
+        return
+    by: dict = {}
+    for i, r in enumerate(t.rows):
+        by.setdefault(r["task_id"], []).append(i)
+    tasks = list(by)
+    arms = list(dict.fromkeys(r["arm"] for r in t.rows))
+    _check_pscreen_rows(ctx, t, by)
+    rec = _read_pscreen_record(c)
+    if rec is None:
         return
     panel = list((rec.get("panel") or {}).get("tasks") or [])
     c.recomputed += 1
     c.same(f"{PSCREEN_RECORD}: panel", tasks, panel, "the table holds every discovery input, in panel order")
 
     def differs(task: str, pair) -> bool:
-        rows = {t.rows[i]["arm"]: t.rows[i] for i in by[task]}
-        if pair[0] not in rows or pair[1] not in rows:
-            return False
-        x, y = rows[pair[0]], rows[pair[1]]
-        return x["kv_sha256"] != y["kv_sha256"] or x["logits_sha256"] != y["logits_sha256"]
+        return _pscreen_pair_differs([t.rows[i] for i in by[task]], pair)
 
     exposed = [x for x in tasks if any(t.rows[i]["differs"] for i in by[x])]
     if rec.get("pair_rule") == "configured":
@@ -122,23 +167,7 @@ def check_partition_screen(ctx: Context) -> None:
     ):
         c.recomputed += 1
         c.same(f"{PSCREEN_RECORD}: {key}", rec.get(key), want, "the screen's rule, recomputed from its table")
-    part = tables.get("partition")
-    if part is not None:
-        ran = list(dict.fromkeys(r["task_id"] for r in part.rows))
-        c.recomputed += 1
-        c.same(
-            src("partition"), ran, study + ctrl, "the partition study runs on the screen's study inputs and controls"
-        )
-    cr = tables.get("crosses")
-    if cr is not None and pair is not None:
-        for i, r in enumerate(cr.rows):
-            c.recomputed += 1
-            c.same(
-                cr.where(i, "donor_arm"),
-                sorted({r["donor_arm"], r["recipient_arm"]}),
-                sorted(pair),
-                "the crosses run on the partition screen's pair",
-            )
+    _check_pscreen_consumers(ctx, study, ctrl, pair)
 
 
 def check_partition(ctx: Context) -> dict:

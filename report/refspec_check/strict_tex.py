@@ -188,82 +188,85 @@ class StrictTeX:
         while i < n:
             ch = line[i]
             if ch == "\\":
-                m = _TEX_WORD_RE.match(line, i)
-                if m is None:
-                    sym = line[i + 1 : i + 2]
-                    if sym == "\\" and not label:
-                        rest = line[i + 2 :].lstrip(" ")
-                        if rest[:1] in ("[", "*"):
-                            self.bad(no, "\\\\ with an argument is not in the report format")
-                    elif sym not in TEX_SYMBOLS:
-                        self.bad(no, f"control symbol \\{sym} is not in the report format")
-                    i += 2
-                    continue
-                word = m.group(1)
-                if word in TEX_TEXT_MACROS:
-                    if line[m.end() : m.end() + 2] != "{}":
-                        self.bad(no, f"\\{word} without its {{}}")
-                        i = m.end()
-                    else:
-                        i = m.end() + 2
-                    continue
-                if label:
-                    self.bad(no, f"control sequence \\{word} in a figure label")
-                    i = m.end()
-                    continue
-                if word == "rsnum":
-                    mm = _TEX_NUM_RE.match(line, i)
-                    if mm is None:
-                        self.bad(no, "\\rsnum not of the form \\rsnum{ID}{NUMBER}")
-                        i = m.end()
-                        continue
-                    i = mm.end()
-                    continue
-                if word == "parbox":
-                    mm = _TEX_PARBOX_RE.match(line, i)
-                    if mm is None:
-                        self.bad(no, "\\parbox of a width the report format does not use")
-                        i = m.end()
-                    else:
-                        i = mm.end()
-                    continue
-                if word in ("begin", "end"):
-                    i = self.env(line, i, no)
-                    continue
-                if word in TEX_WORDS:
-                    i = m.end()
-                    if word in ("section", "subsection") and line[i : i + 1] == "*":
-                        i += 1
-                    continue
-                self.bad(no, f"control sequence \\{word} is not in the report format")
-                i = m.end()
-                continue
-            if ch == "$":
-                for k in TEX_MATH:
-                    if line.startswith(k, i):
-                        i += len(k)
-                        break
+                i = self.control(line, i, no, label)
+            elif ch == "$":
+                i = self.math(line, i, no)
+            else:
+                if ch in "{}":
+                    self.brace(ch, no, label)
                 else:
-                    self.bad(no, "math mode other than $\\times$, $\\le$, $\\ge$")
-                    i += 1
-                continue
-            if ch in "{}":
-                if label:
-                    self.bad(no, "a brace in a figure label")
-                elif ch == "{":
-                    self.depth += 1
-                elif self.depth == 0:
-                    self.bad(no, "a closing brace without its opening one")
-                else:
-                    self.depth -= 1
+                    self.character(ch, no, label)
                 i += 1
-                continue
-            if ch in "%#^_~" or (ch == "&" and label):
-                what = {"%": "a comment", "#": "a macro parameter", "~": "an active character"}.get(ch, "math")
-                self.bad(no, f"character {ch!r} ({what}) is not in the report format")
-            elif ord(ch) < 32 or ord(ch) > 126:
-                self.bad(no, f"character {repertoire.describe(ch)} (the report's LaTeX is printable ASCII)")
-            i += 1
+
+    def control(self, line: str, i: int, no: int, label: bool) -> int:
+        """Check the control symbol or sequence at ``line[i]`` (a backslash); returns the index after it."""
+        m = _TEX_WORD_RE.match(line, i)
+        if m is None:
+            sym = line[i + 1 : i + 2]
+            if sym == "\\" and not label:
+                rest = line[i + 2 :].lstrip(" ")
+                if rest[:1] in ("[", "*"):
+                    self.bad(no, "\\\\ with an argument is not in the report format")
+            elif sym not in TEX_SYMBOLS:
+                self.bad(no, f"control symbol \\{sym} is not in the report format")
+            return i + 2
+        word = m.group(1)
+        if word in TEX_TEXT_MACROS:
+            if line[m.end() : m.end() + 2] != "{}":
+                self.bad(no, f"\\{word} without its {{}}")
+                return m.end()
+            return m.end() + 2
+        if label:
+            self.bad(no, f"control sequence \\{word} in a figure label")
+            return m.end()
+        if word == "rsnum":
+            mm = _TEX_NUM_RE.match(line, i)
+            if mm is None:
+                self.bad(no, "\\rsnum not of the form \\rsnum{ID}{NUMBER}")
+                return m.end()
+            return mm.end()
+        if word == "parbox":
+            mm = _TEX_PARBOX_RE.match(line, i)
+            if mm is None:
+                self.bad(no, "\\parbox of a width the report format does not use")
+                return m.end()
+            return mm.end()
+        if word in ("begin", "end"):
+            return self.env(line, i, no)
+        if word in TEX_WORDS:
+            i = m.end()
+            if word in ("section", "subsection") and line[i : i + 1] == "*":
+                i += 1
+            return i
+        self.bad(no, f"control sequence \\{word} is not in the report format")
+        return m.end()
+
+    def math(self, line: str, i: int, no: int) -> int:
+        """Check the math at ``line[i]`` (a dollar): only the report's few symbols; returns the index after it."""
+        for k in TEX_MATH:
+            if line.startswith(k, i):
+                return i + len(k)
+        self.bad(no, "math mode other than $\\times$, $\\le$, $\\ge$")
+        return i + 1
+
+    def brace(self, ch: str, no: int, label: bool) -> None:
+        """Count a brace into the group depth (none in a figure label; none closed that was not opened)."""
+        if label:
+            self.bad(no, "a brace in a figure label")
+        elif ch == "{":
+            self.depth += 1
+        elif self.depth == 0:
+            self.bad(no, "a closing brace without its opening one")
+        else:
+            self.depth -= 1
+
+    def character(self, ch: str, no: int, label: bool) -> None:
+        """Check one character of text: none of TeX's special characters, printable ASCII only."""
+        if ch in "%#^_~" or (ch == "&" and label):
+            what = {"%": "a comment", "#": "a macro parameter", "~": "an active character"}.get(ch, "math")
+            self.bad(no, f"character {ch!r} ({what}) is not in the report format")
+        elif ord(ch) < 32 or ord(ch) > 126:
+            self.bad(no, f"character {repertoire.describe(ch)} (the report's LaTeX is printable ASCII)")
 
     def env(self, line: str, i: int, no: int) -> int:
         m = _TEX_ENV_RE.match(line, i)

@@ -91,6 +91,98 @@ def frozen_predictions(c: Checker, tp: CsvTable, plan) -> tuple:
     return frozen_doc, frozen
 
 
+def _prediction_endpoints(tables: dict) -> dict[tuple, list[dict]]:
+    """(arm, task) -> the prediction campaign's endpoints, in (session, repeat) order."""
+    peps = defaultdict(list)
+    for e in tables["endpoints"].rows if "endpoints" in tables else []:
+        if e["campaign"] == "prediction":
+            peps[(e["arm"], e["task_id"])].append(e)
+    for v in peps.values():
+        v.sort(key=lambda e: (e["session"], e["repeat"]))
+    return peps
+
+
+def _check_predicted(c: Checker, tp: CsvTable, i: int, frozen_doc, frozen: dict, peps: dict) -> str | None:
+    """One prediction row's predictor (neither the reference nor the live arm, the one plan.json froze)
+    and its frozen prediction (its digest is its tokens', and the predictor's own first endpoint);
+    returns the predicted digest (None: no frozen prediction)."""
+    r = tp.rows[i]
+    task = r["task_id"]
+    c.identities += 1
+    if r["predictor"] == REFERENCE_ARM or r["predictor"] == r["live_arm"]:
+        c.bad(
+            tp.where(i, "predictor"),
+            f"predictor {r['predictor']!r} is the reference or the live arm: "
+            "predicted vs live would equal reference vs live by construction",
+        )
+    if isinstance(frozen_doc, dict) and frozen_doc.get("predictor") not in (None, r["predictor"]):
+        c.bad(tp.where(i, "predictor"), f"plan.json froze predictions of {frozen_doc.get('predictor')!r}")
+    f = frozen.get(task)
+    pred_sha = None
+    if isinstance(f, dict) and isinstance(f.get("tokens"), list):
+        pred_sha = endpoint_digest(f["tokens"], f.get("eog"), f.get("stop_reason"))
+        c.same(
+            f"plan.json: predictions.endpoints[{task!r}].endpoint_sha256",
+            f.get("endpoint_sha256"),
+            pred_sha,
+            "frozen digest vs its tokens:",
+        )
+        own = peps.get((r["predictor"], task), [])
+        c.identities += 1
+        if not own or own[0]["endpoint_sha256"] != pred_sha:
+            c.bad(
+                tp.where(i, "predicted_sha256"),
+                "the frozen prediction is not the predictor's own completed endpoint in endpoints.csv",
+            )
+    elif frozen:
+        c.bad(tp.where(i), "no frozen prediction for this task in plan.json")
+    return pred_sha
+
+
+def _live_columns(r: dict, peps: dict, pred_sha: str | None) -> dict:
+    """A prediction row's recomputed columns: the predicted and reference digests and, over the live arm's
+    endpoints in the row's session, its runs, their stability and the runs equal to each digest."""
+    task = r["task_id"]
+    live = [e["endpoint_sha256"] for e in peps.get((r["live_arm"], task), []) if e["session"] == r["session"]]
+    refs = [e for e in peps.get((REFERENCE_ARM, task), []) if e["session"] == r["session"]]
+    ref_sha = refs[0]["endpoint_sha256"] if refs else None
+    exp = dict(
+        predicted_sha256=pred_sha,
+        reference_sha256=ref_sha,
+        live_runs=len(live),
+        live_stable=(len(set(live)) == 1) if live else None,
+        predicted_matches=sum(1 for h in live if pred_sha is not None and h == pred_sha),
+        reference_matches=sum(1 for h in live if ref_sha is not None and h == ref_sha),
+    )
+    exp["reference_divergent"] = bool(live) and exp["reference_matches"] < len(live)
+    return exp
+
+
+PREDICTION_TOTALS = (
+    "tasks",
+    "live_runs",
+    "stable_tasks",
+    "predicted_matches",
+    "reference_matches",
+    "divergent_tasks",
+    "divergent_runs",
+    "divergent_predicted",
+)
+
+
+def _add_to_totals(t: dict, exp: dict) -> None:
+    """Count one task's row into its family's totals (over every task, and over the divergent ones)."""
+    t["tasks"] += 1
+    t["live_runs"] += exp["live_runs"]
+    t["stable_tasks"] += 1 if exp["live_stable"] else 0
+    t["predicted_matches"] += exp["predicted_matches"]
+    t["reference_matches"] += exp["reference_matches"]
+    if exp["reference_divergent"]:
+        t["divergent_tasks"] += 1
+        t["divergent_runs"] += exp["live_runs"]
+        t["divergent_predicted"] += exp["predicted_matches"]
+
+
 def check_prediction(ctx: Context, plan) -> None:
     """The prospective-prediction table (prediction.csv): predicted vs live and reference vs live.
 
@@ -105,82 +197,21 @@ def check_prediction(ctx: Context, plan) -> None:
     tp = tables["prediction"]
     s_pr = src("prediction")
     frozen_doc, frozen = frozen_predictions(c, tp, plan)
-    peps = defaultdict(list)
-    for e in tables["endpoints"].rows if "endpoints" in tables else []:
-        if e["campaign"] == "prediction":
-            peps[(e["arm"], e["task_id"])].append(e)
-    for v in peps.values():
-        v.sort(key=lambda e: (e["session"], e["repeat"]))
+    peps = _prediction_endpoints(tables)
     tot = defaultdict(lambda: defaultdict(int))
     for i, r in enumerate(tp.rows):
         fam, task = r["family"], r["task_id"]
-        c.identities += 1
-        if r["predictor"] == REFERENCE_ARM or r["predictor"] == r["live_arm"]:
-            c.bad(
-                tp.where(i, "predictor"),
-                f"predictor {r['predictor']!r} is the reference or the live arm: "
-                "predicted vs live would equal reference vs live by construction",
-            )
-        if isinstance(frozen_doc, dict) and frozen_doc.get("predictor") not in (None, r["predictor"]):
-            c.bad(tp.where(i, "predictor"), f"plan.json froze predictions of {frozen_doc.get('predictor')!r}")
-        f = frozen.get(task)
-        pred_sha = None
-        if isinstance(f, dict) and isinstance(f.get("tokens"), list):
-            pred_sha = endpoint_digest(f["tokens"], f.get("eog"), f.get("stop_reason"))
-            c.same(
-                f"plan.json: predictions.endpoints[{task!r}].endpoint_sha256",
-                f.get("endpoint_sha256"),
-                pred_sha,
-                "frozen digest vs its tokens:",
-            )
-            own = peps.get((r["predictor"], task), [])
-            c.identities += 1
-            if not own or own[0]["endpoint_sha256"] != pred_sha:
-                c.bad(
-                    tp.where(i, "predicted_sha256"),
-                    "the frozen prediction is not the predictor's own completed endpoint in endpoints.csv",
-                )
-        elif frozen:
-            c.bad(tp.where(i), "no frozen prediction for this task in plan.json")
-        live = [e["endpoint_sha256"] for e in peps.get((r["live_arm"], task), []) if e["session"] == r["session"]]
-        refs = [e for e in peps.get((REFERENCE_ARM, task), []) if e["session"] == r["session"]]
-        ref_sha = refs[0]["endpoint_sha256"] if refs else None
-        exp = dict(
-            predicted_sha256=pred_sha,
-            reference_sha256=ref_sha,
-            live_runs=len(live),
-            live_stable=(len(set(live)) == 1) if live else None,
-            predicted_matches=sum(1 for h in live if pred_sha is not None and h == pred_sha),
-            reference_matches=sum(1 for h in live if ref_sha is not None and h == ref_sha),
-        )
-        exp["reference_divergent"] = bool(live) and exp["reference_matches"] < len(live)
+        pred_sha = _check_predicted(c, tp, i, frozen_doc, frozen, peps)
+        exp = _live_columns(r, peps, pred_sha)
         for col, v in exp.items():
             c.recomputed += 1
             c.same(tp.where(i, col), r[col], v)
         base = ("pred", fam, task)
         for col in ("live_runs", "predicted_matches", "reference_matches"):
             E.add(base + (col,), exp[col], s_pr)
-        t = tot[fam]
-        t["tasks"] += 1
-        t["live_runs"] += exp["live_runs"]
-        t["stable_tasks"] += 1 if exp["live_stable"] else 0
-        t["predicted_matches"] += exp["predicted_matches"]
-        t["reference_matches"] += exp["reference_matches"]
-        if exp["reference_divergent"]:
-            t["divergent_tasks"] += 1
-            t["divergent_runs"] += exp["live_runs"]
-            t["divergent_predicted"] += exp["predicted_matches"]
+        _add_to_totals(tot[fam], exp)
     for fam, t in tot.items():
-        for k in (
-            "tasks",
-            "live_runs",
-            "stable_tasks",
-            "predicted_matches",
-            "reference_matches",
-            "divergent_tasks",
-            "divergent_runs",
-            "divergent_predicted",
-        ):
+        for k in PREDICTION_TOTALS:
             E.add(("predsum", fam, k), t.get(k, 0), s_pr)
 
 

@@ -1,13 +1,13 @@
 """The import contract that ``refspec lint`` runs (refspec.devtools.contract): upward imports,
-import cycles, unmarked imports inside functions and functions over 100 lines fail it, on small
-packages made here."""
+import cycles, unmarked imports inside functions and functions over 80 lines fail it, on small
+packages made here; functions over 80 lines fail it in the checker's package too."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from refspec.core.paths import REPO_ROOT
-from refspec.devtools import contract
+from refspec.devtools import contract, lint
 
 
 def _package(root: Path, files: dict[str, str]) -> Path:
@@ -162,19 +162,42 @@ def _function(name: str, n_lines: int, indent: str = "") -> str:
     return f"{indent}def {name}():\n" + f"{indent}    x = 0\n" * (n_lines - 2) + f"{indent}    return x\n"
 
 
-def test_a_function_over_100_lines_fails(tmp_path):
+def test_a_function_over_80_lines_fails(tmp_path):
+    assert contract.MAX_FUNCTION_LINES == 80
     body = (
-        _function("short", 100)
+        _function("short", 80)
         + "\n\n@staticmethod\n"  # a decorator line does not count
-        + _function("long", 101)
+        + _function("long", 81)
         + "\n\nclass C:\n"
         + _function("method", 120, indent="    ")
     )
     pkg = _clean(tmp_path, **{"native/models.py": body})
     assert contract.check(pkg) == [
-        "pkg/native/models.py:104: function long is 101 lines (at most 100)",
-        "pkg/native/models.py:208: function method is 120 lines (at most 100)",
+        "pkg/native/models.py:84: function long is 81 lines (at most 80)",
+        "pkg/native/models.py:168: function method is 120 lines (at most 80)",
     ]
+
+
+def test_a_function_of_81_lines_in_the_checker_package_fails(tmp_path):
+    # the checker's package has its own folders and prints (its command line): only the length rule applies
+    checker = _package(
+        tmp_path,
+        {
+            "render/__init__.py": "",
+            "render/sections.py": _function("short", 80) + "\n\n" + _function("long", 81),
+            "cli.py": "import sys\n\n\ndef main():\n    print('ok')\n    sys.exit(0)\n",
+        },
+    )
+    assert contract.check_function_lengths(checker, show_from=tmp_path) == [
+        "pkg/render/sections.py:83: function long is 81 lines (at most 80)"
+    ]
+
+
+def test_refspec_lint_checks_the_function_length_of_the_checker_package():
+    assert lint.CHECKER_DIR == REPO_ROOT / "report" / "refspec_check"
+    assert lint.contract_problems() == contract.check(
+        lint.PACKAGE_DIR, show_from=REPO_ROOT
+    ) + contract.check_function_lengths(lint.CHECKER_DIR, show_from=REPO_ROOT)
 
 
 def test_print_in_a_domain_module_fails(tmp_path):
@@ -249,4 +272,9 @@ def test_ending_the_process_or_computing_an_exit_code_outside_commands_fails(tmp
 
 def test_the_package_meets_its_import_contract():
     problems = contract.check(REPO_ROOT / "workflow" / "refspec", show_from=REPO_ROOT)
+    assert problems == [], "\n".join(problems)
+
+
+def test_the_checker_package_has_no_function_over_80_lines():
+    problems = contract.check_function_lengths(REPO_ROOT / "report" / "refspec_check", show_from=REPO_ROOT)
     assert problems == [], "\n".join(problems)

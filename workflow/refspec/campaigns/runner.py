@@ -36,7 +36,12 @@ from ..provenance import plan as planmod
 from ..provenance.manifest import FreezeCheckError, freeze_check
 from .records import CampaignRecords, RunSettings
 from .resume import recover
-from .scheduler import SessionPlan
+from .scheduler import BlockPlan, Req, SessionPlan
+
+#: the ``session_end`` line of a session whose every planned request has a final attempt
+SESSION_COMPLETE = (
+    "every planned request of the session has a final attempt (completed, or failed as often as the retry rule allows)"
+)
 
 
 def parse_utc(s: str) -> _dt.datetime:
@@ -134,19 +139,11 @@ class CampaignRun(CampaignRecords):
     def run_session(self, sp: SessionPlan, previous: str | None) -> None:
         marks = self.session_marks()
         done, last, _ = self.slot_state()
-        todo = []
-        for b in sp.blocks:
-            reqs = [q for q in b.requests if (sp.id, b.index, b.arm_of(q), q.task_id, q.cap, q.repeat) not in done]
-            if reqs:
-                todo.append((b, reqs))
+        todo = self._session_todo(sp, done)
         mine = marks.get(sp.id, {})
         if not todo:
             if "end" not in mine and "start" in mine:
-                self.note(
-                    "session_end",
-                    "every planned request of the session has a final attempt (completed, or failed as often as the retry rule allows)",
-                    session=sp.id,
-                )
+                self.note("session_end", SESSION_COMPLETE, session=sp.id)
             return
         started = "start" in mine
         if not started:
@@ -159,13 +156,39 @@ class CampaignRun(CampaignRecords):
             session=sp.id,
             resumed=started,
         )
+        ctx = self._session_context(sp.id)
+        for b, reqs in todo:
+            self._run_session_block(ctx, sp.id, b, reqs, last)
+        self.audit_session(sp.id)
+        done, _, _ = self.slot_state()
+        left = self._session_todo(sp, done)
+        n_left = sum(len(reqs) for _b, reqs in left)
+        self.note(
+            "session_end",
+            SESSION_COMPLETE if not n_left else f"{n_left} planned request(s) without a final attempt",
+            session=sp.id,
+            incomplete=n_left,
+        )
+
+    @staticmethod
+    def _session_todo(sp: SessionPlan, done) -> list[tuple[BlockPlan, list[Req]]]:
+        """(block, its planned requests without a final attempt) for each block of the session that has any."""
+        todo = []
+        for b in sp.blocks:
+            reqs = [q for q in b.requests if (sp.id, b.index, b.arm_of(q), q.task_id, q.cap, q.repeat) not in done]
+            if reqs:
+                todo.append((b, reqs))
+        return todo
+
+    def _session_context(self, sid: str) -> RunContext:
+        """The run context the session's blocks share (the campaign's prompts, read once per run)."""
         if self.prompts is None:
             self.prompts = PromptBook(self.s.tasks.values(), chat=True)
         n_workers = self.workers_used()
         ctx = RunContext(
             campaign=self.campaign,
             family=self.s.family,
-            session=sp.id,
+            session=sid,
             files=self.s.files,
             lib_dir=self.s.lib_dir,
             out_dir=self.out,
@@ -180,50 +203,38 @@ class CampaignRun(CampaignRecords):
             n_workers=n_workers,
         )
         ctx.on_record = self._on_record
-        for b, reqs in todo:
-            arm = self.s.arms[b.arm]
-            planned = [Planned(q.task_id, q.cap, q.repeat, arm=q.arm) for q in reqs]
-            attempts = {
-                (q.arm, q.task_id, q.repeat): last.get((sp.id, b.index, b.arm_of(q), q.task_id, q.cap, q.repeat), 0)
-                for q in reqs
-            }
+        return ctx
 
-            def on_submit(worker, p, order, _b=b):
-                self.note(
-                    "submit",
-                    "timed request submitted to the worker",
-                    session=sp.id,
-                    block=_b.index,
-                    worker=worker.worker_id,
-                    arm=p.arm or _b.arm,
-                    task_id=p.task_id,
-                    cap=p.cap,
-                    repeat=p.repeat,
-                    order_index=order,
-                )
+    def _run_session_block(self, ctx: RunContext, sid: str, b: BlockPlan, reqs: list[Req], last: dict) -> None:
+        """Run one block's remaining requests on fresh workers: a ``submit`` line before each timed request,
+        and the machine's load around the block."""
+        arm = self.s.arms[b.arm]
+        planned = [Planned(q.task_id, q.cap, q.repeat, arm=q.arm) for q in reqs]
+        attempts = {
+            (q.arm, q.task_id, q.repeat): last.get((sid, b.index, b.arm_of(q), q.task_id, q.cap, q.repeat), 0)
+            for q in reqs
+        }
 
-            ctx.on_submit = on_submit
-            self._log(f"{sp.id} block {b.index}: {', '.join(b.arms)} ({b.role}), {len(reqs)} request(s)")
-            before = load.sample()
-            also = tuple(self.s.arms[a] for a in b.also_arms)
-            run_block(ctx, arm, planned, block=b.index, attempts_before=attempts, also_arms=also)
-            self.note_load(sp.id, b, before, load.sample())
-        self.audit_session(sp.id)
-        done, _, _ = self.slot_state()
-        left = [
-            (b.index, q)
-            for b in sp.blocks
-            for q in b.requests
-            if (sp.id, b.index, b.arm_of(q), q.task_id, q.cap, q.repeat) not in done
-        ]
-        self.note(
-            "session_end",
-            "every planned request of the session has a final attempt (completed, or failed as often as the retry rule allows)"
-            if not left
-            else f"{len(left)} planned request(s) without a final attempt",
-            session=sp.id,
-            incomplete=len(left),
-        )
+        def on_submit(worker, p, order):
+            self.note(
+                "submit",
+                "timed request submitted to the worker",
+                session=sid,
+                block=b.index,
+                worker=worker.worker_id,
+                arm=p.arm or b.arm,
+                task_id=p.task_id,
+                cap=p.cap,
+                repeat=p.repeat,
+                order_index=order,
+            )
+
+        ctx.on_submit = on_submit
+        self._log(f"{sid} block {b.index}: {', '.join(b.arms)} ({b.role}), {len(reqs)} request(s)")
+        before = load.sample()
+        also = tuple(self.s.arms[a] for a in b.also_arms)
+        run_block(ctx, arm, planned, block=b.index, attempts_before=attempts, also_arms=also)
+        self.note_load(sid, b, before, load.sample())
 
     def note_load(self, sid: str, b, before: dict, after: dict) -> None:
         """The ``block_load`` ledger line: the machine before and after the block, busy or not."""

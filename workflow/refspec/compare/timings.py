@@ -218,6 +218,63 @@ def _items(x: ArchiveData) -> dict[tuple, dict[str, Any]]:
     return out
 
 
+def _sides(
+    a: ArchiveData, b: ArchiveData, key: tuple, ra: dict[str, Any] | None, rb: dict[str, Any] | None
+) -> tuple[str | None, str | None, Any, Any, bool, bool, list[str]]:
+    """(numerator, denominator, A's value, B's value, qualified in A, qualified in B, the reasons so far) of
+    one timing item. A ratio names its arms; an estimate's arms are the ones A's requests give its layouts,
+    and B's must be the same."""
+    kind, campaign, family, _cap, comp, path = key
+    why: list[str] = []
+    if kind == "ratio":
+        num, den = comp.split("/", 1)
+        a_val = ra["ratio"] if ra else None
+        b_val = rb["ratio"] if rb else None
+        return num, den, a_val, b_val, bool(ra and ra["qualified"]), bool(rb and rb["qualified"]), why
+    x_l, y_l = (s.lower() for s in comp.split("/", 1))
+    num = _arms_of(a.rows("requests"), campaign, family, path, x_l)
+    den = _arms_of(a.rows("requests"), campaign, family, path, y_l)
+    num_b = _arms_of(b.rows("requests"), campaign, family, path, x_l)
+    den_b = _arms_of(b.rows("requests"), campaign, family, path, y_l)
+    if (num, den) != (num_b, den_b):
+        why.append(f"the arms differ: A {num}/{den}, B {num_b}/{den_b}")
+    a_val = ra["estimate"] if ra else None
+    b_val = rb["estimate"] if rb else None
+    ok_a = bool(ra and ra["estimate"] is not None)
+    ok_b = bool(rb and rb["estimate"] is not None)
+    return num, den, a_val, b_val, ok_a, ok_b, why
+
+
+def _availability_reasons(ra: dict[str, Any] | None, rb: dict[str, Any] | None, ok_a: bool, ok_b: bool) -> list[str]:
+    """The reasons an item is missing or unqualified on a side."""
+    why = []
+    if ra is None or rb is None:
+        why.append(f"only in {'B' if ra is None else 'A'}")
+    if ra is not None and not ok_a:
+        why.append(f"not qualified in A ({ra['reason']})")
+    if rb is not None and not ok_b:
+        why.append(f"not qualified in B ({rb['reason']})")
+    return why
+
+
+def _set_verdict(t: TimingComparison, why: list[str], band: float) -> None:
+    """``t``'s verdict and reason: not comparable with the reasons, else the verdict of its interval (left not
+    comparable, without a reason, when it has none)."""
+    if why:
+        t.verdict, t.reason = NOT_COMPARABLE, "; ".join(why)
+    elif t.lo is not None and t.hi is not None:
+        t.verdict = verdict(t.lo, t.hi, band)
+        t.reason = (
+            "the interval contains 1"
+            if t.lo <= 1.0 <= t.hi
+            else "the interval lies within the band"
+            if t.verdict == REPRODUCED
+            else "the interval excludes 1 and leaves the band"
+        )
+        if min(t.n_sessions_a, t.n_sessions_b) < 2:
+            t.reason += " (a single session: the interval holds the tasks' noise only)"
+
+
 def compare_timings(a: ArchiveData, b: ArchiveData, inputs: InputsComparison, band: float) -> list[TimingComparison]:
     boot = inputs.bootstrap_a
     seed, draws = int(boot["seed"]), int(boot["draws"])
@@ -226,35 +283,11 @@ def compare_timings(a: ArchiveData, b: ArchiveData, inputs: InputsComparison, ba
     for key in sorted(set(ia) | set(ib), key=lambda k: (k[0] != "ratio", k[1], k[2], k[3] or 0, k[5], k[4])):
         kind, campaign, family, cap, comp, path = key
         ra, rb = ia.get(key), ib.get(key)
-        why: list[str] = []
-        if kind == "ratio":
-            num, den = comp.split("/", 1)
-            a_val = ra["ratio"] if ra else None
-            b_val = rb["ratio"] if rb else None
-            ok_a = bool(ra and ra["qualified"])
-            ok_b = bool(rb and rb["qualified"])
-        else:
-            x_l, y_l = (s.lower() for s in comp.split("/", 1))
-            num = _arms_of(a.rows("requests"), campaign, family, path, x_l)
-            den = _arms_of(a.rows("requests"), campaign, family, path, y_l)
-            num_b = _arms_of(b.rows("requests"), campaign, family, path, x_l)
-            den_b = _arms_of(b.rows("requests"), campaign, family, path, y_l)
-            if (num, den) != (num_b, den_b):
-                why.append(f"the arms differ: A {num}/{den}, B {num_b}/{den_b}")
-            a_val = ra["estimate"] if ra else None
-            b_val = rb["estimate"] if rb else None
-            ok_a = bool(ra and ra["estimate"] is not None)
-            ok_b = bool(rb and rb["estimate"] is not None)
-        if ra is None or rb is None:
-            why.append(f"only in {'B' if ra is None else 'A'}")
-        if ra is not None and not ok_a:
-            why.append(f"not qualified in A ({ra['reason']})")
-        if rb is not None and not ok_b:
-            why.append(f"not qualified in B ({rb['reason']})")
-        if not (ok_a and ok_b):
-            # unqualified comparisons are not timings of the study: listed only when one side has one
-            if not ok_a and not ok_b:
-                continue
+        num, den, a_val, b_val, ok_a, ok_b, why = _sides(a, b, key, ra, rb)
+        why += _availability_reasons(ra, rb, ok_a, ok_b)
+        # unqualified comparisons are not timings of the study: listed only when one side has one
+        if not ok_a and not ok_b:
+            continue
         t = TimingComparison(
             kind=kind,
             campaign=campaign,
@@ -285,9 +318,8 @@ def compare_timings(a: ArchiveData, b: ArchiveData, inputs: InputsComparison, ba
         if ok_a and ok_b and not (num and den):
             why.append(f"no single arm per side in A's requests ({comp}, {path}: {num}/{den})")
         if ok_a and ok_b and num and den:
-            qcamp = campaign
-            tasks_a = _panel(a.rows("qualification"), qcamp, family, cap)
-            tasks_b = _panel(b.rows("qualification"), qcamp, family, cap)
+            tasks_a = _panel(a.rows("qualification"), campaign, family, cap)
+            tasks_b = _panel(b.rows("qualification"), campaign, family, cap)
             if tasks_a != tasks_b:
                 why.append("the panels differ")
             else:
@@ -295,19 +327,7 @@ def compare_timings(a: ArchiveData, b: ArchiveData, inputs: InputsComparison, ba
         plan_why = inputs.campaign_reason(campaign)
         if plan_why:
             why.append(plan_why)
-        if why:
-            t.verdict, t.reason = NOT_COMPARABLE, "; ".join(why)
-        elif t.lo is not None and t.hi is not None:
-            t.verdict = verdict(t.lo, t.hi, band)
-            t.reason = (
-                "the interval contains 1"
-                if t.lo <= 1.0 <= t.hi
-                else "the interval lies within the band"
-                if t.verdict == REPRODUCED
-                else "the interval excludes 1 and leaves the band"
-            )
-            if min(t.n_sessions_a, t.n_sessions_b) < 2:
-                t.reason += " (a single session: the interval holds the tasks' noise only)"
+        _set_verdict(t, why, band)
         out.append(t)
     return out
 

@@ -14,8 +14,11 @@ The top-level modules (``cli.py``, ``__init__.py``) may import anything; a folde
 * **in-function imports**: no import of the package's own modules inside a function body,
   unless the import's line carries a comment starting ``# lazy:`` that says why (a heavy
   optional dependency);
-* **function length**: no function or method longer than :data:`MAX_FUNCTION_LINES` (100) lines,
-  from its ``def`` line to its last line (``end_lineno - lineno + 1``, decorators not counted);
+* **function length**: no function or method longer than :data:`MAX_FUNCTION_LINES` (80) lines,
+  from its ``def`` line to its last line (``end_lineno - lineno + 1``, decorators not counted).
+  ``refspec lint`` applies this rule, and only this one, to the checker's package
+  (``report/refspec_check``) too, with :func:`check_function_lengths`: the layers and the command
+  layer are the package's own;
 * **command layer**: only the command layer (``commands/`` and the top-level modules, ``cli.py``
   and ``__init__.py``) talks to the user and decides how the process ends. Everywhere else a
   module may not
@@ -35,7 +38,8 @@ The top-level modules (``cli.py``, ``__init__.py``) may import anything; a folde
   above its first) with a comment starting ``# contract:`` and saying why (an empty reason does
   not count).
 
-:func:`check` returns every problem, one line each, ``path:line: message``.
+:func:`check` returns every problem, one line each, ``path:line: message``; :func:`check_function_lengths`
+the function-length problems of any folder of Python files, in the same form.
 """
 
 from __future__ import annotations
@@ -65,7 +69,7 @@ LAZY_MARK = "# lazy:"
 COMMAND_LAYER = "commands"  # with the top-level modules: where printing and exit codes belong
 CONTRACT_MARK = "# contract:"
 ERRORS_MODULE = "core.errors"  # defines the EXIT_* codes (relative to the package)
-MAX_FUNCTION_LINES = 100  # the longest function or method, def line to last line
+MAX_FUNCTION_LINES = 80  # the longest function or method, def line to last line
 _ENDS_PROCESS = {("sys", "exit"), ("os", "_exit")}
 _SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)  # a class body ends at a function
 
@@ -229,15 +233,40 @@ def _length_problems(mod: Module) -> list[str]:
     """Every function or method of the module longer than :data:`MAX_FUNCTION_LINES` lines."""
     if mod.tree is None:
         return []  # reported by _collect
+    return _long_functions(mod.tree, mod.shown)
+
+
+def _long_functions(tree: ast.Module, shown: str) -> list[str]:
+    """A problem for each function or method of a parsed module longer than :data:`MAX_FUNCTION_LINES`
+    lines, in the order of their lines (``shown``: the module's path as problems name it)."""
     found = sorted(
         (node.lineno, node.name, node.end_lineno - node.lineno + 1)
-        for node in ast.walk(mod.tree)
+        for node in ast.walk(tree)
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
         and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES
     )
-    return [
-        f"{mod.shown}:{line}: function {name} is {n} lines (at most {MAX_FUNCTION_LINES})" for line, name, n in found
-    ]
+    return [f"{shown}:{line}: function {name} is {n} lines (at most {MAX_FUNCTION_LINES})" for line, name, n in found]
+
+
+def check_function_lengths(root: Path, show_from: Path | None = None) -> list[str]:
+    """The function-length rule alone over every Python file under the folder ``root`` (the checker's
+    package, which has no layers of its own), one problem a line, ``path:line: message``, with paths
+    relative to ``show_from`` (default: the folder above ``root``)."""
+    root = Path(root)
+    base = Path(show_from) if show_from else root.parent
+    problems = []
+    for path in sorted(root.rglob("*.py")):
+        try:
+            shown = str(path.relative_to(base))
+        except ValueError:
+            shown = str(path)
+        try:
+            tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        except SyntaxError as e:
+            problems.append(f"{shown}:{e.lineno or 0}: cannot parse: {e.msg}")
+            continue
+        problems += _long_functions(tree, shown)
+    return problems
 
 
 def _is_main_guard(test: ast.expr) -> bool:

@@ -12,8 +12,9 @@ Every check runs, and each problem is printed, before the command fails (exit 1)
   identical lines, comments, docstrings and imports ignored). ``report/check.py`` stays
   outside it on purpose: the checker recomputes the figures without importing the package;
 * import contract: the package's layer order, no import cycles, no unmarked import of the
-  package inside a function, no function over 100 lines, no printing, argparse or exit codes
-  outside the command layer (:mod:`refspec.devtools.contract`);
+  package inside a function, no function over 80 lines, no printing, argparse or exit codes
+  outside the command layer (:mod:`refspec.devtools.contract`); of these, the function length
+  also over the checker's package ``report/refspec_check``;
 * glossary: no public name of the package (module, top-level class, function or constant) uses a
   word that ``anc/glossary.md`` lists as not to use for one of its terms
   (:mod:`refspec.devtools.glossary`).
@@ -37,6 +38,7 @@ from . import contract, glossary
 PYTHON_TREES = ["workflow/refspec", "tests", "report", "bench"]
 MIN_SIMILAR_LINES = 8
 PACKAGE_DIR = REPO_ROOT / "workflow" / "refspec"
+CHECKER_DIR = REPO_ROOT / "report" / "refspec_check"  # the function-length rule only
 CONTRACT_CHECK = "import contract"
 GLOSSARY_CHECK = "glossary"
 
@@ -84,8 +86,16 @@ def run_checks(python: str = sys.executable) -> Iterator[CheckResult]:
         r = subprocess.run(cmd, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         yield CheckResult(name, r.returncode, r.stdout, time.monotonic() - t0)
     t0 = time.monotonic()
-    problems = contract.check(PACKAGE_DIR, show_from=REPO_ROOT)
+    problems = contract_problems()
     yield CheckResult(CONTRACT_CHECK, 1 if problems else 0, "".join(p + "\n" for p in problems), time.monotonic() - t0)
     t0 = time.monotonic()
     problems = glossary.check(PACKAGE_DIR, show_from=REPO_ROOT)
     yield CheckResult(GLOSSARY_CHECK, 1 if problems else 0, "".join(p + "\n" for p in problems), time.monotonic() - t0)
+
+
+def contract_problems() -> list[str]:
+    """The import contract's problems in the package, then the function-length problems in the checker's
+    package (the only rule of the contract that applies to it)."""
+    return contract.check(PACKAGE_DIR, show_from=REPO_ROOT) + contract.check_function_lengths(
+        CHECKER_DIR, show_from=REPO_ROOT
+    )

@@ -256,19 +256,7 @@ class ArmRunner:
         while not done():
             stats.cycles += 1
             k_eff = min(k, cap - n_gen() - 1)  # the verification yields up to k_eff + 1 tokens
-            proposals: list[int] = []
-            if k_eff > 0:
-                # draft: catch up with committed tokens it has not seen, then propose
-                feed = committed[n_d:]
-                dl = d.decode(feed, n_d)[0]
-                n_d += len(feed)
-                while True:
-                    p = greedy(dl)
-                    proposals.append(p)
-                    if len(proposals) == k_eff:
-                        break
-                    dl = d.decode([p], n_d)[0]
-                    n_d += 1
+            proposals, n_d = self._propose(d, committed, n_d, k_eff)
             stats.proposals += len(proposals)
 
             # target: pending token + proposals in one caller
@@ -276,19 +264,7 @@ class ArmRunner:
             assert n_t == len(committed) - 1, "pending token must be the only committed token outside the KV"
             rows = t.decode([pending, *proposals], n_t, outputs="all")
             n_t += 1 + len(proposals)
-            accepted = 0
-            new_tokens: list[int] = []
-            for i in range(len(proposals) + 1):
-                y = greedy(rows[i])
-                margins.append(top2_margin(rows[i]))
-                if i < len(proposals) and proposals[i] == y:
-                    accepted += 1
-                    new_tokens.append(y)
-                    if self.target_model.is_eog(y):
-                        break  # EOG inside the accepted run ends the request there
-                    continue
-                new_tokens.append(y)  # correction (i < k) or bonus (i == k)
-                break
+            accepted, new_tokens = self._verify(rows, proposals, margins)
             stats.accepted += accepted
             # positions of rejected proposals leave both caches
             keep = len(committed) + accepted  # pending + accepted proposals are now in the target KV
@@ -307,3 +283,40 @@ class ArmRunner:
         stats.target = t.counters()
         stats.draft = d.counters()
         return self._finish(generated, cap), stats, margins[:cap]
+
+    @staticmethod
+    def _propose(d: Context, committed: list[int], n_d: int, k_eff: int) -> tuple[list[int], int]:
+        """The draft's ``k_eff`` greedy proposals, after it catches up with the committed tokens it has not
+        seen; returns them and the draft's new KV length (no proposal, and nothing fed, when ``k_eff`` is 0)."""
+        proposals: list[int] = []
+        if k_eff > 0:
+            feed = committed[n_d:]
+            dl = d.decode(feed, n_d)[0]
+            n_d += len(feed)
+            while True:
+                p = greedy(dl)
+                proposals.append(p)
+                if len(proposals) == k_eff:
+                    break
+                dl = d.decode([p], n_d)[0]
+                n_d += 1
+        return proposals, n_d
+
+    def _verify(self, rows: Any, proposals: list[int], margins: list[float]) -> tuple[int, list[int]]:
+        """The target's verification of the proposals from its rows (the pending token's, then each
+        proposal's): the proposals accepted and the tokens it commits, up to the first correction, the bonus
+        token or an accepted EOG. Appends each row's margin read to ``margins``."""
+        accepted = 0
+        new_tokens: list[int] = []
+        for i in range(len(proposals) + 1):
+            y = greedy(rows[i])
+            margins.append(top2_margin(rows[i]))
+            if i < len(proposals) and proposals[i] == y:
+                accepted += 1
+                new_tokens.append(y)
+                if self.target_model.is_eog(y):
+                    break  # EOG inside the accepted run ends the request there
+                continue
+            new_tokens.append(y)  # correction (i < k) or bonus (i == k)
+            break
+        return accepted, new_tokens

@@ -321,22 +321,8 @@ def _cached(key: str, make, *, quiet: bool) -> BuildResult:
         return make(root, lib_dir)
 
 
-def _build_into(
-    options: BuildOptions,
-    key: str,
-    root: Path,
-    lib_dir: Path,
-    *,
-    jobs: int | None,
-    quiet: bool,
-    patches: list[Path] | None = None,
-    flags: list[str] | None = None,
-    targets: list[str] | None = None,
-    tools: tuple[str, ...] | list[str] = (),
-    variant: str | None = None,
-    pin: SdistPin = PINNED_SDIST,
-) -> BuildResult:
-    t0 = time.monotonic()
+def _unpack_sdist(root: Path, pin: SdistPin) -> Path:
+    """The pinned sdist unpacked afresh into ``root/src`` (any earlier tree removed); returns that folder."""
     sdist = fetch_sdist(pin)
     src_root = root / "src"
     if src_root.exists():
@@ -344,13 +330,11 @@ def _build_into(
     with tempfile.TemporaryDirectory(dir=root) as tmp:
         _safe_extract(sdist, Path(tmp))
         (Path(tmp) / f"llama_cpp_python-{pin.version}").rename(src_root)
-    llama_dir = src_root / "vendor" / "llama.cpp"
-    patches = apply_patches(llama_dir, patch_files() if patches is None else patches)
+    return src_root
 
-    build_dir = root / "build"
-    log_path = root / "build.log"
-    flags = options.cmake_flags() if flags is None else flags
-    targets = LIB_TARGETS if targets is None else targets
+
+def _host_flags(options: BuildOptions, flags: list[str]) -> tuple[list[str], dict]:
+    """(the CMake flags with the host's own for a GPU backend, the host setup the record keeps)."""
     host: dict = {}
     if options.backend == "cuda":
         extra, host = cuda.host_setup()
@@ -358,7 +342,14 @@ def _build_into(
     elif options.backend == "vulkan":
         extra, host = vulkan.host_setup()
         flags = flags + extra
-    jobs = jobs or os.cpu_count() or 2
+    return flags, host
+
+
+def _run_cmake(llama_dir: Path, root: Path, flags: list[str], targets: list[str], *, jobs: int, quiet: bool) -> None:
+    """Configure and build ``targets`` into ``root/build`` with Ninja, logged to ``root/build.log`` (a
+    progress bar on stderr unless ``quiet``)."""
+    build_dir = root / "build"
+    log_path = root / "build.log"
     bar = None
     if not quiet:
         try:
@@ -387,6 +378,30 @@ def _build_into(
         )
     if bar is not None:
         bar.close()
+
+
+def _build_into(
+    options: BuildOptions,
+    key: str,
+    root: Path,
+    lib_dir: Path,
+    *,
+    jobs: int | None,
+    quiet: bool,
+    patches: list[Path] | None = None,
+    flags: list[str] | None = None,
+    targets: list[str] | None = None,
+    tools: tuple[str, ...] | list[str] = (),
+    variant: str | None = None,
+    pin: SdistPin = PINNED_SDIST,
+) -> BuildResult:
+    t0 = time.monotonic()
+    src_root = _unpack_sdist(root, pin)
+    llama_dir = src_root / "vendor" / "llama.cpp"
+    patches = apply_patches(llama_dir, patch_files() if patches is None else patches)
+    flags, host = _host_flags(options, options.cmake_flags() if flags is None else flags)
+    targets = LIB_TARGETS if targets is None else targets
+    _run_cmake(llama_dir, root, flags, targets, jobs=jobs or os.cpu_count() or 2, quiet=quiet)
     t_build = time.monotonic() - t0
 
     record = {

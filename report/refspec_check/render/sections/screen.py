@@ -42,7 +42,40 @@ def section_screen(a: Archive, N: Numbers) -> Section:
 
 
 def _screen_tables(sec: Section, a: Archive, N: Numbers) -> None:
+    """The screen's summary per family, and its tried tasks when there are any."""
     rows = a.rows("divergence_screen")
+    sec.items.append(_screen_summary_table(a, N, rows))
+    trows = _screen_task_rows(a, N, rows)
+    if trows:
+        sec.items.append(
+            Table(
+                "screen-tasks",
+                "Tasks tried, in screen order: each unrepaired arm against R",
+                [a.src("divergence_screen")],
+                [
+                    "family",
+                    "task",
+                    "rank",
+                    "prompt tokens",
+                    "risk margin",
+                    "arm",
+                    "status",
+                    "first diff",
+                    "ref token",
+                    "arm token",
+                    "ref margin",
+                    "arm margin",
+                    "divergence",
+                ],
+                trows,
+                numeric=[False, False, True, True, True, False, False] + [True] * 5 + [False],
+            )
+        )
+
+
+def _screen_summary_table(a: Archive, N: Numbers, rows: list[dict]) -> Table:
+    """Per family, the tasks R decoded, those tried, exposed and kept as controls, and the screen's own
+    vacuity verdict where it exposed none."""
     tasks: dict[tuple[str, str], dict] = {}
     for r in rows:
         tasks.setdefault((r["family"], r["task_id"]), r)
@@ -68,16 +101,19 @@ def _screen_tables(sec: Section, a: Archive, N: Numbers) -> None:
             n = nums.add(("screen", fam, "vacuous_screened"), values["tried"], "d", row=key, column="tried")
             cells.append(Cell([VACUOUS_TEXT, n, VACUOUS_TAIL], cls="bad"))
         srows.append(cells)
-    sec.items.append(
-        Table(
-            "screen-summary",
-            "Tasks decoded by R, tried by the unrepaired arms, exposed, and kept as stable controls",
-            [a.src("divergence_screen")],
-            ["family", "discovery tasks", "tried", "exposed", "controls", "verdict"],
-            srows,
-            numeric=[False] + [True] * 4 + [False],
-        )
+    return Table(
+        "screen-summary",
+        "Tasks decoded by R, tried by the unrepaired arms, exposed, and kept as stable controls",
+        [a.src("divergence_screen")],
+        ["family", "discovery tasks", "tried", "exposed", "controls", "verdict"],
+        srows,
+        numeric=[False] + [True] * 4 + [False],
     )
+
+
+def _screen_task_rows(a: Archive, N: Numbers, rows: list[dict]) -> list[list[Cell]]:
+    """One row per arm tried on a task, in screen order: the task's rank and margin, the arm's status, where
+    it first diverged from R and the class of that divergence."""
     nums = ShownTable(N, a, "divergence_screen", "screen-tasks")
     trows = []
     for r in sorted(
@@ -110,31 +146,7 @@ def _screen_tables(sec: Section, a: Archive, N: Numbers) -> None:
             )
         )
         trows.append(cells)
-    if trows:
-        sec.items.append(
-            Table(
-                "screen-tasks",
-                "Tasks tried, in screen order: each unrepaired arm against R",
-                [a.src("divergence_screen")],
-                [
-                    "family",
-                    "task",
-                    "rank",
-                    "prompt tokens",
-                    "risk margin",
-                    "arm",
-                    "status",
-                    "first diff",
-                    "ref token",
-                    "arm token",
-                    "ref margin",
-                    "arm margin",
-                    "divergence",
-                ],
-                trows,
-                numeric=[False, False, True, True, True, False, False] + [True] * 5 + [False],
-            )
-        )
+    return trows
 
 
 def _exposed_repairs(sec: Section, a: Archive, N: Numbers) -> None:

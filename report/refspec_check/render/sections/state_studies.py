@@ -372,25 +372,10 @@ def projection_positions(rows: list[dict]) -> dict[int, str]:
     return {r["p0"] + j: h for r in rows for j, h in enumerate(r["row_sha256"].split())}
 
 
-@table_section(
-    "state-projection",
-    "Projection replay on fixed operands",
-    "The RMS norm (norm), norm-weight MUL (attn_norm) and Q/K/V projection MUL_MATs of the captured "
-    "layers in the prefills of the pair's arms, on the inputs whose states differ (paper §6.1). Each call "
-    "is replayed alone on its captured operands on the same backend and compared bitwise with its "
-    "captured output: qualified (equal), mismatch, excluded (ggml-alloc computed it in place over its "
-    "operand, which no capture can read back; never replayed) or error. Then the pair's outputs of each "
-    "node are compared position by position.",
-    table="projection",
-    absent="projection replay not run (stages.projection)",
-)
-def section_projection(sec: Section, a: Archive, N: Numbers) -> None:
-    src, tid = a.src("projection"), "state-projection"
+def _projection_calls_table(a: Archive, N: Numbers, groups: dict[tuple[str, str, str], list[dict]]) -> Table:
+    """The replayed calls per input, arm and node: their count, each outcome's count and the reasons given."""
+    tid = "state-projection"
     nums_tid = ShownTable(N, a, "projection", tid)
-    rows_all = a.rows("projection")
-    groups: dict[tuple[str, str, str], list[dict]] = defaultdict(list)
-    for r in rows_all:
-        groups[(r["task_id"], r["arm"], r["node"])].append(r)
     rows = []
     for (t, arm, node), g in groups.items():
         key = dict(task_id=t, arm=arm, node=node)
@@ -414,16 +399,18 @@ def section_projection(sec: Section, a: Archive, N: Numbers) -> None:
             ]
             + [Cell(["; ".join(reasons)], cls="reason")]
         )
-    sec.items.append(
-        Table(
-            tid,
-            "Replayed calls per input, arm and node",
-            [src],
-            ["task", "arm", "node", "op", "calls", *PROJECTION_STATUSES, "reason"],
-            rows,
-            numeric=[False] * 4 + [True] * 5 + [False],
-        )
+    return Table(
+        tid,
+        "Replayed calls per input, arm and node",
+        [a.src("projection")],
+        ["task", "arm", "node", "op", "calls", *PROJECTION_STATUSES, "reason"],
+        rows,
+        numeric=[False] * 4 + [True] * 5 + [False],
     )
+
+
+def _projection_totals_table(a: Archive, N: Numbers, rows_all: list[dict]) -> Table:
+    """One row: the replayed calls and their count by outcome."""
     tid2 = "state-projection-totals"
     nums_tid2 = ShownTable(N, a, "projection", tid2)
     totals = [("calls", "call", len(rows_all))] + [
@@ -431,21 +418,26 @@ def section_projection(sec: Section, a: Archive, N: Numbers) -> None:
     ]
     # one row, the outcomes as its header: an outcome no call had (a zero count) is a column of the
     # format, not a word of a row no record holds
-    sec.items.append(
-        Table(
-            tid2,
-            "Projection replay: calls by outcome",
-            [src],
-            [label for label, _col, _v in totals],
+    return Table(
+        tid2,
+        "Projection replay: calls by outcome",
+        [a.src("projection")],
+        [label for label, _col, _v in totals],
+        [
             [
-                [
-                    Cell([nums_tid2.add(("projection", "total", label), v, "d", row={}, column=col)])
-                    for label, col, v in totals
-                ]
-            ],
-            numeric=[True] * len(totals),
-        )
+                Cell([nums_tid2.add(("projection", "total", label), v, "d", row={}, column=col)])
+                for label, col, v in totals
+            ]
+        ],
+        numeric=[True] * len(totals),
     )
+
+
+def _projection_pair_table(
+    a: Archive, N: Numbers, rows_all: list[dict], groups: dict[tuple[str, str, str], list[dict]]
+) -> Table:
+    """Per input and node, the pair's outputs compared position by position: how many positions, how many
+    differ and the first that does (not compared where the arms' calls cover other positions)."""
     tid3 = "state-projection-pair"
     nums_tid3 = ShownTable(N, a, "projection", tid3)
     prow = []
@@ -474,31 +466,41 @@ def section_projection(sec: Section, a: Archive, N: Numbers) -> None:
                     Cell(["outputs differ" if differ else "bitwise equal"], cls="warn" if differ else "ok"),
                 ]
             )
-    sec.items.append(
-        Table(
-            tid3,
-            "Where the pair's projections first differ",
-            [src],
-            ["task", "node", "pair", "positions", "positions differing", "first differing position", "outputs"],
-            prow,
-            numeric=[False, False, False, True, True, True, False],
-        )
+    return Table(
+        tid3,
+        "Where the pair's projections first differ",
+        [a.src("projection")],
+        ["task", "node", "pair", "positions", "positions differing", "first differing position", "outputs"],
+        prow,
+        numeric=[False, False, False, True, True, True, False],
     )
 
 
 @table_section(
-    "state-crosses",
-    "State transfer: crosses and subset splices",
-    "A fresh receiver restores the recipient's KV with the donor's regions spliced in, samples the "
-    "recipient's stored initial logits and continues greedily (paper §6.2, Table S11). '=' the "
-    "recipient's natural endpoint, 'D' the donor's (distinguishable), 'T' a third trajectory; '.' no "
-    "byte changed; '!' the process repeats disagree.",
-    table="crosses",
-    absent="state crosses not run",
+    "state-projection",
+    "Projection replay on fixed operands",
+    "The RMS norm (norm), norm-weight MUL (attn_norm) and Q/K/V projection MUL_MATs of the captured "
+    "layers in the prefills of the pair's arms, on the inputs whose states differ (paper §6.1). Each call "
+    "is replayed alone on its captured operands on the same backend and compared bitwise with its "
+    "captured output: qualified (equal), mismatch, excluded (ggml-alloc computed it in place over its "
+    "operand, which no capture can read back; never replayed) or error. Then the pair's outputs of each "
+    "node are compared position by position.",
+    table="projection",
+    absent="projection replay not run (stages.projection)",
 )
-def section_crosses(sec: Section, a: Archive, N: Numbers) -> None:
-    src, tid = a.src("crosses"), "state-crosses"
-    rows_all = a.rows("crosses")
+def section_projection(sec: Section, a: Archive, N: Numbers) -> None:
+    rows_all = a.rows("projection")
+    groups: dict[tuple[str, str, str], list[dict]] = defaultdict(list)
+    for r in rows_all:
+        groups[(r["task_id"], r["arm"], r["node"])].append(r)
+    sec.items.append(_projection_calls_table(a, N, groups))
+    sec.items.append(_projection_totals_table(a, N, rows_all))
+    sec.items.append(_projection_pair_table(a, N, rows_all, groups))
+
+
+def _crosses_matrix_table(a: Archive, rows_all: list[dict]) -> Table:
+    """The subset matrix (Table S11's shape): per selector and input-direction, the outcome's code, '.' where
+    no byte changed and '!' where the process repeats disagree."""
     cols = list(dict.fromkeys((r["task_id"], r["direction"]) for r in rows_all))
     cell: dict[tuple, list[dict]] = defaultdict(list)
     for r in rows_all:
@@ -519,22 +521,23 @@ def section_crosses(sec: Section, a: Archive, N: Numbers) -> None:
                 code += "!"
             out.append(Cell([code], cls="mono " + ("warn" if code[0] == "3" else "ok" if code[0] == "D" else "")))
         mrows.append(out)
-    sec.items.append(
-        Table(
-            tid,
-            "Subset matrix (Table S11 shape)",
-            [src],
-            ["selector", *[f"{t} {d}" for t, d in cols]],
-            mrows,
-            numeric=[False] * (1 + len(cols)),
-        )
+    return Table(
+        "state-crosses",
+        "Subset matrix (Table S11 shape)",
+        [a.src("crosses")],
+        ["selector", *[f"{t} {d}" for t, d in cols]],
+        mrows,
+        numeric=[False] * (1 + len(cols)),
     )
-    tid2 = "state-crosses-counts"
-    nums = ShownTable(N, a, "crosses", tid2)
+
+
+def _crosses_counts(rows_all: list[dict]) -> list[tuple[str, str, int]]:
+    """(label, key, count) of the crosses' outcomes and controls: subset requests by outcome, the processes,
+    the subset coordinates and the own-path shams (those reproducing the recipient among them)."""
     subs = [r for r in rows_all if r["kind"] == "subset"]
     shams = [r for r in rows_all if r["selector"] == "EMPTY"]
     coords = {(r["task_id"], r["direction"], r["selector"]) for r in subs}
-    vals = [
+    return [
         ("subset requests", "requests", len(subs)),
         ("processes", "processes", len({r["process"] for r in rows_all})),
         ("donor endpoint", "donor", sum(r["outcome"] == "donor" for r in subs)),
@@ -557,30 +560,58 @@ def section_crosses(sec: Section, a: Archive, N: Numbers) -> None:
             sum(r["outcome"] == "recipient" and r["changed_bytes"] == 0 for r in shams),
         ),
     ]
+
+
+def _crosses_verdict_table(a: Archive, N: Numbers) -> Table:
+    """The vacuity verdict of crosses whose pair's natural endpoints agree on every input crossed."""
+    return Table(
+        "state-crosses-verdict",
+        "Crosses verdict",
+        [a.src("crosses")],
+        ["study", "verdict"],
+        [
+            [
+                Cell(["state crosses"]),
+                Cell(study_vacuity_parts(a, N, "state-crosses-verdict", "crosses"), cls="warn"),
+            ]
+        ],
+        caption="An input is exposed to the crosses where the pair's natural continuations part "
+        "within the cap (the rows are distinguishable).",
+        numeric=[False, False],
+    )
+
+
+@table_section(
+    "state-crosses",
+    "State transfer: crosses and subset splices",
+    "A fresh receiver restores the recipient's KV with the donor's regions spliced in, samples the "
+    "recipient's stored initial logits and continues greedily (paper §6.2, Table S11). '=' the "
+    "recipient's natural endpoint, 'D' the donor's (distinguishable), 'T' a third trajectory; '.' no "
+    "byte changed; '!' the process repeats disagree.",
+    table="crosses",
+    absent="state crosses not run",
+)
+def section_crosses(sec: Section, a: Archive, N: Numbers) -> None:
+    rows_all = a.rows("crosses")
+    sec.items.append(_crosses_matrix_table(a, rows_all))
+    tid2 = "state-crosses-counts"
+    nums = ShownTable(N, a, "crosses", tid2)
+    vals = _crosses_counts(rows_all)
     rows2 = [[Cell([label]), Cell([nums.add(("crosses", k), v, "d", row={}, column=k)])] for label, k, v in vals]
     sec.items.append(
-        Table(tid2, "Crosses: outcome counts and controls", [src], ["count", "value"], rows2, numeric=[False, True])
+        Table(
+            tid2,
+            "Crosses: outcome counts and controls",
+            [a.src("crosses")],
+            ["count", "value"],
+            rows2,
+            numeric=[False, True],
+        )
     )
     if crosses_exposure(rows_all)["vacuous"]:
         # the pair's natural endpoints agree on every input crossed: no cross can show the donor's
         # endpoint rather than the recipient's (refspec_check.render.vacuity)
-        sec.items.append(
-            Table(
-                "state-crosses-verdict",
-                "Crosses verdict",
-                [src],
-                ["study", "verdict"],
-                [
-                    [
-                        Cell(["state crosses"]),
-                        Cell(study_vacuity_parts(a, N, "state-crosses-verdict", "crosses"), cls="warn"),
-                    ]
-                ],
-                caption="An input is exposed to the crosses where the pair's natural continuations part "
-                "within the cap (the rows are distinguishable).",
-                numeric=[False, False],
-            )
-        )
+        sec.items.append(_crosses_verdict_table(a, N))
 
 
 def study_vacuity_parts(a: Archive, N: Numbers, tid: str, table: str) -> list:

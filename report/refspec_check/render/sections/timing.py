@@ -30,6 +30,78 @@ def _interval_cells(nums: ShownTable, base: tuple, key: dict, r: dict) -> list[C
     return [Cell(["[", lo, ", ", hi, f"] ({r['design']}, ", units, ")"]), Cell([word], cls="wrap"), Cell([det])]
 
 
+RATIO_HEADER = (
+    "family",
+    "path",
+    "comparison",
+    "ratio",
+    "as a speed",
+    "CPU-time ratio",
+    "95% interval (design, processes)",
+    "verdict",
+    "detectable ratio",
+    "regressions",
+    "regressed tasks / reason",
+)
+
+
+def _ratio_cells(nums: ShownTable, camp: str, r: dict) -> list[Cell]:
+    """One ratios row: its comparison, and the ratio with its speed, CPU-time ratio, interval, verdict and
+    regressions when qualified, else dashes and the reason."""
+    key = dict(campaign=camp, family=r["family"], cap=r["cap"], numerator=r["numerator"], denominator=r["denominator"])
+    base = ("ratio", camp, r["family"], r["cap"], r["numerator"], r["denominator"])
+    cells = [Cell([r["family"]]), Cell([r["path"]]), Cell([f"{r['numerator']}/{r['denominator']}"], cls="mono")]
+    nt = nums.add(base + ("n_tasks",), r["n_tasks"], "d", row=key, column="n_tasks")
+    if r["qualified"] and r["ratio"] is not None:
+        cells.append(Cell([nums.add(base + ("ratio",), r["ratio"], ".6f", row=key, column="ratio")]))
+        cells.append(Cell(speed_cell(nums, base, key, "ratio", r), cls="wrap"))  # wraps in report.tex
+        cpu = r.get("cpu_ratio")
+        cells.append(
+            Cell([nums.add(base + ("cpu_ratio",), cpu, ".6f", row=key, column="cpu_ratio")] if cpu else [DASH])
+        )
+        nr = nums.add(base + ("n_regressions",), r["n_regressions"], "d", row=key, column="n_regressions")
+        cells += _interval_cells(nums, base, key, r)
+        cells.append(Cell([nr, "/", nt]))
+        cells.append(Cell([r["regressed_tasks"] or ""], cls="mono small"))
+    else:
+        cells.append(Cell([DASH], cls="bad", title="not qualified"))
+        cells.append(Cell([DASH]))
+        cells.append(Cell([DASH]))
+        cells += [Cell([DASH]), Cell([DASH]), Cell([DASH])]
+        cells.append(Cell([DASH, "/", nt]))
+        cells.append(Cell([r["reason"] or "not qualified"], cls="reason"))
+    return cells
+
+
+def _cost_figure(a: Archive, rows_all: list[dict]) -> Figure | None:
+    """The repair cost figure: GS/QB and PQ/QB of the implementation campaign (None: no such ratio)."""
+    impl = [r for r in rows_all if r["campaign"] == "implementation" and r["path"] in ("target", "spec")]
+    pts = []
+    for r in sorted(impl, key=lambda r: (r["family"], r["path"], r["numerator"])):
+        lay_n = _layout_of(a, "implementation", r["family"], r["numerator"])
+        lay_d = _layout_of(a, "implementation", r["family"], r["denominator"])
+        if lay_d != "qb" or lay_n not in ("gs", "pq"):
+            continue
+        pts.append(
+            dict(
+                label=f"{r['family']} {r['path']} {lay_n.upper()}/QB",
+                value=r["ratio"] if r["qualified"] else None,
+                cls=r["path"],
+                note=f"{DASH} not qualified",
+            )
+        )
+    if not pts:
+        return None
+    return Figure(
+        "fig-cost",
+        "Repair cost per family: GS and PQ relative to QB",
+        [a.src("ratios")],
+        interval_figure("Repair cost per family: GS and PQ relative to QB", pts, [(1.0, "ref", "1")]),
+        "Implementation-campaign ratios; above one the alternative is slower than QB. "
+        "Blue: target-only arms; orange: speculative arms.",
+    )
+
+
 @table_section(
     "ratios",
     "Qualified latency ratios",
@@ -57,83 +129,21 @@ def section_ratios(sec: Section, a: Archive, N: Numbers) -> None:
         aa = aa_table(a, N, camp)  # the campaign's A/A control, once above its ratios
         if aa is not None:
             sec.items.append(aa)
-        rows = []
-        for r in [r for r in rows_all if r["campaign"] == camp]:
-            key = dict(
-                campaign=camp, family=r["family"], cap=r["cap"], numerator=r["numerator"], denominator=r["denominator"]
-            )
-            base = ("ratio", camp, r["family"], r["cap"], r["numerator"], r["denominator"])
-            cells = [Cell([r["family"]]), Cell([r["path"]]), Cell([f"{r['numerator']}/{r['denominator']}"], cls="mono")]
-            nt = nums.add(base + ("n_tasks",), r["n_tasks"], "d", row=key, column="n_tasks")
-            if r["qualified"] and r["ratio"] is not None:
-                cells.append(Cell([nums.add(base + ("ratio",), r["ratio"], ".6f", row=key, column="ratio")]))
-                cells.append(Cell(speed_cell(nums, base, key, "ratio", r), cls="wrap"))  # wraps in report.tex
-                cpu = r.get("cpu_ratio")
-                cells.append(
-                    Cell([nums.add(base + ("cpu_ratio",), cpu, ".6f", row=key, column="cpu_ratio")] if cpu else [DASH])
-                )
-                nr = nums.add(base + ("n_regressions",), r["n_regressions"], "d", row=key, column="n_regressions")
-                cells += _interval_cells(nums, base, key, r)
-                cells.append(Cell([nr, "/", nt]))
-                cells.append(Cell([r["regressed_tasks"] or ""], cls="mono small"))
-            else:
-                cells.append(Cell([DASH], cls="bad", title="not qualified"))
-                cells.append(Cell([DASH]))
-                cells.append(Cell([DASH]))
-                cells += [Cell([DASH]), Cell([DASH]), Cell([DASH])]
-                cells.append(Cell([DASH, "/", nt]))
-                cells.append(Cell([r["reason"] or "not qualified"], cls="reason"))
-            rows.append(cells)
+        rows = [_ratio_cells(nums, camp, r) for r in rows_all if r["campaign"] == camp]
         sec.items.append(
             Table(
                 tid,
                 f"{CAMPAIGN_TITLES.get(camp, camp)} ratios",
                 [src],
-                [
-                    "family",
-                    "path",
-                    "comparison",
-                    "ratio",
-                    "as a speed",
-                    "CPU-time ratio",
-                    "95% interval (design, processes)",
-                    "verdict",
-                    "detectable ratio",
-                    "regressions",
-                    "regressed tasks / reason",
-                ],
+                list(RATIO_HEADER),
                 rows,
                 numeric=[False, False, False, True, False, True, False, False, True, True, False],
                 stack=True,
             )
         )
-    # cost figure: GS/QB and PQ/QB of the implementation campaign
-    impl = [r for r in rows_all if r["campaign"] == "implementation" and r["path"] in ("target", "spec")]
-    pts = []
-    for r in sorted(impl, key=lambda r: (r["family"], r["path"], r["numerator"])):
-        lay_n = _layout_of(a, "implementation", r["family"], r["numerator"])
-        lay_d = _layout_of(a, "implementation", r["family"], r["denominator"])
-        if lay_d != "qb" or lay_n not in ("gs", "pq"):
-            continue
-        pts.append(
-            dict(
-                label=f"{r['family']} {r['path']} {lay_n.upper()}/QB",
-                value=r["ratio"] if r["qualified"] else None,
-                cls=r["path"],
-                note=f"{DASH} not qualified",
-            )
-        )
-    if pts:
-        sec.items.append(
-            Figure(
-                "fig-cost",
-                "Repair cost per family: GS and PQ relative to QB",
-                [src],
-                interval_figure("Repair cost per family: GS and PQ relative to QB", pts, [(1.0, "ref", "1")]),
-                "Implementation-campaign ratios; above one the alternative is slower than QB. "
-                "Blue: target-only arms; orange: speculative arms.",
-            )
-        )
+    cost = _cost_figure(a, rows_all)  # GS/QB and PQ/QB of the implementation campaign
+    if cost is not None:
+        sec.items.append(cost)
     forest = _forest(a)
     if forest is not None:  # the figure a reader wants first, above the campaigns' tables
         sec.items.insert(0, forest)
@@ -173,6 +183,58 @@ def _layout_of(a: Archive, campaign: str, family: str, arm: str) -> str | None:
     return None
 
 
+def _diagnostic_cells(nums: ShownTable, r: dict) -> tuple[list[Cell], dict | None]:
+    """One diagnostics row's cells (its medians, ratio as a speed and regressions, or dashes where no task
+    was timed for both arms) and its point of the figure (None without a ratio)."""
+    key = dict(
+        campaign=r["campaign"],
+        family=r["family"],
+        cap=r["cap"],
+        numerator=r["numerator"],
+        denominator=r["denominator"],
+    )
+    base = ("diag", r["campaign"], r["family"], r["cap"], r["numerator"], r["denominator"])
+    cmp_ = f"{r['numerator']}/{r['denominator']}"
+    nt = nums.add(base + ("n_tasks",), r["n_tasks"], "d", row=key, column="n_tasks")
+    timed = nums.add(base + ("n_tasks_timed",), r["n_tasks_timed"], "d", row=key, column="n_tasks_timed")
+    cells = [Cell([r["campaign"]]), Cell([r["family"]]), Cell([cmp_], cls="mono"), Cell([r["label"]], cls="diag")]
+    pt = None
+    if r["ratio"] is not None:
+        mn = nums.add(
+            base + ("median_numerator_ms",),
+            r["median_numerator_ns"] / 1e6,
+            ".2f",
+            row=key,
+            column="median_numerator_ns",
+        )
+        md = nums.add(
+            base + ("median_denominator_ms",),
+            r["median_denominator_ns"] / 1e6,
+            ".2f",
+            row=key,
+            column="median_denominator_ns",
+        )
+        ra = nums.add(base + ("ratio",), r["ratio"], ".6f", row=key, column="ratio")
+        nr = nums.add(base + ("n_regressions",), r["n_regressions"], "d", row=key, column="n_regressions")
+        sp = nums.speed(base, key, "ratio", dict(ratio=r["ratio"]))
+        cells += [
+            Cell([mn]),
+            Cell([md]),
+            Cell([ra, " ("] + sp.parts() + [")"], cls="diag"),
+            Cell([nr, "/", timed, "/", nt]),
+        ]
+        pt = dict(label=f"{r['family']} {cmp_} ({r['campaign']})", value=r["ratio"], cls="diag")
+    else:
+        cells += [
+            Cell([DASH]),
+            Cell([DASH]),
+            Cell([DASH], title="no task timed for both arms"),
+            Cell([DASH, "/", timed, "/", nt]),
+        ]
+    cells.append(Cell([r["reason"]], cls="reason"))
+    return cells, pt
+
+
 @table_section(
     "diagnostics",
     "Diagnostic timings (not qualified)",
@@ -195,52 +257,10 @@ def section_diagnostics(sec: Section, a: Archive, N: Numbers) -> None:
     nums = ShownTable(N, a, "diagnostics", tid)
     rows, pts = [], []
     for r in rows_all:
-        key = dict(
-            campaign=r["campaign"],
-            family=r["family"],
-            cap=r["cap"],
-            numerator=r["numerator"],
-            denominator=r["denominator"],
-        )
-        base = ("diag", r["campaign"], r["family"], r["cap"], r["numerator"], r["denominator"])
-        cmp_ = f"{r['numerator']}/{r['denominator']}"
-        nt = nums.add(base + ("n_tasks",), r["n_tasks"], "d", row=key, column="n_tasks")
-        timed = nums.add(base + ("n_tasks_timed",), r["n_tasks_timed"], "d", row=key, column="n_tasks_timed")
-        cells = [Cell([r["campaign"]]), Cell([r["family"]]), Cell([cmp_], cls="mono"), Cell([r["label"]], cls="diag")]
-        if r["ratio"] is not None:
-            mn = nums.add(
-                base + ("median_numerator_ms",),
-                r["median_numerator_ns"] / 1e6,
-                ".2f",
-                row=key,
-                column="median_numerator_ns",
-            )
-            md = nums.add(
-                base + ("median_denominator_ms",),
-                r["median_denominator_ns"] / 1e6,
-                ".2f",
-                row=key,
-                column="median_denominator_ns",
-            )
-            ra = nums.add(base + ("ratio",), r["ratio"], ".6f", row=key, column="ratio")
-            nr = nums.add(base + ("n_regressions",), r["n_regressions"], "d", row=key, column="n_regressions")
-            sp = nums.speed(base, key, "ratio", dict(ratio=r["ratio"]))
-            cells += [
-                Cell([mn]),
-                Cell([md]),
-                Cell([ra, " ("] + sp.parts() + [")"], cls="diag"),
-                Cell([nr, "/", timed, "/", nt]),
-            ]
-            pts.append(dict(label=f"{r['family']} {cmp_} ({r['campaign']})", value=r["ratio"], cls="diag"))
-        else:
-            cells += [
-                Cell([DASH]),
-                Cell([DASH]),
-                Cell([DASH], title="no task timed for both arms"),
-                Cell([DASH, "/", timed, "/", nt]),
-            ]
-        cells.append(Cell([r["reason"]], cls="reason"))
+        cells, pt = _diagnostic_cells(nums, r)
         rows.append(cells)
+        if pt is not None:
+            pts.append(pt)
     sec.items.append(
         Table(
             tid,

@@ -29,11 +29,12 @@ import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from ...core import tables as T
 from ...core.errors import ConfigError
 from ...core.fsutil import atomic_write_text
-from ...core.panels import EXPOSED_PANEL, prompt_tokens, read_frozen_screen, resolve_panel, write_panel
+from ...core.panels import EXPOSED_PANEL, Task, prompt_tokens, read_frozen_screen, resolve_panel, write_panel
 from ...native.models import ensure_family
 from ...native.runtime import Context, ContextSpec, Model
 from .partition import PartitionArm, classes, prefill_state, state_columns
@@ -82,6 +83,78 @@ def choose(
     return {"exposed": exposed, "pair": list(pair) if pair else None, "study": study, "controls": ctrl}
 
 
+def _input_rows(
+    model: Model,
+    task: Task,
+    arms: Sequence[PartitionArm],
+    contexts: dict[int, Context],
+    *,
+    family: str,
+    n_ctx: int,
+    n_batch: int,
+    threads: int,
+    bar: Any,
+) -> list[dict]:
+    """One input prefilled by every arm (each in a context of its micro-batch, made once and kept in
+    ``contexts``): a row per arm with its state's digests and its KV and logits classes."""
+    prompt = prompt_tokens(model, task)
+    n = len(prompt)
+    if n > n_batch or n >= n_ctx:
+        raise ConfigError(f"{task.task_id}: prompt of {n} tokens exceeds one caller of {n_batch} tokens")
+    per: list[dict] = []
+    for arm in arms:
+        if arm.ub not in contexts:
+            spec = ContextSpec(n_ctx=n_ctx, n_batch=n_batch, n_ubatch=arm.ub, threads=threads)
+            contexts[arm.ub] = Context(model, spec)
+        ctx = contexts[arm.ub]
+        chunks, degenerate = arm.chunks(n)
+        logits, raw, counters = prefill_state(ctx, prompt, chunks)
+        per.append(
+            {"family": family, "task_id": task.task_id, "arm": arm.name}
+            | state_columns(arm, n, chunks, degenerate, counters, logits, raw)
+        )
+        if bar is not None:
+            bar.update(1)
+    kv_cls = classes([r["kv_sha256"] for r in per])
+    lg_cls = classes([r["logits_sha256"] for r in per])
+    for r, k, g in zip(per, kv_cls, lg_cls):
+        r.update({"kv_class": k, "logits_class": g, "differs": k != 0 or g != 0})
+    return per
+
+
+def _screen_rows(
+    model: Model,
+    tasks: Sequence[Task],
+    arms: Sequence[PartitionArm],
+    *,
+    family: str,
+    n_ctx: int,
+    threads: int,
+    progress: bool,
+) -> list[dict]:
+    """The screen's table: every input of the panel prefilled by every arm, in panel and arm order (the
+    contexts are closed when it ends, or fails)."""
+    n_batch = max(max(a.ub for a in arms), 512)
+    contexts: dict[int, Context] = {}
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=len(tasks) * len(arms), desc="partition screen", unit="prefill", file=sys.stderr)
+    rows: list[dict] = []
+    try:
+        for task in tasks:
+            rows += _input_rows(
+                model, task, arms, contexts, family=family, n_ctx=n_ctx, n_batch=n_batch, threads=threads, bar=bar
+            )
+    finally:
+        if bar is not None:
+            bar.close()
+        for c in contexts.values():
+            c.close()
+    return rows
+
+
 def run_partition_screen(
     *,
     family: str,
@@ -109,44 +182,7 @@ def run_partition_screen(
     out.mkdir(parents=True, exist_ok=True)
     files = ensure_family(family, models_dir=models_dir, families_file=families_file)
     model = Model(files.target.path, sha256=files.target.sha256, n_gpu_layers=gpu_layers, require_placement=True)
-    n_batch = max(max(a.ub for a in arms), 512)
-    contexts: dict[int, Context] = {}
-    bar = None
-    if progress:
-        from tqdm import tqdm
-
-        bar = tqdm(total=len(tasks) * len(arms), desc="partition screen", unit="prefill", file=sys.stderr)
-    rows: list[dict] = []
-    try:
-        for task in tasks:
-            prompt = prompt_tokens(model, task)
-            n = len(prompt)
-            if n > n_batch or n >= n_ctx:
-                raise ConfigError(f"{task.task_id}: prompt of {n} tokens exceeds one caller of {n_batch} tokens")
-            per: list[dict] = []
-            for arm in arms:
-                if arm.ub not in contexts:
-                    spec = ContextSpec(n_ctx=n_ctx, n_batch=n_batch, n_ubatch=arm.ub, threads=threads)
-                    contexts[arm.ub] = Context(model, spec)
-                ctx = contexts[arm.ub]
-                chunks, degenerate = arm.chunks(n)
-                logits, raw, counters = prefill_state(ctx, prompt, chunks)
-                per.append(
-                    {"family": family, "task_id": task.task_id, "arm": arm.name}
-                    | state_columns(arm, n, chunks, degenerate, counters, logits, raw)
-                )
-                if bar is not None:
-                    bar.update(1)
-            kv_cls = classes([r["kv_sha256"] for r in per])
-            lg_cls = classes([r["logits_sha256"] for r in per])
-            for r, k, g in zip(per, kv_cls, lg_cls):
-                r.update({"kv_class": k, "logits_class": g, "differs": k != 0 or g != 0})
-            rows += per
-    finally:
-        if bar is not None:
-            bar.close()
-        for c in contexts.values():
-            c.close()
+    rows = _screen_rows(model, tasks, arms, family=family, n_ctx=n_ctx, threads=threads, progress=progress)
     ids = [t.task_id for t in tasks]
     names = [a.name for a in arms]
     pick = choose(rows, ids, names, pair=pair, inputs=inputs, controls=controls)

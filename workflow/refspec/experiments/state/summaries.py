@@ -83,19 +83,109 @@ def partition_summary(rows: list[dict], diff_rows: list[dict] | None = None, *, 
     return "\n".join(lines)
 
 
+def _first_seen(values) -> list:
+    """The distinct values, in order of first appearance."""
+    out = []
+    for v in values:
+        if v not in out:
+            out.append(v)
+    return out
+
+
+def _cell_code(rs: list[dict]) -> str:
+    """One cell's code: the outcome's, '.' where no byte changed (but the sham), '!' where the repeats
+    disagree, '?' where a sham failed."""
+    r = rs[0]
+    code = OUTCOME_CODES[r["outcome"]]
+    if not r["bytes_changed"] and r["selector"] != "EMPTY":
+        code += "."
+    if not all(x["repeats_agree"] for x in rs):
+        code += "!"
+    if not all(x["controls_ok"] for x in rs):
+        code += "?"
+    return code
+
+
+def _matrix_lines(cell: dict[tuple, list[dict]], sels: list[str], cols: list[tuple[str, str]]) -> list[str]:
+    """The subset matrix's header (tasks over directions) and one line per selector."""
+    w = max(max(len(d) for _t, d in cols), 7) + 1
+    tasks = _first_seen(t for t, _d in cols)
+    head1 = f"{'':8s} " + " ".join(f"{t:>{w * 2 + 1}s}" for t in tasks)
+    head2 = f"{'selector':8s} " + " ".join(f"{d:>{w}s}" for _t, d in cols)
+    lines = [head1, head2]
+    for s in sels:
+        out = []
+        for t, d in cols:
+            rs = cell.get((s, t, d), [])
+            out.append(f"{_cell_code(rs):>{w}s}" if rs else f"{'':>{w}s}")
+        lines.append(f"{s:8s} " + " ".join(out))
+    return lines
+
+
+def _outcome_lines(rows: list[dict], cell: dict[tuple, list[dict]]) -> list[str]:
+    """The subset requests' outcomes (the recipient's split by whether a byte changed), the controls and
+    repeats, and the own-path shams that reproduce the recipient."""
+    counts = {"recipient": 0, "donor": 0, "third": 0}
+    unchanged_recipient = changed_recipient = 0
+    for rs in cell.values():
+        if rs[0]["kind"] != "subset":
+            continue
+        for x in rs:
+            counts[x["outcome"]] += 1
+            if x["outcome"] == "recipient":
+                if x["bytes_changed"]:
+                    changed_recipient += 1
+                else:
+                    unchanged_recipient += 1
+    n_sub = sum(counts.values())
+    n_proc = len({r["process"] for r in rows})
+    shams = [r for r in rows if r["selector"] == "EMPTY"]
+    return [
+        f"{n_sub} subset requests in {n_proc} processes: donor {counts['donor']}, third {counts['third']}, "
+        f"recipient {counts['recipient']} (bytes changed in {changed_recipient}, unchanged in "
+        f"{unchanged_recipient}); controls ok: {all(r['controls_ok'] for r in rows)}; "
+        f"repeats agree: {all(r['repeats_agree'] for r in rows)}",
+        f"own-path shams reproducing the recipient endpoint: "
+        f"{sum(r['outcome'] == 'recipient' for r in shams)} of {len(shams)}",
+    ]
+
+
+def _frontier_lines(frows: list[dict]) -> list[str]:
+    """The frontier contrasts of the first repeat: per panel, the frontier and its pair score's additive
+    prediction against the actual joint change."""
+    lines = [
+        "Frontier contrasts (logits at the first output where a panel's four trajectories disagree; "
+        "pair score = logit[a] - logit[b]):"
+    ]
+    for f in frows:
+        if f["repeat"] != 1:
+            continue
+        head = f"  {f['task_id']} {f['direction']:>9s} {f['panel']:8s}"
+        if f["frontier"] is None or f["max_abs_interaction"] is None:
+            lines.append(f"{head} no frontier ({f['note']})")
+            continue
+        pair = f"{f['token_a']}/{f['token_b']}"
+        if f["additive"] is None:
+            lines.append(
+                f"{head} t*={f['frontier']} argmax {f['argmax']} ({f['note']}); "
+                f"max|interaction| {f['max_abs_interaction']:.6g}"
+            )
+            continue
+        lines.append(
+            f"{head} t*={f['frontier']} argmax {'/'.join(map(str, f['argmax']))} pair {pair}: "
+            f"additive {f['additive']:.6g} actual {f['actual']:.6g} interaction {f['interaction']:.6g}; "
+            f"max|joint-(first+second)| {f['max_abs_interaction']:.6g}, max|joint| "
+            f"{f['max_abs_delta_joint']:.6g}{'' if f['repeats_agree'] else ' (repeats disagree)'}"
+        )
+    return lines
+
+
 def crosses_summary(rows: list[dict], frows: list[dict] | None = None) -> str:
     """The subset matrix (paper Table S11 shape): selectors x (task, direction)."""
     if not rows:
         return "no crosses rows"
-    cols: list[tuple[str, str]] = []
-    for r in rows:
-        c = (r["task_id"], r["direction"])
-        if c not in cols:
-            cols.append(c)
-    sels = []
-    for r in rows:
-        if r["selector"] not in sels:
-            sels.append(r["selector"])
+    cols: list[tuple[str, str]] = _first_seen((r["task_id"], r["direction"]) for r in rows)
+    sels = _first_seen(r["selector"] for r in rows)
     cell: dict[tuple, list[dict]] = {}
     for r in rows:
         cell.setdefault((r["selector"], r["task_id"], r["direction"]), []).append(r)
@@ -104,77 +194,8 @@ def crosses_summary(rows: list[dict], frows: list[dict] | None = None) -> str:
         "'D' donor endpoint (distinguishable), '3' third trajectory; '.' suffix: no byte changed; "
         "'!' repeats disagree; '?' sham failed"
     ]
-    w = max(max(len(d) for _t, d in cols), 7) + 1
-    tasks = []
-    for t, _d in cols:
-        if t not in tasks:
-            tasks.append(t)
-    head1 = f"{'':8s} " + " ".join(f"{t:>{w * 2 + 1}s}" for t in tasks)
-    head2 = f"{'selector':8s} " + " ".join(f"{d:>{w}s}" for _t, d in cols)
-    lines += [head1, head2]
-    counts = {"recipient": 0, "donor": 0, "third": 0}
-    unchanged_recipient = changed_recipient = 0
-    for s in sels:
-        out = []
-        for t, d in cols:
-            rs = cell.get((s, t, d), [])
-            if not rs:
-                out.append(f"{'':>{w}s}")
-                continue
-            r = rs[0]
-            code = OUTCOME_CODES[r["outcome"]]
-            if not r["bytes_changed"] and r["selector"] != "EMPTY":
-                code += "."
-            if not all(x["repeats_agree"] for x in rs):
-                code += "!"
-            if not all(x["controls_ok"] for x in rs):
-                code += "?"
-            out.append(f"{code:>{w}s}")
-            if r["kind"] == "subset":
-                for x in rs:
-                    counts[x["outcome"]] += 1
-                    if x["outcome"] == "recipient":
-                        if x["bytes_changed"]:
-                            changed_recipient += 1
-                        else:
-                            unchanged_recipient += 1
-        lines.append(f"{s:8s} " + " ".join(out))
-    n_sub = sum(counts.values())
-    n_proc = len({r["process"] for r in rows})
-    lines.append(
-        f"{n_sub} subset requests in {n_proc} processes: donor {counts['donor']}, third {counts['third']}, "
-        f"recipient {counts['recipient']} (bytes changed in {changed_recipient}, unchanged in "
-        f"{unchanged_recipient}); controls ok: {all(r['controls_ok'] for r in rows)}; "
-        f"repeats agree: {all(r['repeats_agree'] for r in rows)}"
-    )
-    shams = [r for r in rows if r["selector"] == "EMPTY"]
-    lines.append(
-        f"own-path shams reproducing the recipient endpoint: "
-        f"{sum(r['outcome'] == 'recipient' for r in shams)} of {len(shams)}"
-    )
+    lines += _matrix_lines(cell, sels, cols)
+    lines += _outcome_lines(rows, cell)
     if frows:
-        lines.append(
-            "Frontier contrasts (logits at the first output where a panel's four trajectories disagree; "
-            "pair score = logit[a] - logit[b]):"
-        )
-        for f in frows:
-            if f["repeat"] != 1:
-                continue
-            head = f"  {f['task_id']} {f['direction']:>9s} {f['panel']:8s}"
-            if f["frontier"] is None or f["max_abs_interaction"] is None:
-                lines.append(f"{head} no frontier ({f['note']})")
-                continue
-            pair = f"{f['token_a']}/{f['token_b']}"
-            if f["additive"] is None:
-                lines.append(
-                    f"{head} t*={f['frontier']} argmax {f['argmax']} ({f['note']}); "
-                    f"max|interaction| {f['max_abs_interaction']:.6g}"
-                )
-                continue
-            lines.append(
-                f"{head} t*={f['frontier']} argmax {'/'.join(map(str, f['argmax']))} pair {pair}: "
-                f"additive {f['additive']:.6g} actual {f['actual']:.6g} interaction {f['interaction']:.6g}; "
-                f"max|joint-(first+second)| {f['max_abs_interaction']:.6g}, max|joint| "
-                f"{f['max_abs_delta_joint']:.6g}{'' if f['repeats_agree'] else ' (repeats disagree)'}"
-            )
+        lines += _frontier_lines(frows)
     return "\n".join(lines)
