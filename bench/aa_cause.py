@@ -40,7 +40,7 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "report"))  # refspec_check, which refspec imports
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "workflow"))
 
-from refspec.core.stats import t_quantile, worker_interval  # noqa: E402
+from refspec.core.stats import process_interval, t_quantile  # noqa: E402
 
 RECIPE = ("M_qb", "M_qb_aa")
 
@@ -117,7 +117,7 @@ def analyze(out: Path) -> dict:
             }
             for a in RECIPE
         }
-        iv = worker_interval(arm_blocks["M_qb_aa"], arm_blocks["M_qb"], sorted(tm))
+        iv = process_interval(arm_blocks["M_qb_aa"], arm_blocks["M_qb"], sorted(tm))
         out_c = {
             "workers": len(bm),
             "sd_between_workers": math.sqrt(s2_between),

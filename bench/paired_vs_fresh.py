@@ -203,8 +203,8 @@ def contrast(rows, design, num, den, floor=1.0) -> dict:
                     out.setdefault(r["process"], []).append((r["task_id"], r["t_ns"] / 1e9))
             return out
 
-        iv95 = S.worker_interval(blocks(num), blocks(den), tasks)
-        iv90 = S.worker_interval(blocks(num), blocks(den), tasks, level=0.90)
+        iv95 = S.process_interval(blocks(num), blocks(den), tasks)
+        iv90 = S.process_interval(blocks(num), blocks(den), tasks, level=0.90)
     return _interval_record(iv90, iv95, floor)
 
 

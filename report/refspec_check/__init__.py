@@ -100,7 +100,7 @@ _EXPORTS = {
             "percentile",
             "session_interval",
             "t_quantile",
-            "worker_interval",
+            "process_interval",
         ),
         "stats",
     ),

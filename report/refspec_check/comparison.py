@@ -10,6 +10,7 @@ import re
 from collections import defaultdict
 
 from refspec_check import jsonio
+from refspec_check.comparison_inputs import check_carried_derivations
 from refspec_check.comparison_rows import (
     LABELS,
     band_of,
@@ -110,7 +111,7 @@ def compare_inputs_read(c: Checker, lab: str, compares: dict, trust: Trust) -> d
                 subjects.get(rel),
                 "sha256 (as sealed in the compared archive)",
             )
-    tables = {}
+    tables, carried = {}, {}
     for name in COMPARED_TABLES:
         p = os.path.join(d, "tables", name + ".csv")
         rel = f"tables/{name}.csv"
@@ -120,7 +121,9 @@ def compare_inputs_read(c: Checker, lab: str, compares: dict, trust: Trust) -> d
             t = read_csv_table(c, name, p, posix_rel(p, c.archive), dict(COLUMNS[name], **COMPARE_EXTRA.get(name, {})))
             if t is not None:
                 tables[name] = t.rows
+                carried[name] = t
     out["tables"] = tables
+    out["carried"] = carried
     out["plan"] = _json_file(c, os.path.join(d, "plan.json"), f"inputs/{lab}/plan.json")
     out["manifest"] = _json_file(c, os.path.join(d, "manifest.json"), f"inputs/{lab}/manifest.json")
     return out
@@ -513,6 +516,8 @@ def check_comparison(c: Checker, rep: Report, unsealed: bool, trust: Trust) -> t
     tables = read_comparison_tables(c)
     compares = compared_archives(c)
     ins = {lab: compare_inputs_read(c, lab, compares or {}, trust) for lab in ("a", "b")}
+    for lab, i in ins.items():  # each input's derived rows are what its carried raw records give
+        check_carried_derivations(c, lab, i.get("carried") or {}, i.get("plan"))
     comparisons_src = posix_rel(os.path.join(c.archive, "tables", "comparisons.csv"), rep.dir)
     ctx = Context(c, tables, lambda _name: comparisons_src)
     want = None

@@ -29,8 +29,11 @@ class Context:
     ``tables`` the archive's tables by name (as read, ``c.tables``) and ``src(name)`` the path of a table as the
     report's ``data-src`` names it (relative to the report's folder)."""
 
-    def __init__(self, c: Checker, tables: dict, src, E: Expected | None = None):
+    def __init__(self, c: Checker, tables: dict, src, E: Expected | None = None, partial: bool = False):
         self.c = c
         self.tables = tables
+        # a carried subset of an archive's tables (a comparison's inputs): a table absent was not carried,
+        # and the rows it would hold are not missing
+        self.partial = partial
         self.src = src
         self.E = E if E is not None else Expected(c)

@@ -25,7 +25,7 @@ from refspec_check.stats import (
     detectable_ratio,
     paired_interval,
     process_contrasts,
-    worker_interval,
+    process_interval,
 )
 
 THRESHOLD = 1.02
@@ -60,7 +60,7 @@ def interval(rows: list, num: str, den: str, tasks: list, design: str, level: fl
     for w, a, t, x in rows:
         if a in blocks:
             blocks[a].setdefault(w, []).append((t, x))
-    return worker_interval(blocks[num], blocks[den], tasks, level)
+    return process_interval(blocks[num], blocks[den], tasks, level)
 
 
 def aa_rule_of(plan, campaign: str, family: str) -> str:

@@ -25,9 +25,9 @@ from refspec_check.stats import (
     mean,
     minimum_detectable,
     paired,
+    process_interval,
     session_interval,
     units_needed,
-    worker_interval,
 )
 
 
@@ -71,6 +71,61 @@ def estimate_reason(dec: str, n_sessions: int, thr: float, floor, ctx: Context, 
     return None
 
 
+def _stated_contrasts(tables: dict) -> dict[tuple, int]:
+    """(family, path, comparison, session) -> the row index of that contrast in contrasts.csv."""
+    stated_c = {}
+    if "contrasts" in tables:
+        for i, r in enumerate(tables["contrasts"].rows):
+            stated_c[(r["family"], r["path"], r["comparison"], r["session"])] = i
+    return stated_c
+
+
+def _replication_times(tables: dict) -> dict[tuple, list[float]]:
+    """(family, arm, task, session) -> the times of the replication's ok requests there."""
+    times_s = defaultdict(list)
+    for r in tables["requests"].rows if "requests" in tables else []:
+        if r["campaign"] == "replication" and r["status"] == "ok" and r["t_ns"] is not None:
+            times_s[(r["family"], r["arm"], r["task_id"], r["session"])].append(float(r["t_ns"]))
+    return times_s
+
+
+def _replication_arm(facts: dict, fam: str, path: str, layout: str) -> str | None:
+    """The replication arm of ``fam`` and ``path`` with ``layout`` (never an A/A twin); None unless exactly one."""
+    found = sorted(
+        a
+        for (cp, f, a), (m, l) in facts.items()
+        if cp == "replication" and f == fam and m == path and l == layout and not a.endswith(TWIN_SUFFIX)
+    )
+    return found[0] if len(found) == 1 else None
+
+
+def _check_estimate_decision(
+    ctx: Context, i: int, base: tuple, cs: list, per_task: dict, thr: float, floor: float
+) -> str:
+    """One estimate row's value, interval, floor, decision, reason and regressed tasks, recomputed from its
+    session contrasts ``cs`` (``per_task``: task -> its d_s(t)); returns the decision."""
+    c, E, te, s_e = ctx.c, ctx.E, ctx.tables["estimates"], ctx.src("estimates")
+    row, fam = te.rows[i], base[1]
+    iv = session_interval(cs)
+    if iv is None:
+        est, lo, hi, df, floor, dec = math.exp(mean(cs)), None, None, None, None, "too_few_sessions"
+    else:
+        est, lo, hi, df, _n = iv
+        dec = decide_weighed(lo, hi, thr, floor)
+    c.recomputed += 1
+    c.same(te.where(i, "reason"), row["reason"] or None, estimate_reason(dec, len(cs), thr, floor, ctx, fam))
+    reg = [t for t in sorted(per_task) if mean(per_task[t]) < 0]
+    got = dict(estimate=est, lo=lo, hi=hi, df=df, floor=floor, decision=dec, n_regressions=len(reg))
+    for col, v in got.items():
+        c.recomputed += 1
+        c.same(te.where(i, col), row[col], v)
+        if col != "decision" and v is not None:
+            E.add(base + (col,), v, s_e)
+    add_fold(E, base, est, lo, hi, s_e)  # the estimate read as a speed (the findings' "PQ is 1.04× slower")
+    c.same(te.where(i, "regressed_tasks"), row["regressed_tasks"] or "", " ".join(reg))
+    return dec
+
+
 def check_replication(ctx: Context, qual: dict, facts: dict, boot: dict, noise: dict | None = None) -> dict:
     """Every replication estimate (estimates.csv) with its session contrasts (contrasts.csv).
 
@@ -91,15 +146,9 @@ def check_replication(ctx: Context, qual: dict, facts: dict, boot: dict, noise: 
         return est_dec
     te = tables["estimates"]
     s_e = src("estimates")
-    stated_c = {}
-    if "contrasts" in tables:
-        for i, r in enumerate(tables["contrasts"].rows):
-            stated_c[(r["family"], r["path"], r["comparison"], r["session"])] = i
+    stated_c = _stated_contrasts(tables)
     seen_c = set()
-    times_s = defaultdict(list)
-    for r in tables["requests"].rows if "requests" in tables else []:
-        if r["campaign"] == "replication" and r["status"] == "ok" and r["t_ns"] is not None:
-            times_s[(r["family"], r["arm"], r["task_id"], r["session"])].append(float(r["t_ns"]))
+    times_s = _replication_times(tables)
     rpanels = panels(qual, "replication")
     for i, row in enumerate(te.rows):
         fam, path, comp = row["family"], row["path"], row["comparison"]
@@ -113,15 +162,7 @@ def check_replication(ctx: Context, qual: dict, facts: dict, boot: dict, noise: 
         except ValueError:
             c.bad(te.where(i, "comparison"), f"cannot read comparison {comp!r}")
             continue
-        arms = {}
-        for lay in (x, y):
-            found = sorted(
-                a
-                for (cp, f, a), (m, l) in facts.items()
-                if cp == "replication" and f == fam and m == path and l == lay and not a.endswith(TWIN_SUFFIX)
-            )
-            arms[lay] = found[0] if len(found) == 1 else None
-        a, b = arms[x], arms[y]
+        a, b = _replication_arm(facts, fam, path, x), _replication_arm(facts, fam, path, y)
         panel = next((p for (f, _cap), p in rpanels.items() if f == fam), None)
         if a is None or b is None or panel is None:
             c.bad(te.where(i), "arms or qualification rows of this comparison not found")
@@ -142,25 +183,8 @@ def check_replication(ctx: Context, qual: dict, facts: dict, boot: dict, noise: 
             est_dec[(fam, path, comp)] = "unqualified"
             c.same(te.where(i, "decision"), row["decision"], "unqualified")
             continue
-        iv = session_interval(cs)
         floor = noise.get(("replication", fam), 1.0)
-        if iv is None:
-            est, lo, hi, df, floor, dec = math.exp(mean(cs)), None, None, None, None, "too_few_sessions"
-        else:
-            est, lo, hi, df, _n = iv
-            dec = decide_weighed(lo, hi, float(thr), floor)
-        est_dec[(fam, path, comp)] = dec
-        c.recomputed += 1
-        c.same(te.where(i, "reason"), row["reason"] or None, estimate_reason(dec, len(cs), float(thr), floor, ctx, fam))
-        reg = [t for t in sorted(per_task) if mean(per_task[t]) < 0]
-        got = dict(estimate=est, lo=lo, hi=hi, df=df, floor=floor, decision=dec, n_regressions=len(reg))
-        for col, v in got.items():
-            c.recomputed += 1
-            c.same(te.where(i, col), row[col], v)
-            if col != "decision" and v is not None:
-                E.add(base + (col,), v, s_e)
-        add_fold(E, base, est, lo, hi, s_e)  # the estimate read as a speed (the findings' "PQ is 1.04× slower")
-        c.same(te.where(i, "regressed_tasks"), row["regressed_tasks"] or "", " ".join(reg))
+        est_dec[(fam, path, comp)] = _check_estimate_decision(ctx, i, base, cs, per_task, float(thr), floor)
     if "contrasts" in tables:
         for key, j in stated_c.items():
             if key not in seen_c:
@@ -175,7 +199,7 @@ def noise_interval(blocks: dict, times: dict, key: tuple, twin: str, arm: str, t
     sessions = sorted({k[5] for k in times if k[:3] == key and k[3] in (twin, arm)})
     both = [s for s in sessions if any(times.get(key + (twin, t, s)) and times.get(key + (arm, t, s)) for t in tasks)]
     if kind == "ratio":
-        return worker_interval(blocks.get(key + (twin,), {}), blocks.get(key + (arm,), {}), tasks), len(both)
+        return process_interval(blocks.get(key + (twin,), {}), blocks.get(key + (arm,), {}), tasks), len(both)
     cs = []
     for s in both:
         num = {t: times.get(key + (twin, t, s), []) for t in tasks}
@@ -351,12 +375,12 @@ def check_contrasts(
         if s_c is not None:
             E.add(cbase + ("c_s",), D, s_c)
             E.add(cbase + ("n_tasks",), len(common), s_c)
-        if key not in stated_c:
+        if key not in stated_c and not (ctx.partial and "contrasts" not in tables):
             c.bad(
                 tables["contrasts"].rel if "contrasts" in tables else "contrasts.csv",
                 f"missing contrast for {fam} {path} {comp} session {s}",
             )
-        else:
+        elif key in stated_c:
             tc = tables["contrasts"]
             j = stated_c[key]
             c.same(tc.where(j, "c_s"), tc.rows[j]["c_s"], D)

@@ -137,7 +137,7 @@ def block_residuals(blocks: dict, tasks) -> list:
     return out
 
 
-def worker_interval(num_blocks: dict, den_blocks: dict, tasks, level: float = CONFIDENCE):
+def process_interval(num_blocks: dict, den_blocks: dict, tasks, level: float = CONFIDENCE):
     """(value, lo, hi, df, units) of the paired ratio with its Welch interval over the workers, or None
     with fewer than MIN_UNITS workers on a side."""
     tasks = sorted(tasks)

@@ -26,6 +26,19 @@ from refspec.provenance.seal import seal
 from support.synthetic_archive import make_results, run_check, seal_archive, signer_pubkey
 
 
+def _diverged_endpoint(eps: list[dict]) -> tuple[dict, int]:
+    """A confirmation endpoint that leaves R's before its last two tokens, and where it first does."""
+    ref = {(e["family"], e["task_id"], e["cap"]): e for e in eps if e["campaign"] == "confirmation" and e["arm"] == "R"}
+    for e in eps:
+        r = ref.get((e["family"], e["task_id"], e["cap"]))
+        if e["campaign"] != "confirmation" or e["arm"] == "R" or r is None:
+            continue
+        i = next((j for j, (x, y) in enumerate(zip(e["tokens"], r["tokens"])) if x != y), None)
+        if i is not None and i + 2 < len(e["tokens"]):
+            return e, i
+    raise AssertionError("the synthetic confirmation has no diverging endpoint")
+
+
 def _slower_pq_and_one_endpoint(res: Path) -> None:
     """B: the replication's PQ arms 1.5x slower (its E2 estimates recomputed) and one endpoint changed."""
     reqs = T.read_records("requests", res)
@@ -39,8 +52,10 @@ def _slower_pq_and_one_endpoint(res: Path) -> None:
     for name, rows in (("requests", reqs), ("contrasts", contrasts), ("estimates", estimates)):
         T.write_table(rows, name, res / "tables")
     eps = T.read_records("endpoints", res)
-    e = next(e for e in eps if e["campaign"] == "confirmation" and len(e["tokens"]) > 5)
-    e["tokens"] = e["tokens"][:5] + [e["tokens"][5] + 1] + e["tokens"][6:]
+    e, i = _diverged_endpoint(eps)
+    # a token after its first divergence from the reference: B's qualification and ratios stay what its
+    # records give (the comparison's checker recomputes them from the carried requests and endpoints)
+    e["tokens"] = e["tokens"][: i + 1] + [e["tokens"][i + 1] + 1] + e["tokens"][i + 2 :]
     e["last_token"] = e["tokens"][-1]
     e["endpoint_sha256"] = Endpoint(tuple(e["tokens"]), e["eog"], e["stop_reason"]).sha256
     T.write_table(eps, "endpoints", res / "tables")
@@ -291,3 +306,29 @@ def test_an_edit_of_the_comparison_report_is_refused_by_its_rendering(comparison
     )
     assert "report.html: differs" not in out and "numbers.json: differs" not in out, out[-3000:]
     assert "differs from the canonical rendering" not in _check(comparison["out"])[1]
+
+
+@pytest.mark.parametrize("table", ["qualification", "ratios"])
+def test_an_inputs_derived_row_its_carried_records_do_not_give_is_refused(comparison, table):
+    """The signer of an input and of the comparison states, in input B, a derived row its own requests
+    and endpoints do not give (an arm qualified on a task where its endpoint diverges; a ratio halved),
+    seals B and compares it honestly: the comparison's checker recomputes B's derived rows from the
+    records B carries and names the row."""
+    base = comparison["base"]
+    rb = base / f"results-b-forged-{table}"
+    shutil.copytree(base / "results-b", rb)
+    rows = T.read_records(table, rb)
+    if table == "qualification":
+        r = next(q for q in rows if q["campaign"] == "confirmation" and not q["qualified"])
+        r.update(qualified=True, n_matching=r["n_required"])
+        needle = "inputs/b/tables/qualification.csv"
+    else:
+        r = next(x for x in rows if x["campaign"] == "confirmation" and x["ratio"] is not None)
+        r["ratio"] = r["ratio"] / 2
+        needle = "inputs/b/tables/ratios.csv"
+    T.write_table(rows, table, rb / "tables")
+    b = seal_archive(rb, base / f"b-forged-{table}")
+    out = base / f"comparison-forged-{table}"
+    main(["compare", str(comparison["a"]), str(b), "--pubkey", str(signer_pubkey()), "--out", str(out),
+          "--key", str(comparison["key"].private_path)])  # fmt: skip
+    _refused(out, needle)

@@ -99,7 +99,7 @@ def test_paired_interval_covers_at_its_rate_and_is_far_narrower_than_the_fresh_d
         widths_paired.append(iv.half_width)
         if seed < 40:
             fresh = simulate(seed, "fresh", 5, 2, 0.2, 0.02, 0.05)
-            widths_fresh.append(S.worker_interval(blocks_of(fresh, "A"), blocks_of(fresh, "B"), TASKS).half_width)
+            widths_fresh.append(S.process_interval(blocks_of(fresh, "A"), blocks_of(fresh, "B"), TASKS).half_width)
     assert 0.92 <= hit / 400 <= 0.98
     assert float(np.median(widths_paired)) < float(np.median(widths_fresh)) / 4
 

@@ -114,8 +114,8 @@ def test_pipeline_and_checker_agree_on_random_data():
         assert abs(e.lo - lo) <= 1e-12 and abs(e.hi - hi) <= 1e-12 and abs(e.value - v) <= 1e-12
         assert e.df == df and e.units == n == len(cs)
         a, b = _blocks(rng, rng.randint(2, 7), tasks), _blocks(rng, rng.randint(2, 7), tasks, 0.03)
-        w = S.worker_interval(a, b, tasks)
-        v, lo, hi, df, n = CHECK.worker_interval(a, b, tasks)
+        w = S.process_interval(a, b, tasks)
+        v, lo, hi, df, n = CHECK.process_interval(a, b, tasks)
         assert abs(w.value - v) <= 1e-12 and abs(w.lo - lo) <= 1e-12 and abs(w.hi - hi) <= 1e-12
         assert abs(w.df - df) <= 1e-9 * df and w.units == n
         assert S.minimum_detectable(w.lo, w.hi) == pytest.approx(CHECK.minimum_detectable(lo, hi, 1.02), rel=1e-12)

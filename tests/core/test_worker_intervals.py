@@ -42,7 +42,7 @@ def _coverage(n_blocks, reps=400, seed=7):
     for r in range(reps):
         task = [rng.gauss(0.0, 0.3) for _ in range(3)]
         a, b = _arm(rng, n_blocks, task, 0.05, 0.01), _arm(rng, n_blocks, task, 0.05, 0.01)
-        iv = S.worker_interval(a, b, ["t0", "t1", "t2"])
+        iv = S.process_interval(a, b, ["t0", "t1", "t2"])
         hit += iv.lo <= 1.0 <= iv.hi
         num = {t: [x for v in a.values() for tt, x in v if tt == t] for t in ("t0", "t1", "t2")}
         den = {t: [x for v in b.values() for tt, x in v if tt == t] for t in ("t0", "t1", "t2")}
@@ -65,7 +65,7 @@ def test_worker_interval_by_hand():
     e = math.exp
     a = {"w1": [("t", e(1.1))], "w2": [("t", e(0.9))]}
     b = {"w1": [("t", e(1.2))], "w2": [("t", e(0.8))]}
-    iv = S.worker_interval(a, b, ["t"])
+    iv = S.process_interval(a, b, ["t"])
     va, vb = 0.02 / 2, 0.08 / 2
     se = math.sqrt(va + vb)
     df = (va + vb) ** 2 / (va * va + vb * vb)
@@ -84,7 +84,7 @@ def test_worker_residuals_follow_the_task_means_of_incomplete_blocks():
 
 def test_one_worker_per_arm_has_no_interval():
     with pytest.raises(S.StatsError, match="at least 2 workers"):
-        S.worker_interval({"w": [("t", 1.0)]}, {"w1": [("t", 1.0)], "w2": [("t", 2.0)]}, ["t"])
+        S.process_interval({"w": [("t", 1.0)]}, {"w1": [("t", 1.0)], "w2": [("t", 2.0)]}, ["t"])
 
 
 def test_session_interval_by_hand():

@@ -205,10 +205,10 @@ def test_server_silent_on_health_is_refused(tmp_path, native_build):
 
 def _start_server(binary: Path, model: Path, *, env_extra: dict | None = None):
     from refspec.engine.server import free_port
-    from refspec.engine.spawn import worker_env
+    from refspec.engine.spawn import process_env
 
     port = free_port()
-    env = worker_env(binary.parent, 2, extra=env_extra)
+    env = process_env(binary.parent, 2, extra=env_extra)
     proc = subprocess.Popen(
         [
             str(binary),

@@ -22,7 +22,7 @@ import pytest
 
 from refspec.core.arms import load_arms
 from refspec.core.hashing import sha256_json
-from refspec.engine.spawn import ENV_GPU_PASSTHROUGH, worker_env
+from refspec.engine.spawn import ENV_GPU_PASSTHROUGH, process_env
 from refspec.engines.worker.process import WorkerProcess as Worker
 from refspec.engines.worker.process import WorkerSpec
 from support.arms import one_thread_arms
@@ -265,7 +265,7 @@ def test_non_loopback_bind_needs_the_explicit_flag(tmp_path, lib_path, host):
             "--ready-file",
             str(ready),
         ],
-        env=worker_env(lib_path, 1),
+        env=process_env(lib_path, 1),
         capture_output=True,
         text=True,
         timeout=120,
@@ -292,7 +292,7 @@ def test_with_the_flag_a_non_loopback_host_is_tried(tmp_path, lib_path):
             "--port",
             "0",
         ],
-        env=worker_env(lib_path, 1),
+        env=process_env(lib_path, 1),
         capture_output=True,
         text=True,
         timeout=120,
@@ -301,7 +301,7 @@ def test_with_the_flag_a_non_loopback_host_is_tried(tmp_path, lib_path):
 
 
 def test_worker_environment_is_scrubbed(lib_path):
-    env = worker_env(
+    env = process_env(
         lib_path,
         2,
         base={

@@ -105,7 +105,7 @@ def test_address_oracle_detects_tampered_graphs(replay_tool, tmp_path):
     ops = A.build_fixture(fx)
     p = tmp_path / "f.rsop"
     operands.write_operands(p, ops)
-    rep = replay_runner.run_replay(replay_tool, [replay_runner.ReplayJob(p, write_stages=False)])
+    rep = replay_runner.run_replay(replay_tool, [replay_runner.ReplayRun(p, write_stages=False)])
     evs = {ev["layout"]: ev for ev in rep["jobs"][0]["evaluations"]}
     for lay, ev in evs.items():
         assert A.address_oracle(ops, ev) == [], lay

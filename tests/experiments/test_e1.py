@@ -54,7 +54,7 @@ def _bits(a: np.ndarray) -> np.ndarray:
 
 def _replay(tool, path, layouts, tmp_path, tag):
     rep = replay_runner.run_replay(
-        tool, [replay_runner.ReplayJob(path, layouts, "none", tmp_path / tag)], workdir=tmp_path
+        tool, [replay_runner.ReplayRun(path, layouts, "none", tmp_path / tag)], workdir=tmp_path
     )
     (job,) = rep["jobs"]
     assert job["status"] == "ok", job

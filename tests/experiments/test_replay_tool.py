@@ -221,7 +221,7 @@ def test_layouts_on_random_fixtures(replay_tool, tmp_path, record_property):
         operands.write_operands(
             p, operands.make_operands(q, k, v, m, q_layout="offset" if i % 2 else "compact", kv_size=nkv + 3)
         )
-        jobs.append(replay_runner.ReplayJob(p))
+        jobs.append(replay_runner.ReplayRun(p))
         meta[str(p)] = (nq, nkv, q, k, v, m)
     report = replay_runner.run_replay(replay_tool, jobs, threads=1)
     assert set(report["input_sha256"]) == set(meta)
@@ -256,7 +256,7 @@ def test_report_placement_and_supports(replay_tool, tmp_path):
     q, k, v, m = random_case(2, 64, seed=5)
     p = tmp_path / "p.rsop"
     operands.write_operands(p, operands.make_operands(q, k, v, m))
-    report = replay_runner.run_replay(replay_tool, [replay_runner.ReplayJob(p, write_stages=False)])
+    report = replay_runner.run_replay(replay_tool, [replay_runner.ReplayRun(p, write_stages=False)])
     assert report["backend"]["device"] == "CPU" and report["sched_backends"] == ["CPU"]
     assert any("libggml" in mod for mod in report["modules"])
     for ev in report["jobs"][0]["evaluations"]:
@@ -299,7 +299,7 @@ def test_qh_refuses_alibi(replay_tool, tmp_path):
     q, k, v, m = random_case(2, 32, seed=8)
     p = tmp_path / "alibi.rsop"
     operands.write_operands(p, dataclasses.replace(operands.make_operands(q, k, v, m), max_bias=8.0))
-    report = replay_runner.run_replay(replay_tool, [replay_runner.ReplayJob(p, ("pq", "qh"), write_stages=False)])
+    report = replay_runner.run_replay(replay_tool, [replay_runner.ReplayRun(p, ("pq", "qh"), write_stages=False)])
     by = {ev["layout"]: ev for ev in report["jobs"][0]["evaluations"]}
     assert by["pq"]["status"] == "ok"
     assert by["qh"]["status"] == "error" and "ALiBi" in by["qh"]["error"], by["qh"]
@@ -312,9 +312,9 @@ def test_tool_reports_bad_files_without_crashing(replay_tool, tmp_path):
     bad = tmp_path / "bad.rsop"
     bad.write_bytes(good.read_bytes()[:-200])
     with pytest.raises(operands.OperandError, match="truncated"):  # refused before anything runs
-        replay_runner.run_replay(replay_tool, [replay_runner.ReplayJob(bad), replay_runner.ReplayJob(good)])
+        replay_runner.run_replay(replay_tool, [replay_runner.ReplayRun(bad), replay_runner.ReplayRun(good)])
     report = replay_runner.run_replay(
-        replay_tool, [replay_runner.ReplayJob(bad), replay_runner.ReplayJob(good)], check_inputs=False, validate=False
+        replay_tool, [replay_runner.ReplayRun(bad), replay_runner.ReplayRun(good)], check_inputs=False, validate=False
     )
     jb, jg = report["jobs"]
     assert jb["status"] == "error" and "truncated" in jb["error"]
@@ -327,7 +327,7 @@ def test_nonfinite_masked_in_is_not_replayed(replay_tool, tmp_path):
     p = tmp_path / "nan.rsop"
     operands.write_operands(p, operands.make_operands(q, k, v, m), validate=False)
     with pytest.raises(operands.OperandError, match="non-finite v value at key 5"):
-        replay_runner.run_replay(replay_tool, [replay_runner.ReplayJob(p)])
+        replay_runner.run_replay(replay_tool, [replay_runner.ReplayRun(p)])
     assert not list(tmp_path.glob("*.rsst"))
 
 
@@ -336,7 +336,7 @@ def test_tool_usage_errors(replay_tool, tmp_path):
     p = tmp_path / "u.rsop"
     operands.write_operands(p, operands.make_operands(q, k, v, m))
     with pytest.raises(ReplayToolError, match="exit status 2"):
-        replay_runner.run_replay(replay_tool, [replay_runner.ReplayJob(p)], backend="NoSuchDevice0")
+        replay_runner.run_replay(replay_tool, [replay_runner.ReplayRun(p)], backend="NoSuchDevice0")
     rc = subprocess.run([str(replay_tool), "--fault", "nonsense", str(p)], capture_output=True).returncode
     assert rc == 2
     devs = list_devices(replay_tool)

@@ -263,7 +263,7 @@ def test_qh_equals_pq_bitwise_on_the_device(tmp_path, vulkan_build, monkeypatch)
         # one query width per run of the tool, as in E1 (jobs of four widths in one run, mq among
         # the layouts, ended in a heap corruption on lavapipe)
         report = replay_runner.run_replay(
-            vulkan_build.replay_tool, [replay_runner.ReplayJob(p, layouts=("mq", "pq", "qh"))], backend="Vulkan0"
+            vulkan_build.replay_tool, [replay_runner.ReplayRun(p, layouts=("mq", "pq", "qh"))], backend="Vulkan0"
         )
         assert report["backend"]["device"] == "Vulkan0"
         (job,) = report["jobs"]

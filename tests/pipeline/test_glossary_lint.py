@@ -186,3 +186,45 @@ def test_the_real_package_passes_the_real_glossary():
 def test_refspec_lint_runs_the_glossary_check():
     assert lint.GLOSSARY_CHECK == "glossary"
     assert "glossary" in (lint.__doc__ or "") and "refspec.devtools.glossary" in lint.__doc__
+
+
+OWNED = """| term | meaning | where it lives | words not to use |
+| --- | --- | --- | --- |
+| **worker** | refspec's own HTTP process. | `refspec.engines.worker` (`process`, `http`); `refspec worker` | `daemon` |
+| **job** | A unit of the crosses. | `refspec.experiments.state.jobs` (`spawn_job`), `receiver.run_job` | — |
+| arm | A recipe. | `refspec.core.arms` | — |
+"""
+
+
+def test_a_bold_terms_word_outside_the_places_its_row_names_is_an_overloaded_use(tmp_path):
+    """A term in bold has one meaning and one place: ``default_workers`` in the archive code (hashing
+    threads) and ``ReplayJob`` in the replay code use the word for something else and are named; the
+    worker's own modules, its command, the crosses' jobs module and a listed name pass, and a term
+    not in bold (``arm``) may be used anywhere."""
+    files = {
+        "__init__.py": "",
+        "engines/__init__.py": "",
+        "engines/worker/__init__.py": "",
+        "engines/worker/process.py": "class WorkerProcess:\n    pass\n\n\ndef start_worker():\n    pass\n",
+        "engines/worker/http.py": "WORKER_HEADER = 1\n",
+        "commands/__init__.py": "",
+        "commands/worker.py": "def worker_main():\n    pass\n",
+        "provenance/__init__.py": "",
+        "provenance/archive.py": "def default_workers():\n    return 4\n\n\ndef arm_names():\n    pass\n",
+        "experiments/__init__.py": "",
+        "experiments/replay_runner.py": "class ReplayJob:\n    pass\n",
+        "experiments/state/__init__.py": "",
+        "experiments/state/jobs.py": "def spawn_job():\n    pass\n",
+        "experiments/state/receiver.py": "def run_job():\n    pass\n\n\ndef job_count():\n    pass\n",
+    }
+    root = tmp_path / "refspec"
+    for rel, body in files.items():
+        p = root / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(body)
+    g = tmp_path / "glossary.md"
+    g.write_text(OWNED)
+    problems = glossary.check(root, glossary=g, show_from=tmp_path)
+    named = sorted(p.split(": ")[1].split(" uses ")[0] for p in problems)
+    assert named == ["ReplayJob", "default_workers", "job_count"], problems
+    assert all("one meaning living in" in p for p in problems)

@@ -358,7 +358,7 @@ def test_random_byte_mutations_never_pass(data, mutable, seal_env):
         return
     try:
         p.write_bytes(mutated)
-        res = verify_archive(d, seal_env["a"].public_path, workers=1)
+        res = verify_archive(d, seal_env["a"].public_path, threads=1)
         assert not res.ok, f"{kind} at {where:.3f} of {name} passed verification"
     finally:
         p.write_bytes(orig)
@@ -378,7 +378,7 @@ def test_random_byte_mutations_of_the_tar_never_pass(kind, where, value, mutable
         return
     try:
         t.write_bytes(mutated)
-        res = verify_archive(t, seal_env["a"].public_path, workers=1)
+        res = verify_archive(t, seal_env["a"].public_path, threads=1)
         assert not res.ok, f"{kind} at byte {int(where * len(orig))} of the tar passed verification"
     finally:
         t.write_bytes(orig)
@@ -429,7 +429,7 @@ def test_every_single_bit_flip_of_a_gzipped_tar_is_refused(seal_env, tmp_path):
         data = bytearray(gz)
         data[i] ^= 1 << (i % 8)
         t.write_bytes(bytes(data))
-        if verify_archive(t, seal_env["a"].public_path, workers=1).ok:
+        if verify_archive(t, seal_env["a"].public_path, threads=1).ok:
             passed.append(i)
     print(f"gzip bit flips: {len(gz)} tried, {len(gz) - len(passed)} detected")
     assert passed == []
@@ -463,7 +463,7 @@ def test_fuzz_tar_header_bytes_never_pass(member, at, value, mutable, seal_env):
         return
     try:
         t.write_bytes(bytes(data))
-        assert not verify_archive(t, seal_env["a"].public_path, workers=1).ok, f"header byte {off} changed"
+        assert not verify_archive(t, seal_env["a"].public_path, threads=1).ok, f"header byte {off} changed"
     finally:
         t.write_bytes(orig)
 
@@ -507,7 +507,7 @@ def test_fuzz_rewritten_tars_pass_only_in_the_canonical_form(
         and pax is None
         and not reverse
     )
-    res = verify_archive(t, seal_env["a"].public_path, workers=1)
+    res = verify_archive(t, seal_env["a"].public_path, threads=1)
     assert res.ok == canonical, res.problems
 
 

@@ -99,8 +99,9 @@ def test_each_file_of_the_architecture_table_is_in_its_rows_folder():
 
 
 def test_the_lists_the_documents_give_are_the_codes():
-    from refspec.core.engine_registry import engines, qualify_presets
     from refspec_check.names import CAMPAIGNS
+
+    from refspec.core.engine_registry import engines, qualify_presets
 
     glossary = (REPO / "anc" / "glossary.md").read_text(encoding="utf-8")
     row = next(line for line in glossary.splitlines() if line.startswith("| campaign |"))
@@ -116,7 +117,9 @@ def test_the_lists_the_documents_give_are_the_codes():
 
 def test_a_wrong_path_or_name_is_caught(tmp_path):
     doc = tmp_path / "x.md"
-    doc.write_text("see `engine/openvino_server.py`, `results/NAME/x.py` and `refspec.engine.worker_process.start_worker`\n")
+    doc.write_text(
+        "see `engine/openvino_server.py`, `results/NAME/x.py` and `refspec.engine.worker_process.start_worker`\n"
+    )
     assert [t for t in _paths(doc) if not _exists(t)] == ["engine/openvino_server.py"]
     assert not _resolves("refspec.engine.worker_process.start_worker")
     assert _resolves("refspec.engines.worker.process.start_worker")

@@ -2,7 +2,7 @@
 
 A timed campaign's ``requests`` rows say which process (``worker``) served each request. When
 every process served one arm, the campaign ran the *fresh* design and a ratio's interval is the
-worker-level (Welch) interval over the two arms' processes (:func:`refspec.core.stats.worker_interval`);
+worker-level (Welch) interval over the two arms' processes (:func:`refspec.core.stats.process_interval`);
 when a process served several arms, it ran the *paired* design and the interval is the one-sample
 t interval over the processes' within-process contrasts (:func:`refspec.core.stats.paired_interval`).
 The design is read from the rows (:func:`design_of`), never assumed, so the checker recomputes it.
@@ -36,7 +36,7 @@ from ..core.stats import (
     detectable_ratio,
     paired_interval,
     process_contrasts,
-    worker_interval,
+    process_interval,
 )
 
 TOO_FEW_PROCESSES = "too_few_processes"
@@ -74,7 +74,7 @@ def design_interval(
                 out.setdefault(w, []).append((t, x))
         return out
 
-    return worker_interval(blocks(num), blocks(den), tasks, level)
+    return process_interval(blocks(num), blocks(den), tasks, level)
 
 
 def aa_floor(

@@ -49,9 +49,9 @@ from ..core.stats import (
     decision_floor,
     minimum_detectable,
     paired_ratio,
+    process_interval,
     session_interval,
     units_needed,
-    worker_interval,
 )
 from ..core.tables import records
 from ..engine.load import steal_percent
@@ -97,7 +97,7 @@ def aa_interval(
         if kind == "ratio" and IV.design_of(timed) == PAIRED:
             iv = IV.design_interval(timed, twin, arm, tasks, PAIRED, CONFIDENCE)
         elif kind == "ratio":
-            iv = worker_interval(blocks[(fam, cap, twin)], blocks[(fam, cap, arm)], tasks)
+            iv = process_interval(blocks[(fam, cap, twin)], blocks[(fam, cap, arm)], tasks)
         else:
             iv = session_interval(list(cs.values()))
     except StatsError as e:

@@ -15,7 +15,7 @@ from typing import Any
 
 from ..core.arms import REFERENCE_ARM, Arm
 from ..core.errors import IntegrityError
-from ..engine.context import worker_number
+from ..engine.context import process_number
 from ..engine.journal import Journal
 from ..provenance.ledger import Ledger
 from .derived import qualification_table, session_gaps
@@ -80,11 +80,11 @@ class CampaignRecords:
         n = 0
         for r in self.ledger_records():
             if r.get("worker"):
-                n = max(n, worker_number(str(r["worker"])))
+                n = max(n, process_number(str(r["worker"])))
         wdir = self.out / "workers"
         if wdir.is_dir():
             for p in wdir.iterdir():
-                n = max(n, worker_number(p.name.split(".", 1)[0]))
+                n = max(n, process_number(p.name.split(".", 1)[0]))
         return n
 
     def slot_state(self) -> tuple[set, dict, dict]:

@@ -23,7 +23,7 @@ from .records import CampaignRecords
 def recover(run: CampaignRecords, recs: list[dict]) -> None:
     """Interrupted requests become failed attempts; leftover workers are stopped."""
     record_interrupted(run, recs)
-    stop_leftover_workers(run, recs)
+    stop_leftover_processes(run, recs)
 
 
 def record_interrupted(run: CampaignRecords, recs: list[dict]) -> None:
@@ -80,7 +80,7 @@ def record_interrupted(run: CampaignRecords, recs: list[dict]) -> None:
         run.journal.append(failed_record(row, led["seq"]))
 
 
-def stop_leftover_workers(run: CampaignRecords, recs: list[dict]) -> None:
+def stop_leftover_processes(run: CampaignRecords, recs: list[dict]) -> None:
     """Stop the workers the killed process left running (only a process its record names)."""
     exited = {r.get("worker") for r in recs if r.get("kind") in ("worker_exit", "worker_stopped")}
     # workers the killed process left running: recorded starts, and ready files of starts it never recorded

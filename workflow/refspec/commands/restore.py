@@ -16,7 +16,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("tar", type=Path, metavar="TAR", help="archive tar (uncompressed, as `seal --tar` writes it)")
     parser.add_argument("dest", type=Path, metavar="DEST", help="folder to create (must not exist or be empty)")
     add_trust_arguments(parser)
-    parser.add_argument("--jobs", type=int, default=None, help="hashing threads")
+    parser.add_argument(
+        "--threads", "--jobs", dest="threads", type=int, default=None, help="hashing threads (--jobs: its old name)"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -25,7 +27,7 @@ def run(args: argparse.Namespace) -> int:
         args.dest,
         args.pubkey,
         expect_previous=args.expect_previous,
-        workers=args.jobs,
+        threads=args.threads,
         expect_keyid=args.expect_keyid,
     )
     for line in r.verify.lines(args.dest if r.ok else args.tar):

@@ -46,7 +46,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="carry existing CSV copies without checking them against their tables",
     )
-    parser.add_argument("--jobs", type=int, default=None, help="hashing threads")
+    parser.add_argument(
+        "--threads", "--jobs", dest="threads", type=int, default=None, help="hashing threads (--jobs: its old name)"
+    )
     add_reproduces_arguments(parser)
 
 
@@ -93,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
         tar=args.tar if args.tar is True or args.tar is False else Path(args.tar),
         csv_tables=csv_sel,
         check_csv=not args.no_csv_check,
-        workers=args.jobs,
+        threads=args.threads,
         predicate_extra={"reproduces": reproduces} if reproduces is not None else None,
     )
     print_sealed(r, reproduces)

@@ -20,7 +20,9 @@ from ..provenance.verify import VerifyResult, verify_archive
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("archive", type=Path, metavar="DIR|TAR", help="archive folder or tar")
     add_trust_arguments(parser)
-    parser.add_argument("--jobs", type=int, default=None, help="hashing threads")
+    parser.add_argument(
+        "--threads", "--jobs", dest="threads", type=int, default=None, help="hashing threads (--jobs: its old name)"
+    )
 
 
 def add_trust_arguments(parser: argparse.ArgumentParser) -> None:
@@ -48,13 +50,13 @@ def report(res: VerifyResult, shown: str | Path | None = None, out: Callable[[st
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.jobs is not None and args.jobs < 1:
-        raise UsageError("--jobs must be at least 1")
+    if args.threads is not None and args.threads < 1:
+        raise UsageError("--threads must be at least 1")
     res = verify_archive(
         args.archive,
         args.pubkey,
         expect_previous=args.expect_previous,
-        workers=args.jobs,
+        threads=args.threads,
         expect_keyid=args.expect_keyid,
     )
     return report(res, args.archive)

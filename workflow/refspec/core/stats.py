@@ -54,7 +54,7 @@ log time on task ``t`` over all its blocks::
 (with blocks that each serve the panel once, ``r_{a,b}`` is the block's mean log time
 minus the arm's, and ``D = mean_b m_{A,b} - mean_b m_{B,b}``).
 
-*Worker-level interval of a paired ratio* (:func:`worker_interval`, Welch)::
+*Worker-level interval of a paired ratio* (:func:`process_interval`, Welch)::
 
     v_A = s^2(r_A) / n_A,   v_B = s^2(r_B) / n_B     (s^2: sample variance, n - 1)
     se  = sqrt(v_A + v_B)
@@ -81,7 +81,7 @@ The A/A control and the decision
 --------------------------------
 A timed campaign may run one arm twice, as ``X`` and its twin ``X_aa`` (the same recipe
 under another name, in the same blocks and sessions). Its interval (kind ``ratio``:
-:func:`worker_interval` of ``X_aa`` over ``X``, or :func:`paired_interval` in the paired design;
+:func:`process_interval` of ``X_aa`` over ``X``, or :func:`paired_interval` in the paired design;
 kind ``estimate``: :func:`session_interval` of their session contrasts) gives::
 
     verdict = "ok"      if lo <= 1 <= hi
@@ -518,7 +518,7 @@ def block_residuals(blocks: Mapping[str, Sequence[tuple[str, float]]], tasks: It
     return out
 
 
-def worker_interval(
+def process_interval(
     num_blocks: Mapping[str, Sequence[tuple[str, float]]],
     den_blocks: Mapping[str, Sequence[tuple[str, float]]],
     tasks: Iterable[str],

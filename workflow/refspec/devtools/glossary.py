@@ -15,6 +15,14 @@ case ignored. It uses a listed word when one of its words is that word or its pl
 ``es``, ``y`` to ``ies``); a listed phrase of several words (``noise level``) is used when the
 name has those words in a row, the last one possibly plural.
 
+A term whose cell is in bold (``**worker**``) has one meaning and one place: a public name that
+uses its word (or its plural) must live where the row's ``where it lives`` column says, in a module
+it names (``refspec.engines.worker``, with the modules of that folder), a module beside the last one
+named (``worker_http`` after ``refspec.engines.worker.engine``), a name of one (``receiver.run_job``,
+``refspec.experiments.state.jobs`` (``spawn_job``)), or a command's module (``refspec worker``:
+``refspec/commands/worker.py``). Anywhere else the word stands for something else (a hashing
+thread called a worker), which is an overloaded use of a real term.
+
 The glossary itself must be one table with those columns; a word listed for two terms, or
 listed as a word not to use while it names a term, is a problem too.
 
@@ -33,6 +41,7 @@ from ..core.paths import REPO_ROOT
 
 GLOSSARY = REPO_ROOT / "anc" / "glossary.md"
 TERM_COLUMN = "term"
+WHERE_COLUMN = "where it lives"
 AVOID_COLUMN = "words not to use"
 NONE_MARKS = ("—", "-", "")
 _WORD = re.compile(r"[A-Z]+[0-9]*(?=[A-Z][a-z])|[A-Z]?[a-z]+[0-9]*|[A-Z]+[0-9]*|[0-9]+")
@@ -47,6 +56,13 @@ class Avoided:
     words: tuple[str, ...]  # its lower-case words
     term: str  # the term it must not stand for
     line: int  # the glossary line that lists it
+
+
+@dataclass(frozen=True)
+class Owned:
+    word: str  # the term's one word
+    places: tuple[str, ...]  # dotted modules and names where a public name may use it
+    line: int  # the glossary line of the term
 
 
 def words_of(name: str) -> list[str]:
@@ -86,6 +102,8 @@ def read_glossary(path: Path, shown: str) -> tuple[list[Avoided], list[str], lis
         return [], [], [f"{shown}: cannot be read: {e}"]
     avoided: list[Avoided] = []
     terms: list[str] = []
+    owned: list[Owned] = []
+    heads_of_table: list[str] = []
     cols: tuple[int, int] | None = None
     for n, line in enumerate(lines, 1):
         if not line.lstrip().startswith("|"):
@@ -97,6 +115,7 @@ def read_glossary(path: Path, shown: str) -> tuple[list[Avoided], list[str], lis
         if cols is None:
             if TERM_COLUMN in heads and any(h.startswith(AVOID_COLUMN) for h in heads):
                 cols = (heads.index(TERM_COLUMN), next(i for i, h in enumerate(heads) if h.startswith(AVOID_COLUMN)))
+                heads_of_table = heads
             continue
         if all(_RULE_CELL.match(c) for c in cells):
             continue
@@ -104,13 +123,49 @@ def read_glossary(path: Path, shown: str) -> tuple[list[Avoided], list[str], lis
             return [], [], [f"{shown}:{n}: a row with {len(cells)} cells, not {max(cols) + 1} or more"]
         term = _plain(cells[cols[0]])
         terms.append(term)
+        if cells[cols[0]].startswith("**") and WHERE_COLUMN in heads_of_table and len(words_of(term)) == 1:
+            owned.append(Owned(words_of(term)[0], places_of(cells[heads_of_table.index(WHERE_COLUMN)]), n))
         for item in cells[cols[1]].split(","):
             text = _plain(item).strip("'\"")
             if text not in NONE_MARKS and words_of(text):
                 avoided.append(Avoided(text, tuple(words_of(text)), term, n))
     if cols is None:
         return [], [], [f"{shown}: no table with a {TERM_COLUMN!r} and a {AVOID_COLUMN!r} column"]
+    OWNED_BY_FILE[str(path)] = owned
     return avoided, terms, _glossary_problems(avoided, terms, shown)
+
+
+OWNED_BY_FILE: dict[str, list[Owned]] = {}  # the bold terms of each glossary read, by its path
+
+
+def places_of(cell: str) -> tuple[str, ...]:
+    """The dotted modules and names a ``where it lives`` cell names: ``refspec.a.b``; a bare name after
+    one, as a module beside it and as a name of it (``worker_http``, ``spawn_job``, ``receiver.run_job``);
+    ``refspec CMD``, the command's module ``refspec.commands.CMD``."""
+    out: list[str] = []
+    last = None
+    for tok in re.findall(r"`([^`]+)`", cell):
+        tok = tok.strip()
+        if re.fullmatch(r"refspec(\.\w+)+", tok):
+            last = tok
+            out.append(tok)
+        elif re.fullmatch(r"refspec \w+", tok):
+            out.append("refspec.commands." + tok.split()[1])
+        elif last is not None and re.fullmatch(r"\w+(\.\w+)*", tok):
+            out += [last.rsplit(".", 1)[0] + "." + tok, last + "." + tok]
+    return tuple(out)
+
+
+def _module_of(shown: str) -> str:
+    """The dotted module of a shown path (``refspec/engine/spawn.py`` -> ``refspec.engine.spawn``)."""
+    parts = Path(shown).with_suffix("").parts
+    parts = parts[parts.index("refspec") :] if "refspec" in parts else parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _lives_in(module: str, name: str, places: tuple[str, ...]) -> bool:
+    full = f"{module}.{name}"
+    return any(module == p or module.startswith(p + ".") or full == p or p.startswith(full + ".") for p in places)
 
 
 def term_names(term: str) -> list[tuple[str, ...]]:
@@ -187,10 +242,18 @@ def check(root: Path, glossary: Path = GLOSSARY, show_from: Path | None = None) 
     except ValueError:
         shown_glossary = str(glossary)
     avoided, _terms, problems = read_glossary(glossary, shown_glossary)
+    owned = OWNED_BY_FILE.get(str(glossary), [])
     for shown, line, name in public_names(root, base):
         if name.startswith("_"):
             continue
         name_words = words_of(name)
+        module = _module_of(shown)
+        for o in owned:
+            if any(_plural_of(w, o.word) for w in name_words) and not _lives_in(module, name, o.places):
+                problems.append(
+                    f"{shown}:{line}: {name} uses {o.word}, which the glossary gives one meaning living in "
+                    f"{', '.join(o.places[:3])}{' ...' if len(o.places) > 3 else ''} ({shown_glossary}:{o.line})"
+                )
         for a in avoided:
             if uses(name_words, a.words):
                 problems.append(

@@ -93,7 +93,7 @@ class RunContext:
         return f"w{self.n_workers:02d}-{arm}"
 
 
-def worker_number(worker_id: str) -> int:
+def process_number(worker_id: str) -> int:
     """The number in a worker id made by :meth:`RunContext.next_worker_id` (``wNN-<arm>``); 0 for any other id."""
     if worker_id.startswith("w"):
         head = worker_id[1:].split("-", 1)[0]

@@ -3,7 +3,7 @@
 A campaign hands the driver *blocks*: one arm and an ordered list of planned
 requests (task, prompt token IDs, cap, repeat). :func:`run_block` starts a fresh
 worker for the block (``python -m refspec.commands.worker`` with a scrubbed environment,
-see :func:`refspec.engine.spawn.worker_env`), waits for its ready file, records the worker's
+see :func:`refspec.engine.spawn.process_env`), waits for its ready file, records the worker's
 registered warmup as an excluded row, then submits the requests one by one and
 times each complete request as a client sees it: ``time.perf_counter_ns()``
 just before the (already encoded) request is submitted with ``urllib`` and
@@ -34,7 +34,7 @@ from ..core.errors import PlacementError, RefspecError, UsageError
 from ..core.hashing import sha256_json
 from .attempts import Attempt, AttemptQueue
 from .context import Planned, RunContext, ledger_line, record
-from .errors import InvalidResponse, RequestError, SequenceGap, TransportError, WorkerError
+from .errors import InvalidResponse, ProcessStartError, RequestError, SequenceGap, TransportError
 from .launcher import start_process
 from .load import process_cpu_ns
 from .process import ArmProcess, Completion
@@ -136,7 +136,7 @@ def _start_worker(b: _Block) -> str:
     except PlacementError as e:  # not a transient failure: record it, then stop the campaign
         b.ledger("failure", f"placement refused: {e}", arm=arm.name, block=block, outcome="failed")
         raise
-    except WorkerError as e:
+    except ProcessStartError as e:
         b.ledger("failure", f"worker start failed: {e}", arm=arm.name, block=block, outcome="failed")
         return _AGAIN
     b.worker = worker

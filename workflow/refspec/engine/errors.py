@@ -5,8 +5,8 @@ from __future__ import annotations
 from ..core.errors import RefspecError
 
 
-class WorkerError(RefspecError):
-    """A worker could not be started or stopped as expected."""
+class ProcessStartError(RefspecError):
+    """An arm's process (a worker or another engine's) could not be started as expected."""
 
 
 class RequestError(RefspecError):

@@ -7,7 +7,7 @@ the engines whose own program speaks it, :mod:`refspec.engines.loopback_http`). 
 :func:`refspec.engine.driver.run_block` journals, ledgers and retries its requests the same way.
 
 :func:`open_program` starts an engine's program on a free loopback port with the scrubbed worker
-environment (:func:`refspec.engine.spawn.worker_env`), waits for ``/health`` and keeps its log in
+environment (:func:`refspec.engine.spawn.process_env`), waits for ``/health`` and keeps its log in
 ``workers/<id>.log``. Before a process is timed: ``/props`` must report one slot and the target
 file refspec gave it, and its vocabulary must be the reference model's (its size, and
 ``/detokenize`` of a sample of token IDs spread over the whole vocabulary plus every prompt ID of
@@ -430,7 +430,7 @@ def open_program(
     who: str = "process",
 ) -> ServerProcess:
     """Start an engine's own program (``command(port)``: its command line on a free loopback port)
-    under the scrubbed worker environment (:func:`refspec.engine.spawn.worker_env`, plus ``env``),
+    under the scrubbed worker environment (:func:`refspec.engine.spawn.process_env`, plus ``env``),
     its log in ``workers/<id>.log``, and check it as a server arm is checked before it is timed: one
     slot, the target file refspec gave it, the reference's vocabulary size and pieces (every prompt
     ID among them); :class:`ServerRefused` when it cannot be timed. ``ready``: the engine's own

@@ -1,7 +1,7 @@
 """The environment policy and process spawning of every process refspec times or asks for a result.
 
 Workers, server arms and ``state`` jobs start through :func:`spawn`: a fresh session, no
-stdin, output appended to a log, and the complete environment built by :func:`worker_env`
+stdin, output appended to a log, and the complete environment built by :func:`process_env`
 (nothing else is inherited).
 """
 
@@ -52,10 +52,10 @@ THREAD_VARS = (
 def spawn(
     cmd: list[str], lib_dir: str | Path, threads: int, *, log_path: Path, cwd: Path, extra: dict[str, str] | None = None
 ) -> subprocess.Popen:
-    """Start a fresh process under the worker environment policy (:func:`worker_env`): its own
+    """Start a fresh process under the worker environment policy (:func:`process_env`): its own
     session, no stdin, stdout and stderr appended to ``log_path``. Every process refspec
     times or asks for a result (workers, server arms, state jobs) starts here."""
-    env = worker_env(lib_dir, threads, extra=extra)
+    env = process_env(lib_dir, threads, extra=extra)
     with open(log_path, "ab") as log:
         return subprocess.Popen(
             cmd,
@@ -69,7 +69,7 @@ def spawn(
         )
 
 
-def worker_env(
+def process_env(
     lib_dir: str | Path, threads: int, *, extra: dict[str, str] | None = None, base: dict[str, str] | None = None
 ) -> dict[str, str]:
     """The complete environment of a worker: nothing else is inherited.

@@ -211,7 +211,7 @@ def run_admission(
         for q in queries:
             p = Path(td) / f"q{q}.rsop"
             operands.write_operands(p, admission_operands(shape, q))
-            job = replay_runner.ReplayJob(p, tuple(layouts), "none", Path(td) / f"q{q}", write_stages=False)
+            job = replay_runner.ReplayRun(p, tuple(layouts), "none", Path(td) / f"q{q}", write_stages=False)
             reports.append(
                 replay_runner.run_replay(
                     tool, [job], backend=backend, threads=threads, workdir=Path(td) / f"w{q}", attempts=TOOL_ATTEMPTS

@@ -622,7 +622,7 @@ def _address_row(fx: Fixture, name: str, layout: str, problems: list[str], fault
     }
 
 
-def _chunk_jobs(part: Sequence[Fixture], d: Path, faults: bool) -> tuple[dict, list[replay_runner.ReplayJob]]:
+def _chunk_jobs(part: Sequence[Fixture], d: Path, faults: bool) -> tuple[dict, list[replay_runner.ReplayRun]]:
     """Write a chunk's operand files; its replay jobs (clean, then each applicable fault on QB)."""
     ops_by = {}
     jobs = []
@@ -631,10 +631,10 @@ def _chunk_jobs(part: Sequence[Fixture], d: Path, faults: bool) -> tuple[dict, l
         path = d / f"{fx.file_stem}.rsop"
         operands.write_operands(path, ops)
         ops_by[str(path)] = (fx, ops)
-        jobs.append(replay_runner.ReplayJob(path, REPLAYED_LAYOUTS, "none", d / fx.file_stem))
+        jobs.append(replay_runner.ReplayRun(path, REPLAYED_LAYOUTS, "none", d / fx.file_stem))
         if faults:
             for f in applicable_faults(fx.geometry):
-                jobs.append(replay_runner.ReplayJob(path, ("qb",), f, d / fx.file_stem))
+                jobs.append(replay_runner.ReplayRun(path, ("qb",), f, d / fx.file_stem))
     return ops_by, jobs
 
 

@@ -343,7 +343,7 @@ def _replay_twice(
         return stages, reports
     for rep in range(1, REPEATS + 1):
         jobs = [
-            replay_runner.ReplayJob(path, REPLAYED_LAYOUTS, "none", wd / f"{ctx.id}.{lay}.r{rep}")
+            replay_runner.ReplayRun(path, REPLAYED_LAYOUTS, "none", wd / f"{ctx.id}.{lay}.r{rep}")
             for lay, path in files.items()
         ]
         try:

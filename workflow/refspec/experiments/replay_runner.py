@@ -1,6 +1,6 @@
 """Running the native replay tool (``refspec-replay``) over operand files: which tool
 (:func:`resolve_tool`), the ggml device it uses on each backend (:data:`BACKEND_DEVICES`), one
-batch of :class:`ReplayJob` in one process (:func:`run_replay`) and the faults it can inject
+batch of :class:`ReplayRun` in one process (:func:`run_replay`) and the faults it can inject
 (:data:`FAULTS`)."""
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ FAULTS = ("gqa_interleaved", "mask_shared", "output_swapped", "stride_off_by_one
 
 
 @dataclass
-class ReplayJob:
+class ReplayRun:
     input: str | Path
     layouts: Sequence[str] = REPLAYED_LAYOUTS
     fault: str = "none"
@@ -54,7 +54,7 @@ class ReplayJob:
 
 def run_replay(
     tool: str | Path,
-    jobs: Iterable[ReplayJob],
+    jobs: Iterable[ReplayRun],
     *,
     backend: str = "CPU",
     threads: int = 1,

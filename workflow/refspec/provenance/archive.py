@@ -100,7 +100,7 @@ def sha256_stream(f: Any, size: int | None = None) -> str:
     return h.hexdigest()
 
 
-def default_workers() -> int:
+def hashing_threads() -> int:
     return max(1, min(4, os.cpu_count() or 1))
 
 
@@ -206,7 +206,7 @@ class Source:
     def open(self, name: str) -> BinaryIO:
         raise NotImplementedError
 
-    def hash_all(self, names: list[str], workers: int) -> dict[str, str | Exception]:
+    def hash_all(self, names: list[str], threads: int) -> dict[str, str | Exception]:
         raise NotImplementedError
 
     def close(self) -> None:
@@ -252,7 +252,7 @@ class DirSource(Source):
     def open(self, name: str) -> BinaryIO:
         return open(self.root / name, "rb")
 
-    def hash_all(self, names: list[str], workers: int) -> dict[str, str | Exception]:
+    def hash_all(self, names: list[str], threads: int) -> dict[str, str | Exception]:
         def one(n: str) -> str | Exception:
             try:
                 with open(self.root / n, "rb", buffering=0) as f:
@@ -260,7 +260,7 @@ class DirSource(Source):
             except OSError as e:
                 return e
 
-        with ThreadPoolExecutor(max_workers=workers) as ex:
+        with ThreadPoolExecutor(max_workers=threads) as ex:
             return dict(zip(names, ex.map(one, names)))
 
 
@@ -339,14 +339,14 @@ class TarSource(Source):
     def open(self, name: str) -> BinaryIO:
         return io.BufferedReader(self._reader(name))  # type: ignore[arg-type]
 
-    def hash_all(self, names: list[str], workers: int) -> dict[str, str | Exception]:
+    def hash_all(self, names: list[str], threads: int) -> dict[str, str | Exception]:
         def one(n: str) -> str | Exception:
             try:
                 return sha256_stream(self._reader(n), self.members[n].size)
             except OSError as e:
                 return e
 
-        with ThreadPoolExecutor(max_workers=workers) as ex:
+        with ThreadPoolExecutor(max_workers=threads) as ex:
             return dict(zip(names, ex.map(one, names)))
 
     def close(self) -> None:

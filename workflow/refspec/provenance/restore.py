@@ -72,7 +72,7 @@ def restore(
     dest: str | Path,
     public_key: Ed25519PublicKey | str | Path,
     expect_previous: str | None = None,
-    workers: int | None = None,
+    threads: int | None = None,
     expect_keyid: str | None = None,
 ) -> RestoreResult:
     """Verify ``tar`` in place, then write its signed files into the fresh folder ``dest``.
@@ -90,7 +90,7 @@ def restore(
     _fresh(dest)
     src = TarSource(tar)
     try:
-        res = verify_source(src, tar, public_key, expect_previous, workers, expect_keyid)
+        res = verify_source(src, tar, public_key, expect_previous, threads, expect_keyid)
         members = len(src.members)
         if not res.ok:
             return RestoreResult(tar, dest, members, res)

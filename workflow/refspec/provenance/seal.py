@@ -47,7 +47,7 @@ from ..core.clock import utc_now_seconds
 from ..core.errors import IntegrityError, UsageError
 from ..core.hashing import sha256_bytes
 from ..core.tables import PARQUET_WRITE, csv_body
-from .archive import CONTROL_CHARS, created_mtime, default_workers, scan_folder, sha256_stream, write_tar
+from .archive import CONTROL_CHARS, created_mtime, hashing_threads, scan_folder, sha256_stream, write_tar
 from .dsse import SEAL_NAME, check_envelope, envelope_bytes
 from .keys import check_private_location, default_private_key, fingerprint, load_private_key
 from .leaks import KeyLeakScanner, hash_and_scan
@@ -332,11 +332,11 @@ def _write_outputs(
     return tables
 
 
-def _scanned_subjects(stage: Path, names: list[str], skey: Ed25519PrivateKey, workers: int | None) -> list[dict]:
+def _scanned_subjects(stage: Path, names: list[str], skey: Ed25519PrivateKey, threads: int | None) -> list[dict]:
     """The statement's subjects (name, sha256, size) of the staged files, each scanned for the
     private key; a leak or a part the scan cannot read refuses the seal."""
     scanner = KeyLeakScanner(skey)
-    with ThreadPoolExecutor(max_workers=workers or default_workers()) as ex:
+    with ThreadPoolExecutor(max_workers=threads or hashing_threads()) as ex:
         hashed = list(ex.map(lambda n: hash_and_scan(stage / n, scanner), names))
     leaks = [f"{n} ({'; '.join(found)})" for n, (_d, _s, found, _u) in zip(names, hashed) if found]
     blind = [f"{n} ({'; '.join(u)})" for n, (_d, _s, _f, u) in zip(names, hashed) if u]
@@ -382,7 +382,7 @@ def seal(
     csv_tables: str | Sequence[str] | None = "all",
     check_csv: bool = True,
     created: str | None = None,
-    workers: int | None = None,
+    threads: int | None = None,
     predicate_extra: dict[str, Any] | None = None,
 ) -> SealResult:
     """Seal ``results`` into the fresh folder ``out`` (see the module docstring).
@@ -404,60 +404,66 @@ def seal(
     if own:
         raise UsageError(f"predicate field(s) {', '.join(own)} are the seal's own")
     skey = _signing_key(key, results, out)
-    keyid = fingerprint(skey.public_key())
-    previous_sha256 = _previous_sha256(previous, previous_sha256, skey)
-    files = _results_files(results)
-    campaign = _campaign(results, campaign)
-    ledger_info = _ledger_info(results)
     archive_id = archive_id or str(uuid.uuid4())
     if CONTROL_CHARS.search(archive_id) or not archive_id.strip():
         raise UsageError(f"bad archive id {archive_id!r}")
-    created = created or utc_now_seconds()
+    files = _results_files(results)
+    ledger_info = _ledger_info(results)
+    head = {
+        "archive_id": archive_id,
+        "campaign": _campaign(results, campaign),
+        "previous_seal_sha256": _previous_sha256(previous, previous_sha256, skey),
+        "created": created or utc_now_seconds(),
+        "keyid": fingerprint(skey.public_key()),
+    }
     targets = _output_plan(files, csv_tables)
-
     out.parent.mkdir(parents=True, exist_ok=True)
     stage = Path(tempfile.mkdtemp(prefix=f".{out.name}.sealing-", dir=out.parent))
     try:
-        tables = _write_outputs(results, stage, targets, set(files), archive_id, campaign, check_csv)
+        tables = _write_outputs(results, stage, targets, set(files), archive_id, head["campaign"], check_csv)
         names = sorted(targets)
-        subjects = _scanned_subjects(stage, names, skey, workers)
-        total = sum(s["annotations"]["size"] for s in subjects)
-        statement = build_statement(
-            subjects,
-            {
-                "seal_format": SEAL_FORMAT,
-                "archive_id": archive_id,
-                "campaign": campaign,
-                "previous_seal_sha256": previous_sha256,
-                "created": created,
-                "files": len(subjects),
-                "total_bytes": total,
-                "signer": {"keyid": keyid},
-                "sealed_by": {"refspec": __version__},
-                "records": {"manifest": MANIFEST_NAME, "plan": PLAN_NAME, "ledger": ledger_info},
-                "tables": tables,
-            },
-            predicate_extra,
-        )
+        subjects = _scanned_subjects(stage, names, skey, threads)
+        statement = _statement(subjects, head, ledger_info, tables, predicate_extra)
         env = envelope_bytes(statement, skey)
         _publish(stage, out, names, env)
     except BaseException:
         shutil.rmtree(stage, ignore_errors=True)
         raise
-
     tar_path: Path | None = None
     if tar:
         tar_path = Path(str(out) + ".tar") if tar is True else Path(tar)
-        write_tar(out, tar_path, mtime=created_mtime(created))
+        write_tar(out, tar_path, mtime=created_mtime(head["created"]))
     return SealResult(
         out=out,
         archive_id=archive_id,
-        campaign=campaign,
+        campaign=head["campaign"],
         seal_sha256=sha256_bytes(env),
         files=len(subjects),
-        total_bytes=total,
-        keyid=keyid,
-        previous_seal_sha256=previous_sha256,
+        total_bytes=statement["predicate"]["total_bytes"],
+        keyid=head["keyid"],
+        previous_seal_sha256=head["previous_seal_sha256"],
         tar=tar_path,
         tables=tables,
+    )
+
+
+def _statement(subjects: list[dict], head: dict, ledger_info, tables, predicate_extra) -> dict:
+    """The seal's statement over the scanned ``subjects``: the predicate's own fields from ``head``
+    (archive id, campaign, previous seal, creation time, signer key id), the records and tables."""
+    return build_statement(
+        subjects,
+        {
+            "seal_format": SEAL_FORMAT,
+            "archive_id": head["archive_id"],
+            "campaign": head["campaign"],
+            "previous_seal_sha256": head["previous_seal_sha256"],
+            "created": head["created"],
+            "files": len(subjects),
+            "total_bytes": sum(s["annotations"]["size"] for s in subjects),
+            "signer": {"keyid": head["keyid"]},
+            "sealed_by": {"refspec": __version__},
+            "records": {"manifest": MANIFEST_NAME, "plan": PLAN_NAME, "ledger": ledger_info},
+            "tables": tables,
+        },
+        predicate_extra,
     )

@@ -54,7 +54,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from ..core.errors import UsageError
 from ..core.hashing import sha256_bytes
 from ..core.tables import parquet_csv_text
-from .archive import TAR_ERRORS, DirSource, Source, TarSource, created_mtime, default_workers, parent_dirs
+from .archive import TAR_ERRORS, DirSource, Source, TarSource, created_mtime, hashing_threads, parent_dirs
 from .dsse import SEAL_NAME, check_envelope
 from .keys import fingerprint, load_public_key
 from .ledger import verify_lines
@@ -220,7 +220,7 @@ def verify_archive(
     path: str | Path,
     public_key: Ed25519PublicKey | str | Path,
     expect_previous: str | None = None,
-    workers: int | None = None,
+    threads: int | None = None,
     expect_keyid: str | None = None,
 ) -> VerifyResult:
     """Verify an archive folder or tar; never raises on a bad archive, only on usage errors.
@@ -243,7 +243,7 @@ def verify_archive(
     else:
         raise UsageError(f"{p} not found")
     try:
-        return verify_source(src, p, public_key, expect_previous, workers, expect_keyid)
+        return verify_source(src, p, public_key, expect_previous, threads, expect_keyid)
     finally:
         src.close()
 
@@ -253,7 +253,7 @@ def verify_source(
     path: Path,
     public_key: Ed25519PublicKey,
     expect_previous: str | None,
-    workers: int | None,
+    threads: int | None,
     expect_keyid: str | None,
 ) -> VerifyResult:
     """Verify an opened archive (arguments already parsed); :func:`verify_archive` and restore use it."""
@@ -263,11 +263,11 @@ def verify_source(
             f"public key {res.keyid} is not the pinned signer {expect_keyid} "
             "(take the key id from a source outside the archive)"
         )
-    _verify(src, public_key, expect_previous, workers or default_workers(), res)
+    _verify(src, public_key, expect_previous, threads or hashing_threads(), res)
     return res
 
 
-def _verify(src: Source, key: Ed25519PublicKey, expect_previous: str | None, workers: int, res: VerifyResult) -> None:
+def _verify(src: Source, key: Ed25519PublicKey, expect_previous: str | None, threads: int, res: VerifyResult) -> None:
     problems = res.problems
     problems.extend(src.problems)
     st = _authenticated_statement(src, key, res)
@@ -281,8 +281,8 @@ def _verify(src: Source, key: Ed25519PublicKey, expect_previous: str | None, wor
     problems.extend(_chain_and_time(src, pred, expect_previous))
     present = dict(src.files)
     present.pop(SEAL_NAME)
-    hashed_ok = _closed_world(src, subjects, present, workers, problems)
-    _csv_copies(src, subjects, hashed_ok, workers, res)
+    hashed_ok = _closed_world(src, subjects, present, threads, problems)
+    _csv_copies(src, subjects, hashed_ok, threads, res)
     # Parquet stamps.
     aid, camp = pred.get("archive_id"), pred.get("campaign")
     if isinstance(aid, str) and isinstance(camp, str):
@@ -338,7 +338,7 @@ def _chain_and_time(src: Source, pred: dict[str, Any], expect_previous: str | No
 
 
 def _closed_world(
-    src: Source, subjects: dict[str, tuple[int, str]], present: dict[str, int], workers: int, problems: list[str]
+    src: Source, subjects: dict[str, tuple[int, str]], present: dict[str, int], threads: int, problems: list[str]
 ) -> set[str]:
     """Every subject present with its size and sha256, nothing else; return the members that hash as sealed."""
     for name in sorted(set(present) - set(subjects)):
@@ -354,7 +354,7 @@ def _closed_world(
             problems.append(f"{name}: size {present[name]} != sealed size {size}")
         else:
             to_hash.append(name)
-    hashes = src.hash_all(to_hash, workers)
+    hashes = src.hash_all(to_hash, threads)
     for name in to_hash:
         got = hashes[name]
         if isinstance(got, Exception):
@@ -365,11 +365,11 @@ def _closed_world(
 
 
 def _csv_copies(
-    src: Source, subjects: dict[str, tuple[int, str]], hashed_ok: set[str], workers: int, res: VerifyResult
+    src: Source, subjects: dict[str, tuple[int, str]], hashed_ok: set[str], threads: int, res: VerifyResult
 ) -> None:
     """Each CSV copy compared with its table (csv_checked is computed here, never read from the seal)."""
     pairs = [(t, c) for t, c in _csv_twins(subjects).items() if c is not None and {t, c} <= hashed_ok]
-    with ThreadPoolExecutor(max_workers=workers) as ex:
+    with ThreadPoolExecutor(max_workers=threads) as ex:
         compared = list(ex.map(lambda tc: _check_csv(src, tc[0], tc[1], subjects[tc[1]][1]), pairs))
     for (table, _copy), problem in zip(pairs, compared):
         res.csv_checked[table] = problem is None

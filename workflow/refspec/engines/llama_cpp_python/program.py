@@ -29,6 +29,7 @@ of each proposal that the generated tokens repeat). The library exposes no count
 from __future__ import annotations
 
 import argparse  # contract: a program of its own, run by refspec's interpreter
+import runpy
 import sys
 import time
 from pathlib import Path
@@ -157,19 +158,6 @@ class Engine:
         }
 
 
-def shared_loop():
-    """The engines' shared HTTP loop, ``refspec/engines/loopback_http.py``, loaded by its path (the
-    folder is not put on ``sys.path``: its engine folders would shadow the engines' own packages)."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location(
-        "loopback_http", Path(__file__).resolve().parents[1] / "loopback_http.py"
-    )
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", required=True, help="the target GGUF file")
@@ -180,7 +168,10 @@ def main(argv=None) -> int:
     p.add_argument("--prompt-lookup", type=int, default=0, help="num_pred_tokens of the prompt-lookup draft (0: none)")
     p.add_argument("--port", type=int, required=True)
     a = p.parse_args(argv)
-    return shared_loop().serve(Engine(a), a.port)
+    # the engines' shared HTTP loop, run from its file (refspec/engines is not put on sys.path: its
+    # engine folders would shadow the engines' own packages)
+    serve_loop = runpy.run_path(str(Path(__file__).resolve().parents[1] / "loopback_http.py"))["serve"]
+    return serve_loop(Engine(a), a.port)
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@ an arm's process (:class:`refspec.engine.process.ArmProcess`: ``complete``, ``al
 
 - ``server.build: stock | patched``: refspec starts ``llama-server`` of the pinned source
   (:func:`refspec.native.build.build_server`) on a free loopback port, fresh for every block, with
-  the scrubbed worker environment (:func:`refspec.engine.spawn.worker_env`) plus
+  the scrubbed worker environment (:func:`refspec.engine.spawn.process_env`) plus
   ``LLAMA_ATTN_LAYOUT`` when the arm names one; it waits for ``/health`` (``ready_timeout_s``)
   and keeps the server's log in ``workers/<id>.log``.
 - ``server.url``: an existing server on a loopback address. refspec neither starts nor stops

@@ -6,7 +6,7 @@
    the run's pinned GGUF files (:mod:`refspec.engines.openvino.env`, cached by their inputs' hashes,
    each IR file checked against the sha256 recorded at its conversion);
 2. a fresh process of :mod:`refspec.engines.openvino.program` with the engine's interpreter, on a free
-   loopback port, under the scrubbed worker environment (:func:`refspec.engine.spawn.worker_env`),
+   loopback port, under the scrubbed worker environment (:func:`refspec.engine.spawn.process_env`),
    its log in ``workers/<id>.log``; the arm's ``threads`` are the engine's ``INFERENCE_NUM_THREADS``;
    the end-of-generation tokens are the pinned reference model's;
 3. the same checks a server arm passes before it is timed (one slot, the target file refspec gave it,

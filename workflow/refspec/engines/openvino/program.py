@@ -39,6 +39,7 @@ bf16 on CPUs that have it); ``/props`` reports the plugin's defaults on this hos
 from __future__ import annotations
 
 import argparse  # contract: a program of its own, run by the engine's interpreter
+import runpy
 import sys
 import time
 from pathlib import Path
@@ -184,21 +185,11 @@ class Engine:
         }
 
 
-def shared_loop():
-    """The engines' shared HTTP loop, ``refspec/engines/loopback_http.py``, loaded by its path (the
-    folder is not put on ``sys.path``: its engine folders would shadow the engines' own packages)."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location(
-        "loopback_http", Path(__file__).resolve().parents[1] / "loopback_http.py"
-    )
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def serve(a: argparse.Namespace) -> int:
-    return shared_loop().serve(Engine(a), a.port)
+    # the engines' shared HTTP loop, run from its file (refspec/engines is not put on sys.path: its
+    # engine folders would shadow the engines' own packages)
+    serve_loop = runpy.run_path(str(Path(__file__).resolve().parents[1] / "loopback_http.py"))["serve"]
+    return serve_loop(Engine(a), a.port)
 
 
 def main(argv=None) -> int:

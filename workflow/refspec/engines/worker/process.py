@@ -26,7 +26,7 @@ from ...core.fsutil import atomic_write_text
 from ...core.hashing import sha256_json
 from ...engine.client import get_json, open_request
 from ...engine.context import RunContext, ledger_line, record
-from ...engine.errors import InvalidResponse, SequenceGap, WorkerError
+from ...engine.errors import InvalidResponse, ProcessStartError, SequenceGap
 from ...engine.process import WARMUP_TASK, Completion
 from ...engine.rows import placement_columns, request_row, warmup_record
 from ...engine.spawn import describe_exit, kill_process, log_tail, record_process, spawn
@@ -159,17 +159,17 @@ class WorkerProcess:
                     ready = json.loads(ready_path.read_text(encoding="utf-8"))
                 except (OSError, ValueError) as e:  # the file is written atomically: this is a real problem
                     kill_process(proc)
-                    raise WorkerError(f"worker {spec.worker_id}: unreadable ready file {ready_path}: {e}") from e
+                    raise ProcessStartError(f"worker {spec.worker_id}: unreadable ready file {ready_path}: {e}") from e
                 break
             code = proc.poll()
             if code is not None:
-                raise WorkerError(
+                raise ProcessStartError(
                     f"worker {spec.worker_id} (arm {arm.name}) {describe_exit(code)} before it was "
                     f"ready; last log lines:\n{log_tail(log_path)}"
                 )
             if time.monotonic() > deadline:
                 kill_process(proc)
-                raise WorkerError(
+                raise ProcessStartError(
                     f"worker {spec.worker_id} (arm {arm.name}) not ready after {ready_timeout:.0f} s; log {log_path}"
                 )
             time.sleep(0.05)
@@ -177,7 +177,9 @@ class WorkerProcess:
         problems = w._check_identity()
         if problems:
             w.kill()
-            raise WorkerError(f"worker {spec.worker_id} is not the one that was asked for: " + "; ".join(problems))
+            raise ProcessStartError(
+                f"worker {spec.worker_id} is not the one that was asked for: " + "; ".join(problems)
+            )
         short = placement_problems(arm, ready.get("placement") or {})
         if short:
             w.kill()
