@@ -18,7 +18,7 @@ from refspec_check.intervals import AARules
 from refspec_check.numbers import check_markup, check_numbers
 from refspec_check.parquet_copies import check_parquet_copies
 from refspec_check.pdf import check_pdf
-from refspec_check.problems import EXIT_UNREADABLE, Checker
+from refspec_check.problems import EXIT_UNREADABLE, MALFORMED, Checker
 from refspec_check.provenance import check_data_seal, check_host, check_provenance, read_manifest
 from refspec_check.qualification import arm_facts, reference_arms
 from refspec_check.registered_plan import check_registered_plan
@@ -45,10 +45,6 @@ from refspec_check.summaries import (
     check_requests,
 )
 from refspec_check.variance import check_variance
-
-# what a sealed input of the wrong shape raises in a step (a list where an object belongs, a string
-# where a number does, a nesting deeper than the stack): a mismatch of that step, never exit 70
-MALFORMED = (TypeError, AttributeError, KeyError, ValueError, IndexError, RecursionError)
 
 
 class Steps:

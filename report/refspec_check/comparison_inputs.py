@@ -19,13 +19,10 @@ from __future__ import annotations
 
 from refspec_check.context import Context
 from refspec_check.intervals import AARules
-from refspec_check.problems import Checker
+from refspec_check.problems import MALFORMED, Checker
 from refspec_check.qualification import arm_facts, reference_arms
 from refspec_check.replication import bootstrap_parameters, check_noise, check_replication
 from refspec_check.results import check_qualification, check_ratios
-
-# what a carried input of the wrong shape raises (as a sealed archive's own check: refspec_check.archive)
-MALFORMED = (TypeError, AttributeError, KeyError, ValueError, IndexError, RecursionError)
 
 
 def check_carried_derivations(c: Checker, lab: str, tables: dict, plan) -> None:

@@ -5,6 +5,10 @@ from __future__ import annotations
 
 import os
 
+# what a sealed input of the wrong shape raises in a check (a list where an object belongs, a string
+# where a number does, a nesting deeper than the stack): a mismatch of that check, never exit 70
+MALFORMED = (TypeError, AttributeError, KeyError, ValueError, IndexError, RecursionError)
+
 EXIT_OK, EXIT_MISMATCH, EXIT_UNREADABLE = 0, 1, 2
 EXIT_INTERNAL = 70  # EX_SOFTWARE: the checker itself failed (an unexpected exception)
 

@@ -96,10 +96,16 @@ def _plain(cell: str) -> str:
 
 def read_glossary(path: Path, shown: str) -> tuple[list[Avoided], list[str], list[str]]:
     """The words not to use, the terms, and the problems of the glossary file itself."""
+    avoided, terms, _owned, problems = read_terms(path, shown)
+    return avoided, terms, problems
+
+
+def read_terms(path: Path, shown: str) -> tuple[list[Avoided], list[str], list[Owned], list[str]]:
+    """:func:`read_glossary`'s words, terms and problems, with the bold terms (:class:`Owned`) third."""
     try:
         lines = Path(path).read_text(encoding="utf-8").splitlines()
     except OSError as e:
-        return [], [], [f"{shown}: cannot be read: {e}"]
+        return [], [], [], [f"{shown}: cannot be read: {e}"]
     avoided: list[Avoided] = []
     terms: list[str] = []
     owned: list[Owned] = []
@@ -120,7 +126,7 @@ def read_glossary(path: Path, shown: str) -> tuple[list[Avoided], list[str], lis
         if all(_RULE_CELL.match(c) for c in cells):
             continue
         if len(cells) <= max(cols):
-            return [], [], [f"{shown}:{n}: a row with {len(cells)} cells, not {max(cols) + 1} or more"]
+            return [], [], [], [f"{shown}:{n}: a row with {len(cells)} cells, not {max(cols) + 1} or more"]
         term = _plain(cells[cols[0]])
         terms.append(term)
         if cells[cols[0]].startswith("**") and WHERE_COLUMN in heads_of_table and len(words_of(term)) == 1:
@@ -130,12 +136,8 @@ def read_glossary(path: Path, shown: str) -> tuple[list[Avoided], list[str], lis
             if text not in NONE_MARKS and words_of(text):
                 avoided.append(Avoided(text, tuple(words_of(text)), term, n))
     if cols is None:
-        return [], [], [f"{shown}: no table with a {TERM_COLUMN!r} and a {AVOID_COLUMN!r} column"]
-    OWNED_BY_FILE[str(path)] = owned
-    return avoided, terms, _glossary_problems(avoided, terms, shown)
-
-
-OWNED_BY_FILE: dict[str, list[Owned]] = {}  # the bold terms of each glossary read, by its path
+        return [], [], [], [f"{shown}: no table with a {TERM_COLUMN!r} and a {AVOID_COLUMN!r} column"]
+    return avoided, terms, owned, _glossary_problems(avoided, terms, shown)
 
 
 def places_of(cell: str) -> tuple[str, ...]:
@@ -241,8 +243,7 @@ def check(root: Path, glossary: Path = GLOSSARY, show_from: Path | None = None) 
         shown_glossary = str(Path(glossary).relative_to(base))
     except ValueError:
         shown_glossary = str(glossary)
-    avoided, _terms, problems = read_glossary(glossary, shown_glossary)
-    owned = OWNED_BY_FILE.get(str(glossary), [])
+    avoided, _terms, owned, problems = read_terms(glossary, shown_glossary)
     for shown, line, name in public_names(root, base):
         if name.startswith("_"):
             continue

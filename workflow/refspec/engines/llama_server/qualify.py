@@ -89,8 +89,7 @@ def usage(o: dict) -> None:
 
 def setup(o: dict) -> QualifySetup:
     """The arms of ``--server-binary`` (refspec starts the reference and the candidates) or of
-    ``--url`` with ``--reference-url`` (servers you started)."""
-    usage(o)
+    ``--url`` with ``--reference-url`` (servers you started; :func:`usage` has refused neither)."""
     binary, url, reference_url = o.get("server_binary"), o.get("url"), o.get("reference_url")
     arms = server_arms(
         binary=binary, url=url, reference_url=reference_url, speculative=o.get("draft") is not None, k=o["k"]
